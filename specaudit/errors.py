@@ -1,0 +1,9 @@
+"""The one error type the CLI turns into exit code 2 with a single clear sentence."""
+
+
+class InputError(Exception):
+    """Bad user input: a malformed file, a missing field, an unknown model, an impossible value.
+
+    The message is one sentence that names what is wrong and where, and how to fix it when that
+    is not obvious. The CLI prints it without a traceback and exits with status 2.
+    """
