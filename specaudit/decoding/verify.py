@@ -1,0 +1,82 @@
+"""The rejection step of speculative sampling, as a pluggable function.
+
+A verify function has the signature
+
+    verify(draft_tokens, draft_probs, target_probs, generator) -> emitted token ids
+
+- draft_tokens: LongTensor [k], the tokens the draft proposed;
+- draft_probs:  FloatTensor [k, V], the (warped) draft distribution q_i each token was drawn from;
+- target_probs: FloatTensor [k+1, V], the (warped) target distribution p_i at each drafted
+  position plus one more for the bonus token;
+- generator:    torch.Generator on the tensors' device, the only source of randomness;
+- returns a LongTensor of 1..k+1 token ids: the accepted prefix of draft_tokens followed by one
+  token sampled by the verifier (the correction at the first rejection, or the bonus token).
+
+So `len(emitted) - 1` drafted tokens were accepted. Users plug their own sampler in here, and
+the self-test's mutants are verify functions with one real bug each.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+VerifyFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor]
+
+
+def sample_from(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """Draw one index from a (possibly unnormalised) 1-D distribution by inverse CDF.
+
+    Never returns an index with zero probability, not even when float rounding puts the uniform
+    at the very end of the CDF (the vLLM "recovered token id >= vocab size" class of bug).
+    """
+    cdf = probs.double().cumsum(dim=0)
+    u = torch.rand((), generator=generator, device=probs.device, dtype=torch.float64)
+    index = int(torch.searchsorted(cdf, (u * cdf[-1]).reshape(1), right=True))
+    last_possible = int(torch.nonzero(probs > 0)[-1])
+    return min(index, last_possible)
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """normalise(max(0, p - q)); falls back to p when p <= q everywhere (then rejection has
+    probability zero and only float noise can bring us here)."""
+    residual = (p - q).clamp_min(0.0)
+    total = residual.sum()
+    return residual / total if total > 0 else p
+
+
+def reference_verify(
+    draft_tokens: torch.Tensor,
+    draft_probs: torch.Tensor,
+    target_probs: torch.Tensor,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """Speculative sampling as in Leviathan et al. 2023 / Chen et al. 2023.
+
+    Accept drafted token i with probability min(1, p_i(x_i) / q_i(x_i)); at the first rejection
+    emit a sample of normalise(max(0, p_i - q_i)) and stop; if all k are accepted, emit a bonus
+    sample of p_{k+1}. Each position gets its own uniform.
+    """
+    k = draft_tokens.shape[0]
+    positions = torch.arange(k, device=draft_tokens.device)
+    p_of_draft = target_probs[positions, draft_tokens].double()
+    q_of_draft = draft_probs[positions, draft_tokens].double()
+    uniforms = torch.rand(k, generator=generator, device=draft_tokens.device, dtype=torch.float64)
+    # u < p/q written without the division; q > 0 because the draft sampled these tokens.
+    accepted = uniforms * q_of_draft < p_of_draft
+    n_accepted = int(accepted.long().cumprod(dim=0).sum())
+    if n_accepted == k:
+        last = sample_from(target_probs[k], generator)
+    else:
+        last = sample_from(residual_distribution(target_probs[n_accepted], draft_probs[n_accepted]), generator)
+    emitted = torch.empty(n_accepted + 1, dtype=torch.long, device=draft_tokens.device)
+    emitted[:n_accepted] = draft_tokens[:n_accepted]
+    emitted[n_accepted] = last
+    return emitted
+
+
+def acceptance_probabilities(draft_probs: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
+    """β_i = Σ_x min(p_i(x), q_i(x)) = 1 - TV(p_i, q_i) for each drafted position i."""
+    k = draft_probs.shape[0]
+    return torch.minimum(draft_probs, target_probs[:k]).sum(dim=-1)
