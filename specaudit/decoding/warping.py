@@ -41,11 +41,12 @@ class SamplingSpec:
 
 
 def warp(logits: torch.Tensor, spec: SamplingSpec) -> torch.Tensor:
-    """Map logits [..., V] to the warped probability distribution [..., V] (float32).
+    """Map logits [..., V] to the warped probability distribution [..., V] (float32, or float64
+    when given float64).
 
     Greedy gives a one-hot distribution on the argmax (first index on exact ties, as torch.argmax).
     """
-    logits = logits.float()
+    logits = logits if logits.dtype == torch.float64 else logits.float()
     if spec.greedy:
         probs = torch.zeros_like(logits)
         return probs.scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)

@@ -1,0 +1,34 @@
+"""What one decoding of one prompt produced, for every engine alike."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Generation:
+    tokens: list[int]
+    finish_reason: str  # "eos" or "length"
+    wall_s: float
+    ttft_s: float  # time to first token
+    steps: int  # verification steps (vanilla: forward passes)
+    proposed: int = 0  # drafted tokens offered to the target
+    accepted: int = 0  # drafted tokens the target kept
+    accepted_per_step: list[int] = field(default_factory=list)
+    beta: list[list[float]] = field(default_factory=list)  # Σ min(p, q) per drafted position
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    step_s: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def finish(tokens: list[int], eos_ids: set[int], max_new_tokens: int) -> tuple[list[int], str | None]:
+    """Cut `tokens` after the first end-of-sequence token or at the length budget; say why it ended."""
+    for index, token in enumerate(tokens):
+        if token in eos_ids:
+            return tokens[: index + 1], "eos"
+    if len(tokens) >= max_new_tokens:
+        return tokens[:max_new_tokens], "length"
+    return tokens, None

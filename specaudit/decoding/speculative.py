@@ -1,0 +1,129 @@
+"""The reference speculative sampler (Leviathan et al. 2023; Chen et al. 2023), instrumented.
+
+Both models keep a KV cache; after each verification the caches are cropped back to the accepted
+prefix. The rejection step is a pluggable verify function (verify.py), so a user's own sampler
+or a self-test mutant runs inside exactly this engine.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from specaudit.decoding._generation import Generation, finish
+from specaudit.decoding.verify import VerifyFn, acceptance_probabilities, reference_verify, sample_from
+from specaudit.decoding.warping import SamplingSpec, warp
+from specaudit.models import NgramDraft, Stopwatch
+
+
+def crop_cache(cache: DynamicCache, length: int) -> None:
+    """Drop cached positions beyond `length` (a negative count works across transformers versions)."""
+    excess = cache.get_seq_length() - length
+    if excess > 0:
+        cache.crop(-excess)
+
+
+class _DraftModel:
+    """Proposes tokens by sampling a draft model's warped distribution, one cached step at a time."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        self.cached = 0  # tokens of the context already in the cache
+
+    def propose(self, context, k, spec, generator, vocab_size):
+        feed = context[self.cached :]
+        tokens, probs = [], []
+        for _ in range(k):
+            ids = torch.tensor([feed], device=generator.device)
+            logits = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1).logits
+            self.cached += len(feed)
+            q = warp(logits[0, -1, :vocab_size], spec)
+            token = sample_from(q, generator)
+            tokens.append(token)
+            probs.append(q)
+            feed = [token]
+        return tokens, probs
+
+    def rollback(self, valid: int) -> None:
+        if self.cached > valid:
+            crop_cache(self.cache, valid)
+            self.cached = valid
+
+
+class _DraftLookup:
+    """Prompt lookup (n-gram) drafting: deterministic proposals, so q is one-hot."""
+
+    def __init__(self, lookup: NgramDraft):
+        self.lookup = lookup
+
+    def propose(self, context, k, spec, generator, vocab_size):
+        tokens = self.lookup.propose(context, k)
+        probs = [torch.nn.functional.one_hot(torch.tensor(t, device=generator.device), vocab_size).float() for t in tokens]
+        return tokens, probs
+
+    def rollback(self, valid: int) -> None:
+        pass
+
+
+@torch.inference_mode()
+def speculative_generate(
+    target: torch.nn.Module,
+    draft: torch.nn.Module | NgramDraft,
+    prompt_ids: list[int],
+    *,
+    spec: SamplingSpec,
+    k: int,
+    max_new_tokens: int,
+    generator: torch.Generator,
+    eos_ids: set[int],
+    vocab_size: int,
+    verify: VerifyFn = reference_verify,
+) -> Generation:
+    device = generator.device
+    clock = Stopwatch(device)
+    drafter = _DraftLookup(draft) if isinstance(draft, NgramDraft) else _DraftModel(draft)
+    target_cache = DynamicCache(config=target.config)
+    target_cached = 0
+    context = list(prompt_ids)
+    tokens: list[int] = []
+    result = Generation(tokens=tokens, finish_reason="", wall_s=0.0, ttft_s=0.0, steps=0)
+    start = clock.now()
+    reason = None
+    while reason is None:
+        step_start = clock.now()
+        # Never draft past the length budget: the last slot is the verifier's own token.
+        k_step = min(k, max_new_tokens - len(tokens) - 1)
+        drafted, draft_probs = drafter.propose(context, k_step, spec, generator, vocab_size) if k_step > 0 else ([], [])
+        drafted_at = clock.now()
+
+        feed = torch.tensor([context[target_cached:] + drafted], device=device)
+        logits = target(input_ids=feed, past_key_values=target_cache, use_cache=True, logits_to_keep=len(drafted) + 1).logits
+        target_probs = warp(logits[0, :, :vocab_size], spec)
+        q = torch.stack(draft_probs) if draft_probs else target_probs.new_zeros((0, vocab_size))
+        emitted = verify(torch.tensor(drafted, dtype=torch.long, device=device), q, target_probs, generator).tolist()
+        n_accepted = len(emitted) - 1
+
+        # Keep the accepted prefix in both caches; the verifier's token is fed next step.
+        target_cached = len(context) + n_accepted
+        crop_cache(target_cache, target_cached)
+        drafter.rollback(len(context) + n_accepted)
+        verified_at = clock.now()
+
+        result.steps += 1
+        result.proposed += len(drafted)
+        result.accepted += n_accepted
+        result.accepted_per_step.append(n_accepted)
+        result.beta.append(acceptance_probabilities(q, target_probs).tolist() if drafted else [])
+        result.draft_s += drafted_at - step_start
+        result.verify_s += verified_at - drafted_at
+        result.step_s.append(verified_at - step_start)
+        if not tokens:
+            result.ttft_s = verified_at - start
+        context.extend(emitted)
+        tokens.extend(emitted)
+        kept, reason = finish(tokens, eos_ids, max_new_tokens)
+        del tokens[len(kept) :]
+    result.finish_reason = reason
+    result.wall_s = clock.now() - start
+    return result

@@ -1,0 +1,42 @@
+"""Device and dtype resolution, and synchronised timing."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from specaudit.errors import InputError
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"--device {device} was asked for but no CUDA GPU is available; use --device cpu or auto")
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise InputError(f"unknown device {device!r}; use auto, cpu or cuda[:N]")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """`auto` is bf16 on CUDA (what people deploy) and float32 on CPU (bf16 matmuls are slow there)."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise InputError(f"unknown dtype {dtype!r}; use auto, {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+class Stopwatch:
+    """Wall-clock timer that waits for queued GPU work, so kernels are charged where they ran."""
+
+    def __init__(self, device: torch.device):
+        self._cuda = device.type == "cuda"
+
+    def now(self) -> float:
+        if self._cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()

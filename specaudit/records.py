@@ -1,0 +1,143 @@
+"""records.jsonl and manifest.json: the run's output contract (see DESIGN.md, Contracts).
+
+records.jsonl holds one JSON object per (prompt, engine, sample), appended and flushed one line
+at a time, so a killed run loses at most the line it was writing. Reading drops a torn last line
+with a warning; `repair=True` also cuts it off the file so that appending can resume cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from specaudit.errors import InputError
+
+RECORDS_FILE = "records.jsonl"
+MANIFEST_FILE = "manifest.json"
+SCHEMA_VERSION = 1
+
+
+def record_key(prompt_id: str, engine: str, sample: int | str) -> str:
+    return f"{prompt_id}|{engine}|{sample}"
+
+
+def read_records(path: str | Path, *, repair: bool = False) -> list[dict]:
+    """All complete records of a records.jsonl file, in file order.
+
+    A last line without its newline or that does not parse is a write cut short by a kill: it is
+    dropped with a warning (and removed from the file when `repair`). A bad line anywhere else is
+    corruption, reported with its line number.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    records: list[dict] = []
+    good_bytes = 0
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines, start=1):
+        is_last = number == len(lines)
+        if not raw.strip():
+            if not is_last:
+                good_bytes += len(raw) + 1
+            continue
+        try:
+            record = json.loads(raw)
+            if not isinstance(record, dict) or "key" not in record:
+                raise ValueError("not a record object")
+        except ValueError:
+            torn = is_last or all(not rest.strip() for rest in lines[number:])
+            if not torn:
+                raise InputError(f"{path}, line {number}: not a valid record (corrupted file); remove the line or start a new --out") from None
+            warnings.warn(f"{path}: dropped a torn last line {number} (a write cut short by a kill)", stacklevel=2)
+            break
+        if is_last:  # parsed but never got its newline: complete data, so keep it and mend the file
+            records.append(record)
+            good_bytes += len(raw)
+            if repair:
+                with open(path, "ab") as handle:
+                    handle.write(b"\n")
+                good_bytes += 1
+            break
+        records.append(record)
+        good_bytes += len(raw) + 1
+    if repair and good_bytes < len(data):
+        with open(path, "r+b") as handle:
+            handle.truncate(good_bytes)
+    return records
+
+
+class RecordWriter:
+    """Appends records one line at a time, flushed, so every finished record survives a kill."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict) -> None:
+        self._handle.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def write_json_atomic(path: str | Path, payload: dict) -> None:
+    """Write JSON to a temporary file and rename it into place: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    os.replace(staging, path)
+
+
+def read_manifest(run_dir: str | Path) -> dict:
+    path = Path(run_dir) / MANIFEST_FILE
+    if not path.is_file():
+        raise InputError(f"{run_dir} has no {MANIFEST_FILE}; is it a specaudit run folder (made by `specaudit run`)?")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        raise InputError(f"{path} is not valid JSON; the run folder is damaged") from None
+
+
+def iter_run_records(run_dir: str | Path, *, include_timing: bool = True) -> Iterator[dict]:
+    for record in read_records(Path(run_dir) / RECORDS_FILE):
+        if include_timing or not record.get("timing_only"):
+            yield record
+
+
+def check_invariants(records: Iterable[dict]) -> list[str]:
+    """Problems with records that every engine must satisfy; an empty list means all hold.
+
+    new tokens == accepted + steps, except when an end-of-sequence token arrived inside an
+    accepted draft: the tokens drafted after it are cut, so new tokens may then be fewer.
+    """
+    problems = []
+    for record in records:
+        key = record["key"]
+        if record["accepted"] > record["proposed"]:
+            problems.append(f"{key}: accepted {record['accepted']} > proposed {record['proposed']}")
+        new_tokens = len(record["output_token_ids"])
+        expected = record["accepted"] + record["steps"]
+        if new_tokens > expected or (new_tokens < expected and record["finish_reason"] != "eos"):
+            problems.append(f"{key}: {new_tokens} new tokens but accepted + steps = {expected}")
+        for step in record.get("beta", []):
+            if any(not (-1e-6 <= b <= 1 + 1e-6) for b in step):
+                problems.append(f"{key}: beta outside [0, 1]: {step}")
+                break
+        if sum(record.get("accepted_per_step", [])) != record["accepted"]:
+            problems.append(f"{key}: accepted_per_step does not sum to accepted")
+    return problems

@@ -1,0 +1,433 @@
+"""Teacher-forced scoring of emitted tokens under the warped target (and draft) distribution.
+
+One forward pass of the target over `prompt_token_ids + output_token_ids` gives, for every
+emitted token x_t, the distribution p_t the correct sampler should have drawn it from: the
+target's logits at that prefix pushed through the SAME `warp(logits, spec)` the run used. All
+white-box equivalence statistics (PIT, surprisal martingale, impossible tokens, draft affinity,
+TV/KL bounds) are functions of the per-token summaries computed here, so this module is the
+only place that touches models on the statistics side.
+
+Batching uses right padding: real tokens keep positions 0..L-1, so default position ids are
+right and causal attention never lets a real position see a pad. Scores therefore do not
+depend on the batch (checked in tests to float tolerance).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from specaudit.decoding.warping import SamplingSpec, warp
+from specaudit.errors import InputError
+
+TARGET_COLUMNS = ("p", "cdf_below", "surprisal", "entropy", "surprisal_var", "p_min")
+DRAFT_COLUMNS = ("q", "q_mean", "q_var", "beta")
+ID_COLUMNS = ("key", "prompt_id", "engine", "sample", "position", "token")
+ATTRIBUTE_PREFIX = "attr."
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """Per-token scores of emitted sequences (one row per emitted token) and per-position mass.
+
+    `tokens` columns:
+      key, prompt_id, engine, sample, position, token   identify the token;
+      p             warped target probability p_t(x_t);
+      cdf_below     F_t(x_t−): target mass of the tokens ordered before x_t (descending p_t,
+                    ties by ascending token id; an order that never depends on x_t, so the
+                    randomised PIT stays exact);
+      surprisal     −log p_t(x_t) (inf for an impossible token);
+      entropy       H_t = E_{p_t}[−log p_t] (0·log 0 = 0);
+      surprisal_var Var_{p_t}(−log p_t);
+      p_min         smallest non-zero p_t (for KL bounds);
+      q, q_mean, q_var, beta   with a draft: q_t(x_t), E_{p_t}[q_t], Var_{p_t}(q_t),
+                    β_t = Σ min(p_t, q_t) (NaN without a draft);
+      attr.<dim>    the record's prompt attributes, for grouping.
+
+    `position_mass` has one row per (prompt_id, engine, position, token) for tokens emitted at
+    that position by some record of that prompt and engine: `count` (how many records emitted
+    it there), `target_mass` (Σ over records reaching the position of p_t(token)), `n_reached`
+    and `n_records`. That is all the equivalence bounds need to compare the empirical
+    distribution at a position with the target's, without storing whole p_t vectors.
+    """
+
+    tokens: pd.DataFrame
+    position_mass: pd.DataFrame
+    spec: SamplingSpec | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def has_draft(self) -> bool:
+        return "q" in self.tokens and bool(self.tokens["q"].notna().any())
+
+    @property
+    def engines(self) -> list[str]:
+        return sorted(self.tokens["engine"].unique().tolist())
+
+    def select(self, *, engine: str | None = None, prompt_ids: Iterable[str] | None = None) -> TokenScores:
+        """The scores of one engine and/or a subset of prompts."""
+        tokens, mass = self.tokens, self.position_mass
+        if engine is not None:
+            tokens, mass = tokens[tokens["engine"] == engine], mass[mass["engine"] == engine]
+        if prompt_ids is not None:
+            wanted = set(prompt_ids)
+            tokens = tokens[tokens["prompt_id"].isin(wanted)]
+            mass = mass[mass["prompt_id"].isin(wanted)]
+        return TokenScores(tokens.reset_index(drop=True), mass.reset_index(drop=True), self.spec)
+
+
+# ----------------------------------------------------------------------------- per-token maths
+def token_statistics(
+    target_probs: torch.Tensor | np.ndarray,
+    tokens: torch.Tensor | np.ndarray | Sequence[int],
+    draft_probs: torch.Tensor | np.ndarray | None = None,
+    *,
+    chunk_elements: int = 1 << 22,
+) -> dict[str, np.ndarray]:
+    """Per-token summaries of warped distributions `target_probs` [N, V] at emitted `tokens` [N].
+
+    Returns float64 arrays keyed by TARGET_COLUMNS (and DRAFT_COLUMNS when `draft_probs` [N, V]
+    is given). Works on any device; rows are processed in chunks of about `chunk_elements`
+    probabilities, so temporaries stay around 32 MB whatever the vocabulary size.
+    """
+    target = torch.as_tensor(target_probs)
+    if target.ndim != 2:
+        raise InputError(f"target_probs must be a 2-D [tokens, vocab] array, got shape {tuple(target.shape)}")
+    index = torch.as_tensor(tokens, dtype=torch.long, device=target.device).reshape(-1)
+    if index.shape[0] != target.shape[0]:
+        raise InputError(f"got {index.shape[0]} tokens for {target.shape[0]} distributions; pass one token per row")
+    draft = None if draft_probs is None else torch.as_tensor(draft_probs, device=target.device)
+    if draft is not None and draft.shape != target.shape:
+        raise InputError(
+            f"draft distributions have shape {tuple(draft.shape)} but target ones {tuple(target.shape)}; "
+            "target and draft must share the vocabulary"
+        )
+    columns = TARGET_COLUMNS + (DRAFT_COLUMNS if draft is not None else ())
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in columns}
+    chunk_rows = max(1, chunk_elements // max(1, target.shape[-1]))
+    for lo in range(0, target.shape[0], chunk_rows):
+        hi = min(lo + chunk_rows, target.shape[0])
+        chunk = _chunk_statistics(target[lo:hi], index[lo:hi], None if draft is None else draft[lo:hi])
+        for name in columns:
+            parts[name].append(chunk[name])
+    return {name: (np.concatenate(parts[name]) if parts[name] else np.zeros(0)) for name in columns}
+
+
+def _normalise(probs: torch.Tensor) -> torch.Tensor:
+    # float64 and renormalised: warp() returns float32 sums that are 1 only to ~1e-7, and the PIT
+    # must stay inside [0, 1]. Zeros stay exactly zero, so impossibility is preserved.
+    probs = probs.to(torch.float64)
+    return probs / probs.sum(dim=-1, keepdim=True)
+
+
+def _chunk_statistics(target: torch.Tensor, tokens: torch.Tensor, draft: torch.Tensor | None) -> dict[str, np.ndarray]:
+    p = _normalise(target)
+    vocab = p.shape[-1]
+    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab:
+        raise InputError(f"emitted token id outside the vocabulary [0, {vocab}); records and model do not match")
+    p_x = p.gather(1, tokens[:, None]).squeeze(1)
+    ids = torch.arange(vocab, device=p.device)
+    before = (p > p_x[:, None]) | ((p == p_x[:, None]) & (ids[None, :] < tokens[:, None]))
+    cdf_below = torch.where(before, p, torch.zeros((), dtype=p.dtype, device=p.device)).sum(dim=1)
+    entropy = -torch.xlogy(p, p).sum(dim=1)
+    log_p = torch.log(p)
+    centred = torch.where(p > 0, -log_p - entropy[:, None], torch.zeros((), dtype=p.dtype, device=p.device))
+    surprisal_var = (p * centred.square()).sum(dim=1)
+    p_min = torch.where(p > 0, p, torch.full((), math.inf, dtype=p.dtype, device=p.device)).min(dim=1).values
+    out = {
+        "p": p_x,
+        "cdf_below": cdf_below,
+        "surprisal": -torch.log(p_x),
+        "entropy": entropy,
+        "surprisal_var": surprisal_var,
+        "p_min": p_min,
+    }
+    if draft is not None:
+        q = _normalise(draft)
+        q_mean = (p * q).sum(dim=1)
+        out["q"] = q.gather(1, tokens[:, None]).squeeze(1)
+        out["q_mean"] = q_mean
+        out["q_var"] = (p * (q - q_mean[:, None]).square()).sum(dim=1)
+        out["beta"] = torch.minimum(p, q).sum(dim=1)
+    return {name: value.detach().cpu().numpy() for name, value in out.items()}
+
+
+# ----------------------------------------------------------------------------- records
+def _field(record: Any, name: str, default: Any = None) -> Any:
+    if isinstance(record, Mapping):
+        return record.get(name, default)
+    return getattr(record, name, default)
+
+
+def _audited(records: Iterable[Any]) -> list[Any]:
+    """Records whose outputs the statistics may use (latency-protocol repeats are left out)."""
+    return [r for r in records if not _field(r, "timing_only", False)]
+
+
+def _spec_of(record: Any) -> SamplingSpec:
+    sampling = _field(record, "sampling")
+    if sampling is None:
+        raise InputError(f"record {_field(record, 'key')!r} has no 'sampling' field; pass spec= explicitly")
+    if isinstance(sampling, SamplingSpec):
+        return sampling
+    return SamplingSpec(
+        temperature=float(sampling.get("temperature", 1.0)),
+        top_k=int(sampling.get("top_k", 0)),
+        top_p=float(sampling.get("top_p", 1.0)),
+    )
+
+
+def _resolve_spec(spec: SamplingSpec | None, records: Sequence[Any]) -> SamplingSpec:
+    if spec is not None:
+        return spec
+    specs = {_spec_of(r) for r in records}
+    if len(specs) != 1:
+        raise InputError(
+            f"records were decoded with {len(specs)} different sampling settings; score each setting "
+            "separately or pass spec= explicitly"
+        )
+    return specs.pop()
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+def _batched_logits(
+    models: Sequence[torch.nn.Module],
+    sequences: Sequence[Sequence[int]],
+    *,
+    batch_size: int,
+    device: torch.device,
+) -> Iterator[tuple[int, list[torch.Tensor]]]:
+    """Yield (sequence index, [logits [len, V] of each model]) for every sequence.
+
+    Longest first, so each batch pads little; right padding, so positions are untouched.
+    """
+    if batch_size < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))
+    modes = [m.training for m in models]
+    for m in models:
+        m.eval()  # dropout would make scores random
+    try:
+        with torch.inference_mode():
+            for lo in range(0, len(order), batch_size):
+                batch = order[lo : lo + batch_size]
+                width = len(sequences[batch[0]])
+                input_ids = torch.zeros((len(batch), width), dtype=torch.long)
+                attention = torch.zeros((len(batch), width), dtype=torch.long)
+                for row, i in enumerate(batch):
+                    seq = sequences[i]
+                    input_ids[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
+                    attention[row, : len(seq)] = 1
+                input_ids, attention = input_ids.to(device), attention.to(device)
+                logits = [m(input_ids=input_ids, attention_mask=attention, use_cache=False).logits for m in models]
+                for row, i in enumerate(batch):
+                    yield i, [out[row, : len(sequences[i])] for out in logits]
+    finally:
+        for m, mode in zip(models, modes):
+            m.train(mode)
+
+
+def score_records(
+    model: torch.nn.Module,
+    records: Iterable[Any],
+    spec: SamplingSpec | None = None,
+    *,
+    draft_model: torch.nn.Module | None = None,
+    batch_size: int = 8,
+    device: str | torch.device | None = None,
+    max_mass_position: int = 64,
+) -> TokenScores:
+    """Teacher-force `model` over each record's prompt + output and score every emitted token.
+
+    `spec` is the warping the run used (None: read it from the records, which must agree).
+    With `draft_model`, the draft is scored under the same spec (q_t, E_p[q], Var_p(q), β_t).
+    Records flagged `timing_only` are skipped. `position_mass` is collected for positions
+    < `max_mass_position` (its size grows with samples² per prompt and position).
+    """
+    rows = _audited(records)
+    if not rows:
+        raise InputError("no records to score (all missing or timing_only); run the audit first")
+    spec = _resolve_spec(spec, rows)
+    device = torch.device(device) if device is not None else _model_device(model)
+    models = [model] + ([draft_model] if draft_model is not None else [])
+
+    prompts, outputs = [], []
+    for r in rows:
+        prompt = list(_field(r, "prompt_token_ids") or [])
+        if not prompt:
+            raise InputError(
+                f"record {_field(r, 'key')!r} has an empty prompt_token_ids; the first token needs a "
+                "prefix to be scored (encode the prompt with its BOS token)"
+            )
+        prompts.append(prompt)
+        outputs.append(list(_field(r, "output_token_ids") or []))
+
+    mass_plan = _MassPlan(rows, outputs, max_mass_position)
+    todo = [i for i in range(len(rows)) if outputs[i]]
+    # Inputs stop before the last emitted token: nothing is predicted after it.
+    sequences = [prompts[i] + outputs[i][:-1] for i in todo]
+    vocab_sizes: set[int] = set()
+    columns: dict[int, dict[str, np.ndarray]] = {}
+    for j, logits in _batched_logits(models, sequences, batch_size=batch_size, device=device):
+        i = todo[j]
+        start = len(prompts[i]) - 1
+        rows_logits = [out[start:] for out in logits]
+        vocab_sizes.update(int(out.shape[-1]) for out in rows_logits)
+        if len(vocab_sizes) > 1:
+            raise InputError(
+                f"target and draft have different vocabulary sizes {sorted(vocab_sizes)}; "
+                "the draft must share the target's vocabulary"
+            )
+        tokens = torch.as_tensor(outputs[i], dtype=torch.long, device=rows_logits[0].device)
+        if int(tokens.max()) >= rows_logits[0].shape[-1] or int(tokens.min()) < 0:
+            raise InputError(
+                f"record {_field(rows[i], 'key')!r} has a token id outside the model's vocabulary "
+                f"[0, {rows_logits[0].shape[-1]}); score it with the model that produced it"
+            )
+        target = warp(rows_logits[0], spec)
+        draft = warp(rows_logits[1], spec) if draft_model is not None else None
+        columns[i] = token_statistics(target, tokens, draft)
+        mass_plan.add(i, target)
+
+    tokens_frame = _token_frame(rows, outputs, columns, has_draft=draft_model is not None)
+    return TokenScores(tokens_frame, mass_plan.frame(), spec)
+
+
+def _token_frame(rows: Sequence[Any], outputs: Sequence[list[int]], columns: Mapping[int, dict[str, np.ndarray]], *, has_draft: bool) -> pd.DataFrame:
+    dims = sorted({d for r in rows for d in (_field(r, "attributes") or {})})
+    pieces = []
+    for i, r in enumerate(rows):
+        if i not in columns:
+            continue
+        n = len(outputs[i])
+        piece: dict[str, Any] = {
+            "key": [str(_field(r, "key"))] * n,
+            "prompt_id": [str(_field(r, "prompt_id"))] * n,
+            "engine": [str(_field(r, "engine"))] * n,
+            "sample": np.full(n, int(_field(r, "sample", 0) or 0)),
+            "position": np.arange(n),
+            "token": np.asarray(outputs[i], dtype=np.int64),
+        }
+        piece.update(columns[i])
+        attributes = _field(r, "attributes") or {}
+        for d in dims:
+            piece[ATTRIBUTE_PREFIX + d] = [attributes.get(d)] * n
+        pieces.append(pd.DataFrame(piece))
+    names = list(ID_COLUMNS) + list(TARGET_COLUMNS) + list(DRAFT_COLUMNS) + [ATTRIBUTE_PREFIX + d for d in dims]
+    if not pieces:
+        return pd.DataFrame({name: [] for name in names})
+    frame = pd.concat(pieces, ignore_index=True)
+    if not has_draft:
+        for name in DRAFT_COLUMNS:
+            frame[name] = np.nan
+    return frame[names]
+
+
+class _MassPlan:
+    """Collects Σ_records p_t(x) for the tokens x emitted at each (prompt, engine, position).
+
+    Which tokens are needed is known from the records before any model runs, so every record's
+    pass only gathers a few entries of p_t instead of keeping whole distributions.
+    """
+
+    def __init__(self, rows: Sequence[Any], outputs: Sequence[list[int]], max_position: int) -> None:
+        emitted: dict[tuple[str, str, int], Counter] = defaultdict(Counter)
+        reached: Counter = Counter()
+        self.n_records: Counter = Counter()
+        self.group = []
+        for r, out in zip(rows, outputs):
+            g = (str(_field(r, "prompt_id")), str(_field(r, "engine")))
+            self.group.append(g)
+            self.n_records[g] += 1
+            for t, token in enumerate(out[:max_position]):
+                emitted[(*g, t)][int(token)] += 1
+                reached[(*g, t)] += 1
+        self.entries: list[tuple[str, str, int, int, int]] = []
+        self.index: dict[tuple[str, str, int], tuple[np.ndarray, np.ndarray]] = {}
+        for (pid, eng, t), counts in sorted(emitted.items()):
+            toks = np.asarray(sorted(counts), dtype=np.int64)
+            first = len(self.entries)
+            self.entries.extend((pid, eng, t, int(x), counts[x]) for x in toks)
+            self.index[(pid, eng, t)] = (toks, np.arange(first, first + len(toks)))
+        self.reached = reached
+        self.mass = np.zeros(len(self.entries))
+        self.max_position = max_position
+        self.lengths = [min(len(out), max_position) for out in outputs]
+
+    def add(self, i: int, target: torch.Tensor) -> None:
+        pid, eng = self.group[i]
+        rows, cols, slots = [], [], []
+        for t in range(self.lengths[i]):
+            toks, ids = self.index[(pid, eng, t)]
+            rows.append(np.full(len(toks), t))
+            cols.append(toks)
+            slots.append(ids)
+        if not rows:
+            return
+        r = torch.as_tensor(np.concatenate(rows), device=target.device)
+        c = torch.as_tensor(np.concatenate(cols), device=target.device)
+        probs = _normalise(target[: self.lengths[i]])
+        np.add.at(self.mass, np.concatenate(slots), probs[r, c].cpu().numpy())
+
+    def frame(self) -> pd.DataFrame:
+        frame = pd.DataFrame(self.entries, columns=["prompt_id", "engine", "position", "token", "count"])
+        frame["target_mass"] = self.mass
+        keys = list(zip(frame["prompt_id"], frame["engine"], frame["position"]))
+        frame["n_reached"] = [self.reached[k] for k in keys]
+        frame["n_records"] = [self.n_records[k[:2]] for k in keys]
+        return frame
+
+
+# ----------------------------------------------------------------------------- greedy support
+def logit_gaps(
+    model: torch.nn.Module,
+    prefixes: Sequence[Sequence[int]],
+    first: Sequence[int],
+    second: Sequence[int],
+    *,
+    batch_size: int = 8,
+    device: str | torch.device | None = None,
+) -> pd.DataFrame:
+    """Raw (unwarped) target logits after each prefix, compared between two candidate tokens.
+
+    Returns one row per prefix: logit_first, logit_second, gap = |logit_first − logit_second|,
+    top2_gap (largest minus second-largest logit) and scale (max |logit|, the magnitude that
+    floating-point rounding error grows with).
+    """
+    if not (len(prefixes) == len(first) == len(second)):
+        raise InputError("logit_gaps needs one first and one second token per prefix")
+    if any(len(p) == 0 for p in prefixes):
+        raise InputError("logit_gaps got an empty prefix; include the prompt tokens")
+    device = torch.device(device) if device is not None else _model_device(model)
+    out = np.full((len(prefixes), 5), np.nan)
+    for i, (logits,) in _batched_logits([model], prefixes, batch_size=batch_size, device=device):
+        last = logits[-1].to(torch.float64)
+        top2 = torch.topk(last, 2).values if last.shape[0] >= 2 else torch.stack([last[0], last[0]])
+        a, b = float(last[int(first[i])]), float(last[int(second[i])])
+        out[i] = [a, b, abs(a - b), float(top2[0] - top2[1]), float(last.abs().max())]
+    return pd.DataFrame(out, columns=["logit_first", "logit_second", "gap", "top2_gap", "scale"])
+
+
+__all__ = [
+    "DRAFT_COLUMNS",
+    "TARGET_COLUMNS",
+    "TokenScores",
+    "logit_gaps",
+    "score_records",
+    "token_statistics",
+]

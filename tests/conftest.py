@@ -1,0 +1,75 @@
+"""Shared fixtures: tiny real transformers models (seconds) and, for integration tests, the
+embedded default pair (SmolLM2-135M-Instruct with its int8 self-draft)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _offline_and_cached(tmp_path_factory):
+    # Tests never reach a hub; the default model's HF cache is shared across the session.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    yield
+
+
+@pytest.fixture(scope="session")
+def tiny_pair_dir(tmp_path_factory) -> tuple[Path, Path]:
+    from specaudit.models import save_tiny_pair
+
+    return save_tiny_pair(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tiny_pair_dir):
+    from specaudit.models import load_pair
+
+    target, draft = tiny_pair_dir
+    return load_pair(str(target), str(draft), device="cpu")
+
+
+def make_prompt_set(texts: dict[str, str], attributes: dict[str, dict] | None = None, name: str = "test"):
+    """A PromptSet built in memory, for tests that are about decoding rather than prompt loading."""
+    from specaudit.prompts._model import Prompt, PromptSet, rows_checksum
+
+    prompts = [Prompt(id=i, text=t, attributes=(attributes or {}).get(i, {"group": "a"})) for i, t in texts.items()]
+    return PromptSet(name=name, version=1, checksum=rows_checksum(prompts), source="memory", dimensions={}, prompts=prompts)
+
+
+TINY_TEXTS = {
+    "p1": "Hello there, how are you?",
+    "p2": "Write a short poem about rain.",
+    "p3": "Explain why the sky is blue.",
+    "p4": "List three fruits.",
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_prompts():
+    return make_prompt_set(TINY_TEXTS)
+
+
+@pytest.fixture(scope="session")
+def tiny_prompts_file(tmp_path_factory) -> Path:
+    import json
+
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    with open(path, "w") as handle:
+        for i, (pid, text) in enumerate(TINY_TEXTS.items()):
+            handle.write(json.dumps({"id": pid, "text": text, "attributes": {"group": "a" if i % 2 else "b"}}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def default_pair():
+    """The real default pair: SmolLM2-135M-Instruct target, int8 self-draft, CPU."""
+    from specaudit.models import load_pair
+
+    return load_pair("default", "int8", device="cpu")

@@ -1,0 +1,103 @@
+"""The runner end to end on tiny models: records, manifest, resume after SIGKILL, torn lines."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from specaudit.config import RunConfig
+from specaudit.errors import InputError
+from specaudit.records import check_invariants, read_records
+from specaudit.runner import run
+
+OUTPUT_FIELDS = ("key", "prompt_id", "engine", "sample", "seed", "prompt_token_ids", "output_token_ids", "text", "finish_reason",
+                 "steps", "proposed", "accepted", "accepted_per_step", "beta")
+
+
+def _config(tiny_pair_dir, prompts, **overrides):
+    target, draft = tiny_pair_dir
+    options = dict(target=str(target), draft=str(draft), engines="vanilla,speculative,hf-assisted", samples=2, max_new_tokens=24,
+                   prompts=str(prompts), device="cpu", seed=3, temperature=1.0)
+    options.update(overrides)
+    return RunConfig(**options)
+
+
+def _outputs(records):
+    """What must not depend on interruption: everything but timings."""
+    return sorted((tuple(json.dumps(r[f]) for f in OUTPUT_FIELDS) for r in records))
+
+
+def test_run_writes_records_and_manifest(tmp_path, tiny_pair_dir, tiny_prompts_file):
+    cfg = _config(tiny_pair_dir, tiny_prompts_file, timing_repeats=1)
+    summary = run(cfg, tmp_path / "run", progress=False)
+    records = read_records(tmp_path / "run" / "records.jsonl")
+    assert summary.records == len(records) == 4 * 3 * (2 + 1)
+    assert not check_invariants(records)
+    assert sum(r["timing_only"] for r in records) == 4 * 3
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["prompt_set"]["checksum"] == manifest["prompt_set_checksum"]
+    assert manifest["models"]["target"]["sha256"]  # local folder weights are hashed
+    assert manifest["versions"]["torch"] and manifest["decoding"]["k"] == 4
+    spec = [r for r in records if r["engine"] == "speculative"]
+    assert all(len(b) <= 4 for r in spec for b in r["beta"]) and sum(r["proposed"] for r in spec) > 0
+    # engines of one prompt and sample share a seed; order alternates between samples
+    keys = [r["key"] for r in records]
+    assert keys[0].endswith("|vanilla|0") and keys[3].endswith("|hf-assisted|1")
+
+
+def test_rerun_is_a_no_op_and_settings_change_is_refused(tmp_path, tiny_pair_dir, tiny_prompts_file):
+    cfg = _config(tiny_pair_dir, tiny_prompts_file, engines="vanilla,speculative", samples=1)
+    run(cfg, tmp_path / "run", progress=False)
+    again = run(cfg, tmp_path / "run", progress=False)
+    assert again.written == 0 and again.skipped == again.records == 8
+    with pytest.raises(InputError, match="other settings.*temperature"):
+        run(_config(tiny_pair_dir, tiny_prompts_file, engines="vanilla,speculative", samples=1, temperature=0.5), tmp_path / "run", progress=False)
+
+
+def test_torn_last_line_is_dropped_and_run_completes(tmp_path, tiny_pair_dir, tiny_prompts_file):
+    cfg = _config(tiny_pair_dir, tiny_prompts_file, engines="vanilla,speculative", samples=1)
+    full = tmp_path / "full"
+    run(cfg, full, progress=False)
+    torn = tmp_path / "torn"
+    torn.mkdir()
+    lines = (full / "records.jsonl").read_text().splitlines(keepends=True)
+    (torn / "records.jsonl").write_text("".join(lines[:3]) + lines[3][: len(lines[3]) // 2])
+    with pytest.warns(UserWarning, match="torn last line"):
+        assert len(read_records(torn / "records.jsonl")) == 3
+    with pytest.warns(UserWarning, match="torn last line"):
+        run(cfg, torn, progress=False)
+    assert _outputs(read_records(torn / "records.jsonl")) == _outputs(read_records(full / "records.jsonl"))
+
+
+def test_corruption_in_the_middle_is_an_input_error(tmp_path):
+    path = tmp_path / "records.jsonl"
+    path.write_text('{"key": "a"}\nnot json\n{"key": "b"}\n')
+    with pytest.raises(InputError, match="line 2"):
+        read_records(path)
+
+
+def test_sigkill_midway_then_resume_equals_uninterrupted_run(tmp_path, tiny_pair_dir, tiny_prompts_file):
+    target, draft = tiny_pair_dir
+    args = [sys.executable, "-m", "specaudit.cli", "run", "--target", str(target), "--draft", str(draft), "--prompts", str(tiny_prompts_file),
+            "--engines", "vanilla,speculative", "--samples", "6", "--max-new-tokens", "24", "--device", "cpu", "--seed", "5", "--quiet"]
+    reference = tmp_path / "reference"
+    subprocess.run(args + ["--out", str(reference)], check=True, capture_output=True)
+    interrupted = tmp_path / "interrupted"
+    process = subprocess.Popen(args + ["--out", str(interrupted)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    records_file = interrupted / "records.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not records_file.exists() or records_file.read_text().count("\n") < 10):
+        time.sleep(0.02)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    partial = records_file.read_text().count("\n")
+    assert 10 <= partial < 48, "the kill must land mid-run for this test to mean anything"
+    finished = subprocess.run(args + ["--out", str(interrupted)], capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr
+    records = read_records(records_file)
+    assert len({r["key"] for r in records}) == len(records) == 48
+    assert _outputs(records) == _outputs(read_records(reference / "records.jsonl"))

@@ -1,0 +1,61 @@
+"""Bad input reaches the user as one sentence and exit code 2, never a traceback."""
+
+import subprocess
+import sys
+
+import pytest
+
+from specaudit.cli import main
+
+
+def _cli(*args):
+    result = subprocess.run([sys.executable, "-m", "specaudit.cli", *args], capture_output=True, text=True)
+    return result.returncode, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--k", "0"], "--k must be an integer >= 1"),
+        (["--temperature", "-1"], "temperature must be >= 0"),
+        (["--top-p", "1.5"], "top-p must be in (0, 1]"),
+        (["--engines", "vanilla,warp-drive"], "unknown engine(s) warp-drive"),
+        (["--target", "/nonexistent/model"], "model path '/nonexistent/model' does not exist"),
+        (["--target", "no-such-org/no-such-model-xyz"], "cannot load model 'no-such-org/no-such-model-xyz'"),
+        (["--draft", "early-exit:x"], "early-exit:N"),
+        (["--verify", "nowhere:nothing"], "--verify 'nowhere:nothing'"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_sentence(tmp_path, tiny_pair_dir, tiny_prompts_file, flags, message, capsys):
+    target, draft = tiny_pair_dir
+    base = ["run", "--target", str(target), "--draft", str(draft), "--prompts", str(tiny_prompts_file), "--out", str(tmp_path / "o"), "--quiet"]
+    code = main([*base, *flags])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in err
+    errors = [line for line in err.splitlines() if not line.startswith("specaudit: warning:")]
+    assert "Traceback" not in err and len(errors) == 1 and errors[0].startswith("specaudit: error:")
+
+
+def test_vocabulary_mismatch_names_both_sizes(tmp_path, tiny_pair_dir, tiny_prompts_file):
+    from transformers import AutoTokenizer
+
+    from specaudit.models import tiny_model
+
+    target, _ = tiny_pair_dir
+    other = tmp_path / "other"
+    model = tiny_model(seed=4, vocab_size=90)
+    model.save_pretrained(other)
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    tokenizer.add_tokens([f"<extra{i}>" for i in range(5)])
+    tokenizer.save_pretrained(other)
+    code, _, err = _cli("run", "--target", str(target), "--draft", str(other), "--prompts", str(tiny_prompts_file), "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert "83 tokens" in err and "78" in err and "same tokenizer" in err
+    assert "Traceback" not in err and not (tmp_path / "o" / "records.jsonl").exists()
+
+
+def test_unknown_flag_is_exit_2():
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--no-such-flag"])
+    assert exit_info.value.code == 2
