@@ -71,6 +71,45 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------- analyze
+def _add_analysis_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("analysis")
+    g.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate of the equivalence battery (default 0.05)")
+    g.add_argument("--delta", type=float, default=0.05, help="equivalence margin on total variation (default 0.05)")
+    g.add_argument("--analyze-dimensions", dest="analyze_dimensions", help="prompt attributes to analyse (default: all in the run)")
+    g.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of prompts (default 1000)")
+    g.add_argument("--band", default="0.8,1.25", help="tolerance band on the ratio to the reference group (default 0.8,1.25)")
+    g.add_argument("--fallback-threshold", type=float, default=0.5, help="acceptance below which the fallback simulation routes to vanilla")
+    g.add_argument("--no-equivalence", dest="equivalence", action="store_false", help="skip the equivalence tests (no model loading)")
+
+
+def _analysis_kwargs(args: argparse.Namespace) -> dict:
+    try:
+        low, high = (float(x) for x in args.band.split(","))
+    except ValueError:
+        raise InputError(f"--band {args.band!r}: write two numbers low,high such as 0.8,1.25") from None
+    dims = [d.strip() for d in args.analyze_dimensions.split(",")] if args.analyze_dimensions else None
+    return dict(alpha=args.alpha, delta=args.delta, dimensions=dims, n_boot=args.n_boot, tolerance=(low, high),
+                fallback_threshold=args.fallback_threshold, equivalence=args.equivalence)
+
+
+def _add_analyze(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("analyze", help="test equivalence and measure disparity: RUN_DIR/records.jsonl -> RUN_DIR/snapshot.json")
+    p.add_argument("run_dir")
+    p.add_argument("--device", help="device for scoring (default: the run's)")
+    _add_analysis_options(p)
+    p.set_defaults(func=cmd_analyze)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from specaudit.analysis import analyze
+
+    snapshot = analyze(args.run_dir, device=args.device, **_analysis_kwargs(args))
+    print(f"{args.run_dir}/snapshot.json: equivalence {snapshot['equivalence']['status']}, "
+          f"{sum(len(v.get('by_group', {})) for v in snapshot['groups'].values())} groups in {len(snapshot['groups'])} dimension(s)")
+    return 0
+
+
 # ----------------------------------------------------------------------- prompts
 def _add_prompts(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prompts", help="list, show, validate and describe prompt sets")
@@ -136,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)
+    _add_analyze(sub)
     _add_prompts(sub)
     return parser
 

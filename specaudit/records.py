@@ -140,4 +140,8 @@ def check_invariants(records: Iterable[dict]) -> list[str]:
                 break
         if sum(record.get("accepted_per_step", [])) != record["accepted"]:
             problems.append(f"{key}: accepted_per_step does not sum to accepted")
+        if sum(record.get("proposed_per_step", [])) != record["proposed"]:
+            problems.append(f"{key}: proposed_per_step does not sum to proposed")
+        if any(a > p for a, p in zip(record.get("accepted_per_step", []), record.get("proposed_per_step", []))):
+            problems.append(f"{key}: a step accepted more tokens than it proposed")
     return problems

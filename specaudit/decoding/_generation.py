@@ -15,6 +15,7 @@ class Generation:
     proposed: int = 0  # drafted tokens offered to the target
     accepted: int = 0  # drafted tokens the target kept
     accepted_per_step: list[int] = field(default_factory=list)
+    proposed_per_step: list[int] = field(default_factory=list)  # < k near the length budget
     beta: list[list[float]] = field(default_factory=list)  # Σ min(p, q) per drafted position
     draft_s: float = 0.0
     verify_s: float = 0.0

@@ -124,4 +124,5 @@ def hf_assisted_generate(
         proposed=sum(counters.proposed_per_step),
         accepted=sum(accepted_per_step),
         accepted_per_step=accepted_per_step,
+        proposed_per_step=list(counters.proposed_per_step),
     )

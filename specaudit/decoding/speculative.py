@@ -13,7 +13,7 @@ from transformers import DynamicCache
 from specaudit.decoding._generation import Generation, finish
 from specaudit.decoding.verify import VerifyFn, acceptance_probabilities, reference_verify, sample_from
 from specaudit.decoding.warping import SamplingSpec, warp
-from specaudit.models import NgramDraft, Stopwatch
+from specaudit.models import NgramDraft, Stopwatch, forward_cached
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:
@@ -36,7 +36,7 @@ class _DraftModel:
         tokens, probs = [], []
         for _ in range(k):
             ids = torch.tensor([feed], device=generator.device)
-            logits = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=1).logits
+            logits = forward_cached(self.model, ids, self.cache)
             self.cached += len(feed)
             q = warp(logits[0, -1, :vocab_size], spec)
             token = sample_from(q, generator)
@@ -98,7 +98,7 @@ def speculative_generate(
         drafted_at = clock.now()
 
         feed = torch.tensor([context[target_cached:] + drafted], device=device)
-        logits = target(input_ids=feed, past_key_values=target_cache, use_cache=True, logits_to_keep=len(drafted) + 1).logits
+        logits = forward_cached(target, feed, target_cache, logits_to_keep=len(drafted) + 1)
         target_probs = warp(logits[0, :, :vocab_size], spec)
         q = torch.stack(draft_probs) if draft_probs else target_probs.new_zeros((0, vocab_size))
         emitted = verify(torch.tensor(drafted, dtype=torch.long, device=device), q, target_probs, generator).tolist()
@@ -114,6 +114,7 @@ def speculative_generate(
         result.proposed += len(drafted)
         result.accepted += n_accepted
         result.accepted_per_step.append(n_accepted)
+        result.proposed_per_step.append(len(drafted))
         result.beta.append(acceptance_probabilities(q, target_probs).tolist() if drafted else [])
         result.draft_s += drafted_at - step_start
         result.verify_s += verified_at - drafted_at

@@ -8,7 +8,7 @@ from transformers import DynamicCache
 from specaudit.decoding._generation import Generation, finish
 from specaudit.decoding.verify import sample_from
 from specaudit.decoding.warping import SamplingSpec, warp
-from specaudit.models import Stopwatch
+from specaudit.models import Stopwatch, forward_cached
 
 
 @torch.inference_mode()
@@ -33,7 +33,7 @@ def vanilla_generate(
     reason = None
     while reason is None:
         step_start = clock.now() if step_s else start
-        logits = model(input_ids=feed, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+        logits = forward_cached(model, feed, cache)
         token = sample_from(warp(logits[0, -1, :vocab_size], spec), generator)
         tokens.append(token)
         now = clock.now()

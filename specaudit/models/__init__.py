@@ -1,6 +1,6 @@
 """Models: targets and drafts by hub id, folder or GGUF file; the embedded default; derived drafts."""
 
-from specaudit.models._device import Stopwatch, resolve_device, resolve_dtype
+from specaudit.models._device import Stopwatch, forward_cached, resolve_device, resolve_dtype
 from specaudit.models._loading import (
     DEFAULT_TARGET,
     ModelPair,
@@ -22,6 +22,7 @@ __all__ = [
     "check_same_vocabulary",
     "default_target_folder",
     "early_exit_draft",
+    "forward_cached",
     "int8_draft",
     "load_pair",
     "load_tokenizer",

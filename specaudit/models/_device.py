@@ -40,3 +40,15 @@ class Stopwatch:
         if self._cuda:
             torch.cuda.synchronize()
         return time.perf_counter()
+
+
+def forward_cached(model, input_ids, cache, logits_to_keep: int = 1):
+    """One forward pass that reads and extends `cache`. transformers 5 calls the keyword `cache`
+    (`past_key_values` is deprecated there); older releases only know `past_key_values`."""
+    import inspect
+
+    keyword = getattr(model, "_specaudit_cache_keyword", None)
+    if keyword is None:
+        keyword = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        model._specaudit_cache_keyword = keyword
+    return model(input_ids=input_ids, use_cache=True, logits_to_keep=logits_to_keep, **{keyword: cache}).logits

@@ -24,18 +24,13 @@ import numpy as np
 from scipy import special
 
 from specaudit.errors import InputError
+from specaudit.stats._results import ConfidenceInterval  # low/high hold arrays for vector statistics
 
 Statistic = Callable[[np.ndarray], np.ndarray]
 Method = Literal["percentile", "bca"]
 
 # Rows of the weight matrix evaluated at once: bounds memory at about 8 * _CHUNK_CELLS bytes.
 _CHUNK_CELLS = 4_000_000
-
-
-@dataclass(frozen=True)
-class ConfidenceInterval:
-    low: float | np.ndarray
-    high: float | np.ndarray
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,13 @@ interval is meaningful there is a `confidence_interval()`. Verdicts use the gate
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from scipy import stats as _st
 
 # Verdict words, in one place so report/gate code can compare against them.
@@ -132,6 +134,14 @@ def _finite_or_none(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def frame_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows of a result table as JSON-safe dicts (numpy scalars → Python, NaN/inf → None)."""
+    if len(frame) == 0:
+        return []
+    clean = frame.replace([np.inf, -np.inf], np.nan)
+    return json.loads(clean.to_json(orient="records"))
+
+
 def holm(pvalues: np.ndarray | list[float]) -> np.ndarray:
     """Holm step-down adjusted p-values (family-wise error control under any dependence).
 
@@ -169,5 +179,6 @@ __all__ = [
     "StatTestResult",
     "ZTestResult",
     "bh",
+    "frame_records",
     "holm",
 ]

@@ -32,6 +32,7 @@ __all__ = [
     "best_draft_length",
     "break_even_alpha",
     "acceptance_rate_from_alpha",
+    "alpha_from_tokens_per_step",
     "simulate_fallback",
     "recommendations",
 ]
@@ -87,6 +88,19 @@ def break_even_alpha(k: int, cost_ratio: float) -> float:
         middle = 0.5 * (low + high)
         low, high = (middle, high) if expected_speedup(middle, k, cost_ratio) < 1.0 else (low, middle)
     return high
+
+
+def alpha_from_tokens_per_step(tau: float, k: int) -> float:
+    """The per-position α whose expected tokens per step equals the measured τ (bisection; the
+    model's τ grows with α). For engines that report no per-step counts."""
+    if k < 1 or not np.isfinite(tau):
+        return float("nan")
+    tau = min(max(tau, 1.0), k + 1.0)
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if expected_tokens_per_step(middle, k) < tau else (low, middle)
+    return 0.5 * (low + high)
 
 
 def acceptance_rate_from_alpha(alpha, k):
@@ -209,12 +223,14 @@ def recommendations(
         k = int(round(k_values.median())) if len(k_values) else 0
         alpha = get(group, "per_position_acceptance")
         alpha_source = "per_position_acceptance"
+        tau = get(group, "mean_accepted_tokens")
         if not np.isfinite(alpha):
             alpha, alpha_source = get(group, "mean_beta"), "mean_beta"
+        if not np.isfinite(alpha) and k > 0:
+            alpha, alpha_source = alpha_from_tokens_per_step(tau, k), "mean_accepted_tokens (model inverted)"
         c = cost_ratio if cost_ratio is not None else get(group, "cost_ratio")
         if not np.isfinite(c):
             c = overall_c
-        tau = get(group, "mean_accepted_tokens")
         model = expected_speedup(alpha, k, c) if np.isfinite(alpha) and np.isfinite(c) and k > 0 else np.nan
         from_tau = tau / (k * c + 1.0) if np.isfinite(tau) and np.isfinite(c) and k > 0 else np.nan
         best_k, best_value = best_draft_length(alpha, c, k_max) if np.isfinite(alpha) else (0, np.nan)
@@ -288,10 +304,14 @@ def recommendations(
         k_used = int(round(k_all.median()))
         even = break_even_alpha(k_used, overall_c)
         if np.isfinite(even):
+            # Under the model τ = 1 + k·(accepted/proposed), so a prompt breaks even exactly when its
+            # acceptance rate equals c, whatever k is.
+            losing = int((table["acceptance_rate"] < overall_c).sum())
             messages.append(
-                f"At k = {k_used} and c = {overall_c:.2f} a prompt gains from speculation only when its per-position "
-                f"acceptance exceeds {even:.2f} (acceptance rate ≈ {acceptance_rate_from_alpha(even, k_used):.2f} "
-                "under the model): a fallback threshold near that value routes the prompts that lose."
+                f"Under the model a prompt gains from speculation only when its acceptance rate exceeds "
+                f"c = {overall_c:.2f} (per-position acceptance above {even:.2f} at k = {k_used}); {losing} of "
+                f"{int(table['acceptance_rate'].notna().sum())} prompts fall below it, and a fallback threshold "
+                "at c routes just those."
             )
     return {
         "model": "speed-up = (1 − α^(k+1)) / ((1 − α)(k·c + 1)), i.i.d. acceptances",

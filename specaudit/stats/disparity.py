@@ -46,6 +46,8 @@ from scipy import special, stats
 
 from specaudit.errors import InputError
 from specaudit.stats._bootstrap import Method, Replicates, cluster_replicates
+from specaudit.stats._results import holm
+from specaudit.stats.power import z_shift
 
 __all__ = [
     "METRICS",
@@ -57,7 +59,6 @@ __all__ = [
     "per_prompt_metrics",
     "kruskal_test",
     "pairwise_test",
-    "holm",
     "minimum_detectable_difference",
     "drilldown",
     "disparity_section",
@@ -379,15 +380,12 @@ def _resolve_reference(reference: Any, groups: list[Any], sizes: np.ndarray) -> 
     )
 
 
-def _interval_frame(result, index, extra: dict[str, Any] | None = None) -> pd.DataFrame:
-    frame = pd.DataFrame(
+def _interval_frame(result, index) -> pd.DataFrame:
+    return pd.DataFrame(
         {"value": np.atleast_1d(result.statistic), "ci_low": np.atleast_1d(result.ci_low),
          "ci_high": np.atleast_1d(result.ci_high)},
         index=index,
     )
-    for key, value in (extra or {}).items():
-        frame[key] = value
-    return frame
 
 
 # --------------------------------------------------------------------------------------------
@@ -494,21 +492,6 @@ def _wilcoxon(differences: np.ndarray, n_g: int, n_r: int) -> PairwiseResult:
                           "matched_pairs_rank_biserial", n_g, n_r, differences.size)
 
 
-def holm(pvalues: Sequence[float]) -> np.ndarray:
-    """Holm's step-down adjusted p-values (family-wise error control); NaN entries stay NaN and
-    do not count in the family."""
-    p = np.asarray(pvalues, dtype=float)
-    adjusted = np.full(p.shape, np.nan)
-    finite = np.flatnonzero(np.isfinite(p))
-    m = finite.size
-    if m == 0:
-        return adjusted
-    order = finite[np.argsort(p[finite], kind="stable")]
-    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order])
-    adjusted[order] = np.minimum(stepped, 1.0)
-    return adjusted
-
-
 # Asymptotic relative efficiency of the rank tests to the t-test: 0.864 is the minimum over all
 # continuous distributions (Hodges & Lehmann 1956), so dividing the sample size by it is safe.
 RANK_TEST_EFFICIENCY = 0.864
@@ -531,9 +514,9 @@ def minimum_detectable_difference(
     rank test's efficiency against the t-test. With ``n_reference=None`` it is the paired
     version: ``sd`` of the differences over ``n_group`` pairs. An approximation for planning and
     for saying what a null result rules out, not an exact power calculation."""
+    z = z_shift(alpha, power, max(1, n_comparisons))
     if n_group < 1 or (n_reference is not None and n_reference < 1) or not np.isfinite(sd):
         return float("nan")
-    z = special.ndtri(1.0 - alpha / (2.0 * max(1, n_comparisons))) + special.ndtri(power)
     spread = 1.0 / n_group if n_reference is None else 1.0 / n_group + 1.0 / n_reference
     return float(z * sd * math.sqrt(spread / efficiency))
 
@@ -960,7 +943,9 @@ class GroupFrame:
                 messages.append(f"{dimension}={_label(group)} has no data for {', '.join(empty)}.")
         unassigned = int((self._codes < 0).sum())
         if unassigned:
-            messages.append(f"{unassigned} prompts have no {dimension} attribute; they count only in 'overall'.")
+            subject = "1 prompt has" if unassigned == 1 else f"{unassigned} prompts have"
+            messages.append(f"{subject} no {dimension} attribute; it counts only in 'overall'." if unassigned == 1
+                            else f"{subject} no {dimension} attribute; they count only in 'overall'.")
         return messages
 
 
@@ -1005,6 +990,65 @@ def _rank_lookup(token_rank: np.ndarray | Mapping[int, int] | None, tokens: np.n
     return ranks, "given rank array (tokens outside it: rarest)"
 
 
+@dataclass(frozen=True)
+class _Positions:
+    """Every drafted position reached, reconstructed once from the records (independent of how
+    prompts are grouped): its prompt (row of the per-prompt table), index in the step, outcome,
+    the token emitted there (-1 past the output) and where that token sits in the output."""
+
+    prompt: np.ndarray
+    index: np.ndarray
+    accepted: np.ndarray
+    token: np.ndarray
+    output_position: np.ndarray
+    record: np.ndarray
+    tokens: np.ndarray
+    token_offset: np.ndarray
+    k_max: int
+    skipped: int
+
+
+def _reconstruct(records: pd.DataFrame, engine: str, table: pd.DataFrame) -> _Positions:
+    df = _check_records(records)
+    timing = df["timing_only"].fillna(False).astype(bool).to_numpy() if "timing_only" in df.columns else np.zeros(len(df), bool)
+    sub = df.loc[(df["engine"].astype(str).to_numpy() == engine) & ~timing].reset_index(drop=True)
+    empty = (np.zeros(0), np.zeros(0, np.int64))
+    k = _numeric(sub, "k")
+    steps, accepted, proposed = _numeric(sub, "steps"), _numeric(sub, "accepted"), _numeric(sub, "proposed")
+    per_step, row_of_step = _flatten(sub["accepted_per_step"]) if "accepted_per_step" in sub.columns else empty
+    tokens, row_of_token = _flatten(sub["output_token_ids"]) if "output_token_ids" in sub.columns else empty
+    tokens = tokens.astype(np.int64)
+    n_steps = np.bincount(row_of_step, minlength=len(sub))
+    accepted_sum = np.bincount(row_of_step, weights=per_step, minlength=len(sub))
+    n_tokens = np.bincount(row_of_token, minlength=len(sub))
+    good = (k > 0) & (n_steps == steps) & (accepted_sum == accepted) & (proposed == k * steps) & (n_steps > 0)
+
+    step_ok = good[row_of_step]
+    a = per_step[step_ok].astype(np.int64)
+    step_row = row_of_step[step_ok]
+    emitted = a + 1
+    # Start of each step inside its record's output: the running total of emitted tokens, minus
+    # that total at the record's first step.
+    before = np.cumsum(emitted) - emitted
+    first_step = np.r_[True, step_row[1:] != step_row[:-1]] if step_row.size else np.zeros(0, bool)
+    step_start = before - before[first_step][np.cumsum(first_step) - 1]
+    n_reached = np.minimum(a + 1, k[step_row].astype(np.int64))
+    pos_step = np.repeat(np.arange(step_row.size), n_reached)
+    pos_index = np.arange(pos_step.size) - np.repeat(np.cumsum(n_reached) - n_reached, n_reached)
+    pos_record = step_row[pos_step]
+    pos_in_output = step_start[pos_step] + pos_index
+    token_offset = np.r_[0, np.cumsum(n_tokens)[:-1]].astype(np.int64)
+    inside = pos_in_output < n_tokens[pos_record]
+    pos_token = np.full(pos_step.size, -1, np.int64)
+    pos_token[inside] = tokens[token_offset[pos_record[inside]] + pos_in_output[inside]]
+    prompt_of_record = pd.Index(table.index).get_indexer(sub["prompt_id"])
+    return _Positions(
+        prompt=prompt_of_record[pos_record], index=pos_index, accepted=pos_index < a[pos_step], token=pos_token,
+        output_position=pos_in_output, record=pos_record, tokens=tokens, token_offset=token_offset,
+        k_max=int(np.nanmax(k[good])) if good.any() else 0, skipped=int((~good).sum()),
+    )
+
+
 def drilldown(
     records: pd.DataFrame,
     sensitive: str | Sequence[str],
@@ -1019,7 +1063,6 @@ def drilldown(
     n_boot: int = 1000,
     ci: float = 0.95,
     seed: int = 0,
-    per_prompt: pd.DataFrame | None = None,
 ) -> DrillDown:
     """Acceptance by token rarity and by draft position, corrections and low-acceptance prompts,
     per group, with cluster-bootstrap intervals.
@@ -1030,163 +1073,120 @@ def drilldown(
     whose per-step counts disagree with their totals or whose draft length varies are skipped.
     When EOS or the length limit cuts the last step short, its positions still count in
     ``by_position`` (the engine reported them) but not where a token is needed.
-    ``decode(list_of_ids) -> str`` (a tokenizer's decode) adds readable tokens and context.
+    ``token_rank``: frequency rank per token id (array, or mapping id -> rank); by default the
+    token id itself. ``decode(list_of_ids) -> str`` (a tokenizer's decode) adds readable tokens.
     """
-    df = _check_records(records)
-    names = _as_list(sensitive)
-    table = per_prompt if per_prompt is not None else per_prompt_metrics(df, engine=engine)
+    table = per_prompt_metrics(records, engine=engine)
+    positions = _reconstruct(records, engine, table)
+    return _drilldown(positions, table, _as_list(sensitive), token_rank=token_rank, rarity_edges=rarity_edges,
+                      fallback_threshold=fallback_threshold, fallback_metric=fallback_metric, top_n=top_n,
+                      decode=decode, n_boot=n_boot, ci=ci, seed=seed)
+
+
+def _drilldown(positions: _Positions, table: pd.DataFrame, names: list[str], *, token_rank, rarity_edges,
+               fallback_threshold, fallback_metric, top_n, decode, n_boot, ci, seed) -> DrillDown:
+    if fallback_metric not in table.columns:
+        raise InputError(f"drilldown: fallback_metric {fallback_metric!r} is not a per-prompt metric; use e.g. 'acceptance_rate'.")
     codes, groups = _group_codes(table, names)
-    n_groups = len(groups)
-    prompt_index = pd.Index(table.index)
-    timing = df["timing_only"].fillna(False).astype(bool).to_numpy() if "timing_only" in df.columns else np.zeros(len(df), bool)
-    use = (df["engine"].astype(str).to_numpy() == engine) & ~timing
-    sub = df.loc[use].reset_index(drop=True)
-
-    k = _numeric(sub, "k")
-    steps, accepted, proposed = _numeric(sub, "steps"), _numeric(sub, "accepted"), _numeric(sub, "proposed")
-    per_step, row_of_step = _flatten(sub["accepted_per_step"]) if "accepted_per_step" in sub.columns else (np.zeros(0), np.zeros(0, int))
-    tokens, row_of_token = _flatten(sub["output_token_ids"]) if "output_token_ids" in sub.columns else (np.zeros(0), np.zeros(0, int))
-    tokens = tokens.astype(np.int64)
-    n_steps = np.bincount(row_of_step, minlength=len(sub))
-    accepted_sum = np.bincount(row_of_step, weights=per_step, minlength=len(sub))
-    n_tokens = np.bincount(row_of_token, minlength=len(sub))
-    good = (k > 0) & (n_steps == steps) & (accepted_sum == accepted) & (proposed == k * steps) & (n_steps > 0)
-    skipped = int((~good).sum())
-
-    step_ok = good[row_of_step]
-    a = per_step[step_ok].astype(np.int64)
-    step_row = row_of_step[step_ok]
-    step_k = k[step_row].astype(np.int64)
-    emitted = a + 1
-    # Start of each step inside its record's output: exclusive cumulative sum within the record.
-    cumulative = np.cumsum(emitted)
-    record_first = np.r_[0, np.flatnonzero(np.diff(step_row)) + 1] if step_row.size else np.zeros(0, int)
-    record_offset = np.zeros(step_row.size, np.int64)
-    if step_row.size:
-        base = np.r_[0, cumulative[:-1]][record_first]
-        record_offset = np.repeat(base, np.diff(np.r_[record_first, step_row.size]))
-    step_start = np.r_[0, cumulative[:-1]][: step_row.size] - record_offset if step_row.size else np.zeros(0, np.int64)
-    n_reached = np.minimum(a + 1, step_k)
-    pos_step = np.repeat(np.arange(step_row.size), n_reached)
-    pos_i = np.arange(pos_step.size) - np.repeat(np.cumsum(n_reached) - n_reached, n_reached)
-    pos_row = step_row[pos_step]
-    pos_accepted = pos_i < a[pos_step]
-    pos_in_output = step_start[pos_step] + pos_i
-    token_offset = np.r_[0, np.cumsum(n_tokens)[:-1]]
-    # The last step can be cut short by EOS or the length limit: positions past the output are dropped.
-    inside = pos_in_output < n_tokens[pos_row]
-    pos_token = np.full(pos_step.size, -1, np.int64)
-    pos_token[inside] = tokens[token_offset[pos_row[inside]] + pos_in_output[inside]]
-
-    prompt_of_row = prompt_index.get_indexer(sub["prompt_id"])
-    pos_prompt = prompt_of_row[pos_row]
-    n_prompts = len(table)
-    strata = np.where(codes >= 0, codes, n_groups)
+    n_groups, n_prompts = len(groups), len(table)
     onehot = np.zeros((n_prompts, n_groups))
     onehot[codes >= 0, codes[codes >= 0]] = 1.0
+    pos = positions
+    known = pos.prompt >= 0
 
-    def bucketed(bucket: np.ndarray, n_buckets: int, keep: np.ndarray) -> Replicates:
-        cell = pos_prompt[keep] * n_buckets + bucket[keep]
-        reached = np.bincount(cell, minlength=n_prompts * n_buckets).reshape(n_prompts, n_buckets)
-        acc = np.bincount(cell, weights=pos_accepted[keep], minlength=n_prompts * n_buckets).reshape(n_prompts, n_buckets)
-        columns = np.column_stack([acc, reached]).astype(float)
-
-        def statistic(weights):
-            sums = _group_sums(weights, onehot, columns)
-            with np.errstate(all="ignore"):
-                return sums[:, :, :n_buckets] / sums[:, :, n_buckets:]
-
-        replicates = cluster_replicates(statistic, n_prompts, strata=strata, n_boot=n_boot, seed=seed)
-        member = np.column_stack([onehot, np.ones(n_prompts)])
-        return replicates, member.T @ reached, member.T @ acc
-
-    def frame(replicates, reached, acc, labels, label_name) -> pd.DataFrame:
-        interval = replicates.interval(ci)
-        rows = []
-        for g in range(n_groups + 1):
-            for b, label in enumerate(labels):
-                rows.append({
-                    "group": groups[g] if g < n_groups else "overall", label_name: label,
-                    "value": interval.statistic[g, b], "ci_low": interval.ci_low[g, b], "ci_high": interval.ci_high[g, b],
-                    "n_positions": int(reached[g, b]), "n_accepted": int(acc[g, b]),
-                })
-        return pd.DataFrame(rows)
-
-    ranks, rank_source = _rank_lookup(token_rank, np.where(pos_token >= 0, pos_token, 0))
+    ranks, rank_source = _rank_lookup(token_rank, np.where(pos.token >= 0, pos.token, 0))
     edges = np.asarray(sorted(rarity_edges), dtype=float)
     bounds = np.r_[0, edges, np.inf]
     rarity_labels = [f"[{int(lo)}, {'inf' if np.isinf(hi) else int(hi)})" for lo, hi in zip(bounds[:-1], bounds[1:])]
-    bucket = np.searchsorted(edges, ranks, side="right")
-    keep = (pos_token >= 0) & (pos_prompt >= 0)
-    by_rarity = frame(*bucketed(bucket, len(rarity_labels), keep), rarity_labels, "rank_bucket")
+    n_positions = max(pos.k_max, 1)
 
-    k_max = int(np.nanmax(k[good])) if good.any() else 0
-    by_position = frame(*bucketed(pos_i, max(k_max, 1), pos_prompt >= 0), list(range(1, max(k_max, 1) + 1)), "position") if k_max else pd.DataFrame()
+    def counts(bucket: np.ndarray, n_buckets: int, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        cell = pos.prompt[keep] * n_buckets + bucket[keep]
+        reached = np.bincount(cell, minlength=n_prompts * n_buckets).reshape(n_prompts, n_buckets)
+        accepted = np.bincount(cell, weights=pos.accepted[keep], minlength=n_prompts * n_buckets)
+        return accepted.reshape(n_prompts, n_buckets), reached
 
-    corrections = _corrections(pos_token, pos_accepted, pos_prompt, pos_row, pos_in_output, codes, groups,
-                               sub, table, tokens, token_offset, top_n, decode)
-    if fallback_metric not in table.columns:
-        raise InputError(f"drilldown: fallback_metric {fallback_metric!r} is not a per-prompt metric; use e.g. 'acceptance_rate'.")
-    below = _below_threshold(table, codes, groups, fallback_threshold, fallback_metric, top_n, strata, onehot,
-                             n_boot, ci, seed)
-    return DrillDown(by_rarity, by_position, corrections, below, skipped, rank_source)
-
-
-def _corrections(pos_token, pos_accepted, pos_prompt, pos_row, pos_in_output, codes, groups, sub, table,
-                 tokens, token_offset, top_n, decode) -> pd.DataFrame:
-    valid = (pos_token >= 0) & (pos_prompt >= 0)
-    group_of_pos = np.where(valid, codes[np.where(pos_prompt >= 0, pos_prompt, 0)], -1)
-    rows = []
-    for g, group in enumerate(groups):
-        here = valid & (group_of_pos == g)
-        rejected = here & ~pos_accepted
-        total_corrections = int(rejected.sum())
-        if not total_corrections:
-            continue
-        ids, counts = np.unique(pos_token[rejected], return_counts=True)
-        seen_ids, seen_counts = np.unique(pos_token[here], return_counts=True)
-        seen = dict(zip(seen_ids.tolist(), seen_counts.tolist()))
-        order = np.lexsort((ids, -counts))[:top_n]
-        for token, count in zip(ids[order], counts[order]):
-            first = np.flatnonzero(rejected & (pos_token == token))[0]
-            row = {"group": group, "token_id": int(token), "n_corrections": int(count),
-                   "share_of_group_corrections": count / total_corrections,
-                   "correction_rate": count / seen[int(token)],
-                   "example_prompt_id": table.index[pos_prompt[first]],
-                   "example_position": int(pos_in_output[first])}
-            if decode is not None:
-                start = token_offset[pos_row[first]]
-                position = int(pos_in_output[first])
-                context = tokens[start + max(0, position - 8): start + position].tolist()
-                row["token"] = decode([int(token)])
-                row["example_context"] = decode(context) + "⟦" + decode([int(token)]) + "⟧"
-            rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _below_threshold(table, codes, groups, threshold, metric, top_n, strata, onehot, n_boot, ci, seed) -> pd.DataFrame:
-    rate = table[metric].to_numpy(dtype=float)
-    has = np.isfinite(rate)
-    below = has & (rate < threshold)
-    columns = np.column_stack([below, has]).astype(float)
+    rarity_acc, rarity_reached = counts(np.searchsorted(edges, ranks, side="right"), len(rarity_labels),
+                                        known & (pos.token >= 0))
+    position_acc, position_reached = counts(pos.index, n_positions, known)
+    rate = table[fallback_metric].to_numpy(dtype=float)
+    has_rate = np.isfinite(rate)
+    below = has_rate & (rate < fallback_threshold)
+    # One bootstrap for all three tables: numerators then denominators, side by side.
+    numerators = np.column_stack([rarity_acc, position_acc, below]).astype(float)
+    denominators = np.column_stack([rarity_reached, position_reached, has_rate]).astype(float)
+    width = numerators.shape[1]
+    columns = np.column_stack([numerators, denominators])
 
     def statistic(weights):
         sums = _group_sums(weights, onehot, columns)
         with np.errstate(all="ignore"):
-            return sums[:, :, 0] / sums[:, :, 1]
+            return sums[:, :, :width] / sums[:, :, width:]
 
-    interval = cluster_replicates(statistic, len(table), strata=strata, n_boot=n_boot, seed=seed).interval(ci)
-    rows = []
-    for g in range(len(groups) + 1):
-        members = (codes == g) if g < len(groups) else np.ones(len(codes), bool)
+    strata = np.where(codes >= 0, codes, n_groups)
+    interval = cluster_replicates(statistic, n_prompts, strata=strata, n_boot=n_boot, seed=seed).interval(ci)
+    member = np.column_stack([onehot, np.ones(n_prompts)])
+    total_num, total_den = member.T @ numerators, member.T @ denominators
+    group_names = [*groups, "overall"]
+
+    def table_of(first: int, labels: list, label_name: str) -> pd.DataFrame:
+        rows = []
+        for g, group in enumerate(group_names):
+            for b, label in enumerate(labels):
+                j = first + b
+                rows.append({
+                    "group": group, label_name: label, "value": interval.statistic[g, j],
+                    "ci_low": interval.ci_low[g, j], "ci_high": interval.ci_high[g, j],
+                    "n_positions": int(total_den[g, j]), "n_accepted": int(total_num[g, j]),
+                })
+        return pd.DataFrame(rows)
+
+    by_rarity = table_of(0, rarity_labels, "rank_bucket")
+    by_position = table_of(len(rarity_labels), list(range(1, n_positions + 1)), "position") if pos.k_max else pd.DataFrame()
+    j = width - 1
+    below_rows = []
+    for g, group in enumerate(group_names):
+        members = (codes == g) if g < n_groups else np.ones(n_prompts, bool)
         lowest = np.flatnonzero(members & below)
         lowest = lowest[np.argsort(rate[lowest], kind="stable")][:top_n]
-        rows.append({
-            "group": groups[g] if g < len(groups) else "overall", "metric": metric, "threshold": threshold,
-            "n_prompts": int((members & has).sum()), "n_below": int((members & below).sum()),
-            "share": interval.statistic[g], "ci_low": interval.ci_low[g], "ci_high": interval.ci_high[g],
+        below_rows.append({
+            "group": group, "metric": fallback_metric, "threshold": fallback_threshold,
+            "n_prompts": int(total_den[g, j]), "n_below": int(total_num[g, j]),
+            "share": interval.statistic[g, j], "ci_low": interval.ci_low[g, j], "ci_high": interval.ci_high[g, j],
             "lowest_prompts": [(table.index[i], float(rate[i])) for i in lowest],
         })
+    corrections = _corrections(pos, codes, groups, table, top_n, decode)
+    return DrillDown(by_rarity, by_position, corrections, pd.DataFrame(below_rows), pos.skipped, rank_source)
+
+
+def _corrections(pos: _Positions, codes, groups, table, top_n, decode) -> pd.DataFrame:
+    valid = (pos.token >= 0) & (pos.prompt >= 0)
+    group_of_pos = np.where(valid, codes[np.where(pos.prompt >= 0, pos.prompt, 0)], -1)
+    rows = []
+    for g, group in enumerate(groups):
+        here = valid & (group_of_pos == g)
+        rejected = here & ~pos.accepted
+        total_corrections = int(rejected.sum())
+        if not total_corrections:
+            continue
+        ids, counts = np.unique(pos.token[rejected], return_counts=True)
+        seen_ids, seen_counts = np.unique(pos.token[here], return_counts=True)
+        seen = dict(zip(seen_ids.tolist(), seen_counts.tolist()))
+        order = np.lexsort((ids, -counts))[:top_n]  # most corrections first, ties by token id
+        for token, count in zip(ids[order], counts[order]):
+            first = np.flatnonzero(rejected & (pos.token == token))[0]
+            row = {"group": group, "token_id": int(token), "n_corrections": int(count),
+                   "share_of_group_corrections": count / total_corrections,
+                   "correction_rate": count / seen[int(token)],
+                   "example_prompt_id": table.index[pos.prompt[first]],
+                   "example_position": int(pos.output_position[first])}
+            if decode is not None:
+                start = pos.token_offset[pos.record[first]]
+                position = int(pos.output_position[first])
+                context = pos.tokens[start + max(0, position - 8): start + position].tolist()
+                row["token"] = decode([int(token)])
+                row["example_context"] = decode(context) + "⟦" + decode([int(token)]) + "⟧"
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -1226,6 +1226,7 @@ def disparity_section(
     test_metrics: Sequence[str] = ("acceptance_rate", "speedup"),
     tolerance: tuple[float, float] = (0.8, 1.25),
     alpha: float = 0.05,
+    power: float = 0.8,
     min_prompts: int = 20,
     n_boot: int = 1000,
     ci: float = 0.95,
@@ -1235,6 +1236,8 @@ def disparity_section(
     cost_ratio: float | None = None,
     k_max: int = 8,
     token_rank: np.ndarray | Mapping[int, int] | None = None,
+    rarity_edges: Sequence[float] = (100, 1_000, 10_000),
+    top_n: int = 10,
     decode: Callable[[list[int]], str] | None = None,
     drill_down: bool = True,
 ) -> dict[str, Any]:
@@ -1242,6 +1245,8 @@ def disparity_section(
 
     ``dimensions``: attribute names, and lists of names for intersections, e.g.
     ``["domain", "dialect", ["domain", "dialect"]]``. Intersections are keyed "domain×dialect".
+    ``reference``: 'largest', 'overall', a group label, or a mapping from dimension key to one of
+    those (e.g. ``{"dialect": "en-US"}``; dimensions not in it use 'largest').
     Every metric is ``{value, ci_low, ci_high}`` with ``n_prompts`` and ``n_tokens`` beside it.
     Drill-down results sit under ``disparities[dimension]["drilldown"]``.
     """
@@ -1250,16 +1255,19 @@ def disparity_section(
     if not dimensions:
         raise InputError("disparity: name at least one prompt attribute to analyse (dimensions=...).")
     table = per_prompt_metrics(records_df, engine=engine, baseline=baseline)
+    # Steps are reconstructed once; each dimension only regroups them.
+    positions = _reconstruct(records_df, engine, table) if drill_down and "accepted_per_step" in records_df.columns else None
     groups_part: dict[str, Any] = {}
     disparities_part: dict[str, Any] = {}
     recommendations_part: dict[str, Any] = {}
     for dimension in dimensions:
         names = _as_list(dimension)
         key = INTERSECTION.join(names)
+        reference_for = reference.get(key, "largest") if isinstance(reference, Mapping) else reference
         frame = GroupFrame.from_prompts(table, names, metrics, n_boot=n_boot, ci=ci, seed=seed)
         by_group = frame.by_group
         overall = frame.overall
-        ref = frame.reference_index(reference)
+        ref = frame.reference_index(reference_for)
         reference_label = "overall" if ref is None else _label(frame.groups[ref])
 
         def metric_block(rows: pd.DataFrame) -> dict[str, Any]:
@@ -1285,7 +1293,7 @@ def disparity_section(
             "by_group": entries,
         }
 
-        flag_rows, _ = frame._flag_rows(list(test_metrics), reference, tolerance, alpha, 0.8, min_prompts)
+        flag_rows, _ = frame._flag_rows(list(test_metrics), reference_for, tolerance, alpha, power, min_prompts)
         derived = {(kind, method): getattr(frame, kind)(method)
                    for kind in ("difference", "ratio") for method in ("between_groups", "to_overall")}
         per_metric = {}
@@ -1322,14 +1330,14 @@ def disparity_section(
             "correction": "holm (per metric, over the groups compared with the reference)",
             "metrics": per_metric, "flags": flagged, "warnings": frame.warnings(min_prompts),
         }
-        if drill_down and "accepted_per_step" in records_df.columns:
-            dd = drilldown(records_df, names, engine=engine, token_rank=token_rank, fallback_threshold=fallback_threshold,
-                           fallback_metric=fallback_metric,
-                           decode=decode, n_boot=n_boot, ci=ci, seed=seed, per_prompt=table)
+        if positions is not None:
+            dd = _drilldown(positions, table, names, token_rank=token_rank, rarity_edges=rarity_edges,
+                            fallback_threshold=fallback_threshold, fallback_metric=fallback_metric, top_n=top_n,
+                            decode=decode, n_boot=n_boot, ci=ci, seed=seed)
             dimension_part["drilldown"] = _drilldown_json(dd)
         disparities_part[key] = dimension_part
         recommendations_part[key] = advice.recommendations(
-            frame, reference=reference, threshold=fallback_threshold, cost_ratio=cost_ratio, k_max=k_max,
+            frame, reference=reference_for, threshold=fallback_threshold, cost_ratio=cost_ratio, k_max=k_max,
             threshold_metric=fallback_metric,
         )
     return _jsonable({"groups": groups_part, "disparities": disparities_part, "recommendations": recommendations_part})

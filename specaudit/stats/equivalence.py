@@ -27,7 +27,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -45,6 +45,7 @@ from specaudit.stats._results import (
     StatTestResult,
     ZTestResult,
     bh,
+    frame_records,
     holm,
 )
 from specaudit.stats.scoring import ATTRIBUTE_PREFIX, TokenScores, _audited, _field
@@ -304,8 +305,8 @@ class GoodnessOfFit:
             "pvalue": None if not np.isfinite(self.pvalue) else self.pvalue,
             "tests": {name: result.to_dict() for name, result in self.tests.items()},
             "impossible_tokens": self.impossible.to_dict(),
-            "gate": self.gate.to_dict(orient="records"),
-            "flagged_groups": self.flagged.to_dict(orient="records"),
+            "gate": frame_records(self.gate),
+            "flagged_groups": frame_records(self.flagged),
         }
 
 
@@ -534,9 +535,9 @@ class TwoSample:
             "verdict": self.verdict,
             "pvalue": None if not np.isfinite(self.pvalue) else self.pvalue,
             "tests": {name: result.to_dict() for name, result in self.tests.items()},
-            "gate": self.gate.to_dict(orient="records"),
-            "flagged_prompts": self.by_prompt[self.by_prompt["flagged"]].to_dict(orient="records"),
-            "flagged_groups": self.by_group[self.by_group["flagged"]].to_dict(orient="records"),
+            "gate": frame_records(self.gate),
+            "flagged_prompts": frame_records(self.by_prompt[self.by_prompt["flagged"]]),
+            "flagged_groups": frame_records(self.by_group[self.by_group["flagged"]]),
         }
 
 
@@ -724,7 +725,7 @@ class GreedyExactness:
             "ci_low": None if math.isnan(ci.low) else ci.low,
             "ci_high": None if math.isnan(ci.high) else ci.high,
             "verdict": self.verdict,
-            "divergences": self.divergences.to_dict(orient="records"),
+            "divergences": frame_records(self.divergences),
         }
 
 
@@ -750,7 +751,15 @@ def greedy_exactness(
     sample index). With `model` (the target), each divergence gets its logit gap, computed by
     teacher-forcing the reference's prefix up to the divergence; near-tie when
     gap ≤ rel_tolerance · max|logit| (default by the model's dtype: GREEDY_REL_TOLERANCE)."""
-    records = _audited(records)
+    records = [r for r in _audited(records) if str(_field(r, "engine")) in (engine, reference)]
+    for r in records:
+        sampling = _field(r, "sampling")
+        temperature = getattr(sampling, "temperature", None) if not isinstance(sampling, Mapping) else sampling.get("temperature")
+        if temperature not in (None, 0, 0.0):
+            raise InputError(
+                f"record {_field(r, 'key')!r} was sampled at temperature {temperature}; greedy exactness "
+                "compares greedy runs only (use goodness_of_fit or two_sample for sampled runs)"
+            )
     references: dict[str, Any] = {}
     for r in sorted((r for r in records if str(_field(r, "engine")) == reference), key=lambda r: int(_field(r, "sample", 0) or 0)):
         references.setdefault(str(_field(r, "prompt_id")), r)
@@ -958,13 +967,14 @@ def tv_bound_two_sample(
     prompts = _split_by_prompt(records, engine, reference)
     if not prompts:
         raise InputError(f"no prompt has records of both {engine!r} and {reference!r}; run both engines")
+    def token_at(record: Any) -> int:
+        out = _field(record, "output_token_ids") or []
+        return int(out[position]) if position < len(out) else -1  # -1: ended before `position`
+
     rng = np.random.default_rng(seed)
     tv, inverse_n, g_total = [], 0.0, None
     n_samples = 0
     for mine, theirs in prompts.values():
-        def token_at(r: Any) -> int:
-            out = _field(r, "output_token_ids") or []
-            return int(out[position]) if position < len(out) else -1
         a, b = [token_at(r) for r in mine], [token_at(r) for r in theirs]
         ca, cb = Counter(a), Counter(b)
         tv.append(0.5 * sum(abs(ca[x] / len(a) - cb[x] / len(b)) for x in set(ca) | set(cb)))

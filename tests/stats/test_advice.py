@@ -7,6 +7,7 @@ import pytest
 from specaudit.errors import InputError
 from specaudit.stats.advice import (
     acceptance_rate_from_alpha,
+    alpha_from_tokens_per_step,
     best_draft_length,
     break_even_alpha,
     expected_speedup,
@@ -61,6 +62,15 @@ def test_break_even_alpha():
     assert expected_speedup(even - 0.01, 4, 0.3) < 1.0 < expected_speedup(even + 0.01, 4, 0.3)
     assert break_even_alpha(3, 0.0) == pytest.approx(0.0, abs=1e-12)
     assert np.isnan(break_even_alpha(4, 1.2))
+    # Break-even in accepted/proposed terms is c itself, for any k: τ = 1 + k·rate = k·c + 1.
+    for k in (1, 3, 6):
+        assert acceptance_rate_from_alpha(break_even_alpha(k, 0.2), k) == pytest.approx(0.2)
+
+
+def test_alpha_from_tokens_per_step_inverts_the_model():
+    for alpha in (0.0, 0.3, 0.77, 1.0):
+        assert alpha_from_tokens_per_step(expected_tokens_per_step(alpha, 4), 4) == pytest.approx(alpha, abs=1e-6)
+    assert np.isnan(alpha_from_tokens_per_step(2.0, 0))
 
 
 def test_fallback_arithmetic_by_hand():
@@ -102,6 +112,14 @@ def test_fallback_with_intersection_labels_and_bad_input():
         simulate_fallback(table.drop(columns="latency_per_token_s"), ["x", "y"], 0.5)
 
 
+def test_black_box_engine_gets_alpha_from_tokens_per_step():
+    records = simulate_records({"a": 0.7, "b": 0.4}, n_prompts=12, seed=2).drop(columns=["accepted_per_step", "beta"])
+    advice = recommendations(GroupFrame(records, "group", n_boot=100))
+    entry = advice["by_group"]["a"]
+    assert entry["alpha_source"].startswith("mean_accepted_tokens")
+    assert 0.5 < entry["alpha"] < 0.9 and entry["expected_speedup"] is not None
+
+
 def test_recommendations_on_a_group_that_speculation_slows_down():
     # Timings follow the model exactly (plus 5% noise), so measured ≈ τ / (k·c + 1).
     records = simulate_records({"fast": 0.85, "slow": 0.35}, n_prompts=25, cost_ratio=0.3, seed=8)
@@ -115,6 +133,7 @@ def test_recommendations_on_a_group_that_speculation_slows_down():
     assert slow["best_k"] < fast["best_k"]
     assert fast["best_k"] == best_draft_length(fast["alpha"], fast["cost_ratio"])[0]
     assert any("slows group=slow down" in m for m in advice["messages"])
+    assert any("exceeds c = 0.30" in m for m in advice["messages"])
     fallback = advice["fallback"]
     assert fallback["by_group"]["slow"]["speedup_after"] > fallback["by_group"]["slow"]["speedup_before"]
     assert fallback["min_max_speedup_ratio_after"] > fallback["min_max_speedup_ratio_before"]

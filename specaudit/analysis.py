@@ -1,0 +1,164 @@
+"""analyze: a run folder (records.jsonl + manifest.json) → snapshot.json.
+
+The snapshot is the one contract that report, gate and monitor read (DESIGN.md, Contracts).
+This module only composes: the statistics live in specaudit.stats.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specaudit.errors import InputError
+from specaudit.records import RECORDS_FILE, read_manifest, read_records, write_json_atomic
+
+SNAPSHOT_FILE = "snapshot.json"
+SNAPSHOT_SCHEMA_VERSION = 1
+CONTROL_ENGINE = "vanilla"
+
+
+def _dimensions(records: list[dict], manifest: dict, requested: list[str] | None) -> list[str]:
+    present = sorted({name for r in records for name in r.get("attributes", {})})
+    if requested:
+        missing = [d for d in requested if d not in present]
+        if missing:
+            raise InputError(f"--dimensions {', '.join(missing)}: the run's prompts have no such attribute (they have {', '.join(present) or 'none'})")
+        return list(requested)
+    declared = list((manifest.get("prompt_set") or {}).get("dimensions") or {})
+    return [d for d in declared if d in present] or present
+
+
+def _equivalence(records: list[dict], manifest: dict, pair, *, alpha: float, delta: float, dimensions: list[str], seed: int) -> dict:
+    from specaudit.stats import equivalence as eq
+    from specaudit.stats.power import minimum_detectable_effects
+    from specaudit.stats.scoring import score_records
+
+    outputs = [r for r in records if not r.get("timing_only")]
+    engines = sorted({r["engine"] for r in outputs}, key=lambda e: (e != CONTROL_ENGINE, e))
+    greedy = float(outputs[0]["sampling"]["temperature"]) == 0.0
+    section: dict[str, Any] = {"mode": "greedy" if greedy else "sampling", "alpha": alpha, "delta": delta,
+                               "family_rule": "Holm across the battery's tests per engine; any impossible token fails",
+                               "control": CONTROL_ENGINE, "engines": {}}
+    if greedy:
+        for engine in engines:
+            if engine == CONTROL_ENGINE:
+                continue
+            result = eq.greedy_exactness(outputs, pair.target, engine=engine, reference=CONTROL_ENGINE)
+            section["engines"][engine] = {"verdict": result.verdict, "greedy": result.to_dict()}
+    else:
+        draft_model = pair.draft if pair.draft_is_model else None
+        scores = score_records(pair.target, outputs, draft_model=draft_model, device=pair.device)
+        n_prompts = len({r["prompt_id"] for r in outputs})
+        for engine in engines:
+            engine_scores = scores.select(engine=engine)
+            gof = eq.goodness_of_fit(engine_scores, outputs, engine=engine, by=dimensions, alpha=alpha, seed=seed)
+            entry: dict[str, Any] = {"verdict": gof.verdict, "goodness_of_fit": gof.to_dict()}
+            entry["tv_bound"] = eq.tv_bound(engine_scores, engine=engine, delta=delta, alpha=alpha, seed=seed).to_dict()
+            samples = sum(1 for r in outputs if r["engine"] == engine)
+            entry["power"] = minimum_detectable_effects(gof.n_tokens, samples / max(n_prompts, 1), n_prompts=n_prompts, alpha=alpha,
+                                                        n_tests=max(len(gof.gate), 1))
+            if engine != CONTROL_ENGINE and CONTROL_ENGINE in engines:
+                two = eq.two_sample(outputs, scores, engine=engine, reference=CONTROL_ENGINE, by=dimensions, alpha=alpha, seed=seed)
+                entry["two_sample"] = two.to_dict()
+                if two.verdict == "fail":
+                    entry["verdict"] = "fail"
+            section["engines"][engine] = entry
+    audited = [e for e in section["engines"] if e != CONTROL_ENGINE]
+    control = section["engines"].get(CONTROL_ENGINE)
+    if control is not None and control["verdict"] == "fail":
+        section["status"] = "error"
+        section["message"] = "the vanilla control failed its own goodness-of-fit: the audit cannot be trusted (scoring/warping mismatch?)"
+    elif not audited:
+        section["status"] = "not run"
+        section["message"] = "no speculative engine in the run"
+    else:
+        verdicts = [section["engines"][e]["verdict"] for e in audited]
+        section["status"] = "fail" if "fail" in verdicts else "pass"
+    return section
+
+
+def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, dimensions: list[str] | None = None, n_boot: int = 1000,
+            seed: int = 0, tolerance: tuple[float, float] = (0.8, 1.25), fallback_threshold: float = 0.5, device: str | None = None,
+            pair=None, equivalence: bool = True, write: bool = True) -> dict:
+    """Build (and by default write) run_dir/snapshot.json from the run's records."""
+    if not 0 < alpha < 1:
+        raise InputError(f"--alpha must be in (0, 1), got {alpha}")
+    if not 0 < delta < 1:
+        raise InputError(f"--delta must be in (0, 1), got {delta}")
+    if not 0 < tolerance[0] <= 1 <= tolerance[1]:
+        raise InputError(f"tolerance band {tolerance[0]}–{tolerance[1]} must contain 1 (e.g. 0.8–1.25)")
+    started = time.perf_counter()
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    records = read_records(run_dir / RECORDS_FILE)
+    if not records:
+        raise InputError(f"{run_dir / RECORDS_FILE} has no records; run `specaudit run` first")
+    dims = _dimensions(records, manifest, dimensions)
+    engines = sorted({r["engine"] for r in records})
+    config = manifest.get("config", {})
+    snapshot: dict[str, Any] = {
+        "schema_version": SNAPSHOT_SCHEMA_VERSION,
+        "run": {
+            "id": run_dir.name,
+            "dir": str(run_dir),
+            "created": manifest.get("created"),
+            "command": manifest.get("command"),
+            "models": manifest.get("models"),
+            "versions": manifest.get("versions"),
+            "device": manifest.get("device"),
+            "config": config,
+            "prompt_set": manifest.get("prompt_set"),
+            "seeds": manifest.get("seeds"),
+            "engines": engines,
+            "n_records": len(records),
+            "n_prompts": len({r["prompt_id"] for r in records}),
+            "n_output_tokens": sum(len(r["output_token_ids"]) for r in records if not r.get("timing_only")),
+            "dimensions": dims,
+        },
+        "equivalence": {"status": "not run"},
+        "groups": {},
+        "disparities": {},
+        "recommendations": {},
+        "gate": None,
+    }
+    if equivalence and pair is None:
+        from specaudit.models import load_pair
+
+        pair = load_pair(config.get("target", "default"), config.get("draft"), device=device or config.get("device", "auto"),
+                         dtype=config.get("dtype", "auto"))
+    if equivalence:
+        snapshot["equivalence"] = _equivalence(records, manifest, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed)
+    speculative_engines = [e for e in engines if e != CONTROL_ENGINE]
+    if CONTROL_ENGINE in engines and speculative_engines and dims:
+        from specaudit.stats.disparity import disparity_section
+
+        engine = "speculative" if "speculative" in engines else speculative_engines[0]
+        frame = pd.DataFrame(records)
+        decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None
+        parts = disparity_section(frame, dimensions=dims, engine=engine, baseline=CONTROL_ENGINE, alpha=alpha, n_boot=n_boot, seed=seed,
+                                  tolerance=tolerance, fallback_threshold=fallback_threshold, decode=decode)
+        snapshot.update({key: parts[key] for key in ("groups", "disparities", "recommendations")})
+        snapshot["run"]["disparity_engine"] = engine
+    snapshot["run"]["analysis"] = {"alpha": alpha, "delta": delta, "n_boot": n_boot, "seed": seed, "tolerance": list(tolerance),
+                                   "fallback_threshold": fallback_threshold, "seconds": round(time.perf_counter() - started, 2)}
+    snapshot = _json_safe(snapshot)
+    if write:
+        write_json_atomic(run_dir / SNAPSHOT_FILE, snapshot)
+    return snapshot
+
+
+def _json_safe(value):
+    """NaN/inf become null: snapshot.json must be strict JSON for every consumer."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        return _json_safe(value.item())
+    return value
