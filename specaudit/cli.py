@@ -39,20 +39,32 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML file of these options (flags given on the command line win)")
 
 
-def _run_config(args: argparse.Namespace):
-    """RunConfig from a config file overlaid with the flags actually given."""
+def _flag_options(args: argparse.Namespace) -> dict:
+    """The RunConfig options actually given as flags (unset flags are None and fall through)."""
     from dataclasses import fields
 
-    from specaudit.config import RunConfig, load_config_file, run_config_from
+    from specaudit.config import RunConfig
 
-    options = load_config_file(args.config) if getattr(args, "config", None) else {}
-    source = f"config file {args.config}" if getattr(args, "config", None) else "options"
-    for f in fields(RunConfig):
-        value = getattr(args, f.name, None)
-        if value is not None:
-            options[f.name] = value
-    options = {k: v for k, v in options.items() if k not in ("out",)}
-    return run_config_from(options, source)
+    return {f.name: getattr(args, f.name) for f in fields(RunConfig) if getattr(args, f.name, None) is not None}
+
+
+def _config_file_sections(args: argparse.Namespace) -> tuple[dict, dict, dict, str]:
+    """(run options, analysis section, gate section, source name) of --config, empty without one."""
+    from specaudit.audit import split_audit_config
+    from specaudit.config import load_config_file
+
+    if not getattr(args, "config", None):
+        return {}, {}, {}, "options"
+    source = f"config file {args.config}"
+    return (*split_audit_config(load_config_file(args.config), source), source)
+
+
+def _run_config(args: argparse.Namespace):
+    from specaudit.config import run_config_from
+
+    run_options, _, _, source = _config_file_sections(args)
+    run_options.pop("out", None)
+    return run_config_from({**run_options, **_flag_options(args)}, source)
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
@@ -74,23 +86,37 @@ def cmd_run(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------- analyze
 def _add_analysis_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("analysis")
-    g.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate of the equivalence battery (default 0.05)")
-    g.add_argument("--delta", type=float, default=0.05, help="equivalence margin on total variation (default 0.05)")
+    g.add_argument("--alpha", type=float, help="family-wise error rate of the equivalence battery (default 0.05)")
+    g.add_argument("--delta", type=float, help="equivalence margin on total variation (default 0.05)")
     g.add_argument("--analyze-dimensions", dest="analyze_dimensions", help="prompt attributes to analyse (default: all in the run)")
-    g.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of prompts (default 1000)")
-    g.add_argument("--band", default="0.8,1.25", help="tolerance band on the ratio to the reference group (default 0.8,1.25)")
-    g.add_argument("--fallback-threshold", type=float, default=0.5, help="acceptance below which the fallback simulation routes to vanilla")
-    g.add_argument("--no-equivalence", dest="equivalence", action="store_false", help="skip the equivalence tests (no model loading)")
+    g.add_argument("--n-boot", type=int, help="bootstrap resamples of prompts (default 1000)")
+    g.add_argument("--band", help="tolerance band on the ratio to the reference group (default 0.8,1.25)")
+    g.add_argument("--fallback-threshold", type=float, help="acceptance below which the fallback simulation routes to vanilla (default 0.5)")
+    g.add_argument("--no-equivalence", dest="equivalence", action="store_const", const=False, help="skip the equivalence tests (no model loading)")
 
 
-def _analysis_kwargs(args: argparse.Namespace) -> dict:
-    try:
-        low, high = (float(x) for x in args.band.split(","))
-    except ValueError:
-        raise InputError(f"--band {args.band!r}: write two numbers low,high such as 0.8,1.25") from None
-    dims = [d.strip() for d in args.analyze_dimensions.split(",")] if args.analyze_dimensions else None
-    return dict(alpha=args.alpha, delta=args.delta, dimensions=dims, n_boot=args.n_boot, tolerance=(low, high),
-                fallback_threshold=args.fallback_threshold, equivalence=args.equivalence)
+def _analysis_kwargs(args: argparse.Namespace, base: dict | None = None) -> dict:
+    """analyze() keyword arguments: a config file's `analysis:` section overlaid with the flags given."""
+    options = dict(base or {})
+    for name in ("alpha", "delta", "n_boot", "fallback_threshold", "equivalence", "band"):
+        if getattr(args, name, None) is not None:
+            options[name] = getattr(args, name)
+    if getattr(args, "analyze_dimensions", None):
+        options["dimensions"] = args.analyze_dimensions
+    if isinstance(options.get("dimensions"), str):
+        options["dimensions"] = [d.strip() for d in options["dimensions"].split(",") if d.strip()]
+    band = options.pop("band", None)
+    if band is not None:
+        try:
+            low, high = (float(x) for x in (band.split(",") if isinstance(band, str) else band))
+        except (TypeError, ValueError):
+            raise InputError(f"band {band!r}: write two numbers low,high such as 0.8,1.25") from None
+        options["tolerance"] = (low, high)
+    known = {"alpha", "delta", "dimensions", "n_boot", "tolerance", "fallback_threshold", "equivalence", "seed"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InputError(f"unknown analysis option(s) {', '.join(unknown)}; known: {', '.join(sorted(known | {'band'}))}")
+    return options
 
 
 def _add_analyze(sub: argparse._SubParsersAction) -> None:
@@ -108,6 +134,34 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     print(f"{args.run_dir}/snapshot.json: equivalence {snapshot['equivalence']['status']}, "
           f"{sum(len(v.get('by_group', {})) for v in snapshot['groups'].values())} groups in {len(snapshot['groups'])} dimension(s)")
     return 0
+
+
+# ------------------------------------------------------------------------- audit
+def _add_audit(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("audit", help="run -> analyze -> report -> gate in one command (default: the embedded pair on core)")
+    _add_decoding_options(p)
+    _add_analysis_options(p)
+    p.add_argument("--quick", action="store_true", help="a smaller budget (about 2 minutes on a 2-core CPU)")
+    p.add_argument("--out", help="output folder (default reports/<run-id>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_audit)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from specaudit.audit import DEFAULT_BUDGET, QUICK_BUDGET, audit, default_run_id
+    from specaudit.config import run_config_from
+
+    run_options, analysis_options, gate_options, source = _config_file_sections(args)
+    out = args.out or run_options.pop("out", None)
+    budget = QUICK_BUDGET if args.quick else DEFAULT_BUDGET
+    cfg = run_config_from({**budget, **run_options, **_flag_options(args)}, source)
+    out = out or f"reports/{default_run_id(cfg)}"
+    result = audit(cfg, out, analysis=_analysis_kwargs(args, analysis_options), gate=gate_options, progress=not args.quiet,
+                   command=" ".join(["specaudit", *sys.argv[1:]]))
+    print(f"report: {result.files.get('report.html', result.out_dir)}")
+    print(f"equivalence: {result.snapshot['equivalence'].get('status', 'not run').upper()}  gate: {result.gate_status.upper()}"
+          f"  (snapshot: {result.out_dir}/snapshot.json)")
+    return result.exit_code
 
 
 # ----------------------------------------------------------------------- prompts
@@ -167,6 +221,165 @@ def cmd_prompts(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------- monitor
+def _add_monitor(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("monitor", aliases=["history"], help="history store of snapshots, drift against a baseline, alerts, trend report",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                           "a nightly job (cron, systemd timer, CI schedule; see specaudit/monitor/scheduling.md):\n"
+                           "  specaudit monitor check runs/today --store sqlite:///history.db --environment prod \\\n"
+                           "      --alert-file alerts.jsonl --metrics-file /var/lib/node_exporter/textfile/specaudit.prom\n"
+                           "exit codes: 0 no FAIL, 1 a check FAILed, 2 bad input or unusable store"))
+    p.set_defaults(func=cmd_monitor)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", help="sqlite:///path.db (default $SPECAUDIT_STORE, else sqlite:///specaudit-history.db) or postgresql://user@host/db")
+    common.add_argument("--environment", help="environment tag (default $SPECAUDIT_ENVIRONMENT): stored with `add`, filters the other actions")
+    actions = p.add_subparsers(dest="monitor_command", required=True)
+    add = actions.add_parser("add", parents=[common], help="store a snapshot (snapshot.json or its run folder)")
+    add.add_argument("snapshot")
+    check = actions.add_parser("check", aliases=["drift"], parents=[common],
+                               help="compare a run with its baseline; alerts one per line; exit 1 on FAIL")
+    check.add_argument("snapshot", nargs="?", help="store this snapshot first and check it (default: the latest stored run)")
+    check.add_argument("--run", default="latest", help="stored run to check: id, name or 'latest' (default)")
+    check.add_argument("--baseline", default="auto", help="auto (pinned run, else rolling:5) | pinned | rolling:N | a run id or name")
+    check.add_argument("--metrics", default="acceptance_rate,speedup", help="comma list of metrics to compare (default acceptance_rate,speedup)")
+    check.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate over groups x metrics, Holm (default 0.05)")
+    check.add_argument("--min-change", type=float, default=0.10, help="practical threshold: relative worsening that FAILs (default 0.10)")
+    check.add_argument("--no-cusum", dest="cusum", action="store_false", help="skip the CUSUM slow-drift check over the history")
+    check.add_argument("--cusum-h", type=float, help="CUSUM threshold (default ln(series / alpha) / (2k), k = 0.5)")
+    check.add_argument("--format", choices=("text", "json"), default="text")
+    check.add_argument("--verbose", action="store_true", help="text: print PASS checks too")
+    check.add_argument("--alert-file", help="append non-PASS checks as JSON lines to this file")
+    check.add_argument("--metrics-file", help="write Prometheus textfile-collector gauges of the run and its checks here")
+    for q in (add, check):
+        q.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="extra tag stored with the snapshot (repeatable)")
+    report = actions.add_parser("report", parents=[common], help="trend report: OUT/trend.html (self-contained) and OUT/trend.csv")
+    report.add_argument("--out", default="reports/trend", help="output folder (default reports/trend)")
+    report.add_argument("--metrics", default="acceptance_rate,speedup", help="comma list of metrics to chart")
+    report.add_argument("--dimensions", help="comma list of dimensions to chart (default all)")
+    report.add_argument("--last", type=int, default=50, help="latest N runs (default 50)")
+    report.add_argument("--title", help="page title")
+    export = actions.add_parser("export", parents=[common], help="Prometheus text-format gauges of a stored run")
+    export.add_argument("run", nargs="?", default="latest")
+    export.add_argument("--metrics-file", help="write atomically here (for node_exporter's textfile collector); default stdout")
+    listing = actions.add_parser("list", parents=[common], help="stored runs, newest last")
+    listing.add_argument("--limit", type=int, default=20, help="latest N runs (default 20; 0 = all)")
+    listing.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="only runs with this tag (repeatable)")
+    listing.add_argument("--format", choices=("text", "json"), default="text")
+    show = actions.add_parser("show", parents=[common], help="one stored run (--format json: the stored snapshot)")
+    show.add_argument("run")
+    show.add_argument("--format", choices=("text", "json"), default="text")
+    baseline = actions.add_parser("baseline", parents=[common], help="pin, show or clear the baseline run of an environment")
+    baseline.add_argument("action", choices=("set", "show", "clear"))
+    baseline.add_argument("run", nargs="?", help="for set: run id or name")
+
+
+def cmd_monitor(args: argparse.Namespace) -> int:
+    import json
+    import os
+
+    from specaudit import monitor
+    from specaudit.monitor._check import alert_counts, describe_run, history_table
+    from specaudit.monitor._store import parse_tags
+
+    action = {"drift": "check"}.get(args.monitor_command, args.monitor_command)
+    environment = args.environment if args.environment is not None else os.environ.get("SPECAUDIT_ENVIRONMENT")
+    creating = action == "add" or (action == "check" and args.snapshot)
+    with monitor.open_store(args.store, create=bool(creating)) as store:
+        if action == "add":
+            added = store.add(args.snapshot, environment=environment or "", tags=parse_tags(args.tag))
+            verb = "stored" if added.added else "already stored (same snapshot)"
+            print(f"{verb}: run {added.run.label} created {added.run.created}, environment {added.run.environment or '-'}, in {store.url}")
+        elif action == "check":
+            run = args.run
+            if args.snapshot:
+                run = store.add(args.snapshot, environment=environment or "", tags=parse_tags(args.tag)).run.id
+            metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+            result = monitor.check(store, run, baseline=args.baseline, environment=environment, metrics=metrics, alpha=args.alpha,
+                                   min_change=args.min_change, cusum=args.cusum, cusum_h=args.cusum_h)
+            print(json.dumps(result.to_dict(), indent=2) if args.format == "json" else result.format_text(verbose=args.verbose))
+            checked = store.get(result.run_id)
+            if args.alert_file:
+                monitor.append_alerts(args.alert_file, monitor.alert_lines(result, environment=checked.environment))
+            if args.metrics_file:
+                monitor.write_atomic(args.metrics_file, monitor.metrics_text(store, checked, result=result))
+            return result.exit_code
+        elif action == "report":
+            metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+            dims = [d.strip() for d in args.dimensions.split(",")] if args.dimensions else None
+            report = monitor.write_trend_report(store, args.out, environment=environment, last=args.last or None, metrics=metrics,
+                                                dimensions=dims, title=args.title)
+            print(f"{report.html_path} and {report.csv_path}: {report.n_runs} run(s), {report.n_charts} chart(s)")
+        elif action == "export":
+            text = monitor.metrics_text(store, args.run, environment=environment)
+            if args.metrics_file:
+                print(f"{monitor.write_atomic(args.metrics_file, text)}: {text.count(chr(10))} lines")
+            else:
+                sys.stdout.write(text)
+        elif action == "list":
+            runs = store.runs(environment=environment, tags=parse_tags(args.tag), limit=args.limit or None)
+            if args.format == "json":
+                print(json.dumps([r.to_dict() for r in runs], indent=2))
+            else:
+                print(history_table(runs, pins=store.baselines(), alerts=alert_counts(store, runs)) if runs else f"no runs in {store.url}")
+        elif action == "show":
+            run = store.get(args.run, environment=environment)
+            print(json.dumps(store.snapshot(run), indent=2) if args.format == "json" else describe_run(store, run))
+        elif action == "baseline":
+            env = environment or ""
+            if args.action == "set":
+                if not args.run:
+                    raise InputError("`monitor baseline set` needs a RUN (id or name; `specaudit monitor list` shows them)")
+                run = store.set_baseline(args.run, environment=environment)
+                print(f"baseline of environment {(environment if environment is not None else run.environment) or '-'}: run {run.label}")
+            elif args.action == "clear":
+                print(f"baseline of environment {env or '-'} " + ("cleared" if store.clear_baseline(env) else "was not set"))
+            else:
+                pin = store.baseline(env)
+                print(f"baseline of environment {env or '-'}: " + (f"run {pin.label} created {pin.created}" if pin else "none (checks use rolling:5)"))
+    return 0
+
+
+# ------------------------------------------------------------------------ report
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="render report.html, summary.md, groups.csv and junit.xml from a snapshot")
+    p.add_argument("snapshot", metavar="RUN_DIR|SNAPSHOT", help="run folder holding snapshot.json, or the snapshot file")
+    p.add_argument("--out", help="folder for the report files (default: beside snapshot.json)")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from specaudit.report import load_snapshot, render_report, snapshot_path
+
+    snapshot = load_snapshot(args.snapshot)
+    paths = render_report(snapshot, args.out or snapshot_path(args.snapshot).parent)
+    html = paths["html"]
+    print(f"{html} ({html.stat().st_size / 1024:.0f} KiB); also {', '.join(p.name for k, p in paths.items() if k != 'html')}")
+    return 0
+
+
+# -------------------------------------------------------------------------- gate
+def _add_gate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("gate", help="judge a snapshot against thresholds: exit 0 pass (warnings allowed), 1 fail")
+    p.add_argument("snapshot", metavar="RUN_DIR|SNAPSHOT", help="run folder holding snapshot.json, or the snapshot file")
+    p.add_argument("--config", help="YAML config whose `gate:` section holds the thresholds (default thresholds otherwise)")
+    p.add_argument("--write", action="store_true", help="store the verdict in the snapshot's `gate` section")
+    p.set_defaults(func=cmd_gate)
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from specaudit.gate import evaluate_gate, load_thresholds
+    from specaudit.records import write_json_atomic
+    from specaudit.report import load_snapshot, snapshot_path
+
+    snapshot = load_snapshot(args.snapshot)
+    result = evaluate_gate(snapshot, load_thresholds(args.config) if args.config else None)
+    print(result.format())
+    if args.write:
+        snapshot["gate"] = result.to_dict()
+        write_json_atomic(snapshot_path(args.snapshot), snapshot)
+    return result.exit_code
+
+
 # -------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -176,7 +389,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)
     _add_analyze(sub)
+    _add_audit(sub)
     _add_prompts(sub)
+    _add_report(sub)
+    _add_gate(sub)
+    _add_monitor(sub)
     return parser
 
 

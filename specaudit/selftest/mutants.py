@@ -43,6 +43,14 @@ def _emit(draft_tokens: torch.Tensor, n_accepted: int, last: int) -> torch.Tenso
     return emitted
 
 
+def _correct_accepts(draft_tokens, draft_probs, target_probs, generator) -> int:
+    """Number of leading drafts accepted by the correct rule u < p/q, one uniform each."""
+    p_draft = _drafted_values(target_probs, draft_tokens)
+    q_draft = _drafted_values(draft_probs, draft_tokens)
+    accepted = _uniforms(draft_tokens.shape[0], generator, draft_tokens.device) * q_draft < p_draft
+    return _leading_accepts(accepted)
+
+
 def _finish(draft_tokens, draft_probs, target_probs, generator, accepted: torch.Tensor) -> torch.Tensor:
     """The correct tail of the step: correction from the residual at the first rejection, or a
     bonus token from p_{k+1}, given per-position accept decisions."""
@@ -68,10 +76,7 @@ def softmax_residual(draft_tokens, draft_probs, target_probs, generator):
     """Correction sampled from softmax(p - q) instead of normalise(max(0, p - q))
     (transformers PR #28508). softmax gives mass to every token, masked ones included."""
     k = draft_tokens.shape[0]
-    p_draft = _drafted_values(target_probs, draft_tokens)
-    q_draft = _drafted_values(draft_probs, draft_tokens)
-    accepted = _uniforms(k, generator, draft_tokens.device) * q_draft < p_draft
-    n_accepted = _leading_accepts(accepted)
+    n_accepted = _correct_accepts(draft_tokens, draft_probs, target_probs, generator)
     if n_accepted == k:
         return _emit(draft_tokens, k, sample_from(target_probs[k], generator))
     residual = torch.softmax(target_probs[n_accepted].double() - draft_probs[n_accepted].double(), dim=-1)
@@ -82,11 +87,7 @@ def resample_from_p(draft_tokens, draft_probs, target_probs, generator):
     """On rejection, resample from p instead of the residual normalise(max(0, p - q)): the
     "residual not formed / not normalised" class (transformers PR #28508, DESIGN.md's mutant
     table). Tokens the draft over-proposes end up over-represented."""
-    k = draft_tokens.shape[0]
-    p_draft = _drafted_values(target_probs, draft_tokens)
-    q_draft = _drafted_values(draft_probs, draft_tokens)
-    accepted = _uniforms(k, generator, draft_tokens.device) * q_draft < p_draft
-    n_accepted = _leading_accepts(accepted)
+    n_accepted = _correct_accepts(draft_tokens, draft_probs, target_probs, generator)
     return _emit(draft_tokens, n_accepted, sample_from(target_probs[n_accepted], generator))
 
 
@@ -139,10 +140,7 @@ def bonus_wrong_position(draft_tokens, draft_probs, target_probs, generator):
     """Bonus token sampled from p_k (the last drafted position) instead of p_{k+1}
     (transformers PR #28166: wrong indexing)."""
     k = draft_tokens.shape[0]
-    p_draft = _drafted_values(target_probs, draft_tokens)
-    q_draft = _drafted_values(draft_probs, draft_tokens)
-    accepted = _uniforms(k, generator, draft_tokens.device) * q_draft < p_draft
-    n_accepted = _leading_accepts(accepted)
+    n_accepted = _correct_accepts(draft_tokens, draft_probs, target_probs, generator)
     if n_accepted == k:
         return _emit(draft_tokens, k, sample_from(target_probs[k - 1], generator))
     residual = residual_distribution(target_probs[n_accepted], draft_probs[n_accepted])
@@ -162,11 +160,15 @@ def bf16_draft_logits(draft_tokens, draft_probs, target_probs, generator):
     bfloat16, softmaxed. The two differ by one bf16 rounding of each logit (up to ±0.06 nats at
     that scale), the size of the difference between the two paths in the real bug.
     """
+    return reference_verify(draft_tokens, _float32_path_q(draft_probs), target_probs, generator)
+
+
+def _float32_path_q(draft_probs: torch.Tensor) -> torch.Tensor:
+    """The draft distribution of the other precision path: LLM-scale logits, one bf16 rounding."""
     logits = draft_probs.double().log()
     logits = logits - logits.max(dim=-1, keepdim=True).values + _TOP_LOGIT
     rounded = logits.to(torch.bfloat16).double()
-    other_q = torch.softmax(rounded, dim=-1).to(draft_probs.dtype)
-    return reference_verify(draft_tokens, other_q, target_probs, generator)
+    return torch.softmax(rounded, dim=-1).to(draft_probs.dtype)
 
 
 def deterministic_accept(draft_tokens, draft_probs, target_probs, generator):
@@ -187,10 +189,7 @@ def vocab_padding_off_by_one(draft_tokens, draft_probs, target_probs, generator)
     spurious entry max(0, p_{i+1}[0] - q_{i+1}[0]) at id V, which can be emitted.
     """
     k, vocab = draft_probs.shape
-    p_draft = _drafted_values(target_probs, draft_tokens)
-    q_draft = _drafted_values(draft_probs, draft_tokens)
-    accepted = _uniforms(k, generator, draft_tokens.device) * q_draft < p_draft
-    n_accepted = _leading_accepts(accepted)
+    n_accepted = _correct_accepts(draft_tokens, draft_probs, target_probs, generator)
     if n_accepted == k:
         return _emit(draft_tokens, k, sample_from(target_probs[k], generator))
     flat_p = torch.cat([target_probs.reshape(-1), target_probs.new_zeros(1)]).double()

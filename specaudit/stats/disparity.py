@@ -70,8 +70,8 @@ INTERSECTION = "×"
 # Record fields; every other column of the record table is read as a prompt attribute.
 _RECORD_FIELDS = frozenset(
     "key prompt_id pair_id attributes engine sample seed sampling k prompt_token_ids output_token_ids "
-    "text finish_reason wall_s ttft_s draft_s verify_s steps proposed accepted accepted_per_step beta "
-    "timing_only n_output_tokens".split()
+    "text finish_reason wall_s ttft_s draft_s verify_s step_s steps proposed accepted accepted_per_step "
+    "proposed_per_step beta timing_only n_output_tokens".split()
 )
 _REQUIRED = ("prompt_id", "engine", "accepted", "proposed", "steps", "wall_s")
 
@@ -152,6 +152,64 @@ def _numeric(df: pd.DataFrame, column: str) -> np.ndarray:
     return pd.to_numeric(df[column], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
 
 
+def _n_reached(accepted: np.ndarray, drafted: np.ndarray) -> np.ndarray:
+    """Drafted positions reached by a verification step that accepted a of its k drafted tokens:
+    min(a + 1, k). A position is tried only when every earlier one was accepted, so the step
+    reaches 0..a (the rejection at a included) unless it accepted all k; with k = 0, none."""
+    return np.maximum(np.minimum(accepted + 1, drafted), 0)
+
+
+def _reached_positions(accepted: Sequence[int] | np.ndarray, drafted: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every drafted position reached by steps that accepted ``accepted[s]`` of ``drafted[s]``
+    tokens: the step it belongs to, its index i in that step, and whether it was accepted
+    (i < a_s; position a_s, reached only when a_s < k_s, is the rejection)."""
+    a = np.asarray(accepted, dtype=np.int64).reshape(-1)
+    n = _n_reached(a, np.asarray(drafted, dtype=np.int64).reshape(-1))
+    step = np.repeat(np.arange(a.size), n)
+    index = np.arange(step.size) - np.repeat(np.cumsum(n) - n, n)
+    return step, index, index < a[step]
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """The verification steps of every record of a table, flattened in record order: accepted
+    a_s, drafted k_s and the record's row; and per record whether its counts are consistent."""
+
+    accepted: np.ndarray
+    drafted: np.ndarray
+    row: np.ndarray
+    consistent: np.ndarray
+
+
+def _draft_steps(df: pd.DataFrame) -> _Steps:
+    """Draft length of each step: ``proposed_per_step[s]`` where a record has that field (short
+    near the length budget, heuristic for some engines); else, for older records, the constant
+    ``k``, which is known to hold only when proposed == k·steps. A record is consistent when its
+    per-step lists have ``steps`` entries summing to ``accepted`` and ``proposed`` and no step
+    accepted more than it drafted; the others cannot be split into positions and are left out."""
+    n_rows = len(df)
+    k, steps = _numeric(df, "k"), _numeric(df, "steps")
+    accepted, proposed = _numeric(df, "accepted"), _numeric(df, "proposed")
+    empty = (np.zeros(0), np.zeros(0, np.int64))
+    a, row = _flatten(df["accepted_per_step"]) if "accepted_per_step" in df.columns else empty
+    n_steps = np.bincount(row, minlength=n_rows)
+    accepted_sum = np.bincount(row, weights=a, minlength=n_rows)
+    drafted = k[row]
+    has = np.zeros(n_rows, bool)
+    lists_agree = np.zeros(n_rows, bool)
+    if "proposed_per_step" in df.columns:
+        has = df["proposed_per_step"].map(lambda c: isinstance(c, (list, tuple, np.ndarray))).to_numpy(dtype=bool)
+        k_s, row_of_k = _flatten(df["proposed_per_step"])
+        proposed_sum = np.bincount(row_of_k, weights=k_s, minlength=n_rows)
+        lists_agree = has & (np.bincount(row_of_k, minlength=n_rows) == n_steps) & (proposed_sum == proposed)
+        # Both lists are flattened record by record, so where their lengths agree they align.
+        drafted[lists_agree[row]] = k_s[lists_agree[row_of_k]]
+    constant_k = ~has & (proposed == k * steps) & (k > 0)
+    overrun = np.bincount(row, weights=((a > drafted) | (a < 0) | (drafted < 0)).astype(float), minlength=n_rows) > 0
+    consistent = (n_steps == steps) & (accepted_sum == accepted) & (lists_agree | constant_k) & ~overrun
+    return _Steps(accepted=a, drafted=drafted, row=row, consistent=consistent)
+
+
 def _check_records(records: pd.DataFrame) -> pd.DataFrame:
     if not isinstance(records, pd.DataFrame):
         raise InputError(f"disparity: expected the records as a pandas DataFrame, got {type(records).__name__}.")
@@ -225,17 +283,13 @@ def per_prompt_metrics(
     wall, ttft = _numeric(df, "wall_s"), _numeric(df, "ttft_s")
     draft_s, verify_s = _numeric(df, "draft_s"), _numeric(df, "verify_s")
 
-    # Positions reached per record: Σ_s min(a_s + 1, k). Defined only for constant-k records
-    # whose per-step counts agree with the totals (heuristic draft lengths leave it undefined).
+    # Positions reached per record: Σ_s min(a_s + 1, k_s), defined only where the per-step
+    # counts agree with the record's totals (see _draft_steps).
     reached = np.full(n_rows, np.nan)
     if "accepted_per_step" in df.columns:
-        per_step, row_of_step = _flatten(df["accepted_per_step"])
-        k_of_step = k[row_of_step]
-        reached_sum = np.bincount(row_of_step, weights=np.minimum(per_step + 1, k_of_step), minlength=n_rows)
-        n_steps = np.bincount(row_of_step, minlength=n_rows)
-        accepted_sum = np.bincount(row_of_step, weights=per_step, minlength=n_rows)
-        consistent = (n_steps == steps) & (accepted_sum == accepted) & (proposed == k * steps) & (k > 0)
-        reached = np.where(consistent, reached_sum, np.nan)
+        steps_of = _draft_steps(df)
+        reached_sum = np.bincount(steps_of.row, weights=_n_reached(steps_of.accepted, steps_of.drafted), minlength=n_rows)
+        reached = np.where(steps_of.consistent, reached_sum, np.nan)
     beta_sum = beta_n = np.zeros(n_rows)
     if "beta" in df.columns:
         beta_values, row_of_beta = _flatten(df["beta"], depth=2)
@@ -1012,29 +1066,24 @@ def _reconstruct(records: pd.DataFrame, engine: str, table: pd.DataFrame) -> _Po
     df = _check_records(records)
     timing = df["timing_only"].fillna(False).astype(bool).to_numpy() if "timing_only" in df.columns else np.zeros(len(df), bool)
     sub = df.loc[(df["engine"].astype(str).to_numpy() == engine) & ~timing].reset_index(drop=True)
-    empty = (np.zeros(0), np.zeros(0, np.int64))
     k = _numeric(sub, "k")
-    steps, accepted, proposed = _numeric(sub, "steps"), _numeric(sub, "accepted"), _numeric(sub, "proposed")
-    per_step, row_of_step = _flatten(sub["accepted_per_step"]) if "accepted_per_step" in sub.columns else empty
-    tokens, row_of_token = _flatten(sub["output_token_ids"]) if "output_token_ids" in sub.columns else empty
+    steps_of = _draft_steps(sub)
+    tokens, row_of_token = _flatten(sub["output_token_ids"]) if "output_token_ids" in sub.columns else (np.zeros(0), np.zeros(0, np.int64))
     tokens = tokens.astype(np.int64)
-    n_steps = np.bincount(row_of_step, minlength=len(sub))
-    accepted_sum = np.bincount(row_of_step, weights=per_step, minlength=len(sub))
     n_tokens = np.bincount(row_of_token, minlength=len(sub))
-    good = (k > 0) & (n_steps == steps) & (accepted_sum == accepted) & (proposed == k * steps) & (n_steps > 0)
+    good = steps_of.consistent & (np.bincount(steps_of.row, minlength=len(sub)) > 0)
 
-    step_ok = good[row_of_step]
-    a = per_step[step_ok].astype(np.int64)
-    step_row = row_of_step[step_ok]
-    emitted = a + 1
+    step_ok = good[steps_of.row]
+    a = steps_of.accepted[step_ok].astype(np.int64)
+    drafted = steps_of.drafted[step_ok].astype(np.int64)
+    step_row = steps_of.row[step_ok]
+    emitted = a + 1  # a step that drafted nothing still emits the verifier's token
     # Start of each step inside its record's output: the running total of emitted tokens, minus
     # that total at the record's first step.
     before = np.cumsum(emitted) - emitted
     first_step = np.r_[True, step_row[1:] != step_row[:-1]] if step_row.size else np.zeros(0, bool)
     step_start = before - before[first_step][np.cumsum(first_step) - 1]
-    n_reached = np.minimum(a + 1, k[step_row].astype(np.int64))
-    pos_step = np.repeat(np.arange(step_row.size), n_reached)
-    pos_index = np.arange(pos_step.size) - np.repeat(np.cumsum(n_reached) - n_reached, n_reached)
+    pos_step, pos_index, pos_accepted = _reached_positions(a, drafted)
     pos_record = step_row[pos_step]
     pos_in_output = step_start[pos_step] + pos_index
     token_offset = np.r_[0, np.cumsum(n_tokens)[:-1]].astype(np.int64)
@@ -1042,10 +1091,12 @@ def _reconstruct(records: pd.DataFrame, engine: str, table: pd.DataFrame) -> _Po
     pos_token = np.full(pos_step.size, -1, np.int64)
     pos_token[inside] = tokens[token_offset[pos_record[inside]] + pos_in_output[inside]]
     prompt_of_record = pd.Index(table.index).get_indexer(sub["prompt_id"])
+    # Positions shown: up to the largest k configured or drafted (heuristic lengths may exceed k).
+    k_max = int(np.nanmax(np.r_[k[good], drafted, 0]))
     return _Positions(
-        prompt=prompt_of_record[pos_record], index=pos_index, accepted=pos_index < a[pos_step], token=pos_token,
+        prompt=prompt_of_record[pos_record], index=pos_index, accepted=pos_accepted, token=pos_token,
         output_position=pos_in_output, record=pos_record, tokens=tokens, token_offset=token_offset,
-        k_max=int(np.nanmax(k[good])) if good.any() else 0, skipped=int((~good).sum()),
+        k_max=k_max, skipped=int((~good).sum()),
     )
 
 
@@ -1067,10 +1118,12 @@ def drilldown(
     """Acceptance by token rarity and by draft position, corrections and low-acceptance prompts,
     per group, with cluster-bootstrap intervals.
 
-    Steps are reconstructed from ``accepted_per_step`` and ``k``: step s emits a_s + 1 tokens; its
-    drafted positions 0..min(a_s, k − 1) were reached; those below a_s were accepted; position a_s
-    (when a_s < k) was rejected and the emitted token there is the verifier's correction. Records
-    whose per-step counts disagree with their totals or whose draft length varies are skipped.
+    Steps are reconstructed from ``accepted_per_step`` and the draft length k_s of each step
+    (``proposed_per_step``; the constant ``k`` for older records without it): step s emits a_s + 1
+    tokens; its drafted positions 0..min(a_s, k_s − 1) were reached (none when k_s = 0); those
+    below a_s were accepted; position a_s (when a_s < k_s) was rejected and the emitted token there
+    is the verifier's correction. Records whose per-step counts disagree with their totals, and
+    older records whose draft length varied (proposed ≠ k·steps), are skipped.
     When EOS or the length limit cuts the last step short, its positions still count in
     ``by_position`` (the engine reported them) but not where a token is needed.
     ``token_rank``: frequency rank per token id (array, or mapping id -> rank); by default the
@@ -1424,7 +1477,8 @@ def simulate_records(
                 "wall_s": n_steps * step_s * (k * cost_ratio + 1) * rng.lognormal(0.0, timing_noise),
                 "ttft_s": step_s * (k * cost_ratio + 1), "draft_s": n_steps * k * cost_ratio * step_s,
                 "verify_s": n_steps * step_s, "steps": n_steps, "proposed": n_steps * k,
-                "accepted": int(per_step.sum()), "accepted_per_step": per_step.tolist(), "beta": beta.tolist(),
+                "accepted": int(per_step.sum()), "accepted_per_step": per_step.tolist(),
+                "proposed_per_step": [k] * n_steps, "beta": beta.tolist(),
             })
             if vanilla:
                 rows.append({
@@ -1432,6 +1486,6 @@ def simulate_records(
                     "output_token_ids": rng.integers(0, vocab_size, n_out).tolist(),
                     "wall_s": n_out * step_s * rng.lognormal(0.0, timing_noise), "ttft_s": step_s,
                     "draft_s": 0.0, "verify_s": 0.0, "steps": n_out, "proposed": 0, "accepted": 0,
-                    "accepted_per_step": [], "beta": [],
+                    "accepted_per_step": [], "proposed_per_step": [], "beta": [],
                 })
     return pd.DataFrame(rows)

@@ -48,6 +48,7 @@ from specaudit.stats._results import (
     frame_records,
     holm,
 )
+from specaudit.stats.disparity import _reached_positions  # the one rule for which drafted positions a step reached
 from specaudit.stats.scoring import ATTRIBUTE_PREFIX, TokenScores, _audited, _field
 
 GATE_TESTS = ("pit", "surprisal", "draft_affinity", "acceptance")
@@ -179,13 +180,37 @@ def impossible_tokens(scores: TokenScores | pd.DataFrame) -> ImpossibleTokens:
     return ImpossibleTokens(offenders, len(frame))
 
 
+def _draft_lengths(record: Any, accepted: list[int], betas: list[Any], key: str) -> list[int]:
+    """Tokens drafted in each step of a record: its `proposed_per_step` (fewer than k near the
+    length budget, or wherever the engine drafts less); for older records without that field,
+    the length of the step's β list, else k."""
+    drafted = _field(record, "proposed_per_step")
+    if not isinstance(drafted, (list, tuple, np.ndarray)):
+        k_record = int(_field(record, "k", 0) or 0)
+        return [len(betas[j]) if j < len(betas) and betas[j] else k_record for j in range(len(accepted))]
+    drafted = [int(d) for d in drafted]
+    proposed = _field(record, "proposed")
+    if (
+        len(drafted) != len(accepted)
+        or any(a > d for a, d in zip(accepted, drafted))
+        or (isinstance(proposed, (int, np.integer)) and sum(drafted) != proposed)
+    ):
+        raise InputError(
+            f"record {key!r}: proposed_per_step {drafted} does not fit accepted_per_step {accepted} "
+            f"(one entry per step, none accepting more than it drafted) or does not sum to proposed; "
+            "the engine's step counters disagree"
+        )
+    return drafted
+
+
 def acceptance_indicators(records: Iterable[Any], scores: TokenScores | pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per drafted position reached in each verification step of each record.
 
-    Step j of a record accepted a_j drafted tokens, so positions i = 0..min(a_j, k_j − 1) were
-    reached and `accepted` = 1 for i < a_j, 0 at i = a_j. β comes from `scores` (teacher-forced
-    target and draft, independent of the engine) where the position lies inside the output,
-    else from the record's own `beta` list. Rows without any β are left out.
+    Step j of a record accepted a_j of its k_j drafted tokens (k_j from `proposed_per_step`; for
+    older records without it, the step's β list or k), so positions i = 0..min(a_j, k_j − 1) were
+    reached (none when k_j = 0) and `accepted` = 1 for i < a_j, 0 at i = a_j. β comes from
+    `scores` (teacher-forced target and draft, independent of the engine) where the position lies
+    inside the output, else from the record's own `beta` list. Rows without any β are left out.
     Columns: key, prompt_id, engine, step, draft_position, position, accepted, beta, beta_source,
     attr.<dim>.
     """
@@ -197,7 +222,7 @@ def acceptance_indicators(records: Iterable[Any], scores: TokenScores | pd.DataF
             scored = dict(zip(zip(ok["key"], ok["position"]), ok["beta"]))
     rows = []
     for record in _audited(records):
-        steps = list(_field(record, "accepted_per_step") or [])
+        steps = [int(a) for a in (_field(record, "accepted_per_step") or [])]
         k_record = int(_field(record, "k", 0) or 0)
         if not steps or (k_record == 0 and not _field(record, "beta")):
             continue  # vanilla: nothing drafted
@@ -209,33 +234,32 @@ def acceptance_indicators(records: Iterable[Any], scores: TokenScores | pd.DataF
                 f"record {key!r}: accepted_per_step emits {sum(a + 1 for a in steps)} tokens but the output "
                 f"has {n_out}; the engine's step counters do not match its output"
             )
+        drafted = _draft_lengths(record, steps, betas, key)
         attributes = _field(record, "attributes") or {}
-        start = 0
-        for j, accepted in enumerate(steps):
+        step_start = np.cumsum([0] + [a + 1 for a in steps])  # every step emits a_j + 1 tokens
+        for j, i, accepted in zip(*_reached_positions(steps, drafted)):
+            j, i = int(j), int(i)
+            position = int(step_start[j]) + i
             step_beta = betas[j] if j < len(betas) else None
-            k_step = len(step_beta) if step_beta else k_record
-            for i in range(min(int(accepted), k_step - 1) + 1):
-                position = start + i
-                if (key, position) in scored:
-                    beta, source = scored[(key, position)], "scores"
-                elif step_beta is not None and i < len(step_beta):
-                    beta, source = float(step_beta[i]), "record"
-                else:
-                    continue
-                row = {
-                    "key": key,
-                    "prompt_id": str(_field(record, "prompt_id")),
-                    "engine": str(_field(record, "engine")),
-                    "step": j,
-                    "draft_position": i,
-                    "position": position,
-                    "accepted": int(i < accepted),
-                    "beta": float(beta),
-                    "beta_source": source,
-                }
-                row.update({ATTRIBUTE_PREFIX + d: g for d, g in attributes.items()})
-                rows.append(row)
-            start += int(accepted) + 1
+            if (key, position) in scored:
+                beta, source = scored[(key, position)], "scores"
+            elif step_beta is not None and i < len(step_beta):
+                beta, source = float(step_beta[i]), "record"
+            else:
+                continue
+            row = {
+                "key": key,
+                "prompt_id": str(_field(record, "prompt_id")),
+                "engine": str(_field(record, "engine")),
+                "step": j,
+                "draft_position": i,
+                "position": position,
+                "accepted": int(accepted),
+                "beta": float(beta),
+                "beta_source": source,
+            }
+            row.update({ATTRIBUTE_PREFIX + d: g for d, g in attributes.items()})
+            rows.append(row)
     columns = ["key", "prompt_id", "engine", "step", "draft_position", "position", "accepted", "beta", "beta_source"]
     return pd.DataFrame(rows) if rows else pd.DataFrame({c: [] for c in columns})
 

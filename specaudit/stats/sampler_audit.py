@@ -218,6 +218,7 @@ def _large_vocab(k: int, vocab_size: int, rng: np.random.Generator) -> tuple[np.
     )
     spec = SamplingSpec(temperature=1.0, top_p=0.95)
     logits = 2.0 * rng.standard_normal((rows, active))
+    logits[:, -tail:] += 2.0  # keep the last ids likely inside the top-p set
     p = np.zeros((rows, vocab_size))
     q = np.zeros((k, vocab_size))
     p[:, ids] = _warped(logits, spec)
@@ -288,7 +289,7 @@ def _run_case(verify: VerifyFn, case: _Case, trials: int, rng: np.random.Generat
 # statistics
 
 
-def _pooled_test(observed: np.ndarray, expected: np.ndarray, order: np.ndarray, bin_size: float) -> tuple[float, int, float]:
+def _pooled_test(observed: np.ndarray, expected: np.ndarray, order: np.ndarray, bin_size: float):
     """Goodness-of-fit over bins formed by walking tokens in `order` and closing a bin once its
     expected count reaches `bin_size` (a short last bin joins the one before).
 
@@ -296,26 +297,25 @@ def _pooled_test(observed: np.ndarray, expected: np.ndarray, order: np.ndarray, 
     the audit decides at Bonferroni-sized levels (~1e-4), and there Pearson's tail is up to 2-3x
     heavier than its χ² limit when a peaked target leaves one huge bin beside small ones, while
     λ = 1/2 stays within ~10% of it (measured on peaked and Dirichlet targets, bins >= 10).
-    Returns (statistic, bins, pvalue)."""
+    `observed` may carry leading axes (several samples at once). Returns (statistic, bins,
+    pvalue); with fewer than two bins there is nothing to test (statistic 0, p-value 1)."""
+    ordered_expected = expected[order]
     ends: list[int] = []
     accumulated = 0.0
-    ordered_expected = expected[order]
     for index, value in enumerate(ordered_expected.tolist()):
         accumulated += value
         if accumulated >= bin_size:
             ends.append(index + 1)
             accumulated = 0.0
-    if not ends:
-        return 0.0, 1, 1.0
-    ends[-1] = len(order)
-    starts = [0, *ends[:-1]]
     if len(ends) < 2:
         return 0.0, 1, 1.0
-    ordered_observed = observed[order]
-    obs_bins = np.add.reduceat(ordered_observed, starts)
+    starts = [0, *ends[:-1]]  # the tokens after the last closed bin join that bin
+    obs_bins = np.add.reduceat(observed[..., order], starts, axis=-1)
     exp_bins = np.add.reduceat(ordered_expected, starts)
-    result = _scipy_stats.power_divergence(obs_bins, exp_bins, lambda_=0.5)
-    return float(result.statistic), len(ends), float(result.pvalue)
+    result = _scipy_stats.power_divergence(obs_bins, exp_bins, lambda_=0.5, axis=-1)
+    if np.ndim(result.statistic) == 0:
+        return float(result.statistic), len(starts), float(result.pvalue)
+    return result.statistic, len(starts), result.pvalue
 
 
 def _holm(pvalues: np.ndarray) -> np.ndarray:

@@ -24,13 +24,18 @@ from specaudit.stats.disparity import (
 )
 
 
-def record(prompt_id, engine, *, accepted_per_step=(), k=0, tokens=10, wall_s=1.0, timing_only=False, **extra):
+def record(prompt_id, engine, *, accepted_per_step=(), k=0, tokens=10, wall_s=1.0, timing_only=False,
+           proposed_per_step=None, **extra):
+    """A record; without ``proposed_per_step`` it is an older record that drafted k every step."""
     per_step = list(accepted_per_step)
     steps = len(per_step) if engine != "vanilla" else tokens
+    if proposed_per_step is not None:
+        extra["proposed_per_step"] = list(proposed_per_step)
+    proposed = sum(proposed_per_step) if proposed_per_step is not None else k * len(per_step)
     return {
         "key": f"{prompt_id}|{engine}|{extra.pop('sample', 0)}", "prompt_id": prompt_id, "engine": engine,
         "pair_id": extra.pop("pair_id", None), "attributes": extra.pop("attributes", {"dialect": "x"}),
-        "k": k, "steps": steps, "proposed": k * len(per_step), "accepted": sum(per_step),
+        "k": k, "steps": steps, "proposed": proposed, "accepted": sum(per_step),
         "accepted_per_step": per_step, "beta": extra.pop("beta", []),
         "output_token_ids": list(range(100, 100 + tokens)), "wall_s": wall_s, "ttft_s": extra.pop("ttft_s", 0.1),
         "draft_s": extra.pop("draft_s", 0.0), "verify_s": extra.pop("verify_s", 0.0), "timing_only": timing_only,
@@ -66,6 +71,74 @@ def test_per_prompt_metrics_by_hand():
     # c = (0.6 s / 6 proposed) / (1.0 s / 2 steps) = 0.2
     assert row["cost_ratio"] == pytest.approx(0.2)
     assert row["dialect"] == "x"
+
+
+def short_step_records():
+    """Hand-checkable records whose draft length varies from step to step.
+
+    p1 (k = 3, budget 8 tokens) drafts 3, 3, then 2 and 0 as the budget runs out; accepted
+    [0, 3, 1, 0]: step 0 reaches position 0 (rejected), step 1 all 3 (accepted), step 2
+    positions 0 (accepted) and 1 (rejected), step 3 nothing. 4 accepted of 8 proposed, 6
+    reached; a constant k would count 7 reached. Output 100..107, corrections at 100 and 106.
+    p2 (k = 2, a heuristic draft length of 1 then 3), accepted [1, 2]: reaches 1 + 3 positions,
+    3 accepted, rejection at the third position of step 1. Output 200..204, correction at 204.
+    p3 is an older record without proposed_per_step (constant k = 2), accepted [1, 2]: 4
+    reached, 3 accepted. The others have counters that disagree and must be left out.
+    """
+    g = {"g": "x"}
+    return [
+        record("p1", "speculative", accepted_per_step=[0, 3, 1, 0], proposed_per_step=[3, 3, 2, 0], k=3,
+               tokens=8, attributes=g),
+        record("p2", "speculative", accepted_per_step=[1, 2], proposed_per_step=[1, 3], k=2, attributes=g)
+        | {"output_token_ids": list(range(200, 205))},
+        record("p3", "speculative", accepted_per_step=[1, 2], k=2, tokens=5, attributes=g)
+        | {"output_token_ids": list(range(300, 305))},
+        # Sums to 5 but proposed says 6.
+        record("bad-sum", "speculative", accepted_per_step=[1, 2], proposed_per_step=[2, 3], k=3, tokens=5,
+               attributes=g) | {"proposed": 6},
+        # Two entries for three steps.
+        record("bad-len", "speculative", accepted_per_step=[1, 2, 0], proposed_per_step=[3, 3], k=3, tokens=6,
+               attributes=g) | {"proposed": 6},
+        # Step 1 accepted 2 of 1 drafted.
+        record("bad-step", "speculative", accepted_per_step=[1, 2], proposed_per_step=[3, 1], k=3, tokens=5,
+               attributes=g),
+    ]
+
+
+def test_per_position_acceptance_uses_the_draft_length_of_each_step():
+    table = per_prompt_metrics(pd.DataFrame(short_step_records()))
+    assert table.loc["p1", "reached"] == 6 and table.loc["p1", "proposed"] == 8
+    assert table.loc["p1", "per_position_acceptance"] == pytest.approx(4 / 6)
+    assert table.loc["p1", "acceptance_rate"] == pytest.approx(4 / 8)
+    assert table.loc["p2", "per_position_acceptance"] == pytest.approx(3 / 4)
+    assert table.loc["p3", "per_position_acceptance"] == pytest.approx(3 / 4)  # older record: constant k
+    for name in ("bad-sum", "bad-len", "bad-step"):
+        assert math.isnan(table.loc[name, "per_position_acceptance"]), name
+        assert math.isfinite(table.loc[name, "acceptance_rate"]), name
+    # Record fields are never read as prompt attributes.
+    assert table.attrs["attributes"] == ["g"]
+
+
+def test_a_record_that_drafted_nothing_reaches_no_position():
+    # max_new_tokens = 1: one step with k_s = 0 emits the verifier's token alone.
+    rows = [record("p", "speculative", accepted_per_step=[0], proposed_per_step=[0], k=4, tokens=1),
+            record("q", "speculative", accepted_per_step=[2, 0], proposed_per_step=[2, 0], k=4, tokens=4)]
+    table = per_prompt_metrics(pd.DataFrame(rows))
+    assert table.loc["p", "reached"] == 0 and math.isnan(table.loc["p", "acceptance_rate"])
+    assert table.loc["q", "reached"] == 2 and table.loc["q", "per_position_acceptance"] == 1.0
+
+
+def test_simulated_records_carry_proposed_per_step_and_both_paths_agree():
+    from specaudit.records import check_invariants
+
+    records = simulate_records({"a": 0.6, "b": 0.4}, n_prompts=5, k=3, seed=4)
+    assert check_invariants(records.to_dict(orient="records")) == []
+    spec = records[records["engine"] == "speculative"]
+    assert all(row["proposed_per_step"] == [3] * row["steps"] for _, row in spec.iterrows())
+    with_field = per_prompt_metrics(records)["per_position_acceptance"]
+    without = per_prompt_metrics(records.drop(columns="proposed_per_step"))["per_position_acceptance"]
+    assert with_field.notna().all()
+    pd.testing.assert_series_equal(with_field, without)
 
 
 def test_speedup_is_per_token_so_different_lengths_do_not_bias_it():
@@ -384,6 +457,27 @@ def test_drilldown_reconstructs_steps_by_hand():
     assert rarity.loc["[10, 1000)", "n_positions"] == 9 and rarity.loc["[10, 1000)", "n_accepted"] == 6
     below = dd.below_threshold.set_index("group").loc["x"]
     assert below["n_below"] == 0  # p1 sits exactly at 0.5; "below" is strict
+
+
+def test_drilldown_follows_short_and_empty_steps():
+    dd = drilldown(pd.DataFrame(short_step_records()), "g", n_boot=50, rarity_edges=(250,))
+    assert dd.skipped_records == 3
+    position = dd.by_position[dd.by_position["group"] == "x"].set_index("position")
+    # Position 3 exists because p2 drafted 3 tokens in a step although its k is 2.
+    # Reached / accepted at positions 1, 2, 3: p1 [3, 2, 1] / [2, 1, 1]; p2 [2, 1, 1] / [2, 1, 0];
+    # p3 [2, 2] / [2, 1].
+    assert position.index.tolist() == [1, 2, 3]
+    assert position["n_positions"].tolist() == [3 + 2 + 2, 2 + 1 + 2, 1 + 1]
+    assert position["n_accepted"].tolist() == [2 + 2 + 2, 1 + 1 + 1, 1 + 0]
+    assert position["value"].tolist() == pytest.approx([6 / 7, 3 / 5, 1 / 2])
+    # Corrections: p1 100 and 106 (no correction in its empty last step), p2 204, p3 301.
+    assert sorted(dd.corrections["token_id"]) == [100, 106, 204, 301]
+    example = dd.corrections.set_index("token_id").loc[106]
+    assert example["example_prompt_id"] == "p1" and example["example_position"] == 6
+    rarity = dd.by_rarity[dd.by_rarity["group"] == "x"].set_index("rank_bucket")
+    # Every reached position lies inside its output: p1's 6 + p2's 4 are below 250, p3's 4 above.
+    assert rarity.loc["[0, 250)", "n_positions"] == 10 and rarity.loc["[0, 250)", "n_accepted"] == 7
+    assert rarity.loc["[250, inf)", "n_positions"] == 4 and rarity.loc["[250, inf)", "n_accepted"] == 3
 
 
 def test_drilldown_with_a_rank_table_and_low_acceptance_prompts():

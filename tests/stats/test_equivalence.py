@@ -226,6 +226,48 @@ def test_acceptance_indicators_walk_the_steps():
         eq.acceptance_indicators([bad])
 
 
+def test_acceptance_indicators_follow_short_steps_near_the_length_budget():
+    # k = 3, budget 8 tokens: the engine drafts 3, 3, then 2 and 0 as the budget runs out.
+    base = {
+        "key": "b|speculative|0",
+        "prompt_id": "b",
+        "engine": "speculative",
+        "k": 3,
+        "accepted_per_step": [0, 3, 1, 0],
+        "proposed_per_step": [3, 3, 2, 0],
+        "proposed": 8,
+        "output_token_ids": list(range(8)),
+    }
+    # Our engine: one β per drafted token (none in the empty step).
+    ours = dict(base, beta=[[0.9, 0.8, 0.7], [0.6, 0.5, 0.4], [0.3, 0.2], []])
+    table = eq.acceptance_indicators([ours])
+    # step 0 rejected at output position 0; step 1 accepted positions 1..3 (bonus at 4); step 2
+    # accepted 5 and rejected 6; step 3 drafted nothing (7 is the verifier's token alone).
+    assert table["step"].tolist() == [0, 1, 1, 1, 2, 2]
+    assert table["draft_position"].tolist() == [0, 0, 1, 2, 0, 1]
+    assert table["position"].tolist() == [0, 1, 2, 3, 5, 6]
+    assert table["accepted"].tolist() == [0, 1, 1, 1, 1, 0]
+    assert table["beta"].tolist() == [0.9, 0.6, 0.5, 0.4, 0.3, 0.2]
+
+    # hf-assisted: no β of its own; β from the scores, and the step lengths from the record only.
+    # With a constant k the empty last step would count output position 7 as a rejected draft.
+    hf = dict(base, key="b|hf-assisted|0", engine="hf-assisted", beta=[])
+    scores = pd.DataFrame({"key": hf["key"], "position": range(8), "p": 0.5, "beta": np.linspace(0.1, 0.8, 8)})
+    table = eq.acceptance_indicators([hf], scores)
+    assert table["position"].tolist() == [0, 1, 2, 3, 5, 6]
+    assert table["accepted"].tolist() == [0, 1, 1, 1, 1, 0]
+    assert table["beta"].tolist() == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.6, 0.7])
+    assert set(table["beta_source"]) == {"scores"}
+    z = eq.acceptance_calibration(table)
+    beta = np.array([0.1, 0.2, 0.3, 0.4, 0.6, 0.7])
+    expected = (np.array([0, 1, 1, 1, 1, 0]) - beta).sum() / math.sqrt((beta * (1 - beta)).sum())
+    assert z.statistic == pytest.approx(expected) and z.n == 6
+
+    for broken in ({"proposed_per_step": [3, 3, 2]}, {"proposed_per_step": [3, 2, 2, 1]}, {"proposed": 9}):
+        with pytest.raises(InputError, match="proposed_per_step"):
+            eq.acceptance_indicators([dict(ours, **broken)])
+
+
 # ============================================================ the battery and its family-wise rule
 def test_battery_family_wise_false_alarms_and_groups():
     frame = simulate_tokens(N_SEEDS, 300, spec=SPECS[0], seed=31)

@@ -1,0 +1,64 @@
+"""audit: run → analyze → report → gate in one call (what `specaudit audit` does)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from specaudit.config import RunConfig
+from specaudit.errors import InputError
+
+# Budgets for the embedded default on a 2-core CPU: per-group prompts and new tokens.
+DEFAULT_BUDGET = {"per_group": 5, "max_new_tokens": 48}
+QUICK_BUDGET = {"per_group": 2, "max_new_tokens": 32}
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    out_dir: Path
+    snapshot: dict
+    files: dict
+    gate_status: str
+    exit_code: int
+
+
+def default_run_id(cfg: RunConfig) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    names = "-".join(Path(str(x)).name for x in (cfg.target, cfg.draft) if x)
+    return f"{stamp}_{re.sub(r'[^A-Za-z0-9_.:-]+', '_', names).replace(':', '')}"
+
+
+def audit(cfg: RunConfig, out_dir: str | Path, *, analysis: dict | None = None, gate: dict | None = None, pair=None,
+          progress: bool = True, command: str | None = None) -> AuditResult:
+    from specaudit.analysis import SNAPSHOT_FILE, analyze
+    from specaudit.gate import evaluate_gate, load_thresholds
+    from specaudit.records import write_json_atomic
+    from specaudit.report import render_report
+    from specaudit.runner import run
+
+    thresholds = load_thresholds(gate or {})  # impossible thresholds fail before any decoding
+    out_dir = Path(out_dir)
+    if pair is None:
+        from specaudit.models import load_pair
+
+        needs_draft = any(e != "vanilla" for e in cfg.engines)
+        pair = load_pair(cfg.target, cfg.draft if needs_draft else None, device=cfg.device, dtype=cfg.dtype)
+    run(cfg, out_dir, pair=pair, progress=progress, command=command)
+    snapshot = analyze(out_dir, pair=pair, **(analysis or {}))
+    result = evaluate_gate(snapshot, thresholds)
+    snapshot["gate"] = result.to_dict()
+    write_json_atomic(out_dir / SNAPSHOT_FILE, snapshot)
+    files = render_report(snapshot, out_dir)
+    return AuditResult(out_dir, snapshot, files, result.status, result.exit_code)
+
+
+def split_audit_config(options: dict, source: str) -> tuple[dict, dict, dict]:
+    """A config file holds run options at top level plus `analysis:` and `gate:` sections."""
+    analysis = options.pop("analysis", None) or {}
+    gate = options.pop("gate", None) or {}
+    for name, section in (("analysis", analysis), ("gate", gate)):
+        if not isinstance(section, dict):
+            raise InputError(f"{source}: `{name}:` must be a mapping of option: value")
+    return options, {k.replace("-", "_"): v for k, v in analysis.items()}, gate

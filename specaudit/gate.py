@@ -1,0 +1,444 @@
+"""The deployment gate: thresholds → PASS / WARN / FAIL checks on a snapshot → exit code.
+
+The gate reads only snapshot.json (DESIGN.md, Contracts) and re-judges it: Holm-adjusted
+p-values, TV upper bounds and ratios to the reference do not depend on the thresholds, so a
+stricter or looser gate can be applied to an existing snapshot without re-running anything.
+
+Each check is PASS, WARN or FAIL (Evidently's vocabulary, with non-critical checks warning);
+the gate fails when any check fails. A check whose input is missing ("not run") warns: a gate
+must not pass silently on evidence it never saw.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from specaudit.errors import InputError
+
+PASS, WARN, FAIL = "pass", "warn", "fail"
+_RANK = {PASS: 0, WARN: 1, FAIL: 2}
+SEVERITIES = (WARN, FAIL)
+CONTROL_ENGINE = "vanilla"
+DISPARITY_METRICS = ("acceptance_rate", "speedup")
+
+
+@dataclass(frozen=True)
+class GateThresholds:
+    """What the gate demands. ``None`` means "what the analysis used" (its α, δ and band).
+
+    - ``alpha``: family-wise level for the equivalence battery and the disparity tests (Holm).
+    - ``tv_delta``: the equivalence margin δ on total variation; the TV upper bound must be ≤ δ.
+    - ``band_low`` / ``band_high``: tolerance band on a group's ratio to the reference group;
+      with only ``band_low`` given, ``band_high`` = 1 / ``band_low`` (Aequitas' τ ≤ r ≤ 1/τ).
+    - ``disparity_metrics``: metrics whose ratios are gated (from the snapshot's pairwise tests).
+    - ``min_speedup``: each group's measured speed-up should reach this (1.0: not slowed down).
+    - ``min_group_size``: groups with fewer prompts give unreliable intervals and tests.
+    - ``*_severity``: "warn" or "fail" for a check that is not met.
+    """
+
+    alpha: float | None = None
+    tv_delta: float | None = None
+    band_low: float | None = None
+    band_high: float | None = None
+    disparity_metrics: tuple[str, ...] = DISPARITY_METRICS
+    disparity_severity: str = FAIL
+    tv_severity: str = WARN
+    min_speedup: float = 1.0
+    slowdown_severity: str = WARN
+    min_group_size: int = 20
+
+    def __post_init__(self) -> None:
+        _check_number("alpha", self.alpha, low=0.0, high=1.0, allow_none=True, explain="the family-wise error rate, e.g. 0.05")
+        _check_number("tv_delta", self.tv_delta, low=0.0, high=1.0, allow_none=True,
+                      explain="the equivalence margin on total variation, e.g. 0.05")
+        _check_number("band_low", self.band_low, low=0.0, high=1.0, high_inclusive=True, allow_none=True,
+                      explain="the lowest acceptable ratio of a group to the reference, e.g. 0.8")
+        _check_number("band_high", self.band_high, low=1.0, high=math.inf, low_inclusive=True, allow_none=True,
+                      explain="the highest acceptable ratio of a group to the reference, e.g. 1.25")
+        _check_number("min_speedup", self.min_speedup, low=0.0, high=math.inf,
+                      explain="the speed-up every group should reach, e.g. 1.0")
+        if isinstance(self.min_group_size, bool) or not isinstance(self.min_group_size, int) or self.min_group_size < 1:
+            raise InputError(f"gate.min_group_size must be an integer >= 1, got {self.min_group_size!r}")
+        for name in ("disparity_severity", "tv_severity", "slowdown_severity"):
+            value = getattr(self, name)
+            if value not in SEVERITIES:
+                raise InputError(f"gate.{name} must be 'warn' or 'fail', got {value!r}")
+        metrics = self.disparity_metrics
+        if isinstance(metrics, str):
+            metrics = tuple(m.strip() for m in metrics.split(",") if m.strip())
+        if not isinstance(metrics, (list, tuple)) or not metrics or not all(isinstance(m, str) and m for m in metrics):
+            raise InputError(f"gate.disparity_metrics must be a non-empty list of metric names such as acceptance_rate, speedup; got {self.disparity_metrics!r}")
+        object.__setattr__(self, "disparity_metrics", tuple(metrics))
+
+    def band(self, analysis_band: Any = None) -> tuple[float, float]:
+        """The band in force: the gate's own, else the analysis's, else the four-fifths rule."""
+        if self.band_low is not None:
+            return self.band_low, self.band_high if self.band_high is not None else 1.0 / self.band_low
+        low, high = 0.8, 1.25
+        if isinstance(analysis_band, (list, tuple)) and len(analysis_band) == 2 and all(_finite(x) for x in analysis_band):
+            low, high = float(analysis_band[0]), float(analysis_band[1])
+        return low, self.band_high if self.band_high is not None else high
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["disparity_metrics"] = list(self.disparity_metrics)
+        return out
+
+
+def _check_number(name, value, *, low, high, allow_none=False, low_inclusive=False, high_inclusive=False, explain=""):
+    if value is None and allow_none:
+        return
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value >= low if low_inclusive else value > low) and (value <= high if high_inclusive else value < high)
+    if not ok:
+        left = "[" if low_inclusive else "("
+        right = "]" if high_inclusive else ")"
+        upper = "∞" if math.isinf(high) else f"{high:g}"
+        raise InputError(f"gate.{name} must be a number in {left}{low:g}, {upper}{right}, got {value!r} ({explain})")
+
+
+def load_thresholds(source: str | Path | Mapping[str, Any] | None = None) -> GateThresholds:
+    """Thresholds from a YAML config's ``gate:`` section (a path), or from a mapping (either the
+    whole config with a ``gate`` key or the gate section itself). ``None`` gives the defaults."""
+    if source is None:
+        return GateThresholds()
+    where = "gate thresholds"
+    if isinstance(source, (str, Path)):
+        from specaudit.config import load_config_file
+
+        where = f"config file {source}"
+        options = load_config_file(source)
+        section = options.get("gate", {})
+    elif isinstance(source, Mapping):
+        section = source["gate"] if "gate" in source else source
+    else:
+        raise InputError(f"gate thresholds must come from a YAML file or a mapping, got {type(source).__name__}")
+    if section is None:
+        section = {}
+    if not isinstance(section, Mapping):
+        raise InputError(f"{where}: the gate section must be a mapping of threshold: value, got {type(section).__name__}")
+    section = {str(k).replace("-", "_"): v for k, v in section.items()}
+    known = {f.name for f in fields(GateThresholds)}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise InputError(f"{where}: unknown gate setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    try:
+        return GateThresholds(**section)
+    except InputError as err:
+        raise InputError(f"{where}: {err}") from None
+
+
+# ============================================================================ results
+@dataclass(frozen=True)
+class GateCheck:
+    """One check: ``name`` is stable across runs (a JUnit test case), ``message`` says why."""
+
+    name: str
+    title: str
+    status: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "status": self.status, "message": self.message, "details": self.details}
+
+
+@dataclass(frozen=True)
+class GateResult:
+    checks: tuple[GateCheck, ...]
+    thresholds: GateThresholds
+
+    @property
+    def status(self) -> str:
+        return max((c.status for c in self.checks), key=_RANK.__getitem__, default=PASS)
+
+    @property
+    def exit_code(self) -> int:
+        """0: pass (warnings allowed), 1: at least one check failed."""
+        return 1 if self.status == FAIL else 0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s: sum(c.status == s for c in self.checks) for s in (PASS, WARN, FAIL)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The snapshot's ``gate`` section."""
+        return {"status": self.status, "exit_code": self.exit_code, "counts": self.counts,
+                "thresholds": self.thresholds.to_dict(), "checks": [c.to_dict() for c in self.checks]}
+
+    def format(self) -> str:
+        """Plain text for a terminal: one line per check, then the verdict."""
+        width = max((len(c.name) for c in self.checks), default=0)
+        lines = [f"{c.status.upper():4}  {c.name:<{width}}  {c.message}" for c in self.checks]
+        c = self.counts
+        lines.append(f"gate: {self.status.upper()} ({c[PASS]} pass, {c[WARN]} warn, {c[FAIL]} fail)")
+        return "\n".join(lines)
+
+
+# ============================================================================ evaluation
+def evaluate_gate(snapshot: Mapping[str, Any], thresholds: GateThresholds | None = None) -> GateResult:
+    """Judge a snapshot (the dict of snapshot.json) against ``thresholds`` (defaults if None)."""
+    if not isinstance(snapshot, Mapping):
+        raise InputError("the gate needs a snapshot (the mapping read from snapshot.json)")
+    thresholds = thresholds or GateThresholds()
+    checks: list[GateCheck] = []
+    checks += _equivalence_checks(_mapping(snapshot.get("equivalence")), thresholds)
+    checks += _disparity_checks(snapshot, thresholds)
+    return GateResult(tuple(checks), thresholds)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    return f"{value:.{digits}g}" if _finite(value) else "n/a"
+
+
+def _fixed(value: Any) -> str:
+    """Ratios and speed-ups: two decimals read better than significant digits (0.31, 1.00)."""
+    return f"{value:.2f}" if _finite(value) else "n/a"
+
+
+def _not_run(name: str, title: str, what: str) -> GateCheck:
+    return GateCheck(name, title, WARN, f"not run: {what}", {"not_run": True})
+
+
+def _rejections(table: Any, alpha: float) -> list[dict[str, Any]]:
+    """Rows of a Holm gate table rejected at ``alpha``."""
+    rows = table if isinstance(table, list) else []
+    return [r for r in rows if isinstance(r, Mapping) and _finite(r.get("holm_pvalue")) and r["holm_pvalue"] < alpha]
+
+
+def _tested(table: Any) -> bool:
+    return any(isinstance(r, Mapping) and _finite(r.get("holm_pvalue")) for r in (table if isinstance(table, list) else []))
+
+
+def _impossible(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return _mapping(_mapping(entry.get("goodness_of_fit")).get("impossible_tokens"))
+
+
+def _equivalence_checks(section: Mapping[str, Any], t: GateThresholds) -> list[GateCheck]:
+    status = section.get("status")
+    engines = _mapping(section.get("engines"))
+    if not section or status in (None, "not run") or not engines:
+        why = section.get("message") or "the snapshot has no equivalence results (run `specaudit analyze` without --no-equivalence)"
+        return [
+            _not_run("equivalence", "Equivalence not rejected", why),
+            _not_run("control", "Vanilla control passes", why),
+            _not_run("impossible-tokens", "No impossible tokens", why),
+            _not_run("tv-bound", "TV distance within the margin", why),
+        ]
+    alpha = t.alpha if t.alpha is not None else (section.get("alpha") if _finite(section.get("alpha")) else 0.05)
+    greedy = section.get("mode") == "greedy"
+    control = section.get("control") or CONTROL_ENGINE
+    audited = [e for e in engines if e != control]
+    checks = [_engine_equivalence(e, _mapping(engines[e]), alpha, greedy) for e in audited]
+    if not audited:
+        checks.append(_not_run("equivalence", "Equivalence not rejected", "no speculative engine in the run"))
+    checks.append(_control_check(control, engines.get(control), alpha, greedy, section))
+    if not greedy:
+        checks.append(_impossible_check(engines))
+        delta = t.tv_delta
+        for engine in audited:
+            checks.append(_tv_check(engine, _mapping(_mapping(engines[engine]).get("tv_bound")), delta, t.tv_severity))
+    return checks
+
+
+def _engine_equivalence(engine: str, entry: Mapping[str, Any], alpha: float, greedy: bool) -> GateCheck:
+    name, title = f"equivalence[{engine}]", f"Equivalence not rejected: {engine}"
+    if greedy:
+        result = _mapping(entry.get("greedy"))
+        if not result:
+            return _not_run(name, title, f"no greedy comparison for {engine}")
+        divergences = [d for d in result.get("divergences") or [] if isinstance(d, Mapping)]
+        bad = [d for d in divergences if d.get("classification") != "near-tie"]
+        pairs, matches = result.get("n_pairs"), result.get("n_matches")
+        details = {"n_pairs": pairs, "n_matches": matches, "n_divergences": len(divergences), "n_unexplained": len(bad)}
+        if bad:
+            kinds = sorted({str(d.get("classification")) for d in bad})
+            first = bad[0]
+            return GateCheck(name, title, FAIL,
+                             f"{len(bad)} greedy divergence(s) not explained by a near-tie ({', '.join(kinds)}); first: prompt "
+                             f"{first.get('prompt_id')} at position {first.get('position')}", details)
+        extra = f"; {len(divergences)} divergence(s), all floating-point near-ties" if divergences else ""
+        return GateCheck(name, title, PASS, f"greedy output matches vanilla on {matches} of {pairs} prompts{extra}", details)
+    gof = _mapping(entry.get("goodness_of_fit"))
+    two = _mapping(entry.get("two_sample"))
+    rejected = [("goodness-of-fit", r) for r in _rejections(gof.get("gate"), alpha)]
+    rejected += [("two-sample", r) for r in _rejections(two.get("gate"), alpha)]
+    details = {"alpha": alpha, "n_tokens": gof.get("n_tokens"),
+               "rejected": [{"battery": b, "test": r.get("test"), "holm_pvalue": r.get("holm_pvalue")} for b, r in rejected]}
+    if rejected:
+        listed = ", ".join(f"{r.get('test')} (Holm p = {_fmt(r.get('holm_pvalue'))})" for _, r in rejected)
+        return GateCheck(name, title, FAIL, f"{engine} does not follow the target distribution: rejected by {listed} at α = {alpha:g}", details)
+    if not _tested(gof.get("gate")) and not _tested(two.get("gate")):
+        return GateCheck(name, title, WARN, f"not run: no test of {engine} could run (no scored tokens)", {**details, "not_run": True})
+    smallest = min((r["holm_pvalue"] for b in (gof, two) for r in (b.get("gate") or [])
+                    if isinstance(r, Mapping) and _finite(r.get("holm_pvalue"))), default=math.nan)
+    return GateCheck(name, title, PASS,
+                     f"no test rejects at α = {alpha:g} after Holm correction (smallest adjusted p = {_fmt(smallest)}, "
+                     f"{gof.get('n_tokens', 'n/a')} tokens)", details)
+
+
+def _control_check(control: str, entry: Any, alpha: float, greedy: bool, section: Mapping[str, Any]) -> GateCheck:
+    name, title = f"control[{control}]", "Vanilla control passes"
+    if greedy:
+        return GateCheck(name, title, PASS, "greedy mode: outputs are compared with vanilla directly; the control has no test of its own",
+                         {"mode": "greedy"})
+    if not isinstance(entry, Mapping):
+        return _not_run(name, title, f"the run has no {control} engine, so the battery's calibration is unchecked")
+    gof = _mapping(entry.get("goodness_of_fit"))
+    rejected = _rejections(gof.get("gate"), alpha)
+    offenders = _impossible(entry).get("statistic") or 0
+    details = {"alpha": alpha, "rejected": [r.get("test") for r in rejected], "impossible_tokens": offenders}
+    if rejected or offenders or section.get("status") == "error":
+        why = ", ".join(f"{r.get('test')} (Holm p = {_fmt(r.get('holm_pvalue'))})" for r in rejected) or (
+            f"{offenders} impossible token(s)" if offenders else "the analysis marked it as failed")
+        return GateCheck(name, title, FAIL,
+                         f"plain decoding fails its own test ({why}): scoring and decoding disagree, so the audit is invalid", details)
+    if not _tested(gof.get("gate")):
+        return GateCheck(name, title, WARN, "not run: the control had no scored tokens", {**details, "not_run": True})
+    return GateCheck(name, title, PASS, f"plain decoding passes the battery at α = {alpha:g} (the tests are calibrated on this run)", details)
+
+
+def _impossible_check(engines: Mapping[str, Any]) -> GateCheck:
+    name, title = "impossible-tokens", "No impossible tokens"
+    found, tested = {}, 0
+    first = None
+    for engine, entry in engines.items():
+        block = _impossible(_mapping(entry))
+        if not block:
+            continue
+        tested += int(block.get("n") or 0)
+        count = int(block.get("statistic") or 0)
+        if count:
+            found[engine] = count
+            offenders = block.get("offenders") or []
+            if first is None and offenders and isinstance(offenders[0], Mapping):
+                first = (engine, offenders[0])
+    if not tested:
+        return _not_run(name, title, "no scored tokens")
+    if found:
+        where = ", ".join(f"{n} from {e}" for e, n in found.items())
+        example = f"; first: {first[1].get('key')} position {first[1].get('position')}" if first else ""
+        return GateCheck(name, title, FAIL,
+                         f"{sum(found.values())} emitted token(s) have probability 0 under the warped target ({where}){example}: proof of a bug",
+                         {"by_engine": found})
+    return GateCheck(name, title, PASS, f"every one of {tested} scored tokens is possible under the warped target", {"n_tokens": tested})
+
+
+def _tv_check(engine: str, bound: Mapping[str, Any], delta: float | None, severity: str) -> GateCheck:
+    name, title = f"tv-bound[{engine}]", f"TV distance within the margin: {engine}"
+    upper = bound.get("upper")
+    if not _finite(upper):
+        return _not_run(name, title, f"no TV bound for {engine}")
+    delta = delta if delta is not None else (bound.get("delta") if _finite(bound.get("delta")) else 0.05)
+    details = {"upper": upper, "estimate": bound.get("estimate"), "delta": delta, "n_samples": bound.get("n_samples")}
+    if upper <= delta:
+        return GateCheck(name, title, PASS, f"TV upper bound {_fmt(upper)} ≤ δ = {delta:g}: equivalent within the margin", details)
+    why = ("and equality is rejected at this position" if bound.get("verdict") == "different"
+           else f"not shown with {bound.get('n_samples', 'n/a')} samples; more samples per prompt tighten the bound")
+    return GateCheck(name, title, severity, f"TV upper bound {_fmt(upper)} > δ = {delta:g}: equivalence within the margin {why}", details)
+
+
+def _disparity_checks(snapshot: Mapping[str, Any], t: GateThresholds) -> list[GateCheck]:
+    disparities = _mapping(snapshot.get("disparities"))
+    groups = _mapping(snapshot.get("groups"))
+    if not disparities and not groups:
+        why = "the snapshot has no disparity results (the run needs vanilla, a speculative engine and a prompt attribute)"
+        return [_not_run("disparity", "Groups within the tolerance band", why),
+                _not_run("min-speedup", "No group slowed down", why),
+                _not_run("group-size", "Groups large enough", why)]
+    checks: list[GateCheck] = []
+    for dimension in dict.fromkeys([*disparities, *groups]):
+        part = _mapping(disparities.get(dimension))
+        alpha = t.alpha if t.alpha is not None else (part.get("alpha") if _finite(part.get("alpha")) else 0.05)
+        low, high = t.band(part.get("tolerance"))
+        reference = part.get("reference") or _mapping(groups.get(dimension)).get("reference")
+        for metric in t.disparity_metrics:
+            checks.append(_band_check(dimension, metric, _mapping(_mapping(part.get("metrics")).get(metric)), reference,
+                                      alpha, low, high, t.disparity_severity))
+        by_group = _mapping(_mapping(groups.get(dimension)).get("by_group"))
+        checks.append(_speedup_check(dimension, by_group, t.min_speedup, t.slowdown_severity))
+        checks.append(_size_check(dimension, by_group, t.min_group_size))
+    return checks
+
+
+def _band_check(dimension, metric, block, reference, alpha, low, high, severity) -> GateCheck:
+    name, title = f"disparity[{dimension}/{metric}]", f"{dimension}: {metric} ratio to the reference within the band"
+    pairwise = _mapping(block.get("pairwise"))
+    if not pairwise:
+        return _not_run(name, title, f"no pairwise test of {metric} across {dimension} groups")
+    flagged, inconclusive = [], []
+    for group, row in pairwise.items():
+        row = _mapping(row)
+        ratio = _mapping(row.get("ratio")).get("value")
+        if not _finite(ratio) or low <= ratio <= high:
+            continue
+        entry = {"group": group, "ratio": ratio, "ci_low": _mapping(row.get("ratio")).get("ci_low"),
+                 "ci_high": _mapping(row.get("ratio")).get("ci_high"), "pvalue_holm": row.get("pvalue_holm"),
+                 "n_prompts": row.get("n_prompts")}
+        significant = _finite(row.get("pvalue_holm")) and row["pvalue_holm"] < alpha
+        (flagged if significant else inconclusive).append(entry)
+    details = {"reference": reference, "band": [low, high], "alpha": alpha, "flagged": flagged, "inconclusive": inconclusive}
+
+    def describe(rows):
+        return "; ".join(f"{r['group']} {_fixed(r['ratio'])}× [{_fixed(r['ci_low'])}, {_fixed(r['ci_high'])}] "
+                         f"(n = {r['n_prompts']}, Holm p = {_fmt(r['pvalue_holm'], 2)})" for r in rows)
+
+    band = f"[{low:.3g}, {high:.3g}]"
+    if flagged:
+        message = f"{metric} ratio to {reference} outside {band} and significant at α = {alpha:g}: {describe(flagged)}"
+        if inconclusive:
+            message += f"; inconclusive: {describe(inconclusive)}"
+        return GateCheck(name, title, severity, message, details)
+    if inconclusive:
+        return GateCheck(name, title, WARN,
+                         f"{metric} ratio to {reference} outside {band} but not significant (too few prompts to tell): {describe(inconclusive)}",
+                         details)
+    return GateCheck(name, title, PASS, f"every {dimension} group's {metric} is within {band} of {reference}, or not significantly outside it",
+                     details)
+
+
+def _speedup_check(dimension, by_group, minimum, severity) -> GateCheck:
+    name, title = f"min-speedup[{dimension}]", f"{dimension}: no group below the minimum speed-up"
+    measured = {g: _mapping(_mapping(_mapping(e).get("metrics")).get("speedup")) for g, e in by_group.items()}
+    measured = {g: m for g, m in measured.items() if _finite(m.get("value"))}
+    if not measured:
+        return _not_run(name, title, f"no speed-up measured for {dimension} groups")
+    slow = {g: m for g, m in measured.items() if m["value"] < minimum}
+    details = {"min_speedup": minimum, "groups": {g: {k: m.get(k) for k in ("value", "ci_low", "ci_high", "n_prompts")} for g, m in slow.items()}}
+    if slow:
+        listed = "; ".join(f"{g} {_fixed(m['value'])}× [{_fixed(m.get('ci_low'))}, {_fixed(m.get('ci_high'))}]"
+                           + (" (interval below)" if _finite(m.get("ci_high")) and m["ci_high"] < minimum else "")
+                           for g, m in sorted(slow.items(), key=lambda item: item[1]["value"]))
+        return GateCheck(name, title, severity, f"{len(slow)} of {len(measured)} groups measure a speed-up below {minimum:g}×: {listed}", details)
+    slowest = min(measured.items(), key=lambda item: item[1]["value"])
+    return GateCheck(name, title, PASS, f"every group reaches {minimum:g}× (slowest: {slowest[0]} {_fixed(slowest[1]['value'])}×)", details)
+
+
+def _size_check(dimension, by_group, minimum) -> GateCheck:
+    name, title = f"group-size[{dimension}]", f"{dimension}: groups large enough to judge"
+    sizes = {g: _mapping(e).get("n_prompts") for g, e in by_group.items()}
+    if not sizes:
+        return _not_run(name, title, f"no {dimension} groups")
+    small = {g: n for g, n in sizes.items() if not _finite(n) or n < minimum}
+    if small:
+        listed = ", ".join(f"{g} ({n})" for g, n in sorted(small.items(), key=lambda item: (item[1] or 0, item[0])))
+        return GateCheck(name, title, WARN,
+                         f"{len(small)} of {len(sizes)} groups have fewer than {minimum} prompts, so their intervals and tests are weak: {listed}",
+                         {"min_group_size": minimum, "small": small})
+    return GateCheck(name, title, PASS, f"every group has at least {minimum} prompts", {"min_group_size": minimum})
+
+
+__all__ = ["FAIL", "PASS", "WARN", "GateCheck", "GateResult", "GateThresholds", "evaluate_gate", "load_thresholds"]

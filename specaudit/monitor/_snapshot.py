@@ -1,0 +1,254 @@
+"""Reading snapshot.json for monitoring: validation, per-group metric points, fingerprints.
+
+Monitoring reads snapshots only (DESIGN.md, Contracts): never records, never models. Everything
+the history store keeps is derived here, so the store and the drift checks agree on what a
+snapshot means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from datetime import datetime, timezone
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any, Mapping
+
+from specaudit.errors import InputError
+
+# The row label of each dimension's "all prompts" metrics (the snapshot's `overall` block).
+OVERALL = "_overall"
+SNAPSHOT_FILE = "snapshot.json"
+# Bootstrap CIs in snapshots are 95 % unless the analysis section says otherwise.
+DEFAULT_CI_LEVEL = 0.95
+
+
+def supported_schema_version() -> int:
+    # Imported late: specaudit.analysis is the one owner of the snapshot schema number.
+    from specaudit.analysis import SNAPSHOT_SCHEMA_VERSION
+
+    return SNAPSHOT_SCHEMA_VERSION
+
+
+@lru_cache(maxsize=8)
+def _normal_quantile(level: float) -> float:
+    return NormalDist().inv_cdf(0.5 + level / 2)
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One metric of one group in one snapshot: the estimate and its confidence interval."""
+
+    dimension: str
+    group: str
+    metric: str
+    value: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_prompts: int | None = None
+    n_tokens: int | None = None
+    ci_level: float = DEFAULT_CI_LEVEL
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.dimension, self.group, self.metric)
+
+    @cached_property
+    def standard_error(self) -> float:
+        """Normal-approximation standard error from the CI width, (high − low) / (2 z); NaN without a CI.
+
+        Bootstrap percentile CIs can be asymmetric; the half-width average is the approximation
+        the drift test states.
+        """
+        if self.ci_low is None or self.ci_high is None:
+            return math.nan
+        return max(float(self.ci_high) - float(self.ci_low), 0.0) / (2 * _normal_quantile(self.ci_level))
+
+
+@dataclass(frozen=True)
+class SnapshotSummary:
+    """What the history store keeps about a snapshot besides its metric points."""
+
+    name: str
+    created: str
+    equivalence_status: str
+    engine_verdicts: dict[str, str]
+    target: str
+    target_hash: str
+    draft: str
+    draft_hash: str
+    prompt_set: str
+    prompt_set_version: str
+    prompt_set_checksum: str
+    config_hash: str
+    versions_hash: str
+    ci_level: float
+    points: tuple[MetricPoint, ...] = field(repr=False)
+
+
+def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict:
+    """A validated snapshot dict from a snapshot.json path, a run folder holding one, or a dict."""
+    if isinstance(source, Mapping):
+        snapshot, where = dict(source), "snapshot"
+    else:
+        path = Path(source)
+        if path.is_dir():
+            path = path / SNAPSHOT_FILE
+        if not path.is_file():
+            raise InputError(f"snapshot {path} does not exist; run `specaudit analyze RUN_DIR` first or check the path")
+        try:
+            snapshot = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise InputError(f"snapshot {path} is not valid JSON; re-run `specaudit analyze` to rewrite it") from None
+        where = str(path)
+    validate_snapshot(snapshot, where)
+    return snapshot
+
+
+def validate_snapshot(snapshot: Any, where: str = "snapshot") -> None:
+    """Raise InputError naming the first field that does not follow the snapshot contract."""
+    if not isinstance(snapshot, dict) or "schema_version" not in snapshot:
+        raise InputError(f"{where} is not a specaudit snapshot (no schema_version field); pass the snapshot.json written by `specaudit analyze`")
+    expected = supported_schema_version()
+    if snapshot["schema_version"] != expected:
+        raise InputError(f"{where} has schema_version {snapshot['schema_version']!r} but this specaudit reads version {expected}; "
+                         "re-run `specaudit analyze` with this version or upgrade specaudit")
+    for name in ("run", "groups"):
+        if not isinstance(snapshot.get(name), dict):
+            raise InputError(f"{where}: field '{name}' must be an object; the file is damaged or not a snapshot")
+    equivalence = snapshot.get("equivalence")
+    if equivalence is not None and not isinstance(equivalence, dict):
+        raise InputError(f"{where}: field 'equivalence' must be an object")
+    for dimension, block in snapshot["groups"].items():
+        if not isinstance(block, dict) or not isinstance(block.get("by_group", {}), dict):
+            raise InputError(f"{where}: groups.{dimension} must be an object with a 'by_group' object")
+        entries = [("overall", block.get("overall"))] if block.get("overall") is not None else []
+        entries += [(f"by_group.{g}", e) for g, e in block.get("by_group", {}).items()]
+        for label, entry in entries:
+            metrics = entry.get("metrics") if isinstance(entry, dict) else None
+            if not isinstance(metrics, dict):
+                raise InputError(f"{where}: groups.{dimension}.{label} has no 'metrics' object")
+            for metric, triple in metrics.items():
+                if not isinstance(triple, dict) or "value" not in triple:
+                    raise InputError(f"{where}: groups.{dimension}.{label}.metrics.{metric} must be an object with a 'value'")
+                for part in ("value", "ci_low", "ci_high"):
+                    v = triple.get(part)
+                    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                        raise InputError(f"{where}: groups.{dimension}.{label}.metrics.{metric}.{part} must be a number or null, got {v!r}")
+
+
+def ci_level(snapshot: Mapping[str, Any]) -> float:
+    analysis = (snapshot.get("run") or {}).get("analysis") or {}
+    level = analysis.get("ci", analysis.get("confidence_level", DEFAULT_CI_LEVEL))
+    return float(level) if isinstance(level, (int, float)) and 0 < level < 1 else DEFAULT_CI_LEVEL
+
+
+def _number(v: Any) -> float | None:
+    if v is None:
+        return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+def _count(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def metric_points(snapshot: Mapping[str, Any]) -> list[MetricPoint]:
+    """Every (dimension, group, metric) of a snapshot, the overall block as group OVERALL."""
+    level = ci_level(snapshot)
+    points = []
+    for dimension, block in snapshot.get("groups", {}).items():
+        entries = [(OVERALL, block["overall"])] if block.get("overall") is not None else []
+        entries += list(block.get("by_group", {}).items())
+        for group, entry in entries:
+            for metric, triple in entry["metrics"].items():
+                points.append(MetricPoint(str(dimension), str(group), str(metric), _number(triple.get("value")),
+                                          _number(triple.get("ci_low")), _number(triple.get("ci_high")),
+                                          _count(triple.get("n_prompts")), _count(triple.get("n_tokens")), level))
+    return points
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def snapshot_digest(snapshot: Mapping[str, Any]) -> str:
+    """Content hash of a whole snapshot: the same file stored twice is recognised."""
+    return hashlib.sha256(canonical_json(snapshot).encode("utf-8")).hexdigest()
+
+
+def fingerprint(value: Any) -> str:
+    """Short content hash: equal fingerprints mean the same model / prompt set / config."""
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:16]
+
+
+def _utc_iso(text: Any) -> str | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:  # naive times are taken as UTC, the runner's convention
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).isoformat(timespec="seconds")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def config_context(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings that change what a run measures, apart from models and prompt set (their own fingerprints).
+
+    Paths to models and prompts are left out: the same weights moved to another folder are the
+    same audit subject, and their content hashes are compared separately.
+    """
+    run = snapshot.get("run") or {}
+    config = {k: v for k, v in (run.get("config") or {}).items() if k not in ("target", "draft", "prompts")}
+    analysis = {k: v for k, v in (run.get("analysis") or {}).items() if k != "seconds"}
+    return {"config": config, "analysis": analysis}
+
+
+def _model_context(models: Mapping[str, Any], role: str) -> tuple[str, str]:
+    entry = models.get(role)
+    if entry is None:
+        return "", ""
+    if not isinstance(entry, Mapping):
+        return str(entry), fingerprint(entry)
+    # The name is a label; the content (hashes, revision, class, size) is the identity.
+    identity = {k: v for k, v in entry.items() if k != "name"}
+    return str(entry.get("name", "")), fingerprint(identity or entry)
+
+
+def summarize(snapshot: Mapping[str, Any]) -> SnapshotSummary:
+    """Fingerprints, tags and metric points of a validated snapshot."""
+    run = snapshot.get("run") or {}
+    models = run.get("models") or {}
+    target, target_hash = _model_context(models, "target")
+    draft, draft_hash = _model_context(models, "draft")
+    prompt_set = run.get("prompt_set") or {}
+    equivalence = snapshot.get("equivalence") or {}
+    verdicts = {str(engine): str((entry or {}).get("verdict", "unknown"))
+                for engine, entry in (equivalence.get("engines") or {}).items()}
+    return SnapshotSummary(
+        name=str(run.get("id") or "run"),
+        created=_utc_iso(run.get("created")) or utc_now(),
+        equivalence_status=str(equivalence.get("status", "not run")),
+        engine_verdicts=verdicts,
+        target=target,
+        target_hash=target_hash,
+        draft=draft,
+        draft_hash=draft_hash,
+        prompt_set=str(prompt_set.get("name", "")),
+        prompt_set_version=str(prompt_set.get("version", "")),
+        prompt_set_checksum=str(prompt_set.get("checksum") or (fingerprint(prompt_set) if prompt_set else "")),
+        config_hash=fingerprint(config_context(snapshot)),
+        versions_hash=fingerprint(run.get("versions") or {}),
+        ci_level=ci_level(snapshot),
+        points=tuple(metric_points(snapshot)),
+    )

@@ -1,0 +1,334 @@
+"""Trend report: per-group time series of stored runs, as self-contained HTML (inline SVG) and CSV.
+
+The HTML has no script and fetches nothing: CSS and charts are inline, labels pass through
+Jinja's autoescaping, hover details are SVG <title> elements. Each dimension and metric is a
+row of small panels, one per group on a shared y axis, with the run's CI as a band, the
+dimension's overall series dashed for reference, dashed verticals where the target, draft,
+prompt set, config or library versions changed, and the alerts of `monitor check` as marks.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from specaudit.monitor._drift import DEFAULT_METRICS, FAIL, WARN
+from specaudit.monitor._export import write_atomic
+from specaudit.monitor._snapshot import OVERALL, utc_now
+from specaudit.monitor._store import HistoryStore, StoredRun
+
+CSV_COLUMNS = ("run_id", "run", "created", "environment", "dimension", "group", "metric", "value", "ci_low", "ci_high",
+               "n_prompts", "n_tokens", "equivalence_status", "target", "draft", "prompt_set", "config_hash", "alert")
+_PANEL_W, _PANEL_H = 260, 160
+_LEFT, _RIGHT, _TOP, _BOTTOM = 48, 10, 8, 24
+
+
+@dataclass(frozen=True)
+class TrendReport:
+    html_path: Path
+    csv_path: Path
+    n_runs: int
+    n_charts: int
+
+
+def _changes(previous: StoredRun | None, run: StoredRun) -> list[str]:
+    if previous is None:
+        return []
+    pairs = [("target", "target_hash"), ("draft", "draft_hash"), ("prompt set", "prompt_set_checksum"),
+             ("config", "config_hash"), ("libraries", "versions_hash")]
+    return [name for name, attr in pairs if getattr(previous, attr) != getattr(run, attr)]
+
+
+def _collect(store: HistoryStore, environment: str | None, last: int | None):
+    runs = store.runs(environment=environment, limit=last)
+    points = store.points(runs)
+    alerts: dict[tuple[int, str, str, str], str] = {}
+    run_alerts: dict[int, list[dict]] = {}
+    for a in store.alerts(runs):
+        run_alerts.setdefault(a["run_id"], []).append(a)
+        if a["dimension"] is not None:
+            key = (a["run_id"], a["dimension"], a["group"], a["metric"])
+            if alerts.get(key) != FAIL:
+                alerts[key] = a["status"]
+    return runs, points, alerts, run_alerts
+
+
+def trend_rows(store: HistoryStore, *, environment: str | None = None, last: int | None = None,
+               metrics: Sequence[str] | None = None, dimensions: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Long-format rows (CSV_COLUMNS), one per run, dimension, group and metric, oldest run first."""
+    runs, points, alerts, _ = _collect(store, environment, last)
+    rows = []
+    for run in runs:
+        for p in points[run.id]:
+            if (metrics and p.metric not in metrics) or (dimensions and p.dimension not in dimensions):
+                continue
+            rows.append({"run_id": run.id, "run": run.name, "created": run.created, "environment": run.environment,
+                         "dimension": p.dimension, "group": p.group, "metric": p.metric, "value": p.value, "ci_low": p.ci_low,
+                         "ci_high": p.ci_high, "n_prompts": p.n_prompts, "n_tokens": p.n_tokens,
+                         "equivalence_status": run.equivalence_status, "target": run.target, "draft": run.draft,
+                         "prompt_set": f"{run.prompt_set}@{run.prompt_set_version}" if run.prompt_set else "",
+                         "config_hash": run.config_hash, "alert": alerts.get((run.id, p.dimension, p.group, p.metric), "")})
+    return rows
+
+
+def trend_frame(store: HistoryStore, **options: Any):
+    """`trend_rows` as a pandas DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame(trend_rows(store, **options), columns=list(CSV_COLUMNS))
+
+
+def trend_csv(rows: Sequence[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------- charts
+def _fmt(v: float) -> str:
+    return f"{v:.3g}"
+
+
+def _nice_ticks(low: float, high: float, target: int = 5) -> list[float]:
+    """Round tick values (steps of 1, 2 or 5 × 10^k) inside [low, high]."""
+    raw = (high - low) / target
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    first = math.ceil(low / step) * step
+    return [round(first + i * step, 12) for i in range(int((high - first) / step + 1e-9) + 1)]
+
+
+def _y_range(values: list[float]) -> tuple[float, float]:
+    low, high = min(values), max(values)
+    if high - low < 1e-12:
+        pad = abs(high) * 0.1 or 1.0
+        return low - pad, high + pad
+    pad = (high - low) * 0.06
+    return low - pad, high + pad
+
+
+def _panel(title: str, runs: Sequence[StoredRun], series: list, overall: list | None, y_range: tuple[float, float],
+           markers: list[tuple[int, str]], alerts: list[str | None]) -> dict[str, Any]:
+    plot_w, plot_h = _PANEL_W - _LEFT - _RIGHT, _PANEL_H - _TOP - _BOTTOM
+    n = len(runs)
+    ymin, ymax = y_range
+
+    def x(i: int) -> float:
+        return _LEFT + (plot_w * i / (n - 1) if n > 1 else plot_w / 2)
+
+    def y(v: float) -> float:
+        return _TOP + (1 - (v - ymin) / (ymax - ymin)) * plot_h
+
+    def segments(values: list) -> list[list[int]]:
+        out, current = [], []
+        for i, v in enumerate(values):
+            if v is None:
+                if current:
+                    out.append(current)
+                current = []
+            else:
+                current.append(i)
+        return out + ([current] if current else [])
+
+    values = [p[0] if p else None for p in series]
+    bands = []
+    for seg in segments([p if p and p[1] is not None and p[2] is not None else None for p in series]):
+        upper = " L ".join(f"{x(i):.1f} {y(series[i][2]):.1f}" for i in seg)
+        lower = " L ".join(f"{x(i):.1f} {y(series[i][1]):.1f}" for i in reversed(seg))
+        if len(seg) == 1:  # a lone point's CI is a whisker, not an area
+            i = seg[0]
+            bands.append(f"M {x(i) - 3:.1f} {y(series[i][2]):.1f} L {x(i) + 3:.1f} {y(series[i][2]):.1f} "
+                         f"L {x(i) + 3:.1f} {y(series[i][1]):.1f} L {x(i) - 3:.1f} {y(series[i][1]):.1f} Z")
+        else:
+            bands.append(f"M {upper} L {lower} Z")
+    lines = [" ".join(f"{x(i):.1f},{y(values[i]):.1f}" for i in seg) for seg in segments(values)]
+    overall_values = [p[0] if p else None for p in (overall or [])]
+    overall_lines = [" ".join(f"{x(i):.1f},{y(overall_values[i]):.1f}" for i in seg) for seg in segments(overall_values)] if overall else []
+    points = []
+    for i, p in enumerate(series):
+        if not p:
+            continue
+        ci = f" [{_fmt(p[1])}, {_fmt(p[2])}]" if p[1] is not None and p[2] is not None else ""
+        status = alerts[i]
+        tip = f"{runs[i].label} {runs[i].created[:16].replace('T', ' ')}: {_fmt(p[0])}{ci}" + (f" — {status}" if status else "")
+        points.append({"x": round(x(i), 1), "y": round(y(p[0]), 1), "cls": (status or "ok").lower(), "r": 4.5 if status else 2.5,
+                       "title": tip})
+    ticks = [{"y": round(y(v), 1), "label": _fmt(v)} for v in _nice_ticks(ymin, ymax)]
+    xlabels = []
+    if n:
+        xlabels.append({"x": round(x(0), 1), "label": runs[0].label, "anchor": "start" if n > 1 else "middle"})
+    if n > 1:
+        xlabels.append({"x": round(x(n - 1), 1), "label": runs[-1].label, "anchor": "end"})
+    return {"title": title, "w": _PANEL_W, "h": _PANEL_H, "left": _LEFT, "right": _PANEL_W - _RIGHT, "top": _TOP,
+            "bottom": _PANEL_H - _BOTTOM, "bands": bands, "lines": lines, "overall": overall_lines, "points": points,
+            "ticks": ticks, "xlabels": xlabels, "markers": [{"x": round(x(i), 1), "label": text} for i, text in markers]}
+
+
+def _charts(runs: Sequence[StoredRun], points: dict, alerts: dict, metrics: Sequence[str], dimensions: Sequence[str] | None,
+            markers: list[tuple[int, str]]) -> list[dict[str, Any]]:
+    index = {}
+    for i, run in enumerate(runs):
+        for p in points[run.id]:
+            index[(p.dimension, p.group, p.metric, i)] = p
+    found = sorted({(p.dimension, p.metric) for run in runs for p in points[run.id] if p.metric in metrics})
+    charts = []
+    for dimension, metric in sorted(found, key=lambda dm: (dm[0], list(metrics).index(dm[1]))):
+        if dimensions and dimension not in dimensions:
+            continue
+        groups = sorted({g for (d, g, m, _) in index if d == dimension and m == metric}, key=lambda g: (g != OVERALL, g))
+
+        def series(group: str) -> list:
+            out = []
+            for i in range(len(runs)):
+                p = index.get((dimension, group, metric, i))
+                out.append((p.value, p.ci_low, p.ci_high) if p is not None and p.value is not None else None)
+            return out
+
+        all_series = {g: series(g) for g in groups}
+        values = [v for s in all_series.values() for p in s if p for v in p if v is not None and math.isfinite(v)]
+        if not values:
+            continue
+        y_range = _y_range(values)
+        overall = all_series.get(OVERALL)
+        panels = []
+        for g in groups:
+            flags = [alerts.get((run.id, dimension, g, metric)) for run in runs]
+            panels.append(_panel("all prompts" if g == OVERALL else g, runs, all_series[g], None if g == OVERALL else overall,
+                                 y_range, markers, flags))
+        n_alerts = sum(1 for (rid, d, g, m), s in alerts.items() if d == dimension and m == metric and s == FAIL)
+        charts.append({"dimension": dimension, "metric": metric, "panels": panels, "n_fail": n_alerts})
+    return charts
+
+
+_TEMPLATE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{ title }}</title>
+<style>
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1f2328;margin:0;background:#f6f8fa}
+main{max-width:1200px;margin:0 auto;padding:24px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
+h3{font-size:15px;margin:18px 0 6px}
+.meta{color:#57606a}.card{background:#fff;border:1px solid #d0d7de;border-radius:6px;padding:12px 16px;margin:12px 0}
+.status{display:inline-block;font-weight:600;padding:1px 8px;border-radius:10px;color:#fff}
+.s-PASS,.s-pass{background:#1a7f37}.s-WARN{background:#9a6700}.s-FAIL,.s-fail,.s-error{background:#cf222e}.s-none,.s-not-run{background:#6e7781}
+table{border-collapse:collapse;width:100%;background:#fff;font-size:13px}
+th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f6f8fa}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.panels{display:flex;flex-wrap:wrap;gap:8px}
+figure{margin:0;background:#fff;border:1px solid #d0d7de;border-radius:6px;padding:4px}
+figcaption{font-size:12px;font-weight:600;text-align:center}
+svg text{font:10px system-ui,sans-serif;fill:#57606a}
+.band{fill:#0969da;opacity:.18}.line{fill:none;stroke:#0969da;stroke-width:1.6}
+.overall{fill:none;stroke:#6e7781;stroke-width:1;stroke-dasharray:3 3}
+.axis{stroke:#8c959f;stroke-width:1}.grid{stroke:#eaeef2;stroke-width:1}
+.marker{stroke:#8250df;stroke-width:1;stroke-dasharray:4 3}
+circle.ok{fill:#0969da}circle.warn{fill:#d4a72c;stroke:#7d4e00}circle.fail{fill:#cf222e;stroke:#82071e}
+.legend span{margin-right:14px}.swatch{display:inline-block;width:18px;height:8px;vertical-align:middle;margin-right:4px}
+ul.alerts{margin:4px 0;padding-left:18px}code{font-size:12px}
+</style></head>
+<body><main>
+<h1>{{ title }}</h1>
+<div class="meta">Store <code>{{ store }}</code>{% if environment %} · environment <b>{{ environment }}</b>{% endif %} ·
+{{ runs|length }} run(s){% if runs %} from {{ runs[0].created_short }} to {{ runs[-1].created_short }}{% endif %} · generated {{ generated }}</div>
+
+{% if latest %}
+<div class="card"><b>Latest run {{ latest.label }}</b> ({{ latest.created_short }}):
+{% if latest_alerts %}<span class="status s-{{ latest_status }}">{{ latest_status }}</span>
+<ul class="alerts">{% for a in latest_alerts %}<li><span class="status s-{{ a.status }}">{{ a.status }}</span> {{ a.kind }} {{ a.subject }}: {{ a.message }}</li>{% endfor %}</ul>
+{% else %}no alerts recorded (run <code>specaudit monitor check</code> to record them).{% endif %}
+</div>
+{% endif %}
+
+<div class="legend meta"><span><i class="swatch" style="background:#0969da;opacity:.35"></i>{{ ci_text }}</span>
+<span><i class="swatch" style="border-top:2px dashed #6e7781;height:0"></i>all prompts of the dimension</span>
+<span><i class="swatch" style="border-top:2px dashed #8250df;height:0"></i>model / prompt set / config change</span>
+<span><svg width="10" height="10"><circle cx="5" cy="5" r="4.5" class="fail"/></svg> FAIL alert</span>
+<span><svg width="10" height="10"><circle cx="5" cy="5" r="4.5" class="warn"/></svg> WARN</span></div>
+
+{% for chart in charts %}
+<h2>{{ chart.dimension }} · {{ chart.metric }}{% if chart.n_fail %} <span class="status s-FAIL">{{ chart.n_fail }} alert(s)</span>{% endif %}</h2>
+<div class="panels">
+{% for p in chart.panels %}<figure><figcaption>{{ p.title }}</figcaption>
+<svg width="{{ p.w }}" height="{{ p.h }}" viewBox="0 0 {{ p.w }} {{ p.h }}" role="img" aria-label="{{ chart.metric }} of {{ p.title }} over runs">
+{% for t in p.ticks %}<line class="grid" x1="{{ p.left }}" x2="{{ p.right }}" y1="{{ t.y }}" y2="{{ t.y }}"/><text x="{{ p.left - 4 }}" y="{{ t.y + 3 }}" text-anchor="end">{{ t.label }}</text>
+{% endfor %}<line class="axis" x1="{{ p.left }}" x2="{{ p.left }}" y1="{{ p.top }}" y2="{{ p.bottom }}"/><line class="axis" x1="{{ p.left }}" x2="{{ p.right }}" y1="{{ p.bottom }}" y2="{{ p.bottom }}"/>
+{% for m in p.markers %}<line class="marker" x1="{{ m.x }}" x2="{{ m.x }}" y1="{{ p.top }}" y2="{{ p.bottom }}"><title>{{ m.label }}</title></line>
+{% endfor %}{% for b in p.bands %}<path class="band" d="{{ b }}"/>
+{% endfor %}{% for l in p.overall %}<polyline class="overall" points="{{ l }}"/>
+{% endfor %}{% for l in p.lines %}<polyline class="line" points="{{ l }}"/>
+{% endfor %}{% for pt in p.points %}<circle class="{{ pt.cls }}" cx="{{ pt.x }}" cy="{{ pt.y }}" r="{{ pt.r }}"><title>{{ pt.title }}</title></circle>
+{% endfor %}{% for xl in p.xlabels %}<text x="{{ xl.x }}" y="{{ p.bottom + 14 }}" text-anchor="{{ xl.anchor }}">{{ xl.label }}</text>
+{% endfor %}</svg></figure>
+{% endfor %}</div>
+{% else %}<p>No metric series to chart{% if metrics %} for {{ metrics|join(", ") }}{% endif %}.</p>
+{% endfor %}
+
+<h2>Runs</h2>
+<table><thead><tr><th>id</th><th>created (UTC)</th><th>name</th><th>env</th><th>equivalence</th><th>target</th><th>draft</th><th>prompt set</th><th>changed since previous</th><th>alerts</th></tr></thead>
+<tbody>{% for r in runs %}<tr><td>{{ r.label }}{% if r.pinned %} (baseline){% endif %}</td><td>{{ r.created_short }}</td><td>{{ r.name }}</td><td>{{ r.environment }}</td>
+<td><span class="status s-{{ r.equivalence_class }}">{{ r.equivalence }}</span></td><td>{{ r.target }}</td><td>{{ r.draft }}</td><td>{{ r.prompt_set }}</td>
+<td>{{ r.changes }}</td><td class="num">{{ r.alerts }}</td></tr>{% endfor %}</tbody></table>
+
+<p class="meta">Each point is one stored snapshot; bands are the snapshot's own bootstrap confidence intervals (prompts resampled).
+Alerts are those recorded by the latest <code>specaudit monitor check</code> of each run: a FAIL drift is a change significant
+after Holm correction (normal approximation from the two runs' CIs) and beyond the practical threshold; a CUSUM alert is a slow
+drift accumulated over runs. The CSV beside this file has every number shown.</p>
+</main></body></html>
+"""
+
+
+def render_trend_html(store: HistoryStore, *, environment: str | None = None, last: int | None = 50,
+                      metrics: Sequence[str] = DEFAULT_METRICS, dimensions: Sequence[str] | None = None,
+                      title: str | None = None) -> tuple[str, list[StoredRun], int]:
+    """(HTML, runs shown, number of charts)."""
+    import jinja2
+
+    runs, points, alerts, run_alerts = _collect(store, environment, last)
+    pins = {r.id for r in store.baselines().values()}
+    markers = []
+    rows = []
+    for i, run in enumerate(runs):
+        changed = _changes(runs[i - 1] if i else None, run)
+        if changed:
+            markers.append((i, f"{run.label}: {', '.join(changed)} changed"))
+        stored = run_alerts.get(run.id, [])
+        fails = sum(a["status"] == FAIL for a in stored)
+        warns = sum(a["status"] == WARN for a in stored)
+        rows.append({"label": run.label, "created_short": run.created[:16].replace("T", " "), "name": run.name,
+                     "environment": run.environment or "-", "equivalence": run.equivalence_status,
+                     "equivalence_class": run.equivalence_status.replace(" ", "-"), "target": run.target, "draft": run.draft,
+                     "prompt_set": f"{run.prompt_set}@{run.prompt_set_version}" if run.prompt_set else "-",
+                     "changes": ", ".join(changed) or "", "alerts": f"{fails} FAIL, {warns} WARN" if stored else "",
+                     "pinned": run.id in pins})
+    charts = _charts(runs, points, alerts, metrics, dimensions, markers)
+    latest = runs[-1] if runs else None
+    latest_alerts = sorted(run_alerts.get(latest.id, []), key=lambda a: a["status"] != FAIL) if latest else []
+    levels = sorted({f"{r.ci_level:.0%}" for r in runs})
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    html = env.from_string(_TEMPLATE).render(
+        title=title or "specaudit monitoring trend", store=store.url, environment=environment, runs=rows,
+        generated=utc_now(), charts=charts, metrics=list(metrics),
+        latest=rows[-1] if rows else None, latest_alerts=latest_alerts,
+        latest_status=FAIL if any(a["status"] == FAIL for a in latest_alerts) else WARN,
+        ci_text=f"{'/'.join(levels) or '95%'} confidence interval of the run")
+    return html, list(runs), len(charts)
+
+
+def write_trend_report(store: HistoryStore, out_dir: str | Path, *, environment: str | None = None, last: int | None = 50,
+                       metrics: Sequence[str] = DEFAULT_METRICS, dimensions: Sequence[str] | None = None,
+                       title: str | None = None) -> TrendReport:
+    """Write out_dir/trend.html and out_dir/trend.csv (each atomically)."""
+    out = Path(out_dir)
+    html, runs, n_charts = render_trend_html(store, environment=environment, last=last, metrics=metrics, dimensions=dimensions,
+                                             title=title)
+    rows = trend_rows(store, environment=environment, last=last, metrics=metrics, dimensions=dimensions)
+    html_path = write_atomic(out / "trend.html", html)
+    csv_path = write_atomic(out / "trend.csv", trend_csv(rows))
+    return TrendReport(html_path, csv_path, len(runs), n_charts)

@@ -1,0 +1,109 @@
+"""snapshot.json → report.html, summary.md, groups.csv, junit.xml.
+
+The report reads only the snapshot (DESIGN.md, Contracts). Any section may be missing or
+"not run": it then says so, and the rest still renders.
+
+    from specaudit.report import load_snapshot, render_report
+    paths = render_report(load_snapshot("reports/run-1"), "reports/run-1")
+    paths["html"]  # reports/run-1/report.html
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from specaudit.errors import InputError
+from specaudit.report._exports import groups_csv, groups_rows, junit_xml, summary_markdown
+from specaudit.report._view import build_view
+
+SNAPSHOT_FILE = "snapshot.json"
+OUTPUT_FILES = {"html": "report.html", "summary": "summary.md", "groups": "groups.csv", "junit": "junit.xml"}
+
+
+@lru_cache(maxsize=1)
+def _environment():
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("specaudit.report", "templates"),
+        autoescape=True,  # every prompt, group name and token string is escaped unless a chart marks itself safe
+        undefined=jinja2.ChainableUndefined,  # a view key a snapshot lacks renders empty, never raises
+        trim_blocks=False,
+        lstrip_blocks=False,
+    )
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("specaudit")
+    except Exception:  # running from a source tree without metadata
+        return "dev"
+
+
+def render_html(snapshot: Mapping[str, Any]) -> str:
+    """The self-contained HTML report of a snapshot, as a string."""
+    view = build_view(snapshot)
+    return _environment().get_template("report.html.j2").render(v=view, version=_version())
+
+
+def render_summary(snapshot: Mapping[str, Any]) -> str:
+    """The report's headline (verdicts, what to do, headline numbers, gate checks) in Markdown."""
+    return summary_markdown(build_view(snapshot))
+
+
+def render_report(snapshot: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """Write report.html, summary.md, groups.csv and junit.xml into ``out_dir``; return their paths
+    by kind ("html", "summary", "groups", "junit")."""
+    if not isinstance(snapshot, Mapping):
+        raise InputError("render_report needs a snapshot (the mapping read from snapshot.json); use load_snapshot(path)")
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"cannot create the report folder {out_dir}: {err.strerror}") from None
+    view = build_view(snapshot)
+    contents = {
+        "html": _environment().get_template("report.html.j2").render(v=view, version=_version()),
+        "summary": summary_markdown(view),
+        "groups": groups_csv(snapshot),
+        "junit": junit_xml(snapshot.get("gate")),
+    }
+    paths = {}
+    for kind, text in contents.items():
+        path = out_dir / OUTPUT_FILES[kind]
+        staging = path.with_name(f".{path.name}.tmp")  # readers never see half a report
+        staging.write_text(text, encoding="utf-8")
+        staging.replace(path)
+        paths[kind] = path
+    return paths
+
+
+def snapshot_path(path: str | Path) -> Path:
+    """A run folder or a snapshot file → the snapshot file's path."""
+    path = Path(path)
+    return path / SNAPSHOT_FILE if path.is_dir() else path
+
+
+def load_snapshot(path: str | Path) -> dict[str, Any]:
+    """Read snapshot.json from a run folder or a file path, with clear errors for bad input."""
+    file = snapshot_path(path)
+    if not file.is_file():
+        hint = " (run `specaudit analyze RUN_DIR` first)" if Path(path).is_dir() else ""
+        raise InputError(f"{file} does not exist{hint}")
+    try:
+        snapshot = json.loads(file.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InputError(f"{file} is not valid JSON ({err}); regenerate it with `specaudit analyze`") from None
+    if not isinstance(snapshot, dict) or "schema_version" not in snapshot:
+        raise InputError(f"{file} is not a specaudit snapshot (no schema_version); regenerate it with `specaudit analyze`")
+    return snapshot
+
+
+__all__ = ["OUTPUT_FILES", "groups_csv", "groups_rows", "junit_xml", "load_snapshot", "render_html", "render_report",
+           "render_summary", "snapshot_path"]

@@ -1,0 +1,294 @@
+"""Inline SVG charts, written directly in Python: no plotting library, no scripts, no fonts.
+
+Every string that reaches the SVG passes through `markupsafe.escape` (group names and token
+strings come from user data), and every chart carries `role="img"`, an `aria-label`, a
+`<title>` and a `<desc>` so screen readers and printed PDFs keep the meaning.
+
+Colours: the Okabe–Ito palette (safe for the common colour-vision deficiencies); status is
+always shown by marker shape and by text as well, never by colour alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from markupsafe import Markup, escape
+
+# Okabe & Ito (2008), "Color Universal Design".
+OKABE_ITO = {
+    "black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
+    "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7",
+}
+SERIES_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
+STATUS_STYLE = {  # marker shape and colour per disparity status
+    "ok": ("circle", OKABE_ITO["blue"]),
+    "inconclusive": ("diamond", OKABE_ITO["orange"]),
+    "flag": ("square", OKABE_ITO["vermillion"]),
+    "reference": ("circle", OKABE_ITO["black"]),
+    "overall": ("ring", OKABE_ITO["black"]),
+}
+STATUS_WORDS = {"ok": "within band", "inconclusive": "outside band, not significant", "flag": "outside band, significant",
+                "reference": "reference group", "overall": "all prompts"}
+INK, GRID, BAND = "#222222", "#d9d9d9", "#dbe9f6"
+FONT = 12
+
+
+def _f(x: float) -> str:
+    """Coordinates with one decimal: keeps the file small and the drawing exact enough."""
+    return f"{x:.1f}".rstrip("0").rstrip(".") if math.isfinite(x) else "0"
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """Round tick values (1, 2, 2.5, 5 × 10^k steps) covering [low, high]."""
+    if not (_finite(low) and _finite(high)) or high <= low:
+        return [low] if _finite(low) else []
+    raw = (high - low) / max(count, 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    first = math.ceil(low / step - 1e-9) * step
+    ticks = []
+    value = first
+    while value <= high + step * 1e-9:
+        ticks.append(round(value, 12))
+        value += step
+    return ticks
+
+
+def _tick_label(value: float, ticks: Sequence[float]) -> str:
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else abs(value) or 1
+    decimals = max(0, -math.floor(math.log10(step)) + (1 if step / 10 ** math.floor(math.log10(step)) == 2.5 else 0)) if step > 0 else 2
+    return f"{value:.{min(decimals, 6)}f}"
+
+
+def _truncate(text: str, limit: int) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _open(ident: str, width: float, height: float, title: str, desc: str, css_class: str) -> list[str]:
+    # ident is given by the caller (unique within one report) so the same snapshot renders to the same bytes
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="{css_class}" viewBox="0 0 {_f(width)} {_f(height)}" '
+        f'width="{_f(width)}" height="{_f(height)}" role="img" aria-label="{escape(title)}" '
+        f'aria-labelledby="{ident}t {ident}d" font-size="{FONT}">'
+        f'<title id="{ident}t">{escape(title)}</title><desc id="{ident}d">{escape(desc)}</desc>'
+    )
+    return [head]
+
+
+def _text(x, y, content, *, anchor="start", weight=None, fill=INK, size=None, css=None) -> str:
+    extra = (f' font-weight="{weight}"' if weight else "") + (f' font-size="{size}"' if size else "") + (f' class="{css}"' if css else "")
+    return f'<text x="{_f(x)}" y="{_f(y)}" text-anchor="{anchor}" fill="{fill}"{extra}>{escape(content)}</text>'
+
+
+def _marker(shape: str, x: float, y: float, colour: str, size: float = 5.0) -> str:
+    if shape == "square":
+        return f'<rect x="{_f(x - size)}" y="{_f(y - size)}" width="{_f(2 * size)}" height="{_f(2 * size)}" fill="{colour}"/>'
+    if shape == "diamond":
+        s = size * 1.3
+        return f'<path d="M{_f(x)} {_f(y - s)}L{_f(x + s)} {_f(y)}L{_f(x)} {_f(y + s)}L{_f(x - s)} {_f(y)}Z" fill="{colour}"/>'
+    if shape == "ring":
+        return f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{_f(size)}" fill="#ffffff" stroke="{colour}" stroke-width="2"/>'
+    return f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{_f(size)}" fill="{colour}"/>'
+
+
+@dataclass(frozen=True)
+class ForestRow:
+    label: str
+    n_prompts: int | None
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    status: str = "ok"  # ok | inconclusive | flag | reference | overall
+    value_text: str = ""
+
+
+def forest_plot(rows: Sequence[ForestRow], *, title: str, desc: str, axis_label: str, reference_value: float | None = None,
+                band: tuple[float, float] | None = None, null_value: float | None = None, null_label: str = "",
+                width: int = 1000, chart_id: str = "forest") -> Markup:
+    """Point and interval per group, with the tolerance band (reference × [low, high]) shaded,
+    the reference value as a solid line and an optional null line (e.g. speed-up 1×)."""
+    row_h, top, bottom = 24, 30, 62
+    label_w, value_w = 230, 200
+    plot_l, plot_r = label_w, width - value_w
+    height = top + row_h * max(len(rows), 1) + bottom
+    candidates = [v for r in rows for v in (r.value, r.ci_low, r.ci_high) if _finite(v)]
+    band_edges = None
+    if band and _finite(reference_value):
+        band_edges = (reference_value * band[0], reference_value * band[1])
+        candidates += list(band_edges)
+    if _finite(reference_value):
+        candidates.append(reference_value)
+    if _finite(null_value):
+        candidates.append(null_value)
+    out = _open(chart_id, width, height, title, desc, "chart forest")
+    if not candidates:
+        out.append(_text(width / 2, height / 2, "no data", anchor="middle"))
+        return Markup("".join(out) + "</svg>")
+    low, high = min(candidates), max(candidates)
+    if high - low < 1e-12:
+        low, high = low - 0.5 * (abs(low) or 1), high + 0.5 * (abs(high) or 1)
+    pad = 0.04 * (high - low)
+    low, high = low - pad, high + pad
+    if min(candidates) >= 0 and low < 0:
+        low = 0.0
+
+    def sx(v: float) -> float:
+        return plot_l + (v - low) / (high - low) * (plot_r - plot_l)
+
+    plot_bottom = top + row_h * len(rows)
+    if band_edges:
+        a, b = sx(max(band_edges[0], low)), sx(min(band_edges[1], high))
+        out.append(f'<rect x="{_f(a)}" y="{_f(top - 6)}" width="{_f(max(b - a, 0))}" height="{_f(plot_bottom - top + 6)}" fill="{BAND}"/>')
+    ticks = nice_ticks(low, high)
+    for tick in ticks:
+        x = sx(tick)
+        out.append(f'<line x1="{_f(x)}" y1="{_f(top - 6)}" x2="{_f(x)}" y2="{_f(plot_bottom)}" stroke="{GRID}" stroke-width="0.6"/>')
+        out.append(_text(x, plot_bottom + 15, _tick_label(tick, ticks), anchor="middle", size=11))
+    out.append(_text((plot_l + plot_r) / 2, plot_bottom + 31, axis_label, anchor="middle", size=11))
+    if _finite(null_value) and low <= null_value <= high:
+        x = sx(null_value)
+        out.append(f'<line x1="{_f(x)}" y1="{_f(top - 10)}" x2="{_f(x)}" y2="{_f(plot_bottom)}" stroke="{OKABE_ITO["vermillion"]}" stroke-width="1.2" stroke-dasharray="5 3"/>')
+        out.append(_text(x, top - 13, null_label, anchor="middle", size=10, fill=OKABE_ITO["vermillion"]))
+    if _finite(reference_value):
+        x = sx(reference_value)
+        out.append(f'<line x1="{_f(x)}" y1="{_f(top - 6)}" x2="{_f(x)}" y2="{_f(plot_bottom)}" stroke="{INK}" stroke-width="1.2"/>')
+    out.append(_text(label_w - 8, top - 13, "group (prompts)", anchor="end", size=10, weight="bold"))
+    out.append(_text(width - 4, top - 13, "value [95% CI]", anchor="end", size=10, weight="bold"))
+    for i, row in enumerate(rows):
+        y = top + row_h * i + row_h / 2
+        if i % 2:
+            out.append(f'<rect x="0" y="{_f(y - row_h / 2)}" width="{_f(label_w - 4)}" height="{row_h}" fill="#f5f5f5"/>')
+        shape, colour = STATUS_STYLE.get(row.status, STATUS_STYLE["ok"])
+        label = _truncate(row.label, 26) + (f" ({row.n_prompts})" if row.n_prompts is not None else "")
+        weight = "bold" if row.status in ("reference", "overall") else None
+        out.append(f"<g><title>{escape(row.label)}: {escape(row.value_text or 'no data')} — {escape(STATUS_WORDS.get(row.status, row.status))}</title>")
+        out.append(_text(label_w - 8, y + 4, label, anchor="end", weight=weight))
+        if _finite(row.ci_low) and _finite(row.ci_high):
+            a, b = sx(row.ci_low), sx(row.ci_high)
+            out.append(f'<line x1="{_f(a)}" y1="{_f(y)}" x2="{_f(b)}" y2="{_f(y)}" stroke="{colour}" stroke-width="1.6"/>')
+            for x in (a, b):
+                out.append(f'<line x1="{_f(x)}" y1="{_f(y - 4)}" x2="{_f(x)}" y2="{_f(y + 4)}" stroke="{colour}" stroke-width="1.6"/>')
+        if _finite(row.value):
+            out.append(_marker(shape, sx(row.value), y, colour))
+        out.append(_text(width - 4, y + 4, row.value_text or "no data", anchor="end", css="num"))
+        out.append("</g>")
+    if len(rows) > 1 and rows[0].status == "overall":
+        y = top + row_h
+        out.append(f'<line x1="8" y1="{_f(y)}" x2="{_f(width - 4)}" y2="{_f(y)}" stroke="#9a9a9a" stroke-width="0.8"/>')
+    # legend: marker shapes carry the status as much as colour does
+    x, y = 8, height - 12
+    present = [s for s in ("overall", "reference", "ok", "inconclusive", "flag") if any(r.status == s for r in rows)]
+    for status in present:
+        shape, colour = STATUS_STYLE[status]
+        out.append(_marker(shape, x + 5, y - 4, colour, 4.5))
+        words = STATUS_WORDS[status]
+        out.append(_text(x + 14, y, words, size=10))
+        x += 22 + 5.6 * len(words)
+    if band_edges:
+        out.append(f'<rect x="{_f(x)}" y="{_f(y - 9)}" width="14" height="10" fill="{BAND}"/>')
+        words = f"tolerance band (reference × {band[0]:g}–{band[1]:g})"
+        out.append(_text(x + 18, y, words, size=10))
+    return Markup("".join(out) + "</svg>")
+
+
+def pit_histogram(counts: Sequence[int], *, title: str, desc: str, width: int = 380, height: int = 200, chart_id: str = "pit") -> Markup:
+    """PIT counts on equal bins of [0, 1], with the flat line a correct sampler gives and its
+    pointwise 95% range (binomial), so a reader sees which bins stray."""
+    counts = [int(c) for c in counts if _finite(c)]
+    out = _open(chart_id, width, height, title, desc, "chart pit")
+    total = sum(counts)
+    if not counts or total == 0:
+        out.append(_text(width / 2, height / 2, "no PIT values", anchor="middle"))
+        return Markup("".join(out) + "</svg>")
+    left, right, top, bottom = 44, width - 10, 12, height - 34
+    bins = len(counts)
+    p = 1.0 / bins
+    expected = total * p
+    half = 1.96 * math.sqrt(total * p * (1 - p))
+    y_max = max(max(counts), expected + half) * 1.08
+
+    def sy(v: float) -> float:
+        return bottom - v / y_max * (bottom - top)
+
+    ticks = nice_ticks(0, y_max, 4)
+    for tick in ticks:
+        out.append(f'<line x1="{left}" y1="{_f(sy(tick))}" x2="{right}" y2="{_f(sy(tick))}" stroke="{GRID}" stroke-width="0.6"/>')
+        out.append(_text(left - 4, sy(tick) + 4, f"{tick:g}", anchor="end", size=10))
+    out.append(f'<rect x="{left}" y="{_f(sy(expected + half))}" width="{right - left}" height="{_f(sy(max(expected - half, 0)) - sy(expected + half))}" fill="#e6e6e6"/>')
+    bar_w = (right - left) / bins
+    for i, count in enumerate(counts):
+        x = left + i * bar_w
+        out.append(f'<rect x="{_f(x + 0.8)}" y="{_f(sy(count))}" width="{_f(bar_w - 1.6)}" height="{_f(bottom - sy(count))}" fill="{OKABE_ITO["blue"]}">'
+                   f"<title>[{i * p:.2f}, {(i + 1) * p:.2f}): {count}</title></rect>")
+    out.append(f'<line x1="{left}" y1="{_f(sy(expected))}" x2="{right}" y2="{_f(sy(expected))}" stroke="{OKABE_ITO["vermillion"]}" stroke-width="1.4" stroke-dasharray="5 3"/>')
+    out.append(f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="{INK}" stroke-width="0.8"/>')
+    for tick in (0, 0.25, 0.5, 0.75, 1.0):
+        x = left + tick * (right - left)
+        out.append(_text(x, bottom + 13, f"{tick:g}", anchor="middle", size=10))
+    out.append(_text((left + right) / 2, height - 6, "PIT value (flat = correct; dashed: expected, grey: 95% range)", anchor="middle", size=10))
+    return Markup("".join(out) + "</svg>")
+
+
+@dataclass(frozen=True)
+class BarSeries:
+    label: str
+    values: Sequence[float | None]
+    ci_low: Sequence[float | None]
+    ci_high: Sequence[float | None]
+
+
+def grouped_bars(categories: Sequence[str], series: Sequence[BarSeries], *, title: str, desc: str, axis_label: str,
+                 y_max: float | None = 1.0, width: int = 1000, height: int = 250, chart_id: str = "bars") -> Markup:
+    """Bars per category (e.g. draft position), one bar per series (group), with CI whiskers."""
+    out = _open(chart_id, width, height, title, desc, "chart bars")
+    if not categories or not series:
+        out.append(_text(width / 2, height / 2, "no data", anchor="middle"))
+        return Markup("".join(out) + "</svg>")
+    legend_h = 18 * math.ceil(len(series) / 4)
+    left, right, top, bottom = 48, width - 10, 12, height - 34 - legend_h
+    values = [v for s in series for v in (*s.values, *s.ci_high) if _finite(v)]
+    top_value = y_max if y_max is not None else (max(values) * 1.1 if values else 1.0)
+
+    def sy(v: float) -> float:
+        return bottom - max(min(v, top_value), 0) / top_value * (bottom - top)
+
+    ticks = nice_ticks(0, top_value, 4)
+    for tick in ticks:
+        out.append(f'<line x1="{left}" y1="{_f(sy(tick))}" x2="{right}" y2="{_f(sy(tick))}" stroke="{GRID}" stroke-width="0.6"/>')
+        out.append(_text(left - 4, sy(tick) + 4, _tick_label(tick, ticks), anchor="end", size=10))
+    out.append(_text(12, (top + bottom) / 2, axis_label, anchor="middle", size=10).replace(
+        "<text ", f'<text transform="rotate(-90 12 {_f((top + bottom) / 2)})" ', 1))
+    slot = (right - left) / len(categories)
+    bar_w = min(28.0, slot * 0.8 / len(series))
+    for c, category in enumerate(categories):
+        start = left + c * slot + (slot - bar_w * len(series)) / 2
+        for s, one in enumerate(series):
+            value = one.values[c] if c < len(one.values) else None
+            colour = SERIES_COLOURS[s % len(SERIES_COLOURS)] if one.label != "overall" else "#555555"
+            x = start + s * bar_w
+            if _finite(value):
+                out.append(f'<rect x="{_f(x + 0.5)}" y="{_f(sy(value))}" width="{_f(bar_w - 1)}" height="{_f(bottom - sy(value))}" fill="{colour}">'
+                           f"<title>{escape(one.label)}, {escape(category)}: {value:.3f}</title></rect>")
+                lo, hi = one.ci_low[c] if c < len(one.ci_low) else None, one.ci_high[c] if c < len(one.ci_high) else None
+                if _finite(lo) and _finite(hi):
+                    mid = x + bar_w / 2
+                    out.append(f'<line x1="{_f(mid)}" y1="{_f(sy(lo))}" x2="{_f(mid)}" y2="{_f(sy(hi))}" stroke="{INK}" stroke-width="1"/>')
+        out.append(_text(left + c * slot + slot / 2, bottom + 14, category, anchor="middle", size=10))
+    out.append(f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="{INK}" stroke-width="0.8"/>')
+    for s, one in enumerate(series):
+        col, row = s % 4, s // 4
+        x, y = left + col * ((right - left) / 4), bottom + 32 + row * 18
+        colour = SERIES_COLOURS[s % len(SERIES_COLOURS)] if one.label != "overall" else "#555555"
+        out.append(f'<rect x="{_f(x)}" y="{_f(y - 9)}" width="12" height="10" fill="{colour}"/>')
+        out.append(_text(x + 16, y, _truncate(one.label, 24), size=10))
+    return Markup("".join(out) + "</svg>")
+
+
+__all__ = ["BarSeries", "ForestRow", "OKABE_ITO", "forest_plot", "grouped_bars", "nice_ticks", "pit_histogram"]

@@ -1,0 +1,186 @@
+"""Number and status formatting shared by the HTML report, summary.md and the CLI.
+
+Everything takes whatever the snapshot holds (a float, None for NaN, a missing key) and returns
+text; nothing here raises on odd input, because a report must render whatever it is given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+MISSING = "—"
+
+# Badge vocabulary of the report: the gate's pass/warn/fail plus the states a section can be in.
+BADGES = {
+    "pass": ("PASS", "pass", "✓"),
+    "warn": ("WARN", "warn", "!"),
+    "fail": ("FAIL", "fail", "✗"),
+    "error": ("ERROR", "fail", "✗"),
+    "not run": ("NOT RUN", "none", "–"),
+}
+
+# Metric families: the per-group tables are split by family so each fits a printed page.
+METRIC_FAMILIES = {
+    "Acceptance": ("acceptance_rate", "per_position_acceptance", "mean_accepted_tokens", "mean_beta"),
+    "Speed and latency": ("speedup", "tokens_per_s", "vanilla_tokens_per_s", "ttft_s", "latency_per_token_p50_s",
+                          "latency_per_token_p95_s", "cost_ratio"),
+}
+
+METRIC_LABELS = {
+    "acceptance_rate": "acceptance rate",
+    "per_position_acceptance": "per-position acceptance",
+    "mean_accepted_tokens": "tokens per step (τ)",
+    "mean_beta": "mean β (theoretical acceptance)",
+    "speedup": "speed-up",
+    "tokens_per_s": "tokens/s (speculative)",
+    "vanilla_tokens_per_s": "tokens/s (vanilla)",
+    "ttft_s": "time to first token (s)",
+    "latency_per_token_p50_s": "latency per token p50 (s)",
+    "latency_per_token_p95_s": "latency per token p95 (s)",
+    "cost_ratio": "draft/target cost ratio c",
+}
+
+TEST_LABELS = {
+    "pit": "PIT uniformity (Anderson–Darling)",
+    "pit_ks": "PIT uniformity (Kolmogorov–Smirnov)",
+    "surprisal": "surprisal martingale (z)",
+    "draft_affinity": "draft affinity (z)",
+    "acceptance": "acceptance calibration (z)",
+    "impossible_tokens": "impossible tokens (count)",
+    "first_token": "first-token distribution",
+    "length": "output length",
+    "loglik": "sequence log-likelihood",
+    "ngram": "n-gram frequencies",
+    "mmd": "MMD (Hamming kernel)",
+}
+
+
+def finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def get(data: Any, *keys: Any, default: Any = None) -> Any:
+    """data[k1][k2]… or `default` when any level is missing or not a mapping/list."""
+    for key in keys:
+        if isinstance(data, Mapping):
+            data = data.get(key, default)
+        elif isinstance(data, (list, tuple)) and isinstance(key, int) and -len(data) <= key < len(data):
+            data = data[key]
+        else:
+            return default
+        if data is None:
+            return default
+    return data
+
+
+def num(value: Any, digits: int = 3) -> str:
+    """Significant digits for measurements of any scale (0.00384, 281.7, 2.16)."""
+    if not finite(value):
+        return MISSING
+    if isinstance(value, int):
+        return f"{value:,}"
+    if value == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(value)))
+    if magnitude >= digits:
+        return f"{value:,.0f}"
+    decimals = max(0, digits - 1 - magnitude)
+    return f"{value:.{decimals}f}"
+
+
+def setting(value: Any) -> str:
+    """A user-chosen setting (α, δ, a threshold) as the user would write it: 0.05, not 0.0500."""
+    return f"{value:g}" if finite(value) else MISSING
+
+
+def visible(text: Any) -> str:
+    """Token strings with their whitespace and control characters made visible (a newline token
+    would otherwise vanish from a table cell)."""
+    out = []
+    for ch in str(text):
+        if ch == "\n":
+            out.append("↵")
+        elif ch == "\t":
+            out.append("→")
+        elif ch == "\r":
+            out.append("␍")
+        elif ord(ch) < 32 or 127 <= ord(ch) < 160:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def fixed(value: Any, decimals: int = 2) -> str:
+    return f"{value:.{decimals}f}" if finite(value) else MISSING
+
+
+def integer(value: Any) -> str:
+    return f"{int(value):,}" if finite(value) else MISSING
+
+
+def pvalue(value: Any) -> str:
+    if not finite(value):
+        return MISSING
+    if value < 0.001:
+        return "<0.001"
+    return f"{value:.3f}"
+
+
+def percent(value: Any, decimals: int = 0) -> str:
+    return f"{100 * value:.{decimals}f}%" if finite(value) else MISSING
+
+
+def with_ci(value: Any, low: Any, high: Any, fmt=num, suffix: str = "") -> str:
+    """'0.310 [0.288, 0.333]' (the interval is left out when unknown)."""
+    if not finite(value):
+        return MISSING
+    text = f"{fmt(value)}{suffix}"
+    if finite(low) and finite(high):
+        text += f" [{fmt(low)}, {fmt(high)}]"
+    return text
+
+
+def triple(block: Any, fmt=num, suffix: str = "") -> str:
+    """A {value, ci_low, ci_high} mapping as text."""
+    return with_ci(get(block, "value"), get(block, "ci_low"), get(block, "ci_high"), fmt=fmt, suffix=suffix)
+
+
+def metric_value(metric: str, block: Any) -> str:
+    if metric in ("speedup",):
+        return triple(block, fixed, "×")
+    return triple(block)
+
+
+def metric_label(metric: str) -> str:
+    return METRIC_LABELS.get(metric, str(metric).replace("_", " "))
+
+
+def test_label(name: str) -> str:
+    return TEST_LABELS.get(name, str(name).replace("_", " "))
+
+
+def badge(status: Any) -> dict[str, str]:
+    """Text, CSS class and symbol of a status; unknown statuses show as 'not run'."""
+    key = str(status).lower() if status is not None else "not run"
+    key = {"skipped": "not run", "pending": "not run"}.get(key, key)
+    text, css, symbol = BADGES.get(key, BADGES["not run"])
+    return {"text": text, "css": css, "symbol": symbol, "key": key if key in BADGES else "not run"}
+
+
+def worst(statuses: list[str]) -> str:
+    order = {"pass": 0, "not run": 0, "warn": 1, "fail": 2, "error": 3}
+    present = [s for s in statuses if s in order and s != "not run"]
+    if not present:
+        return "not run"
+    return max(present, key=order.__getitem__)
+
+
+def bytes_text(size: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size} B"

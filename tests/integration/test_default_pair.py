@@ -1,0 +1,37 @@
+"""The real default pair: SmolLM2-135M-Instruct (embedded GGUF) with its int8 self-draft, on CPU."""
+
+import pytest
+
+from specaudit.analysis import analyze
+from specaudit.config import RunConfig
+from specaudit.prompts import load_prompts
+from specaudit.records import check_invariants, read_records
+from specaudit.runner import run
+from specaudit.stats.equivalence import greedy_exactness
+
+pytestmark = pytest.mark.integration
+
+
+def test_greedy_engines_match_vanilla_or_diverge_only_at_near_ties(tmp_path, default_pair):
+    prompts = load_prompts("core", dimensions=["vocabulary"], per_group=10, seed=0)  # 20 prompts, 10 minimal pairs
+    cfg = RunConfig(engines=("vanilla", "speculative", "hf-assisted"), temperature=0.0, max_new_tokens=48, warmup=0)
+    run(cfg, tmp_path, pair=default_pair, prompt_set=prompts, progress=False)
+    records = read_records(tmp_path / "records.jsonl")
+    assert len(records) == 60 and not check_invariants(records)
+    for engine in ("speculative", "hf-assisted"):
+        result = greedy_exactness(records, default_pair.target, engine=engine, reference="vanilla")
+        print(engine, result.to_dict())
+        assert result.verdict == "pass", result.to_dict()  # every divergence is a near-tie of the top-2 logits
+        assert result.match_rate >= 0.8
+
+
+def test_sampling_audit_passes_for_vanilla_and_reference_engine(tmp_path, default_pair):
+    prompts = load_prompts("core", dimensions=["language"], per_group=1, seed=0)  # 10 languages, one parallel request
+    cfg = RunConfig(engines=("vanilla", "speculative"), temperature=1.0, samples=3, max_new_tokens=24, warmup=0)
+    run(cfg, tmp_path, pair=default_pair, prompt_set=prompts, progress=False)
+    snapshot = analyze(tmp_path, pair=default_pair, n_boot=200)
+    engines = snapshot["equivalence"]["engines"]
+    assert engines["vanilla"]["verdict"] == "pass"
+    assert engines["speculative"]["verdict"] == "pass"
+    assert engines["speculative"]["goodness_of_fit"]["n_tokens"] >= 400
+    assert snapshot["groups"]["language"]["by_group"]["en"]["metrics"]["acceptance_rate"]["value"] > 0

@@ -1,0 +1,148 @@
+"""The report in a real browser: headless Chromium opens report.html from disk, the DOM holds
+the charts, a screenshot is not blank, printing gives a multi-page PDF, and no request leaves
+the page.
+
+How "no request leaves the page" is checked (three layers, the last one observed, not assumed):
+1. the HTML has no tag or CSS that can fetch (test_report_html.py checks that statically);
+2. the report carries a Content-Security-Policy `default-src 'none'`, and Chromium runs with
+   `--host-resolver-rules="MAP * ~NOTFOUND"`, so any attempt would fail;
+3. Chromium's NetLog (`--log-net-log`) records every URL request the network stack starts. We
+   load a copy of the report with the CSP removed (so the policy cannot hide a reference) and
+   assert that no request was initiated by the page. Browser-internal requests (update and
+   account checks, initiator "not an origin") are not the page's and are ignored. A control
+   page with one external image and stylesheet must show up in the same log, which proves
+   the check can see requests at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+
+from specaudit.gate import evaluate_gate
+from specaudit.report import render_report
+
+CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium") if p and os.path.exists(p)), None)
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (Debian package `chromium`): browser checks not run")
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--disable-extensions", "--host-resolver-rules=MAP * ~NOTFOUND",
+         "--hide-scrollbars"]
+
+
+def _chromium(tmp_path: Path, *args: str, timeout: int = 90) -> subprocess.CompletedProcess:
+    profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"  # fresh profile per run
+    result = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=timeout)
+    shutil.rmtree(profile, ignore_errors=True)
+    return result
+
+
+@pytest.fixture(scope="module")
+def report_file(tmp_path_factory, _snapshot_text) -> Path:
+    snapshot = json.loads(_snapshot_text)
+    snapshot["gate"] = evaluate_gate(snapshot).to_dict()
+    return render_report(snapshot, tmp_path_factory.mktemp("browser"))["html"]
+
+
+# ---------------------------------------------------------------------------- PNG reading (stdlib only)
+def _png_rows(path: Path, max_rows: int):
+    """Yield decoded RGB(A) rows of an 8-bit PNG, top to bottom (enough to judge the first screen)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, header = 8, b"", None
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBB", body[:10])
+        elif kind == b"IDAT":
+            idat += body
+    width, height, depth, colour = header
+    assert depth == 8 and colour in (2, 6), f"unexpected PNG format {depth}/{colour}"
+    bpp = 3 if colour == 2 else 4
+    raw = zlib.decompress(idat)
+    stride = width * bpp
+    previous = bytearray(stride)
+    for y in range(min(height, max_rows)):
+        start = y * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
+        for x in range(stride):  # PNG row filters: none, sub, up, average, Paeth
+            a = line[x - bpp] if x >= bpp else 0
+            b = previous[x]
+            c = previous[x - bpp] if x >= bpp else 0
+            if kind == 1:
+                line[x] = (line[x] + a) & 255
+            elif kind == 2:
+                line[x] = (line[x] + b) & 255
+            elif kind == 3:
+                line[x] = (line[x] + ((a + b) >> 1)) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        previous = line
+        yield width, bpp, bytes(line)
+
+
+# ---------------------------------------------------------------------------- tests
+def test_dom_has_the_charts_and_no_request_leaves_the_page(tmp_path, report_file):
+    # the report with its CSP removed: whatever it references would now really be fetched
+    exposed = tmp_path / "report-no-csp.html"
+    html = report_file.read_text(encoding="utf-8")
+    exposed.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html), encoding="utf-8")
+    assert "Content-Security-Policy" not in exposed.read_text(encoding="utf-8")
+    control = tmp_path / "control.html"
+    control.write_text('<!DOCTYPE html><html><head><link rel="stylesheet" href="https://fonts.example.invalid/a.css"></head>'
+                       '<body><img src="http://images.example.invalid/b.png"><p>control</p></body></html>')
+
+    def page_requests(page: Path):
+        log = tmp_path / f"{page.stem}.netlog.json"
+        result = _chromium(tmp_path, f"--log-net-log={log}", "--dump-dom", page.as_uri())
+        events = json.loads(log.read_text(encoding="utf-8"))
+        names = {v: k for k, v in events["constants"]["logEventTypes"].items()}
+        started = [e["params"] for e in events["events"]
+                   if names.get(e["type"]) == "URL_REQUEST_START_JOB" and "url" in e.get("params", {})]
+        return result.stdout, [p["url"] for p in started if p.get("initiator") != "not an origin"]
+
+    dom, requests = page_requests(exposed)
+    assert requests == [], f"the report made requests: {requests}"
+    assert dom.count("<svg") >= 5 and dom.count("</svg>") == dom.count("<svg")
+    assert dom.count('role="img"') == dom.count("<svg") and "<script" not in dom
+    assert "Speculative decoding audit" in dom and "Deployment gate" in dom
+    _, control_requests = page_requests(control)
+    assert {"https://fonts.example.invalid/a.css", "http://images.example.invalid/b.png"} <= set(control_requests)
+
+
+def test_screenshot_is_not_blank(tmp_path, report_file):
+    shot = tmp_path / "report.png"
+    result = _chromium(tmp_path, "--window-size=1280,900", f"--screenshot={shot}", report_file.as_uri())
+    assert shot.is_file() and shot.stat().st_size > 10_000, result.stderr[-2000:]
+    colours: set[bytes] = set()
+    rows = 0
+    for width, bpp, line in _png_rows(shot, max_rows=420):  # header, navigation and the three verdict cards
+        assert width == 1280
+        rows += 1
+        colours.update(line[i:i + 3] for i in range(0, len(line), bpp * 7))
+    assert rows == 420
+    assert len(colours) > 20, f"screenshot looks blank: {len(colours)} colours"
+    assert b"\xff\xff\xff" in colours  # the page background
+    assert any(r < 60 and g < 70 and 40 < b < 90 for r, g, b in colours)  # the dark header band
+
+
+def test_print_to_pdf_gives_a_multipage_document(tmp_path, report_file):
+    pdf = tmp_path / "report.pdf"
+    result = _chromium(tmp_path, "--no-pdf-header-footer", f"--print-to-pdf={pdf}", report_file.as_uri())
+    assert pdf.is_file(), result.stderr[-2000:]
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF-") and len(data) > 50_000
+    pages = len(re.findall(rb"/Type\s*/Page(?!s)", data))
+    assert pages > 1, f"{pages} page(s)"

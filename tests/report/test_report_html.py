@@ -1,0 +1,334 @@
+"""report.html, summary.md, groups.csv and junit.xml from a real snapshot and from edited ones."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+import re
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+
+import pytest
+
+from report_inputs import HOSTILE_GROUP, HOSTILE_ID, HOSTILE_TOKEN
+from specaudit.cli import main
+from specaudit.errors import InputError
+from specaudit.gate import GateThresholds, evaluate_gate
+from specaudit.report import OUTPUT_FILES, groups_rows, junit_xml, load_snapshot, render_html, render_report, render_summary
+from specaudit.report._exports import CSV_COLUMNS, md_escape
+
+MAX_BYTES = 2 * 1024 * 1024
+
+
+class _Elements(HTMLParser):
+    """Tags (with attributes) and the text inside each <section id=...>, from the real parser."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+        self.section: str | None = None
+        self.section_text: dict[str, list[str]] = {}
+        self.stack: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.tags.append((tag, attrs))
+        if tag == "section":
+            self.section = attrs.get("id")
+            self.section_text.setdefault(self.section, [])
+
+    def handle_endtag(self, tag):
+        if tag == "section":
+            self.section = None
+
+    def handle_data(self, data):
+        if self.section:
+            self.section_text[self.section].append(data)
+
+
+def _parse(html: str) -> _Elements:
+    parser = _Elements()
+    parser.feed(html)
+    return parser
+
+
+def _section(parsed: _Elements, name: str) -> str:
+    return " ".join(" ".join(parsed.section_text.get(name, [])).split())
+
+
+def _gated(snapshot, thresholds=None):
+    snapshot["gate"] = evaluate_gate(snapshot, thresholds).to_dict()
+    return snapshot
+
+
+# ---------------------------------------------------------------------------- the four files
+def test_render_report_writes_all_outputs(tmp_path, snapshot):
+    paths = render_report(_gated(snapshot), tmp_path / "out")
+    assert set(paths) == set(OUTPUT_FILES) and all(p.parent == tmp_path / "out" for p in paths.values())
+    html = paths["html"].read_text(encoding="utf-8")
+    assert 20_000 < len(html.encode()) < MAX_BYTES
+    assert "could not be rendered" not in html  # every section understood the real snapshot
+    assert not list((tmp_path / "out").glob(".*.tmp"))  # staging files renamed into place
+    assert render_html(snapshot) == html  # deterministic: same snapshot, same bytes
+
+
+def test_report_shows_every_required_part(snapshot):
+    html = render_html(_gated(snapshot))
+    parsed = _parse(html)
+    summary, equivalence = _section(parsed, "summary"), _section(parsed, "equivalence")
+    disparity, gate = _section(parsed, "disparity"), _section(parsed, "gate")
+    repro, method = _section(parsed, "reproducibility"), _section(parsed, "methodology")
+    # summary: the three verdicts as text badges, what to do, headline numbers with intervals
+    for label in ("Equivalence", "Disparity", "Gate", "What to do", "Headline numbers"):
+        assert label in summary
+    assert re.search(r"acceptance rate, all prompts \(style\) \d\.\d+ \[\d\.\d+, \d\.\d+\]", summary)
+    assert {"PASS", "WARN", "FAIL"} & set(summary.split())
+    # equivalence: every engine, each test with statistic, p, Holm p; bound, power, PIT chart
+    engines = snapshot["equivalence"]["engines"]
+    for engine in engines:
+        assert engine in equivalence
+    for words in ("PIT uniformity (Anderson–Darling)", "surprisal martingale", "Holm p", "Equivalence bound",
+                  "What this budget could detect", "Two-sample tests against vanilla"):
+        assert words in equivalence
+    spec_p = engines["speculative"]["goodness_of_fit"]["tests"]["surprisal"]["pvalue"]
+    assert f"{spec_p:.3f}" in equivalence or spec_p < 0.001
+    if engines["hf-assisted"]["verdict"] == "fail":
+        assert "hf-assisted: output is NOT distributed as the target's" in summary
+    # disparity: forest plots with the band, group sizes, tests, drill-down, fallback
+    for words in ("Acceptance rate by style", "Speed-up by style", "each group against", "Holm p", "Token-level drill-down",
+                  "Acceptance by draft position", "Fallback simulation", "Recommendations", "Most-corrected tokens"):
+        assert words in disparity, words
+    group_sizes = [n["n_prompts"] for n in snapshot["groups"]["style"]["by_group"].values()]
+    assert f"plain ({group_sizes[0]})" in disparity or "plain (3)" in disparity
+    # gate: one row per check
+    assert all(c["name"] in gate for c in snapshot["gate"]["checks"])
+    # reproducibility: command, model hashes, versions, seeds, prompt-set checksum
+    run = snapshot["run"]
+    assert run["command"] in repro and run["prompt_set"]["checksum"] in repro
+    assert next(iter(run["models"]["target"]["sha256"].values())) in repro
+    assert run["versions"]["torch"] in repro and "seed: run" in repro
+    assert "Holm" in method and "bootstrap" in method
+    # charts: inline SVG, each with a title, a description and an aria-label
+    svgs = [attrs for tag, attrs in parsed.tags if tag == "svg"]
+    n_engines = len(engines)
+    assert len(svgs) >= n_engines + 2 + 1  # PIT per engine, two forest plots, drill-down bars
+    assert all(a.get("role") == "img" and a.get("aria-label") and a.get("aria-labelledby") for a in svgs)
+    ids = {a.get("id") for _, a in parsed.tags if a.get("id")}
+    for a in svgs:
+        assert all(part in ids for part in a["aria-labelledby"].split())
+    assert html.count("<title id=") == html.count("<desc id=") == len(svgs)
+
+
+def test_report_is_self_contained_and_printable(snapshot):
+    html = render_html(_gated(snapshot))
+    parsed = _parse(html)
+    assert not [t for t, _ in parsed.tags if t in ("script", "iframe", "object", "embed", "link", "img", "base")]
+    for tag, attrs in parsed.tags:
+        for name, value in attrs.items():
+            if name in ("src", "href", "xlink:href", "action", "srcset", "poster", "data"):
+                assert value is None or value.startswith("#"), (tag, name, value)  # only in-page anchors
+    assert not re.search(r"url\(|@import|@font-face", html)
+    csp = [a for t, a in parsed.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    assert csp and csp[0]["content"].startswith("default-src 'none'")
+    assert "@media print" in html and "@page" in html and "break-inside: avoid" in html
+    # Okabe–Ito colours, and status also as text next to every badge colour
+    for colour in ("#0072B2", "#E69F00", "#D55E00"):
+        assert colour in html
+    badges = re.findall(r'<span class="badge (\w+)"><span class="sym" aria-hidden="true">.</span>([A-Z ]+)</span>', html)
+    assert badges and all(text.strip() for _, text in badges)
+
+
+# ---------------------------------------------------------------------------- escaping
+def test_html_in_prompt_ids_groups_and_tokens_renders_as_text(tmp_path, snapshot):
+    dim = next(iter(snapshot["groups"]))
+    assert HOSTILE_GROUP in snapshot["groups"][dim]["by_group"]  # the real pipeline carried it through
+    assert HOSTILE_ID in json.dumps(snapshot)
+    paths = render_report(_gated(snapshot), tmp_path)
+    html = paths["html"].read_text(encoding="utf-8")
+    assert not re.search(r"<script", html, re.I)
+    assert "<b " not in html and "<b>" not in html
+    parsed = _parse(html)
+    assert not [t for t, _ in parsed.tags if t in ("script", "b")]
+    assert not [(t, a) for t, attrs in parsed.tags for a in attrs if a.startswith("on")]  # no event handler attributes
+    text = " ".join(" ".join(v) for v in parsed.section_text.values())
+    assert HOSTILE_GROUP in text and HOSTILE_ID in text and HOSTILE_TOKEN in text  # shown, as text
+    # inside SVG too (forest plot labels are group names)
+    svg_text = re.findall(r"<svg.*?</svg>", html, re.S)
+    assert any("&lt;b onmouseover=alert(1)&gt;bold&lt;/b&gt;" in s for s in svg_text)
+    summary = paths["summary"].read_text(encoding="utf-8")
+    assert "<script" not in summary and "<b " not in summary and "&lt;b onmouseover" in summary
+
+
+def test_markdown_escape():
+    assert md_escape("<script>|x*_`") == "&lt;script&gt;\\|x\\*\\_\\`"
+    assert md_escape("two\nlines") == "two lines"
+
+
+# ---------------------------------------------------------------------------- missing and odd sections
+@pytest.mark.parametrize("drop", [
+    ("equivalence", "groups", "disparities", "recommendations", "gate", "run"),
+    ("groups", "disparities", "recommendations"),
+    ("equivalence",),
+    ("gate",),
+])
+def test_missing_sections_render_as_not_run(tmp_path, snapshot, drop):
+    _gated(snapshot)
+    for key in drop:
+        snapshot.pop(key, None)
+    paths = render_report(snapshot, tmp_path)
+    html = paths["html"].read_text(encoding="utf-8")
+    parsed = _parse(html)
+    assert "could not be rendered" not in html
+    if "equivalence" in drop:
+        assert "Equivalence tests: not run" in _section(parsed, "equivalence")
+    if "disparities" in drop:
+        assert "Disparity analysis: not run" in _section(parsed, "disparity")
+    if "gate" in drop:
+        assert "Gate: not run" in _section(parsed, "gate")
+        root = ET.fromstring(paths["junit"].read_text(encoding="utf-8"))
+        assert len(root.iter("testcase").__next__().findall("skipped")) == 1
+    if "run" in drop:
+        assert "Reproducibility record: not run" in _section(parsed, "reproducibility")
+    summary = _section(parsed, "summary")
+    assert summary.count("NOT RUN") >= sum(k in drop for k in ("equivalence", "disparities", "gate"))
+    assert "not run" in paths["summary"].read_text(encoding="utf-8").lower() or len(drop) == 0
+
+
+def test_equivalence_marked_not_run_and_odd_shapes_never_crash(tmp_path, snapshot):
+    snapshot["equivalence"] = {"status": "not run"}
+    snapshot["disparities"] = {"style": ["not", "a", "mapping"]}
+    snapshot["recommendations"] = "garbage"
+    snapshot["gate"] = {"status": "pass"}  # no checks: not a gate result
+    html = render_html(snapshot)
+    parsed = _parse(html)
+    assert "Equivalence tests: not run" in _section(parsed, "equivalence")
+    assert "Gate: not run" in _section(parsed, "gate")
+    assert "Disparity" in _section(parsed, "disparity")
+    for empty in ({}, {"schema_version": 1}, {"schema_version": 1, "run": None, "groups": None}):
+        assert "not run" in render_html(empty)
+    with pytest.raises(InputError):
+        render_report(["not a snapshot"], tmp_path)
+
+
+def test_greedy_equivalence_section_attributes_divergences(snapshot):
+    snapshot["equivalence"] = {
+        "status": "fail", "mode": "greedy", "alpha": 0.05, "delta": 0.05, "control": "vanilla", "family_rule": "exact match",
+        "engines": {"speculative": {"verdict": "fail", "greedy": {
+            "engine": "speculative", "reference": "vanilla", "n_pairs": 20, "n_matches": 18, "match_rate": 0.9,
+            "ci_low": 0.68, "ci_high": 0.99, "verdict": "fail", "divergences": [
+                {"key": "a|speculative|0", "prompt_id": "<i>a</i>", "position": 5, "token": 11, "reference_token": 12,
+                 "logit_gap": 1e-6, "top2_gap": 1e-6, "scale": 9.0, "tolerance": 9e-3, "classification": "near-tie"},
+                {"key": "b|speculative|0", "prompt_id": "b", "position": 2, "token": 3, "reference_token": 4,
+                 "logit_gap": 1.7, "top2_gap": 1.7, "scale": 9.0, "tolerance": 9e-3, "classification": "clear"}]}}}}
+    html = render_html(_gated(snapshot))
+    equivalence = _section(_parse(html), "equivalence")
+    assert "Mode greedy" in equivalence and "18 of 20 prompts" in equivalence and "90% [68%, 99%]" in equivalence
+    assert "NEAR-TIE" in equivalence and "CLEAR" in equivalence and "&lt;i&gt;a&lt;/i&gt;" in html
+    assert "Do not ship speculative" in _section(_parse(html), "summary")
+
+
+# ---------------------------------------------------------------------------- size
+def test_report_stays_small_for_a_default_sized_audit(tmp_path, snapshot):
+    """The default audit has four dimensions and 28 groups (prompt_sets/core); size grows with
+    groups and engines, not prompts. Clone the real per-group results to that shape."""
+    dim = next(iter(snapshot["groups"]))
+    template_group = next(iter(snapshot["groups"][dim]["by_group"].values()))
+    layout = {"vocabulary": 2, "domain": 8, "dialect": 8, "language": 10}
+    for name, count in layout.items():
+        groups = copy.deepcopy(snapshot["groups"][dim])
+        groups["by_group"] = {f"{name}-{i}": copy.deepcopy(template_group) for i in range(count)}
+        snapshot["groups"][name] = groups
+        part = copy.deepcopy(snapshot["disparities"][dim])
+        for metric in part["metrics"].values():
+            if "pairwise" in metric:
+                row = next(iter(metric["pairwise"].values()))
+                metric["pairwise"] = {f"{name}-{i}": copy.deepcopy(row) for i in range(1, count)}
+        drill = part.get("drilldown") or {}
+        for key in ("by_position", "by_rarity", "corrections", "below_threshold"):
+            rows = drill.get(key) or []
+            drill[key] = [dict(r, group=f"{name}-{i}") for i in range(count) for r in rows[: max(1, len(rows) // 2)]]
+        snapshot["disparities"][name] = part
+        advice = copy.deepcopy(snapshot["recommendations"][dim])
+        one = next(iter(advice["by_group"].values()))
+        advice["by_group"] = {f"{name}-{i}": copy.deepcopy(one) for i in range(count)}
+        snapshot["recommendations"][name] = advice
+    paths = render_report(_gated(snapshot), tmp_path)
+    size = paths["html"].stat().st_size
+    assert size < MAX_BYTES / 2, f"report.html is {size / 1024:.0f} KiB for 28 groups"
+    assert len(list(csv.DictReader(io.StringIO(paths["groups"].read_text())))) > 28 * 11
+
+
+# ---------------------------------------------------------------------------- groups.csv
+def test_groups_csv_one_row_per_dimension_group_metric(tmp_path, snapshot):
+    dim = next(iter(snapshot["groups"]))
+    snapshot["groups"][dim]["by_group"]["=HYPERLINK(1)"] = copy.deepcopy(next(iter(snapshot["groups"][dim]["by_group"].values())))
+    paths = render_report(snapshot, tmp_path)
+    rows = list(csv.DictReader(io.StringIO(paths["groups"].read_text(encoding="utf-8"))))
+    assert tuple(rows[0]) == CSV_COLUMNS
+    expected = sum(len(e["metrics"]) for part in snapshot["groups"].values()
+                   for e in [part["overall"], *part["by_group"].values()])
+    assert len(rows) == expected == len(groups_rows(snapshot))
+    keys = {(r["dimension"], r["group"], r["kind"], r["metric"]) for r in rows}
+    assert len(keys) == len(rows)  # one row per dimension × group × metric
+    group, entry = next((g, e) for g, e in snapshot["groups"][dim]["by_group"].items() if g != "=HYPERLINK(1)")
+    row = next(r for r in rows if r["group"] == group and r["metric"] == "acceptance_rate")
+    block = entry["metrics"]["acceptance_rate"]
+    assert float(row["value"]) == block["value"] and float(row["ci_low"]) == block["ci_low"]
+    assert int(row["n_prompts"]) == block["n_prompts"] and int(row["n_tokens"]) == block["n_tokens"]
+    assert any(r["group"] == HOSTILE_GROUP for r in rows)  # csv quoting, not HTML escaping
+    assert any(r["group"] == "'=HYPERLINK(1)" for r in rows) and not any(r["group"].startswith("=") for r in rows)
+    missing = [r for r in rows if r["value"] == ""]
+    assert all(r["ci_low"] == "" for r in missing)  # null in the snapshot → empty cell, never "None"
+
+
+# ---------------------------------------------------------------------------- junit.xml
+def test_junit_has_one_case_per_gate_check(tmp_path, snapshot):
+    result = evaluate_gate(snapshot, GateThresholds(min_speedup=1000.0, slowdown_severity="fail"))
+    snapshot["gate"] = result.to_dict()
+    snapshot["gate"]["checks"][0]["message"] += " token \x07\x00 <&> ⟦x⟧"  # control characters from token strings
+    text = render_report(snapshot, tmp_path)["junit"].read_text(encoding="utf-8")
+    root = ET.fromstring(text.encode("utf-8"))
+    cases = list(root.iter("testcase"))
+    assert [c.get("name") for c in cases] == [c.name for c in result.checks]
+    failed = [c for c in cases if c.find("failure") is not None]
+    warned = [c for c in cases if c.find("skipped") is not None]
+    assert len(failed) == result.counts["fail"] >= 1 and len(warned) == result.counts["warn"]
+    suite = root.find("testsuite")
+    assert int(suite.get("tests")) == len(cases) and int(suite.get("failures")) == len(failed)
+    assert int(suite.get("skipped")) == len(warned) and suite.get("errors") == "0"
+    assert all(c.find("system-out") is not None for c in cases if c.find("failure") is None)
+    first = " ".join([*(e.text or "" for e in cases[0].iter()), *(v for e in cases[0].iter() for v in e.attrib.values())])
+    assert "<&> ⟦x⟧" in first and "\x07" not in first  # escaped by the XML writer; control characters replaced
+    assert all(c.get("classname").startswith("specaudit.gate.") for c in cases)
+
+
+def test_junit_without_a_gate_is_valid_and_says_so():
+    root = ET.fromstring(junit_xml(None))
+    cases = list(root.iter("testcase"))
+    assert len(cases) == 1 and "not run" in cases[0].find("skipped").get("message")
+
+
+# ---------------------------------------------------------------------------- summary.md and CLI
+def test_summary_markdown_matches_the_html_verdicts(snapshot):
+    _gated(snapshot)
+    markdown = render_summary(snapshot)
+    html = render_html(snapshot)
+    for line in ("| Equivalence |", "| Disparity |", "| Gate |", "## What to do", "## Headline numbers", "## Gate checks"):
+        assert line in markdown
+    gate = snapshot["gate"]["status"].upper()
+    assert f"{gate}** |" in markdown.split("| Gate |")[1].split("\n")[0]
+    assert f"{gate}</span></h3>" in html.split(">Gate <")[1][:300]
+
+
+def test_report_cli(tmp_path, audit_run, capsys):
+    assert main(["report", str(audit_run), "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "report.html" in out and (tmp_path / "r" / "junit.xml").is_file()
+    assert main(["report", str(tmp_path / "nowhere")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "x.json").write_text(json.dumps({"no": "schema"}))
+    assert main(["report", str(tmp_path / "x.json")]) == 2
+    with pytest.raises(InputError, match="not a specaudit snapshot"):
+        load_snapshot(tmp_path / "x.json")
