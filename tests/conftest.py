@@ -32,7 +32,8 @@ def tiny_pair(tiny_pair_dir):
     from specaudit.models import load_pair
 
     target, draft = tiny_pair_dir
-    return load_pair(str(target), str(draft), device="cpu")
+    # bench/gpu.sh sets SPECAUDIT_TEST_DEVICE=cuda to run the engine tests on a GPU.
+    return load_pair(str(target), str(draft), device=os.environ.get("SPECAUDIT_TEST_DEVICE", "cpu"))
 
 
 def make_prompt_set(texts: dict[str, str], attributes: dict[str, dict] | None = None, name: str = "test"):

@@ -13,7 +13,9 @@ from typing import Any
 from specaudit.report._format import MISSING, finite, get
 
 # ============================================================================ summary.md
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>])")
+# Only what can start markup inside running text or a table cell: links need "[", emphasis "*"/"_",
+# code "`", tables "|", strikethrough "~"; "<", ">" and "&" become entities first.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 
 def md_escape(text: Any) -> str:

@@ -148,12 +148,6 @@ def triple(block: Any, fmt=num, suffix: str = "") -> str:
     return with_ci(get(block, "value"), get(block, "ci_low"), get(block, "ci_high"), fmt=fmt, suffix=suffix)
 
 
-def metric_value(metric: str, block: Any) -> str:
-    if metric in ("speedup",):
-        return triple(block, fixed, "×")
-    return triple(block)
-
-
 def metric_label(metric: str) -> str:
     return METRIC_LABELS.get(metric, str(metric).replace("_", " "))
 

@@ -12,8 +12,6 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from markupsafe import Markup
-
 from specaudit.report import _charts as charts
 from specaudit.report._format import (
     METRIC_FAMILIES,
@@ -24,7 +22,6 @@ from specaudit.report._format import (
     get,
     integer,
     metric_label,
-    metric_value,
     num,
     percent,
     pvalue,
@@ -393,7 +390,7 @@ def _forest(dimension, metric, groups, metrics, reference, band, ids) -> dict[st
     label = metric_label(metric)
     flagged = [r.label for r in rows if r.status == "flag"]
     unclear = [r.label for r in rows if r.status == "inconclusive"]
-    desc = (f"{label} per {dimension} group with 95% bootstrap intervals over prompts; the shaded band is the reference group "
+    desc = (f"{label.capitalize()} per {dimension} group with 95% bootstrap intervals over prompts; the shaded band is the reference group "
             f"({reference}) value × {band[0]:g}–{band[1]:g}. "
             + (f"Outside the band and significant: {', '.join(flagged)}. " if flagged else "No group is significantly outside the band. ")
             + (f"Outside the band but not significant: {', '.join(unclear)}." if unclear else ""))

@@ -22,7 +22,7 @@ def _run(engine, pair, ids, spec, seed=0, k=4, max_new_tokens=40, draft=None):
     draft = draft if draft is not None else pair.draft
     if engine == "hf-assisted":
         return hf_assisted_generate(pair.target, draft, ids, spec=spec, k=k, max_new_tokens=max_new_tokens, seed=seed, eos_ids=EOS)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=pair.device).manual_seed(seed)
     common = dict(spec=spec, max_new_tokens=max_new_tokens, generator=generator, eos_ids=EOS, vocab_size=pair.vocab_size)
     if engine == "vanilla":
         return vanilla_generate(pair.target, ids, **common)
@@ -87,7 +87,7 @@ def test_speculative_first_token_follows_target_distribution(tiny_pair):
     spec = SamplingSpec(0.8, top_k=20)
     ids = _ids(tiny_pair, TINY_TEXTS["p4"])
     with torch.no_grad():
-        p = warp(tiny_pair.target(torch.tensor([ids])).logits[0, -1], spec).double().numpy()
+        p = warp(tiny_pair.target(torch.tensor([ids], device=tiny_pair.device)).logits[0, -1], spec).double().cpu().numpy()
     counts = np.zeros_like(p)
     for seed in range(600):
         counts[_run("speculative", tiny_pair, ids, spec, seed=seed, k=3, max_new_tokens=4).tokens[0]] += 1
