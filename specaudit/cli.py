@@ -71,6 +71,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="decode a prompt set with each engine and write records.jsonl")
     _add_decoding_options(p)
     p.add_argument("--out", required=True, help="run folder (created; re-running the same command resumes)")
+    p.add_argument("--shard", help="i/N: run only shard i of N (stable by prompt id); combine with `specaudit merge`")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
 
@@ -78,8 +79,26 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from specaudit.runner import run
 
-    summary = run(_run_config(args), args.out, progress=not args.quiet, command=" ".join(["specaudit", *sys.argv[1:]]))
+    from specaudit.shards import parse_shard
+
+    shard = parse_shard(args.shard) if args.shard else None
+    summary = run(_run_config(args), args.out, progress=not args.quiet, command=" ".join(["specaudit", *sys.argv[1:]]), shard=shard)
     print(f"{summary.out_dir}/records.jsonl: {summary.records} records ({summary.written} new, {summary.skipped} resumed) in {summary.seconds:.1f} s")
+    return 0
+
+
+def _add_merge(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("merge", help="combine shard run folders into one (settings must agree)")
+    p.add_argument("--out", required=True, help="new run folder for the merged records")
+    p.add_argument("run_dirs", nargs="+")
+    p.set_defaults(func=cmd_merge)
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from specaudit.shards import merge_runs
+
+    count = merge_runs(args.out, args.run_dirs)
+    print(f"{args.out}/records.jsonl: {count} records from {len(args.run_dirs)} shard(s)")
     return 0
 
 
@@ -388,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)
+    _add_merge(sub)
     _add_analyze(sub)
     _add_audit(sub)
     _add_prompts(sub)

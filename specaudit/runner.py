@@ -110,7 +110,7 @@ def _check_resumable(out_dir: Path, manifest: dict) -> None:
     from specaudit.records import read_manifest
 
     previous = read_manifest(out_dir)
-    for section in ("decoding", "prompt_set_checksum"):
+    for section in ("decoding", "prompt_set_checksum", "shard"):
         if previous.get(section) != manifest.get(section):
             old, new = previous.get(section), manifest.get(section)
             if isinstance(old, dict) and isinstance(new, dict):
@@ -121,8 +121,10 @@ def _check_resumable(out_dir: Path, manifest: dict) -> None:
             raise InputError(f"{out_dir} holds a run with other settings ({detail}); resume with the same settings or choose a new --out")
 
 
-def run(cfg: RunConfig, out_dir: str | Path, *, pair=None, prompt_set=None, progress: bool = True, command: str | None = None) -> RunSummary:
-    """Execute the plan into `out_dir`, skipping records already there."""
+def run(cfg: RunConfig, out_dir: str | Path, *, pair=None, prompt_set=None, progress: bool = True, command: str | None = None,
+        shard: tuple[int, int] | None = None) -> RunSummary:
+    """Execute the plan into `out_dir`, skipping records already there. `shard=(i, N)` runs only
+    the prompts whose stable hash falls in shard i of N (see specaudit.shards)."""
     from tqdm.auto import tqdm
 
     from specaudit.prompts import load_prompts
@@ -134,7 +136,7 @@ def run(cfg: RunConfig, out_dir: str | Path, *, pair=None, prompt_set=None, prog
     if not prompt_set.prompts:
         raise InputError(f"prompt set {cfg.prompts!r} selected no prompts (check --dimensions / --per-group)")
     decoding = cfg.decoding_identity()
-    manifest_stub = {"decoding": decoding, "prompt_set_checksum": prompt_set.checksum}
+    manifest_stub = {"decoding": decoding, "prompt_set_checksum": prompt_set.checksum, "shard": list(shard) if shard else None}
     _check_resumable(out_dir, manifest_stub)
     verify = cfg.load_verify()
     if pair is None:
@@ -164,12 +166,18 @@ def run(cfg: RunConfig, out_dir: str | Path, *, pair=None, prompt_set=None, prog
         "seeds": {"run": cfg.seed, "derivation": "sha256(run_seed|prompt_id|sample)[:8], little-endian, 63 bits"},
         "prompt_set": prompt_set.manifest_entry(),
         "prompt_set_checksum": prompt_set.checksum,
+        "shard": list(shard) if shard else None,
     }
     write_json_atomic(out_dir / MANIFEST_FILE, manifest)
 
     eos_ids = eos_token_ids(pair)
     encoded = {p.id: encode_prompt(pair.tokenizer, p.text, cfg.chat_template) for p in prompt_set.prompts}
-    plan = list(_plan(prompt_set.prompts, cfg))
+    prompts = prompt_set.prompts
+    if shard is not None:
+        from specaudit.shards import shard_of
+
+        prompts = [p for p in prompts if shard_of(p.id, shard[1]) == shard[0]]
+    plan = list(_plan(prompts, cfg))
     todo = [item for item in plan if record_key(item[0].id, item[1], item[2]) not in done]
     if todo and cfg.warmup:  # first calls pay for allocation and kernel selection: keep them out of the timings
         first = todo[0][0]

@@ -21,7 +21,6 @@ from specaudit.errors import InputError
 
 # The row label of each dimension's "all prompts" metrics (the snapshot's `overall` block).
 OVERALL = "_overall"
-SNAPSHOT_FILE = "snapshot.json"
 # Bootstrap CIs in snapshots are 95 % unless the analysis section says otherwise.
 DEFAULT_CI_LEVEL = 0.95
 
@@ -94,16 +93,11 @@ def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict:
     if isinstance(source, Mapping):
         snapshot, where = dict(source), "snapshot"
     else:
-        path = Path(source)
-        if path.is_dir():
-            path = path / SNAPSHOT_FILE
-        if not path.is_file():
-            raise InputError(f"snapshot {path} does not exist; run `specaudit analyze RUN_DIR` first or check the path")
-        try:
-            snapshot = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            raise InputError(f"snapshot {path} is not valid JSON; re-run `specaudit analyze` to rewrite it") from None
-        where = str(path)
+        # Reading (path resolution, JSON errors) is the report's; monitoring adds the schema checks
+        # it needs before anything is stored.
+        from specaudit.report import load_snapshot as read_snapshot, snapshot_path
+
+        snapshot, where = read_snapshot(source), str(snapshot_path(source))
     validate_snapshot(snapshot, where)
     return snapshot
 

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from specaudit.monitor._drift import DEFAULT_METRICS, FAIL, WARN
+from specaudit.report._charts import OKABE_ITO, nice_ticks
 from specaudit.monitor._export import write_atomic
 from specaudit.monitor._snapshot import OVERALL, utc_now
 from specaudit.monitor._store import HistoryStore, StoredRun
 
 CSV_COLUMNS = ("run_id", "run", "created", "environment", "dimension", "group", "metric", "value", "ci_low", "ci_high",
                "n_prompts", "n_tokens", "equivalence_status", "target", "draft", "prompt_set", "config_hash", "alert")
-_PANEL_W, _PANEL_H = 260, 160
+_PANEL_W, _PANEL_H = 234, 156
 _LEFT, _RIGHT, _TOP, _BOTTOM = 48, 10, 8, 24
 
 
@@ -96,15 +97,6 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
-def _nice_ticks(low: float, high: float, target: int = 5) -> list[float]:
-    """Round tick values (steps of 1, 2 or 5 × 10^k) inside [low, high]."""
-    raw = (high - low) / target
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
-    first = math.ceil(low / step) * step
-    return [round(first + i * step, 12) for i in range(int((high - first) / step + 1e-9) + 1)]
-
-
 def _y_range(values: list[float]) -> tuple[float, float]:
     low, high = min(values), max(values)
     if high - low < 1e-12:
@@ -158,9 +150,8 @@ def _panel(title: str, runs: Sequence[StoredRun], series: list, overall: list | 
         ci = f" [{_fmt(p[1])}, {_fmt(p[2])}]" if p[1] is not None and p[2] is not None else ""
         status = alerts[i]
         tip = f"{runs[i].label} {runs[i].created[:16].replace('T', ' ')}: {_fmt(p[0])}{ci}" + (f" — {status}" if status else "")
-        points.append({"x": round(x(i), 1), "y": round(y(p[0]), 1), "cls": (status or "ok").lower(), "r": 4.5 if status else 2.5,
-                       "title": tip})
-    ticks = [{"y": round(y(v), 1), "label": _fmt(v)} for v in _nice_ticks(ymin, ymax)]
+        points.append({"x": round(x(i), 1), "y": round(y(p[0]), 1), "status": (status or "ok").lower(), "title": tip})
+    ticks = [{"y": round(y(v), 1), "label": _fmt(v)} for v in nice_ticks(ymin, ymax) if ymin <= v <= ymax]
     xlabels = []
     if n:
         xlabels.append({"x": round(x(0), 1), "label": runs[0].label, "anchor": "start" if n > 1 else "middle"})
@@ -211,77 +202,80 @@ _TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{ title }}</title>
 <style>
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1f2328;margin:0;background:#f6f8fa}
-main{max-width:1200px;margin:0 auto;padding:24px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
-h3{font-size:15px;margin:18px 0 6px}
-.meta{color:#57606a}.card{background:#fff;border:1px solid #d0d7de;border-radius:6px;padding:12px 16px;margin:12px 0}
-.status{display:inline-block;font-weight:600;padding:1px 8px;border-radius:10px;color:#fff}
-.s-PASS,.s-pass{background:#1a7f37}.s-WARN{background:#9a6700}.s-FAIL,.s-fail,.s-error{background:#cf222e}.s-none,.s-not-run{background:#6e7781}
-table{border-collapse:collapse;width:100%;background:#fff;font-size:13px}
-th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f6f8fa}
-td.num{text-align:right;font-variant-numeric:tabular-nums}
-.panels{display:flex;flex-wrap:wrap;gap:8px}
-figure{margin:0;background:#fff;border:1px solid #d0d7de;border-radius:6px;padding:4px}
-figcaption{font-size:12px;font-weight:600;text-align:center}
-svg text{font:10px system-ui,sans-serif;fill:#57606a}
-.band{fill:#0969da;opacity:.18}.line{fill:none;stroke:#0969da;stroke-width:1.6}
-.overall{fill:none;stroke:#6e7781;stroke-width:1;stroke-dasharray:3 3}
-.axis{stroke:#8c959f;stroke-width:1}.grid{stroke:#eaeef2;stroke-width:1}
-.marker{stroke:#8250df;stroke-width:1;stroke-dasharray:4 3}
-circle.ok{fill:#0969da}circle.warn{fill:#d4a72c;stroke:#7d4e00}circle.fail{fill:#cf222e;stroke:#82071e}
-.legend span{margin-right:14px}.swatch{display:inline-block;width:18px;height:8px;vertical-align:middle;margin-right:4px}
-ul.alerts{margin:4px 0;padding-left:18px}code{font-size:12px}
+{{ report_css }}
+.panels { display: flex; flex-wrap: wrap; gap: 10px; }
+.panels figure { margin: 0; border: 1px solid var(--rule); border-radius: 6px; padding: 4px 4px 0; background: #fff; }
+.panels figcaption { text-align: center; font-weight: 650; color: var(--ink); margin: 0 0 2px; }
+svg.trend text { font-size: 10px; fill: var(--muted); }
+svg.trend .grid { stroke: #ececf0; } svg.trend .axis { stroke: #8c8c94; }
+svg.trend .band { fill: {{ colours.blue }}; opacity: .16; }
+svg.trend .line { fill: none; stroke: {{ colours.blue }}; stroke-width: 1.7; }
+svg.trend .overall { fill: none; stroke: {{ colours.black }}; stroke-width: 1; stroke-dasharray: 3 3; opacity: .55; }
+svg.trend .change { stroke: {{ colours.purple }}; stroke-width: 1.2; stroke-dasharray: 4 3; }
+.pt-ok { fill: {{ colours.blue }}; } .pt-warn { fill: {{ colours.orange }}; } .pt-fail { fill: {{ colours.vermillion }}; }
+.legend { display: flex; flex-wrap: wrap; gap: 4px 18px; align-items: center; margin: 10px 0; }
+.legend svg { vertical-align: middle; margin-right: 4px; }
 </style></head>
-<body><main>
-<h1>{{ title }}</h1>
-<div class="meta">Store <code>{{ store }}</code>{% if environment %} · environment <b>{{ environment }}</b>{% endif %} ·
-{{ runs|length }} run(s){% if runs %} from {{ runs[0].created_short }} to {{ runs[-1].created_short }}{% endif %} · generated {{ generated }}</div>
-
+<body>
+{%- macro badge(status) -%}
+<span class="badge {{ status|lower }}"><span class="sym" aria-hidden="true">{{ {"PASS": "✓", "WARN": "!", "FAIL": "✗"}[status] }}</span>{{ status }}</span>
+{%- endmacro -%}
+{%- macro mark(status, x, y, title) -%}
+{%- if status == "fail" -%}<rect class="pt-fail" x="{{ x - 4.5 }}" y="{{ y - 4.5 }}" width="9" height="9"><title>{{ title }}</title></rect>
+{%- elif status == "warn" -%}<path class="pt-warn" d="M{{ x }} {{ y - 5.5 }}L{{ x + 5.5 }} {{ y }}L{{ x }} {{ y + 5.5 }}L{{ x - 5.5 }} {{ y }}Z"><title>{{ title }}</title></path>
+{%- else -%}<circle class="pt-ok" cx="{{ x }}" cy="{{ y }}" r="2.6"><title>{{ title }}</title></circle>{%- endif -%}
+{%- endmacro %}
+<header class="top"><div class="inner"><h1>{{ title }}</h1>
+<p>Store <code>{{ store }}</code>{% if environment %} · environment <b>{{ environment }}</b>{% endif %} · {{ runs|length }} run(s){% if runs %} from {{ runs[0].created_short }} to {{ runs[-1].created_short }}{% endif %} · generated {{ generated }}</p></div></header>
+<main>
 {% if latest %}
-<div class="card"><b>Latest run {{ latest.label }}</b> ({{ latest.created_short }}):
-{% if latest_alerts %}<span class="status s-{{ latest_status }}">{{ latest_status }}</span>
-<ul class="alerts">{% for a in latest_alerts %}<li><span class="status s-{{ a.status }}">{{ a.status }}</span> {{ a.kind }} {{ a.subject }}: {{ a.message }}</li>{% endfor %}</ul>
-{% else %}no alerts recorded (run <code>specaudit monitor check</code> to record them).{% endif %}
+<h2>Latest run</h2>
+<div class="card"><h3>{{ latest.label }} <span class="muted small">{{ latest.created_short }}</span>{% if latest_alerts %} {{ badge(latest_status) }}{% endif %}</h3>
+{% if latest_alerts %}<ul class="actions">{% for a in latest_alerts %}<li class="{{ a.status|lower }}"><span class="lvl">{{ a.status }}</span>{{ a.kind }} {{ a.subject }}: {{ a.message }}</li>{% endfor %}</ul>
+{% else %}<p class="muted">No alerts recorded for this run (<code>specaudit monitor check</code> records them).</p>{% endif %}
 </div>
 {% endif %}
-
-<div class="legend meta"><span><i class="swatch" style="background:#0969da;opacity:.35"></i>{{ ci_text }}</span>
-<span><i class="swatch" style="border-top:2px dashed #6e7781;height:0"></i>all prompts of the dimension</span>
-<span><i class="swatch" style="border-top:2px dashed #8250df;height:0"></i>model / prompt set / config change</span>
-<span><svg width="10" height="10"><circle cx="5" cy="5" r="4.5" class="fail"/></svg> FAIL alert</span>
-<span><svg width="10" height="10"><circle cx="5" cy="5" r="4.5" class="warn"/></svg> WARN</span></div>
-
+<div class="legend small muted">
+<span><svg width="22" height="10"><rect x="0" y="1" width="22" height="8" class="pt-ok" opacity=".25"/></svg>{{ ci_text }}</span>
+<span><svg width="22" height="10"><line x1="0" x2="22" y1="5" y2="5" stroke="#000" stroke-dasharray="3 3" opacity=".55"/></svg>all prompts of the dimension</span>
+<span><svg width="12" height="14"><line x1="6" x2="6" y1="0" y2="14" stroke="{{ colours.purple }}" stroke-width="1.2" stroke-dasharray="4 3"/></svg>target / draft / prompt set / config / library change</span>
+<span><svg width="12" height="12">{{ mark("fail", 6, 6, "FAIL") }}</svg>FAIL alert</span>
+<span><svg width="12" height="12">{{ mark("warn", 6, 6, "WARN") }}</svg>WARN</span>
+</div>
 {% for chart in charts %}
-<h2>{{ chart.dimension }} · {{ chart.metric }}{% if chart.n_fail %} <span class="status s-FAIL">{{ chart.n_fail }} alert(s)</span>{% endif %}</h2>
+<h2>{{ chart.dimension }} · {{ chart.metric }}{% if chart.n_fail %} {{ badge("FAIL") }} <span class="small muted">{{ chart.n_fail }} alert(s)</span>{% endif %}</h2>
 <div class="panels">
 {% for p in chart.panels %}<figure><figcaption>{{ p.title }}</figcaption>
-<svg width="{{ p.w }}" height="{{ p.h }}" viewBox="0 0 {{ p.w }} {{ p.h }}" role="img" aria-label="{{ chart.metric }} of {{ p.title }} over runs">
+<svg class="trend" width="{{ p.w }}" height="{{ p.h }}" viewBox="0 0 {{ p.w }} {{ p.h }}" role="img" aria-label="{{ chart.metric }} of {{ p.title }} over runs">
 {% for t in p.ticks %}<line class="grid" x1="{{ p.left }}" x2="{{ p.right }}" y1="{{ t.y }}" y2="{{ t.y }}"/><text x="{{ p.left - 4 }}" y="{{ t.y + 3 }}" text-anchor="end">{{ t.label }}</text>
 {% endfor %}<line class="axis" x1="{{ p.left }}" x2="{{ p.left }}" y1="{{ p.top }}" y2="{{ p.bottom }}"/><line class="axis" x1="{{ p.left }}" x2="{{ p.right }}" y1="{{ p.bottom }}" y2="{{ p.bottom }}"/>
-{% for m in p.markers %}<line class="marker" x1="{{ m.x }}" x2="{{ m.x }}" y1="{{ p.top }}" y2="{{ p.bottom }}"><title>{{ m.label }}</title></line>
+{% for m in p.markers %}<line class="change" x1="{{ m.x }}" x2="{{ m.x }}" y1="{{ p.top }}" y2="{{ p.bottom }}"><title>{{ m.label }}</title></line>
 {% endfor %}{% for b in p.bands %}<path class="band" d="{{ b }}"/>
 {% endfor %}{% for l in p.overall %}<polyline class="overall" points="{{ l }}"/>
 {% endfor %}{% for l in p.lines %}<polyline class="line" points="{{ l }}"/>
-{% endfor %}{% for pt in p.points %}<circle class="{{ pt.cls }}" cx="{{ pt.x }}" cy="{{ pt.y }}" r="{{ pt.r }}"><title>{{ pt.title }}</title></circle>
+{% endfor %}{% for pt in p.points %}{{ mark(pt.status, pt.x, pt.y, pt.title) }}
 {% endfor %}{% for xl in p.xlabels %}<text x="{{ xl.x }}" y="{{ p.bottom + 14 }}" text-anchor="{{ xl.anchor }}">{{ xl.label }}</text>
 {% endfor %}</svg></figure>
 {% endfor %}</div>
-{% else %}<p>No metric series to chart{% if metrics %} for {{ metrics|join(", ") }}{% endif %}.</p>
+{% else %}<p class="notrun">No metric series to chart{% if metrics %} for {{ metrics|join(", ") }}{% endif %}.</p>
 {% endfor %}
-
 <h2>Runs</h2>
-<table><thead><tr><th>id</th><th>created (UTC)</th><th>name</th><th>env</th><th>equivalence</th><th>target</th><th>draft</th><th>prompt set</th><th>changed since previous</th><th>alerts</th></tr></thead>
-<tbody>{% for r in runs %}<tr><td>{{ r.label }}{% if r.pinned %} (baseline){% endif %}</td><td>{{ r.created_short }}</td><td>{{ r.name }}</td><td>{{ r.environment }}</td>
-<td><span class="status s-{{ r.equivalence_class }}">{{ r.equivalence }}</span></td><td>{{ r.target }}</td><td>{{ r.draft }}</td><td>{{ r.prompt_set }}</td>
-<td>{{ r.changes }}</td><td class="num">{{ r.alerts }}</td></tr>{% endfor %}</tbody></table>
-
-<p class="meta">Each point is one stored snapshot; bands are the snapshot's own bootstrap confidence intervals (prompts resampled).
+<div class="wide"><table><thead><tr><th>run</th><th>created (UTC)</th><th>env</th><th>equivalence</th><th>target</th><th>draft</th><th>prompt set</th><th>changed since previous</th><th class="num">alerts</th></tr></thead>
+<tbody>{% for r in runs %}<tr><td>{{ r.label }}{% if r.pinned %} <span class="muted">(baseline)</span>{% endif %}</td><td>{{ r.created_short }}</td><td>{{ r.environment }}</td>
+<td>{{ r.equivalence }}</td><td>{{ r.target }}</td><td>{{ r.draft }}</td><td>{{ r.prompt_set }}</td><td>{{ r.changes }}</td><td class="num">{{ r.alerts }}</td></tr>{% endfor %}</tbody></table></div>
+<footer>Each point is one stored snapshot; bands are that snapshot's own bootstrap confidence interval (prompts resampled).
 Alerts are those recorded by the latest <code>specaudit monitor check</code> of each run: a FAIL drift is a change significant
-after Holm correction (normal approximation from the two runs' CIs) and beyond the practical threshold; a CUSUM alert is a slow
-drift accumulated over runs. The CSV beside this file has every number shown.</p>
+after Holm correction (normal approximation from the two runs' intervals) and beyond the practical threshold; a CUSUM alert
+is a slow drift accumulated over runs. The CSV beside this file holds every number shown.</footer>
 </main></body></html>
 """
+
+
+def _report_css() -> str:
+    # The audit report's stylesheet, inlined: the trend report looks like the audit report.
+    from importlib.resources import files
+
+    return (files("specaudit.report") / "templates" / "report.css").read_text(encoding="utf-8")
 
 
 def render_trend_html(store: HistoryStore, *, environment: str | None = None, last: int | None = 50,
@@ -289,6 +283,7 @@ def render_trend_html(store: HistoryStore, *, environment: str | None = None, la
                       title: str | None = None) -> tuple[str, list[StoredRun], int]:
     """(HTML, runs shown, number of charts)."""
     import jinja2
+    from markupsafe import Markup
 
     runs, points, alerts, run_alerts = _collect(store, environment, last)
     pins = {r.id for r in store.baselines().values()}
@@ -303,7 +298,7 @@ def render_trend_html(store: HistoryStore, *, environment: str | None = None, la
         warns = sum(a["status"] == WARN for a in stored)
         rows.append({"label": run.label, "created_short": run.created[:16].replace("T", " "), "name": run.name,
                      "environment": run.environment or "-", "equivalence": run.equivalence_status,
-                     "equivalence_class": run.equivalence_status.replace(" ", "-"), "target": run.target, "draft": run.draft,
+                     "target": run.target, "draft": run.draft,
                      "prompt_set": f"{run.prompt_set}@{run.prompt_set_version}" if run.prompt_set else "-",
                      "changes": ", ".join(changed) or "", "alerts": f"{fails} FAIL, {warns} WARN" if stored else "",
                      "pinned": run.id in pins})
@@ -313,6 +308,7 @@ def render_trend_html(store: HistoryStore, *, environment: str | None = None, la
     levels = sorted({f"{r.ci_level:.0%}" for r in runs})
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     html = env.from_string(_TEMPLATE).render(
+        report_css=Markup(_report_css()), colours=OKABE_ITO,
         title=title or "specaudit monitoring trend", store=store.url, environment=environment, runs=rows,
         generated=utc_now(), charts=charts, metrics=list(metrics),
         latest=rows[-1] if rows else None, latest_alerts=latest_alerts,

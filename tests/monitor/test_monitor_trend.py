@@ -61,19 +61,21 @@ def test_html_is_self_contained_escaped_and_complete(trend_store, tmp_path):
     parser = _Collect()
     parser.feed(html)
     tags = [t for t, _ in parser.tags]
-    assert tags.count("svg") == 2 * (len(GROUPS) + 1) + 2  # a panel per group and overall, per metric; 2 legend dots
+    panels = [a for t, a in parser.tags if t == "svg" and a.get("class") == "trend"]
+    assert len(panels) == 2 * (len(GROUPS) + 1)  # a panel per group and overall, per metric
     assert HOSTILE in "".join(parser.text)  # shown as text, not markup
     bands = [a for t, a in parser.tags if t == "path" and a.get("class") == "band"]
     assert len(bands) == 2 * (len(GROUPS) + 1)
-    fails = [a for t, a in parser.tags if t == "circle" and a.get("class") == "fail"]
-    # The legend's dot, and aave's acceptance at the last run (one point, whether drift and CUSUM both fired).
-    assert len(fails) == 2
+    fails = [(t, a) for t, a in parser.tags if a.get("class") == "pt-fail"]
+    # The legend's mark, and aave's acceptance at the last run (one point, whether drift and CUSUM both fired);
+    # a FAIL is a square, not only a colour.
+    assert len(fails) == 2 and {t for t, _ in fails} == {"rect"}
     aave_panel = html.split("<figcaption>aave</figcaption>", 1)[1].split("</figure>", 1)[0]
-    assert 'class="fail"' in aave_panel
-    markers = [a for t, a in parser.tags if t == "line" and a.get("class") == "marker"]
+    assert 'class="pt-fail"' in aave_panel
+    markers = [a for t, a in parser.tags if t == "line" and a.get("class") == "change"]
     assert len(markers) == 2 * (len(GROUPS) + 1)  # one draft change, marked in every panel
     assert "draft changed" in html and "#7 run-6" in html
-    latest_alerts = html.split('<ul class="alerts">', 1)[1].split("</ul>", 1)[0]
+    latest_alerts = html.split('<ul class="actions">', 1)[1].split("</ul>", 1)[0]
     assert "aave" in latest_alerts and "acceptance_rate" in latest_alerts
 
 
@@ -95,7 +97,8 @@ def test_csv_has_every_number_shown(trend_store, tmp_path):
 def test_empty_store_still_renders(store_url, tmp_path):
     with open_store(store_url) as store:
         report = write_trend_report(store, tmp_path / "empty")
-    assert report.n_runs == 0 and "No metric series" in report.html_path.read_text()
+    html = report.html_path.read_text()
+    assert report.n_runs == 0 and "No metric series" in html and "--fail-line" in html  # the audit report's stylesheet
 
 
 def _png_size_and_colours(path: Path) -> tuple[int, int, int]:
@@ -152,7 +155,7 @@ def test_renders_in_headless_chromium(trend_store, tmp_path):
     flags = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert dom.stdout.count("<svg") == 2 * (len(GROUPS) + 1) + 2 and "polyline" in dom.stdout
+    assert dom.stdout.count('<svg class="trend"') == 2 * (len(GROUPS) + 1) and "polyline" in dom.stdout
     shot = tmp_path / "trend.png"
     subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1200,1400", url], capture_output=True, timeout=120)
     width, height, colours = _png_size_and_colours(shot)

@@ -101,3 +101,24 @@ def test_sigkill_midway_then_resume_equals_uninterrupted_run(tmp_path, tiny_pair
     records = read_records(records_file)
     assert len({r["key"] for r in records}) == len(records) == 48
     assert _outputs(records) == _outputs(read_records(reference / "records.jsonl"))
+
+
+def test_four_shards_merged_equal_the_unsplit_run(tmp_path, tiny_pair_dir, tiny_prompts_file, tiny_pair):
+    from specaudit.shards import merge_runs
+
+    cfg = _config(tiny_pair_dir, tiny_prompts_file, engines="vanilla,speculative", samples=2)
+    run(cfg, tmp_path / "whole", progress=False, pair=tiny_pair)
+    shards = [tmp_path / f"shard{i}" for i in range(4)]
+    for i, folder in enumerate(shards):
+        run(cfg, folder, progress=False, pair=tiny_pair, shard=(i, 4))
+    assert merge_runs(tmp_path / "merged", shards) == 16
+    assert _outputs(read_records(tmp_path / "merged" / "records.jsonl")) == _outputs(read_records(tmp_path / "whole" / "records.jsonl"))
+    sizes = [len(read_records(folder / "records.jsonl")) for folder in shards]
+    assert sum(sizes) == 16 and max(sizes) < 16  # the prompts really were split
+    busy = shards[sizes.index(max(sizes))]
+    with pytest.raises(InputError, match="in both"):
+        merge_runs(tmp_path / "twice", [busy, busy])
+    other = _config(tiny_pair_dir, tiny_prompts_file, engines="vanilla,speculative", samples=2, temperature=0.5)
+    run(other, tmp_path / "other", progress=False, pair=tiny_pair, shard=(1, 4))
+    with pytest.raises(InputError, match="different decoding"):
+        merge_runs(tmp_path / "mixed", [shards[0], tmp_path / "other"])
