@@ -174,7 +174,11 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
         engine = "speculative" if "speculative" in engines else speculative_engines[0]
         frame = pd.DataFrame(records)
         decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None
+        declared = (manifest.get("prompt_set") or {}).get("dimensions") or {}
+        # The prompt set's declared reference group (e.g. Standard American English), else the largest group.
+        reference = {d: declared[d]["reference"] if declared.get(d, {}).get("reference") else "largest" for d in dims}
         parts = disparity_section(frame, dimensions=dims, engine=engine, baseline=CONTROL_ENGINE, alpha=alpha, n_boot=n_boot, seed=seed,
+                                  reference=reference,
                                   tolerance=tolerance, fallback_threshold=fallback_threshold, decode=decode)
         snapshot.update({key: parts[key] for key in ("groups", "disparities", "recommendations")})
         snapshot["run"]["disparity_engine"] = engine

@@ -177,7 +177,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     out = out or f"reports/{default_run_id(cfg)}"
     result = audit(cfg, out, analysis=_analysis_kwargs(args, analysis_options), gate=gate_options, progress=not args.quiet,
                    command=" ".join(["specaudit", *sys.argv[1:]]))
-    print(f"report: {result.files.get('report.html', result.out_dir)}")
+    print(f"report: {result.files['html']}")
     print(f"equivalence: {result.snapshot['equivalence'].get('status', 'not run').upper()}  gate: {result.gate_status.upper()}"
           f"  (snapshot: {result.out_dir}/snapshot.json)")
     return result.exit_code
