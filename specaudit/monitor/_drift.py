@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from specaudit.errors import InputError
+from specaudit.stats._results import holm
 from specaudit.monitor._snapshot import OVERALL, MetricPoint, _normal_quantile, config_context, load_snapshot, summarize
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -43,20 +44,6 @@ ConfidenceInterval = namedtuple("ConfidenceInterval", ["low", "high"])
 
 def _two_sided_p(z: float) -> float:
     return math.erfc(abs(z) / math.sqrt(2.0))
-
-
-def _holm(pvalues: Sequence[float]) -> list[float]:
-    # The same rule as specaudit.stats._results.holm, which is not imported because importing
-    # specaudit.stats loads torch (seconds) that a monitoring job never needs. Use that one once
-    # specaudit.stats imports its heavy modules lazily.
-    order = sorted((p, i) for i, p in enumerate(pvalues))
-    adjusted = [math.nan] * len(pvalues)
-    running = 0.0
-    m = len(order)
-    for rank, (p, i) in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p))
-        adjusted[i] = running
-    return adjusted
 
 
 # ------------------------------------------------------------------ statistics
@@ -339,7 +326,7 @@ def _drift_checks(current: RunView, baseline: Sequence[RunView], metrics: Sequen
                                      *key))
             continue
         tested.append((point, result))
-    adjusted = _holm([r.pvalue for _, r in tested])
+    adjusted = holm([r.pvalue for _, r in tested]).tolist()
     checks = []
     for (point, result), p_holm in zip(tested, adjusted):
         direction = METRIC_DIRECTION.get(point.metric, 0)

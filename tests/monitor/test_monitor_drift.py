@@ -11,7 +11,7 @@ import pytest
 from monitor_factory import GROUPS, SE, TRUE_ACCEPTANCE, base_snapshot, edited, history, noisy_run
 from specaudit.errors import InputError
 from specaudit.monitor import FAIL, PASS, WARN, MetricPoint, compare_snapshots, cusum, drift_test
-from specaudit.monitor._drift import _holm
+from specaudit.stats._results import holm
 
 Z95 = 1.959963984540054
 
@@ -59,7 +59,7 @@ def test_rolling_window_pools_with_dersimonian_laird():
 
 
 def test_holm_adjustment():
-    assert _holm([0.01, 0.04, 0.03, 0.20]) == pytest.approx([0.04, 0.09, 0.09, 0.20])
+    assert holm([0.01, 0.04, 0.03, 0.20]) == pytest.approx([0.04, 0.09, 0.09, 0.20])
 
 
 def test_first_run_has_nothing_to_compare():
