@@ -66,6 +66,9 @@ def tiny_draft_of(target: LlamaForCausalLM, noise: float = 0.3, seed: int = 1) -
 
 def save_tiny_pair(folder: str | Path, seed: int = 0, noise: float = 0.3) -> tuple[Path, Path]:
     """Write a tiny target and draft as HF folders (with tokenizer) under `folder`."""
+    from specaudit.models._loading import _quiet_transformers
+
+    _quiet_transformers()
     folder = Path(folder)
     tokenizer = tiny_tokenizer()
     target = tiny_model(seed)
