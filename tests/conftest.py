@@ -7,6 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
+
+# Batch-1 decoding of small models gains little from a second thread, and OpenMP threads that
+# wait on each other under any competing load slow the int8 draft down many times over.
+torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 
