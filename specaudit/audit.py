@@ -36,15 +36,11 @@ def audit(cfg: RunConfig, out_dir: str | Path, *, analysis: dict | None = None, 
     from specaudit.gate import evaluate_gate, load_thresholds
     from specaudit.records import write_json_atomic
     from specaudit.report import render_report
-    from specaudit.runner import run
+    from specaudit.runner import load_pair_for, run
 
     thresholds = load_thresholds(gate or {})  # impossible thresholds fail before any decoding
     out_dir = Path(out_dir)
-    if pair is None:
-        from specaudit.models import load_pair
-
-        needs_draft = any(e != "vanilla" for e in cfg.engines)
-        pair = load_pair(cfg.target, cfg.draft if needs_draft else None, device=cfg.device, dtype=cfg.dtype)
+    pair = pair or load_pair_for(cfg)
     run(cfg, out_dir, pair=pair, progress=progress, command=command)
     snapshot = analyze(out_dir, pair=pair, **(analysis or {}))
     result = evaluate_gate(snapshot, thresholds)

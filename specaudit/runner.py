@@ -26,6 +26,7 @@ from specaudit.records import (
     RECORDS_FILE,
     SCHEMA_VERSION,
     RecordWriter,
+    read_manifest,
     read_records,
     record_key,
     write_json_atomic,
@@ -103,22 +104,24 @@ def _plan(prompts, cfg: RunConfig):
                 yield prompt, engine, label, timing_only
 
 
-def _check_resumable(out_dir: Path, manifest: dict) -> None:
-    path = out_dir / MANIFEST_FILE
-    if not path.is_file():
-        return
-    from specaudit.records import read_manifest
-
-    previous = read_manifest(out_dir)
+def _check_resumable(out_dir: Path, previous: dict, current: dict) -> None:
+    """A run folder resumes only with the settings that made its records."""
     for section in ("decoding", "prompt_set_checksum", "shard"):
-        if previous.get(section) != manifest.get(section):
-            old, new = previous.get(section), manifest.get(section)
+        old, new = previous.get(section), current.get(section)
+        if old != new:
             if isinstance(old, dict) and isinstance(new, dict):
-                diff = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-                detail = "; ".join(diff)
+                detail = "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
             else:
-                detail = f"{old!r} -> {new!r}"
+                detail = f"{section}: {old!r} -> {new!r}"
             raise InputError(f"{out_dir} holds a run with other settings ({detail}); resume with the same settings or choose a new --out")
+
+
+def load_pair_for(cfg: RunConfig):
+    """The models a config needs: no draft when only vanilla runs."""
+    from specaudit.models import load_pair
+
+    needs_draft = any(e != "vanilla" for e in cfg.engines)
+    return load_pair(cfg.target, cfg.draft if needs_draft else None, device=cfg.device, dtype=cfg.dtype)
 
 
 def run(cfg: RunConfig, out_dir: str | Path, *, pair=None, prompt_set=None, progress: bool = True, command: str | None = None,
@@ -136,37 +139,28 @@ def run(cfg: RunConfig, out_dir: str | Path, *, pair=None, prompt_set=None, prog
     if not prompt_set.prompts:
         raise InputError(f"prompt set {cfg.prompts!r} selected no prompts (check --dimensions / --per-group)")
     decoding = cfg.decoding_identity()
-    manifest_stub = {"decoding": decoding, "prompt_set_checksum": prompt_set.checksum, "shard": list(shard) if shard else None}
-    _check_resumable(out_dir, manifest_stub)
+    identity = {"decoding": decoding, "prompt_set_checksum": prompt_set.checksum, "shard": list(shard) if shard else None}
+    previous_manifest = read_manifest(out_dir) if (out_dir / MANIFEST_FILE).is_file() else {}
+    if previous_manifest:
+        _check_resumable(out_dir, previous_manifest, identity)
     verify = cfg.load_verify()
-    if pair is None:
-        from specaudit.models import load_pair
-
-        needs_draft = any(e != "vanilla" for e in cfg.engines)
-        pair = load_pair(cfg.target, cfg.draft if needs_draft else None, device=cfg.device, dtype=cfg.dtype)
+    pair = pair or load_pair_for(cfg)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     existing = read_records(out_dir / RECORDS_FILE, repair=True)
     done = {record["key"] for record in existing}
-    previous_manifest = {}
-    if (out_dir / MANIFEST_FILE).is_file():
-        from specaudit.records import read_manifest
-
-        previous_manifest = read_manifest(out_dir)
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "created": previous_manifest.get("created") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": previous_manifest.get("command") or command or " ".join(sys.argv),
         "invocations": previous_manifest.get("invocations", 0) + 1,
         "config": cfg.to_dict(),
-        "decoding": decoding,
+        **identity,
         "models": pair.manifest(),
         "versions": library_versions(),
         "device": {"type": pair.device.type, "name": torch.cuda.get_device_name(pair.device) if pair.device.type == "cuda" else platform.processor() or platform.machine(), "threads": torch.get_num_threads()},
         "seeds": {"run": cfg.seed, "derivation": "sha256(run_seed|prompt_id|sample)[:8], little-endian, 63 bits"},
         "prompt_set": prompt_set.manifest_entry(),
-        "prompt_set_checksum": prompt_set.checksum,
-        "shard": list(shard) if shard else None,
     }
     write_json_atomic(out_dir / MANIFEST_FILE, manifest)
 
