@@ -50,7 +50,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch (as `specaudit run --threads`)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     cfg = RunConfig(target=args.target, draft=args.draft, engines=("vanilla", "speculative", "hf-assisted"), k=args.k,
                     temperature=args.temperature, max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype)

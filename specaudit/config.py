@@ -30,6 +30,7 @@ class RunConfig:
     seed: int = 0
     device: str = "auto"
     dtype: str = "auto"
+    threads: int = 1  # CPU threads for torch; see load_pair_for
     timing_repeats: int = 0
     warmup: int = 1
     verify: str | None = None  # "module:function" of a user's rejection step, for the speculative engine
@@ -45,7 +46,8 @@ class RunConfig:
         if unknown or not self.engines:
             raise InputError(f"unknown engine(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(ENGINES)}")
         for name, value, low in (("k", self.k, 1), ("samples", self.samples, 1), ("max-new-tokens", self.max_new_tokens, 1),
-                                 ("timing-repeats", self.timing_repeats, 0), ("warmup", self.warmup, 0)):
+                                 ("timing-repeats", self.timing_repeats, 0), ("warmup", self.warmup, 0),
+                                 ("threads", self.threads, 1)):
             if not isinstance(value, int) or value < low:
                 raise InputError(f"--{name} must be an integer >= {low}, got {value!r}")
         if self.per_group is not None and self.per_group < 1:
