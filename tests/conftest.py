@@ -6,23 +6,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-import torch
+# Tests never reach a hub: set before transformers / huggingface_hub read these at import.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # Batch-1 decoding of small models gains little from a second thread, and OpenMP threads that
 # wait on each other under any competing load slow the int8 draft down many times over.
 torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _offline_and_cached(tmp_path_factory):
-    # Tests never reach a hub; the default model's HF cache is shared across the session.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    yield
 
 
 @pytest.fixture(scope="session")
