@@ -163,9 +163,13 @@ def int8_draft(target: torch.nn.Module) -> torch.nn.Module:
     device = next(target.parameters()).device
     draft = copy.deepcopy(target)
     if device.type == "cpu" and next(target.parameters()).dtype == torch.float32:
+        import warnings
+
         from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-        return quantize_dynamic(draft, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8).eval()
+        with warnings.catch_warnings():  # torch announces the move of eager quantisation to torchao
+            warnings.simplefilter("ignore", UserWarning)
+            return quantize_dynamic(draft, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8).eval()
     with torch.no_grad():
         for module in draft.modules():
             if isinstance(module, torch.nn.Linear):
