@@ -11,8 +11,8 @@ from specaudit.config import RunConfig
 from specaudit.errors import InputError
 
 # Budgets for the embedded default on a 2-core CPU: per-group prompts and new tokens.
-DEFAULT_BUDGET = {"per_group": 5, "max_new_tokens": 48}
-QUICK_BUDGET = {"per_group": 2, "max_new_tokens": 32}
+DEFAULT_BUDGET = {"per_group": 3, "max_new_tokens": 40}
+QUICK_BUDGET = {"per_group": 1, "max_new_tokens": 32}
 
 
 @dataclass(frozen=True)
