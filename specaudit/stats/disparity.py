@@ -627,10 +627,13 @@ class GroupFrame:
 
     def _setup(self, table, sensitive, metrics, *, n_boot, ci, seed, method) -> None:
         self.sensitive = _as_list(sensitive)
+        codes, groups = _group_codes(table, self.sensitive)
+        if (codes < 0).any():  # prompts outside this dimension do not belong in its overall figures
+            table = table[codes >= 0].reset_index(drop=True)
+            codes, groups = _group_codes(table, self.sensitive)
         self.per_prompt = table
         self.confidence_level = ci
         self.method = method
-        codes, groups = _group_codes(table, self.sensitive)
         self.groups = groups
         self._codes = codes
         if metrics is None:

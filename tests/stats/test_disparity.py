@@ -512,3 +512,19 @@ def test_disparity_section_is_json_ready():
     assert {"by_rarity", "by_position", "corrections", "below_threshold"} <= set(dialect["drilldown"])
     assert section["recommendations"]["dialect"]["by_group"]["c"]["slowed_down"] is True
     assert "NaN" not in text
+
+
+def test_overall_of_a_dimension_counts_only_its_own_prompts():
+    """A prompt set whose prompts belong to different dimensions (like core): the 'overall' of
+    one dimension must not mix in prompts that have no group in it."""
+    import pandas as pd
+
+    from specaudit.stats.disparity import GroupFrame, simulate_records
+
+    ours = simulate_records({"a": 0.8, "b": 0.8}, n_prompts=10, dimension="dialect", seed=1)
+    others = simulate_records({"x": 0.2}, n_prompts=10, dimension="domain", seed=2)
+    others["prompt_id"] = "other-" + others["prompt_id"].astype(str)
+    frame = GroupFrame(pd.concat([ours, others], ignore_index=True), "dialect", n_boot=50)
+    alone = GroupFrame(ours, "dialect", n_boot=50)
+    assert frame.overall.loc["acceptance_rate", "n_prompts"] == 20
+    assert frame.overall.loc["acceptance_rate", "value"] == alone.overall.loc["acceptance_rate", "value"]
