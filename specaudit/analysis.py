@@ -62,7 +62,7 @@ def draft_batch_invariance(pair, records: list[dict], positions: int = 6) -> dic
     return {"checked": True, "batch_invariant": max_tv < 1e-3, "max_tv": max_tv, "positions": positions, "record": record["key"]}
 
 
-def _equivalence(records: list[dict], manifest: dict, pair, *, alpha: float, delta: float, dimensions: list[str], seed: int) -> dict:
+def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimensions: list[str], seed: int) -> dict:
     from specaudit.stats import equivalence as eq
     from specaudit.stats.power import minimum_detectable_effects
     from specaudit.stats.scoring import score_records
@@ -166,7 +166,7 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
         pair = load_pair(config.get("target", "default"), config.get("draft"), device=device or config.get("device", "auto"),
                          dtype=config.get("dtype", "auto"))
     if equivalence:
-        snapshot["equivalence"] = _equivalence(records, manifest, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed)
+        snapshot["equivalence"] = _equivalence(records, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed)
     speculative_engines = [e for e in engines if e != CONTROL_ENGINE]
     if CONTROL_ENGINE in engines and speculative_engines and dims:
         from specaudit.stats.disparity import disparity_section

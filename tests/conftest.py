@@ -54,6 +54,11 @@ TINY_TEXTS = {
 
 
 @pytest.fixture(scope="session")
+def tiny_texts() -> dict[str, str]:
+    return dict(TINY_TEXTS)
+
+
+@pytest.fixture(scope="session")
 def tiny_prompts():
     return make_prompt_set(TINY_TEXTS)
 

@@ -135,10 +135,10 @@ def _load_hf(name: str, device: torch.device, dtype: torch.dtype):
         ) from None
     if getattr(model.config, "quantization_config", None) is not None and "gguf_file" in kwargs:
         del model.config.quantization_config
-    return model.to(device).eval(), tokenizer, _identity(name, source, model)
+    return model.to(device).eval(), tokenizer, _identity(name, source, model, kwargs.get("gguf_file"))
 
 
-def _identity(name: str, source: str, model) -> dict:
+def _identity(name: str, source: str, model, gguf_file: str | None = None) -> dict:
     """What the manifest records about a model: enough to tell two runs' weights apart."""
     identity = {"name": name, "class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters())}
     revision = getattr(model.config, "_commit_hash", None)
@@ -146,10 +146,10 @@ def _identity(name: str, source: str, model) -> dict:
     stamp = folder / "specaudit-source.json"
     if stamp.is_file():
         identity["gguf_sha256"] = json.loads(stamp.read_text()).get("gguf_sha256")
+    elif gguf_file:
+        identity["gguf_sha256"] = file_sha256(folder / gguf_file)
     elif folder.is_dir():
         identity["sha256"] = {p.name: file_sha256(p) for p in sorted(folder.glob("*.safetensors"))}
-    elif folder.suffix == ".gguf" or (folder / "config.json").exists():
-        pass
     if revision:
         identity["revision"] = revision
     return identity

@@ -9,8 +9,6 @@ from specaudit.decoding import SamplingSpec, hf_assisted_generate, speculative_g
 from specaudit.models import NgramDraft, early_exit_draft
 from specaudit.runner import encode_prompt
 
-from conftest import TINY_TEXTS
-
 EOS = {2}
 
 
@@ -30,18 +28,18 @@ def _run(engine, pair, ids, spec, seed=0, k=4, max_new_tokens=40, draft=None):
 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
-def test_greedy_engines_emit_vanilla_tokens(tiny_pair, k):
+def test_greedy_engines_emit_vanilla_tokens(tiny_pair, tiny_texts, k):
     greedy = SamplingSpec(0.0)
-    for text in TINY_TEXTS.values():
+    for text in tiny_texts.values():
         ids = _ids(tiny_pair, text)
         reference = _run("vanilla", tiny_pair, ids, greedy).tokens
         assert _run("speculative", tiny_pair, ids, greedy, k=k).tokens == reference
         assert _run("hf-assisted", tiny_pair, ids, greedy, k=k).tokens == reference
 
 
-def test_greedy_with_derived_drafts(tiny_pair):
+def test_greedy_with_derived_drafts(tiny_pair, tiny_texts):
     greedy = SamplingSpec(0.0)
-    ids = _ids(tiny_pair, TINY_TEXTS["p2"])
+    ids = _ids(tiny_pair, tiny_texts["p2"])
     reference = _run("vanilla", tiny_pair, ids, greedy).tokens
     for draft in (early_exit_draft(tiny_pair.target, 1), NgramDraft()):
         out = _run("speculative", tiny_pair, ids, greedy, draft=draft)
@@ -49,10 +47,10 @@ def test_greedy_with_derived_drafts(tiny_pair):
         assert out.accepted <= out.proposed
 
 
-def test_hf_assisted_counters_agree_with_reference_engine_in_greedy(tiny_pair):
+def test_hf_assisted_counters_agree_with_reference_engine_in_greedy(tiny_pair, tiny_texts):
     """Greedy decisions are deterministic, so both engines must count the same steps and accepts."""
     greedy = SamplingSpec(0.0)
-    for text in TINY_TEXTS.values():
+    for text in tiny_texts.values():
         ids = _ids(tiny_pair, text)
         ours, theirs = _run("speculative", tiny_pair, ids, greedy), _run("hf-assisted", tiny_pair, ids, greedy)
         assert (ours.steps, ours.proposed, ours.accepted, ours.accepted_per_step, ours.proposed_per_step) == (
@@ -61,18 +59,18 @@ def test_hf_assisted_counters_agree_with_reference_engine_in_greedy(tiny_pair):
 
 
 @pytest.mark.parametrize("engine", ["vanilla", "speculative", "hf-assisted"])
-def test_same_seed_same_tokens(tiny_pair, engine):
+def test_same_seed_same_tokens(tiny_pair, tiny_texts, engine):
     spec = SamplingSpec(1.0, top_p=0.95)
-    ids = _ids(tiny_pair, TINY_TEXTS["p3"])
+    ids = _ids(tiny_pair, tiny_texts["p3"])
     first = _run(engine, tiny_pair, ids, spec, seed=7).tokens
     assert _run(engine, tiny_pair, ids, spec, seed=7).tokens == first
     assert any(_run(engine, tiny_pair, ids, spec, seed=s).tokens != first for s in (8, 9, 10))
 
 
-def test_record_level_invariants(tiny_pair):
+def test_record_level_invariants(tiny_pair, tiny_texts):
     spec = SamplingSpec(1.0)
     for seed in range(6):
-        out = _run("speculative", tiny_pair, _ids(tiny_pair, TINY_TEXTS["p1"]), spec, seed=seed, max_new_tokens=30)
+        out = _run("speculative", tiny_pair, _ids(tiny_pair, tiny_texts["p1"]), spec, seed=seed, max_new_tokens=30)
         assert out.accepted <= out.proposed
         assert len(out.tokens) <= out.accepted + out.steps
         if out.finish_reason == "length":
@@ -82,10 +80,10 @@ def test_record_level_invariants(tiny_pair):
         assert out.draft_s > 0 and out.verify_s > 0 and out.ttft_s <= out.wall_s
 
 
-def test_speculative_first_token_follows_target_distribution(tiny_pair):
+def test_speculative_first_token_follows_target_distribution(tiny_pair, tiny_texts):
     """End to end through the engine: 600 draws of the first token against the exact warped p."""
     spec = SamplingSpec(0.8, top_k=20)
-    ids = _ids(tiny_pair, TINY_TEXTS["p4"])
+    ids = _ids(tiny_pair, tiny_texts["p4"])
     with torch.no_grad():
         p = warp(tiny_pair.target(torch.tensor([ids], device=tiny_pair.device)).logits[0, -1], spec).double().cpu().numpy()
     counts = np.zeros_like(p)

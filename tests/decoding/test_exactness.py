@@ -7,8 +7,6 @@ probability of that sequence, for every sampling setting. The enumeration uses t
 and residual functions as the engine.
 """
 
-import itertools
-
 import pytest
 import torch
 
