@@ -19,6 +19,10 @@ from specaudit.records import RECORDS_FILE, read_manifest, read_records, write_j
 SNAPSHOT_FILE = "snapshot.json"
 SNAPSHOT_SCHEMA_VERSION = 1
 CONTROL_ENGINE = "vanilla"
+# The control asks "is the auditor itself broken?" (a scoring or warping mismatch), which shows
+# as a gross rejection. Judged at alpha it would void 1 audit in 20 by chance, so it is judged
+# at alpha x this factor; a rejection between the two levels is reported as a warning.
+CONTROL_ALPHA_FACTOR = 0.02
 
 
 def _dimensions(records: list[dict], manifest: dict, requested: list[str] | None) -> list[str]:
@@ -62,7 +66,18 @@ def draft_batch_invariance(pair, records: list[dict], positions: int = 6) -> dic
     return {"checked": True, "batch_invariant": max_tv < 1e-3, "max_tv": max_tv, "positions": positions, "record": record["key"]}
 
 
-def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimensions: list[str], seed: int) -> dict:
+def server_scored(records: list[dict]) -> bool:
+    """Sampled records that carry the logprobs of the distribution they were sampled from (an
+    endpoint run) are scored from those, without a local model: the server's own distribution is
+    the one it claims to sample from (a local copy of the model may differ in kernels or weights)."""
+    from specaudit.stats.logprob_scores import carries_sampling_logprobs
+
+    outputs = [r for r in records if not r.get("timing_only")]
+    return bool(outputs) and float(outputs[0]["sampling"]["temperature"]) != 0.0 and carries_sampling_logprobs(outputs)
+
+
+def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimensions: list[str], seed: int,
+                 draft_noise: str | None = None) -> dict:
     from specaudit.stats import equivalence as eq
     from specaudit.stats.power import minimum_detectable_effects
     from specaudit.stats.scoring import score_records
@@ -79,14 +94,24 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
                 continue
             result = eq.greedy_exactness(outputs, pair.target, engine=engine, reference=CONTROL_ENGINE)
             section["engines"][engine] = {"verdict": result.verdict, "greedy": result.to_dict()}
+    elif server_scored(outputs):  # an endpoint run: the server's own logprobs, no local model
+        from specaudit.stats.logprob_scores import scores_from_logprobs
+
+        scores = scores_from_logprobs(outputs)
+        section["scoring"] = {"source": "logprobs returned by the servers (top-N per token)",
+                              "note": "PIT exact from the top-N; the surprisal martingale needs the full distribution and is not applicable "
+                                      "where the top-N does not hold all of it; no draft, so no draft affinity or acceptance calibration"}
     else:
         invariance = draft_batch_invariance(pair, outputs)
         section["draft_scoring"] = invariance
-        draft_model = pair.draft if pair.draft_is_model and invariance.get("batch_invariant") else None
-        if pair.draft_is_model and draft_model is None:
+        draft_model = pair.draft if pair.draft_is_model and invariance.get("batch_invariant") and not draft_noise else None
+        if draft_noise:  # the planted noise is not reproducible by teacher forcing the clean draft
+            invariance["note"] = f"draft noise planted ({draft_noise}): draft-affinity is skipped and acceptance calibration uses the beta the engine recorded"
+        elif pair.draft_is_model and draft_model is None:
             invariance["note"] = (f"teacher-forced draft distributions differ from the ones decoding used (TV up to {invariance['max_tv']:.2f}); "
                                   "draft-affinity is skipped and acceptance calibration uses the beta the engine recorded at run time")
         scores = score_records(pair.target, outputs, draft_model=draft_model, device=pair.device)
+    if not greedy:
         n_prompts = len({r["prompt_id"] for r in outputs})
         for engine in engines:
             engine_scores = scores.select(engine=engine)
@@ -104,6 +129,7 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
             section["engines"][engine] = entry
     audited = [e for e in section["engines"] if e != CONTROL_ENGINE]
     control = section["engines"].get(CONTROL_ENGINE)
+    judge_control(section, alpha)
     if control is not None and control["verdict"] == "fail":
         section["status"] = "error"
         section["message"] = "the vanilla control failed its own goodness-of-fit: the audit cannot be trusted (scoring/warping mismatch?)"
@@ -114,6 +140,22 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
         verdicts = [section["engines"][e]["verdict"] for e in audited]
         section["status"] = "fail" if "fail" in verdicts else "pass"
     return section
+
+
+def judge_control(section: dict, alpha: float) -> None:
+    """Judge the vanilla control at alpha x CONTROL_ALPHA_FACTOR: "fail" (the audit is void) on a
+    gross rejection or an impossible token, "warn" (with `control_warning`) when only alpha rejects."""
+    section["control_alpha"] = alpha * CONTROL_ALPHA_FACTOR
+    control = section["engines"].get(CONTROL_ENGINE)
+    if control is None or control["verdict"] != "fail" or "goodness_of_fit" not in control:
+        return
+    gof = control["goodness_of_fit"]
+    gross = gof.get("pvalue", 0.0) < section["control_alpha"] or bool((gof.get("impossible_tokens") or {}).get("statistic"))
+    control["verdict"] = "fail" if gross else "warn"
+    if not gross:
+        section["control_warning"] = (f"the vanilla control was rejected at alpha = {alpha:g} (Holm p = {gof['pvalue']:.3g}) but not at "
+                                      f"the control level {section['control_alpha']:g}: a correct control is rejected at alpha in 1 "
+                                      "audit of 20; rerun with another --seed to tell chance from a scoring mismatch")
 
 
 def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, dimensions: list[str] | None = None, n_boot: int = 1000,
@@ -158,15 +200,17 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
         "groups": {},
         "disparities": {},
         "recommendations": {},
+        "prompts": [],
         "gate": None,
     }
-    if equivalence and pair is None:
+    if equivalence and pair is None and not server_scored(records):
         from specaudit.models import load_pair
 
         pair = load_pair(config.get("target", "default"), config.get("draft"), device=device or config.get("device", "auto"),
                          dtype=config.get("dtype", "auto"))
     if equivalence:
-        snapshot["equivalence"] = _equivalence(records, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed)
+        snapshot["equivalence"] = _equivalence(records, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed,
+                                              draft_noise=config.get("draft_noise"))
     speculative_engines = [e for e in engines if e != CONTROL_ENGINE]
     if CONTROL_ENGINE in engines and speculative_engines and dims:
         from specaudit.stats.disparity import disparity_section
@@ -182,12 +226,30 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
                                   tolerance=tolerance, fallback_threshold=fallback_threshold, decode=decode)
         snapshot.update({key: parts[key] for key in ("groups", "disparities", "recommendations")})
         snapshot["run"]["disparity_engine"] = engine
+        snapshot["prompts"] = prompt_rows(frame, engine=engine, dimensions=dims)
     snapshot["run"]["analysis"] = {"alpha": alpha, "delta": delta, "n_boot": n_boot, "seed": seed, "tolerance": list(tolerance),
                                    "fallback_threshold": fallback_threshold, "seconds": round(time.perf_counter() - started, 2)}
     snapshot = _json_safe(snapshot)
     if write:
         write_json_atomic(run_dir / SNAPSHOT_FILE, snapshot)
     return snapshot
+
+
+PROMPT_METRICS = ("acceptance_rate", "speedup", "mean_accepted_tokens", "tokens_per_s", "n_tokens")
+
+
+def prompt_rows(frame: pd.DataFrame, *, engine: str, dimensions: list[str]) -> list[dict]:
+    """Per-prompt metrics, so that monitoring can test a later run against this one prompt by
+    prompt (paired where the prompts are the same) instead of only through group CIs."""
+    from specaudit.stats.disparity import per_prompt_metrics
+
+    table = per_prompt_metrics(frame, engine=engine, baseline=CONTROL_ENGINE)
+    rows = []
+    for prompt_id, row in table.iterrows():
+        rows.append({"id": str(prompt_id), "pair_id": row.get("pair_id"),
+                     "attributes": {d: row[d] for d in dimensions if d in table.columns and row[d] is not None},
+                     **{m: float(row[m]) for m in PROMPT_METRICS}})
+    return rows
 
 
 def _json_safe(value):

@@ -11,7 +11,7 @@ from specaudit.config import RunConfig
 from specaudit.errors import InputError
 
 # Budgets for the embedded default on a 2-core CPU: per-group prompts and new tokens.
-DEFAULT_BUDGET = {"per_group": 3, "max_new_tokens": 40}
+DEFAULT_BUDGET = {"per_group": 3, "max_new_tokens": 32}
 QUICK_BUDGET = {"per_group": 1, "max_new_tokens": 32}
 
 

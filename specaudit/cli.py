@@ -30,6 +30,8 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--timing-repeats", type=int, help="extra interleaved runs per prompt used only for latency")
     g.add_argument("--warmup", type=int, help="warm-up rounds before timing (default 1)")
     g.add_argument("--verify", help="module:function of your own rejection step, run inside the speculative engine")
+    g.add_argument("--draft-noise", help="dimension=group:sigma: add N(0, sigma^2) noise to the draft's logits on that group's "
+                   "prompts, planting a known disparity to check the audit finds it")
     g.add_argument("--no-chat-template", dest="chat_template", action="store_const", const=False,
                    help="feed prompt text as is, not through the tokenizer's chat template")
     g = p.add_argument_group("prompts")
@@ -68,9 +70,19 @@ def _run_config(args: argparse.Namespace):
     return run_config_from({**run_options, **_flag_options(args)}, source)
 
 
+def _add_executor_options(p: argparse.ArgumentParser) -> None:
+    """Where the plan runs; RunConfig fields, so a --config file may set them too."""
+    g = p.add_argument_group("execution")
+    g.add_argument("--executor", choices=("local", "ray"), help="local (this process, default) or ray (one actor per GPU or CPU slot; "
+                   "needs specaudit[ray])")
+    g.add_argument("--workers", type=int, help="Ray actors (default: one per GPU, else one per --threads CPUs)")
+    g.add_argument("--ray-address", help="a running Ray cluster, e.g. auto or ray://head:10001 (default: start Ray here)")
+
+
 def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="decode a prompt set with each engine and write records.jsonl")
     _add_decoding_options(p)
+    _add_executor_options(p)
     p.add_argument("--out", required=True, help="run folder (created; re-running the same command resumes)")
     p.add_argument("--shard", help="i/N: run only shard i of N (stable by prompt id); combine with `specaudit merge`")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -157,17 +169,23 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------- audit
-def _add_audit(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("audit", help="run -> analyze -> report -> gate in one command (default: the embedded pair on core)")
+def _add_audit_options(p: argparse.ArgumentParser) -> None:
+    """What `audit` and `monitor run` share: they run the same audit."""
     _add_decoding_options(p)
     _add_analysis_options(p)
     p.add_argument("--quick", action="store_true", help="a smaller budget (about 2 minutes on a 2-core CPU)")
     p.add_argument("--out", help="output folder (default reports/<run-id>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _add_audit(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("audit", help="run -> analyze -> report -> gate in one command (default: the embedded pair on core)")
+    _add_audit_options(p)
+    _add_executor_options(p)
     p.set_defaults(func=cmd_audit)
 
 
-def cmd_audit(args: argparse.Namespace) -> int:
+def _run_audit(args: argparse.Namespace):
     from specaudit.audit import DEFAULT_BUDGET, QUICK_BUDGET, audit, default_run_id
     from specaudit.config import run_config_from
 
@@ -181,7 +199,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
     print(f"report: {result.files['html']}")
     print(f"equivalence: {result.snapshot['equivalence'].get('status', 'not run').upper()}  gate: {result.gate_status.upper()}"
           f"  (snapshot: {result.out_dir}/snapshot.json)")
-    return result.exit_code
+    return result
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    return _run_audit(args).exit_code
 
 
 # ---------------------------------------------------------------------- selftest
@@ -306,22 +328,27 @@ def _add_monitor(sub: argparse._SubParsersAction) -> None:
     actions = p.add_subparsers(dest="monitor_command", required=True)
     add = actions.add_parser("add", parents=[common], help="store a snapshot (snapshot.json or its run folder)")
     add.add_argument("snapshot")
-    check = actions.add_parser("check", aliases=["drift"], parents=[common],
+    checking = argparse.ArgumentParser(add_help=False)  # what `check` and `run` share
+    checking.add_argument("--baseline", default="auto", help="auto (pinned run, else rolling:5) | pinned | rolling:N | a run id or name")
+    checking.add_argument("--metrics", default="acceptance_rate,speedup", help="comma list of metrics to compare (default acceptance_rate,speedup)")
+    checking.add_argument("--min-change", type=float, default=0.10, help="practical threshold: relative worsening that FAILs (default 0.10)")
+    checking.add_argument("--no-cusum", dest="cusum", action="store_false", help="skip the CUSUM slow-drift check over the history")
+    checking.add_argument("--cusum-h", type=float, help="CUSUM threshold (default ln(series / alpha) / (2k), k = 0.5)")
+    checking.add_argument("--format", choices=("text", "json"), default="text")
+    checking.add_argument("--verbose", action="store_true", help="text: print PASS checks too")
+    checking.add_argument("--alert-file", help="append non-PASS checks as JSON lines to this file")
+    checking.add_argument("--metrics-file", help="write Prometheus textfile-collector gauges of the run and its checks here")
+    checking.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="extra tag stored with the snapshot (repeatable)")
+    add.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="extra tag stored with the snapshot (repeatable)")
+    check = actions.add_parser("check", aliases=["drift"], parents=[common, checking],
                                help="compare a run with its baseline; alerts one per line; exit 1 on FAIL")
     check.add_argument("snapshot", nargs="?", help="store this snapshot first and check it (default: the latest stored run)")
+    check.add_argument("--snapshot", dest="snapshot_option", metavar="PATH", help="the same as the positional SNAPSHOT")
     check.add_argument("--run", default="latest", help="stored run to check: id, name or 'latest' (default)")
-    check.add_argument("--baseline", default="auto", help="auto (pinned run, else rolling:5) | pinned | rolling:N | a run id or name")
-    check.add_argument("--metrics", default="acceptance_rate,speedup", help="comma list of metrics to compare (default acceptance_rate,speedup)")
     check.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate over groups x metrics, Holm (default 0.05)")
-    check.add_argument("--min-change", type=float, default=0.10, help="practical threshold: relative worsening that FAILs (default 0.10)")
-    check.add_argument("--no-cusum", dest="cusum", action="store_false", help="skip the CUSUM slow-drift check over the history")
-    check.add_argument("--cusum-h", type=float, help="CUSUM threshold (default ln(series / alpha) / (2k), k = 0.5)")
-    check.add_argument("--format", choices=("text", "json"), default="text")
-    check.add_argument("--verbose", action="store_true", help="text: print PASS checks too")
-    check.add_argument("--alert-file", help="append non-PASS checks as JSON lines to this file")
-    check.add_argument("--metrics-file", help="write Prometheus textfile-collector gauges of the run and its checks here")
-    for q in (add, check):
-        q.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="extra tag stored with the snapshot (repeatable)")
+    run = actions.add_parser("run", parents=[common, checking],
+                             help="run an audit (the flags and config of `specaudit audit`), store its snapshot and check it")
+    _add_audit_options(run)  # its --alpha serves the audit's tests and the drift checks alike
     report = actions.add_parser("report", parents=[common], help="trend report: OUT/trend.html (self-contained) and OUT/trend.csv")
     report.add_argument("--out", default="reports/trend", help="output folder (default reports/trend)")
     report.add_argument("--metrics", default="acceptance_rate,speedup", help="comma list of metrics to chart")
@@ -344,6 +371,7 @@ def _add_monitor(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_monitor(args: argparse.Namespace) -> int:
+    import contextlib
     import json
     import os
 
@@ -353,6 +381,15 @@ def cmd_monitor(args: argparse.Namespace) -> int:
 
     action = {"drift": "check"}.get(args.monitor_command, args.monitor_command)
     environment = args.environment if args.environment is not None else os.environ.get("SPECAUDIT_ENVIRONMENT")
+    if action == "check":
+        args.snapshot = args.snapshot or args.snapshot_option
+    elif action == "run":
+        # Open the store before minutes of decoding: a foreign or damaged database fails first.
+        monitor.open_store(args.store, create=True).close()
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the check (JSON with --format json)
+            args.snapshot = str(_run_audit(args).out_dir)
+        args.run, args.alpha = "latest", args.alpha if args.alpha is not None else 0.05
+        action = "check"
     creating = action == "add" or (action == "check" and args.snapshot)
     with monitor.open_store(args.store, create=bool(creating)) as store:
         if action == "add":

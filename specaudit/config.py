@@ -31,10 +31,15 @@ class RunConfig:
     device: str = "auto"
     dtype: str = "auto"
     threads: int = 1  # CPU threads for torch; see load_pair_for
+    executor: str = "local"  # local | ray (specaudit.ray_executor); how the plan runs, not what it decodes
+    workers: int | None = None  # Ray actors (default: one per GPU, else one per `threads` CPUs)
+    ray_address: str | None = None  # an existing Ray cluster ("auto", "ray://host:10001"); default: start one here
     timing_repeats: int = 0
     warmup: int = 1
     verify: str | None = None  # "module:function" of a user's rejection step, for the speculative engine
+    draft_noise: str | None = None  # "dimension=group:sigma": plant a disparity (NoisyDraft) to check an audit's power
     chat_template: bool = True
+    endpoint: dict | None = None  # settings of `--engines endpoint` (see specaudit.backends.endpoint)
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -42,20 +47,43 @@ class RunConfig:
             self.engines = tuple(e.strip() for e in self.engines.split(",") if e.strip())
         if isinstance(self.dimensions, str):
             self.dimensions = tuple(d.strip() for d in self.dimensions.split(",") if d.strip())
-        unknown = [e for e in self.engines if e not in ENGINES]
+        from specaudit.backends import BACKENDS
+
+        unknown = [e for e in self.engines if e not in ENGINES and e not in BACKENDS]
         if unknown or not self.engines:
-            raise InputError(f"unknown engine(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(ENGINES)}")
+            raise InputError(f"unknown engine(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(ENGINES)}, "
+                             f"or one backend alone ({', '.join(BACKENDS)})")
+        backends = [e for e in self.engines if e in BACKENDS]
+        if backends and len(self.engines) > 1:
+            raise InputError(f"--engines {','.join(self.engines)}: the {backends[0]} backend runs alone (it records vanilla and "
+                             f"speculative itself); write --engines {backends[0]}")
+        if self.endpoint is not None or self.engines == ("endpoint",):
+            from specaudit.backends.endpoint import validate_settings
+
+            self.endpoint = validate_settings(self.endpoint, self.engines)
         for name, value, low in (("k", self.k, 1), ("samples", self.samples, 1), ("max-new-tokens", self.max_new_tokens, 1),
                                  ("timing-repeats", self.timing_repeats, 0), ("warmup", self.warmup, 0),
                                  ("threads", self.threads, 1)):
             if not isinstance(value, int) or value < low:
                 raise InputError(f"--{name} must be an integer >= {low}, got {value!r}")
+        if self.executor not in ("local", "ray"):
+            raise InputError(f"--executor {self.executor!r}: choose local or ray")
+        if self.executor == "ray" and any(e not in ENGINES for e in self.engines):
+            raise InputError(f"--executor ray runs the local engines ({', '.join(ENGINES)}); a backend in --engines runs on its own")
+        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
+            raise InputError(f"--workers must be an integer >= 1, got {self.workers!r}")
         if self.per_group is not None and self.per_group < 1:
             raise InputError(f"--per-group must be >= 1, got {self.per_group}")
         self.sampling  # validates temperature / top-k / top-p
         if isinstance(self.draft, str) and self.draft.startswith("early-exit") and not self.draft.partition(":")[2].isdigit():
             raise InputError(f"--draft {self.draft!r}: write early-exit:N with N the number of layers to keep, e.g. early-exit:8")
-        if self.draft is None and any(e != "vanilla" for e in self.engines):
+        if self.draft_noise:
+            from specaudit.models import parse_draft_noise
+
+            parse_draft_noise(self.draft_noise)
+            if "hf-assisted" in self.engines:
+                raise InputError("--draft-noise applies to the speculative engine only; drop hf-assisted from --engines")
+        if self.draft is None and not backends and any(e != "vanilla" for e in self.engines):
             raise InputError("the speculative engines need a --draft (int8, early-exit:N, ngram, or a model)")
 
     @property
@@ -66,12 +94,21 @@ class RunConfig:
         payload = asdict(self)
         payload["engines"] = list(self.engines)
         payload["dimensions"] = list(self.dimensions) if self.dimensions else None
+        if self.endpoint:  # never write an API key into a manifest
+            from specaudit.backends.endpoint import public_settings
+
+            payload["endpoint"] = public_settings(self.endpoint)
         return payload
 
     def decoding_identity(self) -> dict:
         """The settings that decide what records mean: a resumed run must match these exactly."""
-        keep = ("target", "draft", "k", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "dtype", "verify", "chat_template")
-        return {name: getattr(self, name) for name in keep}
+        keep = ("target", "draft", "k", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "dtype", "verify", "chat_template", "draft_noise")
+        identity = {name: getattr(self, name) for name in keep}
+        if self.endpoint:
+            from specaudit.backends.endpoint import settings_identity
+
+            identity["endpoint"] = settings_identity(self.endpoint)
+        return identity
 
     def load_verify(self):
         """The rejection step for the speculative engine: ours, or `module:function` of the user's."""

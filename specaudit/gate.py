@@ -298,9 +298,17 @@ def _control_check(control: str, entry: Any, alpha: float, greedy: bool, section
     if not isinstance(entry, Mapping):
         return _not_run(name, title, f"the run has no {control} engine, so the battery's calibration is unchecked")
     gof = _mapping(entry.get("goodness_of_fit"))
-    rejected = _rejections(gof.get("gate"), alpha)
+    control_alpha = section.get("control_alpha") if _finite(section.get("control_alpha")) else alpha
+    rejected = _rejections(gof.get("gate"), control_alpha)
+    chance = [r for r in _rejections(gof.get("gate"), alpha) if r not in rejected]
     offenders = _impossible(entry).get("statistic") or 0
-    details = {"alpha": alpha, "rejected": [r.get("test") for r in rejected], "impossible_tokens": offenders}
+    details = {"alpha": alpha, "control_alpha": control_alpha, "rejected": [r.get("test") for r in rejected],
+               "rejected_at_alpha": [r.get("test") for r in chance], "impossible_tokens": offenders}
+    if chance and not (rejected or offenders or section.get("status") == "error"):
+        listed = ", ".join(f"{r.get('test')} (Holm p = {_fmt(r.get('holm_pvalue'))})" for r in chance)
+        return GateCheck(name, title, WARN,
+                         f"plain decoding is rejected at α = {alpha:g} by {listed} but not at the control level {control_alpha:g}: "
+                         "chance in 1 audit of 20, or a small scoring mismatch; rerun with another --seed", details)
     if rejected or offenders or section.get("status") == "error":
         why = ", ".join(f"{r.get('test')} (Holm p = {_fmt(r.get('holm_pvalue'))})" for r in rejected) or (
             f"{offenders} impossible token(s)" if offenders else "the analysis marked it as failed")

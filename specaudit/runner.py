@@ -80,7 +80,8 @@ def library_versions() -> dict:
     return versions
 
 
-def generate_one(engine: str, pair, prompt_ids: list[int], cfg: RunConfig, seed: int, verify, eos_ids: set[int], max_new_tokens: int):
+def generate_one(engine: str, pair, prompt_ids: list[int], cfg: RunConfig, seed: int, verify, eos_ids: set[int], max_new_tokens: int,
+                 attributes: dict | None = None):
     """Decode one prompt with one engine; the single place that dispatches on the engine name."""
     if engine == "hf-assisted":
         return hf_assisted_generate(
@@ -91,15 +92,26 @@ def generate_one(engine: str, pair, prompt_ids: list[int], cfg: RunConfig, seed:
     common = dict(spec=cfg.sampling, max_new_tokens=max_new_tokens, generator=generator, eos_ids=eos_ids, vocab_size=pair.vocab_size)
     if engine == "vanilla":
         return vanilla_generate(pair.target, prompt_ids, **common)
-    return speculative_generate(pair.target, pair.draft, prompt_ids, k=cfg.k, verify=verify, **common)
+    draft = pair.draft
+    if cfg.draft_noise:
+        from specaudit.models import NoisyDraft, parse_draft_noise
+
+        dimension, group, sigma = parse_draft_noise(cfg.draft_noise)
+        if (attributes or {}).get(dimension) == group:
+            if not pair.draft_is_model:
+                raise InputError(f"--draft-noise needs a model draft, not {cfg.draft!r}")
+            draft = NoisyDraft(draft, sigma, seed)
+    return speculative_generate(pair.target, draft, prompt_ids, k=cfg.k, verify=verify, **common)
 
 
-def _plan(prompts, cfg: RunConfig):
-    """(prompt, engine, sample label, timing_only) in execution order."""
+def _plan(prompts, cfg: RunConfig, engines: tuple[str, ...] | None = None):
+    """(prompt, engine, sample label, timing_only) in execution order; `engines` defaults to cfg's
+    (a backend passes the record engines it produces, e.g. ("vanilla", "speculative"))."""
+    engines = tuple(engines or cfg.engines)
     for prompt in prompts:
         labels = [(s, False) for s in range(cfg.samples)] + [(f"t{r}", True) for r in range(cfg.timing_repeats)]
         for position, (label, timing_only) in enumerate(labels):
-            order = cfg.engines if position % 2 == 0 else tuple(reversed(cfg.engines))
+            order = engines if position % 2 == 0 else tuple(reversed(engines))
             for engine in order:
                 yield prompt, engine, label, timing_only
 
@@ -123,11 +135,113 @@ def load_pair_for(cfg: RunConfig):
     bound by per-operation overhead, and OpenMP threads that wait on each other under any
     competing load slowed the int8 draft's decoding about 30-fold here (measured on 2 cores).
     """
+    from specaudit.backends import BACKENDS
     from specaudit.models import load_pair
 
+    if any(e in BACKENDS for e in cfg.engines):
+        return None  # a backend decodes elsewhere and loads what it needs itself
     torch.set_num_threads(cfg.threads)
     needs_draft = any(e != "vanilla" for e in cfg.engines)
     return load_pair(cfg.target, cfg.draft if needs_draft else None, device=cfg.device, dtype=cfg.dtype)
+
+
+def device_entry(pair) -> dict:
+    device = pair.device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    return {"type": device.type, "name": name, "threads": torch.get_num_threads()}
+
+
+def run_manifest(cfg: RunConfig, identity: dict, prompt_set, *, previous: dict, command: str | None, models: dict, device: dict,
+                 versions: dict) -> dict:
+    """manifest.json of a run folder; every executor writes the same fields (plus its own extras)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "created": previous.get("created") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": previous.get("command") or command or " ".join(sys.argv),
+        "invocations": previous.get("invocations", 0) + 1,
+        "config": cfg.to_dict(),
+        **identity,
+        "models": models,
+        "versions": versions,
+        "device": device,
+        "seeds": {"run": cfg.seed, "derivation": "sha256(run_seed|prompt_id|sample)[:8], little-endian, 63 bits"},
+        "prompt_set": prompt_set.manifest_entry(),
+    }
+
+
+def plan_record(cfg: RunConfig, prompt, engine: str, label: int | str, timing_only: bool, seed: int, prompt_ids: list[int],
+                generation, text: str) -> dict:
+    """One records.jsonl entry: the plan item's identity, then everything its engine measured.
+    Shared by every executor and backend, so that their records look alike."""
+    record = {
+        "key": record_key(prompt.id, engine, label),
+        "prompt_id": prompt.id,
+        "pair_id": prompt.pair_id,
+        "attributes": dict(prompt.attributes),
+        "engine": engine,
+        "sample": label,
+        "seed": seed,
+        "timing_only": timing_only,
+        "sampling": cfg.sampling.to_dict(),
+        "k": 0 if engine == "vanilla" else cfg.k,
+        "prompt_token_ids": prompt_ids,
+        "output_token_ids": generation.tokens,
+        "text": text,
+    }
+    payload = generation.to_dict()
+    payload.pop("tokens")
+    record.update(payload)
+    return record
+
+
+def decode_item(pair, cfg: RunConfig, item, prompt_ids: list[int], verify, eos_ids: set[int]) -> dict:
+    """Decode one plan item (prompt, engine, sample label, timing_only) into its record; the seed
+    depends only on the run seed, prompt id and sample, so any process may decode any item."""
+    prompt, engine, label, timing_only = item
+    seed = derive_seed(cfg.seed, prompt.id, label)
+    generation = generate_one(engine, pair, prompt_ids, cfg, seed, verify, eos_ids, cfg.max_new_tokens, prompt.attributes)
+    text = pair.tokenizer.decode(generation.tokens, skip_special_tokens=True)
+    return plan_record(cfg, prompt, engine, label, timing_only, seed, prompt_ids, generation, text)
+
+
+def warm_up(pair, cfg: RunConfig, prompt_ids: list[int], verify, eos_ids: set[int]) -> None:
+    """First calls pay for allocation and kernel selection: run them before anything is timed."""
+    for _ in range(cfg.warmup):
+        for engine in cfg.engines:
+            generate_one(engine, pair, prompt_ids, cfg, cfg.seed, verify, eos_ids, min(8, cfg.max_new_tokens))
+
+
+def prepare_run(cfg: RunConfig, out_dir: Path, prompt_set=None, shard: tuple[int, int] | None = None) -> tuple:
+    """(prompt set, identity, previous manifest or {}): the prompts are loaded first, so bad input
+    fails before any model loads or server is called, and a folder made with other settings is
+    refused before anything is written."""
+    from specaudit.prompts import load_prompts
+
+    if prompt_set is None:
+        prompt_set = load_prompts(cfg.prompts, column_map=cfg.column_map, dimensions=cfg.dimensions, per_group=cfg.per_group, seed=cfg.seed)
+    if not prompt_set.prompts:
+        raise InputError(f"prompt set {cfg.prompts!r} selected no prompts (check --dimensions / --per-group)")
+    identity = {"decoding": cfg.decoding_identity(), "prompt_set_checksum": prompt_set.checksum, "shard": list(shard) if shard else None}
+    previous = read_manifest(out_dir) if (Path(out_dir) / MANIFEST_FILE).is_file() else {}
+    if previous:
+        _check_resumable(Path(out_dir), previous, identity)
+    return prompt_set, identity, previous
+
+
+def pending_items(out_dir: Path, prompt_set, cfg: RunConfig, shard: tuple[int, int] | None = None,
+                  engines: tuple[str, ...] | None = None) -> tuple[list[dict], list, list]:
+    """(records already in the folder, the whole plan of this shard, the items still to run).
+    A torn last line of records.jsonl is cut off here, so appending resumes cleanly."""
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    existing = read_records(Path(out_dir) / RECORDS_FILE, repair=True)
+    done = {record["key"] for record in existing}
+    prompts = prompt_set.prompts
+    if shard is not None:
+        from specaudit.shards import shard_of
+
+        prompts = [p for p in prompts if shard_of(p.id, shard[1]) == shard[0]]
+    plan = list(_plan(prompts, cfg, engines))
+    return existing, plan, [item for item in plan if record_key(item[0].id, item[1], item[2]) not in done]
 
 
 def run(cfg: RunConfig, out_dir: str | Path, *, pair=None, prompt_set=None, progress: bool = True, command: str | None = None,
@@ -136,80 +250,37 @@ def run(cfg: RunConfig, out_dir: str | Path, *, pair=None, prompt_set=None, prog
     the prompts whose stable hash falls in shard i of N (see specaudit.shards)."""
     from tqdm.auto import tqdm
 
-    from specaudit.prompts import load_prompts
+    from specaudit.backends import backend_module
 
     started = time.perf_counter()
     out_dir = Path(out_dir)
-    if prompt_set is None:  # prompts first: bad input fails before minutes of model loading
-        prompt_set = load_prompts(cfg.prompts, column_map=cfg.column_map, dimensions=cfg.dimensions, per_group=cfg.per_group, seed=cfg.seed)
-    if not prompt_set.prompts:
-        raise InputError(f"prompt set {cfg.prompts!r} selected no prompts (check --dimensions / --per-group)")
-    decoding = cfg.decoding_identity()
-    identity = {"decoding": decoding, "prompt_set_checksum": prompt_set.checksum, "shard": list(shard) if shard else None}
-    previous_manifest = read_manifest(out_dir) if (out_dir / MANIFEST_FILE).is_file() else {}
-    if previous_manifest:
-        _check_resumable(out_dir, previous_manifest, identity)
+    backend = backend_module(cfg.engines)
+    if backend is not None:  # decoding happens elsewhere (a server, vLLM): the backend writes the run folder
+        return backend.run_backend(cfg, out_dir, prompt_set=prompt_set, progress=progress, command=command, shard=shard)
+    if cfg.executor == "ray":  # Ray actors decode; this process only writes the run folder
+        from specaudit.ray_executor import run_on_ray
+
+        return run_on_ray(cfg, out_dir, workers=cfg.workers, address=cfg.ray_address, progress=progress, command=command,
+                          prompt_set=prompt_set, shard=shard)
+    prompt_set, identity, previous_manifest = prepare_run(cfg, out_dir, prompt_set, shard)
     verify = cfg.load_verify()
     pair = pair or load_pair_for(cfg)
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    existing = read_records(out_dir / RECORDS_FILE, repair=True)
-    done = {record["key"] for record in existing}
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
-        "created": previous_manifest.get("created") or datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": previous_manifest.get("command") or command or " ".join(sys.argv),
-        "invocations": previous_manifest.get("invocations", 0) + 1,
-        "config": cfg.to_dict(),
-        **identity,
-        "models": pair.manifest(),
-        "versions": library_versions(),
-        "device": {"type": pair.device.type, "name": torch.cuda.get_device_name(pair.device) if pair.device.type == "cuda" else platform.processor() or platform.machine(), "threads": torch.get_num_threads()},
-        "seeds": {"run": cfg.seed, "derivation": "sha256(run_seed|prompt_id|sample)[:8], little-endian, 63 bits"},
-        "prompt_set": prompt_set.manifest_entry(),
-    }
+    existing, plan, todo = pending_items(out_dir, prompt_set, cfg, shard)
+    manifest = run_manifest(cfg, identity, prompt_set, previous=previous_manifest, command=command, models=pair.manifest(),
+                            device=device_entry(pair), versions=library_versions())
     write_json_atomic(out_dir / MANIFEST_FILE, manifest)
 
     eos_ids = eos_token_ids(pair)
     encoded = {p.id: encode_prompt(pair.tokenizer, p.text, cfg.chat_template) for p in prompt_set.prompts}
-    prompts = prompt_set.prompts
-    if shard is not None:
-        from specaudit.shards import shard_of
-
-        prompts = [p for p in prompts if shard_of(p.id, shard[1]) == shard[0]]
-    plan = list(_plan(prompts, cfg))
-    todo = [item for item in plan if record_key(item[0].id, item[1], item[2]) not in done]
-    if todo and cfg.warmup:  # first calls pay for allocation and kernel selection: keep them out of the timings
-        first = todo[0][0]
-        for _ in range(cfg.warmup):
-            for engine in cfg.engines:
-                generate_one(engine, pair, encoded[first.id], cfg, cfg.seed, verify, eos_ids, min(8, cfg.max_new_tokens))
+    if todo:
+        warm_up(pair, cfg, encoded[todo[0][0].id], verify, eos_ids)
     written = 0
     with RecordWriter(out_dir / RECORDS_FILE) as writer, tqdm(
         total=len(plan), initial=len(plan) - len(todo), desc="decoding", unit="gen", disable=not progress, file=sys.stderr
     ) as bar:
-        for prompt, engine, label, timing_only in todo:
-            seed = derive_seed(cfg.seed, prompt.id, label)
-            generation = generate_one(engine, pair, encoded[prompt.id], cfg, seed, verify, eos_ids, cfg.max_new_tokens)
-            record = {
-                "key": record_key(prompt.id, engine, label),
-                "prompt_id": prompt.id,
-                "pair_id": prompt.pair_id,
-                "attributes": dict(prompt.attributes),
-                "engine": engine,
-                "sample": label,
-                "seed": seed,
-                "timing_only": timing_only,
-                "sampling": cfg.sampling.to_dict(),
-                "k": 0 if engine == "vanilla" else cfg.k,
-                "prompt_token_ids": encoded[prompt.id],
-                "output_token_ids": generation.tokens,
-                "text": pair.tokenizer.decode(generation.tokens, skip_special_tokens=True),
-            }
-            payload = generation.to_dict()
-            payload.pop("tokens")
-            record.update(payload)
-            writer.write(record)
+        for item in todo:
+            writer.write(decode_item(pair, cfg, item, encoded[item[0].id], verify, eos_ids))
             written += 1
             bar.update(1)
     return RunSummary(out_dir, len(existing) + written, written, len(plan) - len(todo), time.perf_counter() - started)

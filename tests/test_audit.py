@@ -41,3 +41,39 @@ def test_audit_config_errors_exit_2_before_any_decoding(tmp_path, tiny_pair_dir,
         err = capsys.readouterr().err
         assert err.count("specaudit: error:") == 1 and "Traceback" not in err
         assert not (out / "records.jsonl").exists()
+
+
+def test_monitor_run_audits_stores_and_checks(tmp_path, tiny_pair_dir, tiny_prompts_file, capsys):
+    """`monitor run` = the audit of `audit` (same config file and flags) + store + drift check.
+    Three runs: the first starts the history, the second re-runs with another seed, the third
+    plants noise in group b's draft; every run lands in the store with per-prompt values."""
+    import sqlite3
+
+    config = _config(tmp_path, tiny_pair_dir, tiny_prompts_file)
+    store = f"sqlite:///{tmp_path / 'history.db'}"
+    codes, outputs = [], []
+    for i, extra in enumerate([[], ["--seed", "1"], ["--seed", "2", "--draft-noise", "group=b:6.0"]]):
+        code = main(["monitor", "run", "--config", str(config), "--out", str(tmp_path / f"run{i}"), "--quiet", "--store", store,
+                     "--environment", "ci", "--format", "json", *extra])
+        codes.append(code)
+        outputs.append(capsys.readouterr().out)
+    results = [json.loads(out) for out in outputs]  # with --format json, stdout is the check alone
+    assert results[0]["checks"][0]["kind"] == "baseline"  # nothing to compare with yet
+    assert all(r["exit_code"] == c for r, c in zip(results, codes))
+    drift = [c for c in results[2]["checks"] if c["kind"] == "drift" and c["group"] == "b" and c["metric"] == "acceptance_rate"]
+    assert drift and drift[0]["details"]["method"] == "paired t-test on per-prompt differences"
+    assert drift[0]["details"]["current"] < drift[0]["details"]["baseline"]
+    with sqlite3.connect(tmp_path / "history.db") as db:
+        assert db.execute("select count(*) from specaudit_runs where environment = 'ci'").fetchone()[0] == 3
+    snapshot = json.loads((tmp_path / "run2" / "snapshot.json").read_text())
+    assert {row["id"] for row in snapshot["prompts"]} == {"p1", "p2", "p3", "p4"}
+    assert snapshot["run"]["config"]["draft_noise"] == "group=b:6.0"
+
+
+def test_monitor_run_refuses_a_foreign_store_before_decoding(tmp_path, tiny_pair_dir, tiny_prompts_file, capsys):
+    foreign = tmp_path / "not-a-db.db"
+    foreign.write_bytes(b"this is not sqlite" * 100)
+    config = _config(tmp_path, tiny_pair_dir, tiny_prompts_file)
+    code = main(["monitor", "run", "--config", str(config), "--out", str(tmp_path / "r"), "--quiet", "--store", f"sqlite:///{foreign}"])
+    assert code == 2 and not (tmp_path / "r").exists()
+    assert foreign.read_bytes() == b"this is not sqlite" * 100

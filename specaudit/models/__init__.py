@@ -5,12 +5,14 @@ from specaudit.models._loading import (
     DEFAULT_TARGET,
     ModelPair,
     NgramDraft,
+    NoisyDraft,
     check_same_vocabulary,
     default_target_folder,
     early_exit_draft,
     int8_draft,
     load_pair,
     load_tokenizer,
+    parse_draft_noise,
 )
 from specaudit.models._tiny import save_tiny_pair, tiny_draft_of, tiny_model, tiny_tokenizer
 
@@ -18,6 +20,7 @@ __all__ = [
     "DEFAULT_TARGET",
     "ModelPair",
     "NgramDraft",
+    "NoisyDraft",
     "Stopwatch",
     "check_same_vocabulary",
     "default_target_folder",
@@ -26,6 +29,7 @@ __all__ = [
     "int8_draft",
     "load_pair",
     "load_tokenizer",
+    "parse_draft_noise",
     "resolve_device",
     "resolve_dtype",
     "save_tiny_pair",

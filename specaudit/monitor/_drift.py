@@ -1,7 +1,8 @@
 """Drift of a run against a baseline: per-group metric changes, slow drifts, verdict and context changes.
 
-Snapshots carry each metric's estimate with a bootstrap confidence interval, not the per-prompt
-values behind it, so the comparison works on the normal approximation of those intervals:
+Snapshots carry per-prompt values (`prompts`), so a group's change is tested prompt by prompt
+(PromptDriftResult: paired when the runs share prompts). Snapshots without them (older ones, or
+made elsewhere) are compared through the normal approximation of their bootstrap intervals:
 
 - standard error of a run's estimate: SE = (ci_high − ci_low) / (2 z), z the CI's normal quantile;
 - baseline = one run (pinned) or the random-effects mean of a rolling window of runs, with the
@@ -92,8 +93,8 @@ class DriftTestResult:
 
     def to_dict(self) -> dict[str, Any]:
         ci, rci = self.confidence_interval(), self.ratio_confidence_interval()
-        return {"statistic": _finite(self.statistic), "pvalue": _finite(self.pvalue), "difference": _finite(self.difference),
-                "ci_low": _finite(ci.low), "ci_high": _finite(ci.high), "standard_error": _finite(self.standard_error),
+        return {"method": "normal approximation from the group CIs", "statistic": _finite(self.statistic), "pvalue": _finite(self.pvalue),
+                "difference": _finite(self.difference), "ci_low": _finite(ci.low), "ci_high": _finite(ci.high), "standard_error": _finite(self.standard_error),
                 "current": _finite(self.current), "baseline": _finite(self.baseline), "relative_change": _finite(self.relative_change),
                 "ratio": _finite(self.ratio), "ratio_ci_low": _finite(rci.low), "ratio_ci_high": _finite(rci.high),
                 "heterogeneity": _finite(self.heterogeneity), "n_baseline_runs": self.n_baseline_runs,
@@ -139,6 +140,107 @@ def drift_test(current: MetricPoint, baseline: Sequence[MetricPoint], *, confide
     z = difference / se
     return DriftTestResult(z, _two_sided_p(z), difference, se, float(current.value), mean, math.sqrt(var_current),
                            math.sqrt(var_mean), tau2, len(usable), confidence_level)
+
+
+@dataclass(frozen=True)
+class PromptDriftResult:
+    """Change of one group's metric between a run and its baseline, tested prompt by prompt.
+
+    Paired when the runs share prompts (a scheduled re-run of one prompt set): a one-sample t-test
+    on the per-prompt differences current − baseline, a prompt's baseline value being its mean
+    over the baseline runs. Otherwise Welch's t-test between the two sets of prompt values. A
+    t-test rather than a signed-rank test because groups hold a handful of prompts: with n
+    prompts the signed-rank test's smallest p-value is 2/2^n (0.25 at n = 3), which no Holm
+    correction lets through, while a per-prompt rate averages many draft steps and is close to
+    normal. `current` and `baseline` are prompt means; the ratio's CI is a seeded percentile
+    bootstrap over prompts (pairs resampled together when paired).
+    """
+
+    statistic: float
+    pvalue: float
+    difference: float
+    ci_low: float
+    ci_high: float
+    current: float
+    baseline: float
+    ratio_ci_low: float
+    ratio_ci_high: float
+    n_current: int
+    n_baseline: int
+    paired: bool
+    n_baseline_runs: int
+    confidence_level: float = 0.95
+
+    @property
+    def relative_change(self) -> float:
+        return self.difference / abs(self.baseline) if self.baseline else (math.inf if self.difference else 0.0)
+
+    @property
+    def ratio(self) -> float:
+        return self.current / self.baseline if self.baseline else math.nan
+
+    def confidence_interval(self) -> ConfidenceInterval:
+        """CI of the difference current − baseline (t-based)."""
+        return ConfidenceInterval(self.ci_low, self.ci_high)
+
+    def ratio_confidence_interval(self) -> ConfidenceInterval:
+        return ConfidenceInterval(self.ratio_ci_low, self.ratio_ci_high)
+
+    def to_dict(self) -> dict[str, Any]:
+        test = "paired t-test on per-prompt differences" if self.paired else "Welch t-test on per-prompt values"
+        return {"method": test, "statistic": _finite(self.statistic), "pvalue": _finite(self.pvalue),
+                "difference": _finite(self.difference), "ci_low": _finite(self.ci_low), "ci_high": _finite(self.ci_high),
+                "current": _finite(self.current), "baseline": _finite(self.baseline), "relative_change": _finite(self.relative_change),
+                "ratio": _finite(self.ratio), "ratio_ci_low": _finite(self.ratio_ci_low), "ratio_ci_high": _finite(self.ratio_ci_high),
+                "n_prompts_current": self.n_current, "n_prompts_baseline": self.n_baseline, "paired": self.paired,
+                "n_baseline_runs": self.n_baseline_runs, "confidence_level": self.confidence_level}
+
+
+def prompt_drift_test(current: Mapping[str, float], baseline: Sequence[Mapping[str, float]], *, confidence_level: float = 0.95,
+                      n_boot: int = 2000, seed: int = 0) -> PromptDriftResult | None:
+    """Test one group's per-prompt values (prompt id → value) against the baseline runs' values;
+    None when either side has fewer than 2 prompts (or 2 pairs, when paired)."""
+    import numpy as np
+    from scipy import stats
+
+    pooled: dict[str, list[float]] = {}
+    for run in baseline:
+        for prompt, value in run.items():
+            pooled.setdefault(prompt, []).append(value)
+    base = {prompt: float(np.mean(values)) for prompt, values in pooled.items()}
+    shared = sorted(set(current) & set(base))
+    paired = len(shared) >= 2
+    if paired:
+        x = np.array([current[k] for k in shared], float)
+        y = np.array([base[k] for k in shared], float)
+    else:
+        x, y = np.array(list(current.values()), float), np.array(list(base.values()), float)
+        if len(x) < 2 or len(y) < 2:
+            return None
+    if paired:
+        d = x - y
+        result = stats.ttest_1samp(d, 0.0) if np.ptp(d) > 0 else None
+        ci = result.confidence_interval(confidence_level) if result is not None else (float(d[0]), float(d[0]))
+    else:
+        result = stats.ttest_ind(x, y, equal_var=False) if np.ptp(np.r_[x, y]) > 0 else None
+        ci = result.confidence_interval(confidence_level) if result is not None else (0.0, 0.0)
+    statistic = float(result.statistic) if result is not None else (0.0 if not paired or d[0] == 0 else math.copysign(math.inf, d[0]))
+    pvalue = float(result.pvalue) if result is not None else (1.0 if statistic == 0 else 0.0)
+
+    rng = np.random.default_rng(seed)
+    if paired:
+        picks = rng.integers(0, len(x), (n_boot, len(x)))
+        num, den = x[picks].mean(axis=1), y[picks].mean(axis=1)
+    else:
+        num = x[rng.integers(0, len(x), (n_boot, len(x)))].mean(axis=1)
+        den = y[rng.integers(0, len(y), (n_boot, len(y)))].mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = num / den
+    ratios = ratios[np.isfinite(ratios)]
+    tail = (1 - confidence_level) / 2
+    r_low, r_high = (np.quantile(ratios, [tail, 1 - tail]) if len(ratios) else (math.nan, math.nan))
+    return PromptDriftResult(statistic, pvalue, float(x.mean() - y.mean()), float(ci[0]), float(ci[1]), float(x.mean()), float(y.mean()),
+                             float(r_low), float(r_high), len(x), len(y), paired, len(baseline), confidence_level)
 
 
 @dataclass(frozen=True)
@@ -288,6 +390,20 @@ class RunView:
         return cls(label or s.name, {p.key: p for p in s.points}, s.equivalence_status, s.engine_verdicts, _context(s), snapshot)
 
 
+def prompt_values(snapshot: Mapping[str, Any] | None, dimension: str, group: str, metric: str) -> dict[str, float]:
+    """Prompt id → finite value of `metric` for the prompts of one group (every prompt of the
+    dimension for its overall row), from a snapshot's `prompts` section; empty without one."""
+    out: dict[str, float] = {}
+    for row in (snapshot or {}).get("prompts") or []:
+        attributes = row.get("attributes") or {}
+        value = row.get(metric)
+        if dimension not in attributes or (group != OVERALL and str(attributes[dimension]) != group):
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[str(row.get("id"))] = float(value)
+    return out
+
+
 def _context(source: Any) -> dict[str, str]:
     names = ("target", "target_hash", "draft", "draft_hash", "prompt_set", "prompt_set_version", "prompt_set_checksum",
              "config_hash", "versions_hash")
@@ -311,7 +427,7 @@ def _fmt_p(p: float) -> str:
 
 def _drift_checks(current: RunView, baseline: Sequence[RunView], metrics: Sequence[str], alpha: float, min_change: float,
                   baseline_text: str) -> list[Check]:
-    tested: list[tuple[MetricPoint, DriftTestResult]] = []
+    tested: list[tuple[MetricPoint, DriftTestResult | PromptDriftResult]] = []
     skipped: list[Check] = []
     keys = sorted(k for k in current.points if k[2] in metrics)
     for key in keys:
@@ -319,7 +435,12 @@ def _drift_checks(current: RunView, baseline: Sequence[RunView], metrics: Sequen
         if point.value is None:
             continue
         previous = [b.points[key] for b in baseline if key in b.points]
-        result = drift_test(point, previous, confidence_level=1 - alpha)
+        # Prompt by prompt where every run carries per-prompt values; else from the group CIs.
+        values = [prompt_values(view.snapshot, *key) for view in (current, *baseline)]
+        if all(values):
+            result = prompt_drift_test(values[0], values[1:], confidence_level=1 - alpha)
+        else:
+            result = drift_test(point, previous, confidence_level=1 - alpha)
         if result is None:
             if previous:
                 skipped.append(Check("drift", PASS, _subject(*key), "not tested: no usable confidence interval on one side",

@@ -143,6 +143,7 @@ def _equivalence_view(section: Mapping[str, Any], ids: _Ids) -> dict[str, Any]:
         "delta": setting(get(section, "delta")),
         "family_rule": get(section, "family_rule", default=MISSING),
         "message": get(section, "message"),
+        "warning": get(section, "control_warning"),
         "control": control,
         "engines": views,
     }

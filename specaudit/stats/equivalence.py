@@ -382,6 +382,9 @@ def goodness_of_fit(
     u = pit_values(frame, seed)
     possible = frame["p"].to_numpy(float) > 0
     has_draft = "q" in frame and frame["q"].notna().any()
+    # Scores from a server's top-N logprobs have no entropy (it needs all of p_t): the
+    # martingale is then not applicable and left out, like draft affinity without a draft.
+    has_entropy = bool(frame["surprisal_var"].notna().any())
     table = None
     if records is not None:
         table = acceptance_indicators([r for r in _audited(records) if str(_field(r, "engine")) == engine], frame)
@@ -389,7 +392,8 @@ def goodness_of_fit(
     def battery(mask: np.ndarray, accept_rows: pd.DataFrame | None) -> dict[str, StatTestResult]:
         sub = frame[mask & possible]
         out: dict[str, StatTestResult] = {"pit": _pit_test(u[mask & possible], alpha, bins)}
-        out["surprisal"] = surprisal_martingale(sub, alpha=alpha)
+        if has_entropy:
+            out["surprisal"] = surprisal_martingale(sub, alpha=alpha)
         if has_draft:
             out["draft_affinity"] = draft_affinity(sub, alpha=alpha) if sub["q"].notna().any() else ZTestResult(
                 "draft_affinity", math.nan, math.nan, 0, alpha

@@ -280,3 +280,24 @@ def test_gate_cli_exit_codes_and_write(tmp_path, snapshot, capsys):
     assert main(["gate", str(tmp_path / "broken.json")]) == 2
     err = capsys.readouterr().err
     assert "gate.alpha" in err and "does not exist" in err and "not valid JSON" in err and "Traceback" not in err
+
+
+def test_control_rejected_only_at_alpha_warns_and_a_gross_rejection_voids_the_audit(snapshot):
+    """The control is judged at alpha x 0.02 (analysis.judge_control): a rejection at alpha alone is chance
+    in 1 audit of 20 and warns; a gross one (or an impossible token) makes the audit invalid."""
+    from specaudit.analysis import judge_control
+
+    for holm_p, verdict, status in ((0.03, "warn", WARN), (1e-5, "fail", FAIL)):
+        section = json.loads(json.dumps(snapshot["equivalence"]))
+        control = section["engines"]["vanilla"]
+        control["goodness_of_fit"]["gate"][0].update(holm_pvalue=holm_p, reject=True)
+        control["goodness_of_fit"]["pvalue"] = holm_p
+        control["verdict"] = "fail"
+        judge_control(section, 0.05)
+        assert control["verdict"] == verdict and section["control_alpha"] == pytest.approx(0.001)
+        assert ("control_warning" in section) == (verdict == "warn")
+        if verdict == "fail":
+            section["status"] = "error"
+        check = _check(evaluate_gate({**snapshot, "equivalence": section}, GateThresholds(**LOOSE)), "control[vanilla]")
+        assert check.status == status, check.message
+        assert ("rerun with another --seed" in check.message) == (status == WARN)
