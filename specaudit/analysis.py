@@ -206,7 +206,8 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
     if equivalence and pair is None and not server_scored(records):
         from specaudit.models import load_pair
 
-        pair = load_pair(config.get("target", "default"), config.get("draft"), device=device or config.get("device", "auto"),
+        draft = None if config.get("engines") == ["endpoint"] else config.get("draft")  # a server's draft is not ours to load
+        pair = load_pair(config.get("target", "default"), draft, device=device or config.get("device", "auto"),
                          dtype=config.get("dtype", "auto"))
     if equivalence:
         snapshot["equivalence"] = _equivalence(records, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed,

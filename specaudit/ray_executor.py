@@ -135,6 +135,11 @@ def run_on_ray(cfg: RunConfig, out_dir: str | Path, *, workers: int | None = Non
     cfg.load_verify()  # a --verify that cannot be imported fails here, before any actor starts
     existing, plan, todo = pending_items(out_dir, prompt_set, cfg)
     done = {record["key"] for record in existing}
+    if not todo and previous.get("models"):  # all written already: no actor (nor Ray) needs to start
+        manifest = run_manifest(cfg, identity, prompt_set, previous=previous, command=command, models=previous["models"],
+                                device=previous.get("device"), versions=previous.get("versions"))
+        write_json_atomic(out_dir / MANIFEST_FILE, {**manifest, **({"executor": previous["executor"]} if "executor" in previous else {})})
+        return RunSummary(out_dir, len(existing), 0, len(plan), time.perf_counter() - started)
 
     owns_ray = not ray.is_initialized()
     if owns_ray:

@@ -131,9 +131,10 @@ def spec_counters(metrics: list) -> dict:
     for metric in metrics:
         name = str(getattr(metric, "name", "")).removesuffix("_total")
         if name == PER_POSITION_COUNTER and hasattr(metric, "values"):
-            values = list(metric.values)
-            per_position = [a + b for a, b in zip(per_position + [0.0] * (len(values) - len(per_position)),
-                                                  values + [0.0] * (len(per_position) - len(values)))]
+            values = [float(v) for v in metric.values]
+            width = max(len(per_position), len(values))
+            per_position = [(per_position[i] if i < len(per_position) else 0.0) + (values[i] if i < len(values) else 0.0)
+                            for i in range(width)]
         elif name in (*SPEC_DECODE_COUNTERS, GENERATION_COUNTER) and hasattr(metric, "value"):
             totals[name] = totals.get(name, 0.0) + float(metric.value)
     if per_position:

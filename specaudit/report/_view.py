@@ -87,12 +87,17 @@ def _run_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         f"T = {setting(temperature)}" + (f", top-k {config['top_k']}" if get(config, "top_k") else "")
         + (f", top-p {setting(config['top_p'])}" if finite(get(config, "top_p")) and config["top_p"] < 1 else "")
         if finite(temperature) else MISSING)
+    target = get(models, "target", "name", default=get(config, "target", default=MISSING))
+    draft = get(models, "draft", "name", default=get(config, "draft", default=MISSING))
+    if get(models, "speculative", "url"):  # a live endpoint pair: the servers are the models audited
+        target = f"{get(models, 'vanilla', 'model')} at {get(models, 'vanilla', 'url')} (speculation off)"
+        draft = f"{get(models, 'speculative', 'model')} at {get(models, 'speculative', 'url')} (speculation on)"
     return {
         "ran": bool(run),
         "id": get(run, "id", default="unnamed run"),
         "created": get(run, "created", default=MISSING),
-        "target": get(models, "target", "name", default=get(config, "target", default=MISSING)),
-        "draft": get(models, "draft", "name", default=get(config, "draft", default=MISSING)),
+        "target": target,
+        "draft": draft,
         "engines": ", ".join(map(str, get(run, "engines", default=[]))) or MISSING,
         "disparity_engine": get(run, "disparity_engine", default=MISSING),
         "n_prompts": integer(get(run, "n_prompts")),

@@ -90,11 +90,15 @@ def _check_not_greedy(scores: TokenScores | pd.DataFrame) -> None:
 def pit_values(scores: TokenScores | pd.DataFrame, seed: int = 0) -> np.ndarray:
     """Randomised PIT u_t = F_t(x_t−) + V_t·p_t(x_t), one per row of the token frame, in order.
 
-    V comes from numpy's Generator seeded with `seed`, drawn for all rows at once, so a group's
-    PIT values are the same whether it is tested alone or inside the whole run.
+    V comes from numpy's Generator seeded with `seed`, drawn for all rows at once in the order of
+    (record key, position), so a group's PIT values are the same whether it is tested alone or
+    inside the whole run, and do not depend on the order records were written in (a Ray run or a
+    concurrent endpoint run writes them as they arrive).
     """
     frame = _frame(scores)
-    v = np.random.default_rng(seed).random(len(frame))
+    draws = np.random.default_rng(seed).random(len(frame))
+    v = np.empty(len(frame))
+    v[np.lexsort((frame["position"].to_numpy(), frame["key"].astype(str).to_numpy()))] = draws
     return np.clip(frame["cdf_below"].to_numpy(float) + v * frame["p"].to_numpy(float), 0.0, 1.0)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import yaml
@@ -108,6 +109,19 @@ def test_resume_keeps_records_and_refuses_other_settings(tmp_path, servers, tiny
         run(_config(tiny_pair_dir, tiny_prompts_file, speculative, vanilla, endpoint={"logprobs": 5}), tmp_path / "ep", progress=False)
 
 
+def test_without_token_ids_outputs_are_retokenised_and_scored_locally(tmp_path, servers, tiny_pair_dir, tiny_prompts_file):
+    speculative, vanilla = servers
+    cfg = _config(tiny_pair_dir, tiny_prompts_file, speculative, vanilla, samples=1, max_new_tokens=8, endpoint={"logprobs": 0})
+    run(cfg, tmp_path / "ep", progress=False)
+    records = read_records(tmp_path / "ep" / "records.jsonl")
+    assert all(r["token_ids_source"] == "re-tokenised text" and r["target_logprobs"] is None for r in records)
+    manifest = json.loads((tmp_path / "ep" / "manifest.json").read_text())
+    assert "re-tokenised" in manifest["endpoint"]["token_ids_note"]
+    snapshot = analyze(tmp_path / "ep", n_boot=20)  # no logprobs: the local target (the config's) scores the outputs
+    assert "draft_scoring" in snapshot["equivalence"] and "scoring" not in snapshot["equivalence"]
+    assert set(snapshot["equivalence"]["engines"]) == {"vanilla", "speculative"}
+
+
 # ----------------------------------------------------------------------------- (b) the audit
 def _audit(tmp_path, name, verify, pair, tiny_pair_dir, tiny_prompts_file):
     with ReferenceServer(pair, speculative=True, verify=verify) as speculative, ReferenceServer(pair) as vanilla:
@@ -134,6 +148,10 @@ def test_audit_passes_correct_server_and_fails_always_accept_mutant(tmp_path, pa
     bad = mutant["equivalence"]["engines"]["speculative"]
     assert bad["goodness_of_fit"]["tests"]["pit"]["pvalue"] < 1e-6  # the draft's choices show in the target's PIT
     assert bad["two_sample"]["tests"]["loglik"]["pvalue"] < 0.01  # black-box too: the log-likelihoods the server returned
+    from specaudit.report import render_report
+
+    html = Path(render_report(mutant, tmp_path / "mutant")["html"]).read_text()
+    assert "(speculation on)" in html and "(speculation off)" in html and "127.0.0.1" in html  # the servers, not a config default
 
 
 # ----------------------------------------------------------------------------- (c) errors

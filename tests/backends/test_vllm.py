@@ -146,6 +146,9 @@ def test_spec_counters_sum_label_sets_and_ignore_other_metrics():
                 "vllm:spec_decode_num_accepted_tokens": 17.0, "vllm:generation_tokens": 40.0, "per_position": [8, 6, 3]}
     assert one == expected and two == expected
     assert backend.spec_counters([Gauge("vllm:num_requests_running", {}, 1.0)]) == {}
+    per_pos = "vllm:spec_decode_num_accepted_tokens_per_pos"
+    ragged = [Vector(per_pos, {"engine": "0"}, [1, 2]), Vector(per_pos, {"engine": "1"}, [1, 1, 1])]
+    assert backend.spec_counters(ragged) == {"per_position": [2.0, 3.0, 1.0]}
 
 
 def test_request_counters_are_the_requests_share_or_nothing():
