@@ -12,8 +12,9 @@ random into four pseudo-groups A-D. A, B and C differ only by chance, so a flag 
 false flag; D carries the noise and should be flagged against the reference A. Prints, over
 seeds, D's detection rate and the false-flag rate of A-C, with Clopper-Pearson intervals.
 
-drift: a monitoring history in a fresh SQLite store through `specaudit monitor run`, on the
-vocabulary dimension (common vs rare words): `--history` runs with different seeds, `--reruns`
+drift: a monitoring history in a fresh SQLite store through `specaudit monitor run`, on one
+fixed sample of the vocabulary prompts (common vs rare words): `--history` runs with different
+decoding seeds, `--reruns`
 more without change (each a no-change check against the rolling window), then one run with
 noise on the rare group, which should alert naming vocabulary=rare. Prints every check.
 """
@@ -81,11 +82,19 @@ def disparity(args: argparse.Namespace) -> None:
 
 
 def drift(args: argparse.Namespace) -> None:
+    from specaudit.prompts import load_prompts
+
     work = Path(tempfile.mkdtemp(prefix="planted-drift-"))
     store = f"sqlite:///{work / 'history.db'}"
+    # One fixed sample of prompts for the whole history (a scheduled job audits the same prompts):
+    # --per-group would redraw them with each run's --seed.
+    chosen = load_prompts("core", dimensions=("vocabulary",), per_group=args.per_group, seed=0).prompts
+    prompts = work / "prompts.jsonl"
+    with open(prompts, "w") as handle:
+        for p in chosen:
+            handle.write(json.dumps({"id": p.id, "text": p.text, "pair_id": p.pair_id, "attributes": dict(p.attributes)}) + "\n")
     base = ["specaudit", "monitor", "run", "--store", store, "--environment", "bench", "--quiet", "--format", "json",
-            "--dimensions", "vocabulary", "--per-group", str(args.per_group), "--max-new-tokens", str(args.max_new_tokens),
-            "--n-boot", "500", "--no-equivalence"]
+            "--prompts", str(prompts), "--max-new-tokens", str(args.max_new_tokens), "--n-boot", "500", "--no-equivalence"]
     plan = [(f"seed {s}", ["--seed", str(s)]) for s in range(args.history + args.reruns)]
     plan.append(("planted", ["--seed", str(args.history + args.reruns), "--draft-noise", f"vocabulary=rare:{args.sigma}"]))
     started = time.perf_counter()

@@ -48,8 +48,24 @@ def _two_sided_p(z: float) -> float:
 
 
 # ------------------------------------------------------------------ statistics
+class _Change:
+    """What both drift results derive from current, baseline and their difference."""
+
+    difference: float
+    current: float
+    baseline: float
+
+    @property
+    def relative_change(self) -> float:
+        return self.difference / abs(self.baseline) if self.baseline else (math.inf if self.difference else 0.0)
+
+    @property
+    def ratio(self) -> float:
+        return self.current / self.baseline if self.baseline else math.nan
+
+
 @dataclass(frozen=True)
-class DriftTestResult:
+class DriftTestResult(_Change):
     """Change of one metric between a run and its baseline (normal approximation from the CIs).
 
     `statistic` is z = difference / standard_error, `pvalue` two-sided (not adjusted for the
@@ -68,14 +84,6 @@ class DriftTestResult:
     heterogeneity: float
     n_baseline_runs: int
     confidence_level: float = 0.95
-
-    @property
-    def relative_change(self) -> float:
-        return self.difference / abs(self.baseline) if self.baseline else (math.inf if self.difference else 0.0)
-
-    @property
-    def ratio(self) -> float:
-        return self.current / self.baseline if self.baseline else math.nan
 
     def confidence_interval(self, confidence_level: float | None = None) -> ConfidenceInterval:
         """CI of the difference current − baseline."""
@@ -143,7 +151,7 @@ def drift_test(current: MetricPoint, baseline: Sequence[MetricPoint], *, confide
 
 
 @dataclass(frozen=True)
-class PromptDriftResult:
+class PromptDriftResult(_Change):
     """Change of one group's metric between a run and its baseline, tested prompt by prompt.
 
     Paired when the runs share prompts (a scheduled re-run of one prompt set): a one-sample t-test
@@ -170,14 +178,6 @@ class PromptDriftResult:
     paired: bool
     n_baseline_runs: int
     confidence_level: float = 0.95
-
-    @property
-    def relative_change(self) -> float:
-        return self.difference / abs(self.baseline) if self.baseline else (math.inf if self.difference else 0.0)
-
-    @property
-    def ratio(self) -> float:
-        return self.current / self.baseline if self.baseline else math.nan
 
     def confidence_interval(self) -> ConfidenceInterval:
         """CI of the difference current − baseline (t-based)."""
