@@ -94,7 +94,8 @@ def drift(args: argparse.Namespace) -> None:
         for p in chosen:
             handle.write(json.dumps({"id": p.id, "text": p.text, "pair_id": p.pair_id, "attributes": dict(p.attributes)}) + "\n")
     base = ["specaudit", "monitor", "run", "--store", store, "--environment", "bench", "--quiet", "--format", "json",
-            "--prompts", str(prompts), "--max-new-tokens", str(args.max_new_tokens), "--n-boot", "500", "--no-equivalence"]
+            "--prompts", str(prompts), "--per-group", str(args.per_group),  # all of them, not the audit's default 3
+            "--max-new-tokens", str(args.max_new_tokens), "--n-boot", "500", "--no-equivalence"]
     plan = [(f"seed {s}", ["--seed", str(s)]) for s in range(args.history + args.reruns)]
     plan.append(("planted", ["--seed", str(args.history + args.reruns), "--draft-noise", f"vocabulary=rare:{args.sigma}"]))
     started = time.perf_counter()
