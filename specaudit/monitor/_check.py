@@ -44,7 +44,7 @@ def resolve_baseline(store: HistoryStore, current: StoredRun, spec: str = "auto"
         if window < 1:
             raise InputError(f"--baseline {spec!r}: write rolling:N with N >= 1 runs, e.g. rolling:5")
         runs = store.runs(environment=env, before=current, limit=window)
-        text = f"the last run {runs[0].label}" if len(runs) == 1 else f"the random-effects mean of the last {len(runs)} runs{where}"
+        text = f"the last run {runs[0].label}" if len(runs) == 1 else f"the last {len(runs)} runs{where}"
         return Baseline("rolling" if runs else "none", tuple(runs), text if runs else f"no earlier run{where}")
     run = store.get(spec)
     if run.id == current.id:

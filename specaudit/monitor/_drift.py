@@ -609,5 +609,5 @@ def compare_snapshots(current: Mapping[str, Any], baseline: Mapping[str, Any] | 
     now = view(current, "current")
     past = [view(s, f"history[{i}]") for i, s in enumerate(history) if s is not current]
     views = [view(s, f"baseline[{i}]") for i, s in enumerate(baselines)]
-    text = "the baseline run" if len(views) == 1 else f"the random-effects mean of {len(views)} runs"
+    text = "the baseline run" if len(views) == 1 else f"{len(views)} baseline runs"
     return compare(now, views, history=[*past, now] if past else (), baseline_text=text, **options)

@@ -46,7 +46,7 @@ def test_scheduled_job_flow(capsys, tmp_path, runs_dir, store_url):
     assert code == 0 and out.startswith("already stored (same snapshot): run #5")
 
     code, out, _ = _run(capsys, "monitor", "check", *store)
-    assert code == 0 and out.splitlines()[-1].startswith("PASS: run #5 run-4 vs the random-effects mean of the last 4 runs")
+    assert code == 0 and out.splitlines()[-1].startswith("PASS: run #5 run-4 vs the last 4 runs")
 
     alerts, prom = tmp_path / "alerts.jsonl", tmp_path / "textfile" / "specaudit.prom"
     code, out, _ = _run(capsys, "monitor", "check", str(runs_dir / "run-5"), *store, "--alert-file", str(alerts), "--metrics-file", str(prom))
