@@ -96,9 +96,10 @@ def pit_values(scores: TokenScores | pd.DataFrame, seed: int = 0) -> np.ndarray:
     concurrent endpoint run writes them as they arrive).
     """
     frame = _frame(scores)
-    draws = np.random.default_rng(seed).random(len(frame))
-    v = np.empty(len(frame))
-    v[np.lexsort((frame["position"].to_numpy(), frame["key"].astype(str).to_numpy()))] = draws
+    v = np.random.default_rng(seed).random(len(frame))
+    if {"key", "position"} <= set(frame.columns):  # frames built by hand may lack them: then row order
+        draws, v = v, np.empty(len(frame))
+        v[np.lexsort((frame["position"].to_numpy(), frame["key"].astype(str).to_numpy()))] = draws
     return np.clip(frame["cdf_below"].to_numpy(float) + v * frame["p"].to_numpy(float), 0.0, 1.0)
 
 

@@ -720,3 +720,21 @@ def test_two_sample_tv_bound_covers_and_decides():
     assert eq.tv_bound_two_sample(big, delta=0.1, n_resamples=99).verdict == eq.EQUIVALENT
     far = records_for(p**4 / (p**4).sum(-1, keepdims=True), "speculative", 300) + records_for(p, "vanilla", 300)
     assert eq.tv_bound_two_sample(far, delta=0.01, n_resamples=199).verdict == eq.DIFFERENT
+
+
+def test_pit_values_do_not_depend_on_the_order_records_were_written():
+    """Ray and concurrent endpoint runs write records as they arrive: the randomised PIT must not change."""
+    import numpy as np
+    import pandas as pd
+
+    from specaudit.stats.equivalence import pit_values
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"key": np.repeat([f"p{i}|speculative|0" for i in range(5)], 4), "position": np.tile(range(4), 5),
+                          "p": rng.uniform(0.05, 0.5, 20)})
+    frame["cdf_below"] = rng.uniform(0, 1 - frame["p"])
+    shuffled = frame.sample(frac=1.0, random_state=1).reset_index(drop=True)
+    original = pd.Series(pit_values(frame, seed=3), index=pd.MultiIndex.from_frame(frame[["key", "position"]]))
+    reordered = pd.Series(pit_values(shuffled, seed=3), index=pd.MultiIndex.from_frame(shuffled[["key", "position"]]))
+    assert np.allclose(original.sort_index().to_numpy(), reordered.sort_index().to_numpy())
+    assert not np.allclose(pit_values(frame, seed=3), pit_values(frame, seed=4))
