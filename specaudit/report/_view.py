@@ -770,6 +770,9 @@ def _actions(eq, disp, gate, snapshot) -> list[dict[str, str]]:
     if eq.get("ran") and eq.get("status") == "error":
         actions.append({"level": "fail", "text": "Fix the audit before reading it: plain decoding fails its own goodness-of-fit, "
                         "so scoring (model, dtype, warping) does not match the decoder.", "anchor": "equivalence"})
+    if eq.get("ran") and eq.get("warning"):
+        actions.append({"level": "warn", "text": f"Rerun with another --seed: {eq['warning'].split(': a correct')[0]}.",
+                        "anchor": "equivalence"})
     reported = set()
     for engine in eq.get("engines", []) if eq.get("ran") else []:
         if not engine["is_control"] and engine["badge"]["key"] == "fail":

@@ -332,3 +332,12 @@ def test_report_cli(tmp_path, audit_run, capsys):
     assert main(["report", str(tmp_path / "x.json")]) == 2
     with pytest.raises(InputError, match="not a specaudit snapshot"):
         load_snapshot(tmp_path / "x.json")
+
+
+def test_a_control_rejected_only_at_alpha_is_shown_with_what_to_do(snapshot):
+    snapshot = copy.deepcopy(snapshot)
+    snapshot["equivalence"]["control_warning"] = ("the vanilla control was rejected at alpha = 0.05 (Holm p = 0.04) but not at the "
+                                                  "control level 0.001: a correct control is rejected at alpha in 1 audit of 20; rerun")
+    html = render_html(_gated(snapshot))
+    assert html.count("the vanilla control was rejected at alpha = 0.05") == 2  # callout in the equivalence section + what to do
+    assert "Rerun with another --seed: the vanilla control was rejected" in html
