@@ -173,6 +173,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def _add_audit_options(p: argparse.ArgumentParser) -> None:
     """What `audit` and `monitor run` share: they run the same audit."""
     _add_decoding_options(p)
+    _add_executor_options(p)
     _add_analysis_options(p)
     p.add_argument("--quick", action="store_true", help="a smaller budget (about 2 minutes on a 2-core CPU)")
     p.add_argument("--out", help="output folder (default reports/<run-id>)")
@@ -182,7 +183,6 @@ def _add_audit_options(p: argparse.ArgumentParser) -> None:
 def _add_audit(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("audit", help="run -> analyze -> report -> gate in one command (default: the embedded pair on core)")
     _add_audit_options(p)
-    _add_executor_options(p)
     p.set_defaults(func=cmd_audit)
 
 
