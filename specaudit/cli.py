@@ -175,7 +175,7 @@ def _add_audit_options(p: argparse.ArgumentParser) -> None:
     _add_decoding_options(p)
     _add_executor_options(p)
     _add_analysis_options(p)
-    p.add_argument("--quick", action="store_true", help="a smaller budget (about 2 minutes on a 2-core CPU)")
+    p.add_argument("--quick", action="store_true", help="a smaller budget (1 prompt per group, 32 tokens: about 3 minutes on a 2-core CPU)")
     p.add_argument("--out", help="output folder (default reports/<run-id>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
