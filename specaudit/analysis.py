@@ -225,32 +225,14 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
         parts = disparity_section(frame, dimensions=dims, engine=engine, baseline=CONTROL_ENGINE, alpha=alpha, n_boot=n_boot, seed=seed,
                                   reference=reference,
                                   tolerance=tolerance, fallback_threshold=fallback_threshold, decode=decode)
-        snapshot.update({key: parts[key] for key in ("groups", "disparities", "recommendations")})
+        snapshot.update({key: parts[key] for key in ("groups", "disparities", "recommendations", "prompts")})
         snapshot["run"]["disparity_engine"] = engine
-        snapshot["prompts"] = prompt_rows(frame, engine=engine, dimensions=dims)
     snapshot["run"]["analysis"] = {"alpha": alpha, "delta": delta, "n_boot": n_boot, "seed": seed, "tolerance": list(tolerance),
                                    "fallback_threshold": fallback_threshold, "seconds": round(time.perf_counter() - started, 2)}
     snapshot = _json_safe(snapshot)
     if write:
         write_json_atomic(run_dir / SNAPSHOT_FILE, snapshot)
     return snapshot
-
-
-PROMPT_METRICS = ("acceptance_rate", "speedup", "mean_accepted_tokens", "tokens_per_s", "n_tokens")
-
-
-def prompt_rows(frame: pd.DataFrame, *, engine: str, dimensions: list[str]) -> list[dict]:
-    """Per-prompt metrics, so that monitoring can test a later run against this one prompt by
-    prompt (paired where the prompts are the same) instead of only through group CIs."""
-    from specaudit.stats.disparity import per_prompt_metrics
-
-    table = per_prompt_metrics(frame, engine=engine, baseline=CONTROL_ENGINE)
-    rows = []
-    for prompt_id, row in table.iterrows():
-        rows.append({"id": str(prompt_id), "pair_id": row.get("pair_id"),
-                     "attributes": {d: row[d] for d in dimensions if d in table.columns and row[d] is not None},
-                     **{m: float(row[m]) for m in PROMPT_METRICS}})
-    return rows
 
 
 def _json_safe(value):

@@ -1271,6 +1271,19 @@ def _triple(value, low, high) -> dict[str, float | None]:
     return {"value": _jsonable(value), "ci_low": _jsonable(low), "ci_high": _jsonable(high)}
 
 
+PROMPT_METRICS = ("acceptance_rate", "speedup", "mean_accepted_tokens", "tokens_per_s", "n_tokens")
+
+
+def _prompt_rows(table: pd.DataFrame, names: Sequence[str]) -> list[dict[str, Any]]:
+    """Per-prompt metrics (snapshot `prompts`), so that monitoring can test a later run against
+    this one prompt by prompt (paired where the prompts are the same), not only through group CIs."""
+    names = [n for n in names if n in table.columns]
+    return [{"id": str(prompt_id), "pair_id": row.get("pair_id"),
+             "attributes": {n: row[n] for n in names if row[n] is not None},
+             **{m: float(row[m]) for m in PROMPT_METRICS}}
+            for prompt_id, row in table.iterrows()]
+
+
 def disparity_section(
     records_df: pd.DataFrame,
     *,
@@ -1297,7 +1310,7 @@ def disparity_section(
     decode: Callable[[list[int]], str] | None = None,
     drill_down: bool = True,
 ) -> dict[str, Any]:
-    """The ``groups``, ``disparities`` and ``recommendations`` parts of snapshot.json.
+    """The ``groups``, ``disparities``, ``recommendations`` and ``prompts`` parts of snapshot.json.
 
     ``dimensions``: attribute names, and lists of names for intersections, e.g.
     ``["domain", "dialect", ["domain", "dialect"]]``. Intersections are keyed "domain×dialect".
@@ -1396,7 +1409,9 @@ def disparity_section(
             frame, reference=reference_for, threshold=fallback_threshold, cost_ratio=cost_ratio, k_max=k_max,
             threshold_metric=fallback_metric,
         )
-    return _jsonable({"groups": groups_part, "disparities": disparities_part, "recommendations": recommendations_part})
+    analysed = sorted({name for dimension in dimensions for name in _as_list(dimension)})
+    return _jsonable({"groups": groups_part, "disparities": disparities_part, "recommendations": recommendations_part,
+                      "prompts": _prompt_rows(table, analysed)})
 
 
 def _drilldown_json(dd: DrillDown) -> dict[str, Any]:

@@ -498,7 +498,9 @@ def test_disparity_section_is_json_ready():
                                 reference={"domain×dialect": ("math", "b")}, n_boot=100,
                                 decode=lambda ids: " ".join(map(str, ids)))
     text = json.dumps(section, allow_nan=False, ensure_ascii=False)
-    assert set(section) == {"groups", "disparities", "recommendations"}
+    assert set(section) == {"groups", "disparities", "recommendations", "prompts"}
+    assert len(section["prompts"]) == records["prompt_id"].nunique()
+    assert all(set(row["attributes"]) == {"dialect", "domain"} for row in section["prompts"])
     groups = section["groups"]["domain×dialect"]["by_group"]
     assert set(groups) == {f"{d}×{g}" for d in ("chat", "math") for g in "abc"}
     metric = groups["chat×c"]["metrics"]["acceptance_rate"]
