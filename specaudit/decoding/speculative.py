@@ -11,7 +11,7 @@ import torch
 from transformers import DynamicCache
 
 from specaudit.decoding._generation import Generation, finish
-from specaudit.decoding.verify import VerifyFn, acceptance_probabilities, reference_verify, sample_from
+from specaudit.decoding.verify import VerifyFn, acceptance_probabilities, reference_verify, sample_from, step_pit
 from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.models import NgramDraft, Stopwatch, forward_cached
 
@@ -89,6 +89,7 @@ def speculative_generate(
     tokens: list[int] = []
     result = Generation(tokens=tokens, finish_reason="", wall_s=0.0, ttft_s=0.0, steps=0)
     start = clock.now()
+    untimed = 0.0
     reason = None
     while reason is None:
         step_start = clock.now()
@@ -101,7 +102,8 @@ def speculative_generate(
         logits = forward_cached(target, feed, target_cache, logits_to_keep=len(drafted) + 1)
         target_probs = warp(logits[0, :, :vocab_size], spec)
         q = torch.stack(draft_probs) if draft_probs else target_probs.new_zeros((0, vocab_size))
-        emitted = verify(torch.tensor(drafted, dtype=torch.long, device=device), q, target_probs, generator).tolist()
+        emitted_ids = verify(torch.tensor(drafted, dtype=torch.long, device=device), q, target_probs, generator)
+        emitted = emitted_ids.tolist()
         n_accepted = len(emitted) - 1
 
         # Keep the accepted prefix in both caches; the verifier's token is fed next step.
@@ -115,16 +117,20 @@ def speculative_generate(
         result.accepted += n_accepted
         result.accepted_per_step.append(n_accepted)
         result.proposed_per_step.append(len(drafted))
-        result.beta.append(acceptance_probabilities(q, target_probs).tolist() if drafted else [])
         result.draft_s += drafted_at - step_start
         result.verify_s += verified_at - drafted_at
         result.step_s.append(verified_at - step_start)
         if not tokens:
             result.ttft_s = verified_at - start
+        # The auditor's bookkeeping is not part of decoding: kept out of the timings.
+        result.beta.append(acceptance_probabilities(q, target_probs).tolist() if drafted else [])
+        result.step_pit.extend(step_pit(q, target_probs, emitted_ids))
+        untimed += clock.now() - verified_at
         context.extend(emitted)
         tokens.extend(emitted)
         kept, reason = finish(tokens, eos_ids, max_new_tokens)
         del tokens[len(kept) :]
+        del result.step_pit[len(kept) :]
     result.finish_reason = reason
-    result.wall_s = clock.now() - start
+    result.wall_s = clock.now() - start - untimed
     return result

@@ -80,3 +80,41 @@ def acceptance_probabilities(draft_probs: torch.Tensor, target_probs: torch.Tens
     """β_i = Σ_x min(p_i(x), q_i(x)) = 1 - TV(p_i, q_i) for each drafted position i."""
     k = draft_probs.shape[0]
     return torch.minimum(draft_probs, target_probs[:k]).sum(dim=-1)
+
+
+def mass_before(probs: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each row of `probs` [N, V] and its token [N]: the mass of the tokens ranked before it
+    (descending probability, ties by ascending id: an order that never depends on the token, so
+    a randomised PIT F(x−) + V·f(x) is exactly U(0, 1) under the row's law) and its own mass.
+    Ids outside the vocabulary get (1, 0): after every possible token, impossible."""
+    probs = probs.to(torch.float64)
+    inside = (tokens >= 0) & (tokens < probs.shape[-1])
+    index = torch.where(inside, tokens, torch.zeros_like(tokens))
+    own = probs.gather(1, index[:, None]).squeeze(1)
+    ids = torch.arange(probs.shape[-1], device=probs.device)
+    before = (probs > own[:, None]) | ((probs == own[:, None]) & (ids[None, :] < index[:, None]))
+    below = torch.where(before, probs, torch.zeros((), dtype=probs.dtype, device=probs.device)).sum(dim=1)
+    return torch.where(inside, below, torch.ones_like(below)), torch.where(inside, own, torch.zeros_like(own))
+
+
+def step_laws(draft_probs: torch.Tensor, target_probs: torch.Tensor, n_accepted: int) -> torch.Tensor:
+    """The distribution each emitted token of a correct verification step follows given its role
+    [n_accepted + 1, V]: an accepted draft at position i follows min(p_i, q_i) / β_i (drawn from
+    q_i, kept with probability min(1, p_i/q_i)); the correction at the first rejection follows
+    the residual normalise(max(0, p - q)); the bonus token (all drafts accepted) follows p_{k+1}."""
+    k = draft_probs.shape[0]
+    p, q = target_probs.to(torch.float64), draft_probs.to(torch.float64)
+    accepted = torch.minimum(p[:n_accepted], q[:n_accepted])
+    laws = [accepted / accepted.sum(dim=-1, keepdim=True).clamp_min(1e-300)]  # β = 0: nothing can be accepted
+    laws.append((residual_distribution(p[n_accepted], q[n_accepted]) if n_accepted < k else p[k])[None])
+    return torch.cat(laws)
+
+
+def step_pit(draft_probs: torch.Tensor, target_probs: torch.Tensor, emitted: torch.Tensor) -> list[list[float]]:
+    """[F(x−), f(x)] of each emitted token under the law its role in the step implies (see
+    `step_laws`), from the p and q the verifier was given. Whatever bug a verify function has,
+    these stay what a correct one would produce, so the auditor can test them (one test over
+    every token: u = F + V·f is i.i.d. U(0, 1) for a correct verifier)."""
+    laws = step_laws(draft_probs, target_probs, emitted.shape[0] - 1)
+    below, own = mass_before(laws, emitted)
+    return torch.stack([below, own], dim=1).tolist()

@@ -45,6 +45,7 @@ METRIC_LABELS = {
 TEST_LABELS = {
     "pit": "PIT uniformity (Anderson–Darling)",
     "pit_ks": "PIT uniformity (Kolmogorov–Smirnov)",
+    "step_pit": "PIT per step role (Anderson–Darling)",
     "surprisal": "surprisal martingale (z)",
     "draft_affinity": "draft affinity (z)",
     "acceptance": "acceptance calibration (z)",

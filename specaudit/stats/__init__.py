@@ -57,6 +57,7 @@ _PUBLIC = {
     'score_records': 'specaudit.stats.scoring',
     'simulate_fallback': 'specaudit.stats.advice',
     'simulate_records': 'specaudit.stats.disparity',
+    'step_pit_values': 'specaudit.stats.equivalence',
     'surprisal_martingale': 'specaudit.stats.equivalence',
     'token_statistics': 'specaudit.stats.scoring',
     'tv_bound': 'specaudit.stats.equivalence',

@@ -11,6 +11,12 @@ White-box conditional goodness-of-fit (exact under H0 for any model, one test ov
   - surprisal martingale z = Σ(s_t − H_t) / sqrt(Σ Var_t) ~ N(0,1), two-sided;
   - draft affinity z = Σ(q_t(x_t) − E_p[q_t]) / sqrt(Σ Var_p(q_t)) ~ N(0,1), two-sided;
   - acceptance calibration z = Σ(a_i − β_i) / sqrt(Σ β_i(1−β_i)) over drafted positions reached;
+  - step PIT: the randomised PIT of each speculative token under the law its role in the
+    verification step implies (accepted draft: min(p, q)/β; correction: the residual
+    normalise(max(0, p − q)); bonus: p), from the [F(x−), f(x)] our engine records per token with
+    the p and q its verifier was given (`verify.step_pit`). Where the plain PIT sees the mixture
+    of the three, this one sees each part: a wrong residual emits tokens the residual gives zero
+    mass (u = 1), a wrong acceptance rule bends the accepted tokens' law;
   - impossible tokens (p_t(x_t) = 0): a hard failure, named by record key and position.
   Tokens with p_t(x_t) = 0 are left out of the continuous tests (they are reported, and fail,
   on their own) so the other statistics stay informative.
@@ -51,7 +57,7 @@ from specaudit.stats._results import (
 from specaudit.stats.disparity import _reached_positions  # the one rule for which drafted positions a step reached
 from specaudit.stats.scoring import ATTRIBUTE_PREFIX, TokenScores, _audited, _field
 
-GATE_TESTS = ("pit", "surprisal", "draft_affinity", "acceptance")
+GATE_TESTS = ("pit", "step_pit", "surprisal", "draft_affinity", "acceptance")
 TWO_SAMPLE_TESTS = ("first_token", "length", "loglik", "ngram")
 
 # Verdicts of an equivalence bound against a user's margin δ.
@@ -96,11 +102,42 @@ def pit_values(scores: TokenScores | pd.DataFrame, seed: int = 0) -> np.ndarray:
     concurrent endpoint run writes them as they arrive).
     """
     frame = _frame(scores)
+    return np.clip(frame["cdf_below"].to_numpy(float) + _pit_draws(frame, seed) * frame["p"].to_numpy(float), 0.0, 1.0)
+
+
+def _pit_draws(frame: pd.DataFrame, seed: int) -> np.ndarray:
+    """The V ~ U(0, 1) of each row, drawn in (record key, position) order."""
     v = np.random.default_rng(seed).random(len(frame))
     if {"key", "position"} <= set(frame.columns):  # frames built by hand may lack them: then row order
         draws, v = v, np.empty(len(frame))
         v[np.lexsort((frame["position"].to_numpy(), frame["key"].astype(str).to_numpy()))] = draws
-    return np.clip(frame["cdf_below"].to_numpy(float) + v * frame["p"].to_numpy(float), 0.0, 1.0)
+    return v
+
+
+def step_pit_values(frame: pd.DataFrame, records: Iterable[Any], seed: int = 0) -> np.ndarray:
+    """u = F(x−) + V·f(x) of each row of the token frame under the law of its role in the
+    verification step, from the records' `step_pit` ([F, f] per emitted token, recorded by our
+    speculative engine); NaN for rows whose record carries none (vanilla, other engines). V is the
+    same draw as in `pit_values`."""
+    parts = {}
+    for record in _audited(records):
+        values = _field(record, "step_pit")
+        if values:
+            key = str(_field(record, "key"))
+            values = np.asarray(values, dtype=float).reshape(-1, 2)
+            if len(values) != len(_field(record, "output_token_ids") or []):
+                raise InputError(f"record {key!r}: step_pit has {len(values)} entries for {len(_field(record, 'output_token_ids') or [])} "
+                                 "output tokens; the records file is inconsistent")
+            parts[key] = values
+    below = np.full(len(frame), np.nan)
+    own = np.full(len(frame), np.nan)
+    if parts:
+        for key, index in frame.groupby(frame["key"].astype(str), sort=False).groups.items():
+            if key in parts:
+                positions = frame.loc[index, "position"].to_numpy(int)
+                below[np.asarray(index)] = parts[key][positions, 0]
+                own[np.asarray(index)] = parts[key][positions, 1]
+    return np.clip(below + _pit_draws(frame, seed) * own, 0.0, 1.0)
 
 
 def _adinf_cdf(a2: float) -> float:
@@ -391,12 +428,18 @@ def goodness_of_fit(
     # martingale is then not applicable and left out, like draft affinity without a draft.
     has_entropy = bool(frame["surprisal_var"].notna().any())
     table = None
+    step_u = np.full(len(frame), np.nan)
     if records is not None:
-        table = acceptance_indicators([r for r in _audited(records) if str(_field(r, "engine")) == engine], frame)
+        own = [r for r in _audited(records) if str(_field(r, "engine")) == engine]
+        table = acceptance_indicators(own, frame)
+        step_u = step_pit_values(frame, own, seed)
+    has_step = ~np.isnan(step_u)
 
     def battery(mask: np.ndarray, accept_rows: pd.DataFrame | None) -> dict[str, StatTestResult]:
         sub = frame[mask & possible]
         out: dict[str, StatTestResult] = {"pit": _pit_test(u[mask & possible], alpha, bins)}
+        if has_step.any():  # every token of the engine's records, impossible ones included (u = 1)
+            out["step_pit"] = _pit_test(step_u[mask & has_step], alpha, bins, name="step_pit")
         if has_entropy:
             out["surprisal"] = surprisal_martingale(sub, alpha=alpha)
         if has_draft:
