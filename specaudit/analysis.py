@@ -106,10 +106,10 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
         section["draft_scoring"] = invariance
         draft_model = pair.draft if pair.draft_is_model and invariance.get("batch_invariant") and not draft_noise else None
         if draft_noise:  # the planted noise is not reproducible by teacher forcing the clean draft
-            invariance["note"] = f"draft noise planted ({draft_noise}): draft-affinity is skipped and acceptance calibration uses the beta the engine recorded"
+            invariance["note"] = f"draft noise planted ({draft_noise}): draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded"
         elif pair.draft_is_model and draft_model is None:
             invariance["note"] = (f"teacher-forced draft distributions differ from the ones decoding used (TV up to {invariance['max_tv']:.2f}); "
-                                  "draft-affinity is skipped and acceptance calibration uses the beta the engine recorded at run time")
+                                  "draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded at run time")
         scores = score_records(pair.target, outputs, draft_model=draft_model, device=pair.device)
     if not greedy:
         n_prompts = len({r["prompt_id"] for r in outputs})

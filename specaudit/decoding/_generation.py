@@ -17,6 +17,7 @@ class Generation:
     accepted_per_step: list[int] = field(default_factory=list)
     proposed_per_step: list[int] = field(default_factory=list)  # < k near the length budget
     beta: list[list[float]] = field(default_factory=list)  # Σ min(p, q) per drafted position
+    accept_prob: list[list[float]] = field(default_factory=list)  # min(1, p(x)/q(x)) of each drafted token x
     # [F(x−), f(x)] per emitted token under the law its role in the step implies (verify.step_pit)
     step_pit: list[list[float]] = field(default_factory=list)
     draft_s: float = 0.0

@@ -11,7 +11,14 @@ import torch
 from transformers import DynamicCache
 
 from specaudit.decoding._generation import Generation, finish
-from specaudit.decoding.verify import VerifyFn, acceptance_probabilities, reference_verify, sample_from, step_pit
+from specaudit.decoding.verify import (
+    VerifyFn,
+    acceptance_probabilities,
+    reference_verify,
+    sample_from,
+    step_pit,
+    token_acceptance_probabilities,
+)
 from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.models import NgramDraft, Stopwatch, forward_cached
 
@@ -102,7 +109,8 @@ def speculative_generate(
         logits = forward_cached(target, feed, target_cache, logits_to_keep=len(drafted) + 1)
         target_probs = warp(logits[0, :, :vocab_size], spec)
         q = torch.stack(draft_probs) if draft_probs else target_probs.new_zeros((0, vocab_size))
-        emitted_ids = verify(torch.tensor(drafted, dtype=torch.long, device=device), q, target_probs, generator)
+        drafted_ids = torch.tensor(drafted, dtype=torch.long, device=device)
+        emitted_ids = verify(drafted_ids, q, target_probs, generator)
         emitted = emitted_ids.tolist()
         n_accepted = len(emitted) - 1
 
@@ -124,6 +132,7 @@ def speculative_generate(
             result.ttft_s = verified_at - start
         # The auditor's bookkeeping is not part of decoding: kept out of the timings.
         result.beta.append(acceptance_probabilities(q, target_probs).tolist() if drafted else [])
+        result.accept_prob.append(token_acceptance_probabilities(drafted_ids, q, target_probs).tolist() if drafted else [])
         result.step_pit.extend(step_pit(q, target_probs, emitted_ids))
         untimed += clock.now() - verified_at
         context.extend(emitted)

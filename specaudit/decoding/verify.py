@@ -82,6 +82,15 @@ def acceptance_probabilities(draft_probs: torch.Tensor, target_probs: torch.Tens
     return torch.minimum(draft_probs, target_probs[:k]).sum(dim=-1)
 
 
+def token_acceptance_probabilities(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
+    """min(1, p_i(x_i) / q_i(x_i)) for each drafted token x_i: the probability a correct verifier
+    accepts it given it was drafted (β_i is its mean over x_i ~ q_i)."""
+    positions = torch.arange(draft_tokens.shape[0], device=draft_tokens.device)
+    p = target_probs[positions, draft_tokens].double()
+    q = draft_probs[positions, draft_tokens].double()
+    return torch.where(q > 0, (p / q.clamp_min(1e-300)).clamp_max(1.0), torch.zeros_like(p))
+
+
 def mass_before(probs: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For each row of `probs` [N, V] and its token [N]: the mass of the tokens ranked before it
     (descending probability, ties by ascending id: an order that never depends on the token, so

@@ -71,7 +71,7 @@ INTERSECTION = "×"
 _RECORD_FIELDS = frozenset(
     "key prompt_id pair_id attributes engine sample seed sampling k prompt_token_ids output_token_ids "
     "text finish_reason wall_s ttft_s draft_s verify_s step_s steps proposed accepted accepted_per_step "
-    "proposed_per_step beta step_pit timing_only n_output_tokens".split()
+    "proposed_per_step beta accept_prob step_pit timing_only n_output_tokens".split()
 )
 _REQUIRED = ("prompt_id", "engine", "accepted", "proposed", "steps", "wall_s")
 

@@ -10,7 +10,9 @@ White-box conditional goodness-of-fit (exact under H0 for any model, one test ov
     Kolmogorov–Smirnov (reported alongside: the statistic the power planner speaks in);
   - surprisal martingale z = Σ(s_t − H_t) / sqrt(Σ Var_t) ~ N(0,1), two-sided;
   - draft affinity z = Σ(q_t(x_t) − E_p[q_t]) / sqrt(Σ Var_p(q_t)) ~ N(0,1), two-sided;
-  - acceptance calibration z = Σ(a_i − β_i) / sqrt(Σ β_i(1−β_i)) over drafted positions reached;
+  - acceptance calibration z = Σ(a_i − β_i) / sqrt(Σ β_i(1−β_i)) over drafted positions reached,
+    β_i the probability a correct verifier accepts: min(1, p/q) of the drafted token where the
+    engine recorded it, else Σ min(p, q);
   - step PIT: the randomised PIT of each speculative token under the law its role in the
     verification step implies (accepted draft: min(p, q)/β; correction: the residual
     normalise(max(0, p − q)); bonus: p), from the [F(x−), f(x)] our engine records per token with
@@ -250,9 +252,12 @@ def acceptance_indicators(records: Iterable[Any], scores: TokenScores | pd.DataF
 
     Step j of a record accepted a_j of its k_j drafted tokens (k_j from `proposed_per_step`; for
     older records without it, the step's β list or k), so positions i = 0..min(a_j, k_j − 1) were
-    reached (none when k_j = 0) and `accepted` = 1 for i < a_j, 0 at i = a_j. β comes from
-    `scores` (teacher-forced target and draft, independent of the engine) where the position lies
-    inside the output, else from the record's own `beta` list. Rows without any β are left out.
+    reached (none when k_j = 0) and `accepted` = 1 for i < a_j, 0 at i = a_j. `beta` is the
+    probability that a correct verifier accepts there: min(1, p/q) of the drafted token where the
+    engine recorded it (`accept_prob`, ours does: conditioning on the drafted token takes the draft's
+    sampling noise out of the test), else β = Σ min(p, q) from `scores` (teacher-forced target
+    and draft, independent of the engine) where the position lies inside the output, else from the
+    record's own `beta` list. Rows without any of these are left out.
     Columns: key, prompt_id, engine, step, draft_position, position, accepted, beta, beta_source,
     attr.<dim>.
     """
@@ -270,6 +275,7 @@ def acceptance_indicators(records: Iterable[Any], scores: TokenScores | pd.DataF
             continue  # vanilla: nothing drafted
         key = str(_field(record, "key"))
         betas = list(_field(record, "beta") or [])
+        token_probs = list(_field(record, "accept_prob") or [])
         n_out = len(_field(record, "output_token_ids") or [])
         if sum(a + 1 for a in steps) < n_out:
             raise InputError(
@@ -283,7 +289,10 @@ def acceptance_indicators(records: Iterable[Any], scores: TokenScores | pd.DataF
             j, i = int(j), int(i)
             position = int(step_start[j]) + i
             step_beta = betas[j] if j < len(betas) else None
-            if (key, position) in scored:
+            step_probs = token_probs[j] if j < len(token_probs) else None
+            if step_probs is not None and i < len(step_probs):
+                beta, source = float(step_probs[i]), "drafted token"
+            elif (key, position) in scored:
                 beta, source = scored[(key, position)], "scores"
             elif step_beta is not None and i < len(step_beta):
                 beta, source = float(step_beta[i]), "record"
@@ -313,13 +322,22 @@ def acceptance_calibration(
     alpha: float = 0.05,
 ) -> ZTestResult:
     """z = Σ(accept − β) / sqrt(Σ β(1 − β)) over drafted positions reached: a wrong acceptance
-    rule shows as accepts more (z > 0) or less (z < 0) often than β = Σ min(p, q) predicts.
+    rule shows as accepts more (z > 0) or less (z < 0) often than a correct one would (β: the
+    drafted token's min(1, p/q) where recorded, else Σ min(p, q); see `acceptance_indicators`).
     `records` may also be the frame from `acceptance_indicators`."""
     table = records if isinstance(records, pd.DataFrame) else acceptance_indicators(records, scores)
     if len(table) == 0:
         return ZTestResult("acceptance", math.nan, math.nan, 0, alpha, "normal (martingale CLT)")
     beta = table["beta"].to_numpy(float).clip(0.0, 1.0)
-    return _z_test("acceptance", table["accepted"].to_numpy(float) - beta, beta * (1 - beta), alpha)
+    accepted = table["accepted"].to_numpy(float)
+    # A rejection where acceptance was certain (p ≥ q) or an acceptance where it was impossible
+    # cannot happen under a correct verifier: proof, not evidence (the z-sum would ignore them).
+    impossible = ((beta >= 1.0) & (accepted == 0)) | ((beta <= 0.0) & (accepted == 1))
+    if impossible.any():
+        sign = 1.0 if (accepted - beta)[impossible].sum() > 0 else -1.0
+        return ZTestResult("acceptance", sign * math.inf, 0.0, len(table), alpha,
+                           f"{int(impossible.sum())} impossible accept/reject decision(s)")
+    return _z_test("acceptance", accepted - beta, beta * (1 - beta), alpha)
 
 
 # ============================================================================ the battery

@@ -77,6 +77,8 @@ def test_record_level_invariants(tiny_pair, tiny_texts):
             assert len(out.tokens) == out.accepted + out.steps == 30
         assert all(0.0 <= b <= 1.0 + 1e-6 for step in out.beta for b in step)
         assert sum(out.accepted_per_step) == out.accepted
+        assert [len(step) for step in out.accept_prob] == out.proposed_per_step
+        assert all(0.0 <= r <= 1.0 for step in out.accept_prob for r in step)
         assert out.draft_s > 0 and out.verify_s > 0 and out.ttft_s <= out.wall_s
 
 

@@ -18,7 +18,13 @@ import torch
 from scipy import stats
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specaudit.decoding.verify import acceptance_probabilities, reference_verify, sample_from, step_pit
+from specaudit.decoding.verify import (
+    acceptance_probabilities,
+    reference_verify,
+    sample_from,
+    step_pit,
+    token_acceptance_probabilities,
+)
 from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.errors import InputError
 from specaudit.selftest.mutants import MUTANTS
@@ -225,6 +231,42 @@ def test_acceptance_indicators_walk_the_steps():
     bad = dict(record, output_token_ids=list(range(20)))
     with pytest.raises(InputError, match="accepted_per_step"):
         eq.acceptance_indicators([bad])
+
+
+def test_acceptance_uses_the_drafted_tokens_probability_and_fails_on_impossible_decisions():
+    record = {
+        "key": "a|speculative|0", "prompt_id": "a", "engine": "speculative", "k": 2,
+        "accepted_per_step": [2, 0], "beta": [[0.9, 0.8], [0.6, 0.5]],
+        "accept_prob": [[1.0, 0.3], [0.2, 0.7]], "output_token_ids": list(range(4)),
+    }
+    table = eq.acceptance_indicators([record])
+    assert table["beta"].tolist() == [1.0, 0.3, 0.2] and set(table["beta_source"]) == {"drafted token"}
+    assert eq.acceptance_calibration(table).pvalue > 0.05
+    # rejecting a drafted token with p >= q (min(1, p/q) = 1) is impossible for a correct verifier
+    impossible = dict(record, accept_prob=[[1.0, 0.3], [1.0, 0.7]])
+    result = eq.acceptance_calibration([impossible])
+    assert result.pvalue == 0.0 and result.statistic == -math.inf and "1 impossible" in result.method
+
+
+def test_engine_acceptance_probabilities_make_a_sharper_test_than_beta():
+    """Conditioning on the drafted token takes the draft's sampling noise out: on the same
+    steps of a one-uniform-per-step sampler, the z of min(1, p/q) exceeds the z of β."""
+    spec = SamplingSpec(1.0)
+    g = torch.Generator().manual_seed(5)
+    rows = []
+    for _ in range(800):
+        logits = torch.randn(5, 40, generator=g) * 2
+        p, q = warp(logits, spec), warp(logits[:4] + 1.5 * torch.randn(4, 40, generator=g), spec)
+        drafted = torch.tensor([sample_from(q[i], g) for i in range(4)])
+        n_accepted = len(MUTANTS["shared_uniform"](drafted, q, p, g)) - 1
+        ratio = token_acceptance_probabilities(drafted, q, p)
+        beta = acceptance_probabilities(q, p)
+        for i in range(min(n_accepted + 1, 4)):
+            rows.append((int(i < n_accepted), float(ratio[i]), float(beta[i])))
+    accepted, ratio, beta = np.asarray(rows).T
+    z_ratio = eq.acceptance_calibration(pd.DataFrame({"accepted": accepted, "beta": ratio})).statistic
+    z_beta = eq.acceptance_calibration(pd.DataFrame({"accepted": accepted, "beta": beta})).statistic
+    assert z_ratio > z_beta > 3
 
 
 def test_acceptance_indicators_follow_short_steps_near_the_length_budget():
