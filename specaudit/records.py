@@ -148,4 +148,8 @@ def check_invariants(records: Iterable[dict]) -> list[str]:
             problems.append(f"{key}: proposed_per_step does not sum to proposed")
         if any(a > p for a, p in zip(record.get("accepted_per_step", []), record.get("proposed_per_step", []))):
             problems.append(f"{key}: a step accepted more tokens than it proposed")
+        if record.get("step_pit") and len(record["step_pit"]) != new_tokens:
+            problems.append(f"{key}: step_pit has {len(record['step_pit'])} entries for {new_tokens} new tokens")
+        if record.get("accept_prob") and [len(s) for s in record["accept_prob"]] != record.get("proposed_per_step"):
+            problems.append(f"{key}: accept_prob does not have one entry per drafted token")
     return problems

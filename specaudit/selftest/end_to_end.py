@@ -33,6 +33,7 @@ def end_to_end_audit(pair, prompt_set, sampler: str, *, seed: int, samples: int,
     engine = snapshot["equivalence"]["engines"]["speculative"]
     gof = engine.get("goodness_of_fit", {})
     return {"sampler": sampler, "seed": seed, "rejected": engine["verdict"] == "fail", "tokens": gof.get("n_tokens", 0),
+            "pvalue": 0.0 if gof.get("impossible_tokens", {}).get("statistic") else gof.get("pvalue"),
             "seconds": seconds, "failed_tests": [row["test"] for row in gof.get("gate", []) if row.get("reject")]
             + (["impossible_tokens"] if gof.get("impossible_tokens", {}).get("statistic") else [])}
 
@@ -40,7 +41,8 @@ def end_to_end_audit(pair, prompt_set, sampler: str, *, seed: int, samples: int,
 def end_to_end_selftest(pair, prompt_set, *, samplers: Iterable[str] | None = None, seeds: Iterable[int] = range(20),
                         samples: int = 8, max_new_tokens: int = 32, k: int = 4, temperature: float = 1.0,
                         alpha: float = 0.05) -> pd.DataFrame:
-    """Rejection rate per sampler over seeds, with a Clopper–Pearson 95% interval."""
+    """Rejection rate per sampler over seeds, with a Clopper–Pearson 95% interval, and the median
+    family-wise (Holm) p-value of the audits: how far from the line a sampler sits."""
     rows = []
     for sampler in samplers or list(MUTANTS):
         runs = [end_to_end_audit(pair, prompt_set, sampler, seed=s, samples=samples, max_new_tokens=max_new_tokens, k=k,
@@ -50,7 +52,8 @@ def end_to_end_selftest(pair, prompt_set, *, samplers: Iterable[str] | None = No
         caught_by = pd.Series([t for r in runs for t in r["failed_tests"]]).value_counts()
         rows.append({
             "sampler": sampler, "seeds": len(runs), "rejection_rate": rejected / len(runs), "ci_low": interval.low,
-            "ci_high": interval.high, "tokens_per_audit": sum(r["tokens"] for r in runs) / len(runs),
+            "ci_high": interval.high, "median_pvalue": float(pd.Series([r["pvalue"] for r in runs], dtype=float).median()),
+            "tokens_per_audit": sum(r["tokens"] for r in runs) / len(runs),
             "seconds_per_audit": sum(r["seconds"] for r in runs) / len(runs),
             "caught_by": ", ".join(f"{name} {count}" for name, count in caught_by.items()),
         })

@@ -37,6 +37,8 @@ def test_run_writes_records_and_manifest(tmp_path, tiny_pair_dir, tiny_prompts_f
     records = read_records(tmp_path / "run" / "records.jsonl")
     assert summary.records == len(records) == 4 * 3 * (2 + 1)
     assert not check_invariants(records)
+    torn = next(dict(r, step_pit=r["step_pit"][:-1]) for r in records if r["engine"] == "speculative")
+    assert check_invariants([torn]) == [f"{torn['key']}: step_pit has {len(torn['step_pit'])} entries for {len(torn['output_token_ids'])} new tokens"]
     assert sum(r["timing_only"] for r in records) == 4 * 3
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["prompt_set"]["checksum"] == manifest["prompt_set_checksum"]
