@@ -134,11 +134,10 @@ def step_pit_values(frame: pd.DataFrame, records: Iterable[Any], seed: int = 0) 
     below = np.full(len(frame), np.nan)
     own = np.full(len(frame), np.nan)
     if parts:
-        for key, index in frame.groupby(frame["key"].astype(str), sort=False).groups.items():
+        positions = frame["position"].to_numpy(int)
+        for key, rows in frame.groupby(frame["key"].astype(str), sort=False).indices.items():
             if key in parts:
-                positions = frame.loc[index, "position"].to_numpy(int)
-                below[np.asarray(index)] = parts[key][positions, 0]
-                own[np.asarray(index)] = parts[key][positions, 1]
+                below[rows], own[rows] = parts[key][positions[rows]].T
     return np.clip(below + _pit_draws(frame, seed) * own, 0.0, 1.0)
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from specaudit.decoding.verify import mass_before
 from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.errors import InputError
 
@@ -134,10 +135,7 @@ def _chunk_statistics(target: torch.Tensor, tokens: torch.Tensor, draft: torch.T
     vocab = p.shape[-1]
     if int(tokens.min()) < 0 or int(tokens.max()) >= vocab:
         raise InputError(f"emitted token id outside the vocabulary [0, {vocab}); records and model do not match")
-    p_x = p.gather(1, tokens[:, None]).squeeze(1)
-    ids = torch.arange(vocab, device=p.device)
-    before = (p > p_x[:, None]) | ((p == p_x[:, None]) & (ids[None, :] < tokens[:, None]))
-    cdf_below = torch.where(before, p, torch.zeros((), dtype=p.dtype, device=p.device)).sum(dim=1)
+    cdf_below, p_x = mass_before(p, tokens)
     entropy = -torch.xlogy(p, p).sum(dim=1)
     log_p = torch.log(p)
     centred = torch.where(p > 0, -log_p - entropy[:, None], torch.zeros((), dtype=p.dtype, device=p.device))
