@@ -26,7 +26,11 @@ of each token along the q/p ordering has mean exactly 1/2 under p, so a z-test o
 up small but consistent pulls toward (or away from) the draft across all cases and positions.
 
 An emitted token with p_j = 0, or an id outside the vocabulary, is impossible under a correct
-sampler: it is a hard failure (p-value 0), so it never raises a false alarm.
+sampler: it is a hard failure (p-value 0), so it never raises a false alarm. So is rejecting a
+drafted token with p_j(x) >= q_j(x): the rule u·q < p accepts it for every u < 1. That is the
+signature of a ratio computed with another q than the one the draft sampled from (a bf16/fp32
+mismatch rejects tokens of identical p and q) or of a wrong acceptance rule, and it shows long
+before the emitted distribution moves measurably.
 
 All tests form one family; the verdict rejects when any Holm-adjusted p-value is <= alpha, and
 the overall p-value is the smallest Holm-adjusted one (= Bonferroni on the smallest p-value).
@@ -87,15 +91,17 @@ class SamplerAuditResult:
 
     statistic:  the smallest per-test p-value (Tippett's statistic).
     pvalue:     family-wise adjusted p-value of the whole audit (smallest Holm-adjusted p-value;
-                0 when an impossible or out-of-vocabulary token was emitted).
-    verdict:    "fail" when pvalue <= alpha (or any impossible token), else "pass".
+                0 when an impossible or out-of-vocabulary token was emitted, or a draft with
+                p >= q was rejected).
+    verdict:    "fail" when pvalue <= alpha (or any impossible token or rejection), else "pass".
     table:      one row per test: family, vocab, position (1..k drafted, k+1 bonus), kind, test
-                ("tokens", "ratio", "impossible"), n, bins, statistic, df, pvalue, pvalue_holm,
+                ("tokens", "ratio", "impossible", "forced-accept"), n, bins, statistic, df, pvalue, pvalue_holm,
                 impossible, out_of_vocab, beta (acceptance probability Σ min(p, q) there). The
                 last row (family "all", position 0, test "ratio-pit") is the pooled z-test.
     worst:      the row with the smallest p-value, as a dict.
     impossible: emitted tokens with target probability 0 or ids outside the vocabulary.
     out_of_vocab: of those, ids < 0 or >= vocab size.
+    impossible_rejections: rejected drafts with p >= q (a correct verifier accepts them).
     trials:     verify calls made; samples: emitted tokens checked; seconds: wall time.
     """
 
@@ -107,6 +113,7 @@ class SamplerAuditResult:
     worst: dict = field(repr=False)
     impossible: int
     out_of_vocab: int
+    impossible_rejections: int
     trials: int
     samples: int
     seconds: float
@@ -259,9 +266,9 @@ def _draw_cases(
 # running the sampler
 
 
-def _run_case(verify: VerifyFn, case: _Case, trials: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Emitted ids [trials, k+1] (padding after each trial's output is meaningless) and the
-    number of ids each trial emitted."""
+def _run_case(verify: VerifyFn, case: _Case, trials: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Emitted ids [trials, k+1] (padding after each trial's output is meaningless), the
+    number of ids each trial emitted, and the drafted ids [trials, k]."""
     device = case.draft_probs.device
     k = case.draft_probs.shape[0]
     draft_gen = torch.Generator(device=device).manual_seed(int(rng.integers(2**62)))
@@ -282,7 +289,7 @@ def _run_case(verify: VerifyFn, case: _Case, trials: int, rng: np.random.Generat
         ids = out.tolist()
         emitted[trial, : len(ids)] = ids
         lengths[trial] = len(ids)
-    return emitted, lengths
+    return emitted, lengths, drafts.cpu().numpy()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,6 +340,7 @@ class _CaseSummary:
 
     impossible: int = 0
     out_of_vocab: int = 0
+    impossible_rejections: int = 0
     samples: int = 0
     # pooled ratio-PIT over drafted positions: Σ(s - 1/2), Σ Var(s), count
     pit_sum: float = 0.0
@@ -359,7 +367,7 @@ def _row(case: _Case, position: int, kind: str, test: str, n: int, bins: int, st
 
 
 def _case_rows(
-    case: _Case, emitted: np.ndarray, lengths: np.ndarray, *, min_expected: float, ratio_bins: int, trials: int
+    case: _Case, emitted: np.ndarray, lengths: np.ndarray, drafts: np.ndarray, *, min_expected: float, ratio_bins: int, trials: int
 ) -> tuple[list[dict], _CaseSummary]:
     p_all = case.target_probs.double().cpu().numpy()
     q_all = case.draft_probs.double().cpu().numpy()
@@ -368,6 +376,13 @@ def _case_rows(
     beta = np.minimum(p_all[:k], q_all).sum(axis=-1)
     rows: list[dict] = []
     summary = _CaseSummary()
+    # the very numbers the verifier compared: a draft with p >= q cannot be rejected
+    rejected = np.flatnonzero(lengths <= k)
+    at = lengths[rejected] - 1
+    forced = int((p_all[at, drafts[rejected, at]] >= q_all[at, drafts[rejected, at]]).sum())
+    if forced:
+        summary.impossible_rejections = forced
+        rows.append(_row(case, 0, "drafted", "forced-accept", len(rejected), 0, float(forced), 0.0, 0, 0, float("nan")))
     expected_reach = float(trials)
     for j in range(k + 1):
         # Which tests run is fixed by the case and the budget alone (expected reach), never by the
@@ -509,8 +524,8 @@ def audit_sampler(
     try:
         for case in cases:
             case_trials = large_vocab_trials if case.family == "large-vocab" else trials
-            emitted, lengths = _run_case(verify, case, case_trials, rng)
-            case_rows, summary = _case_rows(case, emitted, lengths, min_expected=min_expected, ratio_bins=ratio_bins, trials=case_trials)
+            emitted, lengths, drafts = _run_case(verify, case, case_trials, rng)
+            case_rows, summary = _case_rows(case, emitted, lengths, drafts, min_expected=min_expected, ratio_bins=ratio_bins, trials=case_trials)
             rows.extend(case_rows)
             summaries.append(summary)
             total_trials += case_trials
@@ -521,9 +536,11 @@ def audit_sampler(
     pvalues = table["pvalue"].to_numpy(dtype=float)
     table.insert(table.columns.get_loc("pvalue") + 1, "pvalue_holm", _holm(pvalues))
     impossible = sum(s.impossible for s in summaries)
+    impossible_rejections = sum(s.impossible_rejections for s in summaries)
     worst_index = int(np.lexsort((-table["statistic"].abs().to_numpy(), pvalues))[0])
-    pvalue = 0.0 if impossible else float(table["pvalue_holm"].min())
-    verdict = "fail" if (impossible > 0 or pvalue <= alpha) else "pass"
+    proof = impossible > 0 or impossible_rejections > 0
+    pvalue = 0.0 if proof else float(table["pvalue_holm"].min())
+    verdict = "fail" if (proof or pvalue <= alpha) else "pass"
     return SamplerAuditResult(
         statistic=float(pvalues.min()),
         pvalue=pvalue,
@@ -532,6 +549,7 @@ def audit_sampler(
         table=table,
         worst={key: (value.item() if hasattr(value, "item") else value) for key, value in table.iloc[worst_index].items()},
         impossible=impossible,
+        impossible_rejections=impossible_rejections,
         out_of_vocab=sum(s.out_of_vocab for s in summaries),
         trials=total_trials,
         samples=sum(s.samples for s in summaries),

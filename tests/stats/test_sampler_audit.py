@@ -20,7 +20,7 @@ def test_reference_sampler_passes_default_audit():
     assert isinstance(result, SamplerAuditResult)
     assert result.verdict == "pass" and result.passed
     assert result.pvalue > result.alpha == 0.05
-    assert result.impossible == 0 and result.out_of_vocab == 0
+    assert result.impossible == 0 and result.out_of_vocab == 0 and result.impossible_rejections == 0
     table = result.table
     assert {"family", "vocab", "position", "n", "statistic", "pvalue", "pvalue_holm"} <= set(table.columns)
     # every family is audited, including both large vocabularies and the bonus position
@@ -70,6 +70,19 @@ def test_impossible_tokens_are_a_hard_failure():
     assert result.impossible > 0 and result.out_of_vocab == 0
     assert result.pvalue == 0.0
     assert math.isinf(result.worst["statistic"]) and result.worst["impossible"] > 0
+
+
+def test_rejecting_a_draft_with_p_at_least_q_is_a_hard_failure():
+    from specaudit.selftest.mutants import MUTANTS
+
+    # bf16 q in the ratio, fp32 q sampled: with identical p and q a correct verifier never
+    # rejects, this one rejects ~1.5% of drafts, long before the emitted distribution shows it
+    result = audit_sampler(MUTANTS["bf16_draft_logits"], seed=0, families=["identical"])
+    assert result.verdict == "fail" and result.pvalue == 0.0 and result.impossible == 0
+    assert result.impossible_rejections > 0
+    rows = result.table[result.table["test"] == "forced-accept"]
+    assert rows["statistic"].sum() == result.impossible_rejections and (rows["pvalue"] == 0).all()
+    assert audit_sampler(reference_verify, seed=0, families=["identical", "near-identical"]).impossible_rejections == 0
 
 
 def _emits_vocab_size(draft_tokens, draft_probs, target_probs, generator):
