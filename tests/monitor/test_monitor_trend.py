@@ -60,7 +60,6 @@ def test_html_is_self_contained_escaped_and_complete(trend_store, tmp_path):
     assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&amp;co" in html
     parser = _Collect()
     parser.feed(html)
-    tags = [t for t, _ in parser.tags]
     panels = [a for t, a in parser.tags if t == "svg" and a.get("class") == "trend"]
     assert len(panels) == 2 * (len(GROUPS) + 1)  # a panel per group and overall, per metric
     assert HOSTILE in "".join(parser.text)  # shown as text, not markup
