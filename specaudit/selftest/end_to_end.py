@@ -32,10 +32,10 @@ def end_to_end_audit(pair, prompt_set, sampler: str, *, seed: int, samples: int,
         seconds = time.perf_counter() - started
     engine = snapshot["equivalence"]["engines"]["speculative"]
     gof = engine.get("goodness_of_fit", {})
+    impossible = bool(gof.get("impossible_tokens", {}).get("statistic"))
     return {"sampler": sampler, "seed": seed, "rejected": engine["verdict"] == "fail", "tokens": gof.get("n_tokens", 0),
-            "pvalue": 0.0 if gof.get("impossible_tokens", {}).get("statistic") else gof.get("pvalue"),
-            "seconds": seconds, "failed_tests": [row["test"] for row in gof.get("gate", []) if row.get("reject")]
-            + (["impossible_tokens"] if gof.get("impossible_tokens", {}).get("statistic") else [])}
+            "pvalue": 0.0 if impossible else gof.get("pvalue"), "seconds": seconds,
+            "failed_tests": [row["test"] for row in gof.get("gate", []) if row.get("reject")] + (["impossible_tokens"] if impossible else [])}
 
 
 def end_to_end_selftest(pair, prompt_set, *, samplers: Iterable[str] | None = None, seeds: Iterable[int] = range(20),

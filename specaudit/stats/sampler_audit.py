@@ -379,7 +379,8 @@ def _case_rows(
     # the very numbers the verifier compared: a draft with p >= q cannot be rejected
     rejected = np.flatnonzero(lengths <= k)
     at = lengths[rejected] - 1
-    forced = int((p_all[at, drafts[rejected, at]] >= q_all[at, drafts[rejected, at]]).sum())
+    token = drafts[rejected, at]
+    forced = int((p_all[at, token] >= q_all[at, token]).sum())
     if forced:
         summary.impossible_rejections = forced
         rows.append(_row(case, 0, "drafted", "forced-accept", len(rejected), 0, float(forced), 0.0, 0, 0, float("nan")))
