@@ -76,11 +76,25 @@ def server_scored(records: list[dict]) -> bool:
     return bool(outputs) and float(outputs[0]["sampling"]["temperature"]) != 0.0 and carries_sampling_logprobs(outputs)
 
 
+def score_sampled(outputs: list[dict], pair, draft_noise: str | None = None):
+    """Teacher-forced target scores of sampled outputs, with the draft's only where teacher forcing
+    reproduces the q decoding used; returns (TokenScores, the draft-scoring note)."""
+    from specaudit.stats.scoring import score_records
+
+    invariance = draft_batch_invariance(pair, outputs)
+    draft_model = pair.draft if pair.draft_is_model and invariance.get("batch_invariant") and not draft_noise else None
+    if draft_noise:  # the planted noise is not reproducible by teacher forcing the clean draft
+        invariance["note"] = f"draft noise planted ({draft_noise}): draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded"
+    elif pair.draft_is_model and draft_model is None:
+        invariance["note"] = (f"teacher-forced draft distributions differ from the ones decoding used (TV up to {invariance['max_tv']:.2f}); "
+                              "draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded at run time")
+    return score_records(pair.target, outputs, draft_model=draft_model, device=pair.device), invariance
+
+
 def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimensions: list[str], seed: int,
                  draft_noise: str | None = None) -> dict:
     from specaudit.stats import equivalence as eq
     from specaudit.stats.power import minimum_detectable_effects
-    from specaudit.stats.scoring import score_records
 
     outputs = [r for r in records if not r.get("timing_only")]
     engines = sorted({r["engine"] for r in outputs}, key=lambda e: (e != CONTROL_ENGINE, e))
@@ -102,15 +116,7 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
                               "note": "PIT exact from the top-N; the surprisal martingale needs the full distribution and is not applicable "
                                       "where the top-N does not hold all of it; no draft, so no draft affinity or acceptance calibration"}
     else:
-        invariance = draft_batch_invariance(pair, outputs)
-        section["draft_scoring"] = invariance
-        draft_model = pair.draft if pair.draft_is_model and invariance.get("batch_invariant") and not draft_noise else None
-        if draft_noise:  # the planted noise is not reproducible by teacher forcing the clean draft
-            invariance["note"] = f"draft noise planted ({draft_noise}): draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded"
-        elif pair.draft_is_model and draft_model is None:
-            invariance["note"] = (f"teacher-forced draft distributions differ from the ones decoding used (TV up to {invariance['max_tv']:.2f}); "
-                                  "draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded at run time")
-        scores = score_records(pair.target, outputs, draft_model=draft_model, device=pair.device)
+        scores, section["draft_scoring"] = score_sampled(outputs, pair, draft_noise)
     if not greedy:
         n_prompts = len({r["prompt_id"] for r in outputs})
         for engine in engines:

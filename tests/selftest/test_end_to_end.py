@@ -1,18 +1,45 @@
 """Mutants inside the real speculative engine, judged by the full analysis, on tiny models."""
 
+import pytest
+
+from specaudit.errors import InputError
 from specaudit.prompts import load_prompts
-from specaudit.selftest import end_to_end_selftest
+from specaudit.selftest import end_to_end_audit, end_to_end_selftest, subsampled_detection
+
+GROSS = ("always_accept", "target_not_warped", "deterministic_accept", "resample_from_p")
 
 
-def test_gross_mutants_are_rejected_end_to_end_and_the_correct_sampler_is_not(tiny_pair):
-    prompts = load_prompts("core", dimensions=["domain"], per_group=1, seed=0)
-    table = end_to_end_selftest(tiny_pair, prompts, samplers=["always_accept", "target_not_warped", "deterministic_accept", "resample_from_p"],
-                                seeds=range(2), samples=4, max_new_tokens=24).set_index("sampler")
+@pytest.fixture(scope="module")
+def prompts():
+    return load_prompts("core", dimensions=["domain"], per_group=1, seed=0)
+
+
+def test_gross_mutants_are_rejected_end_to_end_and_the_correct_sampler_is_not(tiny_pair, prompts):
+    table = end_to_end_selftest(tiny_pair, prompts, samplers=list(GROSS), seeds=range(2), samples=4, max_new_tokens=24,
+                                subsamples=50).set_index("sampler")
     # The correct sampler's false-alarm rate is measured elsewhere (tests/stats, 200+ seeds); here
-    # two audits at alpha = 0.001 must not reject it (a chance failure once in 500 runs).
-    correct = end_to_end_selftest(tiny_pair, prompts, samplers=["correct"], seeds=range(2), samples=4, max_new_tokens=24, alpha=0.001)
+    # two audits at alpha = 0.001 must not reject it (a chance failure once in 500 runs). Audits
+    # re-drawn from their pool reject with mean probability 0.001 too, so a rate above 0.25 has
+    # probability below 0.4% (Markov).
+    correct = end_to_end_selftest(tiny_pair, prompts, samplers=["correct"], seeds=range(2), samples=4, max_new_tokens=24, alpha=0.001,
+                                  subsamples=50)
     assert correct["rejection_rate"].item() == 0.0
-    for mutant in ("always_accept", "target_not_warped", "deterministic_accept", "resample_from_p"):
+    assert correct["subsampled_rate"].item() <= 0.25
+    for mutant in GROSS:
         assert table.loc[mutant, "rejection_rate"] == 1.0, table.loc[mutant].to_dict()
+        assert table.loc[mutant, "subsampled_rate"] == 1.0, table.loc[mutant].to_dict()
     assert "step_pit" in table.loc["resample_from_p", "caught_by"]
     assert (table["tokens_per_audit"] > 200).all()
+
+
+def test_subsampling_needs_a_pool_at_least_one_audit_large(tiny_pair, prompts, tmp_path):
+    audit = end_to_end_audit(tiny_pair, prompts, "resample_from_p", seed=0, samples=2, max_new_tokens=16, keep=tmp_path / "run")
+    assert (tmp_path / "run" / "records.jsonl").exists()
+    # One audit's worth of sequences: every re-drawn audit is that audit, so the verdict carries over.
+    table = subsampled_detection([tmp_path / "run"], tiny_pair, samples=[1, 2], subsamples=5).set_index("samples")
+    assert table.loc[2, "rate"] == float(audit["rejected"]) == 1.0
+    assert table.loc[2, "tokens_per_audit"] == audit["tokens"]
+    assert table.loc[1, "tokens_per_audit"] < audit["tokens"]
+    assert list(table["pool_audits"]) == [2, 1]
+    with pytest.raises(InputError, match="holds 2 sequences of some prompt, fewer than the 3 per prompt"):
+        subsampled_detection([tmp_path / "run"], tiny_pair, samples=3)
