@@ -61,6 +61,7 @@ def subsampled_detection(run_dirs: Sequence[str | Path], pair, *, samples: int |
     from specaudit.stats.equivalence import goodness_of_fit
 
     budgets = [samples] if isinstance(samples, int) else list(samples)
+    _check_poolable(run_dirs)
     pooled = []
     for index, folder in enumerate(run_dirs):
         for record in read_records(Path(folder) / RECORDS_FILE):
@@ -90,6 +91,27 @@ def subsampled_detection(run_dirs: Sequence[str | Path], pair, *, samples: int |
                      "ci_high": float(high), "p99_pvalue": float(np.quantile(pvalues, 0.99)), "pool_audits": disjoint,
                      "subsamples": subsamples})
     return pd.DataFrame(rows)
+
+
+# What fixes the distribution a run samples from: pooled runs may differ only in seed and budget.
+_SAME_IN_A_POOL = ("target", "draft", "k", "temperature", "top_k", "top_p", "max_new_tokens", "verify", "draft_noise",
+                   "chat_template", "dtype")
+
+
+def _check_poolable(run_dirs: Sequence[str | Path]) -> None:
+    from specaudit.records import read_manifest
+
+    first = None
+    for folder in run_dirs:
+        manifest = read_manifest(folder)
+        setting = {key: manifest.get("config", {}).get(key) for key in _SAME_IN_A_POOL}
+        setting["prompt set"] = manifest.get("prompt_set_checksum")
+        if first is None:
+            first = (folder, setting)
+            continue
+        differ = [key for key in setting if setting[key] != first[1][key]]
+        if differ:
+            raise InputError(f"cannot pool {folder} with {first[0]}: their {', '.join(differ)} differ")
 
 
 def end_to_end_selftest(pair, prompt_set, *, samplers: Iterable[str] | None = None, seeds: Iterable[int] = range(20),

@@ -32,7 +32,7 @@ def test_gross_mutants_are_rejected_end_to_end_and_the_correct_sampler_is_not(ti
     assert (table["tokens_per_audit"] > 200).all()
 
 
-def test_subsampling_needs_a_pool_at_least_one_audit_large(tiny_pair, prompts, tmp_path):
+def test_subsampling_needs_one_audit_of_pooled_runs_with_one_setting(tiny_pair, prompts, tmp_path):
     audit = end_to_end_audit(tiny_pair, prompts, "resample_from_p", seed=0, samples=2, max_new_tokens=16, keep=tmp_path / "run")
     assert (tmp_path / "run" / "records.jsonl").exists()
     # One audit's worth of sequences: every re-drawn audit is that audit, so the verdict carries over.
@@ -43,3 +43,6 @@ def test_subsampling_needs_a_pool_at_least_one_audit_large(tiny_pair, prompts, t
     assert list(table["pool_audits"]) == [2, 1]
     with pytest.raises(InputError, match="holds 2 sequences of some prompt, fewer than the 3 per prompt"):
         subsampled_detection([tmp_path / "run"], tiny_pair, samples=3)
+    end_to_end_audit(tiny_pair, prompts, "resample_from_p", seed=1, samples=2, max_new_tokens=8, keep=tmp_path / "shorter")
+    with pytest.raises(InputError, match="cannot pool .*shorter with .*run: their max_new_tokens differ"):
+        subsampled_detection([tmp_path / "run", tmp_path / "shorter"], tiny_pair, samples=2)
