@@ -57,21 +57,19 @@ def subsampled_detection(run_dirs: Sequence[str | Path], pair, *, samples: int |
     p-values; below α means at least 99% of the picks were rejected.
     """
     from specaudit.analysis import score_sampled
-    from specaudit.records import RECORDS_FILE, read_records
+    from specaudit.records import iter_run_records
     from specaudit.stats.equivalence import goodness_of_fit
 
     budgets = [samples] if isinstance(samples, int) else list(samples)
-    _check_poolable(run_dirs)
-    pooled = []
-    for index, folder in enumerate(run_dirs):
-        for record in read_records(Path(folder) / RECORDS_FILE):
-            if record["engine"] == "speculative" and not record.get("timing_only"):
-                pooled.append({**record, "key": f"{index}/{record['key']}"})  # keys repeat across audits
+    setting = _pool_setting(run_dirs)
+    pooled = [{**record, "key": f"{index}/{record['key']}"}  # keys repeat across audits
+              for index, folder in enumerate(run_dirs)
+              for record in iter_run_records(folder, include_timing=False) if record["engine"] == "speculative"]
     by_prompt = pd.Series([r["key"] for r in pooled]).groupby([r["prompt_id"] for r in pooled]).agg(list)
     smallest = int(by_prompt.map(len).min()) if len(by_prompt) else 0
     if max(budgets) > smallest:
         raise InputError(f"the pool holds {smallest} sequences of some prompt, fewer than the {max(budgets)} per prompt of one audit")
-    frame = score_sampled(pooled, pair)[0].tokens
+    frame = score_sampled(pooled, pair, setting["draft_noise"])[0].tokens
     record_of = {r["key"]: r for r in pooled}
     tokens_of = frame.groupby("key").size()
     rng = np.random.default_rng(seed)
@@ -98,20 +96,21 @@ _SAME_IN_A_POOL = ("target", "draft", "k", "temperature", "top_k", "top_p", "max
                    "chat_template", "dtype")
 
 
-def _check_poolable(run_dirs: Sequence[str | Path]) -> None:
+def _pool_setting(run_dirs: Sequence[str | Path]) -> dict:
+    """The sampling setting the runs share; an InputError names the first run that differs."""
     from specaudit.records import read_manifest
 
-    first = None
+    if not run_dirs:
+        raise InputError("no run folders to pool")
+    settings = []
     for folder in run_dirs:
         manifest = read_manifest(folder)
-        setting = {key: manifest.get("config", {}).get(key) for key in _SAME_IN_A_POOL}
-        setting["prompt set"] = manifest.get("prompt_set_checksum")
-        if first is None:
-            first = (folder, setting)
-            continue
-        differ = [key for key in setting if setting[key] != first[1][key]]
+        settings.append({key: manifest.get("config", {}).get(key) for key in _SAME_IN_A_POOL}
+                        | {"prompt set": manifest.get("prompt_set_checksum")})
+        differ = [key for key in settings[0] if settings[-1][key] != settings[0][key]]
         if differ:
-            raise InputError(f"cannot pool {folder} with {first[0]}: their {', '.join(differ)} differ")
+            raise InputError(f"cannot pool {folder} with {run_dirs[0]}: their {', '.join(differ)} differ")
+    return settings[0]
 
 
 def end_to_end_selftest(pair, prompt_set, *, samplers: Iterable[str] | None = None, seeds: Iterable[int] = range(20),
