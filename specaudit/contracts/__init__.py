@@ -1,0 +1,17 @@
+"""The contracts between stages, defined once (docs/ARCHITECTURE.md, "Contracts").
+
+Every stage imports its shared vocabulary from here: the statuses a check or a comparison can
+have, the default tolerance band, and (as the run and snapshot contracts are typed) Record,
+PlanItem and Snapshot. Nothing in this package imports another specaudit module, so any module
+may import it without making a circle.
+"""
+
+from specaudit.contracts.status import (
+    DEFAULT_BAND,
+    CheckStatus,
+    DisparityStatus,
+    EquivalenceStatus,
+    worst,
+)
+
+__all__ = ["DEFAULT_BAND", "CheckStatus", "DisparityStatus", "EquivalenceStatus", "worst"]
