@@ -19,7 +19,7 @@ import numpy as np
 # not documents, and a torn or concatenated file must not reach a tokenizer.
 MAX_PROMPT_BYTES = 64 * 1024
 NEAR_DUPLICATE_JACCARD = 0.8
-SHINGLE_WORDS = 2
+SHINGLE_WORDS = 1  # word sets: order-free, so a reordered copy is still found
 MAX_LENGTH_RATIO = 1.5
 
 # Chinese and Japanese put no spaces between words; counting each Han/kana character as a word

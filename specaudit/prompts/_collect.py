@@ -308,7 +308,7 @@ def _near_duplicate_issues(checked: list[tuple[Prompt, SourceRow]], row_dim: dic
         issues.append(_warning(
             second_row, "text",
             f"prompt '{second.id}' nearly duplicates '{first.id}' of {Path(first_row.file).name} "
-            f"(word-pair Jaccard {pair.similarity:.2f}); one request under two dimensions is counted under both, "
+            f"(word Jaccard {pair.similarity:.2f}); one request under two dimensions is counted under both, "
             "so reword or drop one",
         ))
     return issues
@@ -432,7 +432,8 @@ def _collect_manifest(manifest: Manifest, cmap: ColumnMap) -> Collected:
     readable = {d: spec for d, spec in dimensions.items() if d not in unreadable}
     minimums = {d: spec.min_group_size or manifest.min_group_size for d, spec in manifest.dimensions.items()}
     issues.extend(_group_size_issues(prompts, readable, minimums, "error", dim_files))
-    issues.extend(_length_issues(prompts, readable, dim_files))
+    compared = {d: spec for d, spec in readable.items() if manifest.dimensions[d].compare_lengths}
+    issues.extend(_length_issues(prompts, compared, dim_files))
     issues.extend(_near_duplicate_issues(checked, row_dim))
     issues.extend(_provenance_issues(checked))
     used = {spec.file for spec in manifest.dimensions.values()}

@@ -29,6 +29,8 @@ class DimensionSpec:
     `parallel: reference`: every pair_id links one prompt of the reference group to one prompt of
     one other group (e.g. each rare-word item and its own common twin), so the reference group
     holds a twin for every pair. `min_group_size` overrides the set's minimum for this dimension.
+    `compare_lengths: false` turns off the length-balance warning where word counts are not
+    comparable between groups (languages: a translation is as long as its language makes it).
     """
 
     name: str
@@ -38,6 +40,7 @@ class DimensionSpec:
     parallel: bool
     pairing: str | None = None  # "all_groups", "reference", or None when not parallel
     min_group_size: int | None = None
+    compare_lengths: bool = True
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,11 @@ def read_manifest(path: str | Path) -> Manifest:
         own_min = spec.get("min_group_size")
         _require(own_min is None or (isinstance(own_min, int) and not isinstance(own_min, bool) and own_min >= 1),
                  path, f"{where}.min_group_size", "must be a positive integer")
-        dimensions[str(dim_name)] = DimensionSpec(str(dim_name), file, tuple(groups), reference, bool(parallel), pairing, own_min)
+        compare_lengths = spec.get("compare_lengths", True)
+        _require(isinstance(compare_lengths, bool), path, f"{where}.compare_lengths", "must be true or false")
+        dimensions[str(dim_name)] = DimensionSpec(
+            str(dim_name), file, tuple(groups), reference, bool(parallel), pairing, own_min, compare_lengths
+        )
     raw_files = data.get("files") or {}
     _require(isinstance(raw_files, dict), path, "files", "must map each data file to its sha256")
     files: dict[str, FileEntry] = {}
@@ -245,7 +252,7 @@ def manifest_as_dict(manifest: Manifest) -> dict[str, Any]:
         "min_group_size": manifest.min_group_size,
         "dimensions": {
             name: {"file": d.file, "groups": list(d.groups), "reference": d.reference, "parallel": d.parallel,
-                   "pairing": d.pairing, "min_group_size": d.min_group_size}
+                   "pairing": d.pairing, "min_group_size": d.min_group_size, "compare_lengths": d.compare_lengths}
             for name, d in manifest.dimensions.items()
         },
         "files": {name: {"sha256": e.sha256, "rows": e.rows} for name, e in manifest.files.items()},
