@@ -119,3 +119,18 @@ def length_gaps(lengths_by_group: dict[str, list[int]], max_ratio: float = MAX_L
     if base <= 0:
         return []
     return [LengthGap(g, m, shortest, base) for g, m in medians.items() if g != shortest and m > max_ratio * base]
+
+
+def word_edit_distance(first: str, second: str) -> int:
+    """Levenshtein distance counted in words (insert, delete or replace one word costs 1).
+
+    A minimal pair that swaps one single-word term is at distance 1; a two-word term for a
+    one- or two-word term, at most 2.
+    """
+    a, b = words(first), words(second)
+    row = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        diagonal, row[0] = row[0], i
+        for j in range(1, len(b) + 1):
+            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1]))
+    return row[len(b)]
