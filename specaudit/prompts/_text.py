@@ -109,6 +109,8 @@ def format_stats(table: pd.DataFrame, min_group_size: int | None) -> str:
     view = view.drop(columns=["reference", "below_min_size"])
     if view["zipf_median"].isna().all():
         view = view.drop(columns=["zipf_median"])
+    else:
+        view["zipf_median"] = ["-" if pd.isna(v) else f"{v:.2f}" for v in view["zipf_median"]]
     text = view.to_string(index=False)
     provenance = table.attrs.get("provenance")
     if provenance:
