@@ -198,7 +198,7 @@ def _check_rows(rows: list[SourceRow], issues: list[Issue], *, strict: bool) -> 
             messages = _check_messages(row, issues)
             ok = ok and messages is not None
             text = transcript(messages) if messages is not None else None
-        elif row.problem is None or row.problem[0] != "text":
+        elif row.problem is None or row.problem[0] not in ("text", "messages"):
             if not isinstance(row.text, str):
                 if row.text is None:
                     what = "is missing"
