@@ -9,10 +9,25 @@ from pathlib import Path
 
 from specaudit.errors import InputError
 from specaudit.prompts._collect import collect
-from specaudit.prompts._manifest import FileEntry, display_path, file_sha256, manifest_for, write_files_block
-from specaudit.prompts._model import PromptSet, PromptSetWarning, ValidationReport, rows_checksum
-from specaudit.prompts._read import read_file, parse_column_map
-from specaudit.prompts._select import add_intersection, select_dimensions, stratified_sample
+from specaudit.prompts._manifest import (
+    FileEntry,
+    display_path,
+    file_sha256,
+    manifest_for,
+    write_files_block,
+)
+from specaudit.prompts._model import (
+    PromptSet,
+    PromptSetWarning,
+    ValidationReport,
+    rows_checksum,
+)
+from specaudit.prompts._read import parse_column_map, read_file
+from specaudit.prompts._select import (
+    add_intersection,
+    select_dimensions,
+    stratified_sample,
+)
 
 
 def load_prompts(
@@ -34,7 +49,11 @@ def load_prompts(
     that do not use our field names. dimensions: keep only these (prompts labelled in none of
     them are dropped). intersect: e.g. ["domain", "dialect"] adds the attribute "domain×dialect".
     per_group: sample this many prompts per group (per intersection cell when `intersect` is
-    given), seeded, whole pairs at a time. split: for Hub and saved datasets only.
+    given), whole pairs at a time: in a parallel dimension, per_group pair ids with every group's
+    version of each. seed: the sampling seed, separate from any decoding seed (keep it at 0 so
+    runs decoded with different seeds audit the same prompts). split: for Hub and saved datasets
+    only. A source with a `messages` column (or `column_map="messages=COLUMN"`) gives multi-turn
+    prompts: `Prompt.messages`, encoded with `prompt_token_ids` through the chat template.
 
     Raises InputError naming file, line and field when validation finds an error; warnings are
     issued as PromptSetWarning.
@@ -49,7 +68,7 @@ def load_prompts(
     if per_group is not None:
         # The finest groups are the ones compared, so they are the ones balanced.
         strata = [intersection] if intersection else list(dims)
-        prompts = stratified_sample(prompts, strata, per_group, seed)
+        prompts = stratified_sample(prompts, strata, per_group, seed, dims)
     return PromptSet(
         name=collected.name,
         version=collected.version,
@@ -68,9 +87,11 @@ def validate_prompt_set(
 
     Errors (load_prompts refuses the set): unreadable or torn lines, missing/empty/duplicate ids
     and texts, missing or undeclared groups, incomplete pairs of a parallel dimension, groups
-    below the manifest's min_group_size, checksum or row-count mismatch. Warnings: attributes no
-    dimension declares, stray data files; for sources without a manifest, duplicate texts and
-    groups below 30 prompts.
+    below the manifest's min_group_size, checksum or row-count mismatch, a prompt over 64 KiB,
+    malformed messages or provenance. Warnings: attributes no dimension declares, stray data
+    files, rows without provenance, near-duplicates across dimensions (word-pair Jaccard >= 0.8),
+    a group whose median length is over 1.5x another's; for sources without a manifest,
+    duplicate texts and groups below 30 prompts.
     """
     collected = collect(source, column_map=column_map, split=split)
     return ValidationReport(str(source), tuple(collected.errors), tuple(collected.warnings), len(collected.prompts))

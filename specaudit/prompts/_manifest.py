@@ -23,13 +23,24 @@ DEFAULT_MIN_GROUP_SIZE = 30
 
 @dataclass(frozen=True)
 class DimensionSpec:
-    """One dimension of a set: the file holding its prompts and the groups it may use."""
+    """One dimension of a set: the file holding its prompts and the groups it may use.
+
+    `parallel: true` in the manifest: every pair_id has one prompt in every group.
+    `parallel: reference`: every pair_id links one prompt of the reference group to one prompt of
+    one other group (e.g. each rare-word item and its own common twin), so the reference group
+    holds a twin for every pair. `min_group_size` overrides the set's minimum for this dimension.
+    `compare_lengths: false` turns off the length-balance warning where word counts are not
+    comparable between groups (languages: a translation is as long as its language makes it).
+    """
 
     name: str
     file: str
     groups: tuple[str, ...]
     reference: str | None
     parallel: bool
+    pairing: str | None = None  # "all_groups", "reference", or None when not parallel
+    min_group_size: int | None = None
+    compare_lengths: bool = True
 
 
 @dataclass(frozen=True)
@@ -126,8 +137,19 @@ def read_manifest(path: str | Path) -> Manifest:
         reference = spec.get("reference")
         _require(reference is None or reference in groups, path, f"{where}.reference", f"'{reference}' is not one of the groups")
         parallel = spec.get("parallel", False)
-        _require(isinstance(parallel, bool), path, f"{where}.parallel", "must be true or false")
-        dimensions[str(dim_name)] = DimensionSpec(str(dim_name), file, tuple(groups), reference, parallel)
+        _require(isinstance(parallel, bool) or parallel == "reference", path, f"{where}.parallel", "must be true, false or reference")
+        if parallel == "reference":
+            _require(reference is not None and len(groups) >= 2, path, f"{where}.reference",
+                     "'parallel: reference' pairs each prompt with a reference-group twin, so name the reference group")
+        pairing = "reference" if parallel == "reference" else ("all_groups" if parallel else None)
+        own_min = spec.get("min_group_size")
+        _require(own_min is None or (isinstance(own_min, int) and not isinstance(own_min, bool) and own_min >= 1),
+                 path, f"{where}.min_group_size", "must be a positive integer")
+        compare_lengths = spec.get("compare_lengths", True)
+        _require(isinstance(compare_lengths, bool), path, f"{where}.compare_lengths", "must be true or false")
+        dimensions[str(dim_name)] = DimensionSpec(
+            str(dim_name), file, tuple(groups), reference, bool(parallel), pairing, own_min, compare_lengths
+        )
     raw_files = data.get("files") or {}
     _require(isinstance(raw_files, dict), path, "files", "must map each data file to its sha256")
     files: dict[str, FileEntry] = {}
@@ -229,7 +251,8 @@ def manifest_as_dict(manifest: Manifest) -> dict[str, Any]:
         "license": manifest.license,
         "min_group_size": manifest.min_group_size,
         "dimensions": {
-            name: {"file": d.file, "groups": list(d.groups), "reference": d.reference, "parallel": d.parallel}
+            name: {"file": d.file, "groups": list(d.groups), "reference": d.reference, "parallel": d.parallel,
+                   "pairing": d.pairing, "min_group_size": d.min_group_size, "compare_lengths": d.compare_lengths}
             for name, d in manifest.dimensions.items()
         },
         "files": {name: {"sha256": e.sha256, "rows": e.rows} for name, e in manifest.files.items()},

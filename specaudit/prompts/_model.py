@@ -14,17 +14,37 @@ class PromptSetWarning(UserWarning):
     """A prompt set is usable but something about it weakens the comparison (small group, duplicate text)."""
 
 
+Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": "..."}
+
+
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt: the row format `{"id", "text", "pair_id", "attributes"}` shared by every stage."""
+    """One prompt: the row format `{"id", "text", "pair_id", "attributes"}` shared by every stage.
+
+    `messages` holds a multi-turn conversation (ending with a user turn) when the source gave one;
+    `text` is then its plain transcript (for lengths, duplicate checks and runs without a chat
+    template). `metadata` keeps the row's other fields (provenance, features, zipf, ...): it
+    describes the prompt but is not part of its identity, so it is left out of equality and of
+    the prompt checksum.
+    """
 
     id: str
     text: str
     attributes: dict[str, str] = field(default_factory=dict)
     pair_id: str | None = None
+    messages: tuple[Message, ...] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_record(self) -> dict[str, Any]:
-        return {"id": self.id, "text": self.text, "pair_id": self.pair_id, "attributes": dict(self.attributes)}
+        record: dict[str, Any] = {"id": self.id, "text": self.text, "pair_id": self.pair_id, "attributes": dict(self.attributes)}
+        if self.messages is not None:
+            record["messages"] = [dict(m) for m in self.messages]
+        return record
+
+
+def transcript(messages: list[Message] | tuple[Message, ...]) -> str:
+    """The plain text of a conversation: one "role: content" paragraph per turn."""
+    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
 def rows_checksum(prompts: list[Prompt]) -> str:
@@ -42,8 +62,9 @@ class PromptSet:
     """Prompts ready for a run, with what identifies them in a run manifest.
 
     `dimensions` maps each dimension to `{"groups": [...], "reference": group or None,
-    "parallel": bool}`; `parallel` says that every pair_id has one member per group, so group
-    comparisons may be paired (signed-rank) rather than independent.
+    "parallel": bool}`, plus `"pairing": "reference"` where pairs link the reference group to one
+    other group each (see DimensionSpec). `parallel` says that group comparisons may be paired
+    (signed-rank) on shared pair ids rather than independent.
     """
 
     name: str
@@ -69,10 +90,7 @@ class PromptSet:
             "checksum": self.checksum,
             "source": self.source,
             "n_prompts": len(self.prompts),
-            "dimensions": {
-                name: {"groups": list(spec["groups"]), "reference": spec["reference"], "parallel": spec["parallel"]}
-                for name, spec in self.dimensions.items()
-            },
+            "dimensions": {name: dimension_entry(spec) for name, spec in self.dimensions.items()},
         }
 
     def groups(self, dimension: str) -> dict[str, list[Prompt]]:
@@ -86,6 +104,14 @@ class PromptSet:
             if group is not None:
                 by_group.setdefault(group, []).append(prompt)
         return by_group
+
+
+def dimension_entry(spec: dict[str, Any]) -> dict[str, Any]:
+    """A dimension as recorded in a run manifest; `pairing` only where it is not the default."""
+    entry = {"groups": list(spec["groups"]), "reference": spec["reference"], "parallel": spec["parallel"]}
+    if spec.get("pairing") == "reference":
+        entry["pairing"] = "reference"
+    return entry
 
 
 @dataclass(frozen=True)

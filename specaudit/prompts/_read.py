@@ -7,6 +7,7 @@ saved with `save_to_disk`, a folder of data files, or a dataset id on the Huggin
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -18,26 +19,45 @@ from specaudit.errors import InputError
 from specaudit.prompts._manifest import display_path
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
-FIELDS = ("id", "text", "pair_id")
+FIELDS = ("id", "text", "pair_id", "messages")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# A column, optionally indexed into a list: "question", "turns[0]", "turns[-1]".
+_COLUMN_REF = re.compile(r"^(?P<column>[^\[\]]+?)(?:\[(?P<index>-?\d+)\])?$")
 
 
 @dataclass(frozen=True)
 class ColumnMap:
-    """Which source column feeds each prompt field; `groups` maps dimension -> column."""
+    """Which source column feeds each prompt field; `groups` maps dimension -> column.
+
+    Each value may index into a list column: `turns[0]` is the first element of `turns`.
+    `messages` names a column holding a conversation (a list of {role, content}).
+    """
 
     id: str | None = None
     text: str | None = None
     pair_id: str | None = None
+    messages: str | None = None
     groups: dict[str, str] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
-        return not (self.id or self.text or self.pair_id or self.groups)
+        return not (self.id or self.text or self.pair_id or self.messages or self.groups)
+
+
+def _split_ref(ref: str) -> tuple[str, int | None]:
+    match = _COLUMN_REF.match(ref)
+    if match is None:
+        raise InputError(f"column map value '{ref}' is not a column name or COLUMN[INDEX], e.g. turns[0].")
+    index = match.group("index")
+    return match.group("column").strip(), (int(index) if index is not None else None)
 
 
 def parse_column_map(spec: str | Mapping[str, str] | ColumnMap | None) -> ColumnMap:
-    """Parse `"text=question,id=qid,group:domain=category"` (or the same as a dict) into a ColumnMap."""
+    """Parse `"text=question,id=qid,group:domain=category"` (or the same as a dict) into a ColumnMap.
+
+    `text=turns[0]` takes the first element of a list column; `messages=conversation` reads a
+    multi-turn conversation (list of {role, content}) that goes through the chat template.
+    """
     if spec is None:
         return ColumnMap()
     if isinstance(spec, ColumnMap):
@@ -60,6 +80,7 @@ def parse_column_map(spec: str | Mapping[str, str] | ColumnMap | None) -> Column
     for key, column in pairs:
         if not column:
             raise InputError(f"column map entry '{key}=' names no column; write {key}=COLUMN.")
+        _split_ref(column)  # refuse a malformed COLUMN[INDEX] here, before any data is read
         if key.startswith("group:"):
             dimension = key[len("group:"):].strip()
             if not dimension:
@@ -68,7 +89,9 @@ def parse_column_map(spec: str | Mapping[str, str] | ColumnMap | None) -> Column
         elif key in FIELDS:
             values[key] = column
         else:
-            raise InputError(f"column map field '{key}' is unknown; use id, text, pair_id or group:NAME.")
+            raise InputError(f"column map field '{key}' is unknown; use id, text, pair_id, messages or group:NAME.")
+    if "text" in values and "messages" in values:
+        raise InputError("column map gives both text and messages; map one (messages for a conversation, text for one prompt).")
     return ColumnMap(groups=groups, **values)
 
 
@@ -83,6 +106,10 @@ class SourceRow:
     text: Any
     pair_id: Any
     attributes: Any
+    messages: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)  # the row's other non-null fields
+    # Set when a mapped COLUMN[INDEX] could not be applied to this row: (field, message).
+    problem: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +176,7 @@ def read_file(path: Path, column_map: ColumnMap) -> ReadResult:
             # force_redownload: datasets' cache is keyed on path and mtime, which an in-place edit can
             # keep; rebuilding a small local file costs milliseconds and is never stale.
             dataset = datasets.load_dataset(builder, data_files=str(path), split="train", download_mode="force_redownload")
-    except Exception as err:  # datasets wraps pyarrow/pandas parse errors in several exception types
+    except Exception as err:  # noqa: BLE001 -- datasets wraps pyarrow/pandas parse errors in several exception types
         if builder == "json" and lines:
             line, message = _locate_json_failure(lines)
             if line is not None:
@@ -174,7 +201,7 @@ def load_saved(path: Path, split: str, column_map: ColumnMap) -> ReadResult:
     try:
         with _quiet_datasets():
             loaded = datasets.load_from_disk(str(path))
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 -- any failure to open is reported as bad input
         raise InputError(f"{display_path(path)} could not be opened with datasets.load_from_disk ({err}).") from None
     return read_dataset(_pick_split(loaded, split, display_path(path)), display_path(path), column_map)
 
@@ -186,7 +213,7 @@ def load_folder_or_hub(source: str, split: str, column_map: ColumnMap, *, local:
     try:
         with _quiet_datasets():
             loaded = datasets.load_dataset(source, split=split)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 -- any failure to load is reported as bad input
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         hint = "check the folder holds .jsonl/.csv/.parquet files" if local else (
             "check the dataset id and split, and that you are online or have it cached"
@@ -210,6 +237,23 @@ def looks_like_hub_id(source: str) -> bool:
     return source.startswith("hf:") or _HUB_ID.match(source) is not None
 
 
+def _as_written(value: Any) -> Any:
+    """A value as the file wrote it: pyarrow's JSON reader turns "2026-12-01" into a timestamp."""
+    if isinstance(value, dt.datetime):
+        return value.date().isoformat() if value.time() == dt.time() else value.isoformat()
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _as_written(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_as_written(v) for v in value]
+    return value
+
+
+class _IndexMissing(Exception):
+    """A COLUMN[INDEX] map that does not apply to one row (not a list, or too short)."""
+
+
 def _map_rows(dataset: Any, column_map: ColumnMap, label: str, numbers: list[int], unit: str) -> list[SourceRow]:
     """Apply the column map: our own field names by default, `group:NAME=COLUMN` for attributes."""
     import datasets
@@ -217,27 +261,40 @@ def _map_rows(dataset: Any, column_map: ColumnMap, label: str, numbers: list[int
     columns = list(dataset.column_names)
     available = ", ".join(columns)
 
-    def column_for(field_name: str, mapped: str | None, required: bool) -> str | None:
+    def column_for(field_name: str, mapped: str | None, required: bool) -> tuple[str, int | None] | None:
         if mapped is not None:
-            if mapped not in columns:
+            column, index = _split_ref(mapped)
+            if column not in columns:
                 raise InputError(
-                    f"{label} has no column '{mapped}' (mapped to {field_name}); its columns are: {available}."
+                    f"{label} has no column '{column}' (mapped to {field_name}); its columns are: {available}."
                 )
-            return mapped
+            return column, index
         if field_name in columns:
-            return field_name
+            return field_name, None
         if required:
             raise InputError(
                 f"{label} has no '{field_name}' column (columns: {available}); map one with "
-                f"column_map / --column-map {field_name}=COLUMN."
+                f"column_map / --column-map {field_name}=COLUMN (COLUMN[0] for the first element of a list, "
+                "messages=COLUMN for a conversation)."
             )
         return None
 
-    text_col = column_for("text", column_map.text, required=True)
-    id_col = column_for("id", column_map.id, required=False)
-    pair_col = column_for("pair_id", column_map.pair_id, required=False)
+    if column_map.messages is not None:
+        text_ref, messages_ref = None, column_for("messages", column_map.messages, required=True)
+    elif column_map.text is not None:
+        text_ref, messages_ref = column_for("text", column_map.text, required=True), None
+    else:
+        # Our own files may mix rows with `text` and rows with `messages` (each row gives one).
+        messages_ref = column_for("messages", None, required=False)
+        text_ref = column_for("text", None, required=messages_ref is None)
+    id_ref = column_for("id", column_map.id, required=False)
+    pair_ref = column_for("pair_id", column_map.pair_id, required=False)
     attr_col = "attributes" if "attributes" in columns else None
-    group_cols = {dim: column_for(f"group:{dim}", col, required=True) for dim, col in column_map.groups.items()}
+    group_refs = {dim: column_for(f"group:{dim}", col, required=True) for dim, col in column_map.groups.items()}
+    used = {ref[0] for ref in (text_ref, messages_ref, id_ref, pair_ref, *group_refs.values()) if ref is not None}
+    if attr_col:
+        used.add(attr_col)
+    extra_cols = [c for c in columns if c not in used]
 
     # Hub datasets often store categories as ClassLabel integers; users mean the names.
     features = getattr(dataset, "features", None) or {}
@@ -247,17 +304,26 @@ def _map_rows(dataset: Any, column_map: ColumnMap, label: str, numbers: list[int
         if isinstance(feature, datasets.ClassLabel)
     }
 
-    def value(row: dict[str, Any], col: str | None) -> Any:
-        if col is None:
+    def value(row: dict[str, Any], ref: tuple[str, int | None] | None) -> Any:
+        if ref is None:
             return None
+        col, index = ref
         raw = row.get(col)
+        if index is not None:
+            if raw is None:
+                return None
+            if not isinstance(raw, (list, tuple)):
+                raise _IndexMissing(f"column '{col}' holds a {type(raw).__name__}, not a list, so {col}[{index}] does not apply")
+            if not -len(raw) <= index < len(raw):
+                raise _IndexMissing(f"column '{col}' has {len(raw)} element(s), so {col}[{index}] does not exist")
+            return raw[index]
         if col in label_names and isinstance(raw, int) and raw >= 0:
             return label_names[col](raw)
         return raw
 
     rows: list[SourceRow] = []
     for index, row in enumerate(dataset):
-        attributes: Any = value(row, attr_col) if attr_col else {}
+        attributes: Any = row.get(attr_col) if attr_col else {}
         if isinstance(attributes, str) and attributes.strip().startswith("{"):
             # CSV has no nested values: accept attributes written as a JSON object string.
             try:
@@ -266,13 +332,23 @@ def _map_rows(dataset: Any, column_map: ColumnMap, label: str, numbers: list[int
                 pass
         if attributes is None:
             attributes = {}
-        if group_cols and isinstance(attributes, dict):
+        problem: tuple[str, str] | None = None
+        mapped: dict[str, Any] = {}
+        for name, ref in (("text", text_ref), ("messages", messages_ref), ("id", id_ref), ("pair_id", pair_ref)):
+            try:
+                mapped[name] = value(row, ref)
+            except _IndexMissing as err:
+                mapped[name], problem = None, (name, str(err))
+        if group_refs and isinstance(attributes, dict):
             attributes = dict(attributes)
-            for dim, col in group_cols.items():
-                attributes[dim] = value(row, col)
+            for dim, ref in group_refs.items():
+                try:
+                    attributes[dim] = value(row, ref)
+                except _IndexMissing as err:
+                    attributes[dim], problem = None, (f"group:{dim}", str(err))
         # Without an id column, the row position is the id: stable for a given source, so runs resume.
-        prompt_id = value(row, id_col) if id_col else f"row-{index + 1}"
-        rows.append(
-            SourceRow(label, numbers[index], unit, prompt_id, value(row, text_col), value(row, pair_col), attributes)
-        )
+        prompt_id = mapped["id"] if id_ref else f"row-{index + 1}"
+        extra = {c: _as_written(row[c]) for c in extra_cols if row.get(c) is not None}
+        rows.append(SourceRow(label, numbers[index], unit, prompt_id, mapped["text"], mapped["pair_id"], attributes,
+                              mapped["messages"], extra, problem))
     return rows

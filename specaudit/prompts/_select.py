@@ -6,7 +6,8 @@ import itertools
 import warnings
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,7 @@ def select_dimensions(
     for prompt in prompts:
         attributes = {d: g for d, g in prompt.attributes.items() if d in keep}
         if attributes:
-            selected.append(Prompt(prompt.id, prompt.text, attributes, prompt.pair_id))
+            selected.append(replace(prompt, attributes=attributes))
     return selected, {d: dimensions[d] for d in names}
 
 
@@ -69,7 +70,7 @@ def add_intersection(
         if all(n in prompt.attributes for n in names):
             value = INTERSECTION.join(prompt.attributes[n] for n in names)
             seen.add(value)
-            prompt = Prompt(prompt.id, prompt.text, {**prompt.attributes, key: value}, prompt.pair_id)
+            prompt = replace(prompt, attributes={**prompt.attributes, key: value})
         out.append(prompt)
     if not seen:
         raise InputError(
@@ -89,13 +90,24 @@ def add_intersection(
     return out, dimensions, key
 
 
-def stratified_sample(prompts: list[Prompt], strata: Sequence[str], per_group: int, seed: int) -> list[Prompt]:
+def stratified_sample(
+    prompts: list[Prompt],
+    strata: Sequence[str],
+    per_group: int,
+    seed: int,
+    dimensions: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[Prompt]:
     """Up to `per_group` prompts from every group of every stratum dimension, seeded.
 
     Prompts sharing a pair_id are drawn as one unit, so a parallel pair is taken whole or not at
-    all: for a parallel dimension this picks `per_group` pair ids and keeps every rendering.
-    A unit is taken only if no group it touches would exceed `per_group`, which keeps groups
+    all: for a parallel dimension this picks `per_group` pair ids and keeps every group's version
+    of each. In a dimension paired with its reference (`"pairing": "reference"` in `dimensions`),
+    `per_group` counts the other groups and the reference group keeps the twin of every drawn pair.
+    A unit is taken only if no group it touches would exceed its quota, which keeps groups
     balanced even when pairs are incomplete. The original order of prompts is preserved.
+
+    `seed` is the sampling seed: keep it fixed (0) across runs that decode with different seeds,
+    so that they audit the same prompts.
     """
     if isinstance(per_group, bool) or not isinstance(per_group, (int, np.integer)) or per_group < 1:
         raise InputError(f"per_group must be a positive integer, got {per_group!r}.")
@@ -112,15 +124,20 @@ def stratified_sample(prompts: list[Prompt], strata: Sequence[str], per_group: i
         # Seed per dimension (crc32 is stable across processes, unlike hash()).
         rng = np.random.default_rng([int(seed), zlib.crc32(dim.encode("utf-8"))])
         groups = {p.attributes[dim] for members in units.values() for p in members}
+        spec = (dimensions or {}).get(dim, {})
+        quota = dict.fromkeys(groups, per_group)
+        twin_group = spec.get("reference") if spec.get("pairing") == "reference" else None
+        if twin_group in quota:
+            quota[twin_group] = per_group * (len(groups) - 1)
         counts: Counter[str] = Counter()
         for index in rng.permutation(len(keys)):
             need = Counter(p.attributes[dim] for p in units[keys[index]])
-            if all(counts[g] + n <= per_group for g, n in need.items()):
+            if all(counts[g] + n <= quota[g] for g, n in need.items()):
                 counts.update(need)
                 chosen.update(p.id for p in units[keys[index]])
-                if all(counts[g] >= per_group for g in groups):
+                if all(counts[g] >= quota[g] for g in groups):
                     break
-        short = sorted(g for g in groups if counts[g] < per_group)
+        short = sorted(g for g in groups if counts[g] < quota[g])
         if short:
             warnings.warn(
                 f"dimension '{dim}': group(s) {', '.join(short)} have fewer than per_group={per_group} prompts "

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import re
 import warnings
+from collections import Counter
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from specaudit.prompts._model import PromptSet, PromptSetWarning
+from specaudit.prompts._checks import count_words
+from specaudit.prompts._model import Prompt, PromptSet, PromptSetWarning
 
 STATS_COLUMNS = [
     "dimension", "group", "reference", "prompts", "pairs", "unit",
-    "length_min", "length_median", "length_max", "below_min_size",
+    "length_min", "length_median", "length_max", "zipf_median", "below_min_size",
 ]
 
 
@@ -29,17 +30,6 @@ def resolve_tokenizer(spec: Any) -> Any:
         warnings.warn("specaudit.models.load_tokenizer is unavailable; counting words instead of tokens", PromptSetWarning, stacklevel=2)
         return None
     return load_tokenizer(spec)
-
-
-# Chinese and Japanese put no spaces between words; counting each Han/kana character as a word
-# keeps the word fallback comparable across languages (the usual word-count convention for CJK).
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_WORD = re.compile(f"[{_CJK}]|[^\\s{_CJK}]+")
-
-
-def count_words(text: str) -> int:
-    """Whitespace-separated words, each CJK character counting as one."""
-    return len(_WORD.findall(text))
 
 
 def _lengths(texts: list[str], tokenizer: Any) -> tuple[list[int], str]:
@@ -59,8 +49,10 @@ def prompt_set_stats(prompt_set: PromptSet, tokenizer: Any = None) -> pd.DataFra
     """One row per (dimension, group): prompt and pair counts, length min/median/max.
 
     Lengths are in tokens of `tokenizer` (any Hugging Face tokenizer), or in words when it is
-    None (whitespace-separated, each CJK character one word; column `unit` says which). `below_min_size` flags groups under the
-    set's minimum group size.
+    None (whitespace-separated, each CJK character one word; column `unit` says which).
+    `zipf_median`: median word frequency (wordfreq's Zipf scale, recorded per row as `zipf`) of
+    the word that distinguishes each prompt, where rows record one (the vocabulary dimension),
+    else None. `below_min_size` flags groups under the set's minimum group size.
     """
     texts = [p.text for p in prompt_set.prompts]
     lengths, unit = _lengths(texts, tokenizer)
@@ -80,6 +72,29 @@ def prompt_set_stats(prompt_set: PromptSet, tokenizer: Any = None) -> pd.DataFra
                 "length_min": int(values.min()) if len(values) else None,
                 "length_median": float(np.median(values)) if len(values) else None,
                 "length_max": int(values.max()) if len(values) else None,
+                "zipf_median": _median_zipf(members),
                 "below_min_size": minimum is not None and len(members) < minimum,
             })
-    return pd.DataFrame(rows, columns=STATS_COLUMNS)
+    table = pd.DataFrame(rows, columns=STATS_COLUMNS)
+    # Who wrote the prompts, when and how: shown under the table by format_stats.
+    table.attrs["provenance"] = provenance_counts([p.metadata.get("provenance") for p in prompt_set.prompts])
+    return table
+
+
+def _median_zipf(members: list[Prompt]) -> float | None:
+    values = [p.metadata["zipf"] for p in members if isinstance(p.metadata.get("zipf"), (int, float))]
+    return round(float(np.median(values)), 2) if values else None
+
+
+def provenance_counts(records: list[Any]) -> list[tuple[str, str, str, int]]:
+    """(author, date, method, count) per distinct provenance record, most common first.
+
+    `records` are the rows' `provenance` values; one that is not a record counts as "(none)".
+    """
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for record in records:
+        if isinstance(record, dict):
+            counts[(str(record.get("author")), str(record.get("date")), str(record.get("method")))] += 1
+        else:
+            counts[("(none)", "(none)", "(none)")] += 1
+    return [(*key, n) for key, n in counts.most_common()]

@@ -8,15 +8,36 @@ from pathlib import Path
 import pandas as pd
 
 from specaudit.prompts._load import ChecksumEntry
-from specaudit.prompts._manifest import Manifest, display_path, list_prompt_sets, manifest_for
+from specaudit.prompts._manifest import (
+    DimensionSpec,
+    Manifest,
+    display_path,
+    list_prompt_sets,
+    manifest_for,
+)
 from specaudit.prompts._model import ValidationReport
-from specaudit.prompts._read import parse_column_map, read_file
+from specaudit.prompts._read import SourceRow, parse_column_map, read_file
+from specaudit.prompts._stats import provenance_counts
 
 MAX_ISSUES_SHOWN = 50
 
 
 def _groups_text(groups: list[str] | tuple[str, ...], reference: str | None) -> str:
     return ", ".join(f"{g}*" if g == reference else g for g in groups)
+
+
+def _kind(spec: DimensionSpec) -> str:
+    if spec.pairing == "reference":
+        return "paired"  # each pair: a reference prompt and its twin in one other group
+    return "parallel" if spec.parallel else "independent"
+
+
+def _provenance_lines(counts: list[tuple[str, str, str, int]], indent: str, unit: str) -> list[str]:
+    """One line per distinct provenance (from provenance_counts): "N rows: author, date, method"."""
+    return [
+        f"{indent}{n} {unit}(s) record no provenance" if author == "(none)" else f"{indent}{n} {unit}(s): {author}, {date}, {method}"
+        for author, date, method, n in counts
+    ]
 
 
 def format_prompt_sets() -> str:
@@ -29,8 +50,7 @@ def format_prompt_sets() -> str:
         size = m.n_prompts
         lines.append(f"{m.name}  v{m.version}  {size if size is not None else '?'} prompts  ({display_path(m.directory)})")
         for dim, spec in m.dimensions.items():
-            kind = "parallel" if spec.parallel else "independent"
-            lines.append(f"    {dim:<12} {kind:<11} {_groups_text(spec.groups, spec.reference)}")
+            lines.append(f"    {dim:<12} {_kind(spec):<11} {_groups_text(spec.groups, spec.reference)}")
     lines.append("(* = reference group)")
     return "\n".join(lines)
 
@@ -45,9 +65,8 @@ def describe_prompt_set(source: str | Path, examples: int = 2) -> str:
     for dim, spec in m.dimensions.items():
         entry = m.files.get(spec.file)
         rows = entry.rows if entry is not None and entry.rows is not None else "?"
-        kind = "parallel" if spec.parallel else "independent"
         lines.append("")
-        lines.append(f"  {dim}: {spec.file}, {rows} rows, {kind}, reference {spec.reference or 'none'}")
+        lines.append(f"  {dim}: {spec.file}, {rows} rows, {_kind(spec)}, reference {spec.reference or 'none'}")
         lines.append(f"    groups: {_groups_text(spec.groups, spec.reference)}")
         path = m.directory / spec.file
         if not path.is_file():
@@ -57,11 +76,17 @@ def describe_prompt_set(source: str | Path, examples: int = 2) -> str:
         if result.failure is not None:
             lines.append(f"    (unreadable: {result.failure[2]})")
             continue
+        lines.append("    provenance:")
+        lines += _provenance_lines(provenance_counts([row.extra.get("provenance") for row in result.rows]), "      ", "row")
         for row in result.rows[:examples]:
-            text = " ".join(str(row.text).split())
-            text = text if len(text) <= 100 else text[:99] + "…"
-            lines.append(f"    [{row.id}] {row.attributes}  {text}")
+            lines.append(f"    [{row.id}] {row.attributes}  {_preview(row)}")
     return "\n".join(lines)
+
+
+def _preview(row: SourceRow) -> str:
+    shown = row.text if row.text is not None else row.messages
+    text = " ".join(str(shown).split())
+    return text if len(text) <= 100 else text[:99] + "…"
 
 
 def format_validation(report: ValidationReport) -> tuple[str, str]:
@@ -82,7 +107,14 @@ def format_stats(table: pd.DataFrame, min_group_size: int | None) -> str:
     view = table.copy()
     view["group"] = [f"{g}*" if ref else g for g, ref in zip(view["group"], view["reference"])]
     view = view.drop(columns=["reference", "below_min_size"])
+    if view["zipf_median"].isna().all():
+        view = view.drop(columns=["zipf_median"])
+    else:
+        view["zipf_median"] = ["-" if pd.isna(v) else f"{v:.2f}" for v in view["zipf_median"]]
     text = view.to_string(index=False)
+    provenance = table.attrs.get("provenance")
+    if provenance:
+        text += "\nprovenance:\n" + "\n".join(_provenance_lines(provenance, "  ", "prompt"))
     small = table[table["below_min_size"]]
     if min_group_size is None:
         return text
