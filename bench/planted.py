@@ -13,10 +13,10 @@ false flag; D carries the noise and should be flagged against the reference A. P
 seeds, D's detection rate and the false-flag rate of A-C, with Clopper-Pearson intervals.
 
 drift: a monitoring history in a fresh SQLite store through `specaudit monitor run`, on one
-fixed sample of the vocabulary prompts (common vs rare words): `--history` runs with different
+fixed sample of the vocabulary prompts (common vs rare technical words): `--history` runs with different
 decoding seeds, `--reruns`
 more without change (each a no-change check against the rolling window), then one run with
-noise on the rare group, which should alert naming vocabulary=rare. Prints every check.
+noise on the rare group, which should alert naming vocabulary=rare_technical. Prints every check.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def drift(args: argparse.Namespace) -> None:
             "--prompts", str(prompts), "--per-group", str(args.per_group),  # all of them, not the audit's default 3
             "--max-new-tokens", str(args.max_new_tokens), "--n-boot", "500", "--no-equivalence"]
     plan = [(f"seed {s}", ["--seed", str(s)]) for s in range(args.history + args.reruns)]
-    plan.append(("planted", ["--seed", str(args.history + args.reruns), "--draft-noise", f"vocabulary=rare:{args.sigma}"]))
+    plan.append(("planted", ["--seed", str(args.history + args.reruns), "--draft-noise", f"vocabulary=rare_technical:{args.sigma}"]))
     started = time.perf_counter()
     no_change = no_change_alerts = 0
     for i, (label, extra) in enumerate(plan):
