@@ -138,6 +138,16 @@ def _xml_text(value: Any) -> str:
     return _XML_INVALID.sub("\ufffd", str(value))
 
 
+def _junit_status(check: Mapping[str, Any]) -> str:
+    """pass / warn / fail, or "insufficient" for a check that could not judge (it says it was not
+    run, or its comparisons are INSUFFICIENT): CI shows those as skipped, with the reason."""
+    status = str(check.get("status", "")).lower()
+    details = check.get("details") if isinstance(check.get("details"), Mapping) else {}
+    if status not in ("pass", "warn", "fail") or details.get("not_run") or str(details.get("status", "")).upper() == "INSUFFICIENT":
+        return "fail" if status == "fail" else "insufficient"
+    return status
+
+
 def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str, Any] | None = None) -> str:
     """One test case per gate check. FAIL → <failure>; WARN → a passed case (CI must not read a
     warning as "not run") with a `status` property and the finding in system-out; a check that
@@ -149,9 +159,9 @@ def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str
     snapshot = snapshot or {}
     run = get(snapshot, "run", default={})
     root = ET.Element("testsuites", name="specaudit")
-    statuses = [str(c.get("status", "")).lower() for c in checks]
+    statuses = [_junit_status(c) for c in checks]
     failures = statuses.count("fail")
-    skipped = sum(s not in ("pass", "warn", "fail") for s in statuses) if checks else 1
+    skipped = statuses.count("insufficient") if checks else 1
     tests = len(checks) or 1
     seconds = get(run, "analysis", "seconds")
     suite_el = ET.SubElement(root, "testsuite", name=suite, tests=str(tests), failures=str(failures), errors="0",
@@ -174,7 +184,8 @@ def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str
         case = ET.SubElement(suite_el, "testcase", classname=_xml_text(f"specaudit.gate.{family}"), name=_xml_text(name), time="0")
         message = _xml_text(check.get("message", ""))
         title = check.get("title", name)
-        ET.SubElement(ET.SubElement(case, "properties"), "property", name="status", value=status.upper() or "UNKNOWN")
+        ET.SubElement(ET.SubElement(case, "properties"), "property", name="status",
+                      value=str(check.get("status", "")).upper() if status != "insufficient" else "INSUFFICIENT")
         if status == "fail":
             failure = ET.SubElement(case, "failure", message=message, type="FAIL")
             failure.text = _xml_text(f"{title}: {message}")
@@ -183,7 +194,8 @@ def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str
         elif status == "pass":
             ET.SubElement(case, "system-out").text = _xml_text(f"PASS {title}: {message}")
         else:
-            ET.SubElement(case, "skipped", message=_xml_text(f"{status.upper() or 'NOT RUN'}: {message}"))
+            ET.SubElement(case, "skipped", message=_xml_text(f"INSUFFICIENT: {message}"))
+            ET.SubElement(case, "system-out").text = _xml_text(f"INSUFFICIENT {title}: {message}")
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

@@ -20,6 +20,11 @@ from typing import Any
 from specaudit.contracts import DEFAULT_BAND, CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.report._format import MISSING, finite, fixed, get, integer, setting, triple
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """A snapshot part that should be a mapping, or an empty one (odd shapes never crash the report)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 # ============================================================================ statuses
 DECIDED = (DisparityStatus.FLAG, DisparityStatus.WITHIN)
 
@@ -122,12 +127,12 @@ def status_badge(status: DisparityStatus | EquivalenceStatus | str) -> dict[str,
 def comparisons(snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every (dimension, metric, group) comparison with the reference, its status and figures."""
     out = []
-    for dimension, part in (get(snapshot, "disparities", default={}) or {}).items():
+    for dimension, part in _mapping(get(snapshot, "disparities")).items():
         if not isinstance(part, Mapping):
             continue
         band = band_of(part)
-        for metric, block in (get(part, "metrics", default={}) or {}).items():
-            for group, row in (get(block, "pairwise", default={}) or {}).items():
+        for metric, block in _mapping(get(part, "metrics")).items():
+            for group, row in _mapping(get(block, "pairwise")).items():
                 if not isinstance(row, Mapping):
                     continue
                 status = comparison_status(row, band)
@@ -161,7 +166,7 @@ def prompts_to_decide(items: list[dict[str, Any]]) -> tuple[int, int] | None:
 def speed_summary(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     """Overall speed-up (the dimension covering the most prompts), groups slower than vanilla, and
     the conditions the timings were taken under."""
-    groups = get(snapshot, "groups", default={}) or {}
+    groups = _mapping(get(snapshot, "groups"))
     overall, overall_dim, overall_n = None, None, -1
     slower, slower_sig, total, by_dim = [], [], 0, []
     for dimension, part in groups.items():
@@ -169,7 +174,7 @@ def speed_summary(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         n = get(part, "overall", "n_prompts", default=0)
         if isinstance(block, Mapping) and finite(block.get("value")) and finite(n) and n > overall_n:
             overall, overall_dim, overall_n = block, dimension, n
-        for group, entry in (get(part, "by_group", default={}) or {}).items():
+        for group, entry in _mapping(get(part, "by_group")).items():
             sp = get(entry, "metrics", "speedup")
             if not isinstance(sp, Mapping) or not finite(sp.get("value")):
                 continue
@@ -282,16 +287,16 @@ def _report_time_commit() -> str | None:
 def subject(snapshot: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The audit subject, model-card style: (label, text) rows."""
     run = get(snapshot, "run", default={})
-    models = get(run, "models", default={}) or {}
-    config = get(run, "config", default={}) or {}
-    target = get(models, "target", default={}) or {}
-    draft = get(models, "draft", default={}) or {}
+    models = _mapping(get(run, "models"))
+    config = _mapping(get(run, "config"))
+    target = _mapping(get(models, "target"))
+    draft = _mapping(get(models, "draft"))
     target_name = str(target.get("name") or get(config, "target", default=MISSING))
     shown_target = target_name + (" (the embedded SmolLM2-135M-Instruct, GGUF)" if target_name == "default" else "")
     if target.get("parameters"):
         shown_target += f", {integer(target['parameters'])} parameters"
-    prompt_set = get(run, "prompt_set", default={}) or {}
-    versions = get(run, "versions", default={}) or {}
+    prompt_set = _mapping(get(run, "prompt_set"))
+    versions = _mapping(get(run, "versions"))
     commit = versions.get("specaudit_commit") or get(run, "git_commit") or versions.get("git")
     commit_text = f"commit {commit}" if commit else None
     if not commit_text:
@@ -364,7 +369,8 @@ def decide(snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceStat
     warnings → enable with conditions; else enable."""
     gate = get(snapshot, "gate", default={})
     checks = [c for c in (get(gate, "checks", default=[]) or []) if isinstance(c, Mapping)]
-    gate_status = CheckStatus.parse(gate["status"]) if isinstance(gate, Mapping) and gate.get("status") else None
+    judged = isinstance(gate, Mapping) and isinstance(gate.get("checks"), list) and gate.get("status")
+    gate_status = CheckStatus.parse(gate["status"]) if judged else None
     reasons: list[str] = []
     violations = [name for name, status in engines if status == EquivalenceStatus.VIOLATION]
     failing = [c for c in checks if str(c.get("status")).lower() == "fail"]
@@ -419,7 +425,7 @@ def actions(snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceSta
     """One item per problem (never one per dimension), MUST before SHOULD, each with a command."""
     run = get(snapshot, "run", default={})
     command = get(run, "command")
-    config = get(run, "config", default={}) or {}
+    config = _mapping(get(run, "config"))
     run_dir = get(run, "dir", default="RUN_DIR")
     items: list[dict[str, str]] = []
 
@@ -499,8 +505,8 @@ def actions(snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceSta
 
 def _common_best_k(snapshot: Mapping[str, Any]) -> int | None:
     counts: dict[int, int] = {}
-    for part in (get(snapshot, "recommendations", default={}) or {}).values():
-        for row in (get(part, "by_group", default={}) or {}).values():
+    for part in _mapping(get(snapshot, "recommendations")).values():
+        for row in _mapping(get(part, "by_group")).values():
             k = get(row, "best_k")
             if isinstance(k, int):
                 counts[k] = counts.get(k, 0) + 1

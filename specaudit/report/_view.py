@@ -235,7 +235,7 @@ def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids:
         "mode": "sampling",
         "status": status,
         "samples": samples,
-        "badge": badge(get(entry, "verdict", default=NOT_RUN)) if is_control else verdicts.status_badge(status),
+        "badge": _control_badge(get(entry, "verdict")) if is_control else verdicts.status_badge(status),
         "n_tokens": integer(get(gof, "n_tokens")),
         "battery_p": pvalue(min(holm_values)) if holm_values else MISSING,  # over both batteries
         "rejected": [f"{test_label(str(r.get('test')))} (Holm p = {pvalue(r.get('holm_pvalue'))})" for r in gated if r.get("reject")],
@@ -252,6 +252,13 @@ def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids:
         "pit_chart": chart,
         "flagged_groups": _generic_rows(get(gof, "flagged_groups", default=[])),
     }
+
+
+def _control_badge(verdict: Any) -> dict[str, str]:
+    """The control either behaves as a correct sampler must, or says why the audit is suspect."""
+    text, css, symbol = {"pass": ("CONTROL OK", "pass", "✓"), "warn": ("CONTROL WARN", "warn", "!"),
+                         "fail": ("CONTROL FAILED", "fail", "✗")}.get(str(verdict).lower(), ("NOT RUN", "none", "–"))
+    return {"text": text, "css": css, "symbol": symbol, "key": str(verdict).lower()}
 
 
 def _two_sample_badge(two: Mapping[str, Any], samples: Any) -> dict[str, str]:
