@@ -360,3 +360,147 @@ def test_a_control_rejected_only_at_alpha_is_shown_with_what_to_do(snapshot):
     assert "the vanilla control was rejected at alpha = 0.05" in _section(parsed, "equivalence")  # the callout
     actions = _section(parsed, "actions")
     assert actions.count("Rerun with another seed: the vanilla control was rejected") == 1 and "--seed 2" in actions
+
+
+# ---------------------------------------------------------------------------- statuses, decision, actions
+from pathlib import Path  # noqa: E402
+
+from specaudit.contracts import DisparityStatus, EquivalenceStatus  # noqa: E402
+from specaudit.report._charts import GROUP_COLOURS, STATUS_STYLE, contrast_ratio  # noqa: E402
+from specaudit.report._verdicts import comparison_status, engine_status, not_run_reason, with_flags  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "reports" / "example" / "snapshot.json"
+needs_example = pytest.mark.skipif(not EXAMPLE.is_file(), reason="reports/example/snapshot.json is not in this checkout")
+
+
+def _ratio(low, high, **extra):
+    return {"ratio": {"value": (low * high) ** 0.5, "ci_low": low, "ci_high": high}, **extra}
+
+
+def test_comparison_status_uses_the_carried_status_or_the_interval_never_ok():
+    band = (0.8, 1.25)
+    # the issue's example: an interval straddling the band is INCONCLUSIVE, whatever an old snapshot called it
+    assert comparison_status(_ratio(0.46, 1.52, status="ok"), band) == DisparityStatus.INCONCLUSIVE
+    assert comparison_status(_ratio(0.85, 1.2), band) == DisparityStatus.WITHIN
+    assert comparison_status(_ratio(0.3, 0.7, status="inconclusive"), band) == DisparityStatus.FLAG
+    assert comparison_status(_ratio(1.3, 1.9), band) == DisparityStatus.FLAG
+    # a design that cannot detect a ratio at the band's edges cannot decide, even with a narrow interval
+    assert comparison_status(_ratio(0.85, 1.2, min_detectable_ratio_low=0.6, min_detectable_ratio_high=1.4), band) == \
+        DisparityStatus.INSUFFICIENT
+    assert comparison_status(_ratio(0.85, 1.2, mdr={"low": 0.7, "high": 1.3}), band) == DisparityStatus.INSUFFICIENT
+    assert comparison_status({"ratio": {"value": None}}, band) == DisparityStatus.INSUFFICIENT
+    # the decisive-audits vocabulary, when a snapshot carries it, is used as it is
+    assert comparison_status(_ratio(0.46, 1.52, status="WITHIN"), band) == DisparityStatus.WITHIN
+
+
+def test_engine_status_and_tests_that_cannot_reject():
+    assert engine_status({"verdict": "pass", "goodness_of_fit": {"tests": {}}}) == EquivalenceStatus.NO_VIOLATION_FOUND
+    assert engine_status({"verdict": "fail", "goodness_of_fit": {}, "two_sample": {"x": 1}}) == EquivalenceStatus.VIOLATION
+    assert engine_status({"verdict": "pass", "goodness_of_fit": {"impossible_tokens": {"statistic": 2}}}) == EquivalenceStatus.VIOLATION
+    assert engine_status({"goodness_of_fit": {"n": 1}, "tv_bound": {"verdict": "equivalent within delta"}}) == EquivalenceStatus.EQUIVALENT
+    assert engine_status({}) == EquivalenceStatus.NOT_RUN
+    assert engine_status({"status": "equivalent within delta"}) == EquivalenceStatus.EQUIVALENT
+    assert "p = 1 by construction" in not_run_reason({"pvalue": 1.0}, two_sample=True, samples=1)
+    assert not_run_reason({"pvalue": 1.0}, two_sample=True, samples=5) is None
+    assert not_run_reason({"not_run_reason": "no vanilla samples"}, two_sample=True, samples=5) == "no vanilla samples"
+
+
+def test_commands_rerun_the_audit_with_the_flag_changed():
+    assert with_flags("specaudit audit --out reports/x --k 4", {"--k": 2}) == "specaudit audit --out reports/x-rerun --k 2"
+    assert with_flags(None, {"--samples": 8}) == "specaudit audit --samples 8"
+    assert with_flags("python run.py", {"--seed": 1}) == "specaudit audit --seed 1"
+
+
+@needs_example
+def test_default_audit_decision_cards_and_deduplicated_actions(tmp_path):
+    snapshot = load_snapshot(EXAMPLE)
+    paths = render_report(snapshot, tmp_path)
+    html = paths["html"].read_text(encoding="utf-8")
+    parsed = _parse(html)
+    summary, actions = _section(parsed, "summary"), _section(parsed, "actions")
+    speed = [g["metrics"]["speedup"]["value"] for part in snapshot["groups"].values() for g in part["by_group"].values()]
+    slower = sum(v < 1 for v in speed)
+    assert slower == len(speed) == 28  # the real audit: every group decoded slower than vanilla
+    assert "Do not enable" in summary and "Gate: WARN (exit 0)" in summary
+    assert f"{slower} of {len(speed)} groups run slower than vanilla" in summary
+    assert "1 CPU thread" in summary and "no repeats" in summary
+    # correctness is not claimed: no test found a violation, equivalence within delta is not shown
+    assert "NO VIOLATION FOUND" in summary and "PASS" not in summary
+    # one item per problem across the four dimensions, MUST before SHOULD, each with a command to paste
+    items = [li for li in re.findall(r'<ol class="actions">(.*?)</ol>', html, re.S)[0].split("<li ")[1:]]
+    assert 2 <= len(items) <= 6
+    assert sum("slower than vanilla" in i for i in items) == 1 and sum("cannot be decided" in i for i in items) == 1
+    levels = [re.search(r'class="(\w+)"', i).group(1) for i in items]
+    assert levels == sorted(levels, key=["fail", "warn", "pass"].index)
+    assert all('<pre class="cmd"><code>specaudit ' in i for i in items)
+    assert "--per-group" in actions and "--k 2" in actions
+    # the audit subject: the target's GGUF hash from the models entry, the draft described as what it is
+    about = _section(parsed, "subject")
+    assert snapshot["run"]["models"]["target"]["gguf_sha256"] in about
+    assert "int8: dynamic int8 quantisation of default" in about and "—" not in about
+    # terms explained at their first use (so also on paper), then linked to the glossary
+    for term in ("PIT", "TV", "Holm", "δ"):
+        assert f"<dfn>{term}</dfn>" in html and html.index(f"<dfn>{term}</dfn>") < html.index('id="glossary"')
+    markdown = paths["summary"].read_text(encoding="utf-8")
+    assert markdown.startswith("# Decision: Do not enable\n\n**Gate: WARN (exit 0)**")
+
+
+@needs_example
+def test_forest_plots_show_every_group_unclipped_with_one_colour_per_group():
+    snapshot = load_snapshot(EXAMPLE)
+    html = render_html(snapshot)
+    svgs = re.findall(r"<svg.*?</svg>", html, re.S)
+    forests = [s for s in svgs if 'class="chart forest"' in s]
+    bars = [s for s in svgs if 'class="chart bars"' in s]
+    assert len(forests) == len(snapshot["groups"])  # one per dimension
+    for dimension, forest in zip(snapshot["groups"], forests):
+        groups = snapshot["groups"][dimension]["by_group"]
+        labels = {name: colour for colour, name in re.findall(r'fill="(#[0-9A-Fa-f]{6})"/><text[^>]*>([^<]+?) \(\d+\)</text>', forest)}
+        assert set(labels) == set(groups)  # nothing dropped
+        assert len(set(labels.values())) == len(groups)  # a colour per group
+        # fixed band lines and parity, labelled, on a log axis
+        for tick in ("0.8", "1", "1.25"):
+            assert re.search(rf'font-weight="bold"[^>]*>{re.escape(tick)}</text>', forest)
+        assert "log scale" in forest
+        # each interval's ends inside the drawn width: nothing clipped
+        xs = [float(x) for x in re.findall(r'<line x1="([\d.]+)" y1="[\d.]+" x2="[\d.]+" y2="[\d.]+" stroke="#(?!d9d9d9)', forest)]
+        assert xs and min(xs) >= 170 - 24 and max(xs) <= 1000
+        # the drill-down panels give each group the same colour, every group present
+        for chart in [b for b in bars if f", {dimension}<" in b or f"{dimension}</title>" in b]:
+            panels = {name: colour for colour, name in re.findall(r'fill="(#[0-9A-Fa-f]{6})"/><text[^>]*font-weight="bold"[^>]*>([^<]+)</text>', chart)}
+            assert {g: panels.get(g) for g in groups} == {g: labels[g] for g in groups}
+
+
+def test_palette_and_badges_meet_wcag_contrast():
+    assert all(contrast_ratio(c) >= 3.0 for c in GROUP_COLOURS)  # graphics: 3:1 on white
+    assert all(contrast_ratio(colour) >= 3.0 for _, colour in STATUS_STYLE.values())
+    css = (Path(__file__).resolve().parents[2] / "specaudit" / "report" / "templates" / "report.css").read_text()
+    var = dict(re.findall(r"--([\w-]+):\s*(#[0-9a-fA-F]{6})", css))
+    for kind in ("pass", "warn", "fail", "none"):  # badge text on its own background: 4.5:1 (small bold text)
+        assert contrast_ratio(var[kind], var[f"{kind}-bg"]) >= 4.5, kind
+        assert contrast_ratio(var[kind]) >= 4.5, kind
+
+
+def test_report_compare_shows_what_changed_per_group(tmp_path, snapshot, capsys):
+    _gated(snapshot)
+    snapshot.pop("prompts")  # compared through the groups' intervals (the monitor's path for snapshots without prompt values)
+    measured = snapshot["groups"][next(iter(snapshot["groups"]))]["by_group"]["plain"]["metrics"]["acceptance_rate"]
+    measured.update(ci_low=measured["value"] - 0.01, ci_high=measured["value"] + 0.01)  # a precisely measured baseline
+    before = tmp_path / "before.json"
+    before.write_text(json.dumps(snapshot), encoding="utf-8")
+    after = copy.deepcopy(snapshot)
+    dim = next(iter(after["groups"]))
+    group = "plain"
+    block = after["groups"][dim]["by_group"][group]["metrics"]["acceptance_rate"]
+    for key in ("value", "ci_low", "ci_high"):
+        block[key] -= 0.1  # then acceptance drops by 0.1, as precisely measured
+    (tmp_path / "now").mkdir()
+    (tmp_path / "now" / "snapshot.json").write_text(json.dumps(after), encoding="utf-8")
+    assert main(["report", str(tmp_path / "now"), "--compare", str(before)]) == 0
+    html = (tmp_path / "now" / "report.html").read_text(encoding="utf-8")
+    compare = _section(_parse(html), "compare")
+    assert compare.startswith("Compared with") and "Holm" in compare
+    row = re.search(rf"<tr><td>{re.escape(dim)}</td><td>{group}</td><td>acceptance rate</td><td>(.*?)</td>", html)
+    assert row and "WORSE" in row.group(1)  # significant and beyond the practical threshold
+    assert "## Compared with" in (tmp_path / "now" / "summary.md").read_text(encoding="utf-8")
+    assert main(["report", str(tmp_path / "now"), "--compare", str(tmp_path / "missing")]) == 2
