@@ -20,6 +20,7 @@ from typing import Any
 from specaudit.contracts import DEFAULT_BAND, CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.report._format import MISSING, finite, fixed, get, integer, setting, triple
 
+
 def _mapping(value: Any) -> Mapping[str, Any]:
     """A snapshot part that should be a mapping, or an empty one (odd shapes never crash the report)."""
     return value if isinstance(value, Mapping) else {}
@@ -312,13 +313,13 @@ def subject(snapshot: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("Target", f"{get(models, 'vanilla', 'model')} at {get(models, 'vanilla', 'url')}" if endpoint else shown_target),
         ("Target revision", model_hash(target)),
         ("Draft", f"{get(models, 'speculative', 'model')} at {endpoint}" if endpoint else describe_draft(draft, config, target_name)),
-        ("Decoding", f"k = {get(config, 'k', default=MISSING)} draft tokens per step; {sampling}; up to "
+        ("Decoding", (f"k = {get(config, 'k', default=MISSING)} draft tokens per step; {sampling}; up to "
                      f"{get(config, 'max_new_tokens', default=MISSING)} new tokens; {get(config, 'samples', default=MISSING)} "
-                     f"sample(s) per prompt and engine"),
+                     f"sample(s) per prompt and engine")),
         ("Hardware", hardware_text(run)),
         ("Seed", str(get(run, "seeds", "run", default=get(config, "seed", default=MISSING)))),
-        ("Prompt set", f"{prompt_set.get('name', MISSING)} version {prompt_set.get('version', MISSING)}, "
-                       f"{integer(prompt_set.get('n_prompts'))} prompts, sha256 {prompt_set.get('checksum', MISSING)}"),
+        ("Prompt set", (f"{prompt_set.get('name', MISSING)} version {prompt_set.get('version', MISSING)}, "
+                       f"{integer(prompt_set.get('n_prompts'))} prompts, sha256 {prompt_set.get('checksum', MISSING)}")),
         ("specaudit", f"{versions.get('specaudit', MISSING)}, {commit_text}"),
         ("Date", str(get(run, "created", default=MISSING))),
     ]
@@ -527,19 +528,19 @@ def _samples_for_delta(engine: Mapping[str, Any]) -> int | None:
 # ============================================================================ glossary
 GLOSSARY = {
     "acceptance": ("acceptance rate", "the share of drafted tokens the target accepts"),
-    "speedup": ("speed-up", "vanilla time per token divided by speculative time per token, paired per prompt; below 1× "
-                "speculation is slower"),
+    "speedup": ("speed-up", ("vanilla time per token divided by speculative time per token, paired per prompt; below 1× "
+                "speculation is slower")),
     "reference": ("reference group", "the group every other group of a dimension is compared with"),
     "ratio": ("ratio to reference", "a group's value divided by the reference group's value"),
     "band": ("tolerance band", "the range of ratios that counts as parity (by default 0.8–1.25, the four-fifths convention)"),
     "ci": ("95% interval", "a bootstrap confidence interval that resamples whole prompts"),
-    "statuses": ("FLAG / WITHIN / INCONCLUSIVE / INSUFFICIENT", "the ratio's interval lies wholly outside the band / wholly "
-                 "inside it / across a band edge; or the design cannot detect a ratio at the band's edges"),
+    "statuses": ("FLAG / WITHIN / INCONCLUSIVE / INSUFFICIENT", ("the ratio's interval lies wholly outside the band / wholly "
+                 "inside it / across a band edge; or the design cannot detect a ratio at the band's edges")),
     "mdr": ("detectable ratio", "the smallest drop or rise of the ratio the test finds with 80% power at these group sizes"),
-    "pit": ("PIT", "probability integral transform: where each emitted token falls in the target's cumulative distribution; "
-            "uniform when the sampler follows the target"),
-    "tv": ("TV", "total-variation distance: the largest difference in probability two distributions give any set of outputs "
-           "(0 identical, 1 disjoint)"),
+    "pit": ("PIT", ("probability integral transform: where each emitted token falls in the target's cumulative distribution; "
+            "uniform when the sampler follows the target")),
+    "tv": ("TV", ("total-variation distance: the largest difference in probability two distributions give any set of outputs "
+           "(0 identical, 1 disjoint)")),
     "kl": ("KL", "Kullback–Leibler divergence, another distance between distributions"),
     "delta": ("δ", "the equivalence margin: TV below δ counts as equivalent"),
     "alpha": ("α", "the significance level, the accepted rate of false alarms"),
@@ -550,8 +551,8 @@ GLOSSARY = {
     "c": ("c", "the cost of one draft step relative to one target step"),
     "rank_biserial": ("rank-biserial", "an effect size from −1 to 1: how often one group's prompts beat the other's"),
     "control": ("control", "plain (vanilla) decoding, run through the same tests: if it fails them, the audit itself is suspect"),
-    "two_sample": ("two-sample test", "compares speculative with vanilla outputs only (black-box), permuting engine labels "
-                   "within each prompt"),
+    "two_sample": ("two-sample test", ("compares speculative with vanilla outputs only (black-box), permuting engine labels "
+                   "within each prompt")),
 }
 
 

@@ -784,8 +784,8 @@ def _speed_card(speed: dict[str, Any]) -> dict[str, Any]:
              {"text": "FASTER", "css": "pass", "symbol": "▲", "key": "faster"} if speed["above_one"] else
              {"text": "UNCLEAR", "css": "warn", "symbol": "?", "key": "unclear"})
     lines = [f"Overall speed-up {speed['overall']} over {speed['overall_scope']}.",
-             f"{len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla "
-             f"({len(speed['slower_sig'])} with the whole interval below 1×); range {speed['range']}."]
+             (f"{len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla "
+             f"({len(speed['slower_sig'])} with the whole interval below 1×); range {speed['range']}.")]
     return {"label": "Speed", "anchor": "speed", "badge": shown, "lines": lines, "conditions": speed["conditions"]}
 
 

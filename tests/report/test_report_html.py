@@ -9,15 +9,19 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
-
 from report_inputs import HOSTILE_GROUP, HOSTILE_ID, HOSTILE_TOKEN
+
 from specaudit.cli import main
+from specaudit.contracts import DisparityStatus, EquivalenceStatus
 from specaudit.errors import InputError
 from specaudit.gate import GateThresholds, evaluate_gate
 from specaudit.report import OUTPUT_FILES, groups_rows, junit_xml, load_snapshot, render_html, render_report, render_summary
+from specaudit.report._charts import GROUP_COLOURS, STATUS_STYLE, contrast_ratio
 from specaudit.report._exports import CSV_COLUMNS, md_escape
+from specaudit.report._verdicts import comparison_status, engine_status, not_run_reason, with_flags
 
 MAX_BYTES = 2 * 1024 * 1024
 
@@ -363,11 +367,6 @@ def test_a_control_rejected_only_at_alpha_is_shown_with_what_to_do(snapshot):
 
 
 # ---------------------------------------------------------------------------- statuses, decision, actions
-from pathlib import Path  # noqa: E402
-
-from specaudit.contracts import DisparityStatus, EquivalenceStatus  # noqa: E402
-from specaudit.report._charts import GROUP_COLOURS, STATUS_STYLE, contrast_ratio  # noqa: E402
-from specaudit.report._verdicts import comparison_status, engine_status, not_run_reason, with_flags  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "reports" / "example" / "snapshot.json"
 needs_example = pytest.mark.skipif(not EXAMPLE.is_file(), reason="reports/example/snapshot.json is not in this checkout")
