@@ -86,11 +86,11 @@ def _csv_number(value: Any) -> str:
 def groups_rows(snapshot: Mapping[str, Any]) -> list[dict[str, str]]:
     """One row per dimension × group × metric (the overall population has kind 'overall'), with the
     group's ratio to its reference, the test's p and Holm p and its DisparityStatus where compared."""
-    from specaudit.report._verdicts import band_of, comparison_status, subject
+    from specaudit.report._verdicts import band_of, comparison_status, subject_ids
 
     run = get(snapshot, "run", default={})
-    about = dict(subject(snapshot))
-    run_id, target, draft = _csv_text(get(run, "id", default="")), _csv_text(about.get("Target", "")), _csv_text(about.get("Draft", ""))
+    target, draft = (_csv_text(text) for text in subject_ids(snapshot))
+    run_id = _csv_text(get(run, "id", default=""))
     rows = []
     for dimension, part in (get(snapshot, "groups", default={}) or {}).items():
         disparity = get(snapshot, "disparities", dimension, default={})
@@ -153,7 +153,7 @@ def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str
     warning as "not run") with a `status` property and the finding in system-out; a check that
     could not judge (INSUFFICIENT, not run) → <skipped> with its reason; PASS → a plain case.
     The suite carries target, draft, seed and commit as properties, a timestamp and a time."""
-    from specaudit.report._verdicts import subject
+    from specaudit.report._verdicts import subject, subject_ids
 
     checks = [c for c in (gate.get("checks") or []) if isinstance(c, Mapping)] if isinstance(gate, Mapping) else []
     snapshot = snapshot or {}
@@ -170,8 +170,9 @@ def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str
     root.set("tests", str(tests))
     root.set("failures", str(failures))
     about = dict(subject(snapshot)) if run else {}
+    target, draft = subject_ids(snapshot) if run else (None, None)
     properties = ET.SubElement(suite_el, "properties")
-    for name, value in (("run_id", get(run, "id")), ("target", about.get("Target")), ("draft", about.get("Draft")),
+    for name, value in (("run_id", get(run, "id")), ("target", target), ("draft", draft),
                         ("seed", about.get("Seed")), ("commit", about.get("specaudit")),
                         ("gate_status", gate.get("status") if isinstance(gate, Mapping) else "not run")):
         ET.SubElement(properties, "property", name=name, value=_xml_text(value if value is not None else MISSING))

@@ -326,6 +326,22 @@ def subject(snapshot: Mapping[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def subject_ids(snapshot: Mapping[str, Any]) -> tuple[str, str]:
+    """Short target and draft identifiers for machine-read files (CSV columns, junit properties)."""
+    run = _mapping(get(snapshot, "run"))
+    models, config = _mapping(get(run, "models")), _mapping(get(run, "config"))
+    target = _mapping(models.get("target"))
+    draft = _mapping(models.get("draft"))
+    target_id = str(target.get("name") or config.get("target") or MISSING)
+    revision = model_hash(target)
+    if revision != "not recorded":
+        target_id += f" ({revision})"
+    derived = draft.get("derived")
+    draft_id = f"{derived} of {draft.get('from') or target.get('name') or config.get('target')}" if derived else \
+        str(draft.get("name") or config.get("draft") or MISSING)
+    return target_id, draft_id
+
+
 # ============================================================================ commands
 def with_flags(command: Any, flags: Mapping[str, Any]) -> str:
     """The run's own command with `flags` set (replacing a value it already had)."""
@@ -580,4 +596,4 @@ def glossary_rows() -> list[tuple[str, str, str]]:
 
 __all__ = ["GLOSSARY", "Terms", "actions", "band_of", "comparison_status", "comparisons", "decide", "describe_draft",
            "detectable_ratios", "engine_status", "glossary_rows", "hardware_text", "model_hash", "not_run_reason",
-           "prompts_to_decide", "speed_summary", "status_badge", "subject", "with_flags"]
+           "prompts_to_decide", "speed_summary", "status_badge", "subject", "subject_ids", "with_flags"]

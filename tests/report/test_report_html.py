@@ -292,6 +292,17 @@ def test_groups_csv_one_row_per_dimension_group_metric(tmp_path, snapshot):
     assert any(r["group"] == "'=HYPERLINK(1)" for r in rows) and not any(r["group"].startswith("=") for r in rows)
     missing = [r for r in rows if r["value"] == ""]
     assert all(r["ci_low"] == "" for r in missing)  # null in the snapshot → empty cell, never "None"
+    # the comparison with the reference beside each group's value: ratio, its interval, p, Holm p and status
+    reference = snapshot["disparities"][dim]["reference"]
+    compared = snapshot["disparities"][dim]["metrics"]["acceptance_rate"]["pairwise"]
+    other = next(g for g in compared)
+    row = next(r for r in rows if r["group"] == other and r["metric"] == "acceptance_rate")
+    assert float(row["ratio"]) == compared[other]["ratio"]["value"] and float(row["ratio_ci_high"]) == compared[other]["ratio"]["ci_high"]
+    assert float(row["pvalue_holm"]) == compared[other]["pvalue_holm"] and row["is_reference"] == "false"
+    assert row["status"] in ("FLAG", "WITHIN", "INCONCLUSIVE", "INSUFFICIENT")
+    ref_row = next(r for r in rows if r["group"] == reference and r["metric"] == "acceptance_rate")
+    assert ref_row["is_reference"] == "true" and ref_row["status"] == "reference" and ref_row["ratio"] == ""
+    assert {r["run_id"] for r in rows} == {snapshot["run"]["id"]} and all(r["target"] and r["draft"] for r in rows)
 
 
 # ---------------------------------------------------------------------------- junit.xml
