@@ -514,3 +514,22 @@ def test_report_compare_shows_what_changed_per_group(tmp_path, snapshot, capsys)
     assert row and "WORSE" in row.group(1)  # significant and beyond the practical threshold
     assert "## Compared with" in (tmp_path / "now" / "summary.md").read_text(encoding="utf-8")
     assert main(["report", str(tmp_path / "now"), "--compare", str(tmp_path / "missing")]) == 2
+
+
+def test_junit_marks_checks_that_could_not_judge_as_skipped_with_the_reason():
+    gate = {"status": "warn", "checks": [
+        {"name": "disparity[d/speedup]", "title": "d", "status": "warn", "message": "3 prompts per group: cannot decide",
+         "details": {"status": "INSUFFICIENT"}},
+        {"name": "min-speedup[d]", "title": "m", "status": "warn", "message": "not run: no timings", "details": {"not_run": True}},
+        {"name": "tv-bound[spec]", "title": "t", "status": "warn", "message": "TV bound 0.9 > δ"},
+        {"name": "impossible-tokens", "title": "i", "status": "pass", "message": "none"}]}
+    root = ET.fromstring(junit_xml(gate))
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    for name in ("disparity[d/speedup]", "min-speedup[d]"):
+        assert cases[name].find("skipped").get("message").startswith("INSUFFICIENT: ")
+    assert cases["disparity[d/speedup]"].find("properties/property").get("value") == "INSUFFICIENT"
+    warn = cases["tv-bound[spec]"]
+    assert warn.find("skipped") is None and warn.find("failure") is None
+    assert warn.find("properties/property").get("value") == "WARN" and "TV bound 0.9" in warn.find("system-out").text
+    suite = root.find("testsuite")
+    assert suite.get("skipped") == "2" and suite.get("failures") == "0" and suite.get("tests") == "4"
