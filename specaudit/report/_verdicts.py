@@ -429,6 +429,13 @@ def decide(snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceStat
         reasons.append("Fairness: no group comparisons in this snapshot.")
     if speed.get("ran") and not speed.get("below_one") and speed.get("slower"):
         reasons.append(f"Speed: {len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla.")
+    if key == "conditions":
+        families: dict[str, int] = {}
+        for check in checks:
+            if str(check.get("status")).lower() == "warn":
+                family = str(check.get("name", "")).split("[", 1)[0]
+                families[family] = families.get(family, 0) + 1
+        reasons.insert(0, "Conditions (the gate's warnings): " + ", ".join(f"{family} ({n})" for family, n in families.items()) + ".")
     title, css = DECISIONS[key]
     exit_code = get(gate, "exit_code")
     return {"key": key, "title": title, "css": css, "reasons": reasons,

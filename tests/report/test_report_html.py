@@ -533,3 +533,33 @@ def test_junit_marks_checks_that_could_not_judge_as_skipped_with_the_reason():
     assert warn.find("properties/property").get("value") == "WARN" and "TV bound 0.9" in warn.find("system-out").text
     suite = root.find("testsuite")
     assert suite.get("skipped") == "2" and suite.get("failures") == "0" and suite.get("tests") == "4"
+
+
+def test_decision_follows_the_gate_and_the_evidence(snapshot):
+    from specaudit.report._verdicts import comparisons, decide, speed_summary
+
+    snapshot = _gated(snapshot)
+    for part in snapshot["groups"].values():  # a draft that pays off everywhere, measured precisely
+        for entry in [part["overall"], *part["by_group"].values()]:
+            entry["metrics"]["speedup"].update(value=1.8, ci_low=1.7, ci_high=1.9)
+    for part in snapshot["disparities"].values():
+        for block in part["metrics"].values():
+            for row in block.get("pairwise", {}).values():
+                row["status"] = "WITHIN"
+    comps, speed = comparisons(snapshot), speed_summary(snapshot)
+    ok = [("speculative", EquivalenceStatus.EQUIVALENT)]
+    snapshot["gate"] = {"status": "pass", "exit_code": 0, "checks": [{"name": "impossible-tokens", "status": "pass"}]}
+    assert decide(snapshot, ok, comps, speed)["title"] == "Enable"
+    snapshot["gate"] = {"status": "warn", "exit_code": 0, "checks": [{"name": "group-size[style]", "status": "warn"},
+                                                                      {"name": "tv-bound[speculative]", "status": "warn"}]}
+    decision = decide(snapshot, ok, comps, speed)
+    assert decision["title"] == "Enable with conditions" and decision["gate"] == "Gate: WARN (exit 0)"
+    assert "group-size (1), tv-bound (1)" in decision["reasons"][0]
+    assert decide(snapshot, [("speculative", EquivalenceStatus.VIOLATION)], comps, speed)["title"] == "Do not enable"
+    assert decide(snapshot, [("speculative", EquivalenceStatus.NOT_RUN)], comps, speed)["title"] == "Insufficient evidence"
+    undecided = [dict(c, status=DisparityStatus.INSUFFICIENT) for c in comps]
+    assert decide(snapshot, ok, undecided, speed)["title"] == "Insufficient evidence"
+    slow = dict(speed, below_one=True)
+    assert decide(snapshot, ok, comps, slow)["title"] == "Do not enable"
+    snapshot["gate"] = None
+    assert decide(snapshot, ok, comps, speed)["title"] == "Insufficient evidence"
