@@ -36,13 +36,17 @@ STATUS_STYLE = {  # marker shape and colour per status: the shape says it withou
     "flag": ("square", "#B8290F"),
     "FLAG": ("square", "#B8290F"),
     "INSUFFICIENT": ("triangle", "#5D5D66"),
+    "SLOWER": ("square", "#B8290F"),
+    "FASTER": ("circle", "#0072B2"),
+    "UNCLEAR": ("diamond", "#8A6100"),
     "reference": ("circle", OKABE_ITO["black"]),
     "overall": ("ring", OKABE_ITO["black"]),
 }
 STATUS_WORDS = {"ok": "within band", "inconclusive": "outside band, not significant", "flag": "outside band, significant",
                 "WITHIN": "WITHIN: interval inside the band", "INCONCLUSIVE": "INCONCLUSIVE: interval crosses a band line",
                 "FLAG": "FLAG: interval outside the band", "INSUFFICIENT": "INSUFFICIENT: too few prompts to decide",
-                "reference": "reference group", "overall": "all prompts"}
+                "SLOWER": "SLOWER: whole interval below 1×", "FASTER": "FASTER: whole interval above 1×",
+                "UNCLEAR": "UNCLEAR: interval contains 1×", "reference": "reference group", "overall": "all prompts"}
 
 
 def relative_luminance(colour: str) -> float:
@@ -347,11 +351,13 @@ class RatioRow:
 LOG_TICKS = (0.05, 0.1, 0.2, 0.25, 0.33, 0.5, 0.67, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
 
 
-def ratio_forest(rows: Sequence[RatioRow], panels: Sequence[str], *, title: str, desc: str, band: tuple[float, float],
-                 width: int = 1000, chart_id: str = "forest") -> Markup:
+def ratio_forest(rows: Sequence[RatioRow], panels: Sequence[str], *, title: str, desc: str, band: tuple[float, float] | None,
+                 width: int = 1000, chart_id: str = "forest", axis_label: str = "ratio to reference (log scale)",
+                 value_header: str = "ratio [95% CI]") -> Markup:
     """Each group's ratio to the reference on a log axis, one panel per metric: the ratio's own
-    interval, status as marker shape and colour, the band's edges and parity as fixed lines.
-    The axis always reaches every interval end, so nothing is clipped."""
+    interval, status as marker shape and colour, the band's edges and parity as fixed lines
+    (parity only without a band). The axis always reaches every interval end, so nothing is clipped."""
+    lines = (band[0], 1.0, band[1]) if band else (1.0,)
     row_h, top, legend_h = 22, 40, 40
     label_w, text_w = 170, 112
     panel_w = (width - label_w) / max(len(panels), 1)
@@ -362,8 +368,8 @@ def ratio_forest(rows: Sequence[RatioRow], panels: Sequence[str], *, title: str,
     for p, name in enumerate(panels):
         values = [v for r in rows if p < len(r.cells) for v in (r.cells[p].ci_low, r.cells[p].ci_high, r.cells[p].value)
                   if _finite(v) and v > 0]
-        low = min([*values, band[0], 1.0]) / 1.08
-        high = max([*values, band[1], 1.0]) * 1.08
+        low = min([*values, *lines]) / 1.08
+        high = max([*values, *lines]) * 1.08
         left = label_w + p * panel_w + 10
         right = left + panel_w - text_w - 16
 
@@ -371,20 +377,21 @@ def ratio_forest(rows: Sequence[RatioRow], panels: Sequence[str], *, title: str,
             return left + (math.log(v) - math.log(low)) / (math.log(high) - math.log(low)) * (right - left)
 
         out.append(_text((left + right) / 2, top - 24, name, anchor="middle", size=11, weight="bold"))
-        out.append(_text(right + text_w + 6, top - 24, "ratio [95% CI]", anchor="end", size=11, weight="bold"))
-        out.append(f'<rect x="{_f(sx(band[0]))}" y="{top - 4}" width="{_f(sx(band[1]) - sx(band[0]))}" '
-                   f'height="{_f(plot_bottom - top + 4)}" fill="{BAND}"/>')
+        out.append(_text(right + text_w + 6, top - 24, value_header, anchor="end", size=11, weight="bold"))
+        if band:
+            out.append(f'<rect x="{_f(sx(band[0]))}" y="{top - 4}" width="{_f(sx(band[1]) - sx(band[0]))}" '
+                       f'height="{_f(plot_bottom - top + 4)}" fill="{BAND}"/>')
         shown: list[float] = []
-        for tick in (band[0], 1.0, band[1], *LOG_TICKS):
+        for tick in (*lines, *LOG_TICKS):
             if not (low <= tick <= high) or any(abs(sx(tick) - sx(t)) < 26 for t in shown):
                 continue
             shown.append(tick)
-            fixed_line = tick in (band[0], 1.0, band[1])
+            fixed_line = tick in lines
             style = (f'stroke="{INK}" stroke-width="1.2"' if tick == 1.0 else
                      'stroke="#555555" stroke-width="1" stroke-dasharray="4 3"' if fixed_line else f'stroke="{GRID}" stroke-width="0.6"')
             out.append(f'<line x1="{_f(sx(tick))}" y1="{top - 6}" x2="{_f(sx(tick))}" y2="{_f(plot_bottom)}" {style}/>')
             out.append(_text(sx(tick), plot_bottom + 14, f"{tick:g}", anchor="middle", size=11, weight="bold" if fixed_line else None))
-        out.append(_text((left + right) / 2, plot_bottom + 28, "ratio to reference (log scale)", anchor="middle", size=11))
+        out.append(_text((left + right) / 2, plot_bottom + 28, axis_label, anchor="middle", size=11))
         for i, row in enumerate(rows):
             y = top + row_h * i + row_h / 2
             cell = row.cells[p] if p < len(row.cells) else RatioCell(None, None, None, "INSUFFICIENT")
@@ -408,10 +415,10 @@ def ratio_forest(rows: Sequence[RatioRow], panels: Sequence[str], *, title: str,
         if i % 2:
             out.append(f'<rect x="0" y="{_f(y - row_h / 2)}" width="{label_w - 24}" height="{row_h}" fill="#f3f3f3"/>')
         out.append(f'<rect x="{label_w - 18}" y="{_f(y - 5)}" width="10" height="10" fill="{row.colour}"/>')
-        label = _truncate(row.label, 20) + (f" ({row.n_prompts})" if row.n_prompts is not None else "")
+        label = _truncate(row.label, 22) + (f" ({row.n_prompts})" if row.n_prompts is not None else "")
         out.append(_text(label_w - 24, y + 4, label, anchor="end"))
     x, y = 8, height - 22
-    present = [s for s in ("WITHIN", "INCONCLUSIVE", "FLAG", "INSUFFICIENT")
+    present = [s for s in ("WITHIN", "INCONCLUSIVE", "FLAG", "INSUFFICIENT", "FASTER", "UNCLEAR", "SLOWER")
                if any(c.status == s for r in rows for c in r.cells)]
     for status in present:
         shape, colour = STATUS_STYLE[status]
@@ -419,8 +426,9 @@ def ratio_forest(rows: Sequence[RatioRow], panels: Sequence[str], *, title: str,
         words = STATUS_WORDS[status]
         out.append(_text(x + 14, y, words, size=11))
         x += 26 + 5.9 * len(words)
-    out.append(_text(8, height - 6, f"Dashed lines: the tolerance band {band[0]:g}–{band[1]:g} (shaded); solid line: parity (1). "
-                                    "Each line is that group's own 95% interval.", size=11))
+    note = (f"Dashed lines: the tolerance band {band[0]:g}–{band[1]:g} (shaded); solid line: parity (1). " if band
+            else "Solid line: 1× (as fast as vanilla). ")
+    out.append(_text(8, height - 6, note + "Each line is that group's own 95% interval.", size=11))
     return Markup("".join(out) + "</svg>")
 
 

@@ -74,6 +74,7 @@ def build_view(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = 
         "reproducibility": _guard("reproducibility", _repro_view, snapshot),
     }
     view["summary"] = _guard("summary", _summary_view, view, snapshot)
+    view["speed_chart"] = _guard("speed chart", lambda: {"chart": _speed_chart(snapshot, ids)})
     view["compare"] = _guard("comparison", _compare_view, snapshot, compare, compare_label) if compare is not None else {"ran": False}
     view["terms"] = verdicts.Terms()
     view["glossary"] = verdicts.glossary_rows()
@@ -774,6 +775,32 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any]) -> dict[st
     if flagged:
         lines.append("Outside the band: " + ", ".join(flagged) + ".")
     return {"label": "Fairness", "anchor": "disparity", "badge": verdicts.status_badge(headline), "lines": lines}
+
+
+def _speed_chart(snapshot: Mapping[str, Any], ids: _Ids) -> Any:
+    """Every group's measured speed-up against vanilla (not a ratio to a reference group): the
+    decisive fact when speculation slows groups down."""
+    rows, described = [], []
+    for dimension, part in (get(snapshot, "groups", default={}) or {}).items():
+        if not isinstance(part, Mapping):
+            continue
+        for index, (group, entry) in enumerate((get(part, "by_group", default={}) or {}).items()):
+            block = get(entry, "metrics", "speedup")
+            if not isinstance(block, Mapping) or not finite(block.get("value")):
+                continue
+            low, high = block.get("ci_low"), block.get("ci_high")
+            status = "SLOWER" if finite(high) and high < 1 else "FASTER" if finite(low) and low > 1 else "UNCLEAR"
+            text = triple(block, fixed, "×")
+            rows.append(charts.RatioRow(f"{dimension}={group}", get(entry, "n_prompts"), charts.group_colour(index),
+                                        [charts.RatioCell(block["value"], low, high, status, text)]))
+            described.append(f"{dimension}={group} {text} {status}")
+    if not rows:
+        return None
+    counts = {s: sum(r.cells[0].status == s for r in rows) for s in ("SLOWER", "UNCLEAR", "FASTER")}
+    desc = (f"Measured speed-up of speculative over vanilla decoding for each of {len(rows)} groups, log scale, with 95% intervals; "
+            f"{counts['SLOWER']} slower (interval below 1×), {counts['UNCLEAR']} unclear, {counts['FASTER']} faster. " + "; ".join(described))
+    return charts.ratio_forest(rows, ["Speed-up against vanilla"], band=None, chart_id=ids("speed"), title="Speed-up per group",
+                               desc=desc, axis_label="speed-up (log scale; 1× = as fast as vanilla)", value_header="speed-up [95% CI]")
 
 
 def _speed_card(speed: dict[str, Any]) -> dict[str, Any]:

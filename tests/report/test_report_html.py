@@ -460,7 +460,9 @@ def test_forest_plots_show_every_group_unclipped_with_one_colour_per_group():
     snapshot = load_snapshot(EXAMPLE)
     html = render_html(snapshot)
     svgs = re.findall(r"<svg.*?</svg>", html, re.S)
-    forests = [s for s in svgs if 'class="chart forest"' in s]
+    forests = [s for s in svgs if 'aria-labelledby="forest' in s]
+    speed = [s for s in svgs if 'aria-labelledby="speed' in s]
+    assert len(speed) == 1 and speed[0].count("SLOWER") >= 28 + 1  # every group's speed-up against vanilla, and the legend
     bars = [s for s in svgs if 'class="chart bars"' in s]
     assert len(forests) == len(snapshot["groups"])  # one per dimension
     for dimension, forest in zip(snapshot["groups"], forests):
