@@ -46,9 +46,10 @@ def _version() -> str:
         return "dev"
 
 
-def render_html(snapshot: Mapping[str, Any]) -> str:
-    """The self-contained HTML report of a snapshot, as a string."""
-    view = build_view(snapshot)
+def render_html(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = None, compare_label: str = "") -> str:
+    """The self-contained HTML report of a snapshot, as a string (with `compare`, another run's
+    snapshot: a section of what changed per group)."""
+    view = build_view(snapshot, compare, compare_label)
     return _environment().get_template("report.html.j2").render(v=view, version=_version())
 
 
@@ -57,9 +58,11 @@ def render_summary(snapshot: Mapping[str, Any]) -> str:
     return summary_markdown(build_view(snapshot))
 
 
-def render_report(snapshot: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
+def render_report(snapshot: Mapping[str, Any], out_dir: str | Path, *, compare: Mapping[str, Any] | None = None,
+                  compare_label: str = "") -> dict[str, Path]:
     """Write report.html, summary.md, groups.csv and junit.xml into ``out_dir``; return their paths
-    by kind ("html", "summary", "groups", "junit")."""
+    by kind ("html", "summary", "groups", "junit"). ``compare``: another run's snapshot, shown
+    per group with the monitor's drift tests."""
     if not isinstance(snapshot, Mapping):
         raise InputError("render_report needs a snapshot (the mapping read from snapshot.json); use load_snapshot(path)")
     out_dir = Path(out_dir)
@@ -67,12 +70,14 @@ def render_report(snapshot: Mapping[str, Any], out_dir: str | Path) -> dict[str,
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise InputError(f"cannot create the report folder {out_dir}: {err.strerror}") from None
-    view = build_view(snapshot)
+    if compare is not None and not isinstance(compare, Mapping):
+        raise InputError("render_report(compare=...) needs a snapshot mapping; use load_snapshot(path)")
+    view = build_view(snapshot, compare, compare_label)
     contents = {
         "html": _environment().get_template("report.html.j2").render(v=view, version=_version()),
         "summary": summary_markdown(view),
         "groups": groups_csv(snapshot),
-        "junit": junit_xml(snapshot.get("gate")),
+        "junit": junit_xml(snapshot.get("gate"), snapshot=snapshot),
     }
     paths = {}
     for kind, text in contents.items():

@@ -21,16 +21,49 @@ OKABE_ITO = {
     "black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
     "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7",
 }
-SERIES_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
-STATUS_STYLE = {  # marker shape and colour per disparity status
+# One colour per group, fixed by the group's place in its dimension, the same in every chart of the
+# report. Okabe–Ito hues darkened where needed so every mark has at least 3:1 contrast on white
+# (WCAG 1.4.11); group identity is also always written next to the mark (direct labels).
+GROUP_COLOURS = ("#0072B2", "#B34700", "#117733", "#AA4499", "#332288", "#8A6100", "#882255", "#007C80", "#5D5D5D",
+                 "#C0395A")
+OVERALL_COLOUR = "#3B3B3B"
+SERIES_COLOURS = GROUP_COLOURS
+STATUS_STYLE = {  # marker shape and colour per status: the shape says it without colour
     "ok": ("circle", OKABE_ITO["blue"]),
-    "inconclusive": ("diamond", OKABE_ITO["orange"]),
-    "flag": ("square", OKABE_ITO["vermillion"]),
+    "WITHIN": ("circle", "#0072B2"),
+    "inconclusive": ("diamond", "#8A6100"),
+    "INCONCLUSIVE": ("diamond", "#8A6100"),
+    "flag": ("square", "#B8290F"),
+    "FLAG": ("square", "#B8290F"),
+    "INSUFFICIENT": ("triangle", "#5D5D66"),
+    "SLOWER": ("square", "#B8290F"),
+    "FASTER": ("circle", "#0072B2"),
+    "UNCLEAR": ("diamond", "#8A6100"),
     "reference": ("circle", OKABE_ITO["black"]),
     "overall": ("ring", OKABE_ITO["black"]),
 }
 STATUS_WORDS = {"ok": "within band", "inconclusive": "outside band, not significant", "flag": "outside band, significant",
-                "reference": "reference group", "overall": "all prompts"}
+                "WITHIN": "WITHIN: interval inside the band", "INCONCLUSIVE": "INCONCLUSIVE: interval crosses a band line",
+                "FLAG": "FLAG: interval outside the band", "INSUFFICIENT": "INSUFFICIENT: too few prompts to decide",
+                "SLOWER": "SLOWER: whole interval below 1×", "FASTER": "FASTER: whole interval above 1×",
+                "UNCLEAR": "UNCLEAR: interval contains 1×", "reference": "reference group", "overall": "all prompts"}
+
+
+def relative_luminance(colour: str) -> float:
+    """WCAG 2 relative luminance of a #rrggbb colour."""
+    channels = [int(colour.lstrip("#")[i:i + 2], 16) / 255 for i in (0, 2, 4)]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def contrast_ratio(foreground: str, background: str = "#ffffff") -> float:
+    """WCAG 2 contrast ratio (1 to 21) of two #rrggbb colours."""
+    high, low = sorted((relative_luminance(foreground), relative_luminance(background)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def group_colour(index: int) -> str:
+    return GROUP_COLOURS[index % len(GROUP_COLOURS)]
 INK, GRID, BAND = "#222222", "#d9d9d9", "#dbe9f6"
 FONT = 12
 
@@ -93,6 +126,10 @@ def _marker(shape: str, x: float, y: float, colour: str, size: float = 5.0) -> s
     if shape == "diamond":
         s = size * 1.3
         return f'<path d="M{_f(x)} {_f(y - s)}L{_f(x + s)} {_f(y)}L{_f(x)} {_f(y + s)}L{_f(x - s)} {_f(y)}Z" fill="{colour}"/>'
+    if shape == "triangle":
+        s = size * 1.25
+        return (f'<path d="M{_f(x)} {_f(y - s)}L{_f(x + s)} {_f(y + s * 0.8)}L{_f(x - s)} {_f(y + s * 0.8)}Z" fill="#ffffff" '
+                f'stroke="{colour}" stroke-width="1.8"/>')
     if shape == "ring":
         return f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{_f(size)}" fill="#ffffff" stroke="{colour}" stroke-width="2"/>'
     return f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{_f(size)}" fill="{colour}"/>'
@@ -291,4 +328,175 @@ def grouped_bars(categories: Sequence[str], series: Sequence[BarSeries], *, titl
     return Markup("".join(out) + "</svg>")
 
 
-__all__ = ["BarSeries", "ForestRow", "OKABE_ITO", "forest_plot", "grouped_bars", "nice_ticks", "pit_histogram"]
+# ---------------------------------------------------------------------------- ratio forest (log axis)
+@dataclass(frozen=True)
+class RatioCell:
+    """One group's ratio to the reference for one metric: its own interval and status."""
+
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    status: str  # FLAG | WITHIN | INCONCLUSIVE | INSUFFICIENT | reference
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class RatioRow:
+    label: str
+    n_prompts: int | None
+    colour: str
+    cells: Sequence[RatioCell]
+
+
+LOG_TICKS = (0.05, 0.1, 0.2, 0.25, 0.33, 0.5, 0.67, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
+
+
+def ratio_forest(rows: Sequence[RatioRow], panels: Sequence[str], *, title: str, desc: str, band: tuple[float, float] | None,
+                 width: int = 1000, chart_id: str = "forest", axis_label: str = "ratio to reference (log scale)",
+                 value_header: str = "ratio [95% CI]") -> Markup:
+    """Each group's ratio to the reference on a log axis, one panel per metric: the ratio's own
+    interval, status as marker shape and colour, the band's edges and parity as fixed lines
+    (parity only without a band). The axis always reaches every interval end, so nothing is clipped."""
+    lines = (band[0], 1.0, band[1]) if band else (1.0,)
+    row_h, top, legend_h = 22, 40, 40
+    label_w, text_w = 170, 112
+    panel_w = (width - label_w) / max(len(panels), 1)
+    height = top + row_h * max(len(rows), 1) + 26 + legend_h
+    plot_bottom = top + row_h * len(rows)
+    out = _open(chart_id, width, height, title, desc, "chart forest")
+    out.append(_text(label_w - 8, top - 24, "group (prompts)", anchor="end", size=11, weight="bold"))
+    for p, name in enumerate(panels):
+        values = [v for r in rows if p < len(r.cells) for v in (r.cells[p].ci_low, r.cells[p].ci_high, r.cells[p].value)
+                  if _finite(v) and v > 0]
+        low = min([*values, *lines]) / 1.08
+        high = max([*values, *lines]) * 1.08
+        left = label_w + p * panel_w + 10
+        right = left + panel_w - text_w - 16
+
+        def sx(v: float, left=left, right=right, low=low, high=high) -> float:
+            return left + (math.log(v) - math.log(low)) / (math.log(high) - math.log(low)) * (right - left)
+
+        out.append(_text((left + right) / 2, top - 24, name, anchor="middle", size=11, weight="bold"))
+        out.append(_text(right + text_w + 6, top - 24, value_header, anchor="end", size=11, weight="bold"))
+        if band:
+            out.append(f'<rect x="{_f(sx(band[0]))}" y="{top - 4}" width="{_f(sx(band[1]) - sx(band[0]))}" '
+                       f'height="{_f(plot_bottom - top + 4)}" fill="{BAND}"/>')
+        shown: list[float] = []
+        for tick in (*lines, *LOG_TICKS):
+            if not (low <= tick <= high) or any(abs(sx(tick) - sx(t)) < 26 for t in shown):
+                continue
+            shown.append(tick)
+            fixed_line = tick in lines
+            style = (f'stroke="{INK}" stroke-width="1.2"' if tick == 1.0 else
+                     'stroke="#555555" stroke-width="1" stroke-dasharray="4 3"' if fixed_line else f'stroke="{GRID}" stroke-width="0.6"')
+            out.append(f'<line x1="{_f(sx(tick))}" y1="{top - 6}" x2="{_f(sx(tick))}" y2="{_f(plot_bottom)}" {style}/>')
+            out.append(_text(sx(tick), plot_bottom + 14, f"{tick:g}", anchor="middle", size=11, weight="bold" if fixed_line else None))
+        out.append(_text((left + right) / 2, plot_bottom + 28, axis_label, anchor="middle", size=11))
+        for i, row in enumerate(rows):
+            y = top + row_h * i + row_h / 2
+            cell = row.cells[p] if p < len(row.cells) else RatioCell(None, None, None, "INSUFFICIENT")
+            shape, colour = STATUS_STYLE.get(cell.status, STATUS_STYLE["INSUFFICIENT"])
+            words = STATUS_WORDS.get(cell.status, cell.status)
+            out.append(f"<g><title>{escape(row.label)}, {escape(name)}: {escape(cell.text or 'no data')}; {escape(words)}</title>")
+            if cell.status == "reference":
+                out.append(_text(sx(1.0) + 6, y + 4, "reference group", size=11))
+            else:
+                if _finite(cell.ci_low) and _finite(cell.ci_high) and cell.ci_low > 0:
+                    a, b = sx(cell.ci_low), sx(cell.ci_high)
+                    out.append(f'<line x1="{_f(a)}" y1="{_f(y)}" x2="{_f(b)}" y2="{_f(y)}" stroke="{colour}" stroke-width="2"/>')
+                    for x in (a, b):
+                        out.append(f'<line x1="{_f(x)}" y1="{_f(y - 4)}" x2="{_f(x)}" y2="{_f(y + 4)}" stroke="{colour}" stroke-width="2"/>')
+                if _finite(cell.value) and cell.value > 0:
+                    out.append(_marker(shape, sx(cell.value), y, colour))
+            out.append(_text(right + text_w + 6, y + 4, cell.text or "no data", anchor="end", size=11, css="num"))
+            out.append("</g>")
+    for i, row in enumerate(rows):
+        y = top + row_h * i + row_h / 2
+        if i % 2:
+            out.append(f'<rect x="0" y="{_f(y - row_h / 2)}" width="{label_w - 24}" height="{row_h}" fill="#f3f3f3"/>')
+        out.append(f'<rect x="{label_w - 18}" y="{_f(y - 5)}" width="10" height="10" fill="{row.colour}"/>')
+        label = _truncate(row.label, 22) + (f" ({row.n_prompts})" if row.n_prompts is not None else "")
+        out.append(_text(label_w - 24, y + 4, label, anchor="end"))
+    x, y = 8, height - 22
+    present = [s for s in ("WITHIN", "INCONCLUSIVE", "FLAG", "INSUFFICIENT", "FASTER", "UNCLEAR", "SLOWER")
+               if any(c.status == s for r in rows for c in r.cells)]
+    for status in present:
+        shape, colour = STATUS_STYLE[status]
+        out.append(_marker(shape, x + 5, y - 4, colour, 4.5))
+        words = STATUS_WORDS[status]
+        out.append(_text(x + 14, y, words, size=11))
+        x += 26 + 5.9 * len(words)
+    note = (f"Dashed lines: the tolerance band {band[0]:g}–{band[1]:g} (shaded); solid line: parity (1). " if band
+            else "Solid line: 1× (as fast as vanilla). ")
+    out.append(_text(8, height - 6, note + "Each line is that group's own 95% interval.", size=11))
+    return Markup("".join(out) + "</svg>")
+
+
+# ---------------------------------------------------------------------------- small multiples
+def small_multiples(categories: Sequence[str], series: Sequence[BarSeries], colours: Sequence[str], *, title: str, desc: str,
+                    axis_label: str, columns: int = 5, width: int = 1000, chart_id: str = "bars") -> Markup:
+    """One small bar panel per group (the group's own colour, its name above it), bars per category
+    with 95% whiskers and the overall value as a black tick, so every group is shown and none is
+    identified by colour alone. The y axis reaches the largest interval end."""
+    panel_h, gap = 118, 14
+    n = max(len(series), 1)
+    rows = math.ceil(n / columns)
+    panel_w = (width - gap * (columns - 1)) / columns
+    height = rows * (panel_h + gap) + 18
+    out = _open(chart_id, width, height, title, desc, "chart bars")
+    values = [v for s in series for v in (*s.values, *s.ci_high) if _finite(v)]
+    top_value = max([1.0, *values])
+    overall = next((s for s in series if s.label == "overall"), None)
+    for i, one in enumerate(series):
+        col, row = i % columns, i // columns
+        x0, y0 = col * (panel_w + gap), row * (panel_h + gap)
+        left, right, top, bottom = x0 + 30, x0 + panel_w - 4, y0 + 22, y0 + panel_h - 18
+        colour = colours[i] if i < len(colours) else OVERALL_COLOUR
+
+        def sy(v: float, top=top, bottom=bottom) -> float:
+            return bottom - max(v, 0) / top_value * (bottom - top)
+
+        out.append(f'<rect x="{_f(x0)}" y="{_f(y0 + 4)}" width="10" height="10" fill="{colour}"/>')
+        out.append(_text(x0 + 14, y0 + 13, _truncate(one.label, 26), size=11, weight="bold"))
+        for tick in (0.0, 0.5, 1.0):
+            if tick <= top_value:
+                out.append(f'<line x1="{_f(left)}" y1="{_f(sy(tick))}" x2="{_f(right)}" y2="{_f(sy(tick))}" stroke="{GRID}" stroke-width="0.6"/>')
+                out.append(_text(left - 3, sy(tick) + 4, f"{tick:g}", anchor="end", size=10))
+        slot = (right - left) / max(len(categories), 1)
+        bar_w = min(24.0, slot * 0.7)
+        for c, category in enumerate(categories):
+            mid = left + slot * c + slot / 2
+            value = one.values[c] if c < len(one.values) else None
+            if _finite(value):
+                out.append(f'<rect x="{_f(mid - bar_w / 2)}" y="{_f(sy(value))}" width="{_f(bar_w)}" height="{_f(bottom - sy(value))}" '
+                           f'fill="{colour}"><title>{escape(one.label)}, {escape(category)}: {value:.3f}</title></rect>')
+                lo, hi = one.ci_low[c], one.ci_high[c]
+                if _finite(lo) and _finite(hi):
+                    out.append(f'<line x1="{_f(mid)}" y1="{_f(sy(lo))}" x2="{_f(mid)}" y2="{_f(sy(hi))}" stroke="{INK}" stroke-width="1.2"/>')
+            else:
+                out.append(_text(mid, bottom - 3, "–", anchor="middle", size=10))
+            if overall is not None and one is not overall and c < len(overall.values) and _finite(overall.values[c]):
+                y = sy(overall.values[c])
+                out.append(f'<line x1="{_f(mid - bar_w / 2 - 3)}" y1="{_f(y)}" x2="{_f(mid + bar_w / 2 + 3)}" y2="{_f(y)}" stroke="#000000" stroke-width="2"/>')
+            out.append(_text(mid, bottom + 12, _truncate(category, 12), anchor="middle", size=10))
+        out.append(f'<line x1="{_f(left)}" y1="{_f(bottom)}" x2="{_f(right)}" y2="{_f(bottom)}" stroke="{INK}" stroke-width="0.8"/>')
+    out.append(_text(0, height - 4, f"{axis_label}; whiskers: 95% intervals; black tick: all prompts (overall).", size=11))
+    return Markup("".join(out) + "</svg>")
+
+
+__all__ = [
+    "GROUP_COLOURS",
+    "OKABE_ITO",
+    "BarSeries",
+    "ForestRow",
+    "RatioCell",
+    "RatioRow",
+    "contrast_ratio",
+    "forest_plot",
+    "group_colour",
+    "grouped_bars",
+    "nice_ticks",
+    "pit_histogram",
+    "ratio_forest",
+    "small_multiples",
+]

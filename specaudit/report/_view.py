@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from specaudit.report import _charts as charts
+from specaudit.report import _verdicts as verdicts
 from specaudit.report._format import (
     METRIC_FAMILIES,
     MISSING,
@@ -35,7 +36,6 @@ from specaudit.report._format import (
 
 NOT_RUN = "not run"
 FOREST_METRICS = ("acceptance_rate", "speedup")
-MAX_BAR_SERIES = 8  # overall + 7 groups: the palette's distinct colours
 MAX_ROWS = 200  # long tables (offenders, divergences) are cut here, with the count said
 
 
@@ -57,11 +57,12 @@ def _guard(name: str, build: Callable[..., dict], *args: Any) -> dict:
                 "reason": f"the {name} section of the snapshot could not be rendered ({type(err).__name__}: {err})"}
 
 
-def build_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+def build_view(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = None, compare_label: str = "") -> dict[str, Any]:
     ids = _Ids()
     snapshot = snapshot if isinstance(snapshot, Mapping) else {}
     run = _guard("run", _run_view, snapshot)
-    equivalence = _guard("equivalence", _equivalence_view, get(snapshot, "equivalence", default={}), ids)
+    samples = get(snapshot, "run", "config", "samples")
+    equivalence = _guard("equivalence", _equivalence_view, get(snapshot, "equivalence", default={}), ids, samples)
     disparity = _guard("disparity", _disparity_view, snapshot, ids)
     gate = _guard("gate", _gate_view, snapshot.get("gate"))
     view = {
@@ -73,6 +74,10 @@ def build_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         "reproducibility": _guard("reproducibility", _repro_view, snapshot),
     }
     view["summary"] = _guard("summary", _summary_view, view, snapshot)
+    view["speed_chart"] = _guard("speed chart", lambda: {"chart": _speed_chart(snapshot, ids)})
+    view["compare"] = _guard("comparison", _compare_view, snapshot, compare, compare_label) if compare is not None else {"ran": False}
+    view["terms"] = verdicts.Terms()
+    view["glossary"] = verdicts.glossary_rows()
     return view
 
 
@@ -126,7 +131,7 @@ def _device_text(device: Any, models: Any) -> str:
 
 
 # ============================================================================ equivalence
-def _equivalence_view(section: Mapping[str, Any], ids: _Ids) -> dict[str, Any]:
+def _equivalence_view(section: Mapping[str, Any], ids: _Ids, samples: Any = None) -> dict[str, Any]:
     status = get(section, "status", default=NOT_RUN)
     engines = get(section, "engines", default={})
     if status == NOT_RUN or not isinstance(engines, Mapping) or not engines:
@@ -137,8 +142,8 @@ def _equivalence_view(section: Mapping[str, Any], ids: _Ids) -> dict[str, Any]:
     greedy = get(section, "mode") == "greedy"
     # the reference speculative engine first, other audited engines next, the control last
     order = sorted(engines, key=lambda e: (e == control, e != "speculative", str(e)))
-    views = [(_greedy_engine if greedy else _sampling_engine)(str(name), get(engines, name, default={}), name == control, ids)
-             for name in order]
+    views = [_greedy_engine(str(name), get(engines, name, default={}), name == control, ids) if greedy
+             else _sampling_engine(str(name), get(engines, name, default={}), name == control, ids, samples) for name in order]
     return {
         "ran": True,
         "status": status,
@@ -158,37 +163,54 @@ def _gate_rows(table: Any) -> dict[str, Mapping[str, Any]]:
     return {str(r.get("test")): r for r in (table or []) if isinstance(r, Mapping)}
 
 
-def _test_rows(block: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _test_rows(block: Mapping[str, Any], *, two_sample: bool = False, samples: Any = None, control: bool = False) -> list[dict[str, Any]]:
     holm = _gate_rows(get(block, "gate"))
     rows = []
     for name, test in (get(block, "tests", default={}) or {}).items():
         if not isinstance(test, Mapping):
             continue
         gated = holm.get(str(name))
-        rows.append(_test_row(str(name), test, gated, gated is not None))
+        reason = verdicts.not_run_reason(test, two_sample=two_sample, samples=samples)
+        rows.append(_test_row(str(name), test, gated, gated is not None, reason, control))
         ks = test.get("ks")
         if isinstance(ks, Mapping):
-            rows.append(_test_row(str(ks.get("name", "pit_ks")), ks, None, False))
+            rows.append(_test_row(str(ks.get("name", "pit_ks")), ks, None, False, None, control))
     return rows
 
 
-def _test_row(name: str, test: Mapping[str, Any], gated: Mapping[str, Any] | None, in_gate: bool) -> dict[str, Any]:
+TEST_BADGES = {  # a test rejects or does not; "not rejected" is not a pass
+    "rejected": {"text": "REJECTED", "css": "fail", "symbol": "✗", "key": "fail"},
+    "rejected_control": {"text": "REJECTED AT α", "css": "warn", "symbol": "!", "key": "warn"},
+    "not_rejected": {"text": "NOT REJECTED", "css": "none", "symbol": "–", "key": "not rejected"},
+    "not_run": {"text": "NOT RUN", "css": "none", "symbol": "–", "key": "not run"},
+}
+
+
+def _test_row(name: str, test: Mapping[str, Any], gated: Mapping[str, Any] | None, in_gate: bool, reason: str | None = None,
+              control: bool = False) -> dict[str, Any]:
     verdict = test.get("verdict")
     if gated is not None:  # the gate's decision is the Holm-corrected one
         verdict = "fail" if gated.get("reject") else "pass"
+    if reason:
+        shown = TEST_BADGES["not_run"]
+    elif verdict == "fail":
+        shown = TEST_BADGES["rejected_control" if control else "rejected"]
+    else:
+        shown = TEST_BADGES["not_rejected"]
     return {
+        "not_run": reason,
         "name": test_label(name),
         "statistic": num(test.get("statistic")),
         "pvalue": pvalue(test.get("pvalue")),
         "holm": pvalue(get(gated, "holm_pvalue")) if in_gate else "not gated",
         "n": integer(test.get("n")),
         "method": test.get("method") or MISSING,
-        "badge": badge(verdict if in_gate else ("pass" if verdict == "pass" else verdict)),
+        "badge": shown,
         "gated": in_gate,
     }
 
 
-def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids: _Ids) -> dict[str, Any]:
+def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids: _Ids, samples: Any = None) -> dict[str, Any]:
     gof = get(entry, "goodness_of_fit", default={})
     two = get(entry, "two_sample", default={})
     impossible = get(gof, "impossible_tokens", default={})
@@ -207,16 +229,19 @@ def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids:
     offenders = [o for o in (get(impossible, "offenders", default=[]) or []) if isinstance(o, Mapping)]
     gated = [r for block in (gof, two) for r in (get(block, "gate", default=[]) or []) if isinstance(r, Mapping)]
     holm_values = [r["holm_pvalue"] for r in gated if finite(r.get("holm_pvalue"))]
+    status = verdicts.engine_status(entry)
     return {
         "name": name,
         "is_control": is_control,
         "mode": "sampling",
-        "badge": badge(get(entry, "verdict", default=NOT_RUN)),
+        "status": status,
+        "samples": samples,
+        "badge": _control_badge(get(entry, "verdict")) if is_control else verdicts.status_badge(status),
         "n_tokens": integer(get(gof, "n_tokens")),
         "battery_p": pvalue(min(holm_values)) if holm_values else MISSING,  # over both batteries
         "rejected": [f"{test_label(str(r.get('test')))} (Holm p = {pvalue(r.get('holm_pvalue'))})" for r in gated if r.get("reject")],
-        "tests": _test_rows(gof),
-        "two_sample": {"ran": bool(two), "badge": badge(get(two, "verdict", default=NOT_RUN)), "rows": _test_rows(two),
+        "tests": _test_rows(gof, control=is_control),
+        "two_sample": {"ran": bool(two), "badge": _two_sample_badge(two, samples), "rows": _test_rows(two, two_sample=True, samples=samples),
                        "reference": get(two, "reference", default="vanilla"), "n_prompts": integer(get(two, "n_prompts")),
                        "flagged_prompts": _generic_rows(get(two, "flagged_prompts", default=[])),
                        "flagged_groups": _generic_rows(get(two, "flagged_groups", default=[]))} if not is_control else {"ran": False},
@@ -230,6 +255,20 @@ def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids:
     }
 
 
+def _control_badge(verdict: Any) -> dict[str, str]:
+    """The control either behaves as a correct sampler must, or says why the audit is suspect."""
+    text, css, symbol = {"pass": ("CONTROL OK", "pass", "✓"), "warn": ("CONTROL WARN", "warn", "!"),
+                         "fail": ("CONTROL FAILED", "fail", "✗")}.get(str(verdict).lower(), ("NOT RUN", "none", "–"))
+    return {"text": text, "css": css, "symbol": symbol, "key": str(verdict).lower()}
+
+
+def _two_sample_badge(two: Mapping[str, Any], samples: Any) -> dict[str, str]:
+    tests = [t for t in (get(two, "tests", default={}) or {}).values() if isinstance(t, Mapping)]
+    if tests and all(verdicts.not_run_reason(t, two_sample=True, samples=samples) for t in tests):
+        return TEST_BADGES["not_run"]
+    return TEST_BADGES["rejected"] if get(two, "verdict") == "fail" else TEST_BADGES["not_rejected"]
+
+
 def _tv_view(tv: Mapping[str, Any]) -> dict[str, Any]:
     if not tv:
         return {"ran": False}
@@ -237,6 +276,7 @@ def _tv_view(tv: Mapping[str, Any]) -> dict[str, Any]:
     status = {"equivalent within delta": "pass", "not shown": "warn", "different": "fail"}.get(verdict, NOT_RUN)
     return {
         "ran": True,
+        "delta_value": tv.get("delta"),
         "estimate": num(tv.get("estimate")),
         "upper": num(tv.get("upper")),
         "kl_upper": num(tv.get("kl_upper")),
@@ -266,7 +306,7 @@ def _power_rows(power: Any) -> list[dict[str, str]]:
     rows = []
     for key, value in power.items():
         label, meaning = POWER_TEXT.get(key, (str(key).replace("_", " "), ""))
-        rows.append({"label": label, "value": num(value), "meaning": meaning})
+        rows.append({"label": label, "value": num(value), "meaning": meaning, "raw": value})
     return rows
 
 
@@ -290,6 +330,7 @@ def _greedy_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids: _
     return {
         "name": name,
         "is_control": is_control,
+        "status": verdicts.engine_status(entry),
         "mode": "greedy",
         "badge": badge(get(entry, "verdict", default=NOT_RUN)),
         "match_rate": with_ci(get(result, "match_rate"), get(result, "ci_low"), get(result, "ci_high"), fmt=percent),
@@ -339,73 +380,88 @@ def _disparity_view(snapshot: Mapping[str, Any], ids: _Ids) -> dict[str, Any]:
             "engine": get(snapshot, "run", "disparity_engine", default="speculative")}
 
 
-def _dimension_status(flags: list[Mapping[str, Any]]) -> str:
-    statuses = {f.get("status") for f in flags}
-    return "fail" if "flag" in statuses else ("warn" if "inconclusive" in statuses else "pass")
+def _dimension_summary(statuses: list[verdicts.DisparityStatus]) -> verdicts.DisparityStatus | None:
+    """A dimension's headline status: FLAG if any comparison is flagged, WITHIN only if every one is."""
+    order = [verdicts.DisparityStatus.FLAG, verdicts.DisparityStatus.INCONCLUSIVE, verdicts.DisparityStatus.INSUFFICIENT]
+    if not statuses:
+        return None
+    for status in order:
+        if status in statuses:
+            return status
+    return verdicts.DisparityStatus.WITHIN
 
 
 def _dimension_view(name: str, groups: Mapping[str, Any], part: Mapping[str, Any], advice: Mapping[str, Any], ids: _Ids) -> dict[str, Any]:
     by_group = get(groups, "by_group", default={})
     reference = get(part, "reference", default=get(groups, "reference", default="overall"))
-    tolerance = get(part, "tolerance", default=[0.8, 1.25])
-    band = (float(tolerance[0]), float(tolerance[1])) if isinstance(tolerance, list) and len(tolerance) == 2 and all(map(finite, tolerance)) else (0.8, 1.25)
-    flags = [f for f in (get(part, "flags", default=[]) or []) if isinstance(f, Mapping)]
+    band = verdicts.band_of(part)
     metrics = get(part, "metrics", default={})
-    status = _dimension_status(flags) if part else NOT_RUN
-    group_names = list(by_group)
+    colours = {str(g): charts.group_colour(i) for i, g in enumerate(by_group)}
+    comps = [c for c in verdicts.comparisons({"disparities": {name: part}})]
+    headline = _dimension_summary([c["status"] for c in comps])
+    status = {"FLAG": "fail", "WITHIN": "pass"}.get(headline.value, "warn") if headline else NOT_RUN
+    counts = {s.value: sum(c["status"] == s for c in comps) for s in verdicts.DisparityStatus}
     view = {
         "ran": True,
         "name": name,
         "status": status,
-        "badge": badge(status),
+        "badge": verdicts.status_badge(headline) if headline else badge(NOT_RUN),
+        "counts": counts,
         "reference": reference,
         "band": f"{band[0]:g}–{band[1]:g}",
         "alpha": setting(get(part, "alpha")) if finite(get(part, "alpha")) else None,
         "correction": get(part, "correction", default=MISSING),
-        "n_groups": len(group_names),
+        "n_groups": len(by_group),
         "overall_n": integer(get(groups, "overall", "n_prompts")),
-        "forests": [f for f in (_forest(name, metric, groups, metrics, reference, band, ids) for metric in FOREST_METRICS) if f],
+        "forest": _ratio_forest(name, groups, metrics, reference, band, colours, ids),
         "group_tables": _group_tables(groups),
-        "tests": _pairwise_tables(metrics, reference),
+        "tests": _pairwise_tables(metrics, reference, band),
         "across": _across_rows(metrics),
-        "flags": [{"metric": metric_label(f.get("metric", "")), "group": f.get("group", MISSING), "status": f.get("status", MISSING),
-                   "badge": badge("fail" if f.get("status") == "flag" else "warn"), "ratio": triple(f.get("ratio"), fixed),
-                   "pvalue_holm": pvalue(f.get("pvalue_holm"))} for f in flags],
+        "flags": [{"metric": metric_label(c["metric"]), "group": c["group"], "status": c["status"].value,
+                   "badge": verdicts.status_badge(c["status"]), "ratio": triple(c["row"].get("ratio"), fixed),
+                   "pvalue_holm": pvalue(c["row"].get("pvalue_holm"))} for c in comps if c["status"] == verdicts.DisparityStatus.FLAG],
         "warnings": [str(w) for w in (get(part, "warnings", default=[]) or [])],
-        "drilldown": _guard(f"drill-down ({name})", _drilldown_view, name, get(part, "drilldown", default={}), ids),
+        "drilldown": _guard(f"drill-down ({name})", _drilldown_view, name, get(part, "drilldown", default={}), ids, colours),
         "advice": _guard(f"recommendations ({name})", _advice_view, advice),
     }
     return view
 
 
-def _forest(dimension, metric, groups, metrics, reference, band, ids) -> dict[str, Any] | None:
-    by_group = get(groups, "by_group", default={})
-    if not any(get(e, "metrics", metric) for e in by_group.values()):
+def _ratio_forest(dimension, groups, metrics, reference, band, colours, ids) -> dict[str, Any] | None:
+    """One chart per dimension: each group's ratio to the reference, one panel per metric."""
+    shown = [m for m in FOREST_METRICS if get(metrics, m, "pairwise")]
+    if not shown:
         return None
-    pairwise = get(metrics, metric, "pairwise", default={})
-    fmt, suffix = (fixed, "×") if metric == "speedup" else (num, "")
-    overall = get(groups, "overall", "metrics", metric, default={})
-    rows = [charts.ForestRow("overall", get(groups, "overall", "n_prompts"), get(overall, "value"), get(overall, "ci_low"),
-                             get(overall, "ci_high"), "overall", triple(overall, fmt, suffix))]
+    by_group = get(groups, "by_group", default={})
+    rows, described = [], []
     for group, entry in by_group.items():
-        block = get(entry, "metrics", metric, default={})
-        status = "reference" if str(group) == str(reference) else get(pairwise, group, "status", default="ok")
-        rows.append(charts.ForestRow(str(group), get(block, "n_prompts", default=get(entry, "n_prompts")), get(block, "value"),
-                                     get(block, "ci_low"), get(block, "ci_high"), status, triple(block, fmt, suffix)))
-    reference_value = get(by_group, reference, "metrics", metric, "value") if reference in by_group else get(overall, "value")
-    label = metric_label(metric)
-    flagged = [r.label for r in rows if r.status == "flag"]
-    unclear = [r.label for r in rows if r.status == "inconclusive"]
-    desc = (f"{label.capitalize()} per {dimension} group with 95% bootstrap intervals over prompts; the shaded band is the reference group "
-            f"({reference}) value × {band[0]:g}–{band[1]:g}. "
-            + (f"Outside the band and significant: {', '.join(flagged)}. " if flagged else "No group is significantly outside the band. ")
-            + (f"Outside the band but not significant: {', '.join(unclear)}." if unclear else ""))
-    chart = charts.forest_plot(
-        rows, chart_id=ids("forest"), title=f"{label} by {dimension}", desc=desc,
-        axis_label=f"{label} (speculative vs vanilla, paired per prompt)" if metric == "speedup" else label,
-        reference_value=reference_value if finite(reference_value) else None, band=band,
-        null_value=1.0 if metric == "speedup" else None, null_label="1× (no gain)")
-    return {"metric": metric, "label": label, "chart": chart, "desc": desc}
+        cells = []
+        for metric in shown:
+            row = get(metrics, metric, "pairwise", group)
+            if str(group) == str(reference):
+                cells.append(charts.RatioCell(1.0, None, None, "reference", "reference"))
+                continue
+            if not isinstance(row, Mapping):
+                cells.append(charts.RatioCell(None, None, None, "INSUFFICIENT", "not compared"))
+                continue
+            status = verdicts.comparison_status(row, band)
+            ratio = get(row, "ratio", default={})
+            cells.append(charts.RatioCell(get(ratio, "value"), get(ratio, "ci_low"), get(ratio, "ci_high"), status.value,
+                                          with_ci(get(ratio, "value"), get(ratio, "ci_low"), get(ratio, "ci_high"), fmt=fixed)))
+            described.append(f"{group} {metric_label(metric)} {cells[-1].text} {status.value}")
+        rows.append(charts.RatioRow(str(group), get(entry, "n_prompts"), colours.get(str(group), charts.OVERALL_COLOUR), cells))
+    labels = [metric_label(m) for m in shown]
+    counts = {}
+    for row in rows:
+        for cell in row.cells:
+            counts[cell.status] = counts.get(cell.status, 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "reference")
+    desc = (f"Ratio of each {dimension} group to the reference group {reference} for {' and '.join(labels)}, log scale, with each "
+            f"ratio's own 95% interval against the tolerance band {band[0]:g}–{band[1]:g}. Statuses: {summary}. " + "; ".join(described))
+    chart = charts.ratio_forest(rows, [label.capitalize() for label in labels], chart_id=ids("forest"),
+                                title=f"{', '.join(labels).capitalize()}: ratio to {reference}, by {dimension}", desc=desc, band=band)
+    return {"chart": chart, "desc": f"Each group's ratio to {reference} with its own 95% interval (log scale). Marker shape and "
+                                     f"colour give the status: {summary}."}
 
 
 def _group_tables(groups: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -435,7 +491,7 @@ def _group_tables(groups: Mapping[str, Any]) -> list[dict[str, Any]]:
     return tables
 
 
-def _pairwise_tables(metrics: Mapping[str, Any], reference: str) -> list[dict[str, Any]]:
+def _pairwise_tables(metrics: Mapping[str, Any], reference: str, band: tuple[float, float] = verdicts.DEFAULT_BAND) -> list[dict[str, Any]]:
     tables = []
     for metric, block in (metrics or {}).items():
         pairwise = get(block, "pairwise", default={})
@@ -444,7 +500,8 @@ def _pairwise_tables(metrics: Mapping[str, Any], reference: str) -> list[dict[st
         fmt = fixed if metric == "speedup" else num
         rows = []
         for group, row in pairwise.items():
-            status = row.get("status", MISSING)
+            status = verdicts.comparison_status(row, band)
+            mdr_low, mdr_high = verdicts.detectable_ratios(row)
             rows.append({
                 "group": group,
                 "n": f"{integer(row.get('n_prompts'))} vs {integer(row.get('n_reference_prompts'))}",
@@ -454,10 +511,10 @@ def _pairwise_tables(metrics: Mapping[str, Any], reference: str) -> list[dict[st
                 "pvalue": pvalue(row.get("pvalue")),
                 "pvalue_holm": pvalue(row.get("pvalue_holm")),
                 "effect": num(row.get("effect_size"), 2),
-                "mdr": _detectable(row.get("min_detectable_ratio_low"), row.get("min_detectable_ratio_high")),
+                "mdr": _detectable(mdr_low, mdr_high),
                 "small": bool(row.get("small_group")),
-                "status": status,
-                "badge": {**badge({"ok": "pass", "inconclusive": "warn", "flag": "fail"}.get(status, NOT_RUN)), "text": str(status).upper()},
+                "status": status.value,
+                "badge": verdicts.status_badge(status),
             })
         names = {str(row.get("effect_size_name", "")).replace("_", "-") for row in pairwise.values()} - {""}
         tests = {str(row.get("test", "")) for row in pairwise.values()} - {""}
@@ -490,7 +547,7 @@ def _across_rows(metrics: Mapping[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def _drilldown_view(dimension: str, drill: Mapping[str, Any], ids: _Ids) -> dict[str, Any]:
+def _drilldown_view(dimension: str, drill: Mapping[str, Any], ids: _Ids, colours: Mapping[str, str] | None = None) -> dict[str, Any]:
     if not drill:
         return {"ran": False, "reason": "no drill-down in this snapshot (needs per-step acceptance in the records)"}
     position_rows = [r for r in (drill.get("by_position") or []) if isinstance(r, Mapping)]
@@ -501,8 +558,8 @@ def _drilldown_view(dimension: str, drill: Mapping[str, Any], ids: _Ids) -> dict
         "ran": True,
         "rank_source": drill.get("rank_source", MISSING),
         "skipped_records": drill.get("skipped_records"),
-        "position": _bars(dimension, position_rows, "position", "draft position", ids, lambda v: f"position {v}"),
-        "rarity": _bars(dimension, rarity_rows, "rank_bucket", "token rarity (frequency rank)", ids, lambda v: f"rank {v}"),
+        "position": _bars(dimension, position_rows, "position", "draft position", ids, lambda v: f"position {v}", colours or {}),
+        "rarity": _bars(dimension, rarity_rows, "rank_bucket", "token rarity (frequency rank)", ids, lambda v: f"rank {v}", colours or {}),
         "corrections_note": drill.get("corrections_note"),
         "corrections": [{
             "group": r.get("group", MISSING), "token": visible(r.get("token", r.get("token_id", MISSING))),
@@ -520,33 +577,29 @@ def _drilldown_view(dimension: str, drill: Mapping[str, Any], ids: _Ids) -> dict
     }
 
 
-def _bars(dimension, rows, key, what, ids, name) -> dict[str, Any] | None:
+def _bars(dimension, rows, key, what, ids, name, colours) -> dict[str, Any] | None:
     rows = [r for r in rows if finite(r.get("value"))]
     if not rows:
         return None
     categories = list(dict.fromkeys(str(r.get(key)) for r in rows))
     groups = list(dict.fromkeys(str(r.get("group")) for r in rows))
     table = {(str(r.get("group")), str(r.get(key))): r for r in rows}
-    shown = [g for g in groups if g != "overall"]
-    note = ""
-    if len(shown) > MAX_BAR_SERIES - 1:
-        # keep the groups with the least acceptance: the ones a reader must see
-        mean = {g: sum(table[(g, c)]["value"] for c in categories if (g, c) in table) / max(1, sum((g, c) in table for c in categories))
-                for g in shown}
-        shown = sorted(shown, key=mean.__getitem__)[: MAX_BAR_SERIES - 1]
-        note = f"The chart shows the {len(shown)} groups with the lowest acceptance; the table lists all {len(groups) - ('overall' in groups)}."
-    ordered = (["overall"] if "overall" in groups else []) + shown
+    # every group, in the dimension's order (so each keeps its colour), overall first
+    ordered = (["overall"] if "overall" in groups else []) + [g for g in colours if g in groups] \
+        + [g for g in groups if g != "overall" and g not in colours]
     series = [charts.BarSeries(g, [get(table.get((g, c)), "value") for c in categories],
                                [get(table.get((g, c)), "ci_low") for c in categories],
                                [get(table.get((g, c)), "ci_high") for c in categories]) for g in ordered]
-    chart = charts.grouped_bars(
-        categories, series, chart_id=ids("bars"), axis_label="acceptance",
+    palette = [charts.OVERALL_COLOUR if g == "overall" else colours.get(g, charts.OVERALL_COLOUR) for g in ordered]
+    chart = charts.small_multiples(
+        categories, series, palette, chart_id=ids("bars"), axis_label=f"acceptance by {what}",
         title=f"Acceptance by {what}, {dimension}",
-        desc=f"Share of drafted tokens accepted at each {what}, per {dimension} group, with 95% intervals. {note}")
+        desc=f"Share of drafted tokens accepted at each {what}, one panel per {dimension} group ({', '.join(ordered)}), with 95% "
+             "intervals; the black tick in each panel is the value over all prompts. The table below lists every value.")
     table_rows = [{"group": g, "cells": [with_ci(get(table.get((g, c)), "value"), get(table.get((g, c)), "ci_low"),
                                                  get(table.get((g, c)), "ci_high")) + (f" (n={integer(get(table.get((g, c)), 'n_positions'))})"
-                                                 if (g, c) in table else "") for c in categories]} for g in groups]
-    return {"chart": chart, "categories": [name(c) for c in categories], "rows": table_rows, "note": note}
+                                                 if (g, c) in table else "") for c in categories]} for g in ordered]
+    return {"chart": chart, "categories": [name(c) for c in categories], "rows": table_rows, "note": ""}
 
 
 def _advice_view(advice: Mapping[str, Any]) -> dict[str, Any]:
@@ -663,14 +716,124 @@ def _plain(value: Any) -> str:
 # ============================================================================ summary
 def _summary_view(view: dict[str, Any], snapshot: Mapping[str, Any]) -> dict[str, Any]:
     eq, disp, gate = view["equivalence"], view["disparity"], view["gate"]
+    engines = [(e["name"], e["status"]) for e in eq.get("engines", []) if not e["is_control"]] if eq.get("ran") else []
+    comps = verdicts.comparisons(snapshot)
+    speed = verdicts.speed_summary(snapshot)
     badges = [
-        {"label": "Equivalence", "badge": eq.get("badge", badge(NOT_RUN)), "anchor": "equivalence",
-         "line": _equivalence_line(eq)},
-        {"label": "Disparity", "badge": disp.get("badge", badge(NOT_RUN)), "anchor": "disparity",
-         "line": _disparity_line(disp)},
+        {"label": "Equivalence", "badge": eq.get("badge", badge(NOT_RUN)), "anchor": "equivalence", "line": _equivalence_line(eq)},
+        {"label": "Disparity", "badge": disp.get("badge", badge(NOT_RUN)), "anchor": "disparity", "line": _disparity_line(disp)},
         {"label": "Gate", "badge": gate.get("badge", badge(NOT_RUN)), "anchor": "gate", "line": _gate_line(gate)},
     ]
-    return {"ran": True, "badges": badges, "headline": _headline(eq, disp, snapshot), "actions": _actions(eq, disp, gate, snapshot)}
+    return {"ran": True, "badges": badges, "headline": _headline(eq, disp, snapshot),
+            "decision": verdicts.decide(snapshot, engines, comps, speed),
+            "cards": [_correctness_card(eq, engines), _fairness_card(comps, disp), _speed_card(speed)],
+            "subject": verdicts.subject(snapshot),
+            "actions": verdicts.actions(snapshot, engines, comps, speed, eq)}
+
+
+def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
+    if not eq.get("ran"):
+        return {"label": "Correctness", "anchor": "equivalence", "badge": verdicts.status_badge(verdicts.EquivalenceStatus.NOT_RUN),
+                "lines": [eq.get("reason", "not run")]}
+    order = [verdicts.EquivalenceStatus.VIOLATION, verdicts.EquivalenceStatus.NOT_RUN, verdicts.EquivalenceStatus.NO_VIOLATION_FOUND,
+             verdicts.EquivalenceStatus.EQUIVALENT]
+    worst_status = min((s for _, s in engines), key=order.index, default=verdicts.EquivalenceStatus.NOT_RUN)
+    lines = []
+    for e in eq["engines"]:
+        if e["is_control"]:
+            lines.append(f"Control ({e['name']}): {e['badge']['text']}" + (f": {eq['warning'].split(': a correct')[0]}" if eq.get("warning") else
+                         " (plain decoding passes the same tests, so the audit can be trusted)" if e["badge"]["key"] == "pass" else ""))
+            continue
+        if e["mode"] == "greedy":
+            lines.append(f"{e['name']}: greedy output equals vanilla on {e['n_matches']} of {e['n_pairs']} prompts ({e['match_rate']}).")
+            continue
+        text = f"{e['name']}: {e['status'].value} in {e['n_tokens']} tokens (smallest Holm-adjusted p = {e['battery_p']})"
+        if e["tv"].get("ran"):
+            text += f"; TV upper bound {e['tv']['upper']} against δ = {e['tv']['delta']}: {e['tv']['verdict']}"
+        pit = next((p for p in e["power"] if p["label"].startswith("PIT")), None)
+        if pit:
+            text += f"; a PIT distortion of {pit['value']} or more would have been found (80% power)"
+        lines.append(text + ".")
+    return {"label": "Correctness", "anchor": "equivalence", "badge": verdicts.status_badge(worst_status), "lines": lines}
+
+
+def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any]) -> dict[str, Any]:
+    if not comps:
+        return {"label": "Fairness", "anchor": "disparity", "badge": badge(NOT_RUN), "lines": [disp.get("reason", "no group comparisons")]}
+    headline = _dimension_summary([c["status"] for c in comps])
+    counts = {s: sum(c["status"] == s for c in comps) for s in verdicts.DisparityStatus}
+    groups = {(c["dimension"], c["group"]) for c in comps}
+    dims = {c["dimension"] for c in comps}
+    sizes = [c["n_prompts"] for c in comps if finite(c.get("n_prompts"))]
+    lows = [c["mdr_low"] for c in comps if c["mdr_low"] is not None]
+    lines = [f"{len(comps)} comparisons of {len(groups)} groups with their reference in {len(dims)} dimension(s): "
+             + ", ".join(f"{counts[s]} {s.value}" for s in verdicts.DisparityStatus) + "."]
+    if sizes:
+        lines.append(f"Groups hold {min(sizes)}" + (f"–{max(sizes)}" if max(sizes) != min(sizes) else "") + " prompts" + (f"; at that size a ratio must fall below about "
+                     f"{fixed(max(lows))} to be detected" if lows else "") + ".")
+    flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == verdicts.DisparityStatus.FLAG})
+    if flagged:
+        lines.append("Outside the band: " + ", ".join(flagged) + ".")
+    return {"label": "Fairness", "anchor": "disparity", "badge": verdicts.status_badge(headline), "lines": lines}
+
+
+def _speed_chart(snapshot: Mapping[str, Any], ids: _Ids) -> Any:
+    """Every group's measured speed-up against vanilla (not a ratio to a reference group): the
+    decisive fact when speculation slows groups down."""
+    rows, described = [], []
+    for dimension, part in (get(snapshot, "groups", default={}) or {}).items():
+        if not isinstance(part, Mapping):
+            continue
+        for index, (group, entry) in enumerate((get(part, "by_group", default={}) or {}).items()):
+            block = get(entry, "metrics", "speedup")
+            if not isinstance(block, Mapping) or not finite(block.get("value")):
+                continue
+            low, high = block.get("ci_low"), block.get("ci_high")
+            status = "SLOWER" if finite(high) and high < 1 else "FASTER" if finite(low) and low > 1 else "UNCLEAR"
+            text = triple(block, fixed, "×")
+            rows.append(charts.RatioRow(f"{dimension}={group}", get(entry, "n_prompts"), charts.group_colour(index),
+                                        [charts.RatioCell(block["value"], low, high, status, text)]))
+            described.append(f"{dimension}={group} {text} {status}")
+    if not rows:
+        return None
+    counts = {s: sum(r.cells[0].status == s for r in rows) for s in ("SLOWER", "UNCLEAR", "FASTER")}
+    desc = (f"Measured speed-up of speculative over vanilla decoding for each of {len(rows)} groups, log scale, with 95% intervals; "
+            f"{counts['SLOWER']} slower (interval below 1×), {counts['UNCLEAR']} unclear, {counts['FASTER']} faster. " + "; ".join(described))
+    return charts.ratio_forest(rows, ["Speed-up against vanilla"], band=None, chart_id=ids("speed"), title="Speed-up per group",
+                               desc=desc, axis_label="speed-up (log scale; 1× = as fast as vanilla)", value_header="speed-up [95% CI]")
+
+
+def _speed_card(speed: dict[str, Any]) -> dict[str, Any]:
+    if not speed["ran"]:
+        return {"label": "Speed", "anchor": "speed", "badge": badge(NOT_RUN), "lines": ["no speed-up measured (needs the vanilla engine)"],
+                "conditions": speed["conditions"]}
+    shown = ({"text": "SLOWER", "css": "fail", "symbol": "▼", "key": "slower"} if speed["below_one"] else
+             {"text": "FASTER", "css": "pass", "symbol": "▲", "key": "faster"} if speed["above_one"] else
+             {"text": "UNCLEAR", "css": "warn", "symbol": "?", "key": "unclear"})
+    lines = [f"Overall speed-up {speed['overall']} over {speed['overall_scope']}.",
+             (f"{len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla "
+             f"({len(speed['slower_sig'])} with the whole interval below 1×); range {speed['range']}.")]
+    return {"label": "Speed", "anchor": "speed", "badge": shown, "lines": lines, "conditions": speed["conditions"]}
+
+
+# ============================================================================ compare
+def _compare_view(snapshot: Mapping[str, Any], other: Mapping[str, Any], label: str) -> dict[str, Any]:
+    """Per group and metric, what changed against another run: the monitor's drift tests."""
+    from specaudit.monitor import compare_snapshots
+
+    result = compare_snapshots(snapshot, other)
+    words = {"PASS": ("NO SIGNIFICANT CHANGE", "none", "="), "WARN": ("CHANGED", "warn", "!"), "FAIL": ("WORSE", "fail", "✗")}
+    rows, notes = [], []
+    for check in result.checks:
+        text, css, symbol = words.get(check.status, (check.status, "none", "–"))
+        if check.kind == "drift":
+            rows.append({"dimension": check.dimension or MISSING, "group": check.group or MISSING, "metric": metric_label(check.metric or ""),
+                         "badge": {"text": text, "css": css, "symbol": symbol, "key": check.status.lower()}, "message": check.message})
+        else:
+            notes.append({"badge": badge(check.status.lower()), "subject": check.subject, "message": check.message})
+    counts = {s: sum(c.status == s for c in result.checks if c.kind == "drift") for s in ("PASS", "WARN", "FAIL")}
+    return {"ran": True, "label": label or get(other, "run", "id", default="the other run"), "rows": rows, "notes": notes,
+            "counts": counts, "status": result.status, "other_id": get(other, "run", "id", default=MISSING)}
 
 
 def _equivalence_line(eq: dict[str, Any]) -> str:
@@ -696,14 +859,8 @@ def _disparity_line(disp: dict[str, Any]) -> str:
         if not d.get("ran"):
             parts.append(f"{d.get('name')}: {d.get('reason', 'not run')}")
             continue
-        flagged = sorted({f["group"] for f in d["flags"] if f["status"] == "flag"})
-        unclear = sorted({f["group"] for f in d["flags"] if f["status"] == "inconclusive"})
-        if flagged:
-            parts.append(f"{d['name']}: {', '.join(flagged)} significantly outside the {d['band']} band")
-        elif unclear:
-            parts.append(f"{d['name']}: {', '.join(unclear)} outside the band but not significant")
-        else:
-            parts.append(f"{d['name']}: all groups within the {d['band']} band")
+        counts = ", ".join(f"{n} {s}" for s, n in d.get("counts", {}).items() if n)
+        parts.append(f"{d['name']}: {counts or 'no comparisons'}")
     return "; ".join(parts)
 
 
@@ -762,67 +919,6 @@ def _lowest_group(by_group: Mapping[str, Any], metric: str):
         return None
     group, block, n = min(candidates, key=lambda c: c[1]["value"])
     return group, block, integer(n)
-
-
-def _actions(eq, disp, gate, snapshot) -> list[dict[str, str]]:
-    """What to do, most urgent first; every item points at the section with the evidence."""
-    actions: list[dict[str, str]] = []
-    if eq.get("ran") and eq.get("status") == "error":
-        actions.append({"level": "fail", "text": "Fix the audit before reading it: plain decoding fails its own goodness-of-fit, "
-                        "so scoring (model, dtype, warping) does not match the decoder.", "anchor": "equivalence"})
-    if eq.get("ran") and eq.get("warning"):
-        actions.append({"level": "warn", "text": f"Rerun with another --seed: {eq['warning'].split(': a correct')[0]}.",
-                        "anchor": "equivalence"})
-    reported = set()
-    for engine in eq.get("engines", []) if eq.get("ran") else []:
-        if not engine["is_control"] and engine["badge"]["key"] == "fail":
-            why = f" (rejected by {', '.join(engine['rejected'])})" if engine.get("rejected") else ""
-            actions.append({"level": "fail", "text": f"Do not ship {engine['name']}: its output does not follow the target "
-                            f"distribution{why}. Check the acceptance rule, the residual distribution and that "
-                            "temperature/top-k/top-p reach both draft and target.", "anchor": "equivalence"})
-            reported.add(f"equivalence[{engine['name']}]")
-    if gate.get("ran"):
-        for check in gate["checks"]:
-            if check["status"] == "fail" and check["name"] not in reported:
-                actions.append({"level": "fail", "text": f"Gate check {check['name']} fails: {check['message']}", "anchor": "gate"})
-    for d in disp.get("dimensions", []) if disp.get("ran") else []:
-        if not d.get("ran"):
-            continue
-        flagged = sorted({f["group"] for f in d["flags"] if f["status"] == "flag"})
-        if flagged:
-            actions.append({"level": "fail", "text": f"{d['name']}: {', '.join(flagged)} get significantly less (or more) than the "
-                            f"reference {d['reference']} outside the {d['band']} band; see the drill-down and the fallback simulation.",
-                            "anchor": d["anchor"]})
-        advice = d.get("advice") or {}
-        slowed = [g["group"] for g in advice.get("per_group", []) if g.get("is_slowed")]
-        if slowed:
-            actions.append({"level": "warn", "text": f"{d['name']}: speculation slows down {len(slowed)} of {d['n_groups']} groups "
-                            f"({', '.join(slowed[:6])}{'…' if len(slowed) > 6 else ''}); route them to vanilla decoding or use a "
-                            "better draft (see recommendations).", "anchor": d["anchor"]})
-        unclear = sorted({f["group"] for f in d["flags"] if f["status"] == "inconclusive"})
-        if unclear:
-            actions.append({"level": "warn", "text": f"{d['name']}: {', '.join(unclear)} look different from {d['reference']} but the "
-                            "test cannot tell with these prompts; add prompts to those groups.", "anchor": d["anchor"]})
-    for engine in eq.get("engines", []) if eq.get("ran") else []:
-        if not engine["is_control"] and engine.get("tv", {}).get("verdict") == "not shown":
-            actions.append({"level": "warn", "text": f"Equivalence of {engine['name']} within δ = {engine['tv']['delta']} is not shown "
-                            f"(TV upper bound {engine['tv']['upper']}); sample more outputs per prompt to tighten it.",
-                            "anchor": "equivalence"})
-            break
-    small = [d for d in disp.get("dimensions", []) if any("prompts (<" in w for w in d.get("warnings", []))]
-    if small:
-        actions.append({"level": "warn", "text": "Some groups have too few prompts for reliable intervals and tests; add prompts "
-                        "or merge groups (see the warnings under each dimension).", "anchor": "disparity"})
-    if not eq.get("ran"):
-        actions.append({"level": "warn", "text": "Equivalence was not tested: run the analysis with equivalence on before relying "
-                        "on this report.", "anchor": "equivalence"})
-    if not gate.get("ran"):
-        actions.append({"level": "warn", "text": "No deployment gate has judged this snapshot: run `specaudit gate SNAPSHOT --write`.",
-                        "anchor": "gate"})
-    if not actions:
-        actions.append({"level": "pass", "text": "Nothing to fix: equivalence is not rejected and every group is within the band.",
-                        "anchor": "summary"})
-    return actions
 
 
 __all__ = ["build_view"]

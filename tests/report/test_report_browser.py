@@ -1,6 +1,11 @@
 """The report in a real browser: headless Chromium opens report.html from disk, the DOM holds
-the charts, a screenshot is not blank, printing gives a multi-page PDF, and no request leaves
-the page.
+the charts, a screenshot is not blank, printing gives a multi-page PDF within the page budget,
+the accessibility checker axe-core finds no serious or critical violation, every chart has a
+text alternative and enough contrast, and no request leaves the page.
+
+axe-core comes from the npm registry: the test uses $SPECAUDIT_AXE (a path to axe.min.js), the
+copy .ci/run installs into ~/.cache/specaudit/axe, or installs it there with npm itself; without
+npm or network it skips and says why.
 
 How "no request leaves the page" is checked (three layers, the last one observed, not assumed):
 1. the HTML has no tag or CSS that can fetch (test_report_html.py checks that statically);
@@ -93,6 +98,83 @@ def _png_rows(path: Path, max_rows: int):
         yield width, bpp, bytes(line)
 
 
+# ---------------------------------------------------------------------------- axe-core and the example audit
+AXE_CACHE = Path.home() / ".cache" / "specaudit" / "axe"
+EXAMPLE = Path(__file__).resolve().parents[2] / "reports" / "example" / "snapshot.json"
+PAGE_BUDGET = 12  # the default audit's report, printed on A4
+# chart fills that are areas behind the data (the band, zebra rows, the PIT 95% range), never data marks
+BACKGROUND_FILLS = {"#ffffff", "#dbe9f6", "#f3f3f3", "#f5f5f5", "#e6e6e6", "none"}
+DECORATIVE_STROKES = {"#d9d9d9"}  # grid lines
+
+
+def _axe_script() -> Path:
+    explicit = os.environ.get("SPECAUDIT_AXE")
+    if explicit and Path(explicit).is_file():
+        return Path(explicit)
+    cached = AXE_CACHE / "node_modules" / "axe-core" / "axe.min.js"
+    if cached.is_file():
+        return cached
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("axe-core not found and no npm to install it (set SPECAUDIT_AXE or run .ci/run): accessibility check not run")
+    AXE_CACHE.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(AXE_CACHE), "axe-core@4"],
+                          capture_output=True, text=True, timeout=300)
+    if not cached.is_file():
+        pytest.skip(f"could not install axe-core from the npm registry ({done.stderr.strip()[-300:]}): accessibility check not run")
+    return cached
+
+
+CHECKER = """
+<pre id="a11y-result">pending</pre>
+<script>
+(async () => {
+  const hex = (c) => { const m = c.match(/\\d+(\\.\\d+)?/g); if (!m || (m.length > 3 && +m[3] === 0)) return "none";
+    return "#" + m.slice(0, 3).map(v => (+v).toString(16).padStart(2, "0")).join(""); };
+  document.querySelectorAll("details").forEach(d => { d.open = true; });  // check folded drill-downs too
+  const charts = [...document.querySelectorAll("main svg")].map(svg => {
+    const title = svg.querySelector("title"), desc = svg.querySelector("desc");
+    const texts = [...svg.querySelectorAll("text")].map(t => hex(getComputedStyle(t).fill));
+    const fills = [...svg.querySelectorAll("rect,circle,path")].map(e => hex(getComputedStyle(e).fill));
+    const strokes = [...svg.querySelectorAll("line,circle,path")].map(e => hex(getComputedStyle(e).stroke));
+    return {role: svg.getAttribute("role"), label: svg.getAttribute("aria-label") || "",
+            title: title ? title.textContent : "", desc: desc ? desc.textContent : "", texts, fills, strokes};
+  });
+  let violations = [];
+  try {
+    const result = await axe.run(document, {resultTypes: ["violations"]});
+    violations = result.violations.map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.length,
+                                               example: v.nodes.length ? v.nodes[0].html.slice(0, 200) : ""}));
+  } catch (err) { violations = [{id: "axe-error", impact: "critical", nodes: 0, example: String(err)}]; }
+  document.getElementById("a11y-result").textContent = JSON.stringify({violations, charts});
+})();
+</script>
+"""
+
+
+def _luminance(colour: str) -> float:
+    channels = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def _contrast_on_white(colour: str) -> float:
+    return 1.05 / (_luminance(colour) + 0.05)
+
+
+def _pdf_pages(pdf: Path) -> int:
+    return len(re.findall(rb"/Type\s*/Page(?!s)", pdf.read_bytes()))
+
+
+@pytest.fixture(scope="module")
+def example_report(tmp_path_factory) -> Path:
+    if not EXAMPLE.is_file():
+        pytest.skip("reports/example/snapshot.json is not in this checkout")
+    from specaudit.report import load_snapshot
+
+    return render_report(load_snapshot(EXAMPLE), tmp_path_factory.mktemp("example"))["html"]
+
+
 # ---------------------------------------------------------------------------- tests
 def test_dom_has_the_charts_and_no_request_leaves_the_page(tmp_path, report_file):
     # the report with its CSP removed: whatever it references would now really be fetched
@@ -144,5 +226,40 @@ def test_print_to_pdf_gives_a_multipage_document(tmp_path, report_file):
     assert pdf.is_file(), result.stderr[-2000:]
     data = pdf.read_bytes()
     assert data.startswith(b"%PDF-") and len(data) > 50_000
-    pages = len(re.findall(rb"/Type\s*/Page(?!s)", data))
+    pages = _pdf_pages(pdf)
     assert pages > 1, f"{pages} page(s)"
+
+
+def test_default_audit_is_accessible_and_every_chart_readable(tmp_path, example_report):
+    axe = _axe_script()
+    checked = tmp_path / "checked.html"
+    html = example_report.read_text(encoding="utf-8")
+    html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html)  # the checker is a script
+    script = axe.read_text(encoding="utf-8")
+    checked.write_text(html.replace("</main>", f"<script>{script}</script>{CHECKER}</main>"), encoding="utf-8")  # inside main: not a stray region
+    dom = _chromium(tmp_path, "--virtual-time-budget=60000", "--dump-dom", checked.as_uri(), timeout=180).stdout
+    found = re.search(r'<pre id="a11y-result">(.*?)</pre>', dom, re.S)
+    assert found and found.group(1) != "pending", "the accessibility checker did not finish"
+    import html as html_lib
+
+    result = json.loads(html_lib.unescape(found.group(1)))
+    serious = [v for v in result["violations"] if v["impact"] in ("serious", "critical")]
+    assert serious == [], serious
+    charts = result["charts"]
+    assert len(charts) >= 4 + 4  # a forest per dimension of the default audit, drill-down panels, PIT histograms
+    for chart in charts:
+        # a text alternative: role img, a label, a title and a description that says what the chart shows
+        assert chart["role"] == "img" and chart["label"] and chart["title"] and len(chart["desc"]) > 40, chart["label"]
+        assert all(_contrast_on_white(c) >= 4.5 for c in chart["texts"] if c != "none"), chart["label"]
+        marks = [c for c in chart["fills"] if c not in BACKGROUND_FILLS] + \
+                [c for c in chart["strokes"] if c not in DECORATIVE_STROKES and c != "none"]
+        low = sorted({c for c in marks if _contrast_on_white(c) < 3.0})
+        assert low == [], f"{chart['label']}: marks under 3:1 on white: {low}"
+
+
+def test_default_audit_prints_within_the_page_budget(tmp_path, example_report):
+    pdf = tmp_path / "example.pdf"
+    result = _chromium(tmp_path, "--no-pdf-header-footer", f"--print-to-pdf={pdf}", example_report.as_uri(), timeout=180)
+    assert pdf.is_file(), result.stderr[-2000:]
+    pages = _pdf_pages(pdf)
+    assert 2 <= pages <= PAGE_BUDGET, f"{pages} pages"

@@ -9,15 +9,19 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
-
 from report_inputs import HOSTILE_GROUP, HOSTILE_ID, HOSTILE_TOKEN
+
 from specaudit.cli import main
+from specaudit.contracts import DisparityStatus, EquivalenceStatus
 from specaudit.errors import InputError
 from specaudit.gate import GateThresholds, evaluate_gate
 from specaudit.report import OUTPUT_FILES, groups_rows, junit_xml, load_snapshot, render_html, render_report, render_summary
+from specaudit.report._charts import GROUP_COLOURS, STATUS_STYLE, contrast_ratio
 from specaudit.report._exports import CSV_COLUMNS, md_escape
+from specaudit.report._verdicts import comparison_status, engine_status, not_run_reason, with_flags
 
 MAX_BYTES = 2 * 1024 * 1024
 
@@ -78,42 +82,47 @@ def test_report_shows_every_required_part(snapshot):
     html = render_html(_gated(snapshot))
     parsed = _parse(html)
     summary, equivalence = _section(parsed, "summary"), _section(parsed, "equivalence")
-    disparity, gate = _section(parsed, "disparity"), _section(parsed, "gate")
-    repro, method = _section(parsed, "reproducibility"), _section(parsed, "methodology")
-    # summary: the three verdicts as text badges, what to do, headline numbers with intervals
-    for label in ("Equivalence", "Disparity", "Gate", "What to do", "Headline numbers"):
-        assert label in summary
-    assert re.search(r"acceptance rate, all prompts \(style\) \d\.\d+ \[\d\.\d+, \d\.\d+\]", summary)
-    assert {"PASS", "WARN", "FAIL"} & set(summary.split())
-    # equivalence: every engine, each test with statistic, p, Holm p; bound, power, PIT chart
+    disparity, gate, actions = _section(parsed, "disparity"), _section(parsed, "gate"), _section(parsed, "actions")
+    repro, method, about = _section(parsed, "reproducibility"), _section(parsed, "methodology"), _section(parsed, "subject")
+    # the decision first, from the gate: the fixture's hf-assisted engine violates the target distribution
+    assert summary.startswith("Decision ")
     engines = snapshot["equivalence"]["engines"]
+    assert engines["hf-assisted"]["verdict"] == "fail" and snapshot["gate"]["status"] == "fail"
+    assert "Do not enable" in summary and "Gate: FAIL (exit 1)" in summary
+    assert "hf-assisted: its output is not distributed as the target's" in summary
+    for card in ("Correctness", "Fairness", "Speed", "Timed under:", "CPU thread"):
+        assert card in summary, card
+    assert re.search(r"Overall speed-up \d\.\d\d× \[\d\.\d\d, \d\.\d\d\]", summary)
+    assert "Do not ship hf-assisted" in actions and "MUST" in actions
+    # the audit subject: target and its hash, the draft as what it is, decoding, hardware, seed, prompt set, version, date
+    run = snapshot["run"]
+    for words in ("Target", "Draft", "Decoding", "Hardware", "Seed", "Prompt set", "specaudit", "Date", run["prompt_set"]["checksum"],
+                  run["created"], "k = 4"):
+        assert str(words) in about, words
+    assert next(iter(run["models"]["target"]["sha256"].values())) in about
+    # correctness: every engine, each test with statistic, p, Holm p; bound, power, PIT chart
     for engine in engines:
         assert engine in equivalence
     for words in ("PIT uniformity (Anderson–Darling)", "surprisal martingale", "Holm p", "Equivalence bound",
-                  "What this budget could detect", "Two-sample tests against vanilla"):
-        assert words in equivalence
+                  "What this budget could detect", "Two-sample tests against vanilla", "REJECTED"):
+        assert words in equivalence, words
+    assert "PASS" not in equivalence.replace("PASSES", "")  # a test that does not reject is "not rejected", never PASS
     spec_p = engines["speculative"]["goodness_of_fit"]["tests"]["surprisal"]["pvalue"]
     assert f"{spec_p:.3f}" in equivalence or spec_p < 0.001
-    if engines["hf-assisted"]["verdict"] == "fail":
-        assert "hf-assisted: output is NOT distributed as the target's" in summary
-    # disparity: forest plots with the band, group sizes, tests, drill-down, fallback
-    for words in ("Acceptance rate by style", "Speed-up by style", "each group against", "Holm p", "Token-level drill-down",
-                  "Acceptance by draft position", "Fallback simulation", "Recommendations", "Most-corrected tokens"):
+    # fairness: one forest per dimension, group sizes, tests, drill-down, fallback
+    for words in ("ratio to", "each group against", "Holm p", "Token-level drill-down", "Acceptance by draft position",
+                  "Fallback simulation", "Recommendations", "Most-corrected tokens"):
         assert words in disparity, words
-    group_sizes = [n["n_prompts"] for n in snapshot["groups"]["style"]["by_group"].values()]
-    assert f"plain ({group_sizes[0]})" in disparity or "plain (3)" in disparity
+    assert "plain (3)" in html
     # gate: one row per check
     assert all(c["name"] in gate for c in snapshot["gate"]["checks"])
     # reproducibility: command, model hashes, versions, seeds, prompt-set checksum
-    run = snapshot["run"]
     assert run["command"] in repro and run["prompt_set"]["checksum"] in repro
-    assert next(iter(run["models"]["target"]["sha256"].values())) in repro
     assert run["versions"]["torch"] in repro and "seed: run" in repro
     assert "Holm" in method and "bootstrap" in method
     # charts: inline SVG, each with a title, a description and an aria-label
     svgs = [attrs for tag, attrs in parsed.tags if tag == "svg"]
-    n_engines = len(engines)
-    assert len(svgs) >= n_engines + 2 + 1  # PIT per engine, two forest plots, drill-down bars
+    assert len(svgs) >= len(engines) + 1 + 1  # PIT per engine, one forest per dimension, drill-down panels
     assert all(a.get("role") == "img" and a.get("aria-label") and a.get("aria-labelledby") for a in svgs)
     ids = {a.get("id") for _, a in parsed.tags if a.get("id")}
     for a in svgs:
@@ -133,11 +142,10 @@ def test_report_is_self_contained_and_printable(snapshot):
     csp = [a for t, a in parsed.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
     assert csp and csp[0]["content"].startswith("default-src 'none'")
     assert "@media print" in html and "@page" in html and "break-inside: avoid" in html
-    # Okabe–Ito colours, and status also as text next to every badge colour
-    for colour in ("#0072B2", "#E69F00", "#D55E00"):
-        assert colour in html
-    badges = re.findall(r'<span class="badge (\w+)"><span class="sym" aria-hidden="true">.</span>([A-Z ]+)</span>', html)
+    # status also as text next to every badge colour; drill-downs folded; a glossary
+    badges = re.findall(r'<span class="badge (\w+)"><span class="sym" aria-hidden="true">.</span>([A-Zα ]+)</span>', html)
     assert badges and all(text.strip() for _, text in badges)
+    assert html.count("<details>") >= 3 and "Glossary" in html
 
 
 # ---------------------------------------------------------------------------- escaping
@@ -192,7 +200,9 @@ def test_missing_sections_render_as_not_run(tmp_path, snapshot, drop):
     if "run" in drop:
         assert "Reproducibility record: not run" in _section(parsed, "reproducibility")
     summary = _section(parsed, "summary")
-    assert summary.count("NOT RUN") >= sum(k in drop for k in ("equivalence", "disparities", "gate"))
+    if "gate" in drop:
+        assert "Insufficient evidence" in summary and "Gate: not run" in summary
+    assert summary.count("NOT RUN") >= sum(k in drop for k in ("equivalence", "disparities"))
     assert "not run" in paths["summary"].read_text(encoding="utf-8").lower() or len(drop) == 0
 
 
@@ -205,7 +215,7 @@ def test_equivalence_marked_not_run_and_odd_shapes_never_crash(tmp_path, snapsho
     parsed = _parse(html)
     assert "Equivalence tests: not run" in _section(parsed, "equivalence")
     assert "Gate: not run" in _section(parsed, "gate")
-    assert "Disparity" in _section(parsed, "disparity")
+    assert "Fairness" in _section(parsed, "disparity") and "Insufficient evidence" in _section(parsed, "summary")
     for empty in ({}, {"schema_version": 1}, {"schema_version": 1, "run": None, "groups": None}):
         assert "not run" in render_html(empty)
     with pytest.raises(InputError):
@@ -226,7 +236,8 @@ def test_greedy_equivalence_section_attributes_divergences(snapshot):
     equivalence = _section(_parse(html), "equivalence")
     assert "Mode greedy" in equivalence and "18 of 20 prompts" in equivalence and "90% [68%, 99%]" in equivalence
     assert "NEAR-TIE" in equivalence and "CLEAR" in equivalence and "&lt;i&gt;a&lt;/i&gt;" in html
-    assert "Do not ship speculative" in _section(_parse(html), "summary")
+    assert "Do not ship speculative" in _section(_parse(html), "actions")
+    assert "Do not enable" in _section(_parse(html), "summary")
 
 
 # ---------------------------------------------------------------------------- size
@@ -281,6 +292,17 @@ def test_groups_csv_one_row_per_dimension_group_metric(tmp_path, snapshot):
     assert any(r["group"] == "'=HYPERLINK(1)" for r in rows) and not any(r["group"].startswith("=") for r in rows)
     missing = [r for r in rows if r["value"] == ""]
     assert all(r["ci_low"] == "" for r in missing)  # null in the snapshot → empty cell, never "None"
+    # the comparison with the reference beside each group's value: ratio, its interval, p, Holm p and status
+    reference = snapshot["disparities"][dim]["reference"]
+    compared = snapshot["disparities"][dim]["metrics"]["acceptance_rate"]["pairwise"]
+    other = next(g for g in compared)
+    row = next(r for r in rows if r["group"] == other and r["metric"] == "acceptance_rate")
+    assert float(row["ratio"]) == compared[other]["ratio"]["value"] and float(row["ratio_ci_high"]) == compared[other]["ratio"]["ci_high"]
+    assert float(row["pvalue_holm"]) == compared[other]["pvalue_holm"] and row["is_reference"] == "false"
+    assert row["status"] in ("FLAG", "WITHIN", "INCONCLUSIVE", "INSUFFICIENT")
+    ref_row = next(r for r in rows if r["group"] == reference and r["metric"] == "acceptance_rate")
+    assert ref_row["is_reference"] == "true" and ref_row["status"] == "reference" and ref_row["ratio"] == ""
+    assert {r["run_id"] for r in rows} == {snapshot["run"]["id"]} and all(r["target"] and r["draft"] for r in rows)
 
 
 # ---------------------------------------------------------------------------- junit.xml
@@ -293,11 +315,21 @@ def test_junit_has_one_case_per_gate_check(tmp_path, snapshot):
     cases = list(root.iter("testcase"))
     assert [c.get("name") for c in cases] == [c.name for c in result.checks]
     failed = [c for c in cases if c.find("failure") is not None]
-    warned = [c for c in cases if c.find("skipped") is not None]
-    assert len(failed) == result.counts["fail"] >= 1 and len(warned) == result.counts["warn"]
+    skipped = [c for c in cases if c.find("skipped") is not None]
+    status = {c.get("name"): c.find("properties/property[@name='status']").get("value") for c in cases}
+    warned = [c for c in cases if status[c.get("name")] == "WARN"]
+    not_run = [c for c in result.checks if c.details.get("not_run")]
+    assert len(failed) == result.counts["fail"] >= 1 and len(warned) == result.counts["warn"] >= 1
+    # a warning is a passed test case (CI must not read it as "not run"); only a check that could not judge is skipped
+    assert all(c.find("skipped") is None and c.find("failure") is None and c.find("system-out").text.startswith("WARN")
+               for c in warned if c.get("name") not in {n.name for n in not_run})
+    assert [c.get("name") for c in skipped] == [c.name for c in not_run]
     suite = root.find("testsuite")
     assert int(suite.get("tests")) == len(cases) and int(suite.get("failures")) == len(failed)
-    assert int(suite.get("skipped")) == len(warned) and suite.get("errors") == "0"
+    assert int(suite.get("skipped")) == len(skipped) and suite.get("errors") == "0"
+    assert suite.get("timestamp") == snapshot["run"]["created"] and float(suite.get("time")) >= 0
+    properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert {"target", "draft", "seed", "commit"} <= set(properties) and properties["seed"] == str(snapshot["run"]["seeds"]["run"])
     assert all(c.find("system-out") is not None for c in cases if c.find("failure") is None)
     first = " ".join([*(e.text or "" for e in cases[0].iter()), *(v for e in cases[0].iter() for v in e.attrib.values())])
     assert "<&> ⟦x⟧" in first and "\x07" not in first  # escaped by the XML writer; control characters replaced
@@ -311,15 +343,15 @@ def test_junit_without_a_gate_is_valid_and_says_so():
 
 
 # ---------------------------------------------------------------------------- summary.md and CLI
-def test_summary_markdown_matches_the_html_verdicts(snapshot):
+def test_summary_markdown_starts_with_the_decision(snapshot):
     _gated(snapshot)
     markdown = render_summary(snapshot)
     html = render_html(snapshot)
-    for line in ("| Equivalence |", "| Disparity |", "| Gate |", "## What to do", "## Headline numbers", "## Gate checks"):
+    first = markdown.splitlines()[:3]
+    assert first[0] == "# Decision: Do not enable" and first[2] == "**Gate: FAIL (exit 1)**"
+    for line in ("| Correctness |", "| Fairness |", "| Speed |", "## What to do", "## Audit subject", "## Gate checks"):
         assert line in markdown
-    gate = snapshot["gate"]["status"].upper()
-    assert f"{gate}** |" in markdown.split("| Gate |")[1].split("\n")[0]
-    assert f"{gate}</span></h3>" in html.split(">Gate <")[1][:300]
+    assert ">Do not enable</h2>" in html and "Gate: FAIL (exit 1)" in html
 
 
 def test_report_cli(tmp_path, audit_run, capsys):
@@ -339,5 +371,197 @@ def test_a_control_rejected_only_at_alpha_is_shown_with_what_to_do(snapshot):
     snapshot["equivalence"]["control_warning"] = ("the vanilla control was rejected at alpha = 0.05 (Holm p = 0.04) but not at the "
                                                   "control level 0.001: a correct control is rejected at alpha in 1 audit of 20; rerun")
     html = render_html(_gated(snapshot))
-    assert html.count("the vanilla control was rejected at alpha = 0.05") == 2  # callout in the equivalence section + what to do
-    assert "Rerun with another --seed: the vanilla control was rejected" in html
+    parsed = _parse(html)
+    assert "the vanilla control was rejected at alpha = 0.05" in _section(parsed, "equivalence")  # the callout
+    actions = _section(parsed, "actions")
+    assert actions.count("Rerun with another seed: the vanilla control was rejected") == 1 and "--seed 2" in actions
+
+
+# ---------------------------------------------------------------------------- statuses, decision, actions
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "reports" / "example" / "snapshot.json"
+needs_example = pytest.mark.skipif(not EXAMPLE.is_file(), reason="reports/example/snapshot.json is not in this checkout")
+
+
+def _ratio(low, high, **extra):
+    return {"ratio": {"value": (low * high) ** 0.5, "ci_low": low, "ci_high": high}, **extra}
+
+
+def test_comparison_status_uses_the_carried_status_or_the_interval_never_ok():
+    band = (0.8, 1.25)
+    # the issue's example: an interval straddling the band is INCONCLUSIVE, whatever an old snapshot called it
+    assert comparison_status(_ratio(0.46, 1.52, status="ok"), band) == DisparityStatus.INCONCLUSIVE
+    assert comparison_status(_ratio(0.85, 1.2), band) == DisparityStatus.WITHIN
+    assert comparison_status(_ratio(0.3, 0.7, status="inconclusive"), band) == DisparityStatus.FLAG
+    assert comparison_status(_ratio(1.3, 1.9), band) == DisparityStatus.FLAG
+    # a design that cannot detect a ratio at the band's edges cannot decide, even with a narrow interval
+    assert comparison_status(_ratio(0.85, 1.2, min_detectable_ratio_low=0.6, min_detectable_ratio_high=1.4), band) == \
+        DisparityStatus.INSUFFICIENT
+    assert comparison_status(_ratio(0.85, 1.2, mdr={"low": 0.7, "high": 1.3}), band) == DisparityStatus.INSUFFICIENT
+    assert comparison_status({"ratio": {"value": None}}, band) == DisparityStatus.INSUFFICIENT
+    # the decisive-audits vocabulary, when a snapshot carries it, is used as it is
+    assert comparison_status(_ratio(0.46, 1.52, status="WITHIN"), band) == DisparityStatus.WITHIN
+
+
+def test_engine_status_and_tests_that_cannot_reject():
+    assert engine_status({"verdict": "pass", "goodness_of_fit": {"tests": {}}}) == EquivalenceStatus.NO_VIOLATION_FOUND
+    assert engine_status({"verdict": "fail", "goodness_of_fit": {}, "two_sample": {"x": 1}}) == EquivalenceStatus.VIOLATION
+    assert engine_status({"verdict": "pass", "goodness_of_fit": {"impossible_tokens": {"statistic": 2}}}) == EquivalenceStatus.VIOLATION
+    assert engine_status({"goodness_of_fit": {"n": 1}, "tv_bound": {"verdict": "equivalent within delta"}}) == EquivalenceStatus.EQUIVALENT
+    assert engine_status({}) == EquivalenceStatus.NOT_RUN
+    assert engine_status({"status": "equivalent within delta"}) == EquivalenceStatus.EQUIVALENT
+    assert "p = 1 by construction" in not_run_reason({"pvalue": 1.0}, two_sample=True, samples=1)
+    assert not_run_reason({"pvalue": 1.0}, two_sample=True, samples=5) is None
+    assert not_run_reason({"not_run_reason": "no vanilla samples"}, two_sample=True, samples=5) == "no vanilla samples"
+
+
+def test_commands_rerun_the_audit_with_the_flag_changed():
+    assert with_flags("specaudit audit --out reports/x --k 4", {"--k": 2}) == "specaudit audit --out reports/x-rerun --k 2"
+    assert with_flags(None, {"--samples": 8}) == "specaudit audit --samples 8"
+    assert with_flags("python run.py", {"--seed": 1}) == "specaudit audit --seed 1"
+
+
+@needs_example
+def test_default_audit_decision_cards_and_deduplicated_actions(tmp_path):
+    snapshot = load_snapshot(EXAMPLE)
+    paths = render_report(snapshot, tmp_path)
+    html = paths["html"].read_text(encoding="utf-8")
+    parsed = _parse(html)
+    summary, actions = _section(parsed, "summary"), _section(parsed, "actions")
+    speed = [g["metrics"]["speedup"]["value"] for part in snapshot["groups"].values() for g in part["by_group"].values()]
+    slower = sum(v < 1 for v in speed)
+    assert slower == len(speed) == 28  # the real audit: every group decoded slower than vanilla
+    assert "Do not enable" in summary and "Gate: WARN (exit 0)" in summary
+    assert f"{slower} of {len(speed)} groups run slower than vanilla" in summary
+    assert "1 CPU thread" in summary and "no repeats" in summary
+    # correctness is not claimed: no test found a violation, equivalence within delta is not shown
+    assert "NO VIOLATION FOUND" in summary and "PASS" not in summary
+    # one item per problem across the four dimensions, MUST before SHOULD, each with a command to paste
+    items = [li for li in re.findall(r'<ol class="actions">(.*?)</ol>', html, re.S)[0].split("<li ")[1:]]
+    assert 2 <= len(items) <= 6
+    assert sum("slower than vanilla" in i for i in items) == 1 and sum("cannot be decided" in i for i in items) == 1
+    levels = [re.search(r'class="(\w+)"', i).group(1) for i in items]
+    assert levels == sorted(levels, key=["fail", "warn", "pass"].index)
+    assert all('<pre class="cmd"><code>specaudit ' in i for i in items)
+    assert "--per-group" in actions and "--k 2" in actions
+    # the audit subject: the target's GGUF hash from the models entry, the draft described as what it is
+    about = _section(parsed, "subject")
+    assert snapshot["run"]["models"]["target"]["gguf_sha256"] in about
+    assert "int8: dynamic int8 quantisation of default" in about and "—" not in about
+    # terms explained at their first use (so also on paper), then linked to the glossary
+    for term in ("PIT", "TV", "Holm", "δ"):
+        assert f"<dfn>{term}</dfn>" in html and html.index(f"<dfn>{term}</dfn>") < html.index('id="glossary"')
+    markdown = paths["summary"].read_text(encoding="utf-8")
+    assert markdown.startswith("# Decision: Do not enable\n\n**Gate: WARN (exit 0)**")
+
+
+@needs_example
+def test_forest_plots_show_every_group_unclipped_with_one_colour_per_group():
+    snapshot = load_snapshot(EXAMPLE)
+    html = render_html(snapshot)
+    svgs = re.findall(r"<svg.*?</svg>", html, re.S)
+    forests = [s for s in svgs if 'aria-labelledby="forest' in s]
+    speed = [s for s in svgs if 'aria-labelledby="speed' in s]
+    assert len(speed) == 1 and speed[0].count("SLOWER") >= 28 + 1  # every group's speed-up against vanilla, and the legend
+    bars = [s for s in svgs if 'class="chart bars"' in s]
+    assert len(forests) == len(snapshot["groups"])  # one per dimension
+    for dimension, forest in zip(snapshot["groups"], forests):
+        groups = snapshot["groups"][dimension]["by_group"]
+        labels = {name: colour for colour, name in re.findall(r'fill="(#[0-9A-Fa-f]{6})"/><text[^>]*>([^<]+?) \(\d+\)</text>', forest)}
+        assert set(labels) == set(groups)  # nothing dropped
+        assert len(set(labels.values())) == len(groups)  # a colour per group
+        # fixed band lines and parity, labelled, on a log axis
+        for tick in ("0.8", "1", "1.25"):
+            assert re.search(rf'font-weight="bold"[^>]*>{re.escape(tick)}</text>', forest)
+        assert "log scale" in forest
+        # each interval's ends inside the drawn width: nothing clipped
+        xs = [float(x) for x in re.findall(r'<line x1="([\d.]+)" y1="[\d.]+" x2="[\d.]+" y2="[\d.]+" stroke="#(?!d9d9d9)', forest)]
+        assert xs and min(xs) >= 170 - 24 and max(xs) <= 1000
+        # the drill-down panels give each group the same colour, every group present
+        for chart in [b for b in bars if f", {dimension}<" in b or f"{dimension}</title>" in b]:
+            panels = {name: colour for colour, name in re.findall(r'fill="(#[0-9A-Fa-f]{6})"/><text[^>]*font-weight="bold"[^>]*>([^<]+)</text>', chart)}
+            assert {g: panels.get(g) for g in groups} == {g: labels[g] for g in groups}
+
+
+def test_palette_and_badges_meet_wcag_contrast():
+    assert all(contrast_ratio(c) >= 3.0 for c in GROUP_COLOURS)  # graphics: 3:1 on white
+    assert all(contrast_ratio(colour) >= 3.0 for _, colour in STATUS_STYLE.values())
+    css = (Path(__file__).resolve().parents[2] / "specaudit" / "report" / "templates" / "report.css").read_text()
+    var = dict(re.findall(r"--([\w-]+):\s*(#[0-9a-fA-F]{6})", css))
+    for kind in ("pass", "warn", "fail", "none"):  # badge text on its own background: 4.5:1 (small bold text)
+        assert contrast_ratio(var[kind], var[f"{kind}-bg"]) >= 4.5, kind
+        assert contrast_ratio(var[kind]) >= 4.5, kind
+
+
+def test_report_compare_shows_what_changed_per_group(tmp_path, snapshot, capsys):
+    _gated(snapshot)
+    snapshot.pop("prompts")  # compared through the groups' intervals (the monitor's path for snapshots without prompt values)
+    measured = snapshot["groups"][next(iter(snapshot["groups"]))]["by_group"]["plain"]["metrics"]["acceptance_rate"]
+    measured.update(ci_low=measured["value"] - 0.01, ci_high=measured["value"] + 0.01)  # a precisely measured baseline
+    before = tmp_path / "before.json"
+    before.write_text(json.dumps(snapshot), encoding="utf-8")
+    after = copy.deepcopy(snapshot)
+    dim = next(iter(after["groups"]))
+    group = "plain"
+    block = after["groups"][dim]["by_group"][group]["metrics"]["acceptance_rate"]
+    for key in ("value", "ci_low", "ci_high"):
+        block[key] -= 0.1  # then acceptance drops by 0.1, as precisely measured
+    (tmp_path / "now").mkdir()
+    (tmp_path / "now" / "snapshot.json").write_text(json.dumps(after), encoding="utf-8")
+    assert main(["report", str(tmp_path / "now"), "--compare", str(before)]) == 0
+    html = (tmp_path / "now" / "report.html").read_text(encoding="utf-8")
+    compare = _section(_parse(html), "compare")
+    assert compare.startswith("Compared with") and "Holm" in compare
+    row = re.search(rf"<tr><td>{re.escape(dim)}</td><td>{group}</td><td>acceptance rate</td><td>(.*?)</td>", html)
+    assert row and "WORSE" in row.group(1)  # significant and beyond the practical threshold
+    assert "## Compared with" in (tmp_path / "now" / "summary.md").read_text(encoding="utf-8")
+    assert main(["report", str(tmp_path / "now"), "--compare", str(tmp_path / "missing")]) == 2
+
+
+def test_junit_marks_checks_that_could_not_judge_as_skipped_with_the_reason():
+    gate = {"status": "warn", "checks": [
+        {"name": "disparity[d/speedup]", "title": "d", "status": "warn", "message": "3 prompts per group: cannot decide",
+         "details": {"status": "INSUFFICIENT"}},
+        {"name": "min-speedup[d]", "title": "m", "status": "warn", "message": "not run: no timings", "details": {"not_run": True}},
+        {"name": "tv-bound[spec]", "title": "t", "status": "warn", "message": "TV bound 0.9 > δ"},
+        {"name": "impossible-tokens", "title": "i", "status": "pass", "message": "none"}]}
+    root = ET.fromstring(junit_xml(gate))
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    for name in ("disparity[d/speedup]", "min-speedup[d]"):
+        assert cases[name].find("skipped").get("message").startswith("INSUFFICIENT: ")
+    assert cases["disparity[d/speedup]"].find("properties/property").get("value") == "INSUFFICIENT"
+    warn = cases["tv-bound[spec]"]
+    assert warn.find("skipped") is None and warn.find("failure") is None
+    assert warn.find("properties/property").get("value") == "WARN" and "TV bound 0.9" in warn.find("system-out").text
+    suite = root.find("testsuite")
+    assert suite.get("skipped") == "2" and suite.get("failures") == "0" and suite.get("tests") == "4"
+
+
+def test_decision_follows_the_gate_and_the_evidence(snapshot):
+    from specaudit.report._verdicts import comparisons, decide, speed_summary
+
+    snapshot = _gated(snapshot)
+    for part in snapshot["groups"].values():  # a draft that pays off everywhere, measured precisely
+        for entry in [part["overall"], *part["by_group"].values()]:
+            entry["metrics"]["speedup"].update(value=1.8, ci_low=1.7, ci_high=1.9)
+    for part in snapshot["disparities"].values():
+        for block in part["metrics"].values():
+            for row in block.get("pairwise", {}).values():
+                row["status"] = "WITHIN"
+    comps, speed = comparisons(snapshot), speed_summary(snapshot)
+    ok = [("speculative", EquivalenceStatus.EQUIVALENT)]
+    snapshot["gate"] = {"status": "pass", "exit_code": 0, "checks": [{"name": "impossible-tokens", "status": "pass"}]}
+    assert decide(snapshot, ok, comps, speed)["title"] == "Enable"
+    snapshot["gate"] = {"status": "warn", "exit_code": 0, "checks": [{"name": "group-size[style]", "status": "warn"},
+                                                                      {"name": "tv-bound[speculative]", "status": "warn"}]}
+    decision = decide(snapshot, ok, comps, speed)
+    assert decision["title"] == "Enable with conditions" and decision["gate"] == "Gate: WARN (exit 0)"
+    assert "group-size (1), tv-bound (1)" in decision["reasons"][0]
+    assert decide(snapshot, [("speculative", EquivalenceStatus.VIOLATION)], comps, speed)["title"] == "Do not enable"
+    assert decide(snapshot, [("speculative", EquivalenceStatus.NOT_RUN)], comps, speed)["title"] == "Insufficient evidence"
+    undecided = [dict(c, status=DisparityStatus.INSUFFICIENT) for c in comps]
+    assert decide(snapshot, ok, undecided, speed)["title"] == "Insufficient evidence"
+    slow = dict(speed, below_one=True)
+    assert decide(snapshot, ok, comps, slow)["title"] == "Do not enable"
+    snapshot["gate"] = None
+    assert decide(snapshot, ok, comps, speed)["title"] == "Insufficient evidence"
