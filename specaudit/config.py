@@ -31,7 +31,7 @@ class RunConfig:
     device: str = "auto"
     dtype: str = "auto"
     threads: int = 1  # CPU threads for torch; see load_pair_for
-    executor: str = "local"  # local | ray (specaudit.ray_executor); how the plan runs, not what it decodes
+    executor: str = "local"  # local | ray (specaudit.execution.ray); how the plan runs, not what it decodes
     workers: int | None = None  # Ray actors (default: one per GPU, else one per `threads` CPUs)
     ray_address: str | None = None  # an existing Ray cluster ("auto", "ray://host:10001"); default: start one here
     timing_repeats: int = 0

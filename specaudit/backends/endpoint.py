@@ -27,14 +27,10 @@ import json
 import math
 import os
 import socket
-import sys
-import threading
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from specaudit.errors import InputError
@@ -129,7 +125,7 @@ def settings_identity(settings: dict) -> dict:
     return {name: settings.get(name) for name in _IDENTITY}
 
 
-def _api_key(settings: dict) -> str | None:
+def api_key_of(settings: dict) -> str | None:
     if settings.get("api_key_env"):
         key = os.environ.get(settings["api_key_env"])
         if not key:
@@ -201,7 +197,7 @@ class Endpoint:
                 raise InputError(f"endpoint {self.setting} {url} did not answer within {self.timeout_s:g} s; "
                                  "check the server or raise endpoint.timeout_s") from None
             raise InputError(f"endpoint {self.setting} {url} did not answer ({reason}); start the server or fix the URL") from None
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise InputError(f"endpoint {self.setting} {url} did not answer within {self.timeout_s:g} s; "
                              "check the server or raise endpoint.timeout_s") from None
         except (ConnectionError, OSError) as err:
@@ -211,7 +207,7 @@ class Endpoint:
         try:
             with response:
                 return response.read()
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise InputError(f"endpoint {self.setting} {url} stopped answering within {self.timeout_s:g} s; "
                              "check the server or raise endpoint.timeout_s") from None
         except (ConnectionError, OSError) as err:
@@ -270,7 +266,7 @@ class Endpoint:
                     if first is None and (choice.get("text") or (choice.get("logprobs") or {}).get("tokens")):
                         first = time.perf_counter()
                     chunks.append(chunk)
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise InputError(f"endpoint {self.setting} {url} stopped streaming within {self.timeout_s:g} s; "
                              "check the server or raise endpoint.timeout_s") from None
         except (ConnectionError, OSError) as err:
@@ -361,7 +357,7 @@ def output_tokens(completion: Completion, top_n: int) -> tuple[list[int] | None,
     return ids, per_position
 
 
-_FINISH = {"stop": "eos", "eos": "eos", "eos_token": "eos", "length": "length", "max_tokens": "length"}
+FINISH_REASONS = {"stop": "eos", "eos": "eos", "eos_token": "eos", "length": "length", "max_tokens": "length"}
 
 
 # ----------------------------------------------------------------------------- server metrics
@@ -425,7 +421,7 @@ def metrics_summary(before: dict, after: dict, previous: dict | None = None) -> 
 
 
 # ----------------------------------------------------------------------------- the run
-def _resolve_model(endpoint: Endpoint, wanted: str | None, setting: str) -> tuple[str, list[str]]:
+def resolve_model(endpoint: Endpoint, wanted: str | None, setting: str) -> tuple[str, list[str]]:
     served = endpoint.served_models()
     if wanted is not None:
         if served and wanted not in served:
@@ -460,157 +456,6 @@ def request_body(cfg, settings: dict, model: str, prompt_ids: list[int], seed: i
     return {key: value for key, value in body.items() if value is not None}  # extra_body may drop a field with null
 
 
-def run_backend(cfg, out_dir: str | Path, *, prompt_set=None, progress: bool = True, command: str | None = None,
-                shard: tuple[int, int] | None = None):
-    """Run the plan against the two servers of `cfg.endpoint` into `out_dir` (resumable)."""
-    from tqdm.auto import tqdm
-
-    from specaudit.decoding import Generation
-    from specaudit.models import load_tokenizer
-    from specaudit.records import MANIFEST_FILE, RECORDS_FILE, RecordWriter, write_json_atomic
-    from specaudit.runner import (
-        RunSummary,
-        derive_seed,
-        encode_prompt,
-        library_versions,
-        pending_items,
-        plan_record,
-        prepare_run,
-        run_manifest,
-    )
-
-    started = time.perf_counter()
-    out_dir = Path(out_dir)
-    settings = cfg.endpoint
-    prompt_set, identity, previous = prepare_run(cfg, out_dir, prompt_set, shard)
-    api_key = _api_key(settings)
-    endpoints = {
-        "speculative": Endpoint(settings["speculative_url"], setting="speculative_url", api_key=api_key, timeout_s=settings["timeout_s"]),
-        "vanilla": Endpoint(settings["vanilla_url"], setting="vanilla_url", api_key=api_key, timeout_s=settings["timeout_s"]),
-    }
-    models, served = {}, {}
-    for engine, endpoint in endpoints.items():  # also the health check: nothing is written if a server is down
-        models[engine], served[engine] = _resolve_model(endpoint, settings[f"{engine}_model"], f"{engine}_model")
-    metrics = Endpoint(settings["metrics_url"], setting="metrics_url", api_key=api_key, timeout_s=settings["timeout_s"]) \
-        if settings["metrics_url"] else None
-    tokenizer_name = settings["tokenizer"] or cfg.target
-    tokenizer = load_tokenizer(tokenizer_name)
-    encoded = {p.id: encode_prompt(tokenizer, p.text, cfg.chat_template) for p in prompt_set.prompts}
-
-    existing, plan, todo = pending_items(out_dir, prompt_set, cfg, shard, engines=RECORD_ENGINES)
-    manifest = run_manifest(
-        cfg, identity, prompt_set, previous=previous, command=command, versions=library_versions(),
-        models={"tokenizer": {"name": str(tokenizer_name)},
-                **{engine: {"url": endpoints[engine].base_url, "model": models[engine], "served": served[engine]} for engine in RECORD_ENGINES}},
-        device={"type": "endpoint", "name": f"{settings['speculative_url']} (speculative), {settings['vanilla_url']} (vanilla)",
-                "concurrency": settings["concurrency"]},
-    )
-    notes = dict(previous.get("endpoint") or {})
-    notes.update({"logprobs": settings["logprobs"], "logprobs_mode": settings["logprobs_mode"], "stream": settings["stream"]})
-    manifest.update(backend="endpoint", endpoint=notes)
-    if previous.get("server_metrics"):
-        manifest["server_metrics"] = previous["server_metrics"]
-    write_json_atomic(out_dir / MANIFEST_FILE, manifest)
-
-    tokenizer_lock = threading.Lock()
-
-    def call(engine: str, prompt_ids: list[int], seed: int, max_tokens: int) -> Completion:
-        return endpoints[engine].complete(request_body(cfg, settings, models[engine], prompt_ids, seed, max_tokens))
-
-    def record_of(item) -> dict:
-        prompt, engine, label, timing_only = item
-        seed = derive_seed(cfg.seed, prompt.id, label)
-        prompt_ids = encoded[prompt.id]
-        completion = call(engine, prompt_ids, seed, cfg.max_new_tokens)
-        finish = _FINISH.get(str(completion.finish_reason))
-        if finish is None:
-            raise InputError(f"endpoint {endpoints[engine].setting} ended a completion with finish_reason {completion.finish_reason!r}, "
-                             "not stop or length; check the server log and re-run to resume")
-        ids, logprobs = output_tokens(completion, settings["logprobs"])
-        source = "server"
-        if ids is None:
-            with tokenizer_lock:  # a fast tokenizer must not be called from two threads at once
-                ids, source = list(tokenizer(completion.text, add_special_tokens=False)["input_ids"]), "re-tokenised text"
-        generation = Generation(tokens=ids, finish_reason=finish, wall_s=completion.wall_s, ttft_s=completion.ttft_s, steps=0,
-                                draft_s=None, verify_s=None)
-        record = plan_record(cfg, prompt, engine, label, timing_only, seed, prompt_ids, generation, completion.text)
-        record.update(backend="endpoint", token_ids_source=source, logprobs_mode=settings["logprobs_mode"], target_logprobs=logprobs)
-        return record
-
-    if todo:
-        first = encoded[todo[0][0].id]
-        for _ in range(cfg.warmup):  # first requests pay for graph capture, caches, connection set-up
-            for engine in RECORD_ENGINES:
-                call(engine, first, cfg.seed, min(8, cfg.max_new_tokens))
-    before = parse_metrics(metrics.get_text(settings["metrics_url"])) if metrics and todo else None
-
-    written, sources, error = 0, set(), None
-    finished: dict[int, dict] = {}
-    next_index = 0
-
-    def flush(everything: bool = False) -> None:
-        """Write finished records in plan order (so the file, and every analysis of it, does not
-        depend on which request happened to finish first); `everything` also writes past a gap."""
-        nonlocal next_index, written
-        for index in sorted(finished):
-            if index != next_index and not everything:
-                break
-            record = finished.pop(index)
-            writer.write(record)  # only this thread writes
-            sources.add(record["token_ids_source"])
-            written += 1
-            next_index = index + 1
-
-    # Items are submitted in plan order (engines of one prompt and sample back to back, order
-    # alternating), so both sides of each pair run at about the same time and server load.
-    with RecordWriter(out_dir / RECORDS_FILE) as writer, tqdm(
-        total=len(plan), initial=len(plan) - len(todo), desc="requests", unit="req", disable=not progress, file=sys.stderr
-    ) as bar, ThreadPoolExecutor(max_workers=settings["concurrency"]) as pool:
-        futures = {pool.submit(record_of, item): index for index, item in enumerate(todo)}
-        try:
-            for future in as_completed(futures):
-                try:
-                    finished[futures[future]] = future.result()
-                except CancelledError:
-                    continue
-                except InputError as err:
-                    if error is None:  # stop sending; requests already in flight still land in the file
-                        error = err
-                        for other in futures:
-                            other.cancel()
-                    continue
-                bar.update(1)
-                flush()
-        except BaseException:  # a bug or Ctrl-C: do not send the queued requests while unwinding
-            for other in futures:
-                other.cancel()
-            raise
-        finally:
-            flush(everything=True)  # whatever finished is kept, gaps and all: a re-run fills them
-    if sources:
-        notes["token_ids"] = sorted(sources | set(notes.get("token_ids") or []))
-        if "re-tokenised text" in sources:
-            notes["token_ids_note"] = ("the server returned token text, not ids (vLLM: return_tokens_as_token_ids); outputs were "
-                                       "re-tokenised, which may differ from what was sampled, and carry no logprobs")
-        manifest["endpoint"] = notes
-    if before is not None:
-        try:
-            after = parse_metrics(metrics.get_text(settings["metrics_url"]))
-        except InputError as err:
-            after = None
-            manifest["server_metrics"] = {**(manifest.get("server_metrics") or {}), "error": str(err)}
-        if after is not None:
-            summary = metrics_summary(before, after, previous.get("server_metrics"))
-            summary.update(url=settings["metrics_url"], note=(
-                "deltas of the server's cumulative counters over the run's requests; other traffic on that server in the meantime "
-                "is counted too" if after else f"no {', '.join(SPEC_DECODE_COUNTERS)} counters found at the metrics URL"))
-            manifest["server_metrics"] = summary
-    write_json_atomic(out_dir / MANIFEST_FILE, manifest)
-    if error is not None:
-        raise error
-    return RunSummary(out_dir, len(existing) + written, written, len(plan) - len(todo), time.perf_counter() - started)
-
-
 __all__ = [
     "DEFAULTS",
     "Completion",
@@ -621,7 +466,6 @@ __all__ = [
     "parse_token_id",
     "public_settings",
     "request_body",
-    "run_backend",
     "settings_identity",
     "validate_settings",
 ]

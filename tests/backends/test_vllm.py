@@ -201,8 +201,8 @@ def test_records_of_both_engines_look_like_local_records():
 # ---------------------------------------------------------------------------- errors
 def test_no_gpu_is_one_sentence():
     with pytest.raises(InputError, match="needs a CUDA GPU and none is visible here"):
-        backend._require_gpu(False)
-    backend._require_gpu(True)
+        backend.require_gpu(False)
+    backend.require_gpu(True)
 
 
 def test_missing_vllm_comes_first_and_is_exit_2(tmp_path, tiny_pair_dir, tiny_prompts_file, monkeypatch, capsys):
