@@ -362,35 +362,25 @@ FINISH_REASONS = {"stop": "eos", "eos": "eos", "eos_token": "eos", "length": "le
 
 # ----------------------------------------------------------------------------- server metrics
 def parse_metrics(text: str) -> dict:
-    """Speculative-decoding counters of a Prometheus text page, summed over label sets: the
-    three totals (with or without the `_total` suffix prometheus_client adds) and accepted
-    tokens per draft position."""
+    """Speculative-decoding counters of a Prometheus text page (prometheus_client's parser),
+    summed over label sets: the three totals (with or without the `_total` suffix
+    prometheus_client adds) and accepted tokens per draft position."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     totals: dict[str, float] = {}
     per_position: dict[int, float] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        name_labels, _, rest = line.rpartition("}") if "}" in line else (None, None, line)
-        if name_labels is None:
-            name, _, value_text = line.partition(" ")
-            labels = ""
-        else:
-            name, _, labels = name_labels.partition("{")
-            value_text = rest
-        try:
-            value = float(value_text.split()[0])
-        except (IndexError, ValueError):
-            continue
-        base = name.removesuffix("_total")
+    try:
+        samples = [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+    except (ValueError, TypeError, IndexError) as err:
+        raise InputError(f"endpoint metrics_url did not return Prometheus text ({err}); point it at the server's /metrics") from None
+    for sample in samples:
+        base = sample.name.removesuffix("_total")
         if base == PER_POSITION_COUNTER:
-            for pair in labels.split(","):
-                key, _, raw = pair.partition("=")
-                if key.strip() == "position" and raw.strip().strip('"').isdigit():
-                    position = int(raw.strip().strip('"'))
-                    per_position[position] = per_position.get(position, 0.0) + value
+            position = str(sample.labels.get("position", ""))
+            if position.isdigit():
+                per_position[int(position)] = per_position.get(int(position), 0.0) + sample.value
         elif base in SPEC_DECODE_COUNTERS:
-            totals[base] = totals.get(base, 0.0) + value
+            totals[base] = totals.get(base, 0.0) + sample.value
     if per_position:
         totals["per_position"] = [per_position.get(i, 0.0) for i in range(max(per_position) + 1)]
     return totals
