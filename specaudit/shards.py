@@ -1,16 +1,16 @@
 """Splitting a run into shards and merging shard outputs (Slurm arrays, Kubernetes Jobs, ...).
 
 A prompt's shard depends only on its id (a stable hash), so all engines and samples of a prompt
-land in the same shard and its paired timings stay on one machine.
+land in the same shard and its paired timings stay on one machine (the hash: specaudit.execution.plan.shard_of).
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from specaudit._files import check_output_folder, write_json_atomic
 from specaudit.errors import InputError
+from specaudit.execution.plan import shard_of
 from specaudit.records import MANIFEST_FILE, RECORDS_FILE, RecordWriter, load_records, read_manifest
 
 
@@ -22,14 +22,10 @@ def parse_shard(text: str) -> tuple[int, int]:
     return int(index), int(count)
 
 
-def shard_of(prompt_id: str, count: int) -> int:
-    return int.from_bytes(hashlib.sha256(prompt_id.encode()).digest()[:8], "little") % count
-
-
 def merge_runs(out_dir: str | Path, run_dirs: list[str | Path]) -> int:
     """Combine shard folders into `out_dir`; refuse when their settings or prompts differ, or
     when two shards hold the same record. Returns the number of records written."""
-    from specaudit.execution.folder import folder_lock
+    from specaudit.execution.folder import folder_lock  # the run package imports this module's neighbours, not it
 
     out_dir = Path(out_dir)
     if not run_dirs:

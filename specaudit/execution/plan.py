@@ -40,10 +40,14 @@ def plan_items(prompts: Iterable, cfg: RunConfig, engines: Sequence[str] | None 
     return items
 
 
+def shard_of(prompt_id: str, count: int) -> int:
+    """The shard (of `count`) a prompt belongs to: a stable hash of its id alone, so all engines and
+    samples of a prompt land in the same shard and its paired timings stay on one machine."""
+    return int.from_bytes(hashlib.sha256(prompt_id.encode()).digest()[:8], "little") % count
+
+
 def shard_prompts(prompts: Sequence, shard: tuple[int, int] | None) -> list:
     """The prompts of shard i of N (`shard=(i, N)`, see specaudit.shards); all of them without one."""
     if shard is None:
         return list(prompts)
-    from specaudit.shards import shard_of
-
     return [p for p in prompts if shard_of(p.id, shard[1]) == shard[0]]

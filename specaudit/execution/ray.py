@@ -33,7 +33,7 @@ from specaudit.execution.decode import (
     warm_up,
 )
 from specaudit.execution.folder import RunFolder
-from specaudit.shards import shard_of
+from specaudit.execution.plan import shard_of
 
 SHARDS_PER_WORKER = 4  # more shards than workers: a dead worker's re-run is small, and fast workers take more
 MAX_SHARD_ATTEMPTS = 3  # a shard that kills its actor this often is a problem of its own, not bad luck
