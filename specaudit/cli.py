@@ -45,11 +45,9 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
 
 def _flag_options(args: argparse.Namespace) -> dict:
     """The RunConfig options actually given as flags (unset flags are None and fall through)."""
-    from dataclasses import fields
+    from specaudit.config import RUN_OPTIONS
 
-    from specaudit.config import RunConfig
-
-    return {f.name: getattr(args, f.name) for f in fields(RunConfig) if getattr(args, f.name, None) is not None}
+    return {name: getattr(args, name) for name in RUN_OPTIONS if getattr(args, name, None) is not None}
 
 
 def _config_file_sections(args: argparse.Namespace) -> tuple[dict, dict, dict, str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specaudit._files import check_output_folder, write_json_atomic
 from specaudit.errors import InputError
-from specaudit.execution.plan import shard_of
+from specaudit.execution.plan import shard_of  # noqa: F401 - importable from here, as before
 from specaudit.records import MANIFEST_FILE, RECORDS_FILE, RecordWriter, load_records, read_manifest
 
 

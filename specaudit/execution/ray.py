@@ -17,7 +17,6 @@ import logging
 import secrets
 import warnings
 from collections import Counter, deque
-from dataclasses import replace
 
 from specaudit.config import RunConfig
 from specaudit.contracts.run import PlanItem
@@ -150,7 +149,7 @@ class RayExecutor(Executor):
         for item in folder.todo:
             self.shards.setdefault(shard_of(item.prompt.id, self.n_shards), []).append(item)
         worker_class = ray.remote(DecodeWorker)
-        actor_cfg = replace(self.cfg, device=device)
+        actor_cfg = self.cfg.replace(device=device)
         run_token = secrets.token_hex(3)
 
         def spawn():
