@@ -53,9 +53,9 @@ def write_json_atomic(path: str | Path, payload: Any) -> Path:
     return write_atomic(path, text + "\n")
 
 
-def check_output_folder(path: str | Path, option: str = "--out") -> Path:
+def check_output_folder(path: str | Path, option: str = "--out", *, create: bool = True) -> Path:
     """Refuse, before any work starts, an output folder that cannot be one: a path naming a file
-    (or under one), or a folder this process cannot write into. Creates the folder."""
+    (or under one), or a folder this process cannot write into. Creates the folder if `create`."""
     path = Path(path)
     for parent in (path, *path.parents):
         if parent.exists():
@@ -64,6 +64,8 @@ def check_output_folder(path: str | Path, option: str = "--out") -> Path:
             if not os.access(parent, os.W_OK | os.X_OK):
                 raise InputError(f"{option} {path}: {parent} is not writable; choose a folder you can write to")
             break
+    if not create:
+        return path
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -128,3 +128,12 @@ def test_atomic_writes_are_complete_or_absent_and_json_is_strict(tmp_path):
     with pytest.raises(InputError, match="is a folder, not a file"):
         write_atomic(tmp_path / "dir.md", "text")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "dir.md"]  # no stray staging file
+
+
+def test_audit_refuses_an_out_naming_a_file_before_loading_models(tmp_path, tiny_prompts_file, capsys):
+    a_file = tmp_path / "afile"
+    a_file.write_text("keep me")
+    # the target does not exist: had the models loaded first, the error would name it instead
+    code = main(["audit", "--target", str(tmp_path / "no-model"), "--prompts", str(tiny_prompts_file), "--out", str(a_file), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "is a file, not a folder" in err and a_file.read_text() == "keep me"
