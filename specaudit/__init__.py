@@ -29,7 +29,7 @@ _PUBLIC = {
     "read_records": "specaudit.records",
     "reference_verify": "specaudit.decoding",
     "render_report": "specaudit.report",
-    "run": "specaudit.runner",
+    "run": "specaudit.execution",
     "score_records": "specaudit.stats",
     "two_sample": "specaudit.stats",
     "validate_prompt_set": "specaudit.prompts",

@@ -1,24 +1,24 @@
 """analyze: a run folder (records.jsonl + manifest.json) → snapshot.json.
 
-The snapshot is the one contract that report, gate and monitor read (DESIGN.md, Contracts).
+The snapshot is the one contract that report, gate and monitor read (docs/ARCHITECTURE.md, Contracts).
 This module only composes: the statistics live in specaudit.stats.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from specaudit._files import json_clean, write_json_atomic
+from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.errors import InputError
-from specaudit.records import RECORDS_FILE, read_manifest, read_records, write_json_atomic
+from specaudit.records import RECORDS_FILE, read_manifest, read_records
 
 SNAPSHOT_FILE = "snapshot.json"
 SNAPSHOT_SCHEMA_VERSION = 1
-CONTROL_ENGINE = "vanilla"
 # The control asks "is the auditor itself broken?" (a scoring or warping mismatch), which shows
 # as a gross rejection. Judged at alpha it would void 1 audit in 20 by chance, so it is judged
 # at alpha x this factor; a rejection between the two levels is reported as a warning.
@@ -235,20 +235,8 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
         snapshot["run"]["disparity_engine"] = engine
     snapshot["run"]["analysis"] = {"alpha": alpha, "delta": delta, "n_boot": n_boot, "seed": seed, "tolerance": list(tolerance),
                                    "fallback_threshold": fallback_threshold, "seconds": round(time.perf_counter() - started, 2)}
-    snapshot = _json_safe(snapshot)
+    snapshot = json_clean(snapshot)
     if write:
         write_json_atomic(run_dir / SNAPSHOT_FILE, snapshot)
     return snapshot
 
-
-def _json_safe(value):
-    """NaN/inf become null: snapshot.json must be strict JSON for every consumer."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy scalars
-        return _json_safe(value.item())
-    return value

@@ -32,14 +32,16 @@ def default_run_id(cfg: RunConfig) -> str:
 
 def audit(cfg: RunConfig, out_dir: str | Path, *, analysis: dict | None = None, gate: dict | None = None, pair=None,
           progress: bool = True, command: str | None = None) -> AuditResult:
+    from specaudit._files import check_output_folder, write_json_atomic
     from specaudit.analysis import SNAPSHOT_FILE, analyze
+    from specaudit.execution import run
+    from specaudit.execution.decode import load_pair_for
     from specaudit.gate import evaluate_gate, load_thresholds
-    from specaudit.records import write_json_atomic
     from specaudit.report import render_report
-    from specaudit.runner import load_pair_for, run
 
     thresholds = load_thresholds(gate or {})  # impossible thresholds fail before any decoding
     out_dir = Path(out_dir)
+    check_output_folder(out_dir, create=False)  # an --out that cannot be written fails before the models load
     pair = pair or load_pair_for(cfg)
     run(cfg, out_dir, pair=pair, progress=progress, command=command)
     snapshot = analyze(out_dir, pair=pair, **(analysis or {}))

@@ -1,52 +1,72 @@
-"""Run configuration: one dataclass, validated on construction, loadable from YAML."""
+"""Run configuration: one pydantic model for flags and YAML alike, validated on construction."""
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specaudit._validation import input_error
 from specaudit.decoding import ENGINES, SamplingSpec
 from specaudit.errors import InputError
 
 
-@dataclass
-class RunConfig:
+def _flag(field: str) -> str:
+    return f"--{field.replace('_', '-')}"
+
+
+class RunConfig(BaseModel):
+    """The settings of a run, from flags or a YAML file alike: checked on construction (types and
+    ranges by pydantic, the rules between settings below); bad values are an InputError."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
+
     target: str = "default"
-    draft: str = "int8"
+    draft: str | None = "int8"
     engines: tuple[str, ...] = ("vanilla", "speculative")
-    k: int = 4
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    samples: int = 1
-    max_new_tokens: int = 48
+    k: int = Field(4, ge=1, strict=True)
+    temperature: float = Field(1.0, strict=True)
+    top_k: int = Field(0, strict=True)
+    top_p: float = Field(1.0, strict=True)
+    samples: int = Field(1, ge=1, strict=True)
+    max_new_tokens: int = Field(48, ge=1, strict=True)
     prompts: str = "core"
-    per_group: int | None = None
+    per_group: int | None = Field(None, ge=1, strict=True)
     dimensions: tuple[str, ...] | None = None
     column_map: str | None = None
-    seed: int = 0
+    seed: int = Field(0, strict=True)
     device: str = "auto"
     dtype: str = "auto"
-    threads: int = 1  # CPU threads for torch; see load_pair_for
-    executor: str = "local"  # local | ray (specaudit.ray_executor); how the plan runs, not what it decodes
-    workers: int | None = None  # Ray actors (default: one per GPU, else one per `threads` CPUs)
+    threads: int = Field(1, ge=1, strict=True)  # CPU threads for torch; see execution.decode.load_pair_for
+    executor: str = "local"  # local | ray (specaudit.execution.ray); how the plan runs, not what it decodes
+    workers: int | None = Field(None, ge=1, strict=True)  # Ray actors (default: one per GPU, else one per `threads` CPUs)
     ray_address: str | None = None  # an existing Ray cluster ("auto", "ray://host:10001"); default: start one here
-    timing_repeats: int = 0
-    warmup: int = 1
+    timing_repeats: int = Field(0, ge=0, strict=True)
+    warmup: int = Field(1, ge=0, strict=True)
     verify: str | None = None  # "module:function" of a user's rejection step, for the speculative engine
     draft_noise: str | None = None  # "dimension=group:sigma": plant a disparity (NoisyDraft) to check an audit's power
-    chat_template: bool = True
-    endpoint: dict | None = None  # settings of `--engines endpoint` (see specaudit.backends.endpoint)
-    extra: dict = field(default_factory=dict)
+    chat_template: bool = Field(True, strict=True)
+    endpoint: dict | None = None  # settings of `--engines endpoint` (specaudit.backends.endpoint.EndpointSettings)
+    extra: dict = Field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        if isinstance(self.engines, str):
-            self.engines = tuple(e.strip() for e in self.engines.split(",") if e.strip())
-        if isinstance(self.dimensions, str):
-            self.dimensions = tuple(d.strip() for d in self.dimensions.split(",") if d.strip())
+    def __init__(self, **options: Any) -> None:
+        try:
+            super().__init__(**options)
+        except ValidationError as err:
+            raise input_error(err, RunConfig, _flag, lambda names: f"unknown option(s) {', '.join(names)}") from None
+
+    @field_validator("engines", "dimensions", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _rules(self) -> RunConfig:
         from specaudit.backends import BACKENDS
 
         unknown = [e for e in self.engines if e not in ENGINES and e not in BACKENDS]
@@ -61,20 +81,11 @@ class RunConfig:
             from specaudit.backends.endpoint import validate_settings
 
             self.endpoint = validate_settings(self.endpoint, self.engines)
-        for name, value, low in (("k", self.k, 1), ("samples", self.samples, 1), ("max-new-tokens", self.max_new_tokens, 1),
-                                 ("timing-repeats", self.timing_repeats, 0), ("warmup", self.warmup, 0),
-                                 ("threads", self.threads, 1)):
-            if not isinstance(value, int) or value < low:
-                raise InputError(f"--{name} must be an integer >= {low}, got {value!r}")
         if self.executor not in ("local", "ray"):
             raise InputError(f"--executor {self.executor!r}: choose local or ray")
         if self.executor == "ray" and any(e not in ENGINES for e in self.engines):
             raise InputError(f"--executor ray runs the local engines ({', '.join(ENGINES)}); a backend in --engines runs on its own")
-        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
-            raise InputError(f"--workers must be an integer >= 1, got {self.workers!r}")
-        if self.per_group is not None and self.per_group < 1:
-            raise InputError(f"--per-group must be >= 1, got {self.per_group}")
-        self.sampling  # validates temperature / top-k / top-p
+        SamplingSpec(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)  # its checks: temperature, top-k, top-p
         if isinstance(self.draft, str) and self.draft.startswith("early-exit") and not self.draft.partition(":")[2].isdigit():
             raise InputError(f"--draft {self.draft!r}: write early-exit:N with N the number of layers to keep, e.g. early-exit:8")
         if self.draft_noise:
@@ -85,13 +96,18 @@ class RunConfig:
                 raise InputError("--draft-noise applies to the speculative engine only; drop hf-assisted from --engines")
         if self.draft is None and not backends and any(e != "vanilla" for e in self.engines):
             raise InputError("the speculative engines need a --draft (int8, early-exit:N, ngram, or a model)")
+        return self
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A copy with `changes` applied and checked again."""
+        return RunConfig(**{**self.model_dump(), **changes})
 
     @property
     def sampling(self) -> SamplingSpec:
         return SamplingSpec(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
     def to_dict(self) -> dict:
-        payload = asdict(self)
+        payload = self.model_dump()
         payload["engines"] = list(self.engines)
         payload["dimensions"] = list(self.dimensions) if self.dimensions else None
         if self.endpoint:  # never write an API key into a manifest
@@ -139,8 +155,11 @@ def load_config_file(path: str | Path) -> dict:
     return {key.replace("-", "_"): value for key, value in payload.items()}
 
 
+RUN_OPTIONS = tuple(RunConfig.model_fields)  # the option names of flags and config files
+
+
 def run_config_from(options: dict, source: str = "options") -> RunConfig:
-    known = {f.name for f in fields(RunConfig)}
+    known = set(RUN_OPTIONS)
     unknown = sorted(set(options) - known)
     if unknown:
         raise InputError(f"{source}: unknown option(s) {', '.join(unknown)}")

@@ -1,6 +1,6 @@
 """The deployment gate: thresholds → PASS / WARN / FAIL checks on a snapshot → exit code.
 
-The gate reads only snapshot.json (DESIGN.md, Contracts) and re-judges it: Holm-adjusted
+The gate reads only snapshot.json (docs/ARCHITECTURE.md, Contracts) and re-judges it: Holm-adjusted
 p-values, TV upper bounds and ratios to the reference do not depend on the thresholds, so a
 stricter or looser gate can be applied to an existing snapshot without re-running anything.
 
@@ -17,12 +17,12 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.errors import InputError
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 _RANK = {PASS: 0, WARN: 1, FAIL: 2}
 SEVERITIES = (WARN, FAIL)
-CONTROL_ENGINE = "vanilla"
 DISPARITY_METRICS = ("acceptance_rate", "speedup")
 
 

@@ -1,4 +1,5 @@
-"""records.jsonl and manifest.json: the run's output contract (see DESIGN.md, Contracts).
+"""records.jsonl and manifest.json: reading and writing the run's output contract
+(specaudit.contracts.run; docs/ARCHITECTURE.md, "Contracts").
 
 records.jsonl holds one JSON object per (prompt, engine, sample), appended and flushed one line
 at a time, so a killed run loses at most the line it was writing. Reading drops a torn last line
@@ -10,21 +11,31 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
+from specaudit._files import write_json_atomic
+from specaudit.contracts.run import (
+    MANIFEST_FILE,
+    RECORDS_FILE,
+    SCHEMA_VERSION,
+    Record,
+    record_key,
+)
 from specaudit.errors import InputError
 
-RECORDS_FILE = "records.jsonl"
-MANIFEST_FILE = "manifest.json"
-SCHEMA_VERSION = 1
-
-
-def record_key(prompt_id: str, engine: str, sample: int | str) -> str:
-    return f"{prompt_id}|{engine}|{sample}"
+__all__ = ["MANIFEST_FILE", "RECORDS_FILE", "SCHEMA_VERSION", "Record", "RecordWriter", "check_invariants", "iter_run_records",
+           "load_records", "read_manifest", "read_records", "record_key", "write_json_atomic"]
 
 
 def read_records(path: str | Path, *, repair: bool = False) -> list[dict]:
+    """All complete records of a records.jsonl file, in file order, as the JSON objects of the
+    file (each checked by Record.from_json: a field of the wrong type is an InputError naming the
+    file, line and field). See load_records for the typed form."""
+    return [record.to_json() for record in load_records(path, repair=repair)]
+
+
+def load_records(path: str | Path, *, repair: bool = False) -> list[Record]:
     """All complete records of a records.jsonl file, in file order.
 
     A last line without its newline or that does not parse is a write cut short by a kill: it is
@@ -35,7 +46,7 @@ def read_records(path: str | Path, *, repair: bool = False) -> list[dict]:
     if not path.exists():
         return []
     data = path.read_bytes()
-    records: list[dict] = []
+    records: list[Record] = []
     good_bytes = 0
     lines = data.split(b"\n")
     for number, raw in enumerate(lines, start=1):
@@ -45,15 +56,16 @@ def read_records(path: str | Path, *, repair: bool = False) -> list[dict]:
                 good_bytes += len(raw) + 1
             continue
         try:
-            record = json.loads(raw)
-            if not isinstance(record, dict) or "key" not in record:
+            payload = json.loads(raw)
+            if not isinstance(payload, dict) or "key" not in payload:
                 raise ValueError("not a record object")
         except ValueError:
             torn = is_last or all(not rest.strip() for rest in lines[number:])
             if not torn:
                 raise InputError(f"{path}, line {number}: not a valid record (corrupted file); remove the line or start a new --out") from None
-            warnings.warn(f"{path}: dropped a torn last line {number} (a write cut short by a kill)", stacklevel=2)
+            warnings.warn(f"{path}: dropped a torn last line {number} (a write cut short by a kill)", stacklevel=3)
             break
+        record = Record.from_json(payload, where=f"{path}, line {number}")
         if is_last:  # parsed but never got its newline: complete data, so keep it and mend the file
             records.append(record)
             good_bytes += len(raw)
@@ -78,8 +90,9 @@ class RecordWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._handle = open(self.path, "a", encoding="utf-8")
 
-    def write(self, record: dict) -> None:
-        self._handle.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+    def write(self, record: Record | dict) -> None:
+        payload = record.to_json() if isinstance(record, Record) else record
+        self._handle.write(json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n")
         self._handle.flush()
 
     def close(self) -> None:
@@ -87,20 +100,11 @@ class RecordWriter:
         os.fsync(self._handle.fileno())
         self._handle.close()
 
-    def __enter__(self) -> "RecordWriter":
+    def __enter__(self) -> RecordWriter:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def write_json_atomic(path: str | Path, payload: dict) -> None:
-    """Write JSON to a temporary file and rename it into place: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(json.dumps(payload, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    os.replace(staging, path)
 
 
 def read_manifest(run_dir: str | Path) -> dict:

@@ -59,3 +59,26 @@ def test_unknown_flag_is_exit_2():
     with pytest.raises(SystemExit) as exit_info:
         main(["run", "--no-such-flag"])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize(
+    "yaml_text, message",
+    [
+        ("k: four\n", "--k must be an integer >= 1, got 'four'"),
+        ("temperature: hot\n", "--temperature must be a number, got 'hot'"),
+        ("chat_template: maybe\n", "--chat-template must be true or false, got 'maybe'"),
+        ("samples: true\n", "--samples must be an integer >= 1, got True"),
+        ("max_new_tokens: 8\nwarp_factor: 9\n", "unknown option(s) warp_factor"),
+        ("engines: endpoint\nendpoint:\n  speculative_url: http://a/v1\n  vanilla_url: http://b/v1\n  concurrency: 0\n",
+         "endpoint.concurrency must be an integer >= 1, got 0"),
+        ("engines: endpoint\nendpoint:\n  speculative_url: http://a/v1\n  vanilla_url: http://b/v1\n  timeout_s: soon\n",
+         "endpoint.timeout_s must be a number > 0, got 'soon'"),
+    ],
+)
+def test_bad_config_file_values_are_one_sentence_naming_field_and_value(tmp_path, tiny_prompts_file, yaml_text, message, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml_text)
+    code = main(["run", "--config", str(config), "--prompts", str(tiny_prompts_file), "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert "Traceback" not in err and err.count("specaudit: error:") == 1 and not (tmp_path / "o").exists()

@@ -26,17 +26,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
-import sys
-import threading
 import time
-import urllib.error
-import urllib.request
-from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specaudit._validation import input_error
 from specaudit.errors import InputError
 
 RECORD_ENGINES = ("vanilla", "speculative")
@@ -47,23 +44,45 @@ TOKEN_ID_PREFIX = "token_id:"
 SPEC_DECODE_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens")
 PER_POSITION_COUNTER = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
-DEFAULTS: dict[str, Any] = {
-    "speculative_url": None,
-    "vanilla_url": None,
-    "model": None,
-    "speculative_model": None,
-    "vanilla_model": None,
-    "api_key": None,
-    "api_key_env": None,
-    "concurrency": 4,
-    "timeout_s": 600.0,
-    "metrics_url": None,
-    "logprobs": 20,
-    "logprobs_mode": "processed",
-    "tokenizer": None,
-    "stream": True,
-    "extra_body": {},
-}
+class EndpointSettings(BaseModel):
+    """The `endpoint:` section of a run config (`--engines endpoint`), shared by YAML and the API."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    speculative_url: str | None = None  # base URL of the server with speculative decoding on
+    vanilla_url: str | None = None  # ... and off
+    model: str | None = None  # default of both model names below
+    speculative_model: str | None = None
+    vanilla_model: str | None = None
+    api_key: str | None = None
+    api_key_env: str | None = None  # name of an environment variable holding the key
+    concurrency: int = Field(4, ge=1, strict=True)
+    timeout_s: float = Field(600.0, gt=0, strict=True)
+    metrics_url: str | None = None
+    logprobs: int = Field(20, ge=0, strict=True)
+    logprobs_mode: str = "processed"
+    tokenizer: str | None = None
+    stream: bool = Field(True, strict=True)
+    extra_body: dict = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _rules(self) -> EndpointSettings:
+        for name, role in (("speculative_url", "with speculative decoding on"), ("vanilla_url", "with speculative decoding off")):
+            if not getattr(self, name):
+                raise InputError(f"endpoint.{name} is missing; give the base URL of the server {role}, e.g. http://127.0.0.1:8000/v1")
+            setattr(self, name, _url(getattr(self, name), name))
+        if self.metrics_url is not None:
+            self.metrics_url = _url(self.metrics_url, "metrics_url")
+        self.speculative_model = self.speculative_model or self.model
+        self.vanilla_model = self.vanilla_model or self.model
+        if self.api_key is not None and self.api_key_env is not None:
+            raise InputError("endpoint: give either api_key or api_key_env (the name of an environment variable holding the key), not both")
+        if self.logprobs_mode not in LOGPROBS_MODES:
+            raise InputError(f"endpoint.logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}, got {self.logprobs_mode!r}")
+        return self
+
+
+DEFAULTS: dict[str, Any] = {name: info.get_default(call_default_factory=True) for name, info in EndpointSettings.model_fields.items()}
 # Settings that decide what the records mean: a resumed run must keep them.
 _IDENTITY = ("speculative_url", "vanilla_url", "speculative_model", "vanilla_model", "logprobs", "logprobs_mode", "tokenizer", "extra_body")
 
@@ -85,39 +104,11 @@ def validate_settings(settings: dict | None, engines: tuple[str, ...]) -> dict:
     if not isinstance(settings, dict):
         raise InputError(f"endpoint: must be a mapping of setting: value ({', '.join(DEFAULTS)}), got {type(settings).__name__}")
     settings = {str(key).replace("-", "_"): value for key, value in settings.items()}
-    unknown = sorted(set(settings) - set(DEFAULTS))
-    if unknown:
-        raise InputError(f"endpoint: unknown setting(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
-    out = {**DEFAULTS, **settings}
-    for name, role in (("speculative_url", "with speculative decoding on"), ("vanilla_url", "with speculative decoding off")):
-        if not out[name]:
-            raise InputError(f"endpoint.{name} is missing; give the base URL of the server {role}, e.g. http://127.0.0.1:8000/v1")
-        out[name] = _url(out[name], name)
-    if out["metrics_url"] is not None:
-        out["metrics_url"] = _url(out["metrics_url"], "metrics_url")
-    for role in RECORD_ENGINES:  # `model` is the default of both sides
-        name = f"{role}_model"
-        out[name] = out[name] or out["model"]
-        if out[name] is not None and not isinstance(out[name], str):
-            raise InputError(f"endpoint.{name} must be a model name (string), got {out[name]!r}")
-    if out["api_key"] is not None and out["api_key_env"] is not None:
-        raise InputError("endpoint: give either api_key or api_key_env (the name of an environment variable holding the key), not both")
-    if out["api_key_env"] is not None and not isinstance(out["api_key_env"], str):
-        raise InputError(f"endpoint.api_key_env must be an environment variable name, got {out['api_key_env']!r}")
-    for name, low in (("concurrency", 1), ("logprobs", 0)):
-        if isinstance(out[name], bool) or not isinstance(out[name], int) or out[name] < low:
-            raise InputError(f"endpoint.{name} must be an integer >= {low}, got {out[name]!r}")
-    timeout = out["timeout_s"]
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise InputError(f"endpoint.timeout_s must be a number of seconds > 0, got {timeout!r}")
-    out["timeout_s"] = float(timeout)
-    if out["logprobs_mode"] not in LOGPROBS_MODES:
-        raise InputError(f"endpoint.logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}, got {out['logprobs_mode']!r}")
-    if not isinstance(out["stream"], bool):
-        raise InputError(f"endpoint.stream must be true or false, got {out['stream']!r}")
-    if not isinstance(out["extra_body"], dict):
-        raise InputError(f"endpoint.extra_body must be a mapping of request field: value, got {out['extra_body']!r}")
-    return out
+    try:
+        return EndpointSettings(**settings).model_dump()
+    except ValidationError as err:
+        raise input_error(err, EndpointSettings, lambda field: f"endpoint.{field}",
+                          lambda names: f"endpoint: unknown setting(s) {', '.join(names)}; known: {', '.join(DEFAULTS)}") from None
 
 
 def public_settings(settings: dict) -> dict:
@@ -129,7 +120,7 @@ def settings_identity(settings: dict) -> dict:
     return {name: settings.get(name) for name in _IDENTITY}
 
 
-def _api_key(settings: dict) -> str | None:
+def api_key_of(settings: dict) -> str | None:
     if settings.get("api_key_env"):
         key = os.environ.get(settings["api_key_env"])
         if not key:
@@ -171,53 +162,56 @@ class Completion:
 
 
 class Endpoint:
-    """One OpenAI-compatible server (standard library HTTP; one connection per request, so
-    worker threads share nothing)."""
+    """One OpenAI-compatible server: an httpx client with the run's timeout, keeping connections
+    alive between requests (one pool per server, shared by the worker threads)."""
 
     def __init__(self, base_url: str, *, setting: str, api_key: str | None = None, timeout_s: float = 600.0):
+        import httpx
+
         self.base_url = base_url
         self.setting = setting  # which config setting named it, for error messages
         self.api_key = api_key
         self.timeout_s = timeout_s
-
-    def _open(self, url: str, body: dict | None = None):
         headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode("utf-8")
-            headers["Content-Type"] = "application/json"
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(url, data=data, headers=headers, method="POST" if body is not None else "GET")
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._client = httpx.Client(timeout=timeout_s, headers=headers, follow_redirects=True)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Endpoint:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def _request(self, url: str, body: dict | None = None, *, stage: str = "did not answer"):
+        """The open response of one request; every transport failure becomes one InputError
+        sentence naming the setting and URL (`stage` says how far the answer got)."""
+        import httpx
+
+        method = "POST" if body is not None else "GET"
         try:
-            return urllib.request.urlopen(request, timeout=self.timeout_s)
-        except urllib.error.HTTPError as err:
-            message = _error_message(err.read() or b"")
-            raise InputError(f"endpoint {self.setting} {url} answered HTTP {err.code} ({message or err.reason}); "
-                             "check the server log and the endpoint settings") from None
-        except urllib.error.URLError as err:
-            reason = err.reason
-            if isinstance(reason, (socket.timeout, TimeoutError)):
-                raise InputError(f"endpoint {self.setting} {url} did not answer within {self.timeout_s:g} s; "
-                                 "check the server or raise endpoint.timeout_s") from None
-            raise InputError(f"endpoint {self.setting} {url} did not answer ({reason}); start the server or fix the URL") from None
-        except (socket.timeout, TimeoutError):
-            raise InputError(f"endpoint {self.setting} {url} did not answer within {self.timeout_s:g} s; "
+            with self._client.stream(method, url, json=body) as response:
+                if response.status_code >= 400:
+                    message = _error_message(response.read() or b"")
+                    raise InputError(f"endpoint {self.setting} {url} answered HTTP {response.status_code} "
+                                     f"({message or response.reason_phrase}); check the server log and the endpoint settings")
+                yield response
+        except httpx.TimeoutException:
+            raise InputError(f"endpoint {self.setting} {url} {stage} within {self.timeout_s:g} s; "
                              "check the server or raise endpoint.timeout_s") from None
-        except (ConnectionError, OSError) as err:
+        except httpx.ConnectError as err:
             raise InputError(f"endpoint {self.setting} {url} did not answer ({err}); start the server or fix the URL") from None
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
+            raise InputError(f"endpoint {self.setting} {url} is not a usable URL ({err}); fix the endpoint settings") from None
+        except httpx.TransportError as err:
+            raise InputError(f"endpoint {self.setting} {url} dropped the connection ({err or type(err).__name__}); "
+                             "check the server log") from None
 
-    def _read(self, response, url: str) -> bytes:
-        try:
-            with response:
-                return response.read()
-        except (socket.timeout, TimeoutError):
-            raise InputError(f"endpoint {self.setting} {url} stopped answering within {self.timeout_s:g} s; "
-                             "check the server or raise endpoint.timeout_s") from None
-        except (ConnectionError, OSError) as err:
-            raise InputError(f"endpoint {self.setting} {url} dropped the connection ({err}); check the server log") from None
-
-    def _json(self, raw: bytes, url: str) -> dict:
+    def _json(self, raw: bytes | str, url: str) -> dict:
         try:
             payload = json.loads(raw)
         except ValueError:
@@ -228,11 +222,13 @@ class Endpoint:
         return payload
 
     def get_text(self, url: str) -> str:
-        return self._read(self._open(url), url).decode("utf-8", "replace")
+        with self._request(url, stage="stopped answering") as response:
+            return response.read().decode("utf-8", "replace")
 
     def served_models(self) -> list[str]:
         url = f"{self.base_url}/models"
-        payload = self._json(self._read(self._open(url), url), url)
+        with self._request(url, stage="stopped answering") as response:
+            payload = self._json(response.read(), url)
         data = payload.get("data")
         if not isinstance(data, list):
             raise InputError(f"endpoint {self.setting} {url} did not list models (no `data` array); is it the OpenAI-compatible /v1 base URL?")
@@ -241,40 +237,33 @@ class Endpoint:
     def complete(self, body: dict) -> Completion:
         url = f"{self.base_url}/completions"
         start = time.perf_counter()
-        response = self._open(url, body)
-        if body.get("stream"):
-            chunks, first = self._read_stream(response, url, start)
-        else:
-            chunks, first = [self._json(self._read(response, url), url)], None
+        first = None
+        with self._request(url, body, stage="stopped streaming" if body.get("stream") else "stopped answering") as response:
+            if body.get("stream"):
+                chunks, first = self._read_stream(response, url)
+            else:
+                chunks = [self._json(response.read(), url)]
         wall = time.perf_counter() - start
         completion = self._merge(chunks, url)
         completion.wall_s = wall
         completion.ttft_s = None if first is None else first - start
         return completion
 
-    def _read_stream(self, response, url: str, start: float) -> tuple[list[dict], float | None]:
-        """Server-sent events: `data: {chunk}` lines until `data: [DONE]`; the time of the first
-        chunk that carries output is the time to first token."""
+    def _read_stream(self, response, url: str) -> tuple[list[dict], float | None]:
+        """Server-sent events (httpx splits the lines): `data: {chunk}` until `data: [DONE]`; the
+        time of the first chunk that carries output is the time to first token."""
         chunks, first = [], None
-        try:
-            with response:
-                for raw in response:
-                    line = raw.decode("utf-8", "replace").strip()
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[len("data:"):].strip()
-                    if data == "[DONE]":
-                        break
-                    chunk = self._json(data.encode("utf-8"), url)
-                    choice = (chunk.get("choices") or [{}])[0]
-                    if first is None and (choice.get("text") or (choice.get("logprobs") or {}).get("tokens")):
-                        first = time.perf_counter()
-                    chunks.append(chunk)
-        except (socket.timeout, TimeoutError):
-            raise InputError(f"endpoint {self.setting} {url} stopped streaming within {self.timeout_s:g} s; "
-                             "check the server or raise endpoint.timeout_s") from None
-        except (ConnectionError, OSError) as err:
-            raise InputError(f"endpoint {self.setting} {url} dropped the stream ({err}); check the server log") from None
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue  # comments, event names, keep-alive blank lines
+            data = line[len("data:"):].strip()
+            if data == "[DONE]":
+                break
+            chunk = self._json(data, url)
+            choice = (chunk.get("choices") or [{}])[0]
+            if first is None and (choice.get("text") or (choice.get("logprobs") or {}).get("tokens")):
+                first = time.perf_counter()
+            chunks.append(chunk)
         return chunks, first
 
     def _merge(self, chunks: list[dict], url: str) -> Completion:
@@ -361,40 +350,30 @@ def output_tokens(completion: Completion, top_n: int) -> tuple[list[int] | None,
     return ids, per_position
 
 
-_FINISH = {"stop": "eos", "eos": "eos", "eos_token": "eos", "length": "length", "max_tokens": "length"}
+FINISH_REASONS = {"stop": "eos", "eos": "eos", "eos_token": "eos", "length": "length", "max_tokens": "length"}
 
 
 # ----------------------------------------------------------------------------- server metrics
 def parse_metrics(text: str) -> dict:
-    """Speculative-decoding counters of a Prometheus text page, summed over label sets: the
-    three totals (with or without the `_total` suffix prometheus_client adds) and accepted
-    tokens per draft position."""
+    """Speculative-decoding counters of a Prometheus text page (prometheus_client's parser),
+    summed over label sets: the three totals (with or without the `_total` suffix
+    prometheus_client adds) and accepted tokens per draft position."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     totals: dict[str, float] = {}
     per_position: dict[int, float] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        name_labels, _, rest = line.rpartition("}") if "}" in line else (None, None, line)
-        if name_labels is None:
-            name, _, value_text = line.partition(" ")
-            labels = ""
-        else:
-            name, _, labels = name_labels.partition("{")
-            value_text = rest
-        try:
-            value = float(value_text.split()[0])
-        except (IndexError, ValueError):
-            continue
-        base = name.removesuffix("_total")
+    try:
+        samples = [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+    except (ValueError, TypeError, IndexError) as err:
+        raise InputError(f"endpoint metrics_url did not return Prometheus text ({err}); point it at the server's /metrics") from None
+    for sample in samples:
+        base = sample.name.removesuffix("_total")
         if base == PER_POSITION_COUNTER:
-            for pair in labels.split(","):
-                key, _, raw = pair.partition("=")
-                if key.strip() == "position" and raw.strip().strip('"').isdigit():
-                    position = int(raw.strip().strip('"'))
-                    per_position[position] = per_position.get(position, 0.0) + value
+            position = str(sample.labels.get("position", ""))
+            if position.isdigit():
+                per_position[int(position)] = per_position.get(int(position), 0.0) + sample.value
         elif base in SPEC_DECODE_COUNTERS:
-            totals[base] = totals.get(base, 0.0) + value
+            totals[base] = totals.get(base, 0.0) + sample.value
     if per_position:
         totals["per_position"] = [per_position.get(i, 0.0) for i in range(max(per_position) + 1)]
     return totals
@@ -425,7 +404,7 @@ def metrics_summary(before: dict, after: dict, previous: dict | None = None) -> 
 
 
 # ----------------------------------------------------------------------------- the run
-def _resolve_model(endpoint: Endpoint, wanted: str | None, setting: str) -> tuple[str, list[str]]:
+def resolve_model(endpoint: Endpoint, wanted: str | None, setting: str) -> tuple[str, list[str]]:
     served = endpoint.served_models()
     if wanted is not None:
         if served and wanted not in served:
@@ -460,157 +439,6 @@ def request_body(cfg, settings: dict, model: str, prompt_ids: list[int], seed: i
     return {key: value for key, value in body.items() if value is not None}  # extra_body may drop a field with null
 
 
-def run_backend(cfg, out_dir: str | Path, *, prompt_set=None, progress: bool = True, command: str | None = None,
-                shard: tuple[int, int] | None = None):
-    """Run the plan against the two servers of `cfg.endpoint` into `out_dir` (resumable)."""
-    from tqdm.auto import tqdm
-
-    from specaudit.decoding import Generation
-    from specaudit.models import load_tokenizer
-    from specaudit.records import MANIFEST_FILE, RECORDS_FILE, RecordWriter, write_json_atomic
-    from specaudit.runner import (
-        RunSummary,
-        derive_seed,
-        encode_prompt,
-        library_versions,
-        pending_items,
-        plan_record,
-        prepare_run,
-        run_manifest,
-    )
-
-    started = time.perf_counter()
-    out_dir = Path(out_dir)
-    settings = cfg.endpoint
-    prompt_set, identity, previous = prepare_run(cfg, out_dir, prompt_set, shard)
-    api_key = _api_key(settings)
-    endpoints = {
-        "speculative": Endpoint(settings["speculative_url"], setting="speculative_url", api_key=api_key, timeout_s=settings["timeout_s"]),
-        "vanilla": Endpoint(settings["vanilla_url"], setting="vanilla_url", api_key=api_key, timeout_s=settings["timeout_s"]),
-    }
-    models, served = {}, {}
-    for engine, endpoint in endpoints.items():  # also the health check: nothing is written if a server is down
-        models[engine], served[engine] = _resolve_model(endpoint, settings[f"{engine}_model"], f"{engine}_model")
-    metrics = Endpoint(settings["metrics_url"], setting="metrics_url", api_key=api_key, timeout_s=settings["timeout_s"]) \
-        if settings["metrics_url"] else None
-    tokenizer_name = settings["tokenizer"] or cfg.target
-    tokenizer = load_tokenizer(tokenizer_name)
-    encoded = {p.id: encode_prompt(tokenizer, p.text, cfg.chat_template) for p in prompt_set.prompts}
-
-    existing, plan, todo = pending_items(out_dir, prompt_set, cfg, shard, engines=RECORD_ENGINES)
-    manifest = run_manifest(
-        cfg, identity, prompt_set, previous=previous, command=command, versions=library_versions(),
-        models={"tokenizer": {"name": str(tokenizer_name)},
-                **{engine: {"url": endpoints[engine].base_url, "model": models[engine], "served": served[engine]} for engine in RECORD_ENGINES}},
-        device={"type": "endpoint", "name": f"{settings['speculative_url']} (speculative), {settings['vanilla_url']} (vanilla)",
-                "concurrency": settings["concurrency"]},
-    )
-    notes = dict(previous.get("endpoint") or {})
-    notes.update({"logprobs": settings["logprobs"], "logprobs_mode": settings["logprobs_mode"], "stream": settings["stream"]})
-    manifest.update(backend="endpoint", endpoint=notes)
-    if previous.get("server_metrics"):
-        manifest["server_metrics"] = previous["server_metrics"]
-    write_json_atomic(out_dir / MANIFEST_FILE, manifest)
-
-    tokenizer_lock = threading.Lock()
-
-    def call(engine: str, prompt_ids: list[int], seed: int, max_tokens: int) -> Completion:
-        return endpoints[engine].complete(request_body(cfg, settings, models[engine], prompt_ids, seed, max_tokens))
-
-    def record_of(item) -> dict:
-        prompt, engine, label, timing_only = item
-        seed = derive_seed(cfg.seed, prompt.id, label)
-        prompt_ids = encoded[prompt.id]
-        completion = call(engine, prompt_ids, seed, cfg.max_new_tokens)
-        finish = _FINISH.get(str(completion.finish_reason))
-        if finish is None:
-            raise InputError(f"endpoint {endpoints[engine].setting} ended a completion with finish_reason {completion.finish_reason!r}, "
-                             "not stop or length; check the server log and re-run to resume")
-        ids, logprobs = output_tokens(completion, settings["logprobs"])
-        source = "server"
-        if ids is None:
-            with tokenizer_lock:  # a fast tokenizer must not be called from two threads at once
-                ids, source = list(tokenizer(completion.text, add_special_tokens=False)["input_ids"]), "re-tokenised text"
-        generation = Generation(tokens=ids, finish_reason=finish, wall_s=completion.wall_s, ttft_s=completion.ttft_s, steps=0,
-                                draft_s=None, verify_s=None)
-        record = plan_record(cfg, prompt, engine, label, timing_only, seed, prompt_ids, generation, completion.text)
-        record.update(backend="endpoint", token_ids_source=source, logprobs_mode=settings["logprobs_mode"], target_logprobs=logprobs)
-        return record
-
-    if todo:
-        first = encoded[todo[0][0].id]
-        for _ in range(cfg.warmup):  # first requests pay for graph capture, caches, connection set-up
-            for engine in RECORD_ENGINES:
-                call(engine, first, cfg.seed, min(8, cfg.max_new_tokens))
-    before = parse_metrics(metrics.get_text(settings["metrics_url"])) if metrics and todo else None
-
-    written, sources, error = 0, set(), None
-    finished: dict[int, dict] = {}
-    next_index = 0
-
-    def flush(everything: bool = False) -> None:
-        """Write finished records in plan order (so the file, and every analysis of it, does not
-        depend on which request happened to finish first); `everything` also writes past a gap."""
-        nonlocal next_index, written
-        for index in sorted(finished):
-            if index != next_index and not everything:
-                break
-            record = finished.pop(index)
-            writer.write(record)  # only this thread writes
-            sources.add(record["token_ids_source"])
-            written += 1
-            next_index = index + 1
-
-    # Items are submitted in plan order (engines of one prompt and sample back to back, order
-    # alternating), so both sides of each pair run at about the same time and server load.
-    with RecordWriter(out_dir / RECORDS_FILE) as writer, tqdm(
-        total=len(plan), initial=len(plan) - len(todo), desc="requests", unit="req", disable=not progress, file=sys.stderr
-    ) as bar, ThreadPoolExecutor(max_workers=settings["concurrency"]) as pool:
-        futures = {pool.submit(record_of, item): index for index, item in enumerate(todo)}
-        try:
-            for future in as_completed(futures):
-                try:
-                    finished[futures[future]] = future.result()
-                except CancelledError:
-                    continue
-                except InputError as err:
-                    if error is None:  # stop sending; requests already in flight still land in the file
-                        error = err
-                        for other in futures:
-                            other.cancel()
-                    continue
-                bar.update(1)
-                flush()
-        except BaseException:  # a bug or Ctrl-C: do not send the queued requests while unwinding
-            for other in futures:
-                other.cancel()
-            raise
-        finally:
-            flush(everything=True)  # whatever finished is kept, gaps and all: a re-run fills them
-    if sources:
-        notes["token_ids"] = sorted(sources | set(notes.get("token_ids") or []))
-        if "re-tokenised text" in sources:
-            notes["token_ids_note"] = ("the server returned token text, not ids (vLLM: return_tokens_as_token_ids); outputs were "
-                                       "re-tokenised, which may differ from what was sampled, and carry no logprobs")
-        manifest["endpoint"] = notes
-    if before is not None:
-        try:
-            after = parse_metrics(metrics.get_text(settings["metrics_url"]))
-        except InputError as err:
-            after = None
-            manifest["server_metrics"] = {**(manifest.get("server_metrics") or {}), "error": str(err)}
-        if after is not None:
-            summary = metrics_summary(before, after, previous.get("server_metrics"))
-            summary.update(url=settings["metrics_url"], note=(
-                "deltas of the server's cumulative counters over the run's requests; other traffic on that server in the meantime "
-                "is counted too" if after else f"no {', '.join(SPEC_DECODE_COUNTERS)} counters found at the metrics URL"))
-            manifest["server_metrics"] = summary
-    write_json_atomic(out_dir / MANIFEST_FILE, manifest)
-    if error is not None:
-        raise error
-    return RunSummary(out_dir, len(existing) + written, written, len(plan) - len(todo), time.perf_counter() - started)
-
-
 __all__ = [
     "DEFAULTS",
     "Completion",
@@ -621,7 +449,6 @@ __all__ = [
     "parse_token_id",
     "public_settings",
     "request_body",
-    "run_backend",
     "settings_identity",
     "validate_settings",
 ]

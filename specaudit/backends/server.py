@@ -74,7 +74,7 @@ class ReferenceServer:
     def __init__(self, pair, *, speculative: bool = False, verify=None, k: int = 4, model_name: str | None = None,
                  host: str = "127.0.0.1", port: int = 0, lock: threading.Lock | None = None):
         from specaudit.decoding import reference_verify
-        from specaudit.runner import eos_token_ids
+        from specaudit.execution.decode import eos_token_ids
 
         if speculative and pair.draft is None:
             raise InputError("the reference server needs --draft to serve with --speculative")

@@ -23,13 +23,13 @@ with plain objects shaped like vLLM's, and bench/gpu.sh holds the check for a GP
 
 from __future__ import annotations
 
-import gc
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from specaudit.backends.endpoint import PER_POSITION_COUNTER, SPEC_DECODE_COUNTERS, metrics_summary
+from specaudit.backends.endpoint import (
+    PER_POSITION_COUNTER,
+    SPEC_DECODE_COUNTERS,
+)
 from specaudit.errors import InputError
 
 RECORD_ENGINES = ("vanilla", "speculative")
@@ -41,7 +41,7 @@ _FINISH = {"stop": "eos", "length": "length"}
 
 
 # ----------------------------------------------------------------------------- checks
-def _import_vllm():
+def import_vllm():
     try:
         import vllm
     except ImportError:
@@ -49,7 +49,7 @@ def _import_vllm():
     return vllm
 
 
-def _require_gpu(cuda_available: bool | None = None) -> None:
+def require_gpu(cuda_available: bool | None = None) -> None:
     """vLLM's engine needs a CUDA GPU; say so in one sentence rather than in vLLM's traceback."""
     if cuda_available is None:
         import torch
@@ -196,21 +196,21 @@ def generation_of(output, engine: str, *, measured_wall_s: float, counters: dict
 
 
 # ----------------------------------------------------------------------------- the run
-def _snapshot(llm) -> dict:
+def counter_snapshot(llm) -> dict:
     try:
         return spec_counters(llm.get_metrics())
     except (AttributeError, AssertionError, NotImplementedError):  # an engine without the metrics API
         return {}
 
 
-def _generate(vllm, llm, prompt_ids: list[int], params: dict):
+def generate_alone(vllm, llm, prompt_ids: list[int], params: dict):
     """One request alone (batch 1): (its RequestOutput, seconds around the call)."""
     start = time.perf_counter()
     [output] = llm.generate([{"prompt_token_ids": prompt_ids}], vllm.SamplingParams(**params), use_tqdm=False)
     return output, time.perf_counter() - start
 
 
-def _shutdown(llm) -> None:
+def shutdown_engine(llm) -> None:
     """Stop an engine's core process, so its GPU memory is free before the next engine loads."""
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     shutdown = getattr(core, "shutdown", None)
@@ -218,95 +218,10 @@ def _shutdown(llm) -> None:
         shutdown()
 
 
-def _target_path(name: str) -> str:
+def target_path(name: str) -> str:
     from specaudit.models import DEFAULT_TARGET, default_target_folder
 
     return str(default_target_folder()) if name == DEFAULT_TARGET else name
-
-
-def run_backend(cfg, out_dir: str | Path, *, prompt_set=None, progress: bool = True, command: str | None = None,
-                shard: tuple[int, int] | None = None):
-    """Decode the plan with vLLM into `out_dir` (resumable; records of another backend are refused)."""
-    from tqdm.auto import tqdm
-
-    from specaudit.records import MANIFEST_FILE, RECORDS_FILE, RecordWriter, write_json_atomic
-    from specaudit.runner import RunSummary, derive_seed, encode_prompt, library_versions, pending_items, plan_record, prepare_run, run_manifest
-
-    started = time.perf_counter()
-    out_dir = Path(out_dir)
-    prompt_set, identity, previous = prepare_run(cfg, out_dir, prompt_set, shard)
-    if previous and previous.get("backend") != "vllm":
-        raise InputError(f"{out_dir} holds a run made {'by backend ' + repr(previous['backend']) if previous.get('backend') else 'with local engines'}; "
-                         "vLLM records would be mixed with them under the same keys; choose a new --out")
-    llm_kwargs(cfg, "-", speculative=True)  # a setting vLLM cannot honour fails before vLLM loads
-    vllm = _import_vllm()
-    _require_gpu()
-    import torch
-    from transformers import GenerationConfig
-
-    from specaudit.models import load_tokenizer
-
-    target = _target_path(cfg.target)
-    tokenizer = load_tokenizer(target)
-    try:
-        generation_eos = GenerationConfig.from_pretrained(target).eos_token_id
-    except (OSError, ValueError):
-        generation_eos = None
-    stops = stop_ids(tokenizer.eos_token_id, generation_eos)
-    encoded = {p.id: encode_prompt(tokenizer, p.text, cfg.chat_template) for p in prompt_set.prompts}
-    existing, plan, todo = pending_items(out_dir, prompt_set, cfg, shard, engines=RECORD_ENGINES)
-    kwargs = {engine: llm_kwargs(cfg, target, speculative=engine == "speculative") for engine in RECORD_ENGINES}
-
-    manifest = run_manifest(
-        cfg, identity, prompt_set, previous=previous, command=command, versions={**library_versions(), "vllm": vllm.__version__},
-        models={"target": {"name": cfg.target, "source": target}, "draft": {"name": cfg.draft, "speculative_config": kwargs["speculative"]["speculative_config"]}},
-        device={"type": "cuda", "name": torch.cuda.get_device_name(0), "engine": "vllm"},
-    )
-    manifest.update(backend="vllm", vllm={"llm_kwargs": kwargs, "stop_token_ids": stops, "batch": 1})
-    if previous.get("server_metrics"):
-        manifest["server_metrics"] = previous["server_metrics"]
-    write_json_atomic(out_dir / MANIFEST_FILE, manifest)
-
-    written = 0
-    with RecordWriter(out_dir / RECORDS_FILE) as writer, tqdm(
-        total=len(plan), initial=len(plan) - len(todo), desc="decoding (vllm)", unit="gen", disable=not progress, file=sys.stderr
-    ) as bar:
-        for engine in RECORD_ENGINES:  # one engine at a time: two would not fit in GPU memory together
-            items = [item for item in todo if item[1] == engine]
-            if not items:
-                continue
-            llm = vllm.LLM(**kwargs[engine])
-            try:
-                for _ in range(cfg.warmup):  # CUDA graphs, caches and compilation come before anything is timed
-                    _generate(vllm, llm, encoded[items[0][0].id], sampling_kwargs(cfg, cfg.seed, stops, min(8, cfg.max_new_tokens)))
-                run_before = _snapshot(llm)
-                for item in items:
-                    prompt, _, label, timing_only = item
-                    seed = derive_seed(cfg.seed, prompt.id, label)
-                    before = _snapshot(llm)
-                    output, wall = _generate(vllm, llm, encoded[prompt.id], sampling_kwargs(cfg, seed, stops))
-                    n_tokens = len(output.outputs[0].token_ids)
-                    counters = request_counters(before, _snapshot(llm), n_tokens) if engine == "speculative" else None
-                    generation, extra = generation_of(output, engine, measured_wall_s=wall, counters=counters)
-                    text = tokenizer.decode(generation.tokens, skip_special_tokens=True)
-                    record = plan_record(cfg, prompt, engine, label, timing_only, seed, encoded[prompt.id], generation, text)
-                    record.update(extra)
-                    writer.write(record)
-                    written += 1
-                    bar.update(1)
-                if engine == "speculative":
-                    after = _snapshot(llm)
-                    summary = metrics_summary(run_before, after, previous.get("server_metrics"))
-                    summary["note"] = ("deltas of vLLM's speculative-decoding counters (LLM.get_metrics) over this invocation's timed requests"
-                                       if after else "this vLLM exposes no speculative-decoding counters through LLM.get_metrics()")
-                    manifest["server_metrics"] = summary
-                    write_json_atomic(out_dir / MANIFEST_FILE, manifest)
-            finally:
-                _shutdown(llm)
-                llm = None  # the last reference to the engine
-                gc.collect()
-                torch.cuda.empty_cache()
-    return RunSummary(out_dir, len(existing) + written, written, len(plan) - len(todo), time.perf_counter() - started)
 
 
 __all__ = [
@@ -314,7 +229,6 @@ __all__ = [
     "llm_kwargs",
     "request_counters",
     "request_timings",
-    "run_backend",
     "sampling_kwargs",
     "spec_counters",
     "speculative_config",

@@ -1,6 +1,6 @@
 """Scheduled monitoring of audits: history store, drift against a baseline, alerts, trend report.
 
-Reads snapshot.json files only (DESIGN.md, Contracts)::
+Reads snapshot.json files only (docs/ARCHITECTURE.md, Contracts)::
 
     from specaudit.monitor import open_store, check, write_trend_report
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from datetime import datetime
 from pathlib import Path
@@ -146,17 +145,12 @@ def metrics_text(store: HistoryStore, run: str | int | StoredRun = "latest", *, 
 
 def write_atomic(path: str | Path, content: str) -> Path:
     """Write via a temporary file in the same folder and rename: readers see the old or the new file, never half."""
+    from specaudit._files import write_atomic as write_file_atomic
+
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{path} is a folder; name a file such as {path / 'specaudit.prom'}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        staging.write_text(content, encoding="utf-8")
-        os.replace(staging, path)
-    except OSError as err:
-        raise InputError(f"cannot write {path}: {err.strerror}") from None
-    return path
+    return write_file_atomic(path, content)
 
 
 def alert_lines(result: MonitorResult, *, environment: str = "") -> list[str]:

@@ -1,6 +1,6 @@
 """Reading snapshot.json for monitoring: validation, per-group metric points, fingerprints.
 
-Monitoring reads snapshots only (DESIGN.md, Contracts): never records, never models. Everything
+Monitoring reads snapshots only (docs/ARCHITECTURE.md, Contracts): never records, never models. Everything
 the history store keeps is derived here, so the store and the drift checks agree on what a
 snapshot means.
 """

@@ -1,6 +1,6 @@
 """snapshot.json → report.html, summary.md, groups.csv, junit.xml.
 
-The report reads only the snapshot (DESIGN.md, Contracts). Any section may be missing or
+The report reads only the snapshot (docs/ARCHITECTURE.md, Contracts). Any section may be missing or
 "not run": it then says so, and the rest still renders.
 
     from specaudit.report import load_snapshot, render_report

@@ -138,5 +138,15 @@ def end_to_end_selftest(pair, prompt_set, *, samplers: Iterable[str] | None = No
             "tokens_per_audit": sum(r["tokens"] for r in runs) / len(runs),
             "seconds_per_audit": sum(r["seconds"] for r in runs) / len(runs),
             "caught_by": ", ".join(f"{name} {count}" for name, count in caught_by.items()),
+            **_verdict(sampler, interval.low, interval.high, alpha),
         })
     return pd.DataFrame(rows)
+
+
+def _verdict(sampler: str, ci_low: float, ci_high: float, alpha: float) -> dict:
+    """Whether a row met its target: the correct sampler rejected at a rate whose 95% interval
+    holds alpha (no excess false alarms), a mutant at a rate whose interval lies above alpha
+    (the audit sees it at all at this budget; the sharper rate is `subsampled_rate`)."""
+    if MUTANTS.get(sampler) is MUTANTS["correct"]:
+        return {"target": "alpha in CI", "ok": bool(ci_low <= alpha <= ci_high)}
+    return {"target": "> alpha", "ok": bool(ci_low > alpha)}

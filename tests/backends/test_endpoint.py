@@ -231,6 +231,21 @@ def test_server_metrics_deltas_in_manifest(tmp_path, servers, tiny_pair_dir, tin
     assert parse_metrics(text)["vllm:spec_decode_num_drafts"] == speculative.counters["drafts"] + 2
 
 
+def test_metrics_labels_holding_commas_quotes_and_braces_parse():
+    """A label value may hold ',', '=', '}' and escaped quotes (the old hand parser split on ','
+    and counted `position=2` inside a model name as a second position)."""
+    text = (
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n"
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m,position=2",position="1"} 3.0\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m} \\"q\\"",position="0"} 4.0\n'
+        'vllm:spec_decode_num_drafts_total{model_name="a, b=c"} 5\n'
+        'vllm:spec_decode_num_drafts{engine="1"} 2\n'
+    )
+    assert parse_metrics(text) == {"vllm:spec_decode_num_drafts": 7.0, "per_position": [4.0, 3.0]}
+    with pytest.raises(InputError, match="did not return Prometheus text"):
+        parse_metrics("<html>not metrics</html>\n")
+
+
 # ----------------------------------------------------------------------------- the reference server itself
 def test_reference_server_speaks_the_openai_completions_api(servers):
     speculative, _ = servers

@@ -10,9 +10,10 @@ import pytest
 from specaudit.backends import vllm as backend
 from specaudit.cli import main
 from specaudit.config import RunConfig
+from specaudit.contracts.run import PlanItem
 from specaudit.errors import InputError
 from specaudit.prompts._model import Prompt
-from specaudit.runner import derive_seed, plan_record, run
+from specaudit.runner import derive_seed, make_record, run
 
 
 # Shapes of vllm.outputs.CompletionOutput / RequestOutput, vllm.v1.metrics.stats.RequestStateStats
@@ -183,7 +184,7 @@ def test_records_of_both_engines_look_like_local_records():
     counters = {"num_drafts": 4, "num_draft_tokens": 12, "num_accepted_tokens": 7, "accepted_per_position": [3, 3, 1]}
     tokens = list(range(10, 21)) + [2]  # 12 tokens ending in end-of-sequence
     spec, extra = backend.generation_of(_output(tokens, "stop"), "speculative", measured_wall_s=0.3, counters=counters)
-    record = {**plan_record(cfg, prompt, "speculative", 0, False, seed, [1, 2, 3], spec, "text"), **extra}
+    record = make_record(cfg, PlanItem(prompt, "speculative", 0), seed, [1, 2, 3], spec, "text").with_extra(**extra).to_json()
     assert record["key"] == "p1|speculative|0" and record["k"] == 3 and record["finish_reason"] == "eos"
     assert (record["proposed"], record["accepted"], record["steps"]) == (12, 7, 5)  # 5 target passes emit 7 + 5 tokens
     assert len(record["output_token_ids"]) == record["accepted"] + record["steps"]
@@ -192,7 +193,7 @@ def test_records_of_both_engines_look_like_local_records():
     unobserved, extra = backend.generation_of(_output(tokens[:5]), "speculative", measured_wall_s=0.1, counters=None)
     assert (unobserved.steps, unobserved.proposed, unobserved.accepted, extra["acceptance_source"]) == (0, 0, 0, "not observed")
     vanilla, extra = backend.generation_of(_output(tokens[:5]), "vanilla", measured_wall_s=0.1, counters=None)
-    local_like = plan_record(cfg, prompt, "vanilla", 0, False, seed, [1, 2, 3], vanilla, "text")
+    local_like = make_record(cfg, PlanItem(prompt, "vanilla", 0), seed, [1, 2, 3], vanilla, "text").to_json()
     assert (local_like["k"], local_like["steps"], local_like["finish_reason"], extra["server_counters"]) == (0, 5, "length", None)
     with pytest.raises(InputError, match="finish_reason 'abort'"):
         backend.generation_of(_output(tokens, "abort"), "vanilla", measured_wall_s=0.1, counters=None)
@@ -201,8 +202,8 @@ def test_records_of_both_engines_look_like_local_records():
 # ---------------------------------------------------------------------------- errors
 def test_no_gpu_is_one_sentence():
     with pytest.raises(InputError, match="needs a CUDA GPU and none is visible here"):
-        backend._require_gpu(False)
-    backend._require_gpu(True)
+        backend.require_gpu(False)
+    backend.require_gpu(True)
 
 
 def test_missing_vllm_comes_first_and_is_exit_2(tmp_path, tiny_pair_dir, tiny_prompts_file, monkeypatch, capsys):

@@ -46,3 +46,19 @@ def test_subsampling_needs_one_audit_of_pooled_runs_with_one_setting(tiny_pair, 
     end_to_end_audit(tiny_pair, prompts, "resample_from_p", seed=1, samples=2, max_new_tokens=8, keep=tmp_path / "shorter")
     with pytest.raises(InputError, match="cannot pool .*shorter with .*run: their max_new_tokens differ"):
         subsampled_detection([tmp_path / "run", tmp_path / "shorter"], tiny_pair, samples=2)
+
+
+def test_selftest_exit_code_covers_the_end_to_end_part(monkeypatch, capsys):
+    """A missed end-to-end row fails `specaudit selftest` even when the unit audit passes."""
+    import pandas as pd
+
+    from specaudit.cli import main
+    from specaudit.selftest import end_to_end as e2e_module
+    from specaudit.selftest.end_to_end import _verdict
+
+    assert _verdict("correct", 0.0, 0.84, 0.05)["ok"] and not _verdict("correct", 0.3, 1.0, 0.05)["ok"]
+    assert _verdict("always_accept", 0.16, 1.0, 0.05)["ok"] and not _verdict("bf16_draft_logits", 0.0, 0.7, 0.05)["ok"]
+    table = pd.DataFrame([{"sampler": "always_accept", **_verdict("always_accept", 0.0, 0.84, 0.05)}])
+    monkeypatch.setattr(e2e_module, "end_to_end_selftest", lambda *a, **k: table)
+    code = main(["selftest", "--samplers", "always_accept", "--seeds", "2", "--e2e-seeds", "1"])
+    assert code == 1 and "end-to-end always_accept missed the target" in capsys.readouterr().err

@@ -1,0 +1,165 @@
+"""The run's contracts: a plan item (what to decode) and a record (one line of records.jsonl).
+
+records.jsonl holds one JSON object per (prompt, engine, sample). The JSON on disk is the contract
+(docs/ARCHITECTURE.md, "Contracts"); `Record` is its typed face at the boundary: `Record.from_json`
+checks the type of every field it knows and keeps unknown fields (a backend's own, e.g.
+`target_logprobs`) in `extra`, in order, so `to_json` gives back exactly what was read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from specaudit.prompts import Prompt
+
+SCHEMA_VERSION = 1  # of records.jsonl and manifest.json
+RECORDS_FILE = "records.jsonl"
+MANIFEST_FILE = "manifest.json"
+CONTROL_ENGINE = "vanilla"  # the engine every other one is compared with: plain decoding by the target
+
+
+def record_key(prompt_id: str, engine: str, sample: int | str) -> str:
+    return f"{prompt_id}|{engine}|{sample}"
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One decoding to do: a prompt, by one engine, for one sample label (0, 1, ... for output
+    samples; "t0", "t1", ... for timing-only repeats, whose outputs the statistics ignore)."""
+
+    prompt: Prompt
+    engine: str
+    sample: int | str
+    timing_only: bool = False
+
+    @property
+    def key(self) -> str:
+        return record_key(self.prompt.id, self.engine, self.sample)
+
+
+# ----------------------------------------------------------------------------- field checks
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+def _list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and all(check(x) for x in v)
+
+
+_INT_LIST = _list_of(_int)
+_NUMBER_LISTS = _list_of(_list_of(_number))
+# name -> (what the file should hold, its check); in the order records are written.
+_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "key": ("a string", lambda v: isinstance(v, str)),
+    "prompt_id": ("a string", lambda v: isinstance(v, str)),
+    "pair_id": ("a string or null", _optional(lambda v: isinstance(v, str))),
+    "attributes": ("an object", lambda v: isinstance(v, dict)),
+    "engine": ("a string", lambda v: isinstance(v, str)),
+    "sample": ("an integer or a string", lambda v: _int(v) or isinstance(v, str)),
+    "seed": ("an integer", _int),
+    "timing_only": ("true or false", lambda v: isinstance(v, bool)),
+    "sampling": ("an object", lambda v: isinstance(v, dict)),
+    "k": ("an integer", _int),
+    "prompt_token_ids": ("a list of integers", _INT_LIST),
+    "output_token_ids": ("a list of integers", _INT_LIST),
+    "text": ("a string", lambda v: isinstance(v, str)),
+    "finish_reason": ("a string or null", _optional(lambda v: isinstance(v, str))),
+    "wall_s": ("a number", _number),
+    "ttft_s": ("a number or null", _optional(_number)),
+    "steps": ("an integer", _int),
+    "proposed": ("an integer", _int),
+    "accepted": ("an integer", _int),
+    "accepted_per_step": ("a list of integers", _INT_LIST),
+    "proposed_per_step": ("a list of integers", _INT_LIST),
+    "beta": ("a list of lists of numbers", _NUMBER_LISTS),
+    "accept_prob": ("a list of lists of numbers", _NUMBER_LISTS),
+    "step_pit": ("a list of lists of numbers", _NUMBER_LISTS),
+    "draft_s": ("a number or null", _optional(_number)),
+    "verify_s": ("a number or null", _optional(_number)),
+    "step_s": ("a list of numbers", _list_of(_number)),
+}
+_REQUIRED = ("key",)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One line of records.jsonl. Fields the line lacked are None and are not written back."""
+
+    key: str
+    prompt_id: str | None = None
+    pair_id: str | None = None
+    attributes: dict | None = None
+    engine: str | None = None
+    sample: int | str | None = None
+    seed: int | None = None
+    timing_only: bool | None = None
+    sampling: dict | None = None
+    k: int | None = None
+    prompt_token_ids: list[int] | None = None
+    output_token_ids: list[int] | None = None
+    text: str | None = None
+    finish_reason: str | None = None
+    wall_s: float | None = None
+    ttft_s: float | None = None
+    steps: int | None = None
+    proposed: int | None = None
+    accepted: int | None = None
+    accepted_per_step: list[int] | None = None
+    proposed_per_step: list[int] | None = None
+    beta: list[list[float]] | None = None
+    accept_prob: list[list[float]] | None = None
+    step_pit: list[list[float]] | None = None
+    draft_s: float | None = None
+    verify_s: float | None = None
+    step_s: list[float] | None = None
+    extra: dict = field(default_factory=dict)  # fields of a backend or a later version, in order
+    present: frozenset = field(default=frozenset(), compare=False, repr=False)  # known fields the JSON had
+
+    @classmethod
+    def from_json(cls, payload: Any, where: str = "record") -> Record:
+        """Check one parsed line; `where` names it ("records.jsonl, line 7") in the InputError
+        that a missing key or a field of the wrong type raises."""
+        if not isinstance(payload, dict):
+            raise InputError(f"{where}: not a record (a JSON object), got {type(payload).__name__}")
+        for name in _REQUIRED:
+            if name not in payload:
+                raise InputError(f"{where}: the record has no {name!r} field")
+        known, extra = {}, {}
+        for name, value in payload.items():
+            if name in _CHECKS:
+                expected, check = _CHECKS[name]
+                if not check(value):
+                    raise InputError(f"{where}: field {name!r} must be {expected}, got {_shown(value)}")
+                known[name] = value
+            else:
+                extra[name] = value
+        return cls(**known, extra=extra, present=frozenset(known))
+
+    def to_json(self) -> dict:
+        """The record as written to records.jsonl: known fields in their fixed order, then the extras."""
+        present = self.present or frozenset(_CHECKS)
+        payload = {name: getattr(self, name) for name in _CHECKS if name in present}
+        payload.update(self.extra)
+        return payload
+
+    def with_extra(self, **values: Any) -> Record:
+        """This record with backend fields added after the known ones (e.g. backend="endpoint")."""
+        return replace(self, extra={**self.extra, **values})
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
