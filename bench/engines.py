@@ -20,8 +20,8 @@ from transformers import DynamicCache
 
 from specaudit.config import RunConfig
 from specaudit.models import Stopwatch, forward_cached, load_pair
-from specaudit.prompts import load_prompts
-from specaudit.runner import encode_prompt, eos_token_ids, generate_one
+from specaudit.prompts import load_prompts, prompt_token_ids
+from specaudit.runner import eos_token_ids, generate_one
 
 
 def step_cost(model, prompt_ids, device, steps=40) -> float:
@@ -59,7 +59,7 @@ def main() -> None:
     pair = load_pair(cfg.target, cfg.draft, device=cfg.device, dtype=cfg.dtype)
     prompts = load_prompts("core", dimensions=["domain"], per_group=max(1, args.prompts // 8) if args.prompts >= 8 else 1, seed=0).prompts[: args.prompts]
     eos = eos_token_ids(pair)
-    encoded = [encode_prompt(pair.tokenizer, p.text) for p in prompts]
+    encoded = [prompt_token_ids(pair.tokenizer, p) for p in prompts]
     verify = cfg.load_verify()
     for engine in cfg.engines:  # warm-up
         generate_one(engine, pair, encoded[0], cfg, 0, verify, eos, 8)

@@ -38,7 +38,8 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("prompts")
     g.add_argument("--prompts", help="prompt set name (core), folder, JSONL/CSV/Parquet file or HF dataset id")
     g.add_argument("--column-map", help="for files and HF datasets: text=COL,id=COL,group:DIM=COL")
-    g.add_argument("--per-group", type=int, help="stratified sample of N prompts per group (seeded)")
+    g.add_argument("--per-group", type=int, help="stratified sample of N prompts per group (parallel dimensions: N pairs)")
+    g.add_argument("--sample-seed", type=int, help="seed of the --per-group sample (default 0; independent of --seed)")
     g.add_argument("--dimensions", help="comma list of prompt dimensions to keep, e.g. dialect,language")
     p.add_argument("--config", help="YAML file of these options (flags given on the command line win)")
 
@@ -90,7 +91,6 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from specaudit.runner import run
-
     from specaudit.shards import parse_shard
 
     shard = parse_shard(args.shard) if args.shard else None

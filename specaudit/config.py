@@ -38,6 +38,9 @@ class RunConfig(BaseModel):
     dimensions: tuple[str, ...] | None = None
     column_map: str | None = None
     seed: int = Field(0, strict=True)
+    # Which prompts --per-group draws; apart from the decoding seed, so re-runs with new decoding
+    # seeds (a monitoring history) audit the same prompts.
+    sample_seed: int = Field(0, strict=True)
     device: str = "auto"
     dtype: str = "auto"
     threads: int = Field(1, ge=1, strict=True)  # CPU threads for torch; see execution.decode.load_pair_for

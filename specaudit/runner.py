@@ -10,7 +10,6 @@ from specaudit.execution import RunSummary, run
 from specaudit.execution.decode import (
     decode_item,
     device_entry,
-    encode_prompt,
     eos_token_ids,
     generate_one,
     library_versions,
@@ -20,5 +19,5 @@ from specaudit.execution.decode import (
 )
 from specaudit.execution.plan import derive_seed, plan_items
 
-__all__ = ["RunSummary", "decode_item", "derive_seed", "device_entry", "encode_prompt", "eos_token_ids", "generate_one",
+__all__ = ["RunSummary", "decode_item", "derive_seed", "device_entry", "eos_token_ids", "generate_one",
            "library_versions", "load_pair_for", "make_record", "plan_items", "run", "warm_up"]

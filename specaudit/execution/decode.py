@@ -25,15 +25,6 @@ if TYPE_CHECKING:
     from specaudit.decoding import Generation
 
 
-def encode_prompt(tokenizer, text: str, chat_template: bool = True) -> list[int]:
-    """Token ids of a user turn: through the tokenizer's chat template when it has one."""
-    if chat_template and getattr(tokenizer, "chat_template", None):
-        encoded = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
-        ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
-        return list(ids)
-    return list(tokenizer(text)["input_ids"])
-
-
 def eos_token_ids(pair) -> set[int]:
     ids: set[int] = set()
     configured = getattr(getattr(pair.target, "generation_config", None), "eos_token_id", None)

@@ -26,9 +26,10 @@ from specaudit.backends.endpoint import (
 from specaudit.contracts.run import PlanItem
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
-from specaudit.execution.decode import encode_prompt, library_versions, make_record
+from specaudit.execution.decode import library_versions, make_record
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
+from specaudit.prompts import prompt_token_ids
 
 
 class EndpointExecutor(Executor):
@@ -53,7 +54,7 @@ class EndpointExecutor(Executor):
             if settings["metrics_url"] else None
         tokenizer_name = settings["tokenizer"] or cfg.target
         self.tokenizer = load_tokenizer(tokenizer_name)
-        self.encoded = {p.id: encode_prompt(self.tokenizer, p.text, cfg.chat_template) for p in folder.prompt_set.prompts}
+        self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
         self.notes = dict(folder.previous.get("endpoint") or {})
         self.notes.update({"logprobs": settings["logprobs"], "logprobs_mode": settings["logprobs_mode"], "stream": settings["stream"]})
         fields = {

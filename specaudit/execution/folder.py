@@ -121,7 +121,8 @@ def load_run_prompts(cfg: RunConfig, prompt_set=None):
     from specaudit.prompts import load_prompts
 
     if prompt_set is None:
-        prompt_set = load_prompts(cfg.prompts, column_map=cfg.column_map, dimensions=cfg.dimensions, per_group=cfg.per_group, seed=cfg.seed)
+        prompt_set = load_prompts(cfg.prompts, column_map=cfg.column_map, dimensions=cfg.dimensions, per_group=cfg.per_group,
+                                     seed=cfg.sample_seed)
     if not prompt_set.prompts:
         raise InputError(f"prompt set {cfg.prompts!r} selected no prompts (check --dimensions / --per-group)")
     return prompt_set

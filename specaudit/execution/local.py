@@ -7,13 +7,13 @@ from specaudit.execution.base import Emit, Executor
 from specaudit.execution.decode import (
     decode_item,
     device_entry,
-    encode_prompt,
     eos_token_ids,
     library_versions,
     load_pair_for,
     warm_up,
 )
 from specaudit.execution.folder import RunFolder
+from specaudit.prompts import prompt_token_ids
 
 
 class LocalExecutor(Executor):
@@ -31,7 +31,7 @@ class LocalExecutor(Executor):
     def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
         pair, cfg = self.pair, self.cfg
         eos_ids = eos_token_ids(pair)
-        encoded = {p.id: encode_prompt(pair.tokenizer, p.text, cfg.chat_template) for p in folder.prompt_set.prompts}
+        encoded = {p.id: prompt_token_ids(pair.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
         if items:
             warm_up(pair, cfg, encoded[items[0].prompt.id], self.verify, eos_ids)
         for item in items:

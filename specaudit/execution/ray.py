@@ -25,7 +25,6 @@ from specaudit.execution.base import Emit, Executor
 from specaudit.execution.decode import (
     decode_item,
     device_entry,
-    encode_prompt,
     eos_token_ids,
     library_versions,
     load_pair_for,
@@ -33,6 +32,7 @@ from specaudit.execution.decode import (
 )
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import shard_of
+from specaudit.prompts import prompt_token_ids
 
 SHARDS_PER_WORKER = 4  # more shards than workers: a dead worker's re-run is small, and fast workers take more
 MAX_SHARD_ATTEMPTS = 3  # a shard that kills its actor this often is a problem of its own, not bad luck
@@ -78,7 +78,7 @@ class DecodeWorker:
         for item in items:
             prompt = item.prompt
             if prompt.id not in encoded:
-                encoded[prompt.id] = encode_prompt(self.pair.tokenizer, prompt.text, self.cfg.chat_template)
+                encoded[prompt.id] = prompt_token_ids(self.pair.tokenizer, prompt, self.cfg.chat_template)
             if not self.warm:  # once per actor, before its first timed decoding
                 warm_up(self.pair, self.cfg, encoded[prompt.id], self.verify, self.eos_ids)
                 self.warm = True

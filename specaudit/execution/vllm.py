@@ -27,9 +27,10 @@ from specaudit.backends.vllm import (
 from specaudit.contracts.run import PlanItem
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
-from specaudit.execution.decode import encode_prompt, library_versions, make_record
+from specaudit.execution.decode import library_versions, make_record
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
+from specaudit.prompts import prompt_token_ids
 
 
 class VllmExecutor(Executor):
@@ -62,7 +63,7 @@ class VllmExecutor(Executor):
         except (OSError, ValueError):
             generation_eos = None
         self.stops = stop_ids(self.tokenizer.eos_token_id, generation_eos)
-        self.encoded = {p.id: encode_prompt(self.tokenizer, p.text, cfg.chat_template) for p in folder.prompt_set.prompts}
+        self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
         self.kwargs = {engine: llm_kwargs(cfg, target, speculative=engine == "speculative") for engine in RECORD_ENGINES}
         fields = {
             "versions": {**library_versions(), "vllm": self.vllm.__version__},

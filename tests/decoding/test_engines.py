@@ -7,13 +7,13 @@ from scipy import stats
 
 from specaudit.decoding import SamplingSpec, hf_assisted_generate, speculative_generate, vanilla_generate, warp
 from specaudit.models import NgramDraft, early_exit_draft
-from specaudit.runner import encode_prompt
+from specaudit.prompts import prompt_token_ids
 
 EOS = {2}
 
 
 def _ids(pair, text):
-    return encode_prompt(pair.tokenizer, text)
+    return prompt_token_ids(pair.tokenizer, text)
 
 
 def _run(engine, pair, ids, spec, seed=0, k=4, max_new_tokens=40, draft=None):

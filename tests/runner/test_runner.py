@@ -28,7 +28,7 @@ def _config(tiny_pair_dir, prompts, **overrides):
 
 def _outputs(records):
     """What must not depend on interruption: everything but timings."""
-    return sorted((tuple(json.dumps(r[f]) for f in OUTPUT_FIELDS) for r in records))
+    return sorted(tuple(json.dumps(r[f]) for f in OUTPUT_FIELDS) for r in records)
 
 
 def test_run_writes_records_and_manifest(tmp_path, tiny_pair_dir, tiny_prompts_file):
@@ -147,3 +147,39 @@ def test_draft_noise_lowers_acceptance_on_its_group_only(tmp_path, tiny_pair_dir
 def test_malformed_draft_noise_is_an_input_error(tiny_pair_dir, tiny_prompts_file, text):
     with pytest.raises(InputError, match="dimension=group:sigma"):
         _config(tiny_pair_dir, tiny_prompts_file, draft_noise=text)
+
+
+def test_a_conversation_reaches_the_model_through_the_chat_template(tmp_path, tiny_pair_dir):
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from specaudit.prompts import load_prompts, prompt_token_ids
+
+    target = tmp_path / "target"  # the tiny target, given a chat template
+    shutil.copytree(tiny_pair_dir[0], target)
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    tokenizer.chat_template = "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}<s>assistant: "
+    tokenizer.save_pretrained(target)
+    messages = [{"role": "user", "content": "name a colour"}, {"role": "assistant", "content": "blue"},
+                {"role": "user", "content": "another one"}]
+    source = tmp_path / "chat.jsonl"
+    source.write_text(json.dumps({"id": "chat-1", "messages": messages, "attributes": {"kind": "chat"}}) + "\n")
+    cfg = _config((target, tiny_pair_dir[1]), source, engines="vanilla", samples=1, max_new_tokens=4)
+    run(cfg, tmp_path / "run", progress=False)
+    (record,) = read_records(tmp_path / "run" / "records.jsonl")
+    (prompt,) = load_prompts(str(source)).prompts
+    assert record["prompt_token_ids"] == prompt_token_ids(tokenizer, prompt)
+    assert record["prompt_token_ids"] != prompt_token_ids(tokenizer, prompt.text)  # not the transcript as one user turn
+
+
+def test_per_group_sample_does_not_follow_the_decoding_seed(tmp_path, tiny_pair_dir):
+    from specaudit.execution import RunFolder
+
+    def chosen(**overrides):
+        cfg = RunConfig(prompts="core", dimensions=("dialect",), per_group=3, **overrides)
+        with RunFolder(cfg, tmp_path / f"probe-{len(list(tmp_path.iterdir()))}") as folder:
+            return sorted(p.id for p in folder.prompt_set.prompts)
+
+    assert chosen(seed=1) == chosen(seed=2)
+    assert chosen(sample_seed=1) != chosen(sample_seed=2)
