@@ -21,6 +21,7 @@ import torch
 from specaudit.config import RunConfig
 from specaudit.decoding import hf_assisted_generate, speculative_generate, vanilla_generate
 from specaudit.errors import InputError
+from specaudit.preflight import check_draft_noise_targets, check_prompt_lengths
 from specaudit.records import (
     MANIFEST_FILE,
     RECORDS_FILE,
@@ -221,6 +222,7 @@ def prepare_run(cfg: RunConfig, out_dir: Path, prompt_set=None, shard: tuple[int
         prompt_set = load_prompts(cfg.prompts, column_map=cfg.column_map, dimensions=cfg.dimensions, per_group=cfg.per_group, seed=cfg.seed)
     if not prompt_set.prompts:
         raise InputError(f"prompt set {cfg.prompts!r} selected no prompts (check --dimensions / --per-group)")
+    check_draft_noise_targets(cfg.draft_noise, prompt_set)
     identity = {"decoding": cfg.decoding_identity(), "prompt_set_checksum": prompt_set.checksum, "shard": list(shard) if shard else None}
     previous = read_manifest(out_dir) if (Path(out_dir) / MANIFEST_FILE).is_file() else {}
     if previous:
@@ -273,6 +275,7 @@ def run(cfg: RunConfig, out_dir: str | Path, *, pair=None, prompt_set=None, prog
 
     eos_ids = eos_token_ids(pair)
     encoded = {p.id: encode_prompt(pair.tokenizer, p.text, cfg.chat_template) for p in prompt_set.prompts}
+    check_prompt_lengths(encoded, pair.target, cfg.max_new_tokens)
     if todo:
         warm_up(pair, cfg, encoded[todo[0][0].id], verify, eos_ids)
     written = 0

@@ -114,6 +114,11 @@ def _as_label(value: Any, strict: bool) -> str | None | bool:
     return False
 
 
+# About a million tokens: more than any model's context, and far below what makes a tokenizer abort.
+# Checked on load, before anything is tokenized; the run then checks token length against the model.
+MAX_PROMPT_BYTES = 4 * 2**20
+
+
 def _check_rows(rows: list[SourceRow], issues: list[Issue], *, strict: bool) -> list[tuple[Prompt, SourceRow]]:
     """Per-row checks (fields, types, duplicate ids and texts); returns the rows that became prompts."""
     good: list[tuple[Prompt, SourceRow]] = []
@@ -132,6 +137,10 @@ def _check_rows(rows: list[SourceRow], issues: list[Issue], *, strict: bool) -> 
             ok = False
         elif not row.text.strip():
             issues.append(_error(row, "text", "is empty; write the prompt or delete the row"))
+            ok = False
+        elif len(row.text) > MAX_PROMPT_BYTES // 4 and len(row.text.encode("utf-8")) > MAX_PROMPT_BYTES:
+            issues.append(_error(row, "text", f"is {len(row.text.encode('utf-8')) / 2**20:.1f} MiB, over the limit of "
+                                 f"{MAX_PROMPT_BYTES // 2**20} MiB per prompt (more than any model's context holds)"))
             ok = False
         pair_id = _as_label(row.pair_id, strict)
         if pair_id is False:
