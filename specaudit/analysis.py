@@ -120,6 +120,10 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
     if not greedy:
         n_prompts = len({r["prompt_id"] for r in outputs})
         for engine in engines:
+            if not any(r["output_token_ids"] for r in outputs if r["engine"] == engine) and any(
+                    r.get("verify_violations") for r in outputs if r["engine"] == engine):
+                section["engines"][engine] = {"verdict": "fail"}  # nothing to test: its verify broke at the first call
+                continue
             engine_scores = scores.select(engine=engine)
             gof = eq.goodness_of_fit(engine_scores, outputs, engine=engine, by=dimensions, alpha=alpha, seed=seed)
             entry: dict[str, Any] = {"verdict": gof.verdict, "goodness_of_fit": gof.to_dict()}
