@@ -39,14 +39,14 @@ def test_todays_snapshot_loads():
 
 GARBAGE = {
     "schema_version only": (lambda s: {"schema_version": 1}, "has no 'run' section"),
-    "equivalence oops": (lambda s: {**s, "equivalence": "oops"}, "field 'equivalence' must be an object, got a string"),
-    "groups [1, 2]": (lambda s: {**s, "groups": [1, 2]}, "field 'groups' must be an object, got a list"),
+    "equivalence oops": (lambda s: {**s, "equivalence": "oops"}, ": equivalence must be an object, got a string"),
+    "groups [1, 2]": (lambda s: {**s, "groups": [1, 2]}, ": groups must be an object, got a list"),
     "no groups": (lambda s: {k: v for k, v in s.items() if k != "groups"}, "has no 'groups' section"),
     "schema_version 99": (lambda s: {**s, "schema_version": 99}, "has schema_version 99 but this specaudit reads version 1"),
     "schema_version one": (lambda s: {**s, "schema_version": "one"}, "has schema_version 'one'"),
     "no schema_version": (lambda s: {k: v for k, v in s.items() if k != "schema_version"}, "no schema_version field"),
     "metric as text": (lambda s: {**s, "groups": {"d": {"by_group": {"a": {"metrics": {"speedup": {"value": "1.2"}}}}}}},
-                       "groups.d.by_group.a.metrics.speedup.value' must be a number or null, got a string"),
+                       ": groups.d.by_group.a.metrics.speedup.value must be a number or null, got a string"),
 }
 
 

@@ -116,7 +116,7 @@ def _first_problem(err: ValidationError) -> str:
     got = type(problem.get("input")).__name__
     got = {"dict": "an object", "list": "a list", "str": "a string", "NoneType": "null", "bool": "a boolean"}.get(got, got)
     want = _EXPECTED.get(problem["type"].removesuffix("_parsing"), None)
-    return f"field '{field}' must be {want}, got {got}" if want else f"field '{field}': {problem['msg']}"
+    return f"{field} must be {want}, got {got}" if want else f"{field}: {problem['msg']}"
 
 
 def validate_snapshot(snapshot: Any, where: str = "snapshot") -> Snapshot:
@@ -132,7 +132,9 @@ def validate_snapshot(snapshot: Any, where: str = "snapshot") -> Snapshot:
     try:
         return Snapshot.model_validate(dict(snapshot))
     except ValidationError as err:
-        raise InputError(f"{where} {_first_problem(err)}; the file is damaged or not a snapshot ({_REGENERATE})") from None
+        problem = _first_problem(err)
+        raise InputError(f"{where}{' ' if problem.startswith('has no') else ': '}{problem}; the file is damaged or not a snapshot "
+                         f"({_REGENERATE})") from None
 
 
 def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
