@@ -69,11 +69,17 @@ def _run_config(args: argparse.Namespace):
     run_options, analysis_options, gate_options, source = _config_file_sections(args)
     run_options.pop("out", None)
     # `run` uses neither section, but a typo in one must not wait for `analyze` or `gate` to surface
-    _analysis_kwargs(argparse.Namespace(), analysis_options)
+    try:
+        _analysis_kwargs(argparse.Namespace(), analysis_options)
+    except InputError as err:
+        raise InputError(f"{source}, `analysis:` section: {err}") from None
     if gate_options:
         from specaudit.gate import load_thresholds
 
-        load_thresholds({"gate": gate_options})
+        try:
+            load_thresholds({"gate": gate_options})
+        except InputError as err:
+            raise InputError(f"{source}: {err}") from None
     return run_config_from({**run_options, **_flag_options(args)}, source)
 
 

@@ -203,7 +203,7 @@ def test_run_config_with_an_unknown_analysis_key(tmp_path, tiny_pair_dir, tiny_p
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({"analysis": {"alpah": 0.01}}))
     assert main(_run_argv(tiny_pair_dir, tiny_prompts_file, tmp_path / "o", "--config", str(config))) == 2
-    assert "unknown analysis option(s) alpah" in _only_error_line(capsys.readouterr().err)
+    assert "run.yaml, `analysis:` section: unknown analysis option(s) alpah" in _only_error_line(capsys.readouterr().err)
 
 
 def test_a_prompt_longer_than_the_context_is_refused_naming_it(tmp_path, tiny_pair_dir, capsys):
