@@ -103,12 +103,16 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from specaudit.runner import run
+    from specaudit.preflight import check_model_sources
 
+    cfg = _run_config(args)
+    check_model_sources(cfg)  # before the runner and prompt loading: an unreachable model fails in seconds
+
+    from specaudit.runner import run
     from specaudit.shards import parse_shard
 
     shard = parse_shard(args.shard) if args.shard else None
-    summary = run(_run_config(args), args.out, progress=not args.quiet, command=" ".join(["specaudit", *sys.argv[1:]]), shard=shard)
+    summary = run(cfg, args.out, progress=not args.quiet, command=" ".join(["specaudit", *sys.argv[1:]]), shard=shard)
     print(f"{summary.out_dir}/records.jsonl: {summary.records} records ({summary.written} new, {summary.skipped} resumed) in {summary.seconds:.1f} s")
     return 0
 

@@ -45,3 +45,17 @@ def check_prompt_lengths(encoded: Mapping[str, list[int]], model, max_new_tokens
         if len(ids) + max_new_tokens > limit:
             raise InputError(f"prompt {prompt_id!r} is {len(ids)} tokens; with --max-new-tokens {max_new_tokens} it exceeds the "
                              f"model's context of {limit} tokens; shorten or drop it")
+
+
+def check_model_sources(cfg) -> None:
+    """Hub ids among the target and draft: offline and uncached fails now, naming the model,
+    before prompts are read or anything else is loaded (models._loading.hub_options)."""
+    from specaudit.decoding import ENGINES
+    from specaudit.models._loading import DEFAULT_TARGET, _is_local, hub_options
+
+    if any(engine not in ENGINES for engine in cfg.engines):  # a backend: the server holds the models
+        return
+    derived = ("int8", "ngram", "early-exit")
+    for name in (cfg.target, cfg.draft):
+        if isinstance(name, str) and name != DEFAULT_TARGET and not name.startswith(derived) and not _is_local(name):
+            hub_options(name)

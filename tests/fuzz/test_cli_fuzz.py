@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -23,7 +24,9 @@ from specaudit.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "reports" / "example"
-FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)
+# About 35 s in the normal suite; SPECAUDIT_FUZZ_EXAMPLES=500 for a deeper search before a release.
+EXAMPLES = int(os.environ.get("SPECAUDIT_FUZZ_EXAMPLES", "40"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)
 
 pytestmark = pytest.mark.fuzz
 
@@ -110,7 +113,7 @@ def test_gate_and_report_on_damaged_snapshots(tmp_path_factory, example_snapshot
     assert digests(folder) == before  # the report went to its own folder; the snapshot is untouched
 
 
-@settings(FUZZ, max_examples=15)
+@settings(FUZZ, max_examples=max(15, EXAMPLES // 3))
 @given(version=json_values)
 def test_a_foreign_schema_version_never_passes_the_gate(tmp_path_factory, example_snapshot, version):
     path = tmp_path_factory.mktemp("ver") / "snapshot.json"
@@ -160,7 +163,7 @@ def test_prompt_files(tmp_path_factory, rows, torn, suffix):
 
 
 # ------------------------------------------------------------------------------------ records
-@settings(FUZZ, max_examples=12)
+@settings(FUZZ, max_examples=max(12, EXAMPLES // 3))
 @given(data=st.data())
 def test_analyze_on_damaged_record_lines(tmp_path_factory, run_folder, data):
     """Lines of records.jsonl replaced by garbage, by JSON that is not a record, or cut short."""
