@@ -210,6 +210,9 @@ def _run_audit(args: argparse.Namespace):
     out = args.out or run_options.pop("out", None)
     budget = QUICK_BUDGET if args.quick else DEFAULT_BUDGET
     cfg = run_config_from({**budget, **run_options, **_flag_options(args)}, source)
+    from specaudit.preflight import check_model_sources
+
+    check_model_sources(cfg)
     out = out or f"reports/{default_run_id(cfg)}"
     result = audit(cfg, out, analysis=_analysis_kwargs(args, analysis_options), gate=gate_options, progress=not args.quiet,
                    command=" ".join(["specaudit", *sys.argv[1:]]))
