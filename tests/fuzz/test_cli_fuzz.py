@@ -221,7 +221,8 @@ def test_flags(tmp_path_factory, example_snapshot, run_folder, data):
         if command == "monitor show":
             argv.insert(2, data.draw(st.sampled_from(["latest", "1", "x"]), label="run"))
     before = digests(run)
-    code, err = run_cli(*argv)
+    with contextlib.chdir(folder):  # a fuzzed relative --out lands in the temporary folder
+        code, err = run_cli(*argv)
     assert_clean(code, err, argv)
     after = digests(run)
     assert {k: after.get(k) for k in before} == before
