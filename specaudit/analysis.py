@@ -14,11 +14,10 @@ import pandas as pd
 
 from specaudit._files import json_clean, write_json_atomic
 from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.contracts.snapshot import SNAPSHOT_FILE, SNAPSHOT_SCHEMA_VERSION
 from specaudit.errors import InputError
+from specaudit.outputs import check_output_paths
 from specaudit.records import RECORDS_FILE, read_manifest, read_records
-
-SNAPSHOT_FILE = "snapshot.json"
-SNAPSHOT_SCHEMA_VERSION = 1
 # The control asks "is the auditor itself broken?" (a scoring or warping mismatch), which shows
 # as a gross rejection. Judged at alpha it would void 1 audit in 20 by chance, so it is judged
 # at alpha x this factor; a rejection between the two levels is reported as a warning.
@@ -85,7 +84,7 @@ def score_sampled(outputs: list[dict], pair, draft_noise: str | None = None):
     draft_model = pair.draft if pair.draft_is_model and invariance.get("batch_invariant") and not draft_noise else None
     if draft_noise:  # the planted noise is not reproducible by teacher forcing the clean draft
         invariance["note"] = f"draft noise planted ({draft_noise}): draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded"
-    elif pair.draft_is_model and draft_model is None:
+    elif pair.draft_is_model and draft_model is None and invariance.get("checked"):  # unchecked: no draft in the run
         invariance["note"] = (f"teacher-forced draft distributions differ from the ones decoding used (TV up to {invariance['max_tv']:.2f}); "
                               "draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded at run time")
     return score_records(pair.target, outputs, draft_model=draft_model, device=pair.device), invariance
@@ -120,6 +119,10 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
     if not greedy:
         n_prompts = len({r["prompt_id"] for r in outputs})
         for engine in engines:
+            if not any(r["output_token_ids"] for r in outputs if r["engine"] == engine) and any(
+                    r.get("verify_violations") for r in outputs if r["engine"] == engine):
+                section["engines"][engine] = {"verdict": "fail"}  # nothing to test: its verify broke at the first call
+                continue
             engine_scores = scores.select(engine=engine)
             gof = eq.goodness_of_fit(engine_scores, outputs, engine=engine, by=dimensions, alpha=alpha, seed=seed)
             entry: dict[str, Any] = {"verdict": gof.verdict, "goodness_of_fit": gof.to_dict()}
@@ -133,6 +136,9 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
                 if two.verdict == "fail":
                     entry["verdict"] = "fail"
             section["engines"][engine] = entry
+    for engine in engines:
+        if engine in section["engines"]:
+            judge_verify_violations(section["engines"][engine], outputs, engine)
     audited = [e for e in section["engines"] if e != CONTROL_ENGINE]
     control = section["engines"].get(CONTROL_ENGINE)
     judge_control(section, alpha)
@@ -146,6 +152,21 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
         verdicts = [section["engines"][e]["verdict"] for e in audited]
         section["status"] = "fail" if "fail" in verdicts else "pass"
     return section
+
+
+def judge_verify_violations(entry: dict, outputs: list[dict], engine: str) -> None:
+    """Fail an engine whose verify function broke its contract at any call (the engine records
+    each such call): an impossible return value is a proven bug of the sampler, whatever the
+    statistical tests say about the tokens it did emit."""
+    found = [{"record": r["key"], **v} for r in outputs if r["engine"] == engine for v in r.get("verify_violations") or []]
+    if not found:
+        return
+    first = found[0]
+    entry["verify_violations"] = {"count": len(found), "records": len({f["record"] for f in found}), "first": first,
+                                  "examples": found[:5]}
+    entry["verdict"] = "fail"
+    entry["message"] = (f"the verify function broke its contract in {len(found)} call(s); first: call {first['call']} of record "
+                        f"{first['record']}, it {first['problem']} (a proven bug of this sampler)")
 
 
 def judge_control(section: dict, alpha: float) -> None:
@@ -174,9 +195,13 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
         raise InputError(f"--delta must be in (0, 1), got {delta}")
     if not 0 < tolerance[0] <= 1 <= tolerance[1]:
         raise InputError(f"tolerance band {tolerance[0]}–{tolerance[1]} must contain 1 (e.g. 0.8–1.25)")
+    if not 0 <= fallback_threshold <= 1:
+        raise InputError(f"--fallback-threshold is an acceptance rate, so it lies in [0, 1]; got {fallback_threshold}")
     started = time.perf_counter()
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
+    if write:  # before minutes of scoring, not after
+        check_output_paths([run_dir / SNAPSHOT_FILE, run_dir / f".{SNAPSHOT_FILE}.tmp"], "snapshot")
     records = read_records(run_dir / RECORDS_FILE)
     if not records:
         raise InputError(f"{run_dir / RECORDS_FILE} has no records; run `specaudit run` first")

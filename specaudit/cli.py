@@ -65,8 +65,20 @@ def _config_file_sections(args: argparse.Namespace) -> tuple[dict, dict, dict, s
 def _run_config(args: argparse.Namespace):
     from specaudit.config import run_config_from
 
-    run_options, _, _, source = _config_file_sections(args)
+    run_options, analysis_options, gate_options, source = _config_file_sections(args)
     run_options.pop("out", None)
+    # `run` uses neither section, but a typo in one must not wait for `analyze` or `gate` to surface
+    try:
+        _analysis_kwargs(argparse.Namespace(), analysis_options)
+    except InputError as err:
+        raise InputError(f"{source}, `analysis:` section: {err}") from None
+    if gate_options:
+        from specaudit.gate import load_thresholds
+
+        try:
+            load_thresholds({"gate": gate_options})
+        except InputError as err:
+            raise InputError(f"{source}: {err}") from None
     return run_config_from({**run_options, **_flag_options(args)}, source)
 
 
@@ -90,11 +102,16 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from specaudit.preflight import check_model_sources
+
+    cfg = _run_config(args)
+    check_model_sources(cfg)  # before the runner and prompt loading: an unreachable model fails in seconds
+
     from specaudit.runner import run
     from specaudit.shards import parse_shard
 
     shard = parse_shard(args.shard) if args.shard else None
-    summary = run(_run_config(args), args.out, progress=not args.quiet, command=" ".join(["specaudit", *sys.argv[1:]]), shard=shard)
+    summary = run(cfg, args.out, progress=not args.quiet, command=" ".join(["specaudit", *sys.argv[1:]]), shard=shard)
     print(f"{summary.out_dir}/records.jsonl: {summary.records} records ({summary.written} new, {summary.skipped} resumed) in {summary.seconds:.1f} s")
     return 0
 
@@ -192,6 +209,9 @@ def _run_audit(args: argparse.Namespace):
     out = args.out or run_options.pop("out", None)
     budget = QUICK_BUDGET if args.quick else DEFAULT_BUDGET
     cfg = run_config_from({**budget, **run_options, **_flag_options(args)}, source)
+    from specaudit.preflight import check_model_sources
+
+    check_model_sources(cfg)
     out = out or f"reports/{default_run_id(cfg)}"
     result = audit(cfg, out, analysis=_analysis_kwargs(args, analysis_options), gate=gate_options, progress=not args.quiet,
                    command=" ".join(["specaudit", *sys.argv[1:]]))
@@ -227,12 +247,17 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     from specaudit.selftest.end_to_end import end_to_end_selftest
     from specaudit.selftest.harness import unit_selftest
 
-    samplers = [s.strip() for s in args.samplers.split(",")] if args.samplers else list(MUTANTS)
+    for flag, value in (("--seeds", args.seeds), ("--e2e-seeds", args.e2e_seeds)):
+        if value is not None and value < 1:
+            raise InputError(f"{flag} must be an integer >= 1, got {value}")
+    samplers = [s.strip() for s in args.samplers.split(",") if s.strip()] if args.samplers is not None else list(MUTANTS)
+    if not samplers:
+        raise InputError(f"--samplers names no sampler; give a comma list from {', '.join(MUTANTS)}, or leave it out for all")
     unknown = [s for s in samplers if s not in MUTANTS]
     if unknown:
         raise InputError(f"unknown sampler(s) {', '.join(unknown)}; choose from {', '.join(MUTANTS)}")
     pd.set_option("display.width", 200)
-    unit_seeds = range(args.seeds) if args.seeds else None
+    unit_seeds = range(args.seeds) if args.seeds is not None else None
     unit = unit_selftest(seeds=unit_seeds, quick=args.quick, samplers=samplers)
     print("unit audit (audit_sampler on (p, q) families):")
     print(unit.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
@@ -248,7 +273,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
             else:
                 pair = load_pair(args.target, args.draft)
             prompts = load_prompts("core", dimensions=["domain"], per_group=1, seed=0)
-            seeds = range(args.e2e_seeds or (3 if args.quick else 20))
+            seeds = range(args.e2e_seeds if args.e2e_seeds is not None else (3 if args.quick else 20))
             e2e = end_to_end_selftest(pair, prompts, samplers=samplers, seeds=seeds)
         print(f"\nend to end (mutant inside the speculative engine, full analysis; target {args.target}):")
         print(e2e.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
@@ -427,11 +452,16 @@ def cmd_monitor(args: argparse.Namespace) -> int:
             else:
                 sys.stdout.write(text)
         elif action == "list":
+            if args.limit < 0:
+                raise InputError(f"--limit must be >= 0 (0 shows all runs), got {args.limit}")
             runs = store.runs(environment=environment, tags=parse_tags(args.tag), limit=args.limit or None)
             if args.format == "json":
                 print(json.dumps([r.to_dict() for r in runs], indent=2))
             else:
                 print(history_table(runs, pins=store.baselines(), alerts=alert_counts(store, runs)) if runs else f"no runs in {store.url}")
+                total = len(store.runs(environment=environment, tags=parse_tags(args.tag))) if args.limit and len(runs) == args.limit else len(runs)
+                if total > len(runs):
+                    print(f"{len(runs)} of {total} shown (--limit 0 for all)")
         elif action == "show":
             run = store.get(args.run, environment=environment)
             print(json.dumps(store.snapshot(run), indent=2) if args.format == "json" else describe_run(store, run))
@@ -461,7 +491,8 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from specaudit.report import load_snapshot, render_report, snapshot_path
+    from specaudit.contracts.snapshot import load_snapshot, snapshot_path
+    from specaudit.report import render_report
 
     snapshot = load_snapshot(args.snapshot)
     other = load_snapshot(args.compare) if args.compare else None
@@ -482,9 +513,9 @@ def _add_gate(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
+    from specaudit.contracts.snapshot import load_snapshot, snapshot_path
     from specaudit.gate import evaluate_gate, load_thresholds
     from specaudit.records import write_json_atomic
-    from specaudit.report import load_snapshot, snapshot_path
 
     snapshot = load_snapshot(args.snapshot)
     result = evaluate_gate(snapshot, load_thresholds(args.config) if args.config else None)
@@ -518,6 +549,27 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
     return f"specaudit: warning: {message}\n"
 
 
+# Exit codes, one meaning each: scripts and CI tell "the gate failed" from "the tool broke".
+EXIT_PASS = 0
+EXIT_FAILED = 1  # a gate, monitor check or self-test failed
+EXIT_BAD_INPUT = 2  # bad input or usage (argparse uses 2 as well)
+EXIT_INTERNAL_ERROR = 70  # EX_SOFTWARE: an unexpected error, a bug of specaudit
+EXIT_INTERRUPTED = 130
+
+
+def _internal_error(command: str, err: BaseException) -> int:
+    """One line for an unexpected error; the traceback only when SPECAUDIT_DEBUG asks for it."""
+    import os
+    import traceback
+
+    if os.environ.get("SPECAUDIT_DEBUG"):
+        traceback.print_exc()
+    what = " ".join(str(err).split())[:300]
+    print(f"specaudit: internal error: `specaudit {command}` failed with {type(err).__name__}: {what}; this is a bug of "
+          "specaudit, please report it with the command and the traceback that SPECAUDIT_DEBUG=1 prints", file=sys.stderr)
+    return EXIT_INTERNAL_ERROR
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse itself exits 2 on bad flags
@@ -526,13 +578,22 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except InputError as err:
         print(f"specaudit: error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except BrokenPipeError:  # output piped into `head`: not an error of ours
         sys.stderr.close()
-        return 0
+        return EXIT_PASS
     except KeyboardInterrupt:
         print("specaudit: interrupted; completed records are kept, re-run to resume", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except OSError as err:
+        if err.filename is None:
+            return _internal_error(args.command, err)
+        # The system refused a file the user named or holds (full disk, read-only folder): their
+        # environment, not a bug, and the stage writes atomically, so nothing is half-written.
+        print(f"specaudit: error: cannot use {err.filename}: {err.strerror or err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as err:  # noqa: BLE001 (anything else is our bug: exit 70, never 1, the code of a failed gate)
+        return _internal_error(args.command, err)
 
 
 if __name__ == "__main__":

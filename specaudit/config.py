@@ -137,9 +137,13 @@ class RunConfig(BaseModel):
             return reference_verify
         module_name, _, function_name = self.verify.partition(":")
         try:
-            return getattr(importlib.import_module(module_name), function_name)
+            function = getattr(importlib.import_module(module_name), function_name)
         except (ImportError, AttributeError, ValueError):
             raise InputError(f"--verify {self.verify!r}: cannot import it; write module.path:function_name") from None
+        if not callable(function):
+            raise InputError(f"--verify {self.verify!r} names a {type(function).__name__}, not a function "
+                             "verify(draft_tokens, draft_probs, target_probs, generator)")
+        return function
 
 
 def load_config_file(path: str | Path) -> dict:

@@ -113,6 +113,7 @@ def load_thresholds(source: str | Path | Mapping[str, Any] | None = None) -> Gat
 
         where = f"config file {source}"
         options = load_config_file(source)
+        _refuse_unknown_sections(options, where)
         section = options.get("gate", {})
     elif isinstance(source, Mapping):
         section = source["gate"] if "gate" in source else source
@@ -131,6 +132,18 @@ def load_thresholds(source: str | Path | Mapping[str, Any] | None = None) -> Gat
         return GateThresholds(**section)
     except InputError as err:
         raise InputError(f"{where}: {err}") from None
+
+
+def _refuse_unknown_sections(options: Mapping[str, Any], where: str) -> None:
+    """A gate config is an audit config (run options, `analysis:`, `gate:`): a misspelt `gate:`
+    would otherwise leave the default thresholds in force without a word."""
+    from specaudit.config import RunConfig
+
+    known = {f.name for f in fields(RunConfig)} | {"out", "analysis", "gate"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InputError(f"{where}: unknown top-level key(s) {', '.join(unknown)}; the thresholds go under `gate:` "
+                         "(beside the audit's run options and `analysis:`)")
 
 
 # ============================================================================ results
@@ -256,6 +269,12 @@ def _equivalence_checks(section: Mapping[str, Any], t: GateThresholds) -> list[G
 
 def _engine_equivalence(engine: str, entry: Mapping[str, Any], alpha: float, greedy: bool) -> GateCheck:
     name, title = f"equivalence[{engine}]", f"Equivalence not rejected: {engine}"
+    violations = _mapping(entry.get("verify_violations"))
+    if violations:  # the sampler's own output broke the verify contract: proven, no test needed
+        first = _mapping(violations.get("first"))
+        return GateCheck(name, title, FAIL, f"{engine}'s verify function broke its contract in {violations.get('count')} call(s); "
+                         f"first: call {first.get('call')} of record {first.get('record')}, it {first.get('problem')}",
+                         {"verify_violations": dict(violations)})
     if greedy:
         result = _mapping(entry.get("greedy"))
         if not result:

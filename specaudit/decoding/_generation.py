@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 @dataclass
 class Generation:
     tokens: list[int]
-    finish_reason: str  # "eos" or "length"
+    finish_reason: str  # "eos", "length", or "verify_error" (stopped at a verify call it could not use)
     wall_s: float
     ttft_s: float  # time to first token
     steps: int  # verification steps (vanilla: forward passes)
@@ -23,6 +23,9 @@ class Generation:
     draft_s: float = 0.0
     verify_s: float = 0.0
     step_s: list[float] = field(default_factory=list)
+    # Calls where a verify function broke its contract (verify.contract_problem): {"call", "position",
+    # "problem"}. A proven bug of that sampler: analyze fails the engine on any.
+    verify_violations: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -14,6 +14,7 @@ from specaudit.decoding._generation import Generation, finish
 from specaudit.decoding.verify import (
     VerifyFn,
     acceptance_probabilities,
+    contract_problem,
     reference_verify,
     sample_from,
     step_pit,
@@ -110,14 +111,26 @@ def speculative_generate(
         target_probs = warp(logits[0, :, :vocab_size], spec)
         q = torch.stack(draft_probs) if draft_probs else target_probs.new_zeros((0, vocab_size))
         drafted_ids = torch.tensor(drafted, dtype=torch.long, device=device)
-        emitted_ids = verify(drafted_ids, q, target_probs, generator)
+        try:
+            emitted_ids = verify(drafted_ids, q, target_probs, generator)
+            problem, unusable = contract_problem(emitted_ids, drafted_ids, vocab_size)
+        except Exception as err:  # noqa: BLE001 (a user's sampler failing is a finding of the audit, not a crash)
+            problem, unusable = f"raised {type(err).__name__}: {' '.join(str(err).split())[:200]}", True
+        if problem:
+            result.verify_violations.append({"call": result.steps + 1, "position": len(tokens), "problem": problem})
+            if unusable:  # nothing trustworthy to emit: the record ends here, with the violation on it
+                reason = "verify_error"
+                break
+        emitted_ids = emitted_ids.to(device=device, dtype=torch.long)
         emitted = emitted_ids.tolist()
         n_accepted = len(emitted) - 1
+        # Drafted tokens the verifier really kept (all n_accepted when it keeps the contract).
+        kept_drafts = next((i for i, (a, b) in enumerate(zip(emitted[:n_accepted], drafted)) if a != b), n_accepted)
 
         # Keep the accepted prefix in both caches; the verifier's token is fed next step.
-        target_cached = len(context) + n_accepted
+        target_cached = len(context) + kept_drafts
         crop_cache(target_cache, target_cached)
-        drafter.rollback(len(context) + n_accepted)
+        drafter.rollback(len(context) + kept_drafts)
         verified_at = clock.now()
 
         result.steps += 1

@@ -76,6 +76,30 @@ def reference_verify(
     return emitted
 
 
+def contract_problem(emitted: object, draft_tokens: torch.Tensor, vocab_size: int) -> tuple[str | None, bool]:
+    """What breaks the verify contract in a verify function's return value, and whether the step
+    is unusable: (None, False) when it keeps the contract; (problem, True) when the value cannot be
+    decoded on (not a 1-D integer tensor of 1..k+1 ids inside the vocabulary); (problem, False)
+    when it is well formed but its accepted prefix is not the drafted tokens."""
+    k = draft_tokens.shape[0]
+    if not isinstance(emitted, torch.Tensor):
+        return f"returned {type(emitted).__name__}, not a tensor of token ids", True
+    if emitted.dim() != 1:
+        return f"returned a tensor of shape {tuple(emitted.shape)}, not 1-D", True
+    if emitted.dtype.is_floating_point or emitted.dtype.is_complex or emitted.dtype == torch.bool:
+        return f"returned {str(emitted.dtype).removeprefix('torch.')} values, not integer token ids", True
+    if not 1 <= emitted.shape[0] <= k + 1:
+        return f"returned {emitted.shape[0]} token ids; a step with {k} drafted tokens emits 1 to {k + 1}", True
+    outside = emitted[(emitted < 0) | (emitted >= vocab_size)]
+    if outside.numel():
+        return f"returned token id {int(outside[0])}, outside the vocabulary [0, {vocab_size})", True
+    accepted = emitted[:-1].to(draft_tokens.device)
+    if not torch.equal(accepted, draft_tokens[: accepted.shape[0]].to(accepted.dtype)):
+        return (f"accepted {accepted.tolist()} but the draft proposed {draft_tokens[: accepted.shape[0]].tolist()}: "
+                "the accepted prefix must be the drafted tokens"), False
+    return None, False
+
+
 def acceptance_probabilities(draft_probs: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
     """β_i = Σ_x min(p_i(x), q_i(x)) = 1 - TV(p_i, q_i) for each drafted position i."""
     k = draft_probs.shape[0]

@@ -34,6 +34,7 @@ from specaudit.contracts.run import (
     Record,
 )
 from specaudit.errors import InputError
+from specaudit.preflight import check_draft_noise_targets
 from specaudit.execution.plan import SEED_DERIVATION, plan_items, shard_prompts
 
 if TYPE_CHECKING:
@@ -125,6 +126,7 @@ def load_run_prompts(cfg: RunConfig, prompt_set=None):
                                      seed=cfg.sample_seed)
     if not prompt_set.prompts:
         raise InputError(f"prompt set {cfg.prompts!r} selected no prompts (check --dimensions / --per-group)")
+    check_draft_noise_targets(cfg.draft_noise, prompt_set)
     return prompt_set
 
 

@@ -32,6 +32,7 @@ from specaudit.execution.decode import (
 )
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import shard_of
+from specaudit.preflight import check_prompt_lengths
 from specaudit.prompts import prompt_token_ids
 
 SHARDS_PER_WORKER = 4  # more shards than workers: a dead worker's re-run is small, and fast workers take more
@@ -79,6 +80,7 @@ class DecodeWorker:
             prompt = item.prompt
             if prompt.id not in encoded:
                 encoded[prompt.id] = prompt_token_ids(self.pair.tokenizer, prompt, self.cfg.chat_template)
+                check_prompt_lengths({prompt.id: encoded[prompt.id]}, self.pair.target, self.cfg.max_new_tokens)
             if not self.warm:  # once per actor, before its first timed decoding
                 warm_up(self.pair, self.cfg, encoded[prompt.id], self.verify, self.eos_ids)
                 self.warm = True

@@ -100,6 +100,45 @@ def _is_local(name: str) -> bool:
     return name.startswith((".", "/", "~")) or os.path.exists(os.path.expanduser(name))
 
 
+def _hub_reachable(timeout: float = 1.5) -> tuple[bool, str]:
+    """(whether the Hugging Face endpoint accepts a connection within `timeout` s, its host)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    host = url.hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, url.port or (443 if url.scheme == "https" else 80)), timeout=timeout).close()
+    except OSError:
+        return False, host
+    return True, host
+
+
+def hub_options(name: str) -> dict:
+    """from_pretrained options for a hub id, decided before any hub call: offline (HF_HUB_OFFLINE,
+    or the hub unreachable), a cached model loads from the cache alone and an uncached one fails
+    at once naming it, instead of after a minute of retries."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        cached = isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except ValueError:  # not a valid repo id: from_pretrained gives the precise message
+        return {}
+    offline = constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    why = "HF_HUB_OFFLINE is set"
+    if not offline:
+        reachable, host = _hub_reachable()
+        if reachable:
+            return {}
+        why = f"no connection to {host}"
+    if not cached:
+        raise InputError(f"cannot load model {name!r}: it is not a local folder or GGUF file, not in the Hugging Face cache, "
+                         f"and the hub cannot be reached ({why}); connect to the network or pass a local model folder")
+    return {"local_files_only": True}
+
+
 def _quiet_transformers() -> None:
     """Per-tensor progress bars and advice from transformers would bury our own messages."""
     from transformers.utils import logging as hf_logging
@@ -125,8 +164,10 @@ def _load_hf(name: str, device: torch.device, dtype: torch.dtype):
             source, kwargs["gguf_file"] = str(path.parent), path.name
         elif not (path / "config.json").is_file():
             raise InputError(f"model folder {name!r} has no config.json; give an HF model folder, a .gguf file or a hub id")
+    else:
+        kwargs.update(hub_options(name))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **{k: v for k, v in kwargs.items() if k == "gguf_file"})
+        tokenizer = AutoTokenizer.from_pretrained(source, **{k: v for k, v in kwargs.items() if k in ("gguf_file", "local_files_only")})
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -358,6 +399,6 @@ def load_tokenizer(name: str = DEFAULT_TARGET):
         path = Path(os.path.expanduser(name))
         if path.suffix == ".gguf":
             return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        return AutoTokenizer.from_pretrained(name)
+        return AutoTokenizer.from_pretrained(name, **({} if _is_local(name) else hub_options(name)))
     except (OSError, ValueError):
         raise InputError(f"cannot load a tokenizer for {name!r}: not a local folder or GGUF file, and not on the hub") from None

@@ -13,23 +13,15 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from datetime import datetime, timezone
-from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Mapping
 
-from specaudit.errors import InputError
+from specaudit.contracts.snapshot import load_snapshot, validate_snapshot  # noqa: F401 (one loader for every consumer)
 
 # The row label of each dimension's "all prompts" metrics (the snapshot's `overall` block).
 OVERALL = "_overall"
 # Bootstrap CIs in snapshots are 95 % unless the analysis section says otherwise.
 DEFAULT_CI_LEVEL = 0.95
-
-
-def supported_schema_version() -> int:
-    # Imported late: specaudit.analysis is the one owner of the snapshot schema number.
-    from specaudit.analysis import SNAPSHOT_SCHEMA_VERSION
-
-    return SNAPSHOT_SCHEMA_VERSION
 
 
 @lru_cache(maxsize=8)
@@ -86,52 +78,6 @@ class SnapshotSummary:
     versions_hash: str
     ci_level: float
     points: tuple[MetricPoint, ...] = field(repr=False)
-
-
-def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict:
-    """A validated snapshot dict from a snapshot.json path, a run folder holding one, or a dict."""
-    if isinstance(source, Mapping):
-        snapshot, where = dict(source), "snapshot"
-    else:
-        # Reading (path resolution, JSON errors) is the report's; monitoring adds the schema checks
-        # it needs before anything is stored.
-        from specaudit.report import load_snapshot as read_snapshot, snapshot_path
-
-        snapshot, where = read_snapshot(source), str(snapshot_path(source))
-    validate_snapshot(snapshot, where)
-    return snapshot
-
-
-def validate_snapshot(snapshot: Any, where: str = "snapshot") -> None:
-    """Raise InputError naming the first field that does not follow the snapshot contract."""
-    if not isinstance(snapshot, dict) or "schema_version" not in snapshot:
-        raise InputError(f"{where} is not a specaudit snapshot (no schema_version field); pass the snapshot.json written by `specaudit analyze`")
-    expected = supported_schema_version()
-    if snapshot["schema_version"] != expected:
-        raise InputError(f"{where} has schema_version {snapshot['schema_version']!r} but this specaudit reads version {expected}; "
-                         "re-run `specaudit analyze` with this version or upgrade specaudit")
-    for name in ("run", "groups"):
-        if not isinstance(snapshot.get(name), dict):
-            raise InputError(f"{where}: field '{name}' must be an object; the file is damaged or not a snapshot")
-    equivalence = snapshot.get("equivalence")
-    if equivalence is not None and not isinstance(equivalence, dict):
-        raise InputError(f"{where}: field 'equivalence' must be an object")
-    for dimension, block in snapshot["groups"].items():
-        if not isinstance(block, dict) or not isinstance(block.get("by_group", {}), dict):
-            raise InputError(f"{where}: groups.{dimension} must be an object with a 'by_group' object")
-        entries = [("overall", block.get("overall"))] if block.get("overall") is not None else []
-        entries += [(f"by_group.{g}", e) for g, e in block.get("by_group", {}).items()]
-        for label, entry in entries:
-            metrics = entry.get("metrics") if isinstance(entry, dict) else None
-            if not isinstance(metrics, dict):
-                raise InputError(f"{where}: groups.{dimension}.{label} has no 'metrics' object")
-            for metric, triple in metrics.items():
-                if not isinstance(triple, dict) or "value" not in triple:
-                    raise InputError(f"{where}: groups.{dimension}.{label}.metrics.{metric} must be an object with a 'value'")
-                for part in ("value", "ci_low", "ci_high"):
-                    v = triple.get(part)
-                    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-                        raise InputError(f"{where}: groups.{dimension}.{label}.metrics.{metric}.{part} must be a number or null, got {v!r}")
 
 
 def ci_level(snapshot: Mapping[str, Any]) -> float:

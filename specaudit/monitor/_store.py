@@ -128,7 +128,10 @@ def open_store(url: str | None = None, *, create: bool = True) -> "HistoryStore"
         if not path.exists():
             if not create:
                 raise InputError(f"no history store at {path}; add a snapshot first with `specaudit monitor add SNAPSHOT --store {url}`")
-            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:  # a file where a folder should be, or a folder we may not write
+                raise InputError(f"--store {url!r}: cannot create the folder {path.parent} ({err.strerror})") from None
         engine = create_engine(parsed)
         _configure_sqlite(engine)
     else:

@@ -150,6 +150,22 @@ def _locate_json_failure(lines: list[str]) -> tuple[int | None, str]:
     return None, "could not be read by datasets"
 
 
+def _json_document_problem(path: Path) -> tuple[int | None, str] | None:
+    """(line, message) when a .json file is neither a JSON array/object nor JSON Lines of objects."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        return None, f"is not UTF-8 text ({err.reason} at byte {err.start})"
+    try:
+        document = json.loads(text)
+    except ValueError:  # datasets also reads JSON Lines from a .json file
+        line, message = _locate_json_failure(text.splitlines())
+        return (line, message) if line is not None else None
+    if not isinstance(document, (list, dict)):
+        return None, f"holds a JSON {type(document).__name__}, not a list of prompt objects"
+    return None
+
+
 def read_file(path: Path, column_map: ColumnMap) -> ReadResult:
     """Rows of one JSONL/JSON/CSV/Parquet file, read with datasets.load_dataset."""
     import datasets
@@ -169,8 +185,17 @@ def read_file(path: Path, column_map: ColumnMap) -> ReadResult:
         line_numbers = [n for n, line in enumerate(lines, start=1) if line.strip()]
         if not line_numbers:
             return ReadResult([], (shown, None, "is empty; a prompt file needs at least one JSON object per line"))
+        # Checked here, not left to datasets: pyarrow's JSON reader crashes the process (SIGSEGV)
+        # on some lines that are valid JSON but not objects, e.g. a file holding `null`.
+        line, message = _locate_json_failure(lines)
+        if line is not None:
+            return ReadResult([], (shown, line, message))
     elif path.stat().st_size == 0:
         return ReadResult([], (shown, None, "is empty"))
+    elif path.suffix.lower() == ".json":  # the same pyarrow crash, on a document that is `null`
+        problem = _json_document_problem(path)
+        if problem:
+            return ReadResult([], (shown, *problem))
     try:
         with _quiet_datasets():
             # force_redownload: datasets' cache is keyed on path and mtime, which an in-place edit can

@@ -10,17 +10,17 @@ The report reads only the snapshot (docs/ARCHITECTURE.md, Contracts). Any sectio
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from specaudit.contracts.snapshot import load_snapshot, snapshot_path
 from specaudit.errors import InputError
+from specaudit.outputs import check_output_paths
 from specaudit.report._exports import groups_csv, groups_rows, junit_xml, summary_markdown
 from specaudit.report._view import build_view
 
-SNAPSHOT_FILE = "snapshot.json"
 OUTPUT_FILES = {"html": "report.html", "summary": "summary.md", "groups": "groups.csv", "junit": "junit.xml"}
 
 
@@ -66,12 +66,11 @@ def render_report(snapshot: Mapping[str, Any], out_dir: str | Path, *, compare: 
     if not isinstance(snapshot, Mapping):
         raise InputError("render_report needs a snapshot (the mapping read from snapshot.json); use load_snapshot(path)")
     out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"cannot create the report folder {out_dir}: {err.strerror}") from None
     if compare is not None and not isinstance(compare, Mapping):
         raise InputError("render_report(compare=...) needs a snapshot mapping; use load_snapshot(path)")
+    paths = {kind: out_dir / name for kind, name in OUTPUT_FILES.items()}
+    staged = {kind: path.with_name(f".{path.name}.tmp") for kind, path in paths.items()}  # readers never see half a report
+    check_output_paths([*paths.values(), *staged.values()], "report file")  # all four files or none
     view = build_view(snapshot, compare, compare_label)
     contents = {
         "html": _environment().get_template("report.html.j2").render(v=view, version=_version()),
@@ -79,35 +78,16 @@ def render_report(snapshot: Mapping[str, Any], out_dir: str | Path, *, compare: 
         "groups": groups_csv(snapshot),
         "junit": junit_xml(snapshot.get("gate"), snapshot=snapshot),
     }
-    paths = {}
-    for kind, text in contents.items():
-        path = out_dir / OUTPUT_FILES[kind]
-        staging = path.with_name(f".{path.name}.tmp")  # readers never see half a report
-        staging.write_text(text, encoding="utf-8")
-        staging.replace(path)
-        paths[kind] = path
-    return paths
-
-
-def snapshot_path(path: str | Path) -> Path:
-    """A run folder or a snapshot file → the snapshot file's path."""
-    path = Path(path)
-    return path / SNAPSHOT_FILE if path.is_dir() else path
-
-
-def load_snapshot(path: str | Path) -> dict[str, Any]:
-    """Read snapshot.json from a run folder or a file path, with clear errors for bad input."""
-    file = snapshot_path(path)
-    if not file.is_file():
-        hint = " (run `specaudit analyze RUN_DIR` first)" if Path(path).is_dir() else ""
-        raise InputError(f"{file} does not exist{hint}")
     try:
-        snapshot = json.loads(file.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise InputError(f"{file} is not valid JSON ({err}); regenerate it with `specaudit analyze`") from None
-    if not isinstance(snapshot, dict) or "schema_version" not in snapshot:
-        raise InputError(f"{file} is not a specaudit snapshot (no schema_version); regenerate it with `specaudit analyze`")
-    return snapshot
+        for kind, text in contents.items():
+            staged[kind].write_text(text, encoding="utf-8")
+    except OSError:
+        for staging in staged.values():
+            staging.unlink(missing_ok=True)
+        raise
+    for kind in contents:
+        staged[kind].replace(paths[kind])
+    return paths
 
 
 __all__ = ["OUTPUT_FILES", "groups_csv", "groups_rows", "junit_xml", "load_snapshot", "render_html", "render_report",

@@ -1,0 +1,153 @@
+"""The snapshot contract: what snapshot.json holds, checked once on read by every consumer.
+
+`specaudit analyze` writes snapshot.json; `gate`, `report` and `monitor` read it, each through
+`load_snapshot`. A file that is not a snapshot of this schema version is refused with one
+sentence (InputError, exit 2) instead of being judged: a gate must never go green on garbage.
+
+The typed view (`Snapshot`) pins the sections consumers read and the types they rely on; inside
+them, keys it does not name are kept as they are, so a newer analysis may add fields freely.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from specaudit.errors import InputError
+
+SNAPSHOT_SCHEMA_VERSION = 1
+SNAPSHOT_FILE = "snapshot.json"
+
+_REGENERATE = "regenerate it with `specaudit analyze RUN_DIR`"
+
+
+class _Section(BaseModel):
+    # strict: a JSON string is not a number, true is not 1; extra: keys this view does not name pass through
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class MetricEstimate(_Section):
+    """One metric of one group: the estimate and its confidence interval (null where undefined)."""
+
+    value: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class GroupEntry(_Section):
+    n_prompts: int | None = None
+    metrics: dict[str, MetricEstimate]
+
+
+class DimensionGroups(_Section):
+    """`groups.<dimension>`: the all-prompts block and one block per group."""
+
+    reference: str | None = None
+    overall: GroupEntry | None = None
+    by_group: dict[str, GroupEntry] = {}
+
+
+class RunSection(_Section):
+    id: str | None = None
+    engines: list[str] = []
+    dimensions: list[str] = []
+    config: dict[str, Any] | None = None
+    analysis: dict[str, Any] | None = None
+
+
+class EquivalenceSection(_Section):
+    """`equivalence`: the battery's overall status and one entry per engine (verdict and tests)."""
+
+    status: str
+    engines: dict[str, dict[str, Any]] = {}
+
+
+class DimensionDisparities(_Section):
+    metrics: dict[str, dict[str, Any]] = {}
+    flags: list[Any] = []
+
+
+class Snapshot(_Section):
+    """The typed view of snapshot.json (schema version SNAPSHOT_SCHEMA_VERSION)."""
+
+    schema_version: int
+    run: RunSection
+    equivalence: EquivalenceSection
+    groups: dict[str, DimensionGroups]
+    disparities: dict[str, DimensionDisparities] = {}
+    recommendations: dict[str, Any] = {}
+    prompts: list[dict[str, Any]] = []
+    gate: dict[str, Any] | None = None
+
+
+def snapshot_path(path: str | Path) -> Path:
+    """A run folder or a snapshot file → the snapshot file's path."""
+    path = Path(path)
+    return path / SNAPSHOT_FILE if path.is_dir() else path
+
+
+def _read(path: str | Path) -> tuple[Any, str]:
+    file = snapshot_path(path)
+    if not file.is_file():
+        hint = " (run `specaudit analyze RUN_DIR` first)" if Path(path).is_dir() else ""
+        raise InputError(f"{file} does not exist{hint}")
+    try:
+        return json.loads(file.read_text(encoding="utf-8")), str(file)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InputError(f"{file} is not valid JSON ({err}); {_REGENERATE}") from None
+    except OSError as err:
+        raise InputError(f"cannot read {file}: {err.strerror}") from None
+
+
+_EXPECTED = {"dict_type": "an object", "list_type": "a list", "string_type": "a string", "int_type": "an integer",
+             "float_type": "a number or null", "bool_type": "true or false", "model_type": "an object"}
+
+
+def _first_problem(err: ValidationError) -> str:
+    """One clause naming the first field that breaks the contract, e.g. "groups must be an object, got a list"."""
+    problem = err.errors(include_url=False)[0]
+    field = ".".join(str(part) for part in problem["loc"]) or "the top level"
+    if problem["type"] == "missing":
+        return f"has no '{field}' section" if len(problem["loc"]) == 1 else f"has no '{field}'"
+    got = type(problem.get("input")).__name__
+    got = {"dict": "an object", "list": "a list", "str": "a string", "NoneType": "null", "bool": "a boolean"}.get(got, got)
+    want = _EXPECTED.get(problem["type"].removesuffix("_parsing"), None)
+    return f"{field} must be {want}, got {got}" if want else f"{field}: {problem['msg']}"
+
+
+def validate_snapshot(snapshot: Any, where: str = "snapshot") -> Snapshot:
+    """The typed view of a snapshot mapping; InputError (one sentence naming ``where``) if it breaks the contract."""
+    if not isinstance(snapshot, Mapping):
+        raise InputError(f"{where} is not a specaudit snapshot (a JSON object), it holds {type(snapshot).__name__}; {_REGENERATE}")
+    if "schema_version" not in snapshot:
+        raise InputError(f"{where} is not a specaudit snapshot (no schema_version field); {_REGENERATE}")
+    version = snapshot["schema_version"]
+    if version != SNAPSHOT_SCHEMA_VERSION or isinstance(version, bool):
+        raise InputError(f"{where} has schema_version {version!r} but this specaudit reads version {SNAPSHOT_SCHEMA_VERSION}; "
+                         "re-run `specaudit analyze` with this version or upgrade specaudit")
+    try:
+        return Snapshot.model_validate(dict(snapshot))
+    except ValidationError as err:
+        problem = _first_problem(err)
+        raise InputError(f"{where}{' ' if problem.startswith('has no') else ': '}{problem}; the file is damaged or not a snapshot "
+                         f"({_REGENERATE})") from None
+
+
+def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    """The validated snapshot (as the dict read from JSON) from a snapshot.json path, a run folder
+    holding one, or a mapping. Every command that reads a snapshot reads it here."""
+    if isinstance(source, Mapping):
+        snapshot, where = dict(source), "snapshot"
+    elif isinstance(source, (str, Path)):
+        snapshot, where = _read(source)
+    else:
+        raise InputError(f"a snapshot is a snapshot.json path, its run folder or a mapping, not {type(source).__name__}")
+    validate_snapshot(snapshot, where)
+    return snapshot
+
+
+__all__ = ["SNAPSHOT_FILE", "SNAPSHOT_SCHEMA_VERSION", "Snapshot", "load_snapshot", "snapshot_path", "validate_snapshot"]
