@@ -137,9 +137,9 @@ def load_thresholds(source: str | Path | Mapping[str, Any] | None = None) -> Gat
 def _refuse_unknown_sections(options: Mapping[str, Any], where: str) -> None:
     """A gate config is an audit config (run options, `analysis:`, `gate:`): a misspelt `gate:`
     would otherwise leave the default thresholds in force without a word."""
-    from specaudit.config import RunConfig
+    from specaudit.config import RUN_OPTIONS
 
-    known = {f.name for f in fields(RunConfig)} | {"out", "analysis", "gate"}
+    known = set(RUN_OPTIONS) | {"out", "analysis", "gate"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise InputError(f"{where}: unknown top-level key(s) {', '.join(unknown)}; the thresholds go under `gate:` "

@@ -135,7 +135,7 @@ def test_prompt_over_the_byte_limit_is_an_error_before_tokenizing(tmp_path, caps
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["prompts", "validate", str(path)]) == 2
     err = capsys.readouterr().err
-    assert "line 1, field 'text': is 4.0 MiB, over the limit of 4 MiB per prompt" in err and "1 error(s)" in err
+    assert f"line 1, field 'text': prompt 'huge' is {MAX_PROMPT_BYTES + 1:,} bytes, over the limit" in err and "1 error(s)" in err
 
 
 @pytest.mark.parametrize("text", ["null", '{"text": "a", "id": "a"}\nnull'])

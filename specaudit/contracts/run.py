@@ -90,6 +90,8 @@ _CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "draft_s": ("a number or null", _optional(_number)),
     "verify_s": ("a number or null", _optional(_number)),
     "step_s": ("a list of numbers", _list_of(_number)),
+    # Calls of a user's verify function that broke its contract (decoding/verify.contract_problem).
+    "verify_violations": ("a list of objects", _list_of(lambda v: isinstance(v, dict))),
 }
 _REQUIRED = ("key",)
 
@@ -125,6 +127,7 @@ class Record:
     draft_s: float | None = None
     verify_s: float | None = None
     step_s: list[float] | None = None
+    verify_violations: list[dict] | None = None
     extra: dict = field(default_factory=dict)  # fields of a backend or a later version, in order
     present: frozenset = field(default=frozenset(), compare=False, repr=False)  # known fields the JSON had
 
