@@ -1,7 +1,10 @@
 """Writing files so that readers never see half of one, and JSON that every consumer can parse.
 
 The one home of these helpers for the whole package (docs/ARCHITECTURE.md, "Files on disk"):
-manifest.json, snapshot.json, merged records, reports and exports all go through `write_atomic`.
+manifest.json, snapshot.json, merged records, reports and exports all go through `write_atomic`
+(or `write_all_atomic` for a set of files), and every stage checks its output paths before it
+starts work (`check_output_folder`, `check_output_paths`): an analysis must not spend minutes
+scoring only to find its folder read-only.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +76,46 @@ def check_output_folder(path: str | Path, option: str = "--out", *, create: bool
     except OSError as err:
         raise InputError(f"{option} {path}: cannot create the folder ({err.strerror or err})") from None
     return path
+
+
+def check_output_paths(paths: Iterable[str | Path], what: str = "output") -> list[Path]:
+    """Make sure each path can be written: its folder exists (created if need be) and accepts a new
+    file, and the path is not a folder. Returns the paths; raises InputError naming the first that
+    cannot be written. Creates nothing but the missing folders."""
+    paths = [Path(p) for p in paths]
+    probed: set[Path] = set()
+    for path in paths:
+        if path.is_dir():
+            raise InputError(f"cannot write the {what} {path}: a folder of that name is in the way; move or remove it")
+        folder = path.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(f"cannot create the {what} folder {folder}: {err.strerror or err}") from None
+        if folder in probed:
+            continue
+        try:  # a real write: permission bits, read-only mounts and immutable folders all show here
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".specaudit-probe-"):
+                pass
+        except OSError as err:
+            raise InputError(f"cannot write the {what} into {folder}: {err.strerror or err}") from None
+        probed.add(folder)
+    return paths
+
+
+def write_all_atomic(contents: Mapping[Path, str], what: str = "output") -> list[Path]:
+    """Write several files all or none: every path is checked first, then each text is staged
+    beside its file, then all are renamed into place. A reader never sees a partial set (a report
+    whose fourth file failed must not leave three that look complete)."""
+    paths = check_output_paths(contents, what)
+    staged = {path: path.with_name(f".{path.name}.{os.getpid()}.tmp") for path in paths}
+    try:
+        for path, text in contents.items():
+            staged[Path(path)].write_text(text, encoding="utf-8")
+    except OSError as err:
+        for staging in staged.values():
+            staging.unlink(missing_ok=True)
+        raise InputError(f"cannot write the {what} {path}: {err.strerror or err}") from None
+    for path, staging in staged.items():
+        os.replace(staging, path)
+    return paths

@@ -12,12 +12,12 @@ from typing import Any
 
 import pandas as pd
 
-from specaudit._files import json_clean, write_json_atomic
+from specaudit._files import check_output_paths, json_clean, write_json_atomic
 from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.contracts.snapshot import SNAPSHOT_FILE, SNAPSHOT_SCHEMA_VERSION
 from specaudit.errors import InputError
-from specaudit.outputs import check_output_paths
 from specaudit.records import RECORDS_FILE, read_manifest, read_records
+
 # The control asks "is the auditor itself broken?" (a scoring or warping mismatch), which shows
 # as a gross rejection. Judged at alpha it would void 1 audit in 20 by chance, so it is judged
 # at alpha x this factor; a rejection between the two levels is reported as a warning.
@@ -44,10 +44,10 @@ def draft_batch_invariance(pair, records: list[dict], positions: int = 6) -> dic
     depends on how they were called, so q-based tests must use the q the engine recorded.
     """
     import torch
+    from transformers import DynamicCache
 
     from specaudit.decoding import SamplingSpec, warp
     from specaudit.models import forward_cached
-    from transformers import DynamicCache
 
     record = next((r for r in records if r["engine"] != CONTROL_ENGINE and len(r["output_token_ids"]) > positions), None)
     if record is None or not pair.draft_is_model:
@@ -201,7 +201,7 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
     if write:  # before minutes of scoring, not after
-        check_output_paths([run_dir / SNAPSHOT_FILE, run_dir / f".{SNAPSHOT_FILE}.tmp"], "snapshot")
+        check_output_paths([run_dir / SNAPSHOT_FILE], "snapshot")
     records = read_records(run_dir / RECORDS_FILE)
     if not records:
         raise InputError(f"{run_dir / RECORDS_FILE} has no records; run `specaudit run` first")

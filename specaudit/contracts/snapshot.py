@@ -57,6 +57,11 @@ class RunSection(_Section):
     dimensions: list[str] = []
     config: dict[str, Any] | None = None
     analysis: dict[str, Any] | None = None
+    models: dict[str, Any] | None = None
+    versions: dict[str, Any] | None = None
+    device: dict[str, Any] | None = None
+    prompt_set: dict[str, Any] | None = None
+    seeds: dict[str, Any] | None = None
 
 
 class EquivalenceSection(_Section):
@@ -64,11 +69,22 @@ class EquivalenceSection(_Section):
 
     status: str
     engines: dict[str, dict[str, Any]] = {}
+    control: str | None = None  # the engine judged as the control (plain decoding)
+    mode: str | None = None  # "sampling" or "greedy"
+    alpha: float | None = None
+    delta: float | None = None
 
 
 class DimensionDisparities(_Section):
     metrics: dict[str, dict[str, Any]] = {}
     flags: list[Any] = []
+
+
+class GateSection(_Section):
+    """`gate`: the gate's status and its checks, as `specaudit gate` wrote them."""
+
+    status: str
+    checks: list[dict[str, Any]] = []
 
 
 class Snapshot(_Section):
@@ -81,7 +97,7 @@ class Snapshot(_Section):
     disparities: dict[str, DimensionDisparities] = {}
     recommendations: dict[str, Any] = {}
     prompts: list[dict[str, Any]] = []
-    gate: dict[str, Any] | None = None
+    gate: GateSection | None = None
 
 
 def snapshot_path(path: str | Path) -> Path:

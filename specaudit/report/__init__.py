@@ -15,9 +15,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from specaudit._files import check_output_paths, write_all_atomic
 from specaudit.contracts.snapshot import load_snapshot, snapshot_path
 from specaudit.errors import InputError
-from specaudit.outputs import check_output_paths
 from specaudit.report._exports import groups_csv, groups_rows, junit_xml, summary_markdown
 from specaudit.report._view import build_view
 
@@ -69,24 +69,15 @@ def render_report(snapshot: Mapping[str, Any], out_dir: str | Path, *, compare: 
     if compare is not None and not isinstance(compare, Mapping):
         raise InputError("render_report(compare=...) needs a snapshot mapping; use load_snapshot(path)")
     paths = {kind: out_dir / name for kind, name in OUTPUT_FILES.items()}
-    staged = {kind: path.with_name(f".{path.name}.tmp") for kind, path in paths.items()}  # readers never see half a report
-    check_output_paths([*paths.values(), *staged.values()], "report file")  # all four files or none
+    check_output_paths(paths.values(), "report file")  # before rendering: all four files or none
     view = build_view(snapshot, compare, compare_label)
     contents = {
-        "html": _environment().get_template("report.html.j2").render(v=view, version=_version()),
-        "summary": summary_markdown(view),
-        "groups": groups_csv(snapshot),
-        "junit": junit_xml(snapshot.get("gate"), snapshot=snapshot),
+        paths["html"]: _environment().get_template("report.html.j2").render(v=view, version=_version()),
+        paths["summary"]: summary_markdown(view),
+        paths["groups"]: groups_csv(snapshot),
+        paths["junit"]: junit_xml(snapshot.get("gate"), snapshot=snapshot),
     }
-    try:
-        for kind, text in contents.items():
-            staged[kind].write_text(text, encoding="utf-8")
-    except OSError:
-        for staging in staged.values():
-            staging.unlink(missing_ok=True)
-        raise
-    for kind in contents:
-        staged[kind].replace(paths[kind])
+    write_all_atomic(contents, "report file")
     return paths
 
 
