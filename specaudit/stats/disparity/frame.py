@@ -21,13 +21,12 @@ from specaudit.stats.disparity._grouping import (
     _resolve_reference,
     _weighted_quantile,
 )
+from specaudit.stats.disparity.intervals import ratio_interval
 from specaudit.stats.disparity.per_prompt import per_prompt_metrics
 from specaudit.stats.disparity.rank_tests import (
     KruskalResult,
     PairwiseResult,
-    _mean_by_pair,
     kruskal_test,
-    minimum_detectable_difference,
     pairwise_test,
 )
 
@@ -365,8 +364,16 @@ class GroupFrame:
         low, high = tolerance
         if not 0 < low <= 1 <= high:
             raise InputError(f"disparity: the tolerance band must satisfy 0 < low ≤ 1 ≤ high, got {tolerance!r}.")
-        ref, col, diff, rat = self._reference_intervals(reference)
-        n_comparisons = max(1, len(self.groups) - (0 if ref is None else 1))
+        if not 0 < alpha < 1:
+            raise InputError(f"disparity: alpha must lie strictly between 0 and 1, got {alpha!r}.")
+        ref, col, diff, _ = self._reference_intervals(reference)
+        g = len(self.groups)
+        confidence = 1.0 - alpha
+        # The bootstrap path's interval at the comparison's own level, and the spread of its log ratio.
+        with np.errstate(all="ignore"):
+            ratios = self._replicates.map(lambda v: v[:, :g] / v[:, col:col + 1])
+            boot = ratios.interval(confidence, self.method)
+            boot_se_log = ratios.map(np.log).interval(confidence, self.method).standard_error
         rows = []
         for metric in [m for m in metrics if m in self.metrics]:
             j = self.metrics.index(metric)
@@ -374,44 +381,33 @@ class GroupFrame:
             for i, test, p_holm in self._pairwise(metric, ref, paired=True):
                 in_group = self._codes == i
                 in_ref = (self._codes == ref) if ref is not None else ~in_group
-                mdd = self._minimum_detectable(values, pairs, in_group, in_ref, test, alpha, power, n_comparisons)
-                ratio = rat.statistic[i, j]
+                use_pairs = ref is not None
+                interval = ratio_interval(
+                    values[in_group], values[in_ref],
+                    x_pairs=pairs[in_group] if use_pairs else None, y_pairs=pairs[in_ref] if use_pairs else None,
+                    bootstrap=(boot.statistic[i, j], boot.ci_low[i, j], boot.ci_high[i, j], boot_se_log[i, j]),
+                    band=(low, high), confidence=confidence, power=power,
+                )
                 ref_value = self._interval.statistic[col, j]
-                outside = bool(np.isfinite(ratio) and (ratio < low or ratio > high))
-                significant = bool(np.isfinite(p_holm) and p_holm < alpha)
                 rows.append({
                     "metric": metric, "position": i, "value": self._interval.statistic[i, j],
                     "reference_value": ref_value,
-                    "ratio": ratio, "ratio_ci_low": rat.ci_low[i, j], "ratio_ci_high": rat.ci_high[i, j],
+                    "ratio": interval.ratio, "ratio_ci_low": interval.ci_low, "ratio_ci_high": interval.ci_high,
+                    "interval_method": interval.method, "confidence_level": confidence, "df": interval.df,
                     "difference": diff.statistic[i, j], "difference_ci_low": diff.ci_low[i, j],
                     "difference_ci_high": diff.ci_high[i, j],
                     "test": test.test, "statistic": test.statistic, "pvalue": test.pvalue, "pvalue_holm": p_holm,
                     "effect_size": test.effect_size, "effect_size_name": test.effect_size_name,
-                    "n_prompts": test.n_group, "n_reference_prompts": test.n_reference, "n_pairs": test.n_pairs,
-                    "min_detectable_difference": mdd,
-                    "min_detectable_ratio_low": 1.0 - mdd / ref_value if ref_value else np.nan,
-                    "min_detectable_ratio_high": 1.0 + mdd / ref_value if ref_value else np.nan,
-                    "small_group": test.n_group < min_prompts,
-                    "outside_band": outside, "significant": significant,
-                    "status": "flag" if outside and significant else ("inconclusive" if outside else "ok"),
+                    "n_prompts": interval.n_group, "n_reference_prompts": interval.n_reference,
+                    "n_pairs": interval.n_pairs,
+                    "min_detectable_ratio_low": interval.min_detectable_ratio_low,
+                    "min_detectable_ratio_high": interval.min_detectable_ratio_high,
+                    "small_group": interval.n_group < min_prompts,
+                    "outside_band": bool(np.isfinite(interval.ratio) and (interval.ratio < low or interval.ratio > high)),
+                    "significant": bool(np.isfinite(p_holm) and p_holm < alpha),
+                    "status": interval.status.value, "status_reason": interval.reason,
                 })
         return rows, ref
-
-    @staticmethod
-    def _minimum_detectable(values, pairs, in_group, in_ref, test, alpha, power, n_comparisons) -> float:
-        x, y = values[in_group], values[in_ref]
-        if test.test == "wilcoxon":
-            fx, fy = np.isfinite(x), np.isfinite(y)
-            g = _mean_by_pair(x[fx], pairs[in_group][fx])
-            r = _mean_by_pair(y[fy], pairs[in_ref][fy])
-            d = np.array([g[p] - r[p] for p in g if p in r])
-            sd = np.std(d, ddof=1) if d.size > 1 else np.nan
-            return minimum_detectable_difference(sd, d.size, alpha=alpha, power=power, n_comparisons=n_comparisons)
-        x, y = x[np.isfinite(x)], y[np.isfinite(y)]
-        if x.size < 2 or y.size < 2:
-            return float("nan")
-        pooled = np.sqrt(((x.size - 1) * np.var(x, ddof=1) + (y.size - 1) * np.var(y, ddof=1)) / (x.size + y.size - 2))
-        return minimum_detectable_difference(pooled, x.size, y.size, alpha=alpha, power=power, n_comparisons=n_comparisons)
 
     def flags(
         self,
@@ -423,16 +419,19 @@ class GroupFrame:
         power: float = 0.8,
         min_prompts: int = 20,
     ) -> pd.DataFrame:
-        """Per (metric, group): ratio to the reference with interval, the pairwise test (Holm over
-        the groups of the metric), effect size, the minimum detectable ratio and a status:
+        """Per (metric, group): the ratio to the reference with its interval, status and power, all
+        from one method (``specaudit.stats.disparity.intervals``: paired Fieller on parallel
+        prompts, the cluster bootstrap with enough prompts, unpaired Fieller otherwise), at
+        confidence 1 − α per comparison:
 
-        - ``flag``: ratio outside the tolerance band and the Holm-adjusted test significant;
-        - ``inconclusive``: ratio outside the band but not significant (too few prompts to tell);
-        - ``ok``: ratio inside the band (a significant difference inside the band is tolerated).
+        - ``FLAG``: interval wholly outside the tolerance band;
+        - ``WITHIN``: wholly inside (parity shown);
+        - ``INCONCLUSIVE``: straddles one band edge;
+        - ``INSUFFICIENT``: no interval, or one covering the whole band (``status_reason`` says which).
 
-        The minimum detectable ratio is the ratio to the reference that the test would detect with
-        probability ``power`` at the Bonferroni level α / (number of comparisons), from a normal
-        approximation (see ``minimum_detectable_difference``).
+        ``min_detectable_ratio_low``/``_high`` are the true ratios that this interval FLAGs with
+        probability ``power``. The rank test (Mann–Whitney, or Wilcoxon on pairs; Holm over the
+        groups of the metric) and its effect size are supporting diagnostics only.
         """
         rows, ref = self._flag_rows(list(metrics or ["acceptance_rate", "speedup"]), reference, tolerance,
                                     alpha, power, min_prompts)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specaudit.contracts import DEFAULT_BAND, INTERSECTION, group_label
+from specaudit.contracts import DEFAULT_BAND, INTERSECTION, DisparityStatus, group_label
 from specaudit.errors import InputError
 from specaudit.stats.disparity._grouping import _as_list
 from specaudit.stats.disparity.drilldown import DrillDown, _drilldown, _reconstruct
@@ -149,7 +149,8 @@ def disparity_section(
                     **{c: r[c] for c in (
                         "test", "statistic", "pvalue", "pvalue_holm", "effect_size", "effect_size_name",
                         "n_prompts", "n_reference_prompts", "n_pairs", "min_detectable_ratio_low",
-                        "min_detectable_ratio_high", "small_group", "outside_band", "significant", "status")},
+                        "min_detectable_ratio_high", "small_group", "outside_band", "significant", "status",
+                        "status_reason", "interval_method", "confidence_level", "df")},
                 }
                 for r in flag_rows if r["metric"] == metric
             }
@@ -158,12 +159,15 @@ def disparity_section(
             per_metric[metric] = entry
         flagged = [
             {"metric": r["metric"], "group": group_label(frame.groups[r["position"]]), "status": r["status"],
-             "ratio": _triple(r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"]), "pvalue_holm": r["pvalue_holm"]}
-            for r in flag_rows if r["status"] != "ok"
+             "ratio": _triple(r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"]), "interval_method": r["interval_method"],
+             "min_detectable_ratio_low": r["min_detectable_ratio_low"], "pvalue_holm": r["pvalue_holm"]}
+            for r in flag_rows if r["status"] != DisparityStatus.WITHIN.value
         ]
         dimension_part = {
             "dimension": names, "reference": reference_label, "tolerance": list(tolerance), "alpha": alpha,
-            "correction": "holm (per metric, over the groups compared with the reference)",
+            "status_rule": "ratio interval at confidence 1 − alpha per comparison against the band: FLAG outside, WITHIN inside, "
+                           "INCONCLUSIVE across one edge, INSUFFICIENT without an interval or across the whole band",
+            "correction": "rank tests (diagnostics only): holm per metric, over the groups compared with the reference",
             "metrics": per_metric, "flags": flagged, "warnings": frame.warnings(min_prompts),
         }
         if positions is not None:
