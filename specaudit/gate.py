@@ -286,9 +286,15 @@ def _engine_equivalence(engine: str, entry: Mapping[str, Any], alpha: float, gre
         return GateCheck(name, title, WARN, f"not run: no test of {engine} could run (no scored tokens)", {**details, "not_run": True})
     smallest = min((r["holm_pvalue"] for b in (gof, two) for r in (b.get("gate") or [])
                     if isinstance(r, Mapping) and _finite(r.get("holm_pvalue"))), default=math.nan)
-    return GateCheck(name, title, PASS,
-                     f"no test rejects at α = {alpha:g} after Holm correction (smallest adjusted p = {_fmt(smallest)}, "
-                     f"{gof.get('n_tokens', 'n/a')} tokens)", details)
+    message = (f"no test rejects at α = {alpha:g} after Holm correction (smallest adjusted p = {_fmt(smallest)}, "
+               f"{gof.get('n_tokens', 'n/a')} tokens)")
+    if two.get("not_run_reason"):  # a test that could not reject is not counted as passed
+        details["two_sample_not_run"] = two["not_run_reason"]
+        message += f"; two-sample tests not run: {two['not_run_reason']}"
+    if entry.get("status"):
+        details["status"] = entry["status"]
+        message += f"; {entry['status']}"
+    return GateCheck(name, title, PASS, message, details)
 
 
 def _control_check(control: str, entry: Any, alpha: float, greedy: bool, section: Mapping[str, Any]) -> GateCheck:

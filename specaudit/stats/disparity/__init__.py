@@ -16,6 +16,7 @@ The metric registry lives in ``specaudit.contracts.metrics``.
 from specaudit.contracts.metrics import INTERSECTION, METRICS, MetricSpec
 from specaudit.stats.disparity.drilldown import DrillDown, drilldown
 from specaudit.stats.disparity.frame import GroupFrame
+from specaudit.stats.disparity.intervals import RatioInterval, ratio_interval
 from specaudit.stats.disparity.per_prompt import _reached_positions, per_prompt_metrics
 from specaudit.stats.disparity.rank_tests import (
     RANK_TEST_EFFICIENCY,
@@ -37,6 +38,8 @@ __all__ = [
     "KruskalResult",
     "MetricSpec",
     "PairwiseResult",
+    "RatioInterval",
+    "ratio_interval",
     "_reached_positions",
     "disparity_section",
     "drilldown",

@@ -7,13 +7,15 @@ One module per subject (docs/statistics.md explains each test):
 - ``goodness_of_fit``: the white-box battery over those tests, with its family-wise rule;
 - ``two_sample``: black-box comparison with the reference engine, prompt by prompt;
 - ``greedy``: token-for-token exactness of greedy decoding;
-- ``bounds``: upper confidence bounds on the TV (and KL) distance, the basis of EQUIVALENT.
+- ``bounds``: upper confidence bounds on the TV (and KL) distance, the basis of EQUIVALENT;
+- ``status``: one engine's EquivalenceStatus from all of the above.
 """
 
 from specaudit.stats.equivalence._common import (
     DIFFERENT,
     EQUIVALENT,
     GATE_TESTS,
+    NOT_RUN,
     NOT_SHOWN,
     TWO_SAMPLE_TESTS,
 )
@@ -29,6 +31,7 @@ from specaudit.stats.equivalence.greedy import (
     GreedyExactness,
     greedy_exactness,
 )
+from specaudit.stats.equivalence.status import engine_status
 from specaudit.stats.equivalence.token_tests import (
     _adinf_cdf,
     acceptance_calibration,
@@ -53,6 +56,7 @@ __all__ = [
     "EQUIVALENT",
     "GATE_TESTS",
     "GREEDY_REL_TOLERANCE",
+    "NOT_RUN",
     "NOT_SHOWN",
     "TWO_SAMPLE_TESTS",
     "GoodnessOfFit",
@@ -66,6 +70,7 @@ __all__ = [
     "acceptance_indicators",
     "anderson_darling_uniform",
     "draft_affinity",
+    "engine_status",
     "goodness_of_fit",
     "greedy_exactness",
     "impossible_tokens",

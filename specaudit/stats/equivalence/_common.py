@@ -12,6 +12,8 @@ TWO_SAMPLE_TESTS = ("first_token", "length", "loglik", "ngram")
 
 # Verdicts of an equivalence bound against a user's margin δ.
 EQUIVALENT, NOT_SHOWN, DIFFERENT = "equivalent within delta", "not shown", "different"
+# A test that could not reject whatever the data (see TwoSample): never reported as a pass.
+NOT_RUN = "not run"
 
 
 # ============================================================================ helpers

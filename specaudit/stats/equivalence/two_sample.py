@@ -22,7 +22,7 @@ from specaudit.stats._results import (
     bh,
     frame_records,
 )
-from specaudit.stats.equivalence._common import TWO_SAMPLE_TESTS, _frame
+from specaudit.stats.equivalence._common import NOT_RUN, TWO_SAMPLE_TESTS, _frame
 from specaudit.stats.equivalence.goodness_of_fit import _gate_table
 from specaudit.stats.scoring import TokenScores, _audited, _field
 
@@ -124,6 +124,11 @@ class TwoSample:
     p-value by permuting engine labels within every prompt at once: a stratified permutation
     test, exact at any sample size). `gate` is Holm over those; `by_prompt` and `by_group`
     carry BH q-values across prompts/groups (diagnostics).
+
+    A permutation within prompts can only reject when the prompts allow enough distinct label
+    arrangements: with one sample per prompt and engine, swapping the two labels leaves every
+    statistic unchanged and p = 1 by construction. Then no test is run, `not_run_reason` says
+    why, and `verdict` is "not run" (never a pass).
     """
 
     engine: str
@@ -134,6 +139,7 @@ class TwoSample:
     gate: pd.DataFrame
     by_prompt: pd.DataFrame = field(repr=False)
     by_group: pd.DataFrame = field(repr=False)
+    not_run_reason: str | None = None
 
     @property
     def pvalue(self) -> float:
@@ -146,6 +152,8 @@ class TwoSample:
 
     @property
     def verdict(self) -> str:
+        if self.not_run_reason is not None:
+            return NOT_RUN
         if not np.isfinite(self.pvalue):
             return SKIPPED
         return FAIL if self.statistic > 0 else PASS
@@ -157,12 +165,35 @@ class TwoSample:
             "alpha": self.alpha,
             "n_prompts": self.n_prompts,
             "verdict": self.verdict,
+            "not_run_reason": self.not_run_reason,
             "pvalue": None if not np.isfinite(self.pvalue) else self.pvalue,
             "tests": {name: result.to_dict() for name, result in self.tests.items()},
             "gate": frame_records(self.gate),
             "flagged_prompts": frame_records(self.by_prompt[self.by_prompt["flagged"]]),
             "flagged_groups": frame_records(self.by_group[self.by_group["flagged"]]),
         }
+
+
+def _arrangements(sides: Iterable[tuple[int, int]]) -> float:
+    """log of the number of distinct values a label-symmetric statistic can take under the
+    within-prompt permutation: Π C(n_j, a_j), halved where both sides have the same size
+    (exchanging the two sides gives the same value)."""
+    total = 0.0
+    for a, b in sides:
+        total += math.lgamma(a + b + 1) - math.lgamma(a + 1) - math.lgamma(b + 1) - (math.log(2) if a == b else 0.0)
+    return total
+
+
+def _cannot_reject(sides: list[tuple[int, int]], alpha: float) -> str | None:
+    """Why a within-prompt permutation test over these prompts cannot reach p < alpha, or None."""
+    if all(a + b <= 2 for a, b in sides):
+        return ("one sample per prompt and engine: swapping the two labels within a prompt leaves every statistic "
+                "unchanged, so the permutation p-value is 1 by construction; draw several samples per prompt")
+    log_count = _arrangements(sides)
+    if log_count < math.log(1 / alpha):
+        return (f"only {math.exp(log_count):.0f} distinct label arrangements within prompts: the smallest attainable "
+                f"p-value is above alpha = {alpha:g}; draw more samples per prompt")
+    return None
 
 
 def _split_by_prompt(records: Iterable[Any], engine: str, reference: str) -> dict[str, tuple[list[Any], list[Any]]]:
@@ -254,12 +285,19 @@ def two_sample(
                     "n_reference": len(theirs),
                 }
             )
-    by_prompt = pd.DataFrame(rows)
-    by_prompt["qvalue"] = bh(by_prompt["pvalue"].to_numpy(float))
+    by_prompt = pd.DataFrame(rows, columns=["prompt_id", "test", "statistic", "pvalue", "method", "n_engine", "n_reference"])
+    # A prompt with one sample a side has p = 1 by construction: it is no evidence, so not listed.
+    by_prompt = by_prompt[by_prompt["n_engine"] + by_prompt["n_reference"] > 2].reset_index(drop=True)
+    by_prompt["qvalue"] = bh(by_prompt["pvalue"].to_numpy(float)) if len(by_prompt) else []
     by_prompt["flagged"] = by_prompt["qvalue"] < alpha
+
+    def sides(pids: Sequence[str]) -> list[tuple[int, int]]:
+        return [(len(prompts[p][0]), len(prompts[p][1])) for p in pids]
 
     def combined(pids: Sequence[str]) -> dict[str, StatTestResult]:
         out = {}
+        if _cannot_reject(sides(pids), alpha) is not None:
+            return out
         for name in TWO_SAMPLE_TESTS:
             parts = [per_prompt[p][name] for p in pids if name in per_prompt[p]]
             if not parts:
@@ -269,6 +307,7 @@ def two_sample(
             out[name] = StatTestResult(name, float(total[0]), _permutation_pvalue(total), n, alpha, f"stratified permutation ({n_resamples})")
         return out
 
+    not_run_reason = _cannot_reject(sides(list(prompts)), alpha)
     tests = combined(list(prompts))
     gate = _gate_table(tests, TWO_SAMPLE_TESTS, alpha)
     group_rows = []
@@ -285,6 +324,6 @@ def two_sample(
     by_group = pd.DataFrame(group_rows, columns=["dimension", "group", "test", "n", "statistic", "pvalue"])
     by_group["qvalue"] = bh(by_group["pvalue"].to_numpy(float)) if len(by_group) else []
     by_group["flagged"] = by_group["qvalue"] < alpha
-    return TwoSample(engine, reference, alpha, len(prompts), tests, gate, by_prompt, by_group)
+    return TwoSample(engine, reference, alpha, len(prompts), tests, gate, by_prompt, by_group, not_run_reason)
 
 
