@@ -168,6 +168,7 @@ def goodness_of_fit(
     grouping columns ("prompt_id" or attribute names); default: prompt_id and every attribute.
     """
     _check_not_greedy(scores)
+    null = scores.surprisal_null if isinstance(scores, TokenScores) else None
     frame, engine = _one_engine(_frame(scores), engine)
     frame = frame.reset_index(drop=True)
     u = pit_values(frame, seed)
@@ -190,7 +191,7 @@ def goodness_of_fit(
         if has_step.any():  # every token of the engine's records, impossible ones included (u = 1)
             out["step_pit"] = _pit_test(step_u[mask & has_step], alpha, bins, name="step_pit")
         if has_entropy:
-            out["surprisal"] = surprisal_martingale(sub, alpha=alpha)
+            out["surprisal"] = surprisal_martingale(sub, alpha=alpha, null=null)
         if has_draft:
             out["draft_affinity"] = draft_affinity(sub, alpha=alpha) if sub["q"].notna().any() else ZTestResult(
                 "draft_affinity", math.nan, math.nan, 0, alpha

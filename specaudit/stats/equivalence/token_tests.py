@@ -4,7 +4,7 @@ acceptance calibration."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -128,12 +128,37 @@ def _z_test(name: str, deviations: np.ndarray, variances: np.ndarray, alpha: flo
     return ZTestResult(name, z, float(2 * _st.norm.sf(abs(z))), n, alpha, "normal (martingale CLT)")
 
 
-def surprisal_martingale(scores: TokenScores | pd.DataFrame, *, alpha: float = 0.05) -> ZTestResult:
+def surprisal_martingale(
+    scores: TokenScores | pd.DataFrame,
+    *,
+    alpha: float = 0.05,
+    null: Mapping[str, np.ndarray] | None = None,
+) -> ZTestResult:
     """z = Σ(−log p_t(x_t) − H_t) / sqrt(Σ Var_t) over possible tokens; negative z = output more
-    predictable than the target's (e.g. pulled toward a lower-entropy draft)."""
+    predictable than the target's (e.g. pulled toward a lower-entropy draft).
+
+    The p-value is two-sided. With the Monte Carlo null of every record in the frame (``null``,
+    or the TokenScores' own ``surprisal_null``: draws of the same sum with each token drawn afresh
+    from its p_t) it is (1 + #{|z_b| ≥ |z|}) / (1 + B): exact for that null and faithful to the
+    heavy right tail that tokens of p ≈ 1e-6 give the sum. Without it, the normal approximation
+    of the martingale CLT, which such tails break at audit sizes (docs/statistics.md).
+    """
+    if null is None and isinstance(scores, TokenScores):
+        null = scores.surprisal_null
     frame = _frame(scores)
     frame = frame[frame["p"] > 0]
-    return _z_test("surprisal", frame["surprisal"] - frame["entropy"], frame["surprisal_var"], alpha)
+    result = _z_test("surprisal", frame["surprisal"] - frame["entropy"], frame["surprisal_var"], alpha)
+    if null is None or result.n == 0 or "key" not in frame:
+        return result
+    keys = frame["key"].unique()
+    if any(key not in null for key in keys):
+        return result
+    draws = np.sum([np.asarray(null[key], dtype=float) for key in keys], axis=0)
+    total_var = float(frame["surprisal_var"][frame["surprisal_var"] > 0].sum())
+    null_z = draws / math.sqrt(total_var)
+    tolerance = 1e-9 * max(1.0, abs(result.statistic))
+    pvalue = float((1 + np.sum(np.abs(null_z) >= abs(result.statistic) - tolerance)) / (1 + null_z.size))
+    return ZTestResult("surprisal", result.statistic, pvalue, result.n, alpha, f"Monte Carlo null ({null_z.size} draws per token)")
 
 
 def draft_affinity(scores: TokenScores | pd.DataFrame, *, alpha: float = 0.05) -> ZTestResult:
