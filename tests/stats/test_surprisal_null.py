@@ -10,7 +10,11 @@ from scipy import stats
 from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.models._tiny import tiny_model
 from specaudit.stats.equivalence import surprisal_martingale
-from specaudit.stats.scoring import score_records, surprisal_null_draws, token_statistics
+from specaudit.stats.scoring import (
+    score_records,
+    surprisal_null_draws,
+    token_statistics,
+)
 
 
 @pytest.fixture(autouse=True)

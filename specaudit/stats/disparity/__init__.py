@@ -4,7 +4,7 @@ One module per subject (docs/statistics.md explains the methods):
 
 - ``per_prompt``: the per-prompt table every group figure is built from (definitions there);
 - ``frame``: ``GroupFrame``, metrics per group with intervals, ratios to a reference, statuses;
-- ``intervals``: ratio-to-reference intervals valid at the group sizes used, and their power;
+- ``intervals``: ratio-to-reference intervals valid at the group sizes used, their status and power;
 - ``rank_tests``: Kruskal–Wallis and pairwise rank tests (supporting diagnostics);
 - ``drilldown``: acceptance by token rarity and draft position, corrections;
 - ``section``: the disparity parts of snapshot.json;

@@ -367,13 +367,7 @@ class GroupFrame:
         if not 0 < alpha < 1:
             raise InputError(f"disparity: alpha must lie strictly between 0 and 1, got {alpha!r}.")
         ref, col, diff, _ = self._reference_intervals(reference)
-        g = len(self.groups)
         confidence = 1.0 - alpha
-        # The bootstrap path's interval at the comparison's own level, and the spread of its log ratio.
-        with np.errstate(all="ignore"):
-            ratios = self._replicates.map(lambda v: v[:, :g] / v[:, col:col + 1])
-            boot = ratios.interval(confidence, self.method)
-            boot_se_log = ratios.map(np.log).interval(confidence, self.method).standard_error
         rows = []
         for metric in [m for m in metrics if m in self.metrics]:
             j = self.metrics.index(metric)
@@ -385,7 +379,6 @@ class GroupFrame:
                 interval = ratio_interval(
                     values[in_group], values[in_ref],
                     x_pairs=pairs[in_group] if use_pairs else None, y_pairs=pairs[in_ref] if use_pairs else None,
-                    bootstrap=(boot.statistic[i, j], boot.ci_low[i, j], boot.ci_high[i, j], boot_se_log[i, j]),
                     band=(low, high), confidence=confidence, power=power,
                 )
                 ref_value = self._interval.statistic[col, j]
@@ -421,7 +414,7 @@ class GroupFrame:
     ) -> pd.DataFrame:
         """Per (metric, group): the ratio to the reference with its interval, status and power, all
         from one method (``specaudit.stats.disparity.intervals``: paired Fieller on parallel
-        prompts, the cluster bootstrap with enough prompts, unpaired Fieller otherwise), at
+        prompts, unpaired Welch–Fieller otherwise), at
         confidence 1 − α per comparison:
 
         - ``FLAG``: interval wholly outside the tolerance band;
