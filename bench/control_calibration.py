@@ -105,8 +105,8 @@ def main() -> None:
 
 def _report(results: list[dict], args: argparse.Namespace, cpu_s: float) -> None:
     n = len(results)
-    lines = [f"vanilla control, default pair, {args.prompts} prompts x {args.new_tokens} tokens per audit, alpha = {args.alpha}, "
-             f"{n} audits in {cpu_s:.0f} CPU s (mean {sum(r['n_tokens'] for r in results) / max(n, 1):.0f} tokens per audit)",
+    lines = [(f"vanilla control, default pair, {args.prompts} prompts x {args.new_tokens} tokens per audit, alpha = {args.alpha}, "
+             f"{n} audits in {cpu_s:.0f} CPU s (mean {sum(r['n_tokens'] for r in results) / max(n, 1):.0f} tokens per audit)"),
              "battery (Holm over pit, surprisal): " + _interval(sum(r["verdict"] == "fail" for r in results), n)]
     for name in ("pit", "surprisal"):
         lines.append(f"  {name}: " + _interval(sum(r["pvalues"].get(name, 1.0) < args.alpha for r in results), n))
