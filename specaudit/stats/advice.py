@@ -24,7 +24,7 @@ from specaudit.contracts import INTERSECTION, group_label
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
-    from specaudit.stats.disparity import GroupFrame
+    from specaudit.stats.disparity.frame import GroupFrame
 
 __all__ = [
     "acceptance_rate_from_alpha",

@@ -10,6 +10,7 @@ import pandas as pd
 
 from specaudit.contracts import DEFAULT_BAND, INTERSECTION, DisparityStatus, group_label
 from specaudit.errors import InputError
+from specaudit.stats import advice  # advice imports nothing of disparity: no circle
 from specaudit.stats.disparity._grouping import _as_list
 from specaudit.stats.disparity.drilldown import DrillDown, _drilldown, _reconstruct
 from specaudit.stats.disparity.frame import GroupFrame
@@ -84,10 +85,6 @@ def disparity_section(
     Every metric is ``{value, ci_low, ci_high}`` with ``n_prompts`` and ``n_tokens`` beside it.
     Drill-down results sit under ``disparities[dimension]["drilldown"]``.
     """
-    from specaudit.stats import (
-        advice,  # advice reads this module's results; import late, no cycle
-    )
-
     if not dimensions:
         raise InputError("disparity: name at least one prompt attribute to analyse (dimensions=...).")
     table = per_prompt_metrics(records_df, engine=engine, baseline=baseline)
