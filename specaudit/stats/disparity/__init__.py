@@ -39,7 +39,6 @@ __all__ = [
     "MetricSpec",
     "PairwiseResult",
     "RatioInterval",
-    "ratio_interval",
     "_reached_positions",
     "disparity_section",
     "drilldown",
@@ -47,5 +46,6 @@ __all__ = [
     "minimum_detectable_difference",
     "pairwise_test",
     "per_prompt_metrics",
+    "ratio_interval",
     "simulate_records",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -163,7 +164,7 @@ def _drilldown(positions: _Positions, table: pd.DataFrame, names: list[str], *, 
     ranks, rank_source = _rank_lookup(token_rank, np.where(pos.token >= 0, pos.token, 0))
     edges = np.asarray(sorted(rarity_edges), dtype=float)
     bounds = np.r_[0, edges, np.inf]
-    rarity_labels = [f"[{int(lo)}, {'inf' if np.isinf(hi) else int(hi)})" for lo, hi in zip(bounds[:-1], bounds[1:])]
+    rarity_labels = [f"[{int(lo)}, {'inf' if np.isinf(hi) else int(hi)})" for lo, hi in itertools.pairwise(bounds)]
     n_positions = max(pos.k_max, 1)
 
     def counts(bucket: np.ndarray, n_buckets: int, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -81,7 +82,7 @@ def _ad_statistic(values: Sequence[float], labels: np.ndarray) -> np.ndarray:
 
 def _ngrams(tokens: Sequence[int]) -> tuple[Counter, Counter]:
     tokens = [int(t) for t in tokens]
-    return Counter(tokens), Counter(zip(tokens, tokens[1:]))
+    return Counter(tokens), Counter(itertools.pairwise(tokens))
 
 
 def _ngram_statistic(outputs: Sequence[Sequence[int]], labels: np.ndarray) -> np.ndarray:
