@@ -142,6 +142,10 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
     audited = [e for e in section["engines"] if e != CONTROL_ENGINE]
     control = section["engines"].get(CONTROL_ENGINE)
     judge_control(section, alpha)
+    for entry in section["engines"].values():
+        results = {name: entry.get(name) for name in ("greedy", "goodness_of_fit", "two_sample")}
+        status, reason = eq.engine_status(results, entry.get("tv_bound"), delta)
+        entry["status"], entry["status_reason"] = status.value, reason
     if control is not None and control["verdict"] == "fail":
         section["status"] = "error"
         section["message"] = "the vanilla control failed its own goodness-of-fit: the audit cannot be trusted (scoring/warping mismatch?)"

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from specaudit.contracts import DisparityStatus
 from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.errors import InputError
 
@@ -304,9 +305,15 @@ def _engine_equivalence(engine: str, entry: Mapping[str, Any], alpha: float, gre
         return GateCheck(name, title, WARN, f"not run: no test of {engine} could run (no scored tokens)", {**details, "not_run": True})
     smallest = min((r["holm_pvalue"] for b in (gof, two) for r in (b.get("gate") or [])
                     if isinstance(r, Mapping) and _finite(r.get("holm_pvalue"))), default=math.nan)
-    return GateCheck(name, title, PASS,
-                     f"no test rejects at α = {alpha:g} after Holm correction (smallest adjusted p = {_fmt(smallest)}, "
-                     f"{gof.get('n_tokens', 'n/a')} tokens)", details)
+    message = (f"no test rejects at α = {alpha:g} after Holm correction (smallest adjusted p = {_fmt(smallest)}, "
+               f"{gof.get('n_tokens', 'n/a')} tokens)")
+    if two.get("not_run_reason"):  # a test that could not reject is not counted as passed
+        details["two_sample_not_run"] = two["not_run_reason"]
+        message += f"; two-sample tests not run: {two['not_run_reason']}"
+    if entry.get("status"):
+        details["status"] = entry["status"]
+        message += f"; {entry['status']}"
+    return GateCheck(name, title, PASS, message, details)
 
 
 def _control_check(control: str, entry: Any, alpha: float, greedy: bool, section: Mapping[str, Any]) -> GateCheck:
@@ -401,40 +408,63 @@ def _disparity_checks(snapshot: Mapping[str, Any], t: GateThresholds) -> list[Ga
     return checks
 
 
+def _comparison_status(row: Mapping[str, Any], low: float, high: float, alpha: float) -> DisparityStatus | None:
+    """The status of one comparison under the gate's band, from the ratio interval the analysis
+    chose for it (the flag and the interval come from one method). Snapshots written before the
+    intervals (no ``interval_method``) keep their rule: outside the band and Holm-significant.
+    None: inside the band by the old rule."""
+    ratio = _mapping(row.get("ratio"))
+    if "interval_method" not in row:
+        value = ratio.get("value")
+        if not _finite(value) or low <= value <= high:
+            return None
+        significant = _finite(row.get("pvalue_holm")) and row["pvalue_holm"] < alpha
+        return DisparityStatus.FLAG if significant else DisparityStatus.INCONCLUSIVE
+    lo, hi = ratio.get("ci_low"), ratio.get("ci_high")
+    if not (_finite(lo) and _finite(hi)):
+        return DisparityStatus.INSUFFICIENT
+    return DisparityStatus.from_interval(lo, hi, (low, high), decidable=not (lo < low and hi > high))
+
+
 def _band_check(dimension, metric, block, reference, alpha, low, high, severity) -> GateCheck:
     name, title = f"disparity[{dimension}/{metric}]", f"{dimension}: {metric} ratio to the reference within the band"
     pairwise = _mapping(block.get("pairwise"))
     if not pairwise:
         return _not_run(name, title, f"no pairwise test of {metric} across {dimension} groups")
-    flagged, inconclusive = [], []
+    by_status: dict[DisparityStatus, list[dict]] = {s: [] for s in DisparityStatus}
     for group, row in pairwise.items():
         row = _mapping(row)
-        ratio = _mapping(row.get("ratio")).get("value")
-        if not _finite(ratio) or low <= ratio <= high:
+        status = _comparison_status(row, low, high, alpha)
+        if status is None:
             continue
-        entry = {"group": group, "ratio": ratio, "ci_low": _mapping(row.get("ratio")).get("ci_low"),
-                 "ci_high": _mapping(row.get("ratio")).get("ci_high"), "pvalue_holm": row.get("pvalue_holm"),
-                 "n_prompts": row.get("n_prompts")}
-        significant = _finite(row.get("pvalue_holm")) and row["pvalue_holm"] < alpha
-        (flagged if significant else inconclusive).append(entry)
-    details = {"reference": reference, "band": [low, high], "alpha": alpha, "flagged": flagged, "inconclusive": inconclusive}
+        ratio = _mapping(row.get("ratio"))
+        by_status[status].append({
+            "group": group, "ratio": ratio.get("value"), "ci_low": ratio.get("ci_low"), "ci_high": ratio.get("ci_high"),
+            "method": row.get("interval_method") or f"Holm p = {_fmt(row.get('pvalue_holm'), 2)}",
+            "n_prompts": row.get("n_prompts"), "min_detectable_ratio": row.get("min_detectable_ratio_low")})
+    flagged, inconclusive = by_status[DisparityStatus.FLAG], by_status[DisparityStatus.INCONCLUSIVE]
+    insufficient = by_status[DisparityStatus.INSUFFICIENT]
+    details = {"reference": reference, "band": [low, high], "alpha": alpha, "flagged": flagged,
+               "inconclusive": inconclusive, "insufficient": insufficient}
 
     def describe(rows):
         return "; ".join(f"{r['group']} {_fixed(r['ratio'])}× [{_fixed(r['ci_low'])}, {_fixed(r['ci_high'])}] "
-                         f"(n = {r['n_prompts']}, Holm p = {_fmt(r['pvalue_holm'], 2)})" for r in rows)
+                         f"(n = {r['n_prompts']}, {r['method']})" for r in rows)
 
     band = f"[{low:.3g}, {high:.3g}]"
-    if flagged:
-        message = f"{metric} ratio to {reference} outside {band} and significant at α = {alpha:g}: {describe(flagged)}"
-        if inconclusive:
-            message += f"; inconclusive: {describe(inconclusive)}"
-        return GateCheck(name, title, severity, message, details)
+    undecided = []
     if inconclusive:
-        return GateCheck(name, title, WARN,
-                         f"{metric} ratio to {reference} outside {band} but not significant (too few prompts to tell): {describe(inconclusive)}",
-                         details)
-    return GateCheck(name, title, PASS, f"every {dimension} group's {metric} is within {band} of {reference}, or not significantly outside it",
-                     details)
+        undecided.append(f"interval across a band edge (inconclusive): {describe(inconclusive)}")
+    if insufficient:
+        undecided.append(f"too few prompts to decide (insufficient): {describe(insufficient)}")
+    if flagged:
+        message = f"{metric} ratio to {reference}: interval wholly outside {band}: {describe(flagged)}"
+        if undecided:
+            message += "; " + "; ".join(undecided)
+        return GateCheck(name, title, severity, message, details)
+    if undecided:
+        return GateCheck(name, title, WARN, f"{metric} ratio to {reference} not shown within {band}: " + "; ".join(undecided), details)
+    return GateCheck(name, title, PASS, f"every {dimension} group's {metric} is within {band} of {reference}", details)
 
 
 def _speedup_check(dimension, by_group, minimum, severity) -> GateCheck:

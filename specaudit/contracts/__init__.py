@@ -6,6 +6,7 @@ PlanItem and Snapshot. Nothing in this package imports another specaudit module,
 may import it without making a circle.
 """
 
+from specaudit.contracts.metrics import INTERSECTION, METRICS, MetricSpec, group_label
 from specaudit.contracts.status import (
     DEFAULT_BAND,
     CheckStatus,
@@ -14,4 +15,4 @@ from specaudit.contracts.status import (
     worst,
 )
 
-__all__ = ["DEFAULT_BAND", "CheckStatus", "DisparityStatus", "EquivalenceStatus", "worst"]
+__all__ = ["DEFAULT_BAND", "INTERSECTION", "METRICS", "CheckStatus", "DisparityStatus", "EquivalenceStatus", "MetricSpec", "group_label", "worst"]

@@ -14,27 +14,27 @@ the maximum-likelihood α of that model; accepted / proposed would understate it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from specaudit.contracts import INTERSECTION, group_label
 from specaudit.errors import InputError
 
-from specaudit.stats.disparity import _label
-
 if TYPE_CHECKING:
-    from specaudit.stats.disparity import GroupFrame
+    from specaudit.stats.disparity.frame import GroupFrame
 
 __all__ = [
-    "expected_tokens_per_step",
-    "expected_speedup",
-    "best_draft_length",
-    "break_even_alpha",
     "acceptance_rate_from_alpha",
     "alpha_from_tokens_per_step",
-    "simulate_fallback",
+    "best_draft_length",
+    "break_even_alpha",
+    "expected_speedup",
+    "expected_tokens_per_step",
     "recommendations",
+    "simulate_fallback",
 ]
 
 
@@ -143,7 +143,7 @@ def simulate_fallback(
     routed = paired & np.isfinite(acceptance) & (acceptance < threshold)
     after = np.where(routed, vanilla, speculative)
     rows = {}
-    names = np.array([_label(g) if ok else "" for g, ok in zip(labels, has_label)], dtype=object)
+    names = np.array([group_label(g) if ok else "" for g, ok in zip(labels, has_label)], dtype=object)
     present = sorted({n for n, ok in zip(names, has_label) if ok})
     for group in [*present, "overall"]:
         in_group = np.ones(len(labels), bool) if group == "overall" else has_label & (names == group)
@@ -165,8 +165,8 @@ def simulate_fallback(
     group_rows = frame.loc[[g for g in frame.index if g != "overall"]]
     for when in ("before", "after"):
         column = group_rows[f"speedup_{when}"]
-        if reference is not None and _label(reference) in group_rows.index:
-            base = frame.loc[_label(reference), f"speedup_{when}"]
+        if reference is not None and group_label(reference) in group_rows.index:
+            base = frame.loc[group_label(reference), f"speedup_{when}"]
         else:
             base = column.max()
         frame[f"ratio_to_reference_{when}"] = frame[f"speedup_{when}"] / base
@@ -191,7 +191,7 @@ def _row_json(row: pd.Series) -> dict[str, Any]:
 
 
 def recommendations(
-    frame: "GroupFrame",
+    frame: GroupFrame,
     *,
     reference: Any = "largest",
     threshold: float = 0.5,
@@ -204,7 +204,7 @@ def recommendations(
     """Per group: model vs measured speed-up, best k, slow-down warning; the fallback rule's effect
     on each group and on the disparity; and plain-language messages. JSON-ready."""
     table = frame.per_prompt
-    dimension = "×".join(frame.sensitive)
+    dimension = INTERSECTION.join(frame.sensitive)
     ci_pct = f"{round(frame.confidence_level * 100)}%"
 
     def get(group, metric, stat="value"):
@@ -213,11 +213,9 @@ def recommendations(
     overall_c = cost_ratio if cost_ratio is not None else get(None, "cost_ratio")
     per_group: dict[str, Any] = {}
     messages: list[str] = []
-    labels = np.empty(len(frame._codes), dtype=object)  # filled one by one: tuples must stay whole
-    for position, code in enumerate(frame._codes):
-        labels[position] = frame.groups[code] if code >= 0 else None
+    labels = frame.prompt_groups
     for group in frame.groups:
-        name = _label(group)
+        name = group_label(group)
         members = np.array([label == group for label in labels], dtype=bool)
         k_values = table.loc[members, "k"].dropna()
         k = int(round(k_values.median())) if len(k_values) else 0
@@ -278,8 +276,8 @@ def recommendations(
     fallback = simulate_fallback(table, labels, threshold, reference=ref_label, threshold_metric=threshold_metric)
     fallback_groups = {}
     for group in frame.groups:
-        if _label(group) in fallback.index:
-            fallback_groups[_label(group)] = _row_json(fallback.loc[_label(group)])
+        if group_label(group) in fallback.index:
+            fallback_groups[group_label(group)] = _row_json(fallback.loc[group_label(group)])
     sweep = []
     for x in sorted(set(thresholds) | {threshold}):
         sim = simulate_fallback(table, labels, x, reference=ref_label, threshold_metric=threshold_metric)
@@ -321,7 +319,7 @@ def recommendations(
             "rule": f"route a prompt to vanilla decoding when its {threshold_metric} is below the threshold",
             "threshold_metric": threshold_metric,
             "oracle": True,
-            "reference": None if ref_label is None else _label(ref_label),
+            "reference": None if ref_label is None else group_label(ref_label),
             "by_group": fallback_groups,
             "overall": _row_json(fallback.loc["overall"]),
             "min_max_speedup_ratio_before": _json(before),

@@ -118,6 +118,13 @@ def test_passing_snapshot_exits_0_with_warnings_and_without(snapshot):
     assert _check(result, "impossible-tokens").status == PASS
     assert _check(result, f"group-size[{dim}]").status == WARN  # 3 prompts per group < 20
     assert result.status == WARN and result.exit_code == 0
+    # 3 prompts a group cannot show parity even in a loose band (the intervals reach 0); once every
+    # interval lies inside it, the loose gate passes without a warning.
+    for part in snapshot["disparities"].values():
+        for block in part["metrics"].values():
+            for row in (block.get("pairwise") or {}).values():
+                value = row["ratio"]["value"]
+                row["ratio"].update(ci_low=0.9 * value, ci_high=1.1 * value)
     loose = evaluate_gate(snapshot, GateThresholds(**LOOSE))
     assert loose.status == PASS and loose.exit_code == 0, loose.format()
     payload = json.loads(json.dumps(result.to_dict()))  # what goes into snapshot["gate"]
@@ -194,10 +201,11 @@ def test_greedy_divergences_fail_only_when_not_near_ties():
 
 
 # ---------------------------------------------------------------------------- disparity checks
-def _set_pairwise(snapshot, metric, ratio, pvalue_holm):
+def _set_pairwise(snapshot, metric, ratio, pvalue_holm, ci=None):
     dim, group = _dimension(snapshot), _other_group(snapshot)
     row = snapshot["disparities"][dim]["metrics"][metric]["pairwise"][group]
-    row["ratio"] = {"value": ratio, "ci_low": ratio * 0.9, "ci_high": ratio * 1.1}
+    low, high = ci or (ratio * 0.9, ratio * 1.1)
+    row["ratio"] = {"value": ratio, "ci_low": low, "ci_high": high}
     row["pvalue_holm"] = pvalue_holm
     return dim, group
 
@@ -212,9 +220,13 @@ def test_significant_disparity_fails_and_inconclusive_warns(snapshot, copy_of):
     as_warning = evaluate_gate(flagged, GateThresholds(**{**LOOSE, "band_low": None, "disparity_severity": "warn"}))
     assert _check(as_warning, f"disparity[{dim}/acceptance_rate]").status == WARN and as_warning.exit_code == 0
     unclear = copy_of(snapshot)
-    _set_pairwise(unclear, "acceptance_rate", 0.5, 0.6)
+    _set_pairwise(unclear, "acceptance_rate", 0.5, 0.6, ci=(0.3, 0.9))  # the interval crosses the band edge 0.8
     check = _check(evaluate_gate(unclear, GateThresholds(**{**LOOSE, "band_low": None})), f"disparity[{dim}/acceptance_rate]")
-    assert check.status == WARN and "not significant" in check.message
+    assert check.status == WARN and "inconclusive" in check.message
+    undecidable = copy_of(snapshot)
+    _set_pairwise(undecidable, "acceptance_rate", 0.9, 0.6, ci=(0.3, 2.0))  # covers the whole band
+    check = _check(evaluate_gate(undecidable, GateThresholds(**{**LOOSE, "band_low": None})), f"disparity[{dim}/acceptance_rate]")
+    assert check.status == WARN and "insufficient" in check.message
     # a looser band lets the same group through
     assert _check(evaluate_gate(flagged, GateThresholds(**LOOSE)), f"disparity[{dim}/acceptance_rate]").status == PASS
 

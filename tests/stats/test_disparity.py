@@ -216,13 +216,13 @@ def test_planted_disparity_is_flagged_and_others_are_not():
     frame = GroupFrame(records, "group", n_boot=500, seed=1)
     flags = frame.flags(["acceptance_rate", "speedup"], reference="a")
     low = flags.loc[("acceptance_rate", "c")]
-    assert low["status"] == "flag"
+    assert low["status"] == "FLAG"
     assert low["ratio_ci_high"] < 1.0 and low["pvalue_holm"] < 0.05
     assert low["effect_size"] < -0.5  # rank-biserial: most c prompts below most a prompts
-    assert flags.loc[("speedup", "c"), "status"] == "flag"
+    assert flags.loc[("speedup", "c"), "status"] == "FLAG"
     for metric in ("acceptance_rate", "speedup"):
         same = flags.loc[(metric, "b")]
-        assert same["status"] != "flag" and same["ratio_ci_low"] < 1.0 < same["ratio_ci_high"]
+        assert same["status"] != "FLAG" and same["ratio_ci_low"] < 1.0 < same["ratio_ci_high"]
     assert frame.kruskal("acceptance_rate").pvalue < 1e-4
 
 
@@ -257,10 +257,10 @@ def test_draft_made_worse_on_one_group_is_flagged_through_the_real_verify_step()
         torch.set_num_threads(threads)
     frame = GroupFrame(records, "group", ["acceptance_rate", "mean_beta"], n_boot=400)
     flags = frame.flags(["acceptance_rate", "mean_beta"], reference="a")
-    assert flags.loc[("acceptance_rate", "c"), "status"] == "flag"
+    assert flags.loc[("acceptance_rate", "c"), "status"] == "FLAG"
     assert flags.loc[("acceptance_rate", "c"), "ratio_ci_high"] < 1.0
-    assert flags.loc[("mean_beta", "c"), "status"] == "flag"
-    assert flags.loc[("acceptance_rate", "b"), "status"] == "ok"
+    assert flags.loc[("mean_beta", "c"), "status"] == "FLAG"
+    assert flags.loc[("acceptance_rate", "b"), "status"] != "FLAG"
 
 
 def _per_prompt_rates(rng, n_prompts, mean, k=4, steps=12, spread=0.8):
@@ -293,7 +293,7 @@ def test_no_disparity_rarely_flagged_end_to_end():
     for seed in range(n_seeds):
         records = simulate_records({"a": 0.6, "b": 0.6, "c": 0.6}, n_prompts=12, steps=(8, 16), vanilla=False, seed=seed)
         flags = GroupFrame(records, "group", ["acceptance_rate"], n_boot=100, seed=seed).flags(["acceptance_rate"])
-        flagged += (flags["status"] == "flag").any()
+        flagged += (flags["status"] == "FLAG").any()
     assert flagged <= 3  # nominal family-wise rate 5%: expect about 2 of 40 at most
 
 
@@ -413,8 +413,8 @@ def test_intersections():
     assert len(frame.groups) == 6
     flags = frame.flags(["acceptance_rate"], reference=("chat", "a"))
     assert flags.index.names == ["metric", "domain", "dialect"]
-    assert flags.loc[("acceptance_rate", "chat", "c"), "status"] == "flag"
-    assert flags.loc[("acceptance_rate", "math", "c"), "status"] == "flag"
+    assert flags.loc[("acceptance_rate", "chat", "c"), "status"] == "FLAG"
+    assert flags.loc[("acceptance_rate", "math", "c"), "status"] == "FLAG"
     assert frame.value("acceptance_rate", "chat×c") == frame.value("acceptance_rate", ("chat", "c"))
 
 
@@ -508,8 +508,8 @@ def test_disparity_section_is_json_ready():
     dialect = section["disparities"]["dialect"]
     assert dialect["reference"] == "a"  # not in the mapping: the largest group (ties: the first)
     assert section["disparities"]["domain×dialect"]["reference"] == "math×b"
-    assert [f["group"] for f in dialect["flags"] if f["metric"] == "acceptance_rate"] == ["c"]
-    assert dialect["metrics"]["acceptance_rate"]["pairwise"]["c"]["status"] == "flag"
+    assert [f["group"] for f in dialect["flags"] if f["metric"] == "acceptance_rate" and f["status"] == "FLAG"] == ["c"]
+    assert dialect["metrics"]["acceptance_rate"]["pairwise"]["c"]["status"] == "FLAG"
     assert dialect["metrics"]["acceptance_rate"]["kruskal"]["pvalue"] < 0.01
     assert {"by_rarity", "by_position", "corrections", "below_threshold"} <= set(dialect["drilldown"])
     assert section["recommendations"]["dialect"]["by_group"]["c"]["slowed_down"] is True

@@ -636,6 +636,42 @@ def test_two_sample_needs_both_engines():
         eq.two_sample(only)
 
 
+
+def test_two_sample_with_one_sample_per_prompt_is_not_run_never_a_pass():
+    """One sample per prompt and engine: a within-prompt permutation only swaps the two labels,
+    which changes no statistic, so p = 1 whatever the engines do. Even a grossly different engine
+    must then read "not run", with the reason, and never "pass"."""
+    records, frame = two_sample_data(0, n_prompts=40, n=1, gamma=4.0)
+    result = eq.two_sample(records, frame, n_resamples=99)
+    assert result.verdict == eq.NOT_RUN and result.verdict != "pass"
+    assert "one sample per prompt and engine" in result.not_run_reason
+    assert result.tests == {} and len(result.gate) == 0 and len(result.by_prompt) == 0
+    payload = json.loads(json.dumps(result.to_dict()))
+    assert payload["verdict"] == "not run" and "by construction" in payload["not_run_reason"]
+    # Two samples a side on one prompt: 3 distinct arrangements, the smallest p is 1/3 > alpha.
+    few, few_frame = two_sample_data(1, n_prompts=1, n=2)
+    small = eq.two_sample(few, few_frame, n_resamples=99)
+    assert small.verdict == eq.NOT_RUN and "3 distinct label arrangements" in small.not_run_reason
+    # Enough samples: the test runs (and is calibrated, above).
+    assert eq.two_sample(*two_sample_data(2), n_resamples=99).not_run_reason is None
+
+
+def test_engine_status_never_reads_a_test_that_cannot_reject_as_a_pass():
+    from specaudit.contracts import EquivalenceStatus
+
+    bound_wide = {"upper": 0.6, "delta": 0.05, "position": 0}
+    bound_tight = {"upper": 0.03, "delta": 0.05, "position": 0}
+    not_run = {"verdict": "not run", "not_run_reason": "one sample per prompt and engine"}
+    status, reason = eq.engine_status({"goodness_of_fit": "pass", "two_sample": not_run}, bound_wide)
+    assert status is EquivalenceStatus.NO_VIOLATION_FOUND and "not shown" in reason
+    status, reason = eq.engine_status({"goodness_of_fit": "pass"}, bound_tight)
+    assert status is EquivalenceStatus.EQUIVALENT and "0.03" in reason
+    status, reason = eq.engine_status({"goodness_of_fit": "fail", "two_sample": "pass"}, bound_tight)
+    assert status is EquivalenceStatus.VIOLATION and "goodness_of_fit" in reason
+    status, reason = eq.engine_status({"goodness_of_fit": "skipped", "two_sample": not_run}, bound_wide)
+    assert status is EquivalenceStatus.NOT_RUN and "one sample per prompt" in reason
+
+
 # ============================================================ greedy exactness
 def greedy_decode(model, prompt, n):
     ids = list(prompt)
