@@ -140,9 +140,10 @@ def test_gate_configs(tmp_path_factory, example_snapshot, config):
     assert_clean(code, err, config)
     assert digests(folder) == before
     shutil.rmtree(folder)  # hundreds of examples: keep the temporary folder small
-    unknown = set(config) - {"gate", "analysis", "alpha", "tv_delta", "band_low", "band_high", "min_speedup", "min_group_size",
-                             "disparity_metrics", "tv_severity", "k"}
-    if unknown - {"out"}:  # only run options, `analysis:` and `gate:` belong at the top
+    from specaudit.config import RUN_OPTIONS
+
+    unknown = set(config) - {"gate", "analysis", "out", *RUN_OPTIONS}
+    if unknown:  # only run options, `analysis:` and `gate:` belong at the top
         assert code == 2
 
 
