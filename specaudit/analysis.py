@@ -14,11 +14,17 @@ from typing import Any
 import pandas as pd
 
 from specaudit.errors import InputError
-from specaudit.records import RECORDS_FILE, read_manifest, read_records, write_json_atomic
+from specaudit.records import (
+    RECORDS_FILE,
+    read_manifest,
+    read_records,
+    write_json_atomic,
+)
 
 SNAPSHOT_FILE = "snapshot.json"
 SNAPSHOT_SCHEMA_VERSION = 1
 CONTROL_ENGINE = "vanilla"
+SCREEN_ENGINE = "screen"  # specaudit.screen: target samples with the acceptance expected along them
 # The control asks "is the auditor itself broken?" (a scoring or warping mismatch), which shows
 # as a gross rejection. Judged at alpha it would void 1 audit in 20 by chance, so it is judged
 # at alpha x this factor; a rejection between the two levels is reported as a warning.
@@ -45,10 +51,10 @@ def draft_batch_invariance(pair, records: list[dict], positions: int = 6) -> dic
     depends on how they were called, so q-based tests must use the q the engine recorded.
     """
     import torch
+    from transformers import DynamicCache
 
     from specaudit.decoding import SamplingSpec, warp
     from specaudit.models import forward_cached
-    from transformers import DynamicCache
 
     record = next((r for r in records if r["engine"] != CONTROL_ENGINE and len(r["output_token_ids"]) > positions), None)
     if record is None or not pair.draft_is_model:
@@ -133,7 +139,7 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
                 if two.verdict == "fail":
                     entry["verdict"] = "fail"
             section["engines"][engine] = entry
-    audited = [e for e in section["engines"] if e != CONTROL_ENGINE]
+    audited = [e for e in section["engines"] if e not in (CONTROL_ENGINE, SCREEN_ENGINE)]  # screen records are target samples
     control = section["engines"].get(CONTROL_ENGINE)
     judge_control(section, alpha)
     if control is not None and control["verdict"] == "fail":
@@ -219,10 +225,12 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
         snapshot["equivalence"] = _equivalence(records, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed,
                                               draft_noise=config.get("draft_noise"))
     speculative_engines = [e for e in engines if e != CONTROL_ENGINE]
-    if CONTROL_ENGINE in engines and speculative_engines and dims:
+    # Acceptance per group comes from the screen when the run has one (every prompt, exact in
+    # expectation); speed-up columns need the vanilla control's timings and stay empty without it.
+    if (SCREEN_ENGINE in engines or (CONTROL_ENGINE in engines and speculative_engines)) and dims:
         from specaudit.stats.disparity import disparity_section
 
-        engine = "speculative" if "speculative" in engines else speculative_engines[0]
+        engine = SCREEN_ENGINE if SCREEN_ENGINE in engines else "speculative" if "speculative" in engines else speculative_engines[0]
         frame = pd.DataFrame(records)
         decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None
         declared = (manifest.get("prompt_set") or {}).get("dimensions") or {}

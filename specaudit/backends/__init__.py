@@ -17,6 +17,7 @@ from types import ModuleType
 BACKENDS = {
     "endpoint": "specaudit.backends.endpoint",
     "vllm": "specaudit.backends.vllm",
+    "screen": "specaudit.screen._run",  # no decoding: acceptance along batched target samples
 }
 
 
