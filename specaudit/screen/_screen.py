@@ -44,8 +44,9 @@ def draft_kind(draft) -> str:
     raise InputError(f"the screen needs a draft model or ngram, got {type(draft).__name__}")
 
 
-def check_call_invariance(draft, prompt: list[int], path: list[int], device) -> None:
-    """Refuse a draft whose teacher-forced q differs from its step-by-step q (analysis.draft_batch_invariance)."""
+def check_call_invariance(draft, prompt: list[int], path: list[int], device) -> float | None:
+    """Refuse a draft whose teacher-forced q differs from its step-by-step q (analysis.draft_batch_invariance);
+    return the TV measured (None when the path is too short to check)."""
     from types import SimpleNamespace
 
     from specaudit.analysis import draft_batch_invariance
@@ -56,6 +57,7 @@ def check_call_invariance(draft, prompt: list[int], path: list[int], device) -> 
     if result.get("checked") and result["max_tv"] >= CALL_INVARIANCE_TV:
         raise InputError(f"the draft is not call-invariant (teacher-forced and step-by-step draft distributions differ by TV up to "
                          f"{result['max_tv']:.2f}), so the screen cannot reproduce the q it gives at decode time; run the engines instead")
+    return result.get("max_tv")
 
 
 def screen_paths(

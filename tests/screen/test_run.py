@@ -57,7 +57,7 @@ def test_planted_draft_noise_is_refused(tiny_pair_dir, tiny_prompts_file, tmp_pa
 def test_int8_draft_is_call_invariant_and_dynamic_int8_is_refused():
     target, tokenizer = tiny_model(), tiny_tokenizer()
     prompt, path = tokenizer("Explain why the sky is blue.")["input_ids"], tokenizer(" Because of scattering light.")["input_ids"]
-    check_call_invariance(int8_draft(target), prompt, path, torch.device("cpu"))  # raises if not
+    assert check_call_invariance(int8_draft(target), prompt, path, torch.device("cpu")) < 1e-3
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     with warnings.catch_warnings():
