@@ -94,7 +94,9 @@ def screen_paths(
                 checked = True
             q = teacher_forced_probs(draft, batch, spec=spec, vocab_size=vocab_size)
             path_ids = batch.input_ids[:, batch.prompt_width :]
-            beta, accept = position_acceptance(batch.probs, q, path_ids)
+            # row by row: float64 copies of [B, T, V] would cost gigabytes at the default vocabulary
+            parts = [position_acceptance(batch.probs[r], q[r], path_ids[r]) for r in range(len(rows))]
+            beta, accept = torch.stack([b for b, _ in parts]), torch.stack([a for _, a in parts])
             del q, batch.probs
         elapsed = time.perf_counter() - started
         for r, index in enumerate(rows):
