@@ -5,7 +5,8 @@ it is the vanilla engine's sample for that seed up to float ties) and the specul
 expected along it at the run's k: `proposed`, `accepted`, `steps` (floats: expectations given the
 path; exact counts for n-gram), `expected_reached`, and per output position `position_beta`
 (sum min(p_t, q_t)) and `position_accept` (min(1, q_t(x_t)/p_t(x_t)); 1/0 for n-gram). `wall_s`
-stays empty (no engine latency); `screen.row_s` is the record's share of its batch's time. Records are written batch by batch, so a run resumes.
+and `ttft_s` stay empty (no engine latency is measured); `screen.row_s` is the record's share of
+its batch's time. Records are written batch by batch, so a run resumes.
 """
 
 from __future__ import annotations
