@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from specaudit._files import check_output_paths, json_clean, write_json_atomic
-from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
 from specaudit.contracts.snapshot import SNAPSHOT_FILE, SNAPSHOT_SCHEMA_VERSION
 from specaudit.errors import InputError
 from specaudit.records import RECORDS_FILE, read_manifest, read_records
@@ -139,7 +139,7 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
     for engine in engines:
         if engine in section["engines"]:
             judge_verify_violations(section["engines"][engine], outputs, engine)
-    audited = [e for e in section["engines"] if e != CONTROL_ENGINE]
+    audited = [e for e in section["engines"] if e not in (CONTROL_ENGINE, SCREEN_ENGINE)]  # screen records are target samples
     control = section["engines"].get(CONTROL_ENGINE)
     judge_control(section, alpha)
     for entry in section["engines"].values():
@@ -248,10 +248,12 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
         snapshot["equivalence"] = _equivalence(records, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed,
                                               draft_noise=config.get("draft_noise"))
     speculative_engines = [e for e in engines if e != CONTROL_ENGINE]
-    if CONTROL_ENGINE in engines and speculative_engines and dims:
+    # Acceptance per group comes from the screen when the run has one (every prompt, exact in
+    # expectation); speed-up columns need the vanilla control's timings and stay empty without it.
+    if (SCREEN_ENGINE in engines or (CONTROL_ENGINE in engines and speculative_engines)) and dims:
         from specaudit.stats.disparity import disparity_section
 
-        engine = "speculative" if "speculative" in engines else speculative_engines[0]
+        engine = SCREEN_ENGINE if SCREEN_ENGINE in engines else "speculative" if "speculative" in engines else speculative_engines[0]
         frame = pd.DataFrame(records)
         decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None
         declared = (manifest.get("prompt_set") or {}).get("dimensions") or {}

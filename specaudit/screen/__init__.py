@@ -1,0 +1,33 @@
+"""The screen: acceptance on every prompt from batched target samples (see _acceptance for the math).
+
+Public face: `screen_paths` (decode-free acceptance along target paths), the math helpers
+`expected_counts` / `position_acceptance`, and the batched sampler `sample_batch`.
+"""
+
+from specaudit.screen._acceptance import (
+    PathAcceptance,
+    expected_counts,
+    ngram_counts,
+    position_acceptance,
+)
+from specaudit.screen._sampling import SampledBatch, sample_batch, teacher_forced_probs
+from specaudit.screen._screen import (
+    CALL_INVARIANCE_TV,
+    ScreenedPath,
+    check_call_invariance,
+    screen_paths,
+)
+
+__all__ = [
+    "CALL_INVARIANCE_TV",
+    "PathAcceptance",
+    "SampledBatch",
+    "ScreenedPath",
+    "check_call_invariance",
+    "expected_counts",
+    "ngram_counts",
+    "position_acceptance",
+    "sample_batch",
+    "screen_paths",
+    "teacher_forced_probs",
+]

@@ -1,0 +1,118 @@
+"""Speculative acceptance along target-distributed paths, without running the speculative engine.
+
+Notation, for one row (one prompt and sample): a path x_0 .. x_{T-1} sampled from the warped
+target, p_t = p(. | prompt, x_<t) and q_t = q(. | prompt, x_<t) the warped target and draft
+distributions at output position t (both [T, V], q from one teacher-forced draft pass).
+
+Why a target path is enough. A correct speculative sampler emits every token from p_t whatever
+happened before, so its output path has the target's law. What the path does not say is which
+tokens were drafted and accepted. Given the path:
+
+- a drafted position t accepts with probability a_t = min(1, q_t(x_t) / p_t(x_t)): the draft
+  proposed y ~ q_t, kept it with probability min(1, p_t(y)/q_t(y)), so P(accepted, x_t = x) =
+  min(p_t, q_t)(x) while P(x_t = x) = p_t(x). Its mean over x_t ~ p_t is
+  beta_t = sum_x min(p_t(x), q_t(x)) (Leviathan et al.'s alpha);
+- the future path does not depend on whether t was accepted (either way x_{t+1} ~ p_{t+1}), so
+  given the path the acceptances at different positions are independent Bernoulli(a_t);
+- which positions are drafted follows from the earlier acceptances: a step starting at s drafts
+  k_s = min(k, max_new_tokens - s - 1) positions (the engine never drafts past its budget),
+  accepts n of them (the first n accepted, position s + n rejected, or n = k_s), emits n + 1
+  tokens, and the next step starts at s + n + 1.
+
+So the expected number of steps, proposed and accepted tokens of a speculative run that produced
+this path is a small dynamic programme over step starts s (O(T k)):
+
+    E(s) = (1, k_s, E[n | s], E[reached | s]) + sum_n P(n | s) E(s + n + 1),   E(s >= T) = 0
+    P(n | s) = prod_{i<n} a_{s+i} * (1 - a_{s+n})   (n < k_s),   P(k_s | s) = prod_{i<k_s} a_{s+i}
+
+with a_t = 0 beyond the path's end (the engine would verify drafts past an end-of-sequence token
+against a continuation this path does not have: the screen counts none of them accepted).
+Averaging E(0) over target paths gives the engine's expected counts exactly (Rao-Blackwellised:
+lower variance than one engine run per path). tests/screen compare it with the engine.
+
+Deterministic drafts couple exactly: q_t is one-hot on the proposal, a_t is 1 when the target's
+sample equals it and 0 otherwise, and the programme collapses to one simulated run. Prompt
+lookup (n-gram) proposes a block of k tokens at the step start from the context then, so its
+proposals depend on s; `ngram_counts` simulates those steps along the path directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class PathAcceptance:
+    """Expected speculative counts of one path (exact counts for deterministic drafts)."""
+
+    steps: float
+    proposed: float
+    accepted: float
+    reached: float  # drafted positions tried (a position is tried when every earlier one of its step was accepted)
+    beta: list[float] = field(default_factory=list)  # [T] sum min(p_t, q_t) (empty for n-gram)
+    accept_cond: list[float] = field(default_factory=list)  # [T] min(1, q_t(x_t) / p_t(x_t)) (1/0 for n-gram)
+    accepted_per_step: list[int] = field(default_factory=list)  # n-gram only: the simulated steps
+    proposed_per_step: list[int] = field(default_factory=list)
+
+
+def position_acceptance(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(beta [..., T], accept_cond [..., T]) from p, q [..., T, V] and the path's tokens [..., T]."""
+    p, q = p.double(), q.double()
+    beta = torch.minimum(p, q).sum(dim=-1)
+    p_x = p.gather(-1, tokens[..., None]).squeeze(-1)
+    q_x = q.gather(-1, tokens[..., None]).squeeze(-1)
+    accept = torch.where(p_x > 0, (q_x / p_x.clamp_min(1e-300)).clamp_max(1.0), torch.zeros_like(p_x))
+    return beta, accept
+
+
+def expected_counts(accept_cond: list[float], k: int, max_new_tokens: int) -> tuple[float, float, float, float]:
+    """(steps, proposed, accepted, reached) expected for a path with these conditional acceptances."""
+    length = len(accept_cond)
+    value = [(0.0, 0.0, 0.0, 0.0)] * (length + k + 2)
+    for start in range(length - 1, -1, -1):
+        drafted = max(0, min(k, max_new_tokens - start - 1))
+        steps, proposed, accepted, reached = 1.0, float(drafted), 0.0, 0.0
+        survive = 1.0  # P(the first n drafted positions were all accepted)
+        for n in range(drafted + 1):
+            if n < drafted:
+                a = accept_cond[start + n] if start + n < length else 0.0
+                chance = survive * (1.0 - a)
+            else:
+                chance = survive
+            if chance > 0.0:
+                later = value[start + n + 1] if start + n + 1 < length else (0.0, 0.0, 0.0, 0.0)
+                steps += chance * later[0]
+                proposed += chance * later[1]
+                accepted += chance * (n + later[2])
+                reached += chance * (min(n + 1, drafted) + later[3])
+            if n < drafted:
+                survive *= a
+        value[start] = (steps, proposed, accepted, reached)
+    return value[0] if length else (0.0, 0.0, 0.0, 0.0)
+
+
+def model_draft_acceptance(beta: list[float], accept_cond: list[float], k: int, max_new_tokens: int) -> PathAcceptance:
+    steps, proposed, accepted, reached = expected_counts(accept_cond, k, max_new_tokens)
+    return PathAcceptance(steps, proposed, accepted, reached, beta=beta, accept_cond=accept_cond)
+
+
+def ngram_counts(lookup, prompt: list[int], path: list[int], k: int, max_new_tokens: int) -> PathAcceptance:
+    """Prompt-lookup steps simulated along the path: accept while the path's token equals the proposal."""
+    start, per_step_accepted, per_step_proposed = 0, [], []
+    accept_cond = [0.0] * len(path)
+    while start < len(path):
+        drafted = min(k, max_new_tokens - start - 1)
+        proposal = lookup.propose(prompt + path[:start], drafted) if drafted > 0 else []
+        n = 0
+        while n < len(proposal) and start + n < len(path) and proposal[n] == path[start + n]:
+            accept_cond[start + n] = 1.0
+            n += 1
+        per_step_accepted.append(n)
+        per_step_proposed.append(len(proposal))
+        start += n + 1
+    accepted, proposed = sum(per_step_accepted), sum(per_step_proposed)
+    reached = sum(min(a + 1, d) for a, d in zip(per_step_accepted, per_step_proposed))
+    return PathAcceptance(float(len(per_step_accepted)), float(proposed), float(accepted), float(reached), accept_cond=accept_cond,
+                          accepted_per_step=per_step_accepted, proposed_per_step=per_step_proposed)

@@ -1,0 +1,119 @@
+"""Batched target sampling: many prompts x samples per forward pass, KV-cached, left-padded.
+
+Rows are left-padded to the longest prompt of the batch; the attention mask hides the padding
+and position ids count only real tokens (cumsum(mask) - 1), so each row's logits are those of
+the same prompt decoded alone, to float tolerance (tests/screen check this). A row draws its
+randomness from its own torch.Generator, seeded per (prompt, sample) like the runner's
+derive_seed, through the same warp and sample_from as the vanilla engine: a row's tokens never
+depend on its batch-mates, and for a given seed they are the vanilla engine's tokens up to
+float ties at a CDF boundary.
+
+Shapes: B rows, P = longest prompt, T = max_new_tokens, V = vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from specaudit.decoding._generation import finish
+from specaudit.decoding.verify import sample_from
+from specaudit.decoding.warping import SamplingSpec, warp
+from specaudit.models import forward_cached
+
+
+@dataclass
+class SampledBatch:
+    """What one batch of target sampling produced."""
+
+    tokens: list[list[int]]  # per row, cut after EOS or at the budget
+    finish_reasons: list[str]  # "eos" or "length"
+    input_ids: torch.Tensor  # [B, P + T']: left-padded prompts, then the sampled tokens (pad after a row ends)
+    attention_mask: torch.Tensor  # [B, P + T']: 1 on real tokens
+    prompt_width: int  # P
+    probs: torch.Tensor | None  # [B, T', V] warped target distribution at each output position (when kept)
+
+
+def padded_prompts(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, P] ids and mask, each prompt right-aligned (left padding)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long, device=device)
+        mask[row, width - len(prompt) :] = 1
+    return ids, mask
+
+
+def position_ids_of(mask: torch.Tensor) -> torch.Tensor:
+    """Positions counting only real tokens; padding gets 0 (it is masked anyway)."""
+    return (mask.cumsum(dim=-1) - 1).clamp_min(0)
+
+
+@torch.inference_mode()
+def sample_batch(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    seeds: list[int],
+    *,
+    spec: SamplingSpec,
+    max_new_tokens: int,
+    eos_ids: set[int],
+    vocab_size: int,
+    pad_id: int,
+    keep_probs: bool = False,
+) -> SampledBatch:
+    """Sample every row to EOS or `max_new_tokens`; one forward pass per token for the whole batch."""
+    device = next(model.parameters()).device
+    ids, mask = padded_prompts(prompts, pad_id, device)
+    generators = [torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds]
+    cache = DynamicCache(config=model.config)
+    rows = len(prompts)
+    tokens: list[list[int]] = [[] for _ in range(rows)]
+    reasons: list[str | None] = [None] * rows
+    kept: list[torch.Tensor] = []
+    feed, feed_positions = ids, position_ids_of(mask)
+    columns = [ids]
+    masks = [mask]
+    for _ in range(max_new_tokens):
+        full_mask = torch.cat(masks, dim=1)
+        logits = forward_cached(model, feed, cache, attention_mask=full_mask, position_ids=feed_positions)
+        probs = warp(logits[:, -1, :vocab_size], spec)
+        if keep_probs:
+            kept.append(probs)
+        step_tokens = torch.full((rows,), pad_id, dtype=torch.long, device=device)
+        alive = torch.zeros((rows,), dtype=torch.long, device=device)
+        for row in range(rows):
+            if reasons[row] is not None:
+                continue
+            token = sample_from(probs[row], generators[row])
+            tokens[row].append(token)
+            tokens[row], reasons[row] = finish(tokens[row], eos_ids, max_new_tokens)
+            step_tokens[row], alive[row] = token, 1
+        columns.append(step_tokens[:, None])
+        masks.append(alive[:, None])
+        if all(reason is not None for reason in reasons):
+            break
+        feed = step_tokens[:, None]
+        feed_positions = full_mask.sum(dim=1, keepdim=True)  # the new token follows every real token so far
+    return SampledBatch(
+        tokens=tokens,
+        finish_reasons=[reason or "length" for reason in reasons],
+        input_ids=torch.cat(columns, dim=1),
+        attention_mask=torch.cat(masks, dim=1),
+        prompt_width=ids.shape[1],
+        probs=torch.stack(kept, dim=1) if keep_probs else None,
+    )
+
+
+@torch.inference_mode()
+def teacher_forced_probs(model: torch.nn.Module, batch: SampledBatch, *, spec: SamplingSpec, vocab_size: int) -> torch.Tensor:
+    """[B, T', V]: the model's warped distribution at every output position of the batch's paths,
+    in one forward pass over prompts and sampled tokens (same padding, mask and positions)."""
+    outputs = batch.input_ids.shape[1] - batch.prompt_width
+    cache = DynamicCache(config=model.config)
+    logits = forward_cached(model, batch.input_ids, cache, logits_to_keep=outputs + 1, attention_mask=batch.attention_mask,
+                            position_ids=position_ids_of(batch.attention_mask))
+    return warp(logits[:, :outputs, :vocab_size], spec)

@@ -1,0 +1,109 @@
+"""The screen: batched target sampling, then the draft evaluated along the sampled paths."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from specaudit.decoding.warping import SamplingSpec
+from specaudit.errors import InputError
+from specaudit.models import NgramDraft, NoisyDraft
+from specaudit.screen._acceptance import (
+    PathAcceptance,
+    model_draft_acceptance,
+    ngram_counts,
+    position_acceptance,
+)
+from specaudit.screen._sampling import sample_batch, teacher_forced_probs
+
+# Above this TV between teacher-forced and step-by-step draft distributions the screen's q is not
+# the q decoding uses (float noise of a call-invariant draft is ~1e-6; torch's dynamic int8 reaches 0.84).
+CALL_INVARIANCE_TV = 1e-3
+
+
+@dataclass
+class ScreenedPath:
+    """One row of the screen: a target sample and the speculative counts expected along it."""
+
+    tokens: list[int]
+    finish_reason: str
+    acceptance: PathAcceptance
+    batch_s: float  # wall time of the row's batch (sampling + draft pass), shared by its rows
+    batch_rows: int
+
+
+def draft_kind(draft) -> str:
+    if isinstance(draft, NoisyDraft):
+        raise InputError("the screen cannot reproduce a planted --draft-noise (its noise depends on the call); run the engines instead")
+    if isinstance(draft, NgramDraft):
+        return "ngram"
+    if isinstance(draft, torch.nn.Module):
+        return "model"
+    raise InputError(f"the screen needs a draft model or ngram, got {type(draft).__name__}")
+
+
+def check_call_invariance(draft, prompt: list[int], path: list[int], device) -> float | None:
+    """Refuse a draft whose teacher-forced q differs from its step-by-step q (analysis.draft_batch_invariance);
+    return the TV measured (None when the path is too short to check)."""
+    from types import SimpleNamespace
+
+    from specaudit.analysis import draft_batch_invariance
+
+    record = {"engine": "screen", "key": "screen-guard", "prompt_token_ids": prompt, "output_token_ids": path}
+    probe = SimpleNamespace(draft=draft, draft_is_model=True, device=device, vocab_size=draft.config.vocab_size)
+    result = draft_batch_invariance(probe, [record])
+    if result.get("checked") and result["max_tv"] >= CALL_INVARIANCE_TV:
+        raise InputError(f"the draft is not call-invariant (teacher-forced and step-by-step draft distributions differ by TV up to "
+                         f"{result['max_tv']:.2f}), so the screen cannot reproduce the q it gives at decode time; run the engines instead")
+    return result.get("max_tv")
+
+
+def screen_paths(
+    target: torch.nn.Module,
+    draft,
+    prompts: list[list[int]],
+    seeds: list[int],
+    *,
+    spec: SamplingSpec,
+    k: int,
+    max_new_tokens: int,
+    eos_ids: set[int],
+    vocab_size: int,
+    pad_id: int,
+    batch_size: int = 32,
+    check_draft: bool = True,
+) -> list[ScreenedPath]:
+    """Screen every (prompt, seed) row; rows come back in input order. Batches group prompts of
+    similar length (less padding); no row's result depends on which batch it landed in."""
+    kind = draft_kind(draft)
+    device = next(target.parameters()).device
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    results: list[ScreenedPath | None] = [None] * len(prompts)
+    checked = not check_draft or kind != "model"
+    for begin in range(0, len(order), batch_size):
+        rows = order[begin : begin + batch_size]
+        started = time.perf_counter()
+        batch = sample_batch(target, [prompts[i] for i in rows], [seeds[i] for i in rows], spec=spec, max_new_tokens=max_new_tokens,
+                             eos_ids=eos_ids, vocab_size=vocab_size, pad_id=pad_id, keep_probs=kind == "model")
+        if kind == "model":
+            if not checked:
+                longest = max(range(len(rows)), key=lambda r: len(batch.tokens[r]))
+                check_call_invariance(draft, prompts[rows[longest]], batch.tokens[longest], device)
+                checked = True
+            q = teacher_forced_probs(draft, batch, spec=spec, vocab_size=vocab_size)
+            path_ids = batch.input_ids[:, batch.prompt_width :]
+            # row by row: float64 copies of [B, T, V] would cost gigabytes at the default vocabulary
+            parts = [position_acceptance(batch.probs[r], q[r], path_ids[r]) for r in range(len(rows))]
+            beta, accept = torch.stack([b for b, _ in parts]), torch.stack([a for _, a in parts])
+            del q, batch.probs
+        elapsed = time.perf_counter() - started
+        for r, index in enumerate(rows):
+            path = batch.tokens[r]
+            if kind == "model":
+                acceptance = model_draft_acceptance(beta[r, : len(path)].tolist(), accept[r, : len(path)].tolist(), k, max_new_tokens)
+            else:
+                acceptance = ngram_counts(draft, prompts[index], path, k, max_new_tokens)
+            results[index] = ScreenedPath(path, batch.finish_reasons[r], acceptance, elapsed, len(rows))
+    return results  # type: ignore[return-value]

@@ -1,0 +1,27 @@
+"""The screen on the real default pair: batched rows match batch 1, and the int8 draft passes the guard."""
+
+from __future__ import annotations
+
+import pytest
+
+from specaudit.decoding import SamplingSpec
+from specaudit.runner import encode_prompt, eos_token_ids
+from specaudit.screen import check_call_invariance, sample_batch
+
+pytestmark = pytest.mark.integration
+
+TEXTS = ["What is 17 times 23?", "Écris une phrase sur la pluie.", "Give me three tips for learning Python, briefly."]
+
+
+def test_batched_rows_match_batch_one_on_the_default_pair(default_pair):
+    prompts = [encode_prompt(default_pair.tokenizer, text) for text in TEXTS]
+    eos, vocab = eos_token_ids(default_pair), default_pair.vocab_size
+    common = {"spec": SamplingSpec(1.0), "max_new_tokens": 6, "eos_ids": eos, "vocab_size": vocab, "pad_id": min(eos), "keep_probs": True}
+    batch = sample_batch(default_pair.target, prompts, [5, 6, 7], **common)
+    for row, prompt in enumerate(prompts):
+        alone = sample_batch(default_pair.target, [prompt], [5 + row], **common)
+        n = len(alone.tokens[0])
+        assert batch.tokens[row] == alone.tokens[0]
+        assert float((0.5 * (batch.probs[row, :n] - alone.probs[0, :n]).abs().sum(-1)).max()) < 1e-4
+    path = default_pair.tokenizer(" Practice every day, read code, and build small projects.")["input_ids"]
+    assert check_call_invariance(default_pair.draft, prompts[2], path, default_pair.device) < 1e-3

@@ -1,0 +1,67 @@
+"""`specaudit run --engines screen`: ordinary records, resumable, the vanilla engine's samples, read by analyze."""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+
+import pytest
+import torch
+
+from specaudit.cli import main
+from specaudit.errors import InputError
+from specaudit.models import int8_draft, tiny_model, tiny_tokenizer
+from specaudit.records import read_records
+from specaudit.screen import check_call_invariance
+
+
+def _run(tiny_pair_dir, prompts_file, out, engines, *extra):
+    target, draft = tiny_pair_dir
+    return main(["run", "--engines", engines, "--target", str(target), "--draft", str(draft), "--prompts", str(prompts_file),
+                 "--samples", "2", "--max-new-tokens", "10", "--out", str(out), "--quiet", *extra])
+
+
+def test_screen_records_are_the_vanilla_samples_and_resume(tiny_pair_dir, tiny_prompts_file, tmp_path):
+    assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "screen", "screen") == 0
+    assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "vanilla", "vanilla") == 0
+    screen = {(r["prompt_id"], r["sample"]): r for r in read_records(tmp_path / "screen" / "records.jsonl")}
+    vanilla = {(r["prompt_id"], r["sample"]): r for r in read_records(tmp_path / "vanilla" / "records.jsonl")}
+    assert set(screen) == set(vanilla) and len(screen) == 8
+    for key, record in screen.items():
+        assert record["engine"] == "screen" and record["seed"] == vanilla[key]["seed"]
+        assert record["output_token_ids"] == vanilla[key]["output_token_ids"]  # same seed, same warp, same sampler
+        assert len(record["position_beta"]) == len(record["position_accept"]) == len(record["output_token_ids"])
+        assert 0 <= record["accepted"] <= record["expected_reached"] <= record["proposed"]
+    assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "screen", "screen") == 0  # resumed: nothing new
+    assert len(read_records(tmp_path / "screen" / "records.jsonl")) == 8
+
+
+def test_analyze_reads_acceptance_per_group_from_screen_records(tiny_pair_dir, tiny_prompts_file, tmp_path):
+    assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "run", "screen", "--draft", "ngram") == 0
+    assert main(["analyze", str(tmp_path / "run")]) == 0
+    snapshot = json.loads((tmp_path / "run" / "snapshot.json").read_text())
+    records = read_records(tmp_path / "run" / "records.jsonl")
+    accepted, proposed = sum(r["accepted"] for r in records), sum(r["proposed"] for r in records)
+    overall = snapshot["groups"]["group"]["overall"]["metrics"]["acceptance_rate"]["value"]
+    assert snapshot["run"]["disparity_engine"] == "screen"
+    assert overall == pytest.approx(accepted / proposed)
+    assert all(sum(r["accepted_per_step"]) == r["accepted"] for r in records)  # n-gram: exact simulated steps
+
+
+def test_planted_draft_noise_is_refused(tiny_pair_dir, tiny_prompts_file, tmp_path, capsys):
+    assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "run", "screen", "--draft-noise", "group=a:2.0") == 2
+    assert "draft-noise" in capsys.readouterr().err
+
+
+def test_int8_draft_is_call_invariant_and_dynamic_int8_is_refused():
+    target, tokenizer = tiny_model(), tiny_tokenizer()
+    prompt, path = tokenizer("Explain why the sky is blue.")["input_ids"], tokenizer(" Because of scattering light.")["input_ids"]
+    assert check_call_invariance(int8_draft(target), prompt, path, torch.device("cpu")) < 1e-3
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dynamic = quantize_dynamic(copy.deepcopy(target), {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+    with pytest.raises(InputError, match=r"TV up to"):
+        check_call_invariance(dynamic, prompt, path, torch.device("cpu"))

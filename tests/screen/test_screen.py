@@ -1,0 +1,138 @@
+"""The screen on tiny real models: batched sampling equals batch-1 sampling, the dynamic programme
+equals brute force, and the screen's expected acceptance equals the speculative engine's."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from specaudit.decoding import SamplingSpec, speculative_generate, vanilla_generate
+from specaudit.errors import InputError
+from specaudit.models import (
+    NgramDraft,
+    NoisyDraft,
+    tiny_draft_of,
+    tiny_model,
+    tiny_tokenizer,
+)
+from specaudit.screen import expected_counts, sample_batch, screen_paths
+
+TEXTS = ["Hello there, how are you?", "List three fruits.", "Hi", "Write a short poem about rain, please now."]
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = tiny_model()
+    return target, tiny_draft_of(target, noise=0.3), tiny_tokenizer()
+
+
+def _prompts(tokenizer):
+    return [tokenizer(text)["input_ids"] for text in TEXTS]
+
+
+@pytest.mark.parametrize("spec", [SamplingSpec(1.0), SamplingSpec(0.7, top_k=20, top_p=0.9), SamplingSpec(0.0)])
+def test_batched_rows_match_batch_one_and_the_vanilla_engine(models, spec):
+    target, _, tokenizer = models
+    prompts, vocab = _prompts(tokenizer), target.config.vocab_size
+    batch = sample_batch(target, prompts, [11, 12, 13, 14], spec=spec, max_new_tokens=12, eos_ids=set(), vocab_size=vocab, pad_id=0,
+                         keep_probs=True)
+    for row, prompt in enumerate(prompts):
+        alone = sample_batch(target, [prompt], [11 + row], spec=spec, max_new_tokens=12, eos_ids=set(), vocab_size=vocab, pad_id=0,
+                             keep_probs=True)
+        tv = 0.5 * (batch.probs[row] - alone.probs[0]).abs().sum(-1)
+        assert float(tv.max()) < 1e-5  # left padding, mask and positions give each row its own logits
+        engine = vanilla_generate(target, prompt, spec=spec, max_new_tokens=12, generator=torch.Generator().manual_seed(11 + row),
+                                  eos_ids=set(), vocab_size=vocab)
+        assert batch.tokens[row] == alone.tokens[0] == engine.tokens
+
+
+def test_rows_stop_at_their_own_end_of_sequence(models):
+    target, _, tokenizer = models
+    prompts = _prompts(tokenizer)
+    batch = sample_batch(target, prompts, [1, 2, 3, 4], spec=SamplingSpec(1.0), max_new_tokens=12, eos_ids={2},
+                         vocab_size=target.config.vocab_size, pad_id=0)
+    for tokens, reason in zip(batch.tokens, batch.finish_reasons):
+        assert (reason == "eos") == (2 in tokens)
+        assert 2 not in tokens[:-1] and (reason == "eos" or len(tokens) == 12)
+    assert len({len(t) for t in batch.tokens}) > 1  # the seeds above end rows at different lengths
+
+
+def _brute_force(accept, k, max_new_tokens):
+    """Expected (steps, proposed, accepted) by enumerating every accept/reject pattern of the path."""
+    totals = np.zeros(3)
+    for pattern in itertools.product([0, 1], repeat=len(accept)):
+        weight = np.prod([a if bit else 1 - a for a, bit in zip(accept, pattern)])
+        start, steps, proposed, accepted = 0, 0, 0, 0
+        while start < len(accept):
+            drafted = max(0, min(k, max_new_tokens - start - 1))
+            n = 0
+            while n < drafted and start + n < len(accept) and pattern[start + n]:
+                n += 1
+            steps, proposed, accepted, start = steps + 1, proposed + drafted, accepted + n, start + n + 1
+        totals += weight * np.array([steps, proposed, accepted])
+    return totals
+
+
+@pytest.mark.parametrize("k,max_new_tokens", [(1, 9), (3, 9), (4, 12)])
+def test_dynamic_programme_equals_brute_force(k, max_new_tokens):
+    rng = np.random.default_rng(k)
+    accept = rng.uniform(size=9).tolist()
+    steps, proposed, accepted, reached = expected_counts(accept, k, max_new_tokens)
+    np.testing.assert_allclose([steps, proposed, accepted], _brute_force(accept, k, max_new_tokens), rtol=1e-12)
+    assert accepted <= reached <= proposed
+
+
+def test_dynamic_programme_extremes():
+    assert expected_counts([1.0] * 10, 4, 10)[:3] == (2.0, 8.0, 8.0)  # 4 accepted + bonus, 4 + bonus, then budget
+    assert expected_counts([0.0] * 10, 4, 10)[:3] == (10.0, 4 * 6 + 3 + 2 + 1 + 0, 0.0)  # starts 0..5 draft 4, then the budget
+
+
+@pytest.mark.parametrize("draft_name", ["model", "ngram"])
+def test_screen_agrees_with_the_speculative_engine(models, draft_name):
+    """Per-prompt mean accepted tokens, screen (expected given path) vs engine (realised), over
+    independent seeds: |difference| < 4 standard errors (a correct screen fails 1 in ~16000)."""
+    target, model_draft, tokenizer = models
+    draft = model_draft if draft_name == "model" else NgramDraft()
+    prompt, vocab, k, budget, n = _prompts(tokenizer)[0], target.config.vocab_size, 3, 16, 200
+    rows = screen_paths(target, draft, [prompt] * n, list(range(n)), spec=SamplingSpec(1.0), k=k, max_new_tokens=budget, eos_ids=set(),
+                        vocab_size=vocab, pad_id=0, batch_size=100)
+    engine = [speculative_generate(target, draft, prompt, spec=SamplingSpec(1.0), k=k, max_new_tokens=budget,
+                                   generator=torch.Generator().manual_seed(10_000 + s), eos_ids=set(), vocab_size=vocab) for s in range(n)]
+    for field in ("accepted", "steps"):
+        screen = np.array([getattr(r.acceptance, field) for r in rows])
+        real = np.array([getattr(g, field) for g in engine], dtype=float)
+        z = (screen.mean() - real.mean()) / np.sqrt(screen.var(ddof=1) / n + real.var(ddof=1) / n)
+        assert abs(z) < 4, (field, screen.mean(), real.mean())
+    if draft_name == "model":  # Rao-Blackwellised: given the path, less spread than one engine run
+        assert np.var([r.acceptance.accepted for r in rows]) < np.var([g.accepted for g in engine])
+
+
+def test_screen_refuses_drafts_it_cannot_reproduce(models):
+    target, model_draft, tokenizer = models
+    common = {"spec": SamplingSpec(1.0), "k": 3, "max_new_tokens": 12, "eos_ids": set(), "vocab_size": target.config.vocab_size, "pad_id": 0}
+    with pytest.raises(InputError, match="draft-noise"):
+        screen_paths(target, NoisyDraft(model_draft, 1.0, 0), _prompts(tokenizer), [1, 2, 3, 4], **common)
+
+
+class _CallDependentDraft(torch.nn.Module):
+    """A draft whose logits depend on how many tokens the call holds (as a per-call activation scale does)."""
+
+    def __init__(self, draft):
+        super().__init__()
+        self.draft, self.config = draft, draft.config
+        self._specaudit_cache_keyword = getattr(draft, "_specaudit_cache_keyword", None) or "past_key_values"
+
+    def forward(self, input_ids, **kwargs):
+        output = self.draft(input_ids=input_ids, **kwargs)
+        output.logits = output.logits * (1.0 + 0.5 * (input_ids.shape[-1] > 1))
+        return output
+
+
+def test_screen_refuses_a_call_dependent_draft_naming_the_tv(models):
+    target, model_draft, tokenizer = models
+    with pytest.raises(InputError, match=r"not call-invariant .*TV up to \d\.\d\d"):
+        screen_paths(target, _CallDependentDraft(model_draft), _prompts(tokenizer), [1, 2, 3, 4], spec=SamplingSpec(1.0), k=3,
+                     max_new_tokens=12, eos_ids=set(), vocab_size=target.config.vocab_size, pad_id=0)
