@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from specaudit import load_pair
-from specaudit.prompts import load_prompts
-from specaudit.runner import encode_prompt, eos_token_ids
+from specaudit.prompts import load_prompts, prompt_token_ids
+from specaudit.runner import eos_token_ids
 from specaudit.stats.equivalence import goodness_of_fit, surprisal_martingale
 from specaudit.stats.scoring import score_records
 
@@ -73,7 +73,7 @@ def main() -> None:
     pair = load_pair("default", "int8")
     eos = eos_token_ids(pair)
     core = load_prompts("core").prompts
-    encoded = {p.id: encode_prompt(pair.tokenizer, p.text) for p in core}
+    encoded = {p.id: prompt_token_ids(pair.tokenizer, p) for p in core}
     audits_per_batch = max(1, args.batch // args.prompts)
     started = time.process_time()
     results = []

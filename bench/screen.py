@@ -29,8 +29,8 @@ from specaudit.decoding import (
     warp,
 )
 from specaudit.models import NgramDraft, forward_cached, load_pair
-from specaudit.prompts import load_prompts
-from specaudit.runner import derive_seed, encode_prompt, eos_token_ids
+from specaudit.prompts import load_prompts, prompt_token_ids
+from specaudit.runner import derive_seed, eos_token_ids
 from specaudit.screen import (
     sample_batch,
     screen_paths,
@@ -147,7 +147,7 @@ def main() -> None:
     pair = load_pair("default", "int8", device="cpu")
     eos_ids, pad_id, vocab = eos_token_ids(pair), min(eos_token_ids(pair)), pair.vocab_size
     chosen, groups = pick_prompts(args.per_group, args.dimension)
-    prompts = [encode_prompt(pair.tokenizer, p.text) for p in chosen]
+    prompts = [prompt_token_ids(pair.tokenizer, p) for p in chosen]
     groups_of = np.array([p.attributes[args.dimension] for p in chosen])
     budget = args.max_new_tokens
     print(f"default pair, T = 1, k = {args.k}, {budget} new tokens, {len(chosen)} core prompts ({args.dimension}: {', '.join(groups)}), 1 thread")

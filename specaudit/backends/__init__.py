@@ -12,7 +12,7 @@ from __future__ import annotations
 BACKENDS = {
     "endpoint": "specaudit.backends.endpoint",
     "vllm": "specaudit.backends.vllm",
-    "screen": "specaudit.screen._run",  # no decoding: acceptance along batched target samples
+    "screen": "specaudit.screen",  # no engine: acceptance along batched target samples
 }
 
 

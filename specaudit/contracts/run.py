@@ -78,11 +78,11 @@ _CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "output_token_ids": ("a list of integers", _INT_LIST),
     "text": ("a string", lambda v: isinstance(v, str)),
     "finish_reason": ("a string or null", _optional(lambda v: isinstance(v, str))),
-    "wall_s": ("a number", _number),
+    "wall_s": ("a number or null", _optional(_number)),  # null: no engine latency (the screen)
     "ttft_s": ("a number or null", _optional(_number)),
-    "steps": ("an integer", _int),
-    "proposed": ("an integer", _int),
-    "accepted": ("an integer", _int),
+    "steps": ("a number", _number),  # an integer count, or an expectation (the screen)
+    "proposed": ("a number", _number),  # an integer count, or an expectation (the screen)
+    "accepted": ("a number", _number),  # an integer count, or an expectation (the screen)
     "accepted_per_step": ("a list of integers", _INT_LIST),
     "proposed_per_step": ("a list of integers", _INT_LIST),
     "beta": ("a list of lists of numbers", _NUMBER_LISTS),
@@ -117,9 +117,9 @@ class Record:
     finish_reason: str | None = None
     wall_s: float | None = None
     ttft_s: float | None = None
-    steps: int | None = None
-    proposed: int | None = None
-    accepted: int | None = None
+    steps: float | None = None  # int for engines
+    proposed: float | None = None  # int for engines
+    accepted: float | None = None  # int for engines
     accepted_per_step: list[int] | None = None
     proposed_per_step: list[int] | None = None
     beta: list[list[float]] | None = None
@@ -158,6 +158,10 @@ class Record:
         payload = {name: getattr(self, name) for name in _CHECKS if name in present}
         payload.update(self.extra)
         return payload
+
+    def replace(self, **changes: Any) -> Record:
+        """This record with known fields changed (they count as present when written)."""
+        return replace(self, **changes, present=(self.present or frozenset(_CHECKS)) | frozenset(changes))
 
     def with_extra(self, **values: Any) -> Record:
         """This record with backend fields added after the known ones (e.g. backend="endpoint")."""

@@ -28,6 +28,7 @@ EXECUTORS = {
     "ray": "specaudit.execution.ray:RayExecutor",
     "endpoint": "specaudit.execution.endpoint:EndpointExecutor",
     "vllm": "specaudit.execution.vllm:VllmExecutor",
+    "screen": "specaudit.execution.screen:ScreenExecutor",
 }
 
 
@@ -39,7 +40,7 @@ def executor_for(cfg: RunConfig, *, pair=None) -> Executor:
     name = engines[0] if len(engines) == 1 and engines[0] in BACKENDS else cfg.executor
     module_name, _, class_name = EXECUTORS[name].partition(":")
     executor_class = getattr(importlib.import_module(module_name), class_name)
-    if name == "local":
+    if name in ("local", "screen"):
         return executor_class(cfg, pair=pair)
     if name == "ray":
         return executor_class(cfg, workers=cfg.workers, address=cfg.ray_address)

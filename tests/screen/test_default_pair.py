@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from specaudit.decoding import SamplingSpec
-from specaudit.runner import encode_prompt, eos_token_ids
+from specaudit.prompts import prompt_token_ids
+from specaudit.runner import eos_token_ids
 from specaudit.screen import check_call_invariance, sample_batch
 
 pytestmark = pytest.mark.integration
@@ -14,7 +15,7 @@ TEXTS = ["What is 17 times 23?", "Écris une phrase sur la pluie.", "Give me thr
 
 
 def test_batched_rows_match_batch_one_on_the_default_pair(default_pair):
-    prompts = [encode_prompt(default_pair.tokenizer, text) for text in TEXTS]
+    prompts = [prompt_token_ids(default_pair.tokenizer, text) for text in TEXTS]
     eos, vocab = eos_token_ids(default_pair), default_pair.vocab_size
     common = {"spec": SamplingSpec(1.0), "max_new_tokens": 6, "eos_ids": eos, "vocab_size": vocab, "pad_id": min(eos), "keep_probs": True}
     batch = sample_batch(default_pair.target, prompts, [5, 6, 7], **common)

@@ -1,0 +1,88 @@
+"""The screen executor (`--engines screen`): acceptance on every prompt, without the engines.
+
+Each plan item becomes a record of engine "screen" holding the target sample (`output_token_ids`,
+drawn with the run's derive_seed in batches of `extra.screen_batch` rows, so it is the vanilla
+engine's sample for that seed up to float ties) and the speculative counts expected along it at
+the run's k (specaudit.screen._acceptance): `proposed`, `accepted`, `steps` (expectations given
+the path; exact counts for n-gram), `expected_reached`, and per output position `position_beta`
+(Σ min(p_t, q_t)) and `position_accept` (min(1, q_t(x_t)/p_t(x_t)); 1/0 for n-gram). No engine
+latency is measured: `wall_s` / `ttft_s` stay null and the record's share of its batch's time
+goes under `screen`. Records are written batch by batch, so a run resumes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from specaudit.contracts.run import SCREEN_ENGINE, PlanItem
+from specaudit.decoding import Generation
+from specaudit.errors import InputError
+from specaudit.execution.base import Emit, Executor
+from specaudit.execution.decode import device_entry, eos_token_ids, library_versions, make_record
+from specaudit.execution.folder import RunFolder
+from specaudit.execution.plan import derive_seed
+from specaudit.preflight import check_prompt_lengths
+from specaudit.prompts import prompt_token_ids
+
+DEFAULT_BATCH = 32
+
+
+class ScreenExecutor(Executor):
+    label = "screening"
+    unit = "path"
+
+    def __init__(self, cfg, *, pair=None):
+        super().__init__(cfg)
+        self.pair = pair
+
+    def record_engines(self) -> tuple[str, ...]:
+        return (SCREEN_ENGINE,)
+
+    def check(self, folder: RunFolder) -> None:
+        if self.cfg.draft_noise:
+            raise InputError(f"--engines screen cannot reproduce a planted --draft-noise ({self.cfg.draft_noise}): its noise depends on "
+                             "how the draft is called; run the engines instead")
+
+    def start(self, folder: RunFolder) -> dict:
+        import torch
+
+        from specaudit.models import load_pair
+
+        if self.pair is None:
+            torch.set_num_threads(self.cfg.threads)
+            self.pair = load_pair(self.cfg.target, self.cfg.draft, device=self.cfg.device, dtype=self.cfg.dtype)
+        return {"models": self.pair.manifest(), "device": device_entry(self.pair), "versions": library_versions()}
+
+    def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
+        from specaudit.screen import screen_paths
+
+        pair, cfg = self.pair, self.cfg
+        eos_ids = eos_token_ids(pair)
+        pad_id = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(eos_ids)
+        encoded = {p.id: prompt_token_ids(pair.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
+        check_prompt_lengths(encoded, pair.target, cfg.max_new_tokens)
+        batch_size = int(cfg.extra.get("screen_batch", DEFAULT_BATCH))
+        # Timing repeats mean nothing without an engine to time. Similar lengths share a batch
+        # (less padding); a row's tokens do not depend on its batch-mates.
+        todo = sorted((item for item in items if not item.timing_only), key=lambda item: len(encoded[item.prompt.id]))
+        for begin in range(0, len(todo), batch_size):
+            chunk = todo[begin : begin + batch_size]
+            seeds = [derive_seed(cfg.seed, item.prompt.id, item.sample) for item in chunk]
+            prompts = [encoded[item.prompt.id] for item in chunk]
+            paths = screen_paths(pair.target, pair.draft, prompts, seeds, spec=cfg.sampling, k=cfg.k, max_new_tokens=cfg.max_new_tokens,
+                                 eos_ids=eos_ids, vocab_size=pair.vocab_size, pad_id=pad_id, batch_size=batch_size, check_draft=begin == 0)
+            for item, seed, prompt_ids, path in zip(chunk, seeds, prompts, paths, strict=True):
+                emit(screen_record(cfg, item, seed, prompt_ids, path, pair.tokenizer.decode(path.tokens, skip_special_tokens=True)))
+
+
+def screen_record(cfg, item: PlanItem, seed: int, prompt_ids: list[int], path, text: str):
+    acceptance = path.acceptance
+    generation = Generation(tokens=path.tokens, finish_reason=path.finish_reason, wall_s=math.nan, ttft_s=math.nan,
+                            steps=acceptance.steps, proposed=acceptance.proposed, accepted=acceptance.accepted,
+                            accepted_per_step=acceptance.accepted_per_step, proposed_per_step=acceptance.proposed_per_step)
+    record = make_record(cfg, item, seed, prompt_ids, generation, text)
+    row_s = path.batch_s / path.batch_rows
+    counts = "exact" if acceptance.accepted_per_step else "expected"
+    return record.replace(wall_s=None, ttft_s=None).with_extra(
+        expected_reached=acceptance.reached, position_beta=acceptance.beta, position_accept=acceptance.accept_cond,
+        screen={"batch_rows": path.batch_rows, "batch_s": path.batch_s, "row_s": row_s, "counts": counts})
