@@ -1,4 +1,4 @@
-"""Backends: decoding that happens outside this process (a live server, vLLM), recorded as a run.
+"""Backends: decoding by another engine (a live server, vLLM, llama.cpp), recorded as a run.
 
 A backend is named in `--engines` on its own (e.g. `--engines endpoint`). Its module provides
 
@@ -16,6 +16,7 @@ from types import ModuleType
 
 BACKENDS = {
     "endpoint": "specaudit.backends.endpoint",
+    "llama-cpp": "specaudit.backends.llama_cpp",
     "vllm": "specaudit.backends.vllm",
 }
 
