@@ -63,9 +63,13 @@ DEFAULTS: dict[str, Any] = {
     "tokenizer": None,
     "stream": True,
     "extra_body": {},
+    # token_ids, or text: the prompt ids decoded with special tokens kept, for servers whose
+    # completions API takes text only (llama-cpp-python's server; it tokenises special tokens).
+    "prompt_as": "token_ids",
 }
+PROMPT_FORMS = ("token_ids", "text")
 # Settings that decide what the records mean: a resumed run must keep them.
-_IDENTITY = ("speculative_url", "vanilla_url", "speculative_model", "vanilla_model", "logprobs", "logprobs_mode", "tokenizer", "extra_body")
+_IDENTITY = ("speculative_url", "vanilla_url", "speculative_model", "vanilla_model", "logprobs", "logprobs_mode", "tokenizer", "extra_body", "prompt_as")
 
 
 # ----------------------------------------------------------------------------- settings
@@ -115,6 +119,8 @@ def validate_settings(settings: dict | None, engines: tuple[str, ...]) -> dict:
         raise InputError(f"endpoint.logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}, got {out['logprobs_mode']!r}")
     if not isinstance(out["stream"], bool):
         raise InputError(f"endpoint.stream must be true or false, got {out['stream']!r}")
+    if out["prompt_as"] not in PROMPT_FORMS:
+        raise InputError(f"endpoint.prompt_as must be one of {', '.join(PROMPT_FORMS)}, got {out['prompt_as']!r}")
     if not isinstance(out["extra_body"], dict):
         raise InputError(f"endpoint.extra_body must be a mapping of request field: value, got {out['extra_body']!r}")
     return out
@@ -515,7 +521,11 @@ def run_backend(cfg, out_dir: str | Path, *, prompt_set=None, progress: bool = T
     tokenizer_lock = threading.Lock()
 
     def call(engine: str, prompt_ids: list[int], seed: int, max_tokens: int) -> Completion:
-        return endpoints[engine].complete(request_body(cfg, settings, models[engine], prompt_ids, seed, max_tokens))
+        body = request_body(cfg, settings, models[engine], prompt_ids, seed, max_tokens)
+        if settings["prompt_as"] == "text":
+            with tokenizer_lock:
+                body["prompt"] = tokenizer.decode(prompt_ids, skip_special_tokens=False)
+        return endpoints[engine].complete(body)
 
     def record_of(item) -> dict:
         prompt, engine, label, timing_only = item

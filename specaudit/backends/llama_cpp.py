@@ -17,7 +17,7 @@ every other stage neutral (min_p 0, typical_p 1, repeat/frequency/presence penal
 mirostat off, no grammar, no logits processor); the manifest records the whole chain. llama.cpp
 applies top-p before temperature (transformers and specaudit after), so a run with both
 temperature != 1 and top-p < 1 is refused: llama.cpp would sample another distribution.
-Each record's seed is runner.derive_seed folded into llama.cpp's 32-bit seed (`llama_seed`).
+Each record's seed is runner.derive_seed cut to llama.cpp's 32-bit seed (`llama_seed`).
 Every generation starts from an empty KV cache (no prefix reuse between records), so a record
 does not depend on the order of the plan.
 
@@ -44,7 +44,7 @@ from specaudit.errors import InputError
 RECORD_ENGINES = ("vanilla", "speculative")
 BACKEND = "llama-cpp"
 GGUF_MAGIC = b"GGUF"
-SEED_MODULUS = 0xFFFFFFFF  # llama.cpp seeds are uint32 and 0xFFFFFFFF means "random"
+RANDOM_SEED = 0xFFFFFFFF  # llama.cpp seeds are uint32 and this one means "draw a random seed"
 NGRAM_MAX = 3  # as specaudit.models.NgramDraft
 DEFAULT_CONTEXT = 2048
 # The stages of llama.cpp's sampler chain that the run does not use, all neutral.
@@ -118,7 +118,10 @@ def sampler_settings(spec) -> dict:
 
 
 def llama_seed(seed: int) -> int:
-    return int(seed) % SEED_MODULUS
+    """The record's seed as llama.cpp's uint32: its low 32 bits, which is also what the binding's
+    server passes on for a request's 63-bit seed, so both give the same draws."""
+    low = int(seed) & 0xFFFFFFFF
+    return low if low != RANDOM_SEED else 0
 
 
 def backend_settings(cfg) -> dict:
@@ -332,7 +335,7 @@ def run_backend(cfg, out_dir: str | Path, *, prompt_set=None, progress: bool = T
         "settings": settings, "sampler_chain": {k: v for k, v in sampler.items() if k not in ("grammar", "logits_processor")},
         "sampler_order": "penalties (neutral) -> top_k -> typical (off) -> top_p -> min_p (off) -> temperature -> dist "
                          "(temperature 0: greedy)",
-        "seed": "llama_seed = derive_seed(...) mod 0xFFFFFFFF", "kv_cache": "cleared before every record",
+        "seed": "llama_seed = low 32 bits of derive_seed(...) (0xFFFFFFFF, llama.cpp's random seed, becomes 0)", "kv_cache": "cleared before every record",
         "vanilla_logits_all": False, "eos_ids": sorted(engines.eos_ids)})
     write_json_atomic(out_dir / MANIFEST_FILE, manifest)
 

@@ -60,7 +60,7 @@ def test_sampler_chain_is_explicit_with_every_other_stage_neutral():
 
 
 def test_seed_fits_llama_cpp_and_never_means_random():
-    assert backend.llama_seed(0xFFFFFFFF) == 0
+    assert backend.llama_seed(0xFFFFFFFF) == 0 and backend.llama_seed((7 << 32) | 5) == 5
     assert all(0 <= backend.llama_seed(s) < 0xFFFFFFFF for s in (0, 1, (1 << 63) - 1, 0xFFFFFFFE))
 
 
@@ -135,7 +135,7 @@ def test_records_seeds_and_acceptance_bookkeeping(tmp_path, tiny_prompts_file):
     for record in records:
         assert record["backend"] == "llama-cpp"
         assert record["seed"] == derive_seed(3, record["prompt_id"], record["sample"])
-        assert record["llama_seed"] == record["seed"] % 0xFFFFFFFF
+        assert record["llama_seed"] == backend.llama_seed(record["seed"])
         n = len(record["output_token_ids"])
         assert 1 <= n <= 16 and record["finish_reason"] in ("eos", "length")
         if record["engine"] == "speculative":
