@@ -204,13 +204,14 @@ class ObservedDraft:
 
 def acceptance_per_step(calls: list[tuple[int, list[int]]], prompt_length: int, output: list[int],
                         max_new_tokens: int) -> tuple[list[int], list[int]]:
-    """(proposed, accepted) per verification step after the first, from the draft's calls.
+    """(proposed, accepted) per verification step, from the draft's calls. The first step is the
+    prompt pass, which the binding runs without a draft: (0, 0).
 
     A call at sequence position n proposed the tokens for output positions j = n − prompt_length
     onwards; the step it started emitted output[j] and the drafts the sampler kept, so accepted
     = the length of the common prefix of the proposal and output[j:]. Proposals are counted up
     to the length budget (drafts past it could never be emitted)."""
-    proposed, accepted = [], []
+    proposed, accepted = [0], [0]
     for n, proposal in calls:
         j = n - prompt_length
         if j < 0 or j >= len(output):
@@ -240,7 +241,9 @@ def load_engines(cfg, target: Path, settings: dict) -> Engines:
     common = dict(model_path=str(target), n_ctx=settings["n_ctx"], n_batch=settings["n_batch"], n_threads=settings["n_threads"],
                   n_threads_batch=settings["n_threads"], verbose=False)
     if str(cfg.draft) == "ngram":
-        inner = llama_cpp.LlamaPromptLookupDecoding(max_ngram_size=NGRAM_MAX, num_pred_tokens=cfg.k)
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        inner = LlamaPromptLookupDecoding(max_ngram_size=NGRAM_MAX, num_pred_tokens=cfg.k)
     else:
         draft_path = gguf_file(str(cfg.draft), "--draft")
         check_draft_vocabulary(target, draft_path)
@@ -277,7 +280,7 @@ def generate(engines: Engines, engine: str, prompt_ids: list[int], sampler: dict
     if engine == "vanilla":
         return Generation(steps=len(tokens), draft_s=0.0, verify_s=wall, **common)
     proposed, accepted = acceptance_per_step(engines.draft.calls, len(prompt_ids), tokens, max_new_tokens)
-    return Generation(steps=1 + len(proposed), proposed=sum(proposed), accepted=sum(accepted), proposed_per_step=proposed,
+    return Generation(steps=len(proposed), proposed=sum(proposed), accepted=sum(accepted), proposed_per_step=proposed,
                       accepted_per_step=accepted, draft_s=engines.draft.seconds, verify_s=wall - engines.draft.seconds, **common)
 
 

@@ -71,8 +71,8 @@ def test_acceptance_per_step_compares_proposals_with_what_was_kept():
     # has one budget position left: 1 offered, 1 kept, and the generation ends on that accepted draft.
     calls = [(6, [11, 12, 99]), (9, []), (10, [15, 16, 17]), (12, [1])]
     proposed, accepted = backend.acceptance_per_step(calls, prompt_length, output, max_new_tokens=6)
-    assert proposed == [3, 0, 1] and accepted == [2, 0, 1]
-    assert 1 + len(proposed) + sum(accepted) == len(output) + 1  # steps + accepted = emitted, + 1 when it ends on a draft
+    assert proposed == [0, 3, 0, 1] and accepted == [0, 2, 0, 1]  # the prompt pass is a step without a draft
+    assert len(proposed) + sum(accepted) == len(output) + 1  # steps + accepted = emitted, + 1 when it ends on a draft
 
 
 def test_extra_settings_are_checked(tiny_prompts_file):
@@ -239,3 +239,36 @@ def llama_servers():
         for process in processes:
             process.terminate()
             process.wait(timeout=30)
+
+
+@needs_llama_cpp
+def test_endpoint_audits_llama_cpp_python_server_with_and_without_prompt_lookup(tmp_path, tiny_prompts_file, llama_servers):
+    """A real third-party server through `--engines endpoint`: llama-cpp-python's OpenAI server, one
+    instance plain and one with `--draft_model prompt-lookup-decoding`, asked for the run's sampler
+    chain with every other stage neutral (its request defaults are min_p 0.05, repeat_penalty 1.1)."""
+    from specaudit.runner import run
+
+    vanilla_url, speculative_url = llama_servers
+    neutral = {k: v for k, v in backend.NEUTRAL_SAMPLERS.items() if v is not None}
+    settings = {"vanilla_url": vanilla_url, "speculative_url": speculative_url, "prompt_as": "text", "logprobs": 0,
+                "concurrency": 1, "extra_body": neutral}
+    cfg = RunConfig(engines="endpoint", prompts=str(tiny_prompts_file), samples=2, max_new_tokens=16, seed=3, warmup=1, endpoint=settings)
+    out = tmp_path / "endpoint"
+    summary = run(cfg, out, progress=False)
+    records = read_records(out / "records.jsonl")
+    assert summary.written == len(records) == 4 * 2 * 2
+    assert {r["engine"] for r in records} == {"vanilla", "speculative"}
+    for record in records:
+        assert record["backend"] == "endpoint" and record["finish_reason"] in ("eos", "length")
+        assert record["text"] and 1 <= len(record["output_token_ids"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["endpoint"]["prompt_as"] == "text"
+
+    # The server decodes with the same llama.cpp, sampler chain and 32-bit seed as the in-process
+    # backend, so its plain instance must give the in-process vanilla text for the same seeds.
+    local = tmp_path / "local"
+    run(_config(tiny_prompts_file, max_new_tokens=16), local, progress=False)
+    local_text = {r["key"]: r["text"] for r in read_records(local / "records.jsonl") if r["engine"] == "vanilla"}
+    served_text = {r["key"]: r["text"] for r in records if r["engine"] == "vanilla"}
+    same = sum(local_text[key].strip() == served_text[key].strip() for key in served_text)
+    assert same >= len(served_text) - 1, (same, len(served_text))
