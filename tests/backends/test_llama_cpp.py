@@ -251,7 +251,7 @@ def test_endpoint_audits_llama_cpp_python_server_with_and_without_prompt_lookup(
     vanilla_url, speculative_url = llama_servers
     neutral = {k: v for k, v in backend.NEUTRAL_SAMPLERS.items() if v is not None}
     settings = {"vanilla_url": vanilla_url, "speculative_url": speculative_url, "prompt_as": "text", "logprobs": 0,
-                "concurrency": 1, "extra_body": neutral}
+                "concurrency": 1, "extra_body": {**neutral, "top_k": 0}}  # the server refuses top_k -1; 0 is off in llama.cpp
     cfg = RunConfig(engines="endpoint", prompts=str(tiny_prompts_file), samples=2, max_new_tokens=16, seed=3, warmup=1, endpoint=settings)
     out = tmp_path / "endpoint"
     summary = run(cfg, out, progress=False)
