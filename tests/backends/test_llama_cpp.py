@@ -115,6 +115,16 @@ def test_a_draft_gguf_with_another_vocabulary_is_refused(tmp_path, tiny_prompts_
     assert "another vocabulary" in err and "Traceback" not in err
 
 
+def test_endpoint_prompt_as_is_checked():
+    from specaudit.backends.endpoint import validate_settings
+
+    base = {"vanilla_url": "http://127.0.0.1:1/v1", "speculative_url": "http://127.0.0.1:2/v1"}
+    assert validate_settings(base, ("endpoint",))["prompt_as"] == "token_ids"
+    assert validate_settings({**base, "prompt_as": "text"}, ("endpoint",))["prompt_as"] == "text"
+    with pytest.raises(InputError, match="endpoint.prompt_as must be one of token_ids, text"):
+        validate_settings({**base, "prompt_as": "ids"}, ("endpoint",))
+
+
 # ----------------------------------------------------------------------------- in process (llama.cpp needed)
 def _config(tiny_prompts_file, **options) -> RunConfig:
     base = dict(engines="llama-cpp", draft="ngram", prompts=str(tiny_prompts_file), samples=2, max_new_tokens=16, seed=3, warmup=1, k=4)
