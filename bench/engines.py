@@ -1,9 +1,11 @@
 """Engine throughput on the default pair, measured side by side in one run.
 
-    python bench/engines.py [--prompts 8] [--max-new-tokens 64] [--k 4] [--repeats 2] [--device auto]
+    python bench/engines.py [--prompts 8] [--max-new-tokens 64] [--k 4] [--repeats 2] [--device auto] [--llama-cpp]
 
 Each prompt is decoded by vanilla, speculative (ours) and hf-assisted in rotating order, after a
-warm-up, so drift of a noisy machine lands on all three alike. Prints tokens/s per engine, the
+warm-up, so drift of a noisy machine lands on all three alike. `--llama-cpp` adds llama.cpp's
+vanilla and speculative decoding (specaudit.backends.llama_cpp: the embedded GGUF as it is, draft
+`--llama-draft`, default prompt lookup, same k, prompts, seeds and thread count) to the rotation. Prints tokens/s per engine, the
 ratios speculative/vanilla and speculative/hf-assisted, the acceptance rate, and the draft/target
 cost ratio c measured on single cached decoding steps. Ratios are the result; absolute tokens/s
 drift between machines and runs.
@@ -50,7 +52,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch (as `specaudit run --threads`)")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch (as `specaudit run --threads`) and llama.cpp")
+    parser.add_argument("--llama-cpp", action="store_true", help="add llama.cpp vanilla and speculative (needs specaudit[llama-cpp])")
+    parser.add_argument("--llama-draft", default="ngram", help="llama.cpp's draft: ngram (prompt lookup) or a GGUF file")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -61,16 +65,30 @@ def main() -> None:
     eos = eos_token_ids(pair)
     encoded = [prompt_token_ids(pair.tokenizer, p) for p in prompts]
     verify = cfg.load_verify()
-    for engine in cfg.engines:  # warm-up
-        generate_one(engine, pair, encoded[0], cfg, 0, verify, eos, 8)
+    engines = list(cfg.engines)
+    decode = {engine: (lambda engine, ids, seed, n: generate_one(engine, pair, ids, cfg, seed, verify, eos, n)) for engine in engines}
+    if args.llama_cpp:
+        from specaudit.backends import llama_cpp
 
-    totals = {engine: {"tokens": 0, "seconds": 0.0, "proposed": 0, "accepted": 0} for engine in cfg.engines}
+        llama_cfg = RunConfig(target=args.target, draft=args.llama_draft, engines="llama-cpp", k=args.k, temperature=args.temperature,
+                              max_new_tokens=args.max_new_tokens, threads=args.threads)
+        llama_cpp.check_config(llama_cfg)
+        llama = llama_cpp.load_engines(llama_cfg, llama_cpp.gguf_file(args.target), llama_cpp.backend_settings(llama_cfg))
+        llama.eos_ids |= eos
+        sampler = llama_cpp.sampler_settings(llama_cfg.sampling)
+        for engine in ("vanilla", "speculative"):
+            decode[f"llama.cpp {engine}"] = lambda name, ids, seed, n: llama_cpp.generate(llama, name.split()[-1], ids, sampler, seed, n, args.k)
+            engines.append(f"llama.cpp {engine}")
+    for engine in engines:  # warm-up
+        decode[engine](engine, encoded[0], 0, 8)
+
+    totals = {engine: {"tokens": 0, "seconds": 0.0, "proposed": 0, "accepted": 0} for engine in engines}
     started = time.perf_counter()
     for repeat in range(args.repeats):
         for index, ids in enumerate(encoded):
-            shift = (index + repeat) % len(cfg.engines)
-            for engine in cfg.engines[shift:] + cfg.engines[:shift]:
-                out = generate_one(engine, pair, ids, cfg, 1000 * repeat + index, verify, eos, cfg.max_new_tokens)
+            shift = (index + repeat) % len(engines)
+            for engine in engines[shift:] + engines[:shift]:
+                out = decode[engine](engine, ids, 1000 * repeat + index, cfg.max_new_tokens)
                 totals[engine]["tokens"] += len(out.tokens)
                 totals[engine]["seconds"] += out.wall_s
                 totals[engine]["proposed"] += out.proposed
@@ -83,10 +101,15 @@ def main() -> None:
     print(f"workload: {len(encoded)} prompts x {args.repeats} repeats, max {cfg.max_new_tokens} new tokens, {time.perf_counter() - started:.0f} s")
     for engine, t in totals.items():
         acceptance = f"  acceptance {t['accepted'] / t['proposed']:.3f}" if t["proposed"] else ""
-        print(f"{engine:>12}: {rate[engine]:7.1f} tokens/s  ({t['tokens']} tokens in {t['seconds']:.1f} s){acceptance}")
+        print(f"{engine:>21}: {rate[engine]:7.1f} tokens/s  ({t['tokens']} tokens in {t['seconds']:.1f} s){acceptance}")
     print(f"ratio speculative/vanilla:     {rate['speculative'] / rate['vanilla']:.3f}")
     print(f"ratio speculative/hf-assisted: {rate['speculative'] / rate['hf-assisted']:.3f}")
     print(f"cost ratio c (draft step / target step): {draft_cost / target_cost:.3f}")
+    if args.llama_cpp:
+        print(f"llama.cpp ({args.threads} thread(s), draft {args.llama_draft}):")
+        print(f"ratio llama.cpp speculative/llama.cpp vanilla: {rate['llama.cpp speculative'] / rate['llama.cpp vanilla']:.3f}")
+        print(f"ratio llama.cpp vanilla/vanilla (torch):       {rate['llama.cpp vanilla'] / rate['vanilla']:.3f}")
+        print(f"ratio llama.cpp speculative/speculative:       {rate['llama.cpp speculative'] / rate['speculative']:.3f}")
 
 
 if __name__ == "__main__":

@@ -238,6 +238,11 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
         "prompts": [],
         "gate": None,
     }
+    if equivalence and pair is None and manifest.get("backend") == "llama-cpp":
+        # llama.cpp runs are scored with llama.cpp's own logits, not a torch copy of the model (issue 17)
+        from specaudit.backends.llama_cpp import scoring_pair
+
+        pair = scoring_pair(manifest)
     if equivalence and pair is None and not server_scored(records):
         from specaudit.models import load_pair
 

@@ -20,7 +20,7 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, help="CPU threads for torch (default 1: batch-1 decoding gains little from more)")
     g = p.add_argument_group("decoding")
     g.add_argument("--engines", help="comma list of vanilla, speculative, hf-assisted (default vanilla,speculative); "
-                   "or a backend alone: endpoint (live servers, config `endpoint:`) or vllm (GPU)")
+                   "or a backend alone: endpoint (live servers, config `endpoint:`), vllm (GPU) or llama-cpp (GGUF on CPU)")
     g.add_argument("--k", type=int, help="draft tokens per verification step (default 4)")
     g.add_argument("--temperature", type=float, help="0 = greedy (default 1.0)")
     g.add_argument("--top-k", type=int, help="0 = off")

@@ -1,4 +1,4 @@
-"""Backends: decoding that happens outside this process (a live server, vLLM), recorded as a run.
+"""Backends: decoding by another engine (a live server, vLLM, llama.cpp), recorded as a run.
 
 A backend is named in `--engines` on its own (e.g. `--engines endpoint`). Its module here holds
 the settings, client and data layer; its executor (specaudit.execution.endpoint / .vllm) writes
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 BACKENDS = {
     "endpoint": "specaudit.backends.endpoint",
+    "llama-cpp": "specaudit.backends.llama_cpp",
     "vllm": "specaudit.backends.vllm",
     "screen": "specaudit.screen",  # no engine: acceptance along batched target samples
 }

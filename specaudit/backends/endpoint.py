@@ -29,7 +29,7 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -64,6 +64,9 @@ class EndpointSettings(BaseModel):
     tokenizer: str | None = None
     stream: bool = Field(True, strict=True)
     extra_body: dict = Field(default_factory=dict)
+    # token_ids, or text: the prompt ids decoded with special tokens kept, for servers whose
+    # completions API takes text only (llama-cpp-python's server; it tokenises special tokens).
+    prompt_as: Literal["token_ids", "text"] = "token_ids"
 
     @model_validator(mode="after")
     def _rules(self) -> EndpointSettings:
@@ -84,7 +87,7 @@ class EndpointSettings(BaseModel):
 
 DEFAULTS: dict[str, Any] = {name: info.get_default(call_default_factory=True) for name, info in EndpointSettings.model_fields.items()}
 # Settings that decide what the records mean: a resumed run must keep them.
-_IDENTITY = ("speculative_url", "vanilla_url", "speculative_model", "vanilla_model", "logprobs", "logprobs_mode", "tokenizer", "extra_body")
+_IDENTITY = ("speculative_url", "vanilla_url", "speculative_model", "vanilla_model", "logprobs", "logprobs_mode", "tokenizer", "extra_body", "prompt_as")
 
 
 # ----------------------------------------------------------------------------- settings

@@ -29,6 +29,7 @@ EXECUTORS = {
     "endpoint": "specaudit.execution.endpoint:EndpointExecutor",
     "vllm": "specaudit.execution.vllm:VllmExecutor",
     "screen": "specaudit.execution.screen:ScreenExecutor",
+    "llama-cpp": "specaudit.execution.llama_cpp:LlamaCppExecutor",
 }
 
 

@@ -55,6 +55,10 @@ class EndpointExecutor(Executor):
         tokenizer_name = settings["tokenizer"] or cfg.target
         self.tokenizer = load_tokenizer(tokenizer_name)
         self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
+        # A server whose completions API takes text only (llama-cpp-python's) gets the prompt ids
+        # decoded with their special tokens, which it tokenises back; decoded here, before any thread.
+        self.texts = {prompt_id: self.tokenizer.decode(ids, skip_special_tokens=False) for prompt_id, ids in self.encoded.items()} \
+            if settings["prompt_as"] == "text" else {}
         self.notes = dict(folder.previous.get("endpoint") or {})
         self.notes.update({"logprobs": settings["logprobs"], "logprobs_mode": settings["logprobs_mode"], "stream": settings["stream"]})
         fields = {
@@ -71,8 +75,10 @@ class EndpointExecutor(Executor):
             fields["server_metrics"] = folder.previous["server_metrics"]
         return fields
 
-    def _call(self, engine: str, prompt_ids: list[int], seed: int, max_tokens: int) -> Completion:
-        body = request_body(self.cfg, self.cfg.endpoint, self.models[engine], prompt_ids, seed, max_tokens)
+    def _call(self, engine: str, prompt_id: str, seed: int, max_tokens: int) -> Completion:
+        body = request_body(self.cfg, self.cfg.endpoint, self.models[engine], self.encoded[prompt_id], seed, max_tokens)
+        if prompt_id in self.texts:
+            body["prompt"] = self.texts[prompt_id]
         return self.endpoints[engine].complete(body)
 
     def _record_of(self, item: PlanItem):
@@ -81,7 +87,7 @@ class EndpointExecutor(Executor):
         cfg, settings = self.cfg, self.cfg.endpoint
         seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
         prompt_ids = self.encoded[item.prompt.id]
-        completion = self._call(item.engine, prompt_ids, seed, cfg.max_new_tokens)
+        completion = self._call(item.engine, item.prompt.id, seed, cfg.max_new_tokens)
         finish = FINISH_REASONS.get(str(completion.finish_reason))
         if finish is None:
             raise InputError(f"endpoint {self.endpoints[item.engine].setting} ended a completion with finish_reason "
@@ -101,7 +107,7 @@ class EndpointExecutor(Executor):
         cfg, settings = self.cfg, self.cfg.endpoint
         self._tokenizer_lock = threading.Lock()
         if items:
-            first = self.encoded[items[0].prompt.id]
+            first = items[0].prompt.id
             for _ in range(cfg.warmup):  # first requests pay for graph capture, caches, connection set-up
                 for engine in RECORD_ENGINES:
                     self._call(engine, first, cfg.seed, min(8, cfg.max_new_tokens))
