@@ -9,11 +9,13 @@ while failing it against a mutant, without any local model at analysis time.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from specaudit.analysis import analyze
@@ -30,8 +32,14 @@ from specaudit.selftest.mutants import MUTANTS
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # 2-prompt groups: the prompt-set warning is expected
 
 
-def _broken_verify(draft_tokens, draft_probs, target_probs, generator):
-    raise RuntimeError("verification kernel crashed")
+class _BrokenDraft(torch.nn.Module):
+    """A draft whose forward pass fails, as a server's crashed kernel would (a failing verify
+    function is a finding of the audit, recorded on the record, not a server error)."""
+
+    config = None  # what a KV cache asks of a model before its first call
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError("verification kernel crashed")
 
 
 @pytest.fixture(scope="module")
@@ -179,14 +187,15 @@ def test_server_down_is_one_sentence_exit_2(tmp_path, pair, servers, tiny_pair_d
 
 
 def test_http_500_keeps_finished_records_and_resumes(tmp_path, pair, tiny_pair_dir, tiny_prompts_file, capsys):
-    with ReferenceServer(pair, speculative=True, verify=_broken_verify) as speculative, ReferenceServer(pair) as vanilla:
+    broken = dataclasses.replace(pair, draft=_BrokenDraft())
+    with ReferenceServer(broken, speculative=True) as speculative, ReferenceServer(pair) as vanilla:
         settings = {"speculative_url": speculative.url, "vanilla_url": vanilla.url, "concurrency": 1}
         options = dict(target=str(tiny_pair_dir[0]), prompts=str(tiny_prompts_file))
         code, error = _cli_run(tmp_path, settings, capsys, **options)
         assert code == 2 and "HTTP 500" in error and speculative.url in error and "verification kernel crashed" in error
         kept = read_records(tmp_path / "out" / "records.jsonl")
         assert kept and {r["engine"] for r in kept} == {"vanilla"}  # what finished is kept
-        speculative.verify = reference_verify  # the server is fixed: the same command resumes
+        speculative.pair = pair  # the server is fixed: the same command resumes
         code, error = _cli_run(tmp_path, settings, capsys, **options)
         assert code == 0, error
     records = read_records(tmp_path / "out" / "records.jsonl")

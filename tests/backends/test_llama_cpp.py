@@ -121,7 +121,7 @@ def test_endpoint_prompt_as_is_checked():
     base = {"vanilla_url": "http://127.0.0.1:1/v1", "speculative_url": "http://127.0.0.1:2/v1"}
     assert validate_settings(base, ("endpoint",))["prompt_as"] == "token_ids"
     assert validate_settings({**base, "prompt_as": "text"}, ("endpoint",))["prompt_as"] == "text"
-    with pytest.raises(InputError, match="endpoint.prompt_as must be one of token_ids, text"):
+    with pytest.raises(InputError, match="endpoint.prompt_as must be one of 'token_ids' or 'text'"):
         validate_settings({**base, "prompt_as": "ids"}, ("endpoint",))
 
 

@@ -147,9 +147,10 @@ def paired_values(x: np.ndarray, x_pairs: np.ndarray, y: np.ndarray, y_pairs: np
 def _fieller(x_mean, y_mean, var_x, var_y, cov, df, confidence):
     t = float(stats.t.ppf(1.0 - (1.0 - confidence) / 2.0, df))
     low, high = fieller_interval(x_mean, y_mean, var_x, var_y, cov, t)
-    with np.errstate(all="ignore"):
-        rel = var_x / x_mean**2 + var_y / y_mean**2 - 2.0 * cov / (x_mean * y_mean)
-    se_log = math.sqrt(rel) if x_mean > 0 and y_mean > 0 and rel >= 0 else math.nan
+    if not (x_mean > 0 and y_mean > 0):  # a zero mean (no acceptance at all): no log-scale error
+        return low, high, math.nan
+    rel = var_x / x_mean**2 + var_y / y_mean**2 - 2.0 * cov / (x_mean * y_mean)
+    se_log = math.sqrt(rel) if rel >= 0 else math.nan
     return low, high, se_log
 
 
