@@ -30,6 +30,15 @@ class TargetSample:
     prompt_id: str
     prompt_ids: list[int]
     continuation: list[int]
+    # The target's warped distributions at the continuation positions (float32), kept after the
+    # first scoring: every later draft is compared with the same p without another target pass.
+    target_probs: torch.Tensor | None = field(default=None, repr=False)
+
+    def probs(self, target: torch.nn.Module, spec: SamplingSpec, vocab_size: int) -> torch.Tensor:
+        if self.target_probs is None:
+            with torch.no_grad():  # not inference mode: training reads these tensors under autograd
+                self.target_probs = warp(continuation_logits(target, self, vocab_size), spec).float()
+        return self.target_probs
 
 
 @dataclass
@@ -104,11 +113,10 @@ def continuation_logits(model: torch.nn.Module, sample: TargetSample, vocab_size
     return logits
 
 
-@torch.inference_mode()
-def position_betas(target: torch.nn.Module, draft: torch.nn.Module, sample: TargetSample, spec: SamplingSpec, vocab_size: int,
-                   target_probs: torch.Tensor | None = None) -> torch.Tensor:
+@torch.no_grad()
+def position_betas(target: torch.nn.Module, draft: torch.nn.Module, sample: TargetSample, spec: SamplingSpec, vocab_size: int) -> torch.Tensor:
     """β_t = Σ min(p_t, q_t) at each position of one target sample."""
-    p = target_probs if target_probs is not None else warp(continuation_logits(target, sample, vocab_size), spec)
+    p = sample.probs(target, spec, vocab_size)
     q = warp(continuation_logits(draft, sample, vocab_size), spec)
     return torch.minimum(p.to(q.dtype), q).sum(-1).float().cpu()
 

@@ -25,7 +25,7 @@ import torch
 
 from specaudit.decoding import SamplingSpec, warp
 from specaudit.errors import InputError
-from specaudit.mitigate._acceptance import TargetSample, continuation_logits
+from specaudit.mitigate._acceptance import TargetSample
 
 WEIGHTINGS = ("inverse-acceptance", "balanced", "unweighted")
 OBJECTIVES = ("tv", "kl")
@@ -138,7 +138,7 @@ def _prepare(target, draft, samples: list[TargetSample], first: int, spec: Sampl
     for sample in tqdm(samples, desc="training data", unit="seq", disable=not progress, file=sys.stderr):
         ids = torch.tensor([sample.prompt_ids + sample.continuation], device=device)
         hidden = draft.model(input_ids=ids, output_hidden_states=True).hidden_states[first]
-        p = warp(continuation_logits(target, sample, vocab_size), spec).to(torch.float16)
+        p = sample.probs(target, spec, vocab_size)
         cache.append((hidden.detach(), p))
     return cache
 
@@ -156,7 +156,7 @@ def _held_out_loss(draft, first, cache, samples, spec, vocab_size, objective) ->
 
 def _sequence_loss(upper, hidden, p, sample, spec, vocab_size, objective) -> torch.Tensor:
     start = len(sample.prompt_ids) - 1
-    states = upper.model(inputs_embeds=hidden, use_cache=False).last_hidden_state[0, start : start + len(sample.continuation)]
+    states = upper.model(inputs_embeds=hidden.to(upper.lm_head.weight.dtype), use_cache=False).last_hidden_state[0, start : start + len(sample.continuation)]
     logits = upper.lm_head(states)[:, :vocab_size]
     return position_loss(p.float(), logits, spec, objective)
 
@@ -177,7 +177,7 @@ def distil(target: torch.nn.Module, draft: torch.nn.Module, samples: list[Target
         raise InputError("no target sample has any new token to train on (raise --max-new-tokens)")
     first, count = trainable_layers(draft, train_layers)
     started = time.perf_counter()
-    student = copy.deepcopy(draft).float() if draft.dtype != torch.float32 and next(draft.parameters()).device.type == "cpu" else copy.deepcopy(draft)
+    student = copy.deepcopy(draft).float()  # trained in float32 whatever the serving dtype (bf16 Adam steps underflow)
     cache = prepared if prepared is not None else _prepare(target, student, samples, first, spec, vocab_size, progress)
     trained = list(student.model.layers[first:].parameters()) + list(student.model.norm.parameters())
     for parameter in student.parameters():

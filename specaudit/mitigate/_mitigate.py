@@ -315,6 +315,9 @@ def mitigate(run_dir: str | Path, out_dir: str | Path, *, draft: str | None = No
     run_k = int(config.get("k", 4))
     budget["max_new_tokens"] = min(int(budget["max_new_tokens"]), int(config.get("max_new_tokens", budget["max_new_tokens"])))
 
+    # Batch-1 decoding and small batches gain little from more CPU threads, and OpenMP threads that
+    # wait on each other under competing load are many times slower (see runner.load_pair_for).
+    torch.set_num_threads(int(config.get("threads") or 1))
     prompts = _prompts_from_run(records)
     if per_group is None:  # a split that cannot work fails before any model loads
         split_by_pair(prompts, held_out, seed, dimensions)
