@@ -53,9 +53,10 @@ def main() -> int:
     parser.add_argument("--draft", default="early-exit:12")
     parser.add_argument("--per-group", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=24)
+    parser.add_argument("--mitigate-per-group", type=int, help="prompts per group drawn from the run's prompt set for mitigation")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--samples", type=int, default=2)
-    parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--compare", default="unweighted")
     parser.add_argument("--equivalence-prompts", type=int, default=3)
     parser.add_argument("--timing-prompts", type=int, default=1)
@@ -72,7 +73,8 @@ def main() -> int:
     started = time.perf_counter()
     result = mitigate(run_dir, args.out / "mitigated", draft=args.draft, compare=[c for c in args.compare.split(",") if c],
                       steps=args.steps, samples=args.samples, max_new_tokens=args.max_new_tokens, learning_rate=args.learning_rate,
-                      equivalence_prompts=args.equivalence_prompts, timing_prompts=args.timing_prompts)
+                      equivalence_prompts=args.equivalence_prompts, timing_prompts=args.timing_prompts,
+                      per_group=args.mitigate_per_group)
     seconds = time.perf_counter() - started
     summary = result.summary
     groups = summary["comparison"]["groups"]

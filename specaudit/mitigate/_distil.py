@@ -29,6 +29,7 @@ from specaudit.mitigate._acceptance import TargetSample
 
 WEIGHTINGS = ("inverse-acceptance", "balanced", "unweighted")
 OBJECTIVES = ("tv", "kl")
+ALPHA_FLOOR = 0.01  # inverse-acceptance weights treat an audited α below 1% as 1%
 
 
 @dataclass
@@ -77,10 +78,11 @@ def group_weights(alpha_by_group: dict[str, float], sizes: dict[str, int], weigh
     elif weighting == "balanced":
         raw = {g: 1.0 for g in groups}
     else:
-        missing = [g for g in groups if not (alpha_by_group.get(g) or 0) > 0]
+        missing = [g for g in groups if alpha_by_group.get(g) is None]
         if missing:
-            raise InputError(f"inverse-acceptance weights need the audit's acceptance of every group; none (or zero) for {', '.join(missing)}")
-        raw = {g: 1.0 / alpha_by_group[g] for g in groups}
+            raise InputError(f"inverse-acceptance weights need the audit's acceptance of every group; none for {', '.join(missing)}")
+        # An audit can measure α = 0 on a small group; the floor keeps its weight finite.
+        raw = {g: 1.0 / max(alpha_by_group[g], ALPHA_FLOOR) for g in groups}
     total = sum(raw.values())
     return {g: raw[g] / total for g in groups}
 

@@ -95,6 +95,8 @@ def test_group_weights_favour_low_acceptance():
     assert unweighted["good"] == pytest.approx(0.5) and unweighted["bad"] < inverse["bad"]
     with pytest.raises(InputError, match="mid"):
         group_weights({"good": 0.8, "bad": 0.2}, sizes, "inverse-acceptance")
+    zero = group_weights({"good": 0.8, "bad": 0.0, "mid": 0.4}, sizes, "inverse-acceptance")
+    assert np.isfinite(list(zero.values())).all() and zero["bad"] == max(zero.values())
 
 
 def test_sequence_weights_give_each_group_its_share():
