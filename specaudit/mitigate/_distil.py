@@ -207,7 +207,7 @@ def distil(target: torch.nn.Module, draft: torch.nn.Module, samples: list[Target
         curve.append(step_loss)
     for parameter in student.parameters():
         parameter.requires_grad_(False)
-    student.eval()
+    student = student.to(next(draft.parameters()).dtype).eval()  # served, measured and saved in the draft's own dtype
     return DistilResult(draft=student, objective=objective, weighting=weighting, steps=steps, batch_size=batch_size,
                         learning_rate=learning_rate, trained_layers=list(range(first, count)),
                         trained_parameters=sum(p.numel() for p in trained), seed=seed, loss_curve=curve,
