@@ -26,6 +26,7 @@ _PUBLIC = {
     "goodness_of_fit": "specaudit.stats",
     "load_pair": "specaudit.models",
     "load_prompts": "specaudit.prompts",
+    "mitigate": "specaudit.mitigate",
     "read_records": "specaudit.records",
     "reference_verify": "specaudit.decoding",
     "render_report": "specaudit.report",

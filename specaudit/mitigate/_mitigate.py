@@ -1,0 +1,486 @@
+"""audit → fix → re-audit: `specaudit mitigate RUN_DIR --out DIR`.
+
+Reads an audited run folder (records, manifest, snapshot), splits its prompts into training and
+held-out sides by pair (a parallel prompt never on both), distils the draft on the target's own
+samples of the training prompts with the training mix weighted toward the groups the audit
+found disadvantaged, derives the per-group k and routing policies, and re-measures everything
+on the held-out prompts. Everything is written into a temporary folder renamed into place at the
+end, so a failure leaves no half-written output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from specaudit.errors import InputError
+from specaudit.mitigate import _acceptance as acc
+from specaudit.mitigate import _distil as dst
+from specaudit.mitigate import _policy as pol
+from specaudit.mitigate._report import before_after_markdown, training_card_markdown
+
+# Budgets: the demonstration one fits about 15 minutes of a 2-core CPU on the default pair.
+DEMO_BUDGET = {"samples": 2, "max_new_tokens": 32, "steps": 60, "batch_size": 4, "equivalence_prompts": 4, "timing_prompts": 1}
+QUICK_BUDGET = {"samples": 1, "max_new_tokens": 16, "steps": 20, "batch_size": 4, "equivalence_prompts": 2, "timing_prompts": 0}
+UNTRAINABLE_DRAFTS = ("ngram", "int8")
+
+
+@dataclass(frozen=True)
+class MitigationResult:
+    """Where the outputs went and the before/after summary (also in before_after.json)."""
+
+    out_dir: Path
+    summary: dict
+    files: dict
+
+
+@dataclass
+class _Prompt:
+    id: str
+    ids: list[int]
+    pair: str
+    attributes: dict
+    text: str | None = None
+
+
+# ---------------------------------------------------------------- the run folder
+def _read_run(run_dir: Path) -> tuple[dict, list[dict], dict]:
+    from specaudit.analysis import SNAPSHOT_FILE
+    from specaudit.records import RECORDS_FILE, read_manifest, read_records
+
+    manifest = read_manifest(run_dir)
+    records = [r for r in read_records(run_dir / RECORDS_FILE) if not r.get("timing_only")]
+    if not records:
+        raise InputError(f"{run_dir / RECORDS_FILE} has no records: mitigation needs the audited prompts; run `specaudit run` first")
+    path = run_dir / SNAPSHOT_FILE
+    if not path.is_file():
+        raise InputError(f"{run_dir} has no {SNAPSHOT_FILE}: mitigation needs the audit's groups; run `specaudit analyze {run_dir}` first")
+    snapshot = json.loads(path.read_text(encoding="utf-8"))
+    if not any((section or {}).get("by_group") for section in (snapshot.get("groups") or {}).values()):
+        raise InputError(f"{path} has no per-group acceptance (the run needs prompts with group attributes and both the vanilla and a "
+                         "speculative engine)")
+    return manifest, records, snapshot
+
+
+def _group_alphas(snapshot: dict, dimension: str) -> dict[str, float]:
+    """The audit's per-position acceptance of each group of one dimension."""
+    by_group = snapshot["groups"][dimension]["by_group"]
+    return {group: (entry["metrics"].get("per_position_acceptance") or {}).get("value") for group, entry in by_group.items()}
+
+
+def _choose_dimension(snapshot: dict, requested: str | None) -> tuple[str, str]:
+    """(dimension, its lowest-acceptance group): the requested dimension, else the one whose
+    lowest group is furthest below its reference (or its best group)."""
+    sections = {d: s for d, s in snapshot["groups"].items() if s.get("by_group")}
+    if requested is not None and requested not in sections:
+        raise InputError(f"--dimension {requested!r}: the audit has groups for {', '.join(sections)} only")
+    gaps = {}
+    for dimension in [requested] if requested else sections:
+        alphas = {g: a for g, a in _group_alphas(snapshot, dimension).items() if a is not None}
+        if len(alphas) < 2:
+            continue
+        reference = sections[dimension].get("reference")
+        anchor = alphas.get(reference) or max(alphas.values())
+        worst = min(alphas, key=alphas.get)
+        gaps[dimension] = (alphas[worst] / anchor if anchor else 1.0, worst)
+    if not gaps:
+        raise InputError("the audit has no dimension with two or more groups of measured acceptance; mitigation needs a group to compare")
+    dimension = min(gaps, key=lambda d: gaps[d][0])
+    return dimension, gaps[dimension][1]
+
+
+def _prompts_from_run(records: list[dict]) -> dict[str, _Prompt]:
+    prompts: dict[str, _Prompt] = {}
+    for record in records:
+        if record["prompt_id"] not in prompts:
+            prompts[record["prompt_id"]] = _Prompt(record["prompt_id"], list(record["prompt_token_ids"]),
+                                                   record.get("pair_id") or record["prompt_id"], dict(record.get("attributes") or {}))
+    return prompts
+
+
+def _attach_texts(prompts: dict[str, _Prompt], config: dict, tokenizer, per_group: int | None) -> tuple[dict[str, _Prompt], str | None]:
+    """The prompt texts (needed to re-run the real engine), from the run's prompt set; with
+    `per_group`, a fresh stratified sample of that set replaces the run's prompts. Returns the
+    prompts and, when the set cannot be read, why."""
+    from specaudit.prompts import load_prompts
+    from specaudit.runner import encode_prompt
+
+    try:
+        prompt_set = load_prompts(config.get("prompts", "core"), column_map=config.get("column_map"), dimensions=config.get("dimensions"),
+                                  per_group=per_group, seed=int(config.get("seed", 0)))
+    except InputError as err:
+        if per_group:
+            raise
+        return prompts, f"the run's prompt set could not be read ({err})"
+    by_id = {p.id: p for p in prompt_set.prompts}
+    if per_group:
+        chat = config.get("chat_template", True)
+        return {p.id: _Prompt(p.id, encode_prompt(tokenizer, p.text, chat), p.pair_id or p.id, dict(p.attributes), p.text)
+                for p in prompt_set.prompts}, None
+    for prompt in prompts.values():
+        if prompt.id in by_id:
+            prompt.text = by_id[prompt.id].text
+    return prompts, None
+
+
+def split_by_pair(prompts: dict[str, _Prompt], held_out: float, seed: int, dimensions: list[str]) -> tuple[list[str], list[str]]:
+    """(training ids, held-out ids): whole pairs go to one side; every group of `dimensions` gets
+    at least one pair on each side where it has two, else InputError naming the group."""
+    if not 0 < held_out < 1:
+        raise InputError(f"--held-out must be a fraction in (0, 1), got {held_out}")
+    pairs: dict[str, list[str]] = {}
+    for prompt in prompts.values():
+        pairs.setdefault(prompt.pair, []).append(prompt.id)
+    keys = sorted(pairs)
+    random.Random(seed).shuffle(keys)
+
+    def groups_of(key):
+        return {(d, prompts[p].attributes.get(d)) for p in pairs[key] for d in dimensions if prompts[p].attributes.get(d) is not None}
+
+    side: dict[str, str] = {}
+    covered = {"held": set(), "train": set()}
+    for key in keys:  # first make sure every group is on both sides where it can be
+        groups = groups_of(key)
+        if groups - covered["held"]:
+            side[key] = "held"
+        elif groups - covered["train"]:
+            side[key] = "train"
+        else:
+            continue
+        covered[side[key]] |= groups
+    target = round(held_out * len(prompts))
+    held_count = sum(len(pairs[k]) for k in side if side[k] == "held")
+    for key in keys:
+        if key not in side:
+            side[key] = "held" if held_count < target else "train"
+            held_count += len(pairs[key]) if side[key] == "held" else 0
+    held = [p for k in keys if side[k] == "held" for p in pairs[k]]
+    train = [p for k in keys if side[k] == "train" for p in pairs[k]]
+    all_groups = {g for k in keys for g in groups_of(k)}
+    for name, ids in (("training", train), ("held-out", held)):
+        present = {(d, prompts[p].attributes.get(d)) for p in ids for d in dimensions}
+        for dimension, group in sorted(all_groups - present):
+            raise InputError(f"the train/held-out split leaves group {dimension}={group} without {name} prompts (it has too few "
+                             "prompt pairs); audit more prompts per group")
+    return sorted(train), sorted(held)
+
+
+# ------------------------------------------------------------------ statistics
+def _interval(beta: np.ndarray, positions: np.ndarray, seed: int, n_boot: int = 1000) -> dict:
+    from specaudit.stats._bootstrap import cluster_bootstrap
+
+    if positions.sum() == 0:
+        return {"value": None, "ci_low": None, "ci_high": None, "n_prompts": int(len(beta)), "n_tokens": 0}
+    result = cluster_bootstrap(lambda w: (w @ beta) / np.maximum(w @ positions, 1e-12), len(beta), n_boot=n_boot, seed=seed)
+    return {"value": float(result.statistic), "ci_low": float(result.ci_low), "ci_high": float(result.ci_high),
+            "n_prompts": int(len(beta)), "n_tokens": int(positions.sum())}
+
+
+def _paired_change(before: np.ndarray, after: np.ndarray, positions: np.ndarray, seed: int, n_boot: int = 1000) -> dict:
+    """after − before on the same prompts and target samples, prompt bootstrap interval."""
+    from specaudit.stats._bootstrap import cluster_bootstrap
+
+    result = cluster_bootstrap(lambda w: (w @ (after - before)) / np.maximum(w @ positions, 1e-12), len(before), n_boot=n_boot, seed=seed)
+    return {"value": float(result.statistic), "ci_low": float(result.ci_low), "ci_high": float(result.ci_high)}
+
+
+def _compare(groups: dict[str, list[str]], before: dict, after: dict, reference: str | None, seed: int) -> dict:
+    """Per group: acceptance before and after with intervals, the paired change, the ratio to
+    the reference group; then the worst group's ratio and the overall acceptance."""
+    rows: dict[str, Any] = {}
+    everyone = sorted({p for ids in groups.values() for p in ids})
+    for label, ids in [*groups.items(), ("(overall)", everyone)]:
+        beta_before, positions = acc.acceptance_arrays(before, ids)
+        beta_after, _ = acc.acceptance_arrays(after, ids)
+        row = {"before": _interval(beta_before, positions, seed), "after": _interval(beta_after, positions, seed),
+               "change": _paired_change(beta_before, beta_after, positions, seed) if positions.sum() else None}
+        if row["before"]["value"]:
+            row["relative_change"] = row["after"]["value"] / row["before"]["value"] - 1.0
+        rows[label] = row
+    named = {g: r for g, r in rows.items() if g != "(overall)"}
+    anchor = reference if reference in named else max(named, key=lambda g: len(groups[g]))
+    for when in ("before", "after"):
+        base = named[anchor][when]["value"]
+        for row in named.values():
+            row.setdefault("ratio_to_reference", {})[when] = row[when]["value"] / base if base and row[when]["value"] is not None else None
+    worst_before = min(named, key=lambda g: named[g]["before"]["value"] if named[g]["before"]["value"] is not None else 1.0)
+    return {"reference": anchor, "groups": rows,
+            "worst_group_before": worst_before,
+            "worst_ratio": {when: min((r["ratio_to_reference"][when] for r in named.values() if r["ratio_to_reference"][when] is not None),
+                                      default=None) for when in ("before", "after")}}
+
+
+# ------------------------------------------------------------------ re-audit with the real engine
+def _equivalence_check(pair, draft_folder: Path, prompts: list[_Prompt], config: dict, work: Path, progress: bool) -> dict:
+    """Decode a few held-out prompts with the real speculative engine and the distilled draft,
+    then `analyze` the run: the equivalence battery decides whether sampling is still exact."""
+    from specaudit.analysis import analyze
+    from specaudit.config import run_config_from
+    from specaudit.models import load_pair
+    from specaudit.prompts._model import Prompt, PromptSet, rows_checksum
+    from specaudit.runner import run
+
+    chosen = [p for p in prompts if p.text is not None]
+    if not chosen:
+        return {"status": "not run", "reason": "no held-out prompt text available (the run's prompt set could not be read)"}
+    items = [Prompt(id=p.id, text=p.text, attributes=p.attributes, pair_id=p.pair) for p in chosen]
+    prompt_set = PromptSet(name="mitigate-held-out", version=1, checksum=rows_checksum(items), source="memory", dimensions={}, prompts=items)
+    options = {key: config[key] for key in ("target", "k", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat_template")
+               if key in config}
+    cfg = run_config_from({**options, "draft": str(draft_folder), "engines": ["vanilla", "speculative"], "samples": 2,
+                           "device": str(pair.device), "warmup": 0}, "mitigate")
+    new_pair = load_pair(cfg.target, str(draft_folder), device=str(pair.device))
+    run_dir = work / "reaudit-run"
+    run(cfg, run_dir, pair=new_pair, prompt_set=prompt_set, progress=progress, command="specaudit mitigate (equivalence re-audit)")
+    snapshot = analyze(run_dir, pair=new_pair, dimensions=[])
+    section = snapshot["equivalence"]
+    engine = (section.get("engines") or {}).get("speculative") or {}
+    return {"status": section.get("status"), "verdict": engine.get("verdict"), "prompts": [p.id for p in chosen],
+            "records": snapshot["run"]["n_records"], "tokens": snapshot["run"]["n_output_tokens"],
+            "goodness_of_fit_p": (engine.get("goodness_of_fit") or {}).get("pvalue"),
+            "tv_bound": (engine.get("tv_bound") or {}).get("upper"), "run_dir": "reaudit-run"}
+
+
+def _measured_speedup(pair, draft, prompts: list[_Prompt], k: int, spec, eos_ids, max_new_tokens: int, seed: int) -> dict:
+    """Wall-time speed-up of speculative decoding at draft length k over vanilla on `prompts`
+    (interleaved, tokens per second of each)."""
+    from specaudit.decoding import speculative_generate, vanilla_generate
+    from specaudit.runner import derive_seed
+
+    totals = {"vanilla": [0.0, 0], "speculative": [0.0, 0]}
+    for index, prompt in enumerate(prompts):
+        order = ("vanilla", "speculative") if index % 2 == 0 else ("speculative", "vanilla")
+        for engine in order:
+            generator = torch.Generator(device=pair.device).manual_seed(derive_seed(seed, prompt.id, 0))
+            common = dict(spec=spec, max_new_tokens=max_new_tokens, generator=generator, eos_ids=eos_ids, vocab_size=pair.vocab_size)
+            if engine == "vanilla":
+                out = vanilla_generate(pair.target, prompt.ids, **common)
+            else:
+                out = speculative_generate(pair.target, draft, prompt.ids, k=k, **common)
+            totals[engine][0] += out.wall_s
+            totals[engine][1] += len(out.tokens)
+    rate = {e: t[1] / t[0] if t[0] else float("nan") for e, t in totals.items()}
+    return {"k": k, "prompts": len(prompts), "speedup": rate["speculative"] / rate["vanilla"], "tokens_per_s": rate}
+
+
+# ------------------------------------------------------------------ the command
+def mitigate(run_dir: str | Path, out_dir: str | Path, *, draft: str | None = None, dimension: str | None = None, held_out: float = 0.5,
+             weighting: str = "inverse-acceptance", compare: tuple[str, ...] | list[str] = ("unweighted",), objective: str = "tv",
+             train_layers: int = 2, learning_rate: float = 3e-4, per_group: int | None = None, quick: bool = False,
+             samples: int | None = None, max_new_tokens: int | None = None, steps: int | None = None, batch_size: int | None = None,
+             equivalence_prompts: int | None = None, timing_prompts: int | None = None, seed: int = 0, device: str = "auto",
+             progress: bool = True) -> MitigationResult:
+    """Distil a better draft, derive per-group k and routing policies, and re-audit on held-out
+    prompts; writes DIR/{draft/, training_card.*, policy.*, before_after.*, reaudit-run/}."""
+    from specaudit.decoding import SamplingSpec
+    from specaudit.models import load_pair
+    from specaudit.runner import eos_token_ids
+
+    started = time.perf_counter()
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise InputError(f"--out {out_dir} exists and is not empty; choose a new folder (mitigation never overwrites)")
+    budget = dict(QUICK_BUDGET if quick else DEMO_BUDGET)
+    overrides = {"samples": samples, "max_new_tokens": max_new_tokens, "steps": steps, "batch_size": batch_size,
+                 "equivalence_prompts": equivalence_prompts, "timing_prompts": timing_prompts}
+    budget.update({k: v for k, v in overrides.items() if v is not None})
+    for name in ("samples", "max_new_tokens", "steps", "batch_size"):
+        if int(budget[name]) < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {budget[name]}")
+    for name in [weighting, *compare]:
+        if name not in dst.WEIGHTINGS:
+            raise InputError(f"weighting {name!r}: choose one of {', '.join(dst.WEIGHTINGS)}")
+    if objective not in dst.OBJECTIVES:
+        raise InputError(f"--objective {objective!r}: choose tv or kl")
+
+    manifest, records, snapshot = _read_run(run_dir)
+    config = manifest.get("config") or {}
+    draft_name = draft or config.get("draft")
+    if draft_name is None or draft_name in UNTRAINABLE_DRAFTS:
+        raise InputError(f"draft {draft_name!r} cannot be trained (no float weights to distil); give --draft early-exit:N or a model folder")
+    dimension, worst_group = _choose_dimension(snapshot, dimension)
+    dimensions = [d for d, s in snapshot["groups"].items() if s.get("by_group")]
+    audit_alpha = _group_alphas(snapshot, dimension)
+    spec = SamplingSpec(float(config.get("temperature", 1.0)), int(config.get("top_k", 0)), float(config.get("top_p", 1.0)))
+    run_k = int(config.get("k", 4))
+    budget["max_new_tokens"] = min(int(budget["max_new_tokens"]), int(config.get("max_new_tokens", budget["max_new_tokens"])))
+
+    # Batch-1 decoding and small batches gain little from more CPU threads, and OpenMP threads that
+    # wait on each other under competing load are many times slower (see runner.load_pair_for).
+    torch.set_num_threads(int(config.get("threads") or 1))
+    prompts = _prompts_from_run(records)
+    if per_group is None:  # a split that cannot work fails before any model loads
+        split_by_pair(prompts, held_out, seed, dimensions)
+    pair = load_pair(config.get("target", "default"), draft_name, device=device)
+    dst.trainable_layers(pair.draft, train_layers)  # an untrainable draft fails before any sampling
+    prompts, text_note = _attach_texts(prompts, config, pair.tokenizer, per_group)
+    train_ids, held_ids = split_by_pair(prompts, held_out, seed, dimensions)
+    group_of = {pid: prompts[pid].attributes.get(dimension) for pid in prompts}
+
+    eos_ids = eos_token_ids(pair)
+    pad_id = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(eos_ids or {0})
+    all_samples = acc.sample_target(pair.target, {pid: prompts[pid].ids for pid in train_ids + held_ids}, spec=spec,
+                                    samples=int(budget["samples"]), max_new_tokens=int(budget["max_new_tokens"]), eos_ids=eos_ids,
+                                    pad_id=pad_id, seed=seed, progress=progress)
+    held_set = set(held_ids)
+    train_samples = [s for s in all_samples if s.prompt_id not in held_set]
+    held_samples = [s for s in all_samples if s.prompt_id in held_set]
+    before = acc.measure_acceptance(pair.target, pair.draft, all_samples, spec=spec, vocab_size=pair.vocab_size, progress=progress,
+                                    desc="acceptance before")
+
+    sizes = {g: sum(1 for p in train_ids if group_of[p] == g) for g in audit_alpha}
+    first, _ = dst.trainable_layers(pair.draft, train_layers)
+    prepared = dst._prepare(pair.target, pair.draft, train_samples, first, spec, pair.vocab_size, progress)
+    trained: dict[str, dict] = {}
+    main_draft = None
+    for name in dict.fromkeys([weighting, *compare]):
+        shares = dst.group_weights(audit_alpha, sizes, name)
+        weights = dst.sequence_weights(train_samples, group_of, shares)
+        result = dst.distil(pair.target, pair.draft, train_samples, weights, spec=spec, vocab_size=pair.vocab_size, objective=objective,
+                            weighting=name, steps=int(budget["steps"]), batch_size=int(budget["batch_size"]),
+                            learning_rate=learning_rate, train_layers=train_layers, seed=seed, progress=progress, prepared=prepared)
+        after = acc.measure_acceptance(pair.target, result.draft, held_samples, spec=spec, vocab_size=pair.vocab_size, progress=progress,
+                                       desc=f"acceptance after ({name})")
+        trained[name] = {"result": result, "shares": shares, "after": after}
+        if main_draft is None:
+            main_draft = result
+
+    held_groups = {g: [p for p in held_ids if group_of[p] == g] for g in audit_alpha if any(group_of[p] == g for p in held_ids)}
+    reference = snapshot["groups"][dimension].get("reference")
+    comparisons = {name: _compare(held_groups, before, entry["after"], reference, seed) for name, entry in trained.items()}
+
+    # Policies for the distilled draft, fitted on the training prompts, judged on held-out ones.
+    main_after_train = acc.measure_acceptance(pair.target, main_draft.draft, train_samples, spec=spec, vocab_size=pair.vocab_size,
+                                              progress=progress, desc="acceptance (train, distilled)")
+    cost = pol.measure_cost_ratio(pair.target, main_draft.draft, prompts[held_ids[0]].ids)
+    train_groups = {g: [p for p in train_ids if group_of[p] == g] for g in audit_alpha}
+    policies = {}
+    for group in held_groups:
+        fitted = pol.group_policy(acc.pooled_alpha(main_after_train, train_groups[group]), cost["cost_ratio"], run_k)
+        held_alpha = acc.pooled_alpha(trained[weighting]["after"], held_groups[group])
+        fitted["held_out_alpha"] = held_alpha
+        fitted["predicted_speedup_held_out"] = {
+            "run_k": float(pol.expected_speedup(held_alpha, run_k, cost["cost_ratio"])),
+            "policy_k": float(pol.expected_speedup(held_alpha, fitted["k"], cost["cost_ratio"])),
+            "policy": 1.0 if fitted["route_to_vanilla"] else float(pol.expected_speedup(held_alpha, fitted["k"], cost["cost_ratio"]))}
+        if int(budget["timing_prompts"]) > 0:
+            timed = [prompts[p] for p in held_groups[group][: int(budget["timing_prompts"])]]
+            measured = _measured_speedup(pair, main_draft.draft, timed, fitted["k"], spec, eos_ids, int(budget["max_new_tokens"]), seed)
+            fitted["measured_speedup_held_out"] = {"policy_k": measured["speedup"], "policy": 1.0 if fitted["route_to_vanilla"] else
+                                                   measured["speedup"], "prompts": measured["prompts"], "tokens_per_s": measured["tokens_per_s"]}
+        policies[group] = fitted
+
+    parent = out_dir.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=parent))
+    try:
+        files = _write_outputs(work, out_dir, pair=pair, main=main_draft, trained=trained, comparisons=comparisons, policies=policies,
+                               cost=cost, config=config, budget=budget, run_dir=run_dir, draft_name=draft_name, dimension=dimension,
+                               worst_group=worst_group, audit_alpha=audit_alpha, train_ids=train_ids, held_ids=held_ids,
+                               sizes=sizes, objective=objective, weighting=weighting, run_k=run_k, prompts=prompts, seed=seed,
+                               text_note=text_note, train_samples=train_samples, held_samples=held_samples, progress=progress,
+                               started=started, held_groups=held_groups)
+        if out_dir.exists():  # an empty folder (checked at the start)
+            out_dir.rmdir()
+        os.replace(work, out_dir)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    summary = json.loads((out_dir / "before_after.json").read_text(encoding="utf-8"))
+    return MitigationResult(out_dir, summary, {k: out_dir / v.relative_to(work) for k, v in files.items()})
+
+
+def _write_outputs(work: Path, out_dir: Path, *, pair, main, trained, comparisons, policies, cost, config, budget, run_dir, draft_name,
+                   dimension, worst_group, audit_alpha, train_ids, held_ids, sizes, objective, weighting, run_k, prompts, seed,
+                   text_note, train_samples, held_samples, progress, started, held_groups) -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    draft_folder = work / "draft"
+    main.draft.save_pretrained(draft_folder)
+    pair.tokenizer.save_pretrained(draft_folder)
+    provenance = {"made_by": "specaudit mitigate", "from_run": str(run_dir), "target": config.get("target", "default"),
+                  "initial_draft": draft_name, "objective": objective, "weighting": weighting}
+    (draft_folder / "specaudit-mitigation.json").write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+    files["draft"] = draft_folder
+
+    card = {
+        "kind": "specaudit.training_card",
+        "source_run": str(run_dir),
+        "target": config.get("target", "default"),
+        "initial_draft": draft_name,
+        "draft_folder": "draft",
+        "objective": {"name": objective, "definition": "TV(p, q) = 1 - sum_v min(p(v), q(v)) per position of a target sample, p and q "
+                      "warped with the run's sampling settings" if objective == "tv" else "KL(p || q) per position of a target sample"},
+        "data": {"source": "the target's own sampled continuations of the training prompts", "train_prompts": len(train_ids),
+                 "held_out_prompts": len(held_ids), "train_sequences": len(train_samples), "held_out_sequences": len(held_samples),
+                 "train_positions": sum(len(s.continuation) for s in train_samples),
+                 "samples_per_prompt": budget["samples"], "max_new_tokens": budget["max_new_tokens"],
+                 "split": "by pair_id (a parallel prompt never on both sides)", "train_prompts_per_group": sizes},
+        "weighting": {"dimension": dimension, "audit_alpha": audit_alpha, "lowest_group_by_audit": worst_group,
+                      "used": weighting, "shares": trained[weighting]["shares"],
+                      "compared": {name: entry["shares"] for name, entry in trained.items()}},
+        "training": {"steps": main.steps, "batch_size": main.batch_size, "learning_rate": main.learning_rate, "optimizer": "AdamW",
+                     "trained_layers": main.trained_layers, "trained": "upper decoder layers and final norm (head frozen)",
+                     "trained_parameters": main.trained_parameters, "seed": seed, "seconds": round(main.seconds, 1),
+                     "device": str(pair.device)},
+        "loss_curve": {name: entry["result"].loss_curve for name, entry in trained.items()},
+        "held_out_objective": {name: {"before": 1 - comparisons[name]["groups"]["(overall)"]["before"]["value"],
+                                      "after": 1 - comparisons[name]["groups"]["(overall)"]["after"]["value"]}
+                               for name in trained} if objective == "tv" else None,
+    }
+    (work / "training_card.json").write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+    (work / "training_card.md").write_text(training_card_markdown(card), encoding="utf-8")
+    files["training_card"] = work / "training_card.json"
+
+    document = pol.policy_document(dimension, policies, default_k=run_k, cost_ratio=cost["cost_ratio"], draft="draft", source_run=str(run_dir))
+    files.update({f"policy_{k}": v for k, v in pol.write_policy_files(work, document).items()})
+
+    equivalence = {"status": "not run", "reason": "--equivalence-prompts 0"}
+    if int(budget["equivalence_prompts"]) > 0:
+        chosen = [prompts[p] for group in held_groups.values() for p in group[:1]][: int(budget["equivalence_prompts"])]
+        equivalence = _equivalence_check(pair, draft_folder, chosen, config, work, progress)
+        if text_note and equivalence["status"] == "not run":
+            equivalence["reason"] = text_note
+    summary = {
+        "kind": "specaudit.before_after",
+        "source_run": str(run_dir),
+        "dimension": dimension,
+        "lowest_group_by_audit": worst_group,
+        "measurement": "per-position acceptance alpha = mean of beta = sum_v min(p, q) along the target's own samples of the held-out "
+                       "prompts (the same samples before and after); intervals: 95% prompt bootstrap",
+        "weighting": weighting,
+        "comparison": comparisons[weighting],
+        "weightings": {name: {"overall_after": c["groups"]["(overall)"]["after"], "worst_ratio": c["worst_ratio"],
+                              "lowest_group_after": c["groups"].get(worst_group, {}).get("after"),
+                              "lowest_group_change": c["groups"].get(worst_group, {}).get("change")}
+                       for name, c in comparisons.items()},
+        "cost": cost,
+        "policies": policies,
+        "run_k": run_k,
+        "equivalence": equivalence,
+        "budget": budget,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    (work / "before_after.json").write_text(json.dumps(_finite(summary), indent=2) + "\n", encoding="utf-8")
+    (work / "before_after.md").write_text(before_after_markdown(_finite(summary)), encoding="utf-8")
+    files["before_after"] = work / "before_after.json"
+    return files
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
