@@ -112,8 +112,7 @@ def _attach_texts(prompts: dict[str, _Prompt], config: dict, tokenizer, per_grou
     """The prompt texts (needed to re-run the real engine), from the run's prompt set; with
     `per_group`, a fresh stratified sample of that set replaces the run's prompts. Returns the
     prompts and, when the set cannot be read, why."""
-    from specaudit.prompts import load_prompts
-    from specaudit.runner import encode_prompt
+    from specaudit.prompts import load_prompts, prompt_token_ids
 
     try:
         prompt_set = load_prompts(config.get("prompts", "core"), column_map=config.get("column_map"), dimensions=config.get("dimensions"),
@@ -125,7 +124,7 @@ def _attach_texts(prompts: dict[str, _Prompt], config: dict, tokenizer, per_grou
     by_id = {p.id: p for p in prompt_set.prompts}
     if per_group:
         chat = config.get("chat_template", True)
-        return {p.id: _Prompt(p.id, encode_prompt(tokenizer, p.text, chat), p.pair_id or p.id, dict(p.attributes), p.text)
+        return {p.id: _Prompt(p.id, prompt_token_ids(tokenizer, p, chat), p.pair_id or p.id, dict(p.attributes), p.text)
                 for p in prompt_set.prompts}, None
     for prompt in prompts.values():
         if prompt.id in by_id:

@@ -22,7 +22,7 @@ from specaudit.mitigate import (
     sequence_weights,
     split_by_pair,
 )
-from specaudit.runner import encode_prompt
+from specaudit.prompts import prompt_token_ids
 
 TEXTS = ["Hello there, how are you?", "Write a short poem about rain.", "Explain why the sky is blue.", "List three fruits.",
          "Name a color.", "Count to five.", "Say something nice.", "What is two plus two?"]
@@ -59,7 +59,7 @@ def mitigated(audited_run, tiny_pair_dir, tmp_path_factory):
 
 
 def _samples(pair, names, seed, samples=4):
-    encoded = {f"p{i}": encode_prompt(pair.tokenizer, TEXTS[i]) for i in names}
+    encoded = {f"p{i}": prompt_token_ids(pair.tokenizer, TEXTS[i]) for i in names}
     return sample_target(pair.target, encoded, spec=SPEC, samples=samples, max_new_tokens=16, eos_ids={2}, pad_id=0, seed=seed)
 
 
