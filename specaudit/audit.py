@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from specaudit.config import RunConfig
@@ -25,7 +25,7 @@ class AuditResult:
 
 
 def default_run_id(cfg: RunConfig) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     names = "-".join(Path(str(x)).name for x in (cfg.target, cfg.draft) if x)
     return f"{stamp}_{re.sub(r'[^A-Za-z0-9_.:-]+', '_', names).replace(':', '')}"
 

@@ -108,7 +108,7 @@ class ReferenceServer:
         return f"http://{self.httpd.server_address[0]}:{self.port}/metrics"
 
     # ------------------------------------------------------------------ life cycle
-    def start(self) -> "ReferenceServer":
+    def start(self) -> ReferenceServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, name=f"specaudit-server-{self.port}", daemon=True)
         self._thread.start()
         return self
@@ -119,7 +119,7 @@ class ReferenceServer:
         if self._thread is not None:
             self._thread.join()
 
-    def __enter__(self) -> "ReferenceServer":
+    def __enter__(self) -> ReferenceServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -14,17 +14,14 @@ Three vocabularies, one per question, so that a label never claims more than its
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 # The four-fifths convention (and its reciprocal): a group's ratio to the reference inside
 # [0.8, 1.25] counts as parity.
 DEFAULT_BAND: tuple[float, float] = (0.8, 1.25)
 
 
-class _Status(str, Enum):
-    def __str__(self) -> str:
-        return self.value
-
+class _Status(StrEnum):
     @classmethod
     def parse(cls, value: str) -> _Status:
         """Read a status from JSON, case-insensitively (snapshots written before this type said "pass")."""

@@ -18,7 +18,7 @@ the self-test's mutants are verify functions with one real bug each.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

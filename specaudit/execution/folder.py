@@ -34,8 +34,8 @@ from specaudit.contracts.run import (
     Record,
 )
 from specaudit.errors import InputError
-from specaudit.preflight import check_draft_noise_targets
 from specaudit.execution.plan import SEED_DERIVATION, plan_items, shard_prompts
+from specaudit.preflight import check_draft_noise_targets
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig

@@ -15,7 +15,7 @@ _SPECIALS = ["<unk>", "<s>", "</s>"]
 
 def tiny_tokenizer() -> PreTrainedTokenizerFast:
     """A character-level tokenizer (vocab ≈ 80) so that prompts in text work with tiny models."""
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
     vocab = {tok: i for i, tok in enumerate(_SPECIALS + list(_CHARS))}
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))

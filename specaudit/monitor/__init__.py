@@ -16,9 +16,21 @@ acceptance or speed-up, a slow drift caught by CUSUM, a changed or failing equiv
 """
 
 from specaudit.monitor._check import Baseline, check, resolve_baseline
-from specaudit.monitor._drift import (DEFAULT_METRICS, FAIL, METRIC_DIRECTION, PASS, WARN, Check, CusumResult, DriftTestResult,
-                                      MonitorResult, compare_snapshots, cusum, drift_test)
-from specaudit.monitor._export import append_alerts, alert_lines, metrics_text, prometheus_text, write_atomic
+from specaudit.monitor._drift import (
+                                      DEFAULT_METRICS,
+                                      FAIL,
+                                      METRIC_DIRECTION,
+                                      PASS,
+                                      WARN,
+                                      Check,
+                                      CusumResult,
+                                      DriftTestResult,
+                                      MonitorResult,
+                                      compare_snapshots,
+                                      cusum,
+                                      drift_test,
+)
+from specaudit.monitor._export import alert_lines, append_alerts, metrics_text, prometheus_text, write_atomic
 from specaudit.monitor._snapshot import OVERALL, MetricPoint, load_snapshot, metric_points
 from specaudit.monitor._store import AddResult, HistoryStore, StoredRun, default_store_url, open_store
 from specaudit.monitor._trend import TrendReport, trend_frame, trend_rows, write_trend_report

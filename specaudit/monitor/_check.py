@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from specaudit.errors import InputError
 from specaudit.monitor._drift import DEFAULT_METRICS, DEFAULT_WINDOW, MonitorResult, RunView, _context, compare

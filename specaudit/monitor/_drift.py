@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import math
 from collections import namedtuple
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from specaudit.errors import InputError
-from specaudit.stats._results import holm
 from specaudit.monitor._snapshot import OVERALL, MetricPoint, _normal_quantile, config_context, load_snapshot, summarize
+from specaudit.stats._results import holm
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _RANK = {PASS: 0, WARN: 1, FAIL: 2}
@@ -384,7 +385,7 @@ class RunView:
     snapshot: Mapping[str, Any] | None = None
 
     @classmethod
-    def from_snapshot(cls, snapshot: Mapping[str, Any], label: str | None = None) -> "RunView":
+    def from_snapshot(cls, snapshot: Mapping[str, Any], label: str | None = None) -> RunView:
         snapshot = load_snapshot(snapshot)
         s = summarize(snapshot)
         return cls(label or s.name, {p.key: p for p in s.points}, s.equivalence_status, s.engine_verdicts, _context(s), snapshot)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from specaudit.errors import InputError
 from specaudit.monitor._drift import FAIL, PASS, WARN, MonitorResult

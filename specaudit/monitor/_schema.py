@@ -9,10 +9,9 @@ upgrade leaves the store as it was.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from sqlalchemy import (Column, Connection, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text,
-                        UniqueConstraint)
+from sqlalchemy import Column, Connection, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text, UniqueConstraint
 
 PREFIX = "specaudit_"
 VERSION_TABLE = f"{PREFIX}schema_version"

@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import cached_property, lru_cache
-from datetime import datetime, timezone
 from statistics import NormalDist
-from typing import Any, Mapping
+from typing import Any
 
 from specaudit.contracts.snapshot import load_snapshot, validate_snapshot  # noqa: F401 (one loader for every consumer)
 
@@ -134,12 +135,12 @@ def _utc_iso(text: Any) -> str | None:
     except ValueError:
         return None
     if moment.tzinfo is None:  # naive times are taken as UTC, the runner's convention
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).isoformat(timespec="seconds")
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def config_context(snapshot: Mapping[str, Any]) -> dict[str, Any]:

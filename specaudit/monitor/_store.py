@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
-from sqlalchemy import (Engine, and_, create_engine, delete, event, func, insert, inspect, or_, select, text, true)
+from sqlalchemy import Engine, and_, create_engine, delete, event, func, insert, inspect, or_, select, text, true
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 
@@ -112,7 +113,7 @@ def _parse_url(url: str):
     raise InputError(f"--store {url!r}: unknown scheme '{scheme}'; use sqlite:///path/to/history.db or postgresql://user@host/db")
 
 
-def open_store(url: str | None = None, *, create: bool = True) -> "HistoryStore":
+def open_store(url: str | None = None, *, create: bool = True) -> HistoryStore:
     """Open (and, with `create`, initialise) the history store at `url`.
 
     `url`: sqlite:///relative.db, sqlite:////absolute.db, a bare file path, or postgresql://...;
@@ -185,7 +186,7 @@ class HistoryStore:
         self.schema_version = 0
 
     # ------------------------------------------------------------------ plumbing
-    def __enter__(self) -> "HistoryStore":
+    def __enter__(self) -> HistoryStore:
         return self
 
     def __exit__(self, *exc) -> None:

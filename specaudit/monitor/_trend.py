@@ -12,15 +12,16 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from specaudit.monitor._drift import DEFAULT_METRICS, FAIL, WARN
-from specaudit.report._charts import OKABE_ITO, nice_ticks
 from specaudit.monitor._export import write_atomic
 from specaudit.monitor._snapshot import OVERALL, utc_now
 from specaudit.monitor._store import HistoryStore, StoredRun
+from specaudit.report._charts import OKABE_ITO, nice_ticks
 
 CSV_COLUMNS = ("run_id", "run", "created", "environment", "dimension", "group", "metric", "value", "ci_low", "ci_high",
                "n_prompts", "n_tokens", "equivalence_status", "target", "draft", "prompt_set", "config_hash", "alert")

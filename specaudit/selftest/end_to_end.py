@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd

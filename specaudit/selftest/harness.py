@@ -8,8 +8,8 @@ the detection rate must be >= 99%. Those two numbers are the auditor's own quali
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import pandas as pd
 from scipy import stats as _scipy_stats

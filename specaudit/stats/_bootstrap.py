@@ -17,8 +17,9 @@ samples and cannot keep clusters and strata together in one vectorised call, hen
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import numpy as np
 from scipy import special
@@ -71,7 +72,7 @@ class Replicates:
     boot: np.ndarray
     jackknife: np.ndarray | None = None
 
-    def map(self, fn: Callable[[np.ndarray], np.ndarray]) -> "Replicates":
+    def map(self, fn: Callable[[np.ndarray], np.ndarray]) -> Replicates:
         """Apply ``fn`` (leading axis = replicate) to estimate, replicates and jackknife values."""
         with np.errstate(all="ignore"):
             estimate = np.asarray(fn(self.estimate[None, ...]))[0]

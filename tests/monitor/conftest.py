@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from monitor_factory import base_snapshot, write
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -94,7 +94,7 @@ def noisy_run(rng: random.Random, index: int, *, shift: dict[tuple[str, str], fl
             true = _true_values(g)[m] * (1 + shift.get((g, m), 0.0))
             group_values.setdefault(m, []).append(true)
             entry["metrics"][m] = _triple(rng.gauss(true, SE[m]), SE[m])
-    for m, triple in block["overall"]["metrics"].items():
+    for m in block["overall"]["metrics"]:
         se = SE[m] / math.sqrt(len(GROUPS))
         true = sum(group_values[m]) / len(group_values[m])
         block["overall"]["metrics"][m] = _triple(rng.gauss(true, se), se, N_PROMPTS * len(GROUPS), 15200)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from monitor_factory import edited, history, noisy_run
+
 from specaudit.errors import InputError
 from specaudit.monitor import FAIL, check, open_store, resolve_baseline
 

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from monitor_factory import base_snapshot, edited, history, noisy_run, write
+
 from specaudit.cli import main
 
 

@@ -7,8 +7,8 @@ import math
 import random
 
 import pytest
-
 from monitor_factory import GROUPS, SE, TRUE_ACCEPTANCE, base_snapshot, edited, history, noisy_run
+
 from specaudit.errors import InputError
 from specaudit.monitor import FAIL, PASS, WARN, MetricPoint, compare_snapshots, cusum, drift_test
 from specaudit.stats._results import holm

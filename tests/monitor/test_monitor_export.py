@@ -7,9 +7,9 @@ import random
 import re
 
 import pytest
-
 from monitor_factory import base_snapshot, history, noisy_run
-from specaudit.monitor import append_alerts, alert_lines, check, metrics_text, open_store, write_atomic
+
+from specaudit.monitor import alert_lines, append_alerts, check, metrics_text, open_store, write_atomic
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'

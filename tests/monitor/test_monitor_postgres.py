@@ -21,8 +21,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from monitor_factory import base_snapshot, edited, history, noisy_run, write
+
 from specaudit.cli import main
 from specaudit.monitor import check, open_store, write_trend_report
 

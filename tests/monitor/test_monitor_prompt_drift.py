@@ -5,9 +5,9 @@ planted drop, and the unpaired fallback."""
 from __future__ import annotations
 
 import numpy as np
+from monitor_factory import GROUPS, base_snapshot
 from scipy import stats
 
-from monitor_factory import GROUPS, base_snapshot
 from specaudit.monitor import FAIL, compare_snapshots
 from specaudit.monitor._drift import prompt_drift_test
 

@@ -12,12 +12,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from monitor_factory import GROUPS, base_snapshot, edited, history, write
 from sqlalchemy import create_engine, text
 
-from monitor_factory import GROUPS, base_snapshot, edited, history, write
 from specaudit.errors import InputError
-from specaudit.monitor import OVERALL, metric_points, open_store
-from specaudit.monitor import _schema
+from specaudit.monitor import OVERALL, _schema, metric_points, open_store
 from specaudit.monitor._store import HistoryStore, _configure_sqlite
 
 
@@ -227,7 +226,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", _WRITER, url, json.dumps(files)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}) for files in batches]
     outputs = [p.communicate(timeout=180) for p in procs]
-    for p, (out, err) in zip(procs, outputs):
+    for p, (_out, err) in zip(procs, outputs):
         assert p.returncode == 0, err
     assert sum(int(out) for out, _ in outputs) == 25  # the shared snapshot counted as new exactly once
     with open_store(url, create=False) as store:

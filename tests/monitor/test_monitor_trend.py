@@ -13,8 +13,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from monitor_factory import GROUPS, edited, history, noisy_run
+
 from specaudit.monitor import check, open_store, trend_frame, write_trend_report
 
 HOSTILE = '<script>alert("x")</script>&co'

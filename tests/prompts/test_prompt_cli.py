@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from prompt_factory import read_jsonl, write_jsonl
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from prompt_factory import read_jsonl, write_jsonl
 from specaudit.cli import main
 from specaudit.prompts import load_prompts, prompt_set_stats, update_checksums, validate_prompt_set
 

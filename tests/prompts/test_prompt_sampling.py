@@ -6,8 +6,8 @@ import json
 from collections import Counter
 
 import pytest
-
 from prompt_factory import make_set, write_manifest
+
 from specaudit.errors import InputError
 from specaudit.prompts import Prompt, PromptSetWarning, load_prompts
 from specaudit.prompts._select import stratified_sample

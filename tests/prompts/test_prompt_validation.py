@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from prompt_factory import make_set, read_jsonl, write_jsonl, write_manifest
+
 from specaudit.errors import InputError
 from specaudit.prompts import PromptSetWarning, load_prompts, validate_prompt_set
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from report_inputs import HOSTILE_GROUP, HOSTILE_ID, HOSTILE_TOKEN, TEXTS
 
+
 @pytest.fixture(scope="session")
 def audit_run(tmp_path_factory, tiny_pair_dir) -> Path:
     """A run folder with records.jsonl, manifest.json and snapshot.json (gate not yet run)."""
