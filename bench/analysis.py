@@ -39,7 +39,9 @@ def main() -> None:
     print(f"records: {len(records)} ({len(spec)} speculative, {n_tokens} speculative tokens, {args.groups} groups, {prompts} prompts each)")
     print(f"simulating the records: {built:.1f} s")
     print(f"disparity analysis ({args.n_boot} bootstrap resamples, drill-down, advice): {analysed:.1f} s")
-    print(f"analysis / simulation time ratio: {analysed / built:.2f}; flagged groups: {sum(f.get('status') == 'flag' for f in flags) if isinstance(flags, list) else flags}")
+    print(
+        f"analysis / simulation time ratio: {analysed / built:.2f}; flagged groups: {sum(f.get('status') == 'flag' for f in flags) if isinstance(flags, list) else flags}"
+    )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,17 @@ def _sample(pair, prompt_ids: list[list[int]], new_tokens: int, seed: int, eos: 
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids])
     torch.manual_seed(seed)
     with torch.no_grad():
-        out = pair.target.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                   max_new_tokens=new_tokens, pad_token_id=pad, eos_token_id=sorted(eos))
+        out = pair.target.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=new_tokens,
+            pad_token_id=pad,
+            eos_token_id=sorted(eos),
+        )
     continuations = []
     for row in out[:, width:].tolist():
         cut = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))  # up to and including EOS
@@ -86,32 +95,52 @@ def main() -> None:
             seed += 1
         flat = [(audit, p) for audit, prompts in plan for p in prompts]
         outputs = _sample(pair, [encoded[p.id] for _, p in flat], args.new_tokens, plan[0][0], eos)
-        records = [{"key": f"a{audit}:{p.id}|vanilla|0", "prompt_id": f"a{audit}:{p.id}", "engine": "vanilla", "sample": 0,
-                    "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0}, "attributes": dict(p.attributes),
-                    "prompt_token_ids": encoded[p.id], "output_token_ids": out}
-                   for (audit, p), out in zip(flat, outputs) if out]
+        records = [
+            {
+                "key": f"a{audit}:{p.id}|vanilla|0",
+                "prompt_id": f"a{audit}:{p.id}",
+                "engine": "vanilla",
+                "sample": 0,
+                "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0},
+                "attributes": dict(p.attributes),
+                "prompt_token_ids": encoded[p.id],
+                "output_token_ids": out,
+            }
+            for (audit, p), out in zip(flat, outputs)
+            if out
+        ]
         scores = score_records(pair.target, records, batch_size=16)
         for audit, prompts in plan:
             mine = scores.select(prompt_ids=[f"a{audit}:{p.id}" for p in prompts])
             gof = goodness_of_fit(mine, engine="vanilla", by=[], alpha=args.alpha, seed=audit)
             normal = surprisal_martingale(mine.tokens, alpha=args.alpha)  # the old normal approximation
-            results.append({
-                "seed": audit, "n_tokens": gof.n_tokens, "verdict": gof.verdict,
-                "pvalues": {name: test.pvalue for name, test in gof.tests.items()},
-                "surprisal_z": gof.tests["surprisal"].statistic, "surprisal_normal_pvalue": normal.pvalue,
-            })
+            results.append(
+                {
+                    "seed": audit,
+                    "n_tokens": gof.n_tokens,
+                    "verdict": gof.verdict,
+                    "pvalues": {name: test.pvalue for name, test in gof.tests.items()},
+                    "surprisal_z": gof.tests["surprisal"].statistic,
+                    "surprisal_normal_pvalue": normal.pvalue,
+                }
+            )
         _report(results, args, time.process_time() - started)  # after every batch: a cut-short run still reports
 
 
 def _report(results: list[dict], args: argparse.Namespace, cpu_s: float) -> None:
     n = len(results)
-    lines = [(f"vanilla control, default pair, {args.prompts} prompts x {args.new_tokens} tokens per audit, alpha = {args.alpha}, "
-             f"{n} audits in {cpu_s:.0f} CPU s (mean {sum(r['n_tokens'] for r in results) / max(n, 1):.0f} tokens per audit)"),
-             "battery (Holm over pit, surprisal): " + _interval(sum(r["verdict"] == "fail" for r in results), n)]
+    lines = [
+        (
+            f"vanilla control, default pair, {args.prompts} prompts x {args.new_tokens} tokens per audit, alpha = {args.alpha}, "
+            f"{n} audits in {cpu_s:.0f} CPU s (mean {sum(r['n_tokens'] for r in results) / max(n, 1):.0f} tokens per audit)"
+        ),
+        "battery (Holm over pit, surprisal): " + _interval(sum(r["verdict"] == "fail" for r in results), n),
+    ]
     for name in ("pit", "surprisal"):
         lines.append(f"  {name}: " + _interval(sum(r["pvalues"].get(name, 1.0) < args.alpha for r in results), n))
-    lines.append("  surprisal with the normal approximation: "
-                 + _interval(sum(r["surprisal_normal_pvalue"] < args.alpha for r in results), n))
+    lines.append(
+        "  surprisal with the normal approximation: " + _interval(sum(r["surprisal_normal_pvalue"] < args.alpha for r in results), n)
+    )
     print("\n".join(lines), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

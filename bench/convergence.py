@@ -96,10 +96,15 @@ def main() -> None:
         totals["conv_s"] += conv_s
         totals["audit_s"] += audit_s
         n = args.seeds
-        print(f"{name:26} {conv_rejected:>16}/{n:<5} {conv_tokens / n:>9.0f} {conv_s / n:>6.1f}   "
-              f"{audit_rejected:>14}/{n:<5} {audit_tokens / n:>8.0f} {audit_s / n:>6.1f}", flush=True)
-    print(f"\nper audit, all samplers: convergence {totals['conv_s'] / args.seeds:.0f} s, specaudit {totals['audit_s'] / args.seeds:.0f} s "
-          f"(ratio {totals['conv_s'] / max(totals['audit_s'], 1e-9):.1f}x); 'tokens' = emitted tokens per audit")
+        print(
+            f"{name:26} {conv_rejected:>16}/{n:<5} {conv_tokens / n:>9.0f} {conv_s / n:>6.1f}   "
+            f"{audit_rejected:>14}/{n:<5} {audit_tokens / n:>8.0f} {audit_s / n:>6.1f}",
+            flush=True,
+        )
+    print(
+        f"\nper audit, all samplers: convergence {totals['conv_s'] / args.seeds:.0f} s, specaudit {totals['audit_s'] / args.seeds:.0f} s "
+        f"(ratio {totals['conv_s'] / max(totals['audit_s'], 1e-9):.1f}x); 'tokens' = emitted tokens per audit"
+    )
 
 
 if __name__ == "__main__":

@@ -58,10 +58,20 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    cfg = RunConfig(target=args.target, draft=args.draft, engines=("vanilla", "speculative", "hf-assisted"), k=args.k,
-                    temperature=args.temperature, max_new_tokens=args.max_new_tokens, device=args.device, dtype=args.dtype)
+    cfg = RunConfig(
+        target=args.target,
+        draft=args.draft,
+        engines=("vanilla", "speculative", "hf-assisted"),
+        k=args.k,
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        device=args.device,
+        dtype=args.dtype,
+    )
     pair = load_pair(cfg.target, cfg.draft, device=cfg.device, dtype=cfg.dtype)
-    prompts = load_prompts("core", dimensions=["domain"], per_group=max(1, args.prompts // 8) if args.prompts >= 8 else 1, seed=0).prompts[: args.prompts]
+    prompts = load_prompts("core", dimensions=["domain"], per_group=max(1, args.prompts // 8) if args.prompts >= 8 else 1, seed=0).prompts[
+        : args.prompts
+    ]
     eos = eos_token_ids(pair)
     encoded = [prompt_token_ids(pair.tokenizer, p) for p in prompts]
     verify = cfg.load_verify()
@@ -70,14 +80,23 @@ def main() -> None:
     if args.llama_cpp:
         from specaudit.backends import llama_cpp
 
-        llama_cfg = RunConfig(target=args.target, draft=args.llama_draft, engines="llama-cpp", k=args.k, temperature=args.temperature,
-                              max_new_tokens=args.max_new_tokens, threads=args.threads)
+        llama_cfg = RunConfig(
+            target=args.target,
+            draft=args.llama_draft,
+            engines="llama-cpp",
+            k=args.k,
+            temperature=args.temperature,
+            max_new_tokens=args.max_new_tokens,
+            threads=args.threads,
+        )
         llama_cpp.check_config(llama_cfg)
         llama = llama_cpp.load_engines(llama_cfg, llama_cpp.gguf_file(args.target), llama_cpp.backend_settings(llama_cfg))
         llama.eos_ids |= eos
         sampler = llama_cpp.sampler_settings(llama_cfg.sampling)
         for engine in ("vanilla", "speculative"):
-            decode[f"llama.cpp {engine}"] = lambda name, ids, seed, n: llama_cpp.generate(llama, name.split()[-1], ids, sampler, seed, n, args.k)
+            decode[f"llama.cpp {engine}"] = lambda name, ids, seed, n: llama_cpp.generate(
+                llama, name.split()[-1], ids, sampler, seed, n, args.k
+            )
             engines.append(f"llama.cpp {engine}")
     for engine in engines:  # warm-up
         decode[engine](engine, encoded[0], 0, 8)
@@ -98,7 +117,9 @@ def main() -> None:
 
     rate = {e: t["tokens"] / t["seconds"] for e, t in totals.items()}
     print(f"pair: target={cfg.target} draft={cfg.draft} device={pair.device} dtype={pair.dtype} k={cfg.k} T={cfg.temperature}")
-    print(f"workload: {len(encoded)} prompts x {args.repeats} repeats, max {cfg.max_new_tokens} new tokens, {time.perf_counter() - started:.0f} s")
+    print(
+        f"workload: {len(encoded)} prompts x {args.repeats} repeats, max {cfg.max_new_tokens} new tokens, {time.perf_counter() - started:.0f} s"
+    )
     for engine, t in totals.items():
         acceptance = f"  acceptance {t['accepted'] / t['proposed']:.3f}" if t["proposed"] else ""
         print(f"{engine:>21}: {rate[engine]:7.1f} tokens/s  ({t['tokens']} tokens in {t['seconds']:.1f} s){acceptance}")

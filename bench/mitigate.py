@@ -71,10 +71,19 @@ def main() -> int:
     if not (run_dir / "snapshot.json").is_file():
         audit_seconds = audit_run(run_dir, args.draft, args.per_group, args.max_new_tokens)
     started = time.perf_counter()
-    result = mitigate(run_dir, args.out / "mitigated", draft=args.draft, compare=[c for c in args.compare.split(",") if c],
-                      steps=args.steps, samples=args.samples, max_new_tokens=args.max_new_tokens, learning_rate=args.learning_rate,
-                      equivalence_prompts=args.equivalence_prompts, timing_prompts=args.timing_prompts,
-                      per_group=args.mitigate_per_group)
+    result = mitigate(
+        run_dir,
+        args.out / "mitigated",
+        draft=args.draft,
+        compare=[c for c in args.compare.split(",") if c],
+        steps=args.steps,
+        samples=args.samples,
+        max_new_tokens=args.max_new_tokens,
+        learning_rate=args.learning_rate,
+        equivalence_prompts=args.equivalence_prompts,
+        timing_prompts=args.timing_prompts,
+        per_group=args.mitigate_per_group,
+    )
     seconds = time.perf_counter() - started
     summary = result.summary
     groups = summary["comparison"]["groups"]
@@ -85,15 +94,24 @@ def main() -> int:
     evidence = {
         "dimension": summary["dimension"],
         "lowest_group_by_audit": worst,
-        "before": row["before"], "after": row["after"], "paired_change": row["change"],
+        "before": row["before"],
+        "after": row["after"],
+        "paired_change": row["change"],
         "after_interval_excludes_before_value": excluded,
         "ratio_to_reference": row["ratio_to_reference"],
         "worst_ratio": summary["comparison"]["worst_ratio"],
         "other_groups_relative_change": others,
         "largest_loss_of_another_group": min(others.values()) if others else None,
         "weightings": summary["weightings"],
-        "policies": {g: {"k": p["k"], "route": p["route_to_vanilla"], "predicted": p["predicted_speedup_held_out"],
-                         "measured": p.get("measured_speedup_held_out")} for g, p in summary["policies"].items()},
+        "policies": {
+            g: {
+                "k": p["k"],
+                "route": p["route_to_vanilla"],
+                "predicted": p["predicted_speedup_held_out"],
+                "measured": p.get("measured_speedup_held_out"),
+            }
+            for g, p in summary["policies"].items()
+        },
         "cost": summary["cost"],
         "equivalence": summary["equivalence"],
         "seconds": {"audit": audit_seconds, "mitigate": round(seconds, 1)},
@@ -101,13 +119,17 @@ def main() -> int:
     }
     (args.out / "bench.json").write_text(json.dumps(evidence, indent=2) + "\n")
     print(f"\n{summary['dimension']}: lowest group by the audit = {worst}")
-    print(f"  before {_fmt(row['before'])}  after {_fmt(row['after'])}  paired change {_fmt(row['change'])}  "
-          f"after-interval excludes before value: {excluded}")
+    print(
+        f"  before {_fmt(row['before'])}  after {_fmt(row['after'])}  paired change {_fmt(row['change'])}  "
+        f"after-interval excludes before value: {excluded}"
+    )
     print(f"  ratio to reference {row['ratio_to_reference']['before']:.3f} -> {row['ratio_to_reference']['after']:.3f}")
     print("  other groups' relative change: " + ", ".join(f"{g} {100 * v:+.1f}%" for g, v in others.items() if v is not None))
     print((result.out_dir / "before_after.md").read_text())
-    print(f"mitigate: {seconds:.0f} s; audit: {audit_seconds if audit_seconds is None else round(audit_seconds)} s; "
-          f"outputs in {result.out_dir}")
+    print(
+        f"mitigate: {seconds:.0f} s; audit: {audit_seconds if audit_seconds is None else round(audit_seconds)} s; "
+        f"outputs in {result.out_dir}"
+    )
     return 0
 
 

@@ -72,11 +72,18 @@ def disparity(args: argparse.Namespace) -> None:
         false_flags += len(set(wrong))
         null_groups += 2  # B and C are compared with the reference A; A itself is not tested
         ratio = flags.get(("D", "acceptance_rate"), {}).get("ratio") or {}
-        print(f"seed {seed}: acceptance " + " ".join(f"{g} {rates[g]:.3f}" for g in "ABCD")
-              + f" | D flagged: {hit}" + (f" (ratio {ratio['value']:.2f} [{ratio['ci_low']:.2f}, {ratio['ci_high']:.2f}])" if hit else "")
-              + f" | other flags: {', '.join(wrong) or 'none'}", flush=True)
-    print(f"\n{args.seeds} seeds, {args.per_group} prompts per pseudo-group, {args.max_new_tokens} tokens, sigma {args.sigma}, "
-          f"{time.perf_counter() - started:.0f} s")
+        print(
+            f"seed {seed}: acceptance "
+            + " ".join(f"{g} {rates[g]:.3f}" for g in "ABCD")
+            + f" | D flagged: {hit}"
+            + (f" (ratio {ratio['value']:.2f} [{ratio['ci_low']:.2f}, {ratio['ci_high']:.2f}])" if hit else "")
+            + f" | other flags: {', '.join(wrong) or 'none'}",
+            flush=True,
+        )
+    print(
+        f"\n{args.seeds} seeds, {args.per_group} prompts per pseudo-group, {args.max_new_tokens} tokens, sigma {args.sigma}, "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     print(f"planted group D flagged (acceptance): {_interval(detected, args.seeds)}")
     print(f"false flags on B, C (any metric):      {_interval(false_flags, null_groups)}")
 
@@ -93,9 +100,27 @@ def drift(args: argparse.Namespace) -> None:
     with open(prompts, "w") as handle:
         for p in chosen:
             handle.write(json.dumps({"id": p.id, "text": p.text, "pair_id": p.pair_id, "attributes": dict(p.attributes)}) + "\n")
-    base = ["specaudit", "monitor", "run", "--store", store, "--environment", "bench", "--quiet", "--format", "json",
-            "--prompts", str(prompts), "--per-group", str(args.per_group),  # all of them, not the audit's default 3
-            "--max-new-tokens", str(args.max_new_tokens), "--n-boot", "500", "--no-equivalence"]
+    base = [
+        "specaudit",
+        "monitor",
+        "run",
+        "--store",
+        store,
+        "--environment",
+        "bench",
+        "--quiet",
+        "--format",
+        "json",
+        "--prompts",
+        str(prompts),
+        "--per-group",
+        str(args.per_group),  # all of them, not the audit's default 3
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+        "--n-boot",
+        "500",
+        "--no-equivalence",
+    ]
     plan = [(f"seed {s}", ["--seed", str(s)]) for s in range(args.history + args.reruns)]
     plan.append(("planted", ["--seed", str(args.history + args.reruns), "--draft-noise", f"vocabulary=rare_technical:{args.sigma}"]))
     started = time.perf_counter()
@@ -110,16 +135,20 @@ def drift(args: argparse.Namespace) -> None:
         print(f"run {i} ({label}): exit {done.returncode}, {result['status']}, vs {result['baseline']}", flush=True)
         for c in drift_rows:
             d = c["details"]
-            print(f"    {c['status']:4} {c['subject']}: {d['baseline']:.3f} -> {d['current']:.3f}, p = {d['pvalue']:.2g}, "
-                  f"Holm {d['pvalue_holm']:.2g}, ratio {d['ratio']:.2f} [{d['ratio_ci_low']:.2f}, {d['ratio_ci_high']:.2f}] "
-                  f"({d.get('method', '')})")
+            print(
+                f"    {c['status']:4} {c['subject']}: {d['baseline']:.3f} -> {d['current']:.3f}, p = {d['pvalue']:.2g}, "
+                f"Holm {d['pvalue_holm']:.2g}, ratio {d['ratio']:.2f} [{d['ratio_ci_low']:.2f}, {d['ratio_ci_high']:.2f}] "
+                f"({d.get('method', '')})"
+            )
         for c in fails:
             print(f"    alert: {c['status']} {c['kind']} {c['subject']}: {c['message'][:160]}")
         if label != "planted" and i > 0:
             no_change += 1
             no_change_alerts += bool(fails)
-    print(f"\n{len(plan)} runs, {args.per_group} prompts per group, {args.max_new_tokens} tokens, {time.perf_counter() - started:.0f} s; "
-          f"store {store}")
+    print(
+        f"\n{len(plan)} runs, {args.per_group} prompts per group, {args.max_new_tokens} tokens, {time.perf_counter() - started:.0f} s; "
+        f"store {store}"
+    )
     print(f"re-runs without change that alerted: {_interval(no_change_alerts, no_change)}")
 
 

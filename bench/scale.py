@@ -46,8 +46,7 @@ WORDS = "the rain falls on quiet hills while rivers carry stories of old towns t
 
 
 def prompt_set(n: int) -> PromptSet:
-    prompts = [Prompt(id=f"p{i}", text=" ".join(WORDS[i % 7: i % 7 + 6]) + f" ({i})", attributes={"group": "ab"[i % 2]})
-               for i in range(n)]
+    prompts = [Prompt(id=f"p{i}", text=" ".join(WORDS[i % 7 : i % 7 + 6]) + f" ({i})", attributes={"group": "ab"[i % 2]}) for i in range(n)]
     return PromptSet(name="bench", version=1, checksum=rows_checksum(prompts), source="memory", dimensions={}, prompts=prompts)
 
 
@@ -98,8 +97,16 @@ def main() -> None:
         scratch = Path(scratch)
         target, draft = save_tiny_pair(scratch / "models")
         prompts = prompt_set(args.prompts)
-        cfg = RunConfig(target=str(target), draft=str(draft), engines="vanilla,speculative", samples=args.samples,
-                        max_new_tokens=args.max_new_tokens, device="cpu", seed=0, prompts="bench")
+        cfg = RunConfig(
+            target=str(target),
+            draft=str(draft),
+            engines="vanilla,speculative",
+            samples=args.samples,
+            max_new_tokens=args.max_new_tokens,
+            device="cpu",
+            seed=0,
+            prompts="bench",
+        )
 
         watch = Arrivals(scratch / "local" / "records.jsonl")
         watch.start()
@@ -137,17 +144,25 @@ def main() -> None:
 
         n, tokens, local_rps, local_tps = throughput(scratch / "local", local_s)
         _, _, ray_rps, ray_tps = throughput(scratch / "ray", ray_s)
-        print(f"plan: {args.prompts} prompts x {args.samples} samples x 2 engines = {n} records, {tokens} output tokens "
-              f"(tiny random Llama pair, CPU, 1 thread per process, {os.cpu_count()} cores)")
+        print(
+            f"plan: {args.prompts} prompts x {args.samples} samples x 2 engines = {n} records, {tokens} output tokens "
+            f"(tiny random Llama pair, CPU, 1 thread per process, {os.cpu_count()} cores)"
+        )
         print(f"local runner            {local_s:7.2f} s  {local_rps:7.2f} records/s  {local_tps:8.1f} tokens/s")
-        print(f"ray, {args.workers} workers, end to end {ray_s:7.2f} s  {ray_rps:7.2f} records/s  {ray_tps:8.1f} tokens/s  "
-              f"(ray/local throughput {ray_rps / local_rps:.2f}x; {executor['shards']} shards, {executor['actor_failures']} actor failures)")
-        print(f"while decoding (first to last record): local {local_decoding:.2f} records/s, ray {ray_decoding:.2f} records/s "
-              f"(ray/local {ray_decoding / local_decoding:.2f}x)")
+        print(
+            f"ray, {args.workers} workers, end to end {ray_s:7.2f} s  {ray_rps:7.2f} records/s  {ray_tps:8.1f} tokens/s  "
+            f"(ray/local throughput {ray_rps / local_rps:.2f}x; {executor['shards']} shards, {executor['actor_failures']} actor failures)"
+        )
+        print(
+            f"while decoding (first to last record): local {local_decoding:.2f} records/s, ray {ray_decoding:.2f} records/s "
+            f"(ray/local {ray_decoding / local_decoding:.2f}x)"
+        )
         print(f"same records (timings aside): {outputs(scratch / 'local') == outputs(scratch / 'ray')}")
         print(f"ray start-up here: ray.init {ray_init_s:.2f} s; one actor start + model load {actor_s:.2f} s")
-        print(f"local shards: {args.prompts} shards ({sharded} records) {sharded_s:.2f} s vs one run {local_s:.2f} s: "
-              f"overhead {(sharded_s - local_s) / (args.prompts - 1):.3f} s per extra shard")
+        print(
+            f"local shards: {args.prompts} shards ({sharded} records) {sharded_s:.2f} s vs one run {local_s:.2f} s: "
+            f"overhead {(sharded_s - local_s) / (args.prompts - 1):.3f} s per extra shard"
+        )
 
 
 if __name__ == "__main__":

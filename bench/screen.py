@@ -98,8 +98,17 @@ def int8_options(pair, prompts, spec, eos_ids):
             if isinstance(child, DynamicLinear):
                 setattr(module, name, PerTokenScales(child))
     vocab = pair.vocab_size
-    batch = sample_batch(pair.target, prompts, list(range(len(prompts))), spec=spec, max_new_tokens=24, eos_ids=eos_ids, vocab_size=vocab,
-                         pad_id=min(eos_ids), keep_probs=True)
+    batch = sample_batch(
+        pair.target,
+        prompts,
+        list(range(len(prompts))),
+        spec=spec,
+        max_new_tokens=24,
+        eos_ids=eos_ids,
+        vocab_size=vocab,
+        pad_id=min(eos_ids),
+        keep_probs=True,
+    )
 
     def stepwise_q(model, prompt, path):
         cache = DynamicCache(config=model.config)
@@ -119,8 +128,11 @@ def int8_options(pair, prompts, spec, eos_ids):
 
     with torch.inference_mode():
         target_s = min(step_seconds(pair.target) for _ in range(3))
-        for name, draft in (("dynamic int8 (per-call scale)", dynamic), ("int8, per-token scales", per_token),
-                            ("weight-only int8 (default)", int8_draft(pair.target))):
+        for name, draft in (
+            ("dynamic int8 (per-call scale)", dynamic),
+            ("int8, per-token scales", per_token),
+            ("weight-only int8 (default)", int8_draft(pair.target)),
+        ):
             q = teacher_forced_probs(draft, batch, spec=spec, vocab_size=vocab)
             tv, betas = 0.0, []
             for row, prompt in enumerate(prompts):
@@ -129,8 +141,10 @@ def int8_options(pair, prompts, spec, eos_ids):
                 tv = max(tv, float((0.5 * (stepwise - q[row, :n]).abs().sum(-1)).max()))
                 betas.append(torch.minimum(batch.probs[row, :n].double(), stepwise.double()).sum(-1))
             cost = min(step_seconds(draft) for _ in range(3)) / target_s
-            print(f"  {name:32s} TV(teacher-forced, step-by-step) {tv:.2g}   mean beta at decode time {float(torch.cat(betas).mean()):.3f}"
-                  f"   c = {cost:.2f}")
+            print(
+                f"  {name:32s} TV(teacher-forced, step-by-step) {tv:.2g}   mean beta at decode time {float(torch.cat(betas).mean()):.3f}"
+                f"   c = {cost:.2f}"
+            )
 
 
 def main() -> None:
@@ -150,21 +164,29 @@ def main() -> None:
     prompts = [prompt_token_ids(pair.tokenizer, p) for p in chosen]
     groups_of = np.array([p.attributes[args.dimension] for p in chosen])
     budget = args.max_new_tokens
-    print(f"default pair, T = 1, k = {args.k}, {budget} new tokens, {len(chosen)} core prompts ({args.dimension}: {', '.join(groups)}), 1 thread")
+    print(
+        f"default pair, T = 1, k = {args.k}, {budget} new tokens, {len(chosen)} core prompts ({args.dimension}: {', '.join(groups)}), 1 thread"
+    )
 
     # 1. batch-1 vs batched target sampling
     seeds = [derive_seed(0, p.id, 0) for p in chosen]
     with Clock() as one:
-        single = [sample_batch(pair.target, [ids], [s], spec=spec, max_new_tokens=budget, eos_ids=eos_ids, vocab_size=vocab, pad_id=pad_id)
-                  for ids, s in zip(prompts, seeds)]
+        single = [
+            sample_batch(pair.target, [ids], [s], spec=spec, max_new_tokens=budget, eos_ids=eos_ids, vocab_size=vocab, pad_id=pad_id)
+            for ids, s in zip(prompts, seeds)
+        ]
     with Clock() as many:
-        batched = sample_batch(pair.target, prompts, seeds, spec=spec, max_new_tokens=budget, eos_ids=eos_ids, vocab_size=vocab, pad_id=pad_id)
+        batched = sample_batch(
+            pair.target, prompts, seeds, spec=spec, max_new_tokens=budget, eos_ids=eos_ids, vocab_size=vocab, pad_id=pad_id
+        )
     n_one, n_many = sum(len(b.tokens[0]) for b in single), sum(len(t) for t in batched.tokens)
     same = sum(b.tokens[0] == t for b, t in zip(single, batched.tokens))
     print("\n1. target sampling, tokens per second (CPU s / wall s)")
     print(f"  batch 1:  {n_one / one.cpu:6.1f} / {n_one / one.wall:6.1f}")
-    print(f"  batch {len(prompts)}: {n_many / many.cpu:6.1f} / {n_many / many.wall:6.1f}   ({n_many / many.cpu / (n_one / one.cpu):.1f}x per CPU s); "
-          f"{same}/{len(prompts)} rows identical to batch 1")
+    print(
+        f"  batch {len(prompts)}: {n_many / many.cpu:6.1f} / {n_many / many.wall:6.1f}   ({n_many / many.cpu / (n_one / one.cpu):.1f}x per CPU s); "
+        f"{same}/{len(prompts)} rows identical to batch 1"
+    )
 
     # 2 + 3. screen vs engines on the same prompts
     print("\n2./3. screen vs engine, per draft")
@@ -172,8 +194,19 @@ def main() -> None:
         rows_prompts = [ids for ids in prompts for _ in range(args.screen_samples)]
         rows_seeds = [derive_seed(0, p.id, s) for p in chosen for s in range(args.screen_samples)]
         with Clock() as screen_clock:
-            paths = screen_paths(pair.target, draft, rows_prompts, rows_seeds, spec=spec, k=args.k, max_new_tokens=budget, eos_ids=eos_ids,
-                                 vocab_size=vocab, pad_id=pad_id, batch_size=32)
+            paths = screen_paths(
+                pair.target,
+                draft,
+                rows_prompts,
+                rows_seeds,
+                spec=spec,
+                k=args.k,
+                max_new_tokens=budget,
+                eos_ids=eos_ids,
+                vocab_size=vocab,
+                pad_id=pad_id,
+                batch_size=32,
+            )
         screen_acc = np.array([r.acceptance.accepted for r in paths]).reshape(len(chosen), -1).sum(1)
         screen_prop = np.array([r.acceptance.proposed for r in paths]).reshape(len(chosen), -1).sum(1)
         engine_acc, engine_prop, vanilla_clock, spec_clock = [], [], Clock(), Clock()
@@ -181,26 +214,46 @@ def main() -> None:
         for p, ids in zip(chosen, prompts):
             seed = derive_seed(0, p.id, 0)
             with Clock() as c:
-                vanilla_generate(pair.target, ids, spec=spec, max_new_tokens=budget, generator=torch.Generator().manual_seed(seed),
-                                 eos_ids=eos_ids, vocab_size=vocab)
+                vanilla_generate(
+                    pair.target,
+                    ids,
+                    spec=spec,
+                    max_new_tokens=budget,
+                    generator=torch.Generator().manual_seed(seed),
+                    eos_ids=eos_ids,
+                    vocab_size=vocab,
+                )
             vanilla_clock.cpu += c.cpu
             vanilla_clock.wall += c.wall
             with Clock() as c:
-                g = speculative_generate(pair.target, draft, ids, spec=spec, k=args.k, max_new_tokens=budget,
-                                         generator=torch.Generator().manual_seed(seed), eos_ids=eos_ids, vocab_size=vocab)
+                g = speculative_generate(
+                    pair.target,
+                    draft,
+                    ids,
+                    spec=spec,
+                    k=args.k,
+                    max_new_tokens=budget,
+                    generator=torch.Generator().manual_seed(seed),
+                    eos_ids=eos_ids,
+                    vocab_size=vocab,
+                )
             spec_clock.cpu += c.cpu
             spec_clock.wall += c.wall
             engine_acc.append(g.accepted)
             engine_prop.append(g.proposed)
         screen_cpu_per_prompt = screen_clock.cpu / len(paths)
         engine_cpu_per_prompt = (vanilla_clock.cpu + spec_clock.cpu) / len(chosen)
-        print(f"  {draft_name}: prompts with an acceptance estimate per CPU minute: screen {60 / screen_cpu_per_prompt:.1f}, "
-              f"engines (vanilla + speculative) {60 / engine_cpu_per_prompt:.1f} ({engine_cpu_per_prompt / screen_cpu_per_prompt:.1f}x); "
-              f"wall: screen {screen_clock.wall / len(paths):.2f} s, engines {(vanilla_clock.wall + spec_clock.wall) / len(chosen):.2f} s per prompt")
+        print(
+            f"  {draft_name}: prompts with an acceptance estimate per CPU minute: screen {60 / screen_cpu_per_prompt:.1f}, "
+            f"engines (vanilla + speculative) {60 / engine_cpu_per_prompt:.1f} ({engine_cpu_per_prompt / screen_cpu_per_prompt:.1f}x); "
+            f"wall: screen {screen_clock.wall / len(paths):.2f} s, engines {(vanilla_clock.wall + spec_clock.wall) / len(chosen):.2f} s per prompt"
+        )
         for group in groups:
             s, e, r, low, high = ratio_interval(groups_of, screen_acc, screen_prop, engine_acc, engine_prop, group)
-            print(f"    {args.dimension}={group}: acceptance screen {s:.3f} ({args.screen_samples} paths/prompt), engine {e:.3f} (1 run/prompt); "
-                  f"ratio {r:.3f} [{low:.3f}, {high:.3f}] {'covers 1' if low <= 1 <= high else 'DOES NOT cover 1'}")
+            print(
+                f"    {args.dimension}={group}: acceptance screen {s:.3f} ({args.screen_samples} paths/prompt), engine {e:.3f} (1 run/prompt); "
+                f"ratio {r:.3f} [{low:.3f}, {high:.3f}] {'covers 1' if low <= 1 <= high else 'DOES NOT cover 1'}"
+            )
 
     if args.int8_options:
         print("\n4. int8 derivations of the default target (first 4 prompts)")

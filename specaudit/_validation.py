@@ -16,16 +16,23 @@ from pydantic import BaseModel, ValidationError
 from specaudit.errors import InputError
 
 _EXPECTED = {
-    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
-    "float_type": "a number", "float_parsing": "a number",
-    "string_type": "a string", "bool_type": "true or false", "bool_parsing": "true or false",
-    "dict_type": "a mapping of key: value", "tuple_type": "a list", "list_type": "a list",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "dict_type": "a mapping of key: value",
+    "tuple_type": "a list",
+    "list_type": "a list",
 }
 
 
 def _bounds(model: type[BaseModel], field: str) -> str:
     info = model.model_fields.get(field)
-    for constraint in (info.metadata if info else ()):
+    for constraint in info.metadata if info else ():
         if isinstance(constraint, Ge):
             return f" >= {constraint.ge}"
         if isinstance(constraint, Gt):
@@ -33,7 +40,9 @@ def _bounds(model: type[BaseModel], field: str) -> str:
     return ""
 
 
-def input_error(err: ValidationError, model: type[BaseModel], name: Callable[[str], str], unknown: Callable[[list[str]], str]) -> InputError:
+def input_error(
+    err: ValidationError, model: type[BaseModel], name: Callable[[str], str], unknown: Callable[[list[str]], str]
+) -> InputError:
     """The InputError for `err` raised by `model`: `name(field)` spells a field for the user,
     `unknown(fields)` is the sentence for keys the model does not know."""
     errors = err.errors(include_url=False)

@@ -29,7 +29,9 @@ def _dimensions(records: list[dict], manifest: dict, requested: list[str] | None
     if requested:
         missing = [d for d in requested if d not in present]
         if missing:
-            raise InputError(f"--dimensions {', '.join(missing)}: the run's prompts have no such attribute (they have {', '.join(present) or 'none'})")
+            raise InputError(
+                f"--dimensions {', '.join(missing)}: the run's prompts have no such attribute (they have {', '.join(present) or 'none'})"
+            )
         return list(requested)
     declared = list((manifest.get("prompt_set") or {}).get("dimensions") or {})
     return [d for d in declared if d in present] or present
@@ -83,24 +85,34 @@ def score_sampled(outputs: list[dict], pair, draft_noise: str | None = None):
     invariance = draft_batch_invariance(pair, outputs)
     draft_model = pair.draft if pair.draft_is_model and invariance.get("batch_invariant") and not draft_noise else None
     if draft_noise:  # the planted noise is not reproducible by teacher forcing the clean draft
-        invariance["note"] = f"draft noise planted ({draft_noise}): draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded"
+        invariance["note"] = (
+            f"draft noise planted ({draft_noise}): draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded"
+        )
     elif pair.draft_is_model and draft_model is None and invariance.get("checked"):  # unchecked: no draft in the run
-        invariance["note"] = (f"teacher-forced draft distributions differ from the ones decoding used (TV up to {invariance['max_tv']:.2f}); "
-                              "draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded at run time")
+        invariance["note"] = (
+            f"teacher-forced draft distributions differ from the ones decoding used (TV up to {invariance['max_tv']:.2f}); "
+            "draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded at run time"
+        )
     return score_records(pair.target, outputs, draft_model=draft_model, device=pair.device), invariance
 
 
-def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimensions: list[str], seed: int,
-                 draft_noise: str | None = None) -> dict:
+def _equivalence(
+    records: list[dict], pair, *, alpha: float, delta: float, dimensions: list[str], seed: int, draft_noise: str | None = None
+) -> dict:
     from specaudit.stats import equivalence as eq
     from specaudit.stats.power import minimum_detectable_effects
 
     outputs = [r for r in records if not r.get("timing_only")]
     engines = sorted({r["engine"] for r in outputs}, key=lambda e: (e != CONTROL_ENGINE, e))
     greedy = float(outputs[0]["sampling"]["temperature"]) == 0.0
-    section: dict[str, Any] = {"mode": "greedy" if greedy else "sampling", "alpha": alpha, "delta": delta,
-                               "family_rule": "Holm across the battery's tests per engine; any impossible token fails",
-                               "control": CONTROL_ENGINE, "engines": {}}
+    section: dict[str, Any] = {
+        "mode": "greedy" if greedy else "sampling",
+        "alpha": alpha,
+        "delta": delta,
+        "family_rule": "Holm across the battery's tests per engine; any impossible token fails",
+        "control": CONTROL_ENGINE,
+        "engines": {},
+    }
     if greedy:
         for engine in engines:
             if engine == CONTROL_ENGINE:
@@ -111,16 +123,19 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
         from specaudit.stats.logprob_scores import scores_from_logprobs
 
         scores = scores_from_logprobs(outputs)
-        section["scoring"] = {"source": "logprobs returned by the servers (top-N per token)",
-                              "note": "PIT exact from the top-N; the surprisal martingale needs the full distribution and is not applicable "
-                                      "where the top-N does not hold all of it; no draft, so no draft affinity or acceptance calibration"}
+        section["scoring"] = {
+            "source": "logprobs returned by the servers (top-N per token)",
+            "note": "PIT exact from the top-N; the surprisal martingale needs the full distribution and is not applicable "
+            "where the top-N does not hold all of it; no draft, so no draft affinity or acceptance calibration",
+        }
     else:
         scores, section["draft_scoring"] = score_sampled(outputs, pair, draft_noise)
     if not greedy:
         n_prompts = len({r["prompt_id"] for r in outputs})
         for engine in engines:
             if not any(r["output_token_ids"] for r in outputs if r["engine"] == engine) and any(
-                    r.get("verify_violations") for r in outputs if r["engine"] == engine):
+                r.get("verify_violations") for r in outputs if r["engine"] == engine
+            ):
                 section["engines"][engine] = {"verdict": "fail"}  # nothing to test: its verify broke at the first call
                 continue
             engine_scores = scores.select(engine=engine)
@@ -128,8 +143,9 @@ def _equivalence(records: list[dict], pair, *, alpha: float, delta: float, dimen
             entry: dict[str, Any] = {"verdict": gof.verdict, "goodness_of_fit": gof.to_dict()}
             entry["tv_bound"] = eq.tv_bound(engine_scores, engine=engine, delta=delta, alpha=alpha, seed=seed).to_dict()
             samples = sum(1 for r in outputs if r["engine"] == engine)
-            entry["power"] = minimum_detectable_effects(gof.n_tokens, samples / max(n_prompts, 1), n_prompts=n_prompts, alpha=alpha,
-                                                        n_tests=max(len(gof.gate), 1))
+            entry["power"] = minimum_detectable_effects(
+                gof.n_tokens, samples / max(n_prompts, 1), n_prompts=n_prompts, alpha=alpha, n_tests=max(len(gof.gate), 1)
+            )
             if engine != CONTROL_ENGINE and CONTROL_ENGINE in engines:
                 two = eq.two_sample(outputs, scores, engine=engine, reference=CONTROL_ENGINE, by=dimensions, alpha=alpha, seed=seed)
                 entry["two_sample"] = two.to_dict()
@@ -166,11 +182,12 @@ def judge_verify_violations(entry: dict, outputs: list[dict], engine: str) -> No
     if not found:
         return
     first = found[0]
-    entry["verify_violations"] = {"count": len(found), "records": len({f["record"] for f in found}), "first": first,
-                                  "examples": found[:5]}
+    entry["verify_violations"] = {"count": len(found), "records": len({f["record"] for f in found}), "first": first, "examples": found[:5]}
     entry["verdict"] = "fail"
-    entry["message"] = (f"the verify function broke its contract in {len(found)} call(s); first: call {first['call']} of record "
-                        f"{first['record']}, it {first['problem']} (a proven bug of this sampler)")
+    entry["message"] = (
+        f"the verify function broke its contract in {len(found)} call(s); first: call {first['call']} of record "
+        f"{first['record']}, it {first['problem']} (a proven bug of this sampler)"
+    )
 
 
 def judge_control(section: dict, alpha: float) -> None:
@@ -184,14 +201,28 @@ def judge_control(section: dict, alpha: float) -> None:
     gross = gof.get("pvalue", 0.0) < section["control_alpha"] or bool((gof.get("impossible_tokens") or {}).get("statistic"))
     control["verdict"] = "fail" if gross else "warn"
     if not gross:
-        section["control_warning"] = (f"the vanilla control was rejected at alpha = {alpha:g} (Holm p = {gof['pvalue']:.3g}) but not at "
-                                      f"the control level {section['control_alpha']:g}: a correct control is rejected at alpha in 1 "
-                                      "audit of 20; rerun with another --seed to tell chance from a scoring mismatch")
+        section["control_warning"] = (
+            f"the vanilla control was rejected at alpha = {alpha:g} (Holm p = {gof['pvalue']:.3g}) but not at "
+            f"the control level {section['control_alpha']:g}: a correct control is rejected at alpha in 1 "
+            "audit of 20; rerun with another --seed to tell chance from a scoring mismatch"
+        )
 
 
-def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, dimensions: list[str] | None = None, n_boot: int = 1000,
-            seed: int = 0, tolerance: tuple[float, float] = (0.8, 1.25), fallback_threshold: float = 0.5, device: str | None = None,
-            pair=None, equivalence: bool = True, write: bool = True) -> dict:
+def analyze(
+    run_dir: str | Path,
+    *,
+    alpha: float = 0.05,
+    delta: float = 0.05,
+    dimensions: list[str] | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    tolerance: tuple[float, float] = (0.8, 1.25),
+    fallback_threshold: float = 0.5,
+    device: str | None = None,
+    pair=None,
+    equivalence: bool = True,
+    write: bool = True,
+) -> dict:
     """Build (and by default write) run_dir/snapshot.json from the run's records."""
     if not 0 < alpha < 1:
         raise InputError(f"--alpha must be in (0, 1), got {alpha}")
@@ -247,11 +278,13 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
         from specaudit.models import load_pair
 
         draft = None if config.get("engines") == ["endpoint"] else config.get("draft")  # a server's draft is not ours to load
-        pair = load_pair(config.get("target", "default"), draft, device=device or config.get("device", "auto"),
-                         dtype=config.get("dtype", "auto"))
+        pair = load_pair(
+            config.get("target", "default"), draft, device=device or config.get("device", "auto"), dtype=config.get("dtype", "auto")
+        )
     if equivalence:
-        snapshot["equivalence"] = _equivalence(records, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed,
-                                              draft_noise=config.get("draft_noise"))
+        snapshot["equivalence"] = _equivalence(
+            records, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed, draft_noise=config.get("draft_noise")
+        )
     speculative_engines = [e for e in engines if e != CONTROL_ENGINE]
     # Acceptance per group comes from the screen when the run has one (every prompt, exact in
     # expectation); speed-up columns need the vanilla control's timings and stay empty without it.
@@ -264,15 +297,31 @@ def analyze(run_dir: str | Path, *, alpha: float = 0.05, delta: float = 0.05, di
         declared = (manifest.get("prompt_set") or {}).get("dimensions") or {}
         # The prompt set's declared reference group (e.g. Standard American English), else the largest group.
         reference = {d: declared[d]["reference"] if declared.get(d, {}).get("reference") else "largest" for d in dims}
-        parts = disparity_section(frame, dimensions=dims, engine=engine, baseline=CONTROL_ENGINE, alpha=alpha, n_boot=n_boot, seed=seed,
-                                  reference=reference,
-                                  tolerance=tolerance, fallback_threshold=fallback_threshold, decode=decode)
+        parts = disparity_section(
+            frame,
+            dimensions=dims,
+            engine=engine,
+            baseline=CONTROL_ENGINE,
+            alpha=alpha,
+            n_boot=n_boot,
+            seed=seed,
+            reference=reference,
+            tolerance=tolerance,
+            fallback_threshold=fallback_threshold,
+            decode=decode,
+        )
         snapshot.update({key: parts[key] for key in ("groups", "disparities", "recommendations", "prompts")})
         snapshot["run"]["disparity_engine"] = engine
-    snapshot["run"]["analysis"] = {"alpha": alpha, "delta": delta, "n_boot": n_boot, "seed": seed, "tolerance": list(tolerance),
-                                   "fallback_threshold": fallback_threshold, "seconds": round(time.perf_counter() - started, 2)}
+    snapshot["run"]["analysis"] = {
+        "alpha": alpha,
+        "delta": delta,
+        "n_boot": n_boot,
+        "seed": seed,
+        "tolerance": list(tolerance),
+        "fallback_threshold": fallback_threshold,
+        "seconds": round(time.perf_counter() - started, 2),
+    }
     snapshot = json_clean(snapshot)
     if write:
         write_json_atomic(run_dir / SNAPSHOT_FILE, snapshot)
     return snapshot
-

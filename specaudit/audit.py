@@ -30,8 +30,16 @@ def default_run_id(cfg: RunConfig) -> str:
     return f"{stamp}_{re.sub(r'[^A-Za-z0-9_.:-]+', '_', names).replace(':', '')}"
 
 
-def audit(cfg: RunConfig, out_dir: str | Path, *, analysis: dict | None = None, gate: dict | None = None, pair=None,
-          progress: bool = True, command: str | None = None) -> AuditResult:
+def audit(
+    cfg: RunConfig,
+    out_dir: str | Path,
+    *,
+    analysis: dict | None = None,
+    gate: dict | None = None,
+    pair=None,
+    progress: bool = True,
+    command: str | None = None,
+) -> AuditResult:
     from specaudit._files import check_output_folder, write_json_atomic
     from specaudit.analysis import SNAPSHOT_FILE, analyze
     from specaudit.execution import run

@@ -19,8 +19,11 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", help="auto | float32 | bfloat16 | float16 (auto: bf16 on CUDA, float32 on CPU)")
     g.add_argument("--threads", type=int, help="CPU threads for torch (default 1: batch-1 decoding gains little from more)")
     g = p.add_argument_group("decoding")
-    g.add_argument("--engines", help="comma list of vanilla, speculative, hf-assisted (default vanilla,speculative); "
-                   "or a backend alone: endpoint (live servers, config `endpoint:`), vllm (GPU) or llama-cpp (GGUF on CPU)")
+    g.add_argument(
+        "--engines",
+        help="comma list of vanilla, speculative, hf-assisted (default vanilla,speculative); "
+        "or a backend alone: endpoint (live servers, config `endpoint:`), vllm (GPU) or llama-cpp (GGUF on CPU)",
+    )
     g.add_argument("--k", type=int, help="draft tokens per verification step (default 4)")
     g.add_argument("--temperature", type=float, help="0 = greedy (default 1.0)")
     g.add_argument("--top-k", type=int, help="0 = off")
@@ -31,10 +34,18 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--timing-repeats", type=int, help="extra interleaved runs per prompt used only for latency")
     g.add_argument("--warmup", type=int, help="warm-up rounds before timing (default 1)")
     g.add_argument("--verify", help="module:function of your own rejection step, run inside the speculative engine")
-    g.add_argument("--draft-noise", help="dimension=group:sigma: add N(0, sigma^2) noise to the draft's logits on that group's "
-                   "prompts, planting a known disparity to check the audit finds it")
-    g.add_argument("--no-chat-template", dest="chat_template", action="store_const", const=False,
-                   help="feed prompt text as is, not through the tokenizer's chat template")
+    g.add_argument(
+        "--draft-noise",
+        help="dimension=group:sigma: add N(0, sigma^2) noise to the draft's logits on that group's "
+        "prompts, planting a known disparity to check the audit finds it",
+    )
+    g.add_argument(
+        "--no-chat-template",
+        dest="chat_template",
+        action="store_const",
+        const=False,
+        help="feed prompt text as is, not through the tokenizer's chat template",
+    )
     g = p.add_argument_group("prompts")
     g.add_argument("--prompts", help="prompt set name (core), folder, JSONL/CSV/Parquet file or HF dataset id")
     g.add_argument("--column-map", help="for files and HF datasets: text=COL,id=COL,group:DIM=COL")
@@ -85,8 +96,11 @@ def _run_config(args: argparse.Namespace):
 def _add_executor_options(p: argparse.ArgumentParser) -> None:
     """Where the plan runs; RunConfig fields, so a --config file may set them too."""
     g = p.add_argument_group("execution")
-    g.add_argument("--executor", choices=("local", "ray"), help="local (this process, default) or ray (one actor per GPU or CPU slot; "
-                   "needs specaudit[ray])")
+    g.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        help="local (this process, default) or ray (one actor per GPU or CPU slot; needs specaudit[ray])",
+    )
     g.add_argument("--workers", type=int, help="Ray actors (default: one per GPU, else one per --threads CPUs)")
     g.add_argument("--ray-address", help="a running Ray cluster, e.g. auto or ray://head:10001 (default: start Ray here)")
 
@@ -112,7 +126,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     shard = parse_shard(args.shard) if args.shard else None
     summary = run(cfg, args.out, progress=not args.quiet, command=" ".join(["specaudit", *sys.argv[1:]]), shard=shard)
-    print(f"{summary.out_dir}/records.jsonl: {summary.records} records ({summary.written} new, {summary.skipped} resumed) in {summary.seconds:.1f} s")
+    print(
+        f"{summary.out_dir}/records.jsonl: {summary.records} records ({summary.written} new, {summary.skipped} resumed) in {summary.seconds:.1f} s"
+    )
     return 0
 
 
@@ -139,8 +155,12 @@ def _add_analysis_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--analyze-dimensions", dest="analyze_dimensions", help="prompt attributes to analyse (default: all in the run)")
     g.add_argument("--n-boot", type=int, help="bootstrap resamples of prompts (default 1000)")
     g.add_argument("--band", help="tolerance band on the ratio to the reference group (default 0.8,1.25)")
-    g.add_argument("--fallback-threshold", type=float, help="acceptance below which the fallback simulation routes to vanilla (default 0.5)")
-    g.add_argument("--no-equivalence", dest="equivalence", action="store_const", const=False, help="skip the equivalence tests (no model loading)")
+    g.add_argument(
+        "--fallback-threshold", type=float, help="acceptance below which the fallback simulation routes to vanilla (default 0.5)"
+    )
+    g.add_argument(
+        "--no-equivalence", dest="equivalence", action="store_const", const=False, help="skip the equivalence tests (no model loading)"
+    )
 
 
 def _analysis_kwargs(args: argparse.Namespace, base: dict | None = None) -> dict:
@@ -179,8 +199,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from specaudit.analysis import analyze
 
     snapshot = analyze(args.run_dir, device=args.device, **_analysis_kwargs(args))
-    print(f"{args.run_dir}/snapshot.json: equivalence {snapshot['equivalence']['status']}, "
-          f"{sum(len(v.get('by_group', {})) for v in snapshot['groups'].values())} groups in {len(snapshot['groups'])} dimension(s)")
+    print(
+        f"{args.run_dir}/snapshot.json: equivalence {snapshot['equivalence']['status']}, "
+        f"{sum(len(v.get('by_group', {})) for v in snapshot['groups'].values())} groups in {len(snapshot['groups'])} dimension(s)"
+    )
     return 0
 
 
@@ -213,11 +235,19 @@ def _run_audit(args: argparse.Namespace):
 
     check_model_sources(cfg)
     out = out or f"reports/{default_run_id(cfg)}"
-    result = audit(cfg, out, analysis=_analysis_kwargs(args, analysis_options), gate=gate_options, progress=not args.quiet,
-                   command=" ".join(["specaudit", *sys.argv[1:]]))
+    result = audit(
+        cfg,
+        out,
+        analysis=_analysis_kwargs(args, analysis_options),
+        gate=gate_options,
+        progress=not args.quiet,
+        command=" ".join(["specaudit", *sys.argv[1:]]),
+    )
     print(f"report: {result.files['html']}")
-    print(f"equivalence: {result.snapshot['equivalence'].get('status', 'not run').upper()}  gate: {result.gate_status.upper()}"
-          f"  (snapshot: {result.out_dir}/snapshot.json)")
+    print(
+        f"equivalence: {result.snapshot['equivalence'].get('status', 'not run').upper()}  gate: {result.gate_status.upper()}"
+        f"  (snapshot: {result.out_dir}/snapshot.json)"
+    )
     return result
 
 
@@ -278,8 +308,12 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         print(f"\nend to end (mutant inside the speculative engine, full analysis; target {args.target}):")
         print(e2e.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     # The exit code covers every part that ran: a row of either table that missed its target fails it.
-    missed = [f"{part} {name}" for part, table in (("unit", unit), ("end-to-end", e2e)) if table is not None
-              for name in table.loc[~table["ok"].astype(bool), "sampler"]]
+    missed = [
+        f"{part} {name}"
+        for part, table in (("unit", unit), ("end-to-end", e2e))
+        if table is not None
+        for name in table.loc[~table["ok"].astype(bool), "sampler"]
+    ]
     if missed:
         print(f"\nselftest failed: {', '.join(missed)} missed the target", file=sys.stderr)
     return 1 if missed else 0
@@ -298,8 +332,7 @@ def _add_prompts(sub: argparse._SubParsersAction) -> None:
     validate.add_argument("source", help="set name, folder, JSONL/CSV/Parquet file or HF dataset id")
     stats = actions.add_parser("stats", help="prompts per group and length distribution")
     stats.add_argument("source", help="set name, folder, JSONL/CSV/Parquet file or HF dataset id")
-    stats.add_argument("--tokenizer", default="default",
-                       help="'default' (embedded model), 'none' (count words) or a tokenizer path/HF id")
+    stats.add_argument("--tokenizer", default="default", help="'default' (embedded model), 'none' (count words) or a tokenizer path/HF id")
     stats.add_argument("--dimensions", help="comma-separated dimensions to keep")
     stats.add_argument("--per-group", type=int, help="stratified sample of N prompts per group, as a run would use")
     stats.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
@@ -330,9 +363,15 @@ def cmd_prompts(args: argparse.Namespace) -> int:
         print(summary, file=sys.stderr if report.errors else sys.stdout)
         return 0 if report.ok else 2
     elif args.prompts_command == "stats":
-        prompt_set = prompts.load_prompts(args.source, column_map=args.column_map, split=args.split,
-                                          dimensions=args.dimensions, per_group=args.per_group, seed=args.seed,
-                                          intersect=args.intersect)
+        prompt_set = prompts.load_prompts(
+            args.source,
+            column_map=args.column_map,
+            split=args.split,
+            dimensions=args.dimensions,
+            per_group=args.per_group,
+            seed=args.seed,
+            intersect=args.intersect,
+        )
         table = prompts.prompt_set_stats(prompt_set, tokenizer=prompts.resolve_tokenizer(args.tokenizer))
         print(f"{prompt_set.name} (version {prompt_set.version}), {len(prompt_set)} prompts, checksum {prompt_set.checksum[:12]}")
         print(prompts.format_stats(table, prompt_set.min_group_size))
@@ -344,23 +383,37 @@ def cmd_prompts(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------- monitor
 def _add_monitor(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("monitor", aliases=["history"], help="history store of snapshots, drift against a baseline, alerts, trend report",
-                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
-                           "a nightly job (cron, systemd timer, CI schedule; see specaudit/monitor/scheduling.md):\n"
-                           "  specaudit monitor check runs/today --store sqlite:///history.db --environment prod \\\n"
-                           "      --alert-file alerts.jsonl --metrics-file /var/lib/node_exporter/textfile/specaudit.prom\n"
-                           "exit codes: 0 no FAIL, 1 a check FAILed, 2 bad input or unusable store"))
+    p = sub.add_parser(
+        "monitor",
+        aliases=["history"],
+        help="history store of snapshots, drift against a baseline, alerts, trend report",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "a nightly job (cron, systemd timer, CI schedule; see specaudit/monitor/scheduling.md):\n"
+            "  specaudit monitor check runs/today --store sqlite:///history.db --environment prod \\\n"
+            "      --alert-file alerts.jsonl --metrics-file /var/lib/node_exporter/textfile/specaudit.prom\n"
+            "exit codes: 0 no FAIL, 1 a check FAILed, 2 bad input or unusable store"
+        ),
+    )
     p.set_defaults(func=cmd_monitor)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", help="sqlite:///path.db (default $SPECAUDIT_STORE, else sqlite:///specaudit-history.db) or postgresql://user@host/db")
-    common.add_argument("--environment", help="environment tag (default $SPECAUDIT_ENVIRONMENT): stored with `add`, filters the other actions")
+    common.add_argument(
+        "--store", help="sqlite:///path.db (default $SPECAUDIT_STORE, else sqlite:///specaudit-history.db) or postgresql://user@host/db"
+    )
+    common.add_argument(
+        "--environment", help="environment tag (default $SPECAUDIT_ENVIRONMENT): stored with `add`, filters the other actions"
+    )
     actions = p.add_subparsers(dest="monitor_command", required=True)
     add = actions.add_parser("add", parents=[common], help="store a snapshot (snapshot.json or its run folder)")
     add.add_argument("snapshot")
     checking = argparse.ArgumentParser(add_help=False)  # what `check` and `run` share
     checking.add_argument("--baseline", default="auto", help="auto (pinned run, else rolling:5) | pinned | rolling:N | a run id or name")
-    checking.add_argument("--metrics", default="acceptance_rate,speedup", help="comma list of metrics to compare (default acceptance_rate,speedup)")
-    checking.add_argument("--min-change", type=float, default=0.10, help="practical threshold: relative worsening that FAILs (default 0.10)")
+    checking.add_argument(
+        "--metrics", default="acceptance_rate,speedup", help="comma list of metrics to compare (default acceptance_rate,speedup)"
+    )
+    checking.add_argument(
+        "--min-change", type=float, default=0.10, help="practical threshold: relative worsening that FAILs (default 0.10)"
+    )
     checking.add_argument("--no-cusum", dest="cusum", action="store_false", help="skip the CUSUM slow-drift check over the history")
     checking.add_argument("--cusum-h", type=float, help="CUSUM threshold (default ln(series / alpha) / (2k), k = 0.5)")
     checking.add_argument("--format", choices=("text", "json"), default="text")
@@ -369,14 +422,16 @@ def _add_monitor(sub: argparse._SubParsersAction) -> None:
     checking.add_argument("--metrics-file", help="write Prometheus textfile-collector gauges of the run and its checks here")
     checking.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="extra tag stored with the snapshot (repeatable)")
     add.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="extra tag stored with the snapshot (repeatable)")
-    check = actions.add_parser("check", aliases=["drift"], parents=[common, checking],
-                               help="compare a run with its baseline; alerts one per line; exit 1 on FAIL")
+    check = actions.add_parser(
+        "check", aliases=["drift"], parents=[common, checking], help="compare a run with its baseline; alerts one per line; exit 1 on FAIL"
+    )
     check.add_argument("snapshot", nargs="?", help="store this snapshot first and check it (default: the latest stored run)")
     check.add_argument("--snapshot", dest="snapshot_option", metavar="PATH", help="the same as the positional SNAPSHOT")
     check.add_argument("--run", default="latest", help="stored run to check: id, name or 'latest' (default)")
     check.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate over groups x metrics, Holm (default 0.05)")
-    run = actions.add_parser("run", parents=[common, checking],
-                             help="run an audit (the flags and config of `specaudit audit`), store its snapshot and check it")
+    run = actions.add_parser(
+        "run", parents=[common, checking], help="run an audit (the flags and config of `specaudit audit`), store its snapshot and check it"
+    )
     _add_audit_options(run)  # its --alpha serves the audit's tests and the drift checks alike
     report = actions.add_parser("report", parents=[common], help="trend report: OUT/trend.html (self-contained) and OUT/trend.csv")
     report.add_argument("--out", default="reports/trend", help="output folder (default reports/trend)")
@@ -430,8 +485,17 @@ def cmd_monitor(args: argparse.Namespace) -> int:
             if args.snapshot:
                 run = store.add(args.snapshot, environment=environment or "", tags=parse_tags(args.tag)).run.id
             metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
-            result = monitor.check(store, run, baseline=args.baseline, environment=environment, metrics=metrics, alpha=args.alpha,
-                                   min_change=args.min_change, cusum=args.cusum, cusum_h=args.cusum_h)
+            result = monitor.check(
+                store,
+                run,
+                baseline=args.baseline,
+                environment=environment,
+                metrics=metrics,
+                alpha=args.alpha,
+                min_change=args.min_change,
+                cusum=args.cusum,
+                cusum_h=args.cusum_h,
+            )
             print(json.dumps(result.to_dict(), indent=2) if args.format == "json" else result.format_text(verbose=args.verbose))
             checked = store.get(result.run_id)
             if args.alert_file:
@@ -442,8 +506,9 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         elif action == "report":
             metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
             dims = [d.strip() for d in args.dimensions.split(",")] if args.dimensions else None
-            report = monitor.write_trend_report(store, args.out, environment=environment, last=args.last or None, metrics=metrics,
-                                                dimensions=dims, title=args.title)
+            report = monitor.write_trend_report(
+                store, args.out, environment=environment, last=args.last or None, metrics=metrics, dimensions=dims, title=args.title
+            )
             print(f"{report.html_path} and {report.csv_path}: {report.n_runs} run(s), {report.n_charts} chart(s)")
         elif action == "export":
             text = monitor.metrics_text(store, args.run, environment=environment)
@@ -459,7 +524,11 @@ def cmd_monitor(args: argparse.Namespace) -> int:
                 print(json.dumps([r.to_dict() for r in runs], indent=2))
             else:
                 print(history_table(runs, pins=store.baselines(), alerts=alert_counts(store, runs)) if runs else f"no runs in {store.url}")
-                total = len(store.runs(environment=environment, tags=parse_tags(args.tag))) if args.limit and len(runs) == args.limit else len(runs)
+                total = (
+                    len(store.runs(environment=environment, tags=parse_tags(args.tag)))
+                    if args.limit and len(runs) == args.limit
+                    else len(runs)
+                )
                 if total > len(runs):
                     print(f"{len(runs)} of {total} shown (--limit 0 for all)")
         elif action == "show":
@@ -476,7 +545,10 @@ def cmd_monitor(args: argparse.Namespace) -> int:
                 print(f"baseline of environment {env or '-'} " + ("cleared" if store.clear_baseline(env) else "was not set"))
             else:
                 pin = store.baseline(env)
-                print(f"baseline of environment {env or '-'}: " + (f"run {pin.label} created {pin.created}" if pin else "none (checks use rolling:5)"))
+                print(
+                    f"baseline of environment {env or '-'}: "
+                    + (f"run {pin.label} created {pin.created}" if pin else "none (checks use rolling:5)")
+                )
     return 0
 
 
@@ -485,8 +557,11 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="render report.html, summary.md, groups.csv and junit.xml from a snapshot")
     p.add_argument("snapshot", metavar="RUN_DIR|SNAPSHOT", help="run folder holding snapshot.json, or the snapshot file")
     p.add_argument("--out", help="folder for the report files (default: beside snapshot.json)")
-    p.add_argument("--compare", metavar="OTHER", help="another run folder or snapshot: show per group what changed against it "
-                                                      "(the monitor's drift tests)")
+    p.add_argument(
+        "--compare",
+        metavar="OTHER",
+        help="another run folder or snapshot: show per group what changed against it (the monitor's drift tests)",
+    )
     p.set_defaults(func=cmd_report)
 
 
@@ -496,8 +571,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     snapshot = load_snapshot(args.snapshot)
     other = load_snapshot(args.compare) if args.compare else None
-    paths = render_report(snapshot, args.out or snapshot_path(args.snapshot).parent, compare=other,
-                          compare_label=str(args.compare or ""))
+    paths = render_report(snapshot, args.out or snapshot_path(args.snapshot).parent, compare=other, compare_label=str(args.compare or ""))
     html = paths["html"]
     print(f"{html} ({html.stat().st_size / 1024:.0f} KiB); also {', '.join(p.name for k, p in paths.items() if k != 'html')}")
     return 0
@@ -529,16 +603,23 @@ def cmd_gate(args: argparse.Namespace) -> int:
 # -------------------------------------------------------------------------- main
 # ---------------------------------------------------------------------- mitigate
 def _add_mitigate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("mitigate", help="distil a better draft and derive per-group k / routing policies from an audited run, "
-                                        "then re-audit on held-out prompts")
+    p = sub.add_parser(
+        "mitigate",
+        help="distil a better draft and derive per-group k / routing policies from an audited run, then re-audit on held-out prompts",
+    )
     p.add_argument("run_dir", help="an analysed run folder (records.jsonl, manifest.json, snapshot.json)")
     p.add_argument("--out", required=True, help="new output folder (draft/, training_card.*, policy.*, before_after.*)")
     p.add_argument("--draft", help="trainable draft to start from: early-exit:N or a model folder (default: the run's draft)")
-    p.add_argument("--dimension", help="prompt attribute whose groups weight the training mix (default: the one with the "
-                                       "lowest group relative to its reference)")
+    p.add_argument(
+        "--dimension",
+        help="prompt attribute whose groups weight the training mix (default: the one with the lowest group relative to its reference)",
+    )
     p.add_argument("--weighting", default="inverse-acceptance", help="inverse-acceptance (default), balanced or unweighted")
-    p.add_argument("--compare", default="unweighted", help="comma list of weightings also trained at the same budget for the "
-                                                           "comparison table ('' for none; default unweighted)")
+    p.add_argument(
+        "--compare",
+        default="unweighted",
+        help="comma list of weightings also trained at the same budget for the comparison table ('' for none; default unweighted)",
+    )
     p.add_argument("--objective", default="tv", help="tv (1 - acceptance per position, default) or kl (forward KL)")
     p.add_argument("--held-out", type=float, default=0.5, help="fraction of prompts (whole pairs) held out (default 0.5)")
     p.add_argument("--per-group", type=int, help="draw N prompts per group from the run's prompt set instead of the run's prompts")
@@ -548,8 +629,11 @@ def _add_mitigate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, help="sequences per step (default 4)")
     p.add_argument("--samples", type=int, help="target samples per prompt (default 2; --quick 1)")
     p.add_argument("--max-new-tokens", type=int, help="tokens per target sample (default 32, at most the run's; --quick 16)")
-    p.add_argument("--equivalence-prompts", type=int, help="held-out prompts decoded by the real engine for the equivalence check "
-                                                           "(default 4; --quick 2; 0 skips it)")
+    p.add_argument(
+        "--equivalence-prompts",
+        type=int,
+        help="held-out prompts decoded by the real engine for the equivalence check (default 4; --quick 2; 0 skips it)",
+    )
     p.add_argument("--timing-prompts", type=int, help="held-out prompts per group timed for the measured speed-up (default 1; --quick 0)")
     p.add_argument("--seed", type=int, default=0, help="split, sampling and training seed (default 0)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] (default auto)")
@@ -562,17 +646,36 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
     from specaudit.mitigate import mitigate
 
     compare = tuple(name for name in (args.compare or "").split(",") if name.strip())
-    result = mitigate(args.run_dir, args.out, draft=args.draft, dimension=args.dimension, held_out=args.held_out, weighting=args.weighting,
-                      compare=tuple(n.strip() for n in compare), objective=args.objective, train_layers=args.train_layers,
-                      learning_rate=args.learning_rate, per_group=args.per_group, quick=args.quick, samples=args.samples,
-                      max_new_tokens=args.max_new_tokens, steps=args.steps, batch_size=args.batch_size,
-                      equivalence_prompts=args.equivalence_prompts, timing_prompts=args.timing_prompts, seed=args.seed,
-                      device=args.device, progress=not args.quiet)
+    result = mitigate(
+        args.run_dir,
+        args.out,
+        draft=args.draft,
+        dimension=args.dimension,
+        held_out=args.held_out,
+        weighting=args.weighting,
+        compare=tuple(n.strip() for n in compare),
+        objective=args.objective,
+        train_layers=args.train_layers,
+        learning_rate=args.learning_rate,
+        per_group=args.per_group,
+        quick=args.quick,
+        samples=args.samples,
+        max_new_tokens=args.max_new_tokens,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        equivalence_prompts=args.equivalence_prompts,
+        timing_prompts=args.timing_prompts,
+        seed=args.seed,
+        device=args.device,
+        progress=not args.quiet,
+    )
     summary = result.summary
     worst = summary["lowest_group_by_audit"]
     row = summary["comparison"]["groups"].get(worst) or summary["comparison"]["groups"]["(overall)"]
-    print(f"{result.out_dir}/before_after.md: {summary['dimension']}={worst} acceptance {row['before']['value']:.3f} -> "
-          f"{row['after']['value']:.3f}; equivalence {str(summary['equivalence'].get('status')).upper()}")
+    print(
+        f"{result.out_dir}/before_after.md: {summary['dimension']}={worst} acceptance {row['before']['value']:.3f} -> "
+        f"{row['after']['value']:.3f}; equivalence {str(summary['equivalence'].get('status')).upper()}"
+    )
     print(f"draft: {result.out_dir / 'draft'} (use with --draft); policy: {result.out_dir / 'policy.yaml'}")
     return 0
 
@@ -616,8 +719,11 @@ def _internal_error(command: str, err: BaseException) -> int:
     if os.environ.get("SPECAUDIT_DEBUG"):
         traceback.print_exc()
     what = " ".join(str(err).split())[:300]
-    print(f"specaudit: internal error: `specaudit {command}` failed with {type(err).__name__}: {what}; this is a bug of "
-          "specaudit, please report it with the command and the traceback that SPECAUDIT_DEBUG=1 prints", file=sys.stderr)
+    print(
+        f"specaudit: internal error: `specaudit {command}` failed with {type(err).__name__}: {what}; this is a bug of "
+        "specaudit, please report it with the command and the traceback that SPECAUDIT_DEBUG=1 prints",
+        file=sys.stderr,
+    )
     return EXIT_INTERNAL_ERROR
 
 

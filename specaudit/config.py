@@ -74,12 +74,16 @@ class RunConfig(BaseModel):
 
         unknown = [e for e in self.engines if e not in ENGINES and e not in BACKENDS]
         if unknown or not self.engines:
-            raise InputError(f"unknown engine(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(ENGINES)}, "
-                             f"or one backend alone ({', '.join(BACKENDS)})")
+            raise InputError(
+                f"unknown engine(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(ENGINES)}, "
+                f"or one backend alone ({', '.join(BACKENDS)})"
+            )
         backends = [e for e in self.engines if e in BACKENDS]
         if backends and len(self.engines) > 1:
-            raise InputError(f"--engines {','.join(self.engines)}: the {backends[0]} backend runs alone (it records vanilla and "
-                             f"speculative itself); write --engines {backends[0]}")
+            raise InputError(
+                f"--engines {','.join(self.engines)}: the {backends[0]} backend runs alone (it records vanilla and "
+                f"speculative itself); write --engines {backends[0]}"
+            )
         if self.endpoint is not None or self.engines == ("endpoint",):
             from specaudit.backends.endpoint import validate_settings
 
@@ -121,7 +125,20 @@ class RunConfig(BaseModel):
 
     def decoding_identity(self) -> dict:
         """The settings that decide what records mean: a resumed run must match these exactly."""
-        keep = ("target", "draft", "k", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "dtype", "verify", "chat_template", "draft_noise")
+        keep = (
+            "target",
+            "draft",
+            "k",
+            "temperature",
+            "top_k",
+            "top_p",
+            "max_new_tokens",
+            "seed",
+            "dtype",
+            "verify",
+            "chat_template",
+            "draft_noise",
+        )
         identity = {name: getattr(self, name) for name in keep}
         if self.endpoint:
             from specaudit.backends.endpoint import settings_identity
@@ -141,8 +158,10 @@ class RunConfig(BaseModel):
         except (ImportError, AttributeError, ValueError):
             raise InputError(f"--verify {self.verify!r}: cannot import it; write module.path:function_name") from None
         if not callable(function):
-            raise InputError(f"--verify {self.verify!r} names a {type(function).__name__}, not a function "
-                             "verify(draft_tokens, draft_probs, target_probs, generator)")
+            raise InputError(
+                f"--verify {self.verify!r} names a {type(function).__name__}, not a function "
+                "verify(draft_tokens, draft_probs, target_probs, generator)"
+            )
         return function
 
 

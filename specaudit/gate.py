@@ -54,14 +54,28 @@ class GateThresholds:
 
     def __post_init__(self) -> None:
         _check_number("alpha", self.alpha, low=0.0, high=1.0, allow_none=True, explain="the family-wise error rate, e.g. 0.05")
-        _check_number("tv_delta", self.tv_delta, low=0.0, high=1.0, allow_none=True,
-                      explain="the equivalence margin on total variation, e.g. 0.05")
-        _check_number("band_low", self.band_low, low=0.0, high=1.0, high_inclusive=True, allow_none=True,
-                      explain="the lowest acceptable ratio of a group to the reference, e.g. 0.8")
-        _check_number("band_high", self.band_high, low=1.0, high=math.inf, low_inclusive=True, allow_none=True,
-                      explain="the highest acceptable ratio of a group to the reference, e.g. 1.25")
-        _check_number("min_speedup", self.min_speedup, low=0.0, high=math.inf,
-                      explain="the speed-up every group should reach, e.g. 1.0")
+        _check_number(
+            "tv_delta", self.tv_delta, low=0.0, high=1.0, allow_none=True, explain="the equivalence margin on total variation, e.g. 0.05"
+        )
+        _check_number(
+            "band_low",
+            self.band_low,
+            low=0.0,
+            high=1.0,
+            high_inclusive=True,
+            allow_none=True,
+            explain="the lowest acceptable ratio of a group to the reference, e.g. 0.8",
+        )
+        _check_number(
+            "band_high",
+            self.band_high,
+            low=1.0,
+            high=math.inf,
+            low_inclusive=True,
+            allow_none=True,
+            explain="the highest acceptable ratio of a group to the reference, e.g. 1.25",
+        )
+        _check_number("min_speedup", self.min_speedup, low=0.0, high=math.inf, explain="the speed-up every group should reach, e.g. 1.0")
         if isinstance(self.min_group_size, bool) or not isinstance(self.min_group_size, int) or self.min_group_size < 1:
             raise InputError(f"gate.min_group_size must be an integer >= 1, got {self.min_group_size!r}")
         for name in ("disparity_severity", "tv_severity", "slowdown_severity"):
@@ -72,7 +86,9 @@ class GateThresholds:
         if isinstance(metrics, str):
             metrics = tuple(m.strip() for m in metrics.split(",") if m.strip())
         if not isinstance(metrics, (list, tuple)) or not metrics or not all(isinstance(m, str) and m for m in metrics):
-            raise InputError(f"gate.disparity_metrics must be a non-empty list of metric names such as acceptance_rate, speedup; got {self.disparity_metrics!r}")
+            raise InputError(
+                f"gate.disparity_metrics must be a non-empty list of metric names such as acceptance_rate, speedup; got {self.disparity_metrics!r}"
+            )
         object.__setattr__(self, "disparity_metrics", tuple(metrics))
 
     def band(self, analysis_band: Any = None) -> tuple[float, float]:
@@ -143,8 +159,10 @@ def _refuse_unknown_sections(options: Mapping[str, Any], where: str) -> None:
     known = set(RUN_OPTIONS) | {"out", "analysis", "gate"}
     unknown = sorted(set(options) - known)
     if unknown:
-        raise InputError(f"{where}: unknown top-level key(s) {', '.join(unknown)}; the thresholds go under `gate:` "
-                         "(beside the audit's run options and `analysis:`)")
+        raise InputError(
+            f"{where}: unknown top-level key(s) {', '.join(unknown)}; the thresholds go under `gate:` "
+            "(beside the audit's run options and `analysis:`)"
+        )
 
 
 # ============================================================================ results
@@ -182,8 +200,13 @@ class GateResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The snapshot's ``gate`` section."""
-        return {"status": self.status, "exit_code": self.exit_code, "counts": self.counts,
-                "thresholds": self.thresholds.to_dict(), "checks": [c.to_dict() for c in self.checks]}
+        return {
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "counts": self.counts,
+            "thresholds": self.thresholds.to_dict(),
+            "checks": [c.to_dict() for c in self.checks],
+        }
 
     def format(self) -> str:
         """Plain text for a terminal: one line per check, then the verdict."""
@@ -273,9 +296,14 @@ def _engine_equivalence(engine: str, entry: Mapping[str, Any], alpha: float, gre
     violations = _mapping(entry.get("verify_violations"))
     if violations:  # the sampler's own output broke the verify contract: proven, no test needed
         first = _mapping(violations.get("first"))
-        return GateCheck(name, title, FAIL, f"{engine}'s verify function broke its contract in {violations.get('count')} call(s); "
-                         f"first: call {first.get('call')} of record {first.get('record')}, it {first.get('problem')}",
-                         {"verify_violations": dict(violations)})
+        return GateCheck(
+            name,
+            title,
+            FAIL,
+            f"{engine}'s verify function broke its contract in {violations.get('count')} call(s); "
+            f"first: call {first.get('call')} of record {first.get('record')}, it {first.get('problem')}",
+            {"verify_violations": dict(violations)},
+        )
     if greedy:
         result = _mapping(entry.get("greedy"))
         if not result:
@@ -287,26 +315,40 @@ def _engine_equivalence(engine: str, entry: Mapping[str, Any], alpha: float, gre
         if bad:
             kinds = sorted({str(d.get("classification")) for d in bad})
             first = bad[0]
-            return GateCheck(name, title, FAIL,
-                             f"{len(bad)} greedy divergence(s) not explained by a near-tie ({', '.join(kinds)}); first: prompt "
-                             f"{first.get('prompt_id')} at position {first.get('position')}", details)
+            return GateCheck(
+                name,
+                title,
+                FAIL,
+                f"{len(bad)} greedy divergence(s) not explained by a near-tie ({', '.join(kinds)}); first: prompt "
+                f"{first.get('prompt_id')} at position {first.get('position')}",
+                details,
+            )
         extra = f"; {len(divergences)} divergence(s), all floating-point near-ties" if divergences else ""
         return GateCheck(name, title, PASS, f"greedy output matches vanilla on {matches} of {pairs} prompts{extra}", details)
     gof = _mapping(entry.get("goodness_of_fit"))
     two = _mapping(entry.get("two_sample"))
     rejected = [("goodness-of-fit", r) for r in _rejections(gof.get("gate"), alpha)]
     rejected += [("two-sample", r) for r in _rejections(two.get("gate"), alpha)]
-    details = {"alpha": alpha, "n_tokens": gof.get("n_tokens"),
-               "rejected": [{"battery": b, "test": r.get("test"), "holm_pvalue": r.get("holm_pvalue")} for b, r in rejected]}
+    details = {
+        "alpha": alpha,
+        "n_tokens": gof.get("n_tokens"),
+        "rejected": [{"battery": b, "test": r.get("test"), "holm_pvalue": r.get("holm_pvalue")} for b, r in rejected],
+    }
     if rejected:
         listed = ", ".join(f"{r.get('test')} (Holm p = {_fmt(r.get('holm_pvalue'))})" for _, r in rejected)
-        return GateCheck(name, title, FAIL, f"{engine} does not follow the target distribution: rejected by {listed} at α = {alpha:g}", details)
+        return GateCheck(
+            name, title, FAIL, f"{engine} does not follow the target distribution: rejected by {listed} at α = {alpha:g}", details
+        )
     if not _tested(gof.get("gate")) and not _tested(two.get("gate")):
         return GateCheck(name, title, WARN, f"not run: no test of {engine} could run (no scored tokens)", {**details, "not_run": True})
-    smallest = min((r["holm_pvalue"] for b in (gof, two) for r in (b.get("gate") or [])
-                    if isinstance(r, Mapping) and _finite(r.get("holm_pvalue"))), default=math.nan)
-    message = (f"no test rejects at α = {alpha:g} after Holm correction (smallest adjusted p = {_fmt(smallest)}, "
-               f"{gof.get('n_tokens', 'n/a')} tokens)")
+    smallest = min(
+        (r["holm_pvalue"] for b in (gof, two) for r in (b.get("gate") or []) if isinstance(r, Mapping) and _finite(r.get("holm_pvalue"))),
+        default=math.nan,
+    )
+    message = (
+        f"no test rejects at α = {alpha:g} after Holm correction (smallest adjusted p = {_fmt(smallest)}, "
+        f"{gof.get('n_tokens', 'n/a')} tokens)"
+    )
     if two.get("not_run_reason"):  # a test that could not reject is not counted as passed
         details["two_sample_not_run"] = two["not_run_reason"]
         message += f"; two-sample tests not run: {two['not_run_reason']}"
@@ -319,8 +361,13 @@ def _engine_equivalence(engine: str, entry: Mapping[str, Any], alpha: float, gre
 def _control_check(control: str, entry: Any, alpha: float, greedy: bool, section: Mapping[str, Any]) -> GateCheck:
     name, title = f"control[{control}]", "Vanilla control passes"
     if greedy:
-        return GateCheck(name, title, PASS, "greedy mode: outputs are compared with vanilla directly; the control has no test of its own",
-                         {"mode": "greedy"})
+        return GateCheck(
+            name,
+            title,
+            PASS,
+            "greedy mode: outputs are compared with vanilla directly; the control has no test of its own",
+            {"mode": "greedy"},
+        )
     if not isinstance(entry, Mapping):
         return _not_run(name, title, f"the run has no {control} engine, so the battery's calibration is unchecked")
     gof = _mapping(entry.get("goodness_of_fit"))
@@ -328,21 +375,35 @@ def _control_check(control: str, entry: Any, alpha: float, greedy: bool, section
     rejected = _rejections(gof.get("gate"), control_alpha)
     chance = [r for r in _rejections(gof.get("gate"), alpha) if r not in rejected]
     offenders = _impossible(entry).get("statistic") or 0
-    details = {"alpha": alpha, "control_alpha": control_alpha, "rejected": [r.get("test") for r in rejected],
-               "rejected_at_alpha": [r.get("test") for r in chance], "impossible_tokens": offenders}
+    details = {
+        "alpha": alpha,
+        "control_alpha": control_alpha,
+        "rejected": [r.get("test") for r in rejected],
+        "rejected_at_alpha": [r.get("test") for r in chance],
+        "impossible_tokens": offenders,
+    }
     if chance and not (rejected or offenders or section.get("status") == "error"):
         listed = ", ".join(f"{r.get('test')} (Holm p = {_fmt(r.get('holm_pvalue'))})" for r in chance)
-        return GateCheck(name, title, WARN,
-                         f"plain decoding is rejected at α = {alpha:g} by {listed} but not at the control level {control_alpha:g}: "
-                         "chance in 1 audit of 20, or a small scoring mismatch; rerun with another --seed", details)
+        return GateCheck(
+            name,
+            title,
+            WARN,
+            f"plain decoding is rejected at α = {alpha:g} by {listed} but not at the control level {control_alpha:g}: "
+            "chance in 1 audit of 20, or a small scoring mismatch; rerun with another --seed",
+            details,
+        )
     if rejected or offenders or section.get("status") == "error":
         why = ", ".join(f"{r.get('test')} (Holm p = {_fmt(r.get('holm_pvalue'))})" for r in rejected) or (
-            f"{offenders} impossible token(s)" if offenders else "the analysis marked it as failed")
-        return GateCheck(name, title, FAIL,
-                         f"plain decoding fails its own test ({why}): scoring and decoding disagree, so the audit is invalid", details)
+            f"{offenders} impossible token(s)" if offenders else "the analysis marked it as failed"
+        )
+        return GateCheck(
+            name, title, FAIL, f"plain decoding fails its own test ({why}): scoring and decoding disagree, so the audit is invalid", details
+        )
     if not _tested(gof.get("gate")):
         return GateCheck(name, title, WARN, "not run: the control had no scored tokens", {**details, "not_run": True})
-    return GateCheck(name, title, PASS, f"plain decoding passes the battery at α = {alpha:g} (the tests are calibrated on this run)", details)
+    return GateCheck(
+        name, title, PASS, f"plain decoding passes the battery at α = {alpha:g} (the tests are calibrated on this run)", details
+    )
 
 
 def _impossible_check(engines: Mapping[str, Any]) -> GateCheck:
@@ -365,9 +426,13 @@ def _impossible_check(engines: Mapping[str, Any]) -> GateCheck:
     if found:
         where = ", ".join(f"{n} from {e}" for e, n in found.items())
         example = f"; first: {first[1].get('key')} position {first[1].get('position')}" if first else ""
-        return GateCheck(name, title, FAIL,
-                         f"{sum(found.values())} emitted token(s) have probability 0 under the warped target ({where}){example}: proof of a bug",
-                         {"by_engine": found})
+        return GateCheck(
+            name,
+            title,
+            FAIL,
+            f"{sum(found.values())} emitted token(s) have probability 0 under the warped target ({where}){example}: proof of a bug",
+            {"by_engine": found},
+        )
     return GateCheck(name, title, PASS, f"every one of {tested} scored tokens is possible under the warped target", {"n_tokens": tested})
 
 
@@ -380,8 +445,11 @@ def _tv_check(engine: str, bound: Mapping[str, Any], delta: float | None, severi
     details = {"upper": upper, "estimate": bound.get("estimate"), "delta": delta, "n_samples": bound.get("n_samples")}
     if upper <= delta:
         return GateCheck(name, title, PASS, f"TV upper bound {_fmt(upper)} ≤ δ = {delta:g}: equivalent within the margin", details)
-    why = ("and equality is rejected at this position" if bound.get("verdict") == "different"
-           else f"not shown with {bound.get('n_samples', 'n/a')} samples; more samples per prompt tighten the bound")
+    why = (
+        "and equality is rejected at this position"
+        if bound.get("verdict") == "different"
+        else f"not shown with {bound.get('n_samples', 'n/a')} samples; more samples per prompt tighten the bound"
+    )
     return GateCheck(name, title, severity, f"TV upper bound {_fmt(upper)} > δ = {delta:g}: equivalence within the margin {why}", details)
 
 
@@ -390,9 +458,11 @@ def _disparity_checks(snapshot: Mapping[str, Any], t: GateThresholds) -> list[Ga
     groups = _mapping(snapshot.get("groups"))
     if not disparities and not groups:
         why = "the snapshot has no disparity results (the run needs vanilla, a speculative engine and a prompt attribute)"
-        return [_not_run("disparity", "Groups within the tolerance band", why),
-                _not_run("min-speedup", "No group slowed down", why),
-                _not_run("group-size", "Groups large enough", why)]
+        return [
+            _not_run("disparity", "Groups within the tolerance band", why),
+            _not_run("min-speedup", "No group slowed down", why),
+            _not_run("group-size", "Groups large enough", why),
+        ]
     checks: list[GateCheck] = []
     for dimension in dict.fromkeys([*disparities, *groups]):
         part = _mapping(disparities.get(dimension))
@@ -400,8 +470,18 @@ def _disparity_checks(snapshot: Mapping[str, Any], t: GateThresholds) -> list[Ga
         low, high = t.band(part.get("tolerance"))
         reference = part.get("reference") or _mapping(groups.get(dimension)).get("reference")
         for metric in t.disparity_metrics:
-            checks.append(_band_check(dimension, metric, _mapping(_mapping(part.get("metrics")).get(metric)), reference,
-                                      alpha, low, high, t.disparity_severity))
+            checks.append(
+                _band_check(
+                    dimension,
+                    metric,
+                    _mapping(_mapping(part.get("metrics")).get(metric)),
+                    reference,
+                    alpha,
+                    low,
+                    high,
+                    t.disparity_severity,
+                )
+            )
         by_group = _mapping(_mapping(groups.get(dimension)).get("by_group"))
         checks.append(_speedup_check(dimension, by_group, t.min_speedup, t.slowdown_severity))
         checks.append(_size_check(dimension, by_group, t.min_group_size))
@@ -438,18 +518,33 @@ def _band_check(dimension, metric, block, reference, alpha, low, high, severity)
         if status is None:
             continue
         ratio = _mapping(row.get("ratio"))
-        by_status[status].append({
-            "group": group, "ratio": ratio.get("value"), "ci_low": ratio.get("ci_low"), "ci_high": ratio.get("ci_high"),
-            "method": row.get("interval_method") or f"Holm p = {_fmt(row.get('pvalue_holm'), 2)}",
-            "n_prompts": row.get("n_prompts"), "min_detectable_ratio": row.get("min_detectable_ratio_low")})
+        by_status[status].append(
+            {
+                "group": group,
+                "ratio": ratio.get("value"),
+                "ci_low": ratio.get("ci_low"),
+                "ci_high": ratio.get("ci_high"),
+                "method": row.get("interval_method") or f"Holm p = {_fmt(row.get('pvalue_holm'), 2)}",
+                "n_prompts": row.get("n_prompts"),
+                "min_detectable_ratio": row.get("min_detectable_ratio_low"),
+            }
+        )
     flagged, inconclusive = by_status[DisparityStatus.FLAG], by_status[DisparityStatus.INCONCLUSIVE]
     insufficient = by_status[DisparityStatus.INSUFFICIENT]
-    details = {"reference": reference, "band": [low, high], "alpha": alpha, "flagged": flagged,
-               "inconclusive": inconclusive, "insufficient": insufficient}
+    details = {
+        "reference": reference,
+        "band": [low, high],
+        "alpha": alpha,
+        "flagged": flagged,
+        "inconclusive": inconclusive,
+        "insufficient": insufficient,
+    }
 
     def describe(rows):
-        return "; ".join(f"{r['group']} {_fixed(r['ratio'])}× [{_fixed(r['ci_low'])}, {_fixed(r['ci_high'])}] "
-                         f"(n = {r['n_prompts']}, {r['method']})" for r in rows)
+        return "; ".join(
+            f"{r['group']} {_fixed(r['ratio'])}× [{_fixed(r['ci_low'])}, {_fixed(r['ci_high'])}] (n = {r['n_prompts']}, {r['method']})"
+            for r in rows
+        )
 
     band = f"[{low:.3g}, {high:.3g}]"
     undecided = []
@@ -474,12 +569,19 @@ def _speedup_check(dimension, by_group, minimum, severity) -> GateCheck:
     if not measured:
         return _not_run(name, title, f"no speed-up measured for {dimension} groups")
     slow = {g: m for g, m in measured.items() if m["value"] < minimum}
-    details = {"min_speedup": minimum, "groups": {g: {k: m.get(k) for k in ("value", "ci_low", "ci_high", "n_prompts")} for g, m in slow.items()}}
+    details = {
+        "min_speedup": minimum,
+        "groups": {g: {k: m.get(k) for k in ("value", "ci_low", "ci_high", "n_prompts")} for g, m in slow.items()},
+    }
     if slow:
-        listed = "; ".join(f"{g} {_fixed(m['value'])}× [{_fixed(m.get('ci_low'))}, {_fixed(m.get('ci_high'))}]"
-                           + (" (interval below)" if _finite(m.get("ci_high")) and m["ci_high"] < minimum else "")
-                           for g, m in sorted(slow.items(), key=lambda item: item[1]["value"]))
-        return GateCheck(name, title, severity, f"{len(slow)} of {len(measured)} groups measure a speed-up below {minimum:g}×: {listed}", details)
+        listed = "; ".join(
+            f"{g} {_fixed(m['value'])}× [{_fixed(m.get('ci_low'))}, {_fixed(m.get('ci_high'))}]"
+            + (" (interval below)" if _finite(m.get("ci_high")) and m["ci_high"] < minimum else "")
+            for g, m in sorted(slow.items(), key=lambda item: item[1]["value"])
+        )
+        return GateCheck(
+            name, title, severity, f"{len(slow)} of {len(measured)} groups measure a speed-up below {minimum:g}×: {listed}", details
+        )
     slowest = min(measured.items(), key=lambda item: item[1]["value"])
     return GateCheck(name, title, PASS, f"every group reaches {minimum:g}× (slowest: {slowest[0]} {_fixed(slowest[1]['value'])}×)", details)
 
@@ -492,9 +594,13 @@ def _size_check(dimension, by_group, minimum) -> GateCheck:
     small = {g: n for g, n in sizes.items() if not _finite(n) or n < minimum}
     if small:
         listed = ", ".join(f"{g} ({n})" for g, n in sorted(small.items(), key=lambda item: (item[1] or 0, item[0])))
-        return GateCheck(name, title, WARN,
-                         f"{len(small)} of {len(sizes)} groups have fewer than {minimum} prompts, so their intervals and tests are weak: {listed}",
-                         {"min_group_size": minimum, "small": small})
+        return GateCheck(
+            name,
+            title,
+            WARN,
+            f"{len(small)} of {len(sizes)} groups have fewer than {minimum} prompts, so their intervals and tests are weak: {listed}",
+            {"min_group_size": minimum, "small": small},
+        )
     return GateCheck(name, title, PASS, f"every group has at least {minimum} prompts", {"min_group_size": minimum})
 
 

@@ -19,11 +19,14 @@ def check_draft_noise_targets(draft_noise: str | None, prompt_set) -> None:
     groups = {p.attributes[dimension] for p in prompt_set.prompts if dimension in p.attributes}
     if not groups:
         dimensions = sorted({d for p in prompt_set.prompts for d in p.attributes})
-        raise InputError(f"--draft-noise {draft_noise!r}: no prompt has the dimension {dimension!r} "
-                         f"(the prompts have {', '.join(dimensions) or 'no dimensions'})")
+        raise InputError(
+            f"--draft-noise {draft_noise!r}: no prompt has the dimension {dimension!r} "
+            f"(the prompts have {', '.join(dimensions) or 'no dimensions'})"
+        )
     if group not in groups:
-        raise InputError(f"--draft-noise {draft_noise!r}: no prompt is in group {group!r} of {dimension!r} "
-                         f"(its groups: {', '.join(sorted(groups))})")
+        raise InputError(
+            f"--draft-noise {draft_noise!r}: no prompt is in group {group!r} of {dimension!r} (its groups: {', '.join(sorted(groups))})"
+        )
 
 
 def context_length(model) -> int | None:
@@ -43,8 +46,10 @@ def check_prompt_lengths(encoded: Mapping[str, list[int]], model, max_new_tokens
         return
     for prompt_id, ids in encoded.items():
         if len(ids) + max_new_tokens > limit:
-            raise InputError(f"prompt {prompt_id!r} is {len(ids)} tokens; with --max-new-tokens {max_new_tokens} it exceeds the "
-                             f"model's context of {limit} tokens; shorten or drop it")
+            raise InputError(
+                f"prompt {prompt_id!r} is {len(ids)} tokens; with --max-new-tokens {max_new_tokens} it exceeds the "
+                f"model's context of {limit} tokens; shorten or drop it"
+            )
 
 
 def check_model_sources(cfg) -> None:

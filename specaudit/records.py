@@ -24,8 +24,20 @@ from specaudit.contracts.run import (
 )
 from specaudit.errors import InputError
 
-__all__ = ["MANIFEST_FILE", "RECORDS_FILE", "SCHEMA_VERSION", "Record", "RecordWriter", "check_invariants", "iter_run_records",
-           "load_records", "read_manifest", "read_records", "record_key", "write_json_atomic"]
+__all__ = [
+    "MANIFEST_FILE",
+    "RECORDS_FILE",
+    "SCHEMA_VERSION",
+    "Record",
+    "RecordWriter",
+    "check_invariants",
+    "iter_run_records",
+    "load_records",
+    "read_manifest",
+    "read_records",
+    "record_key",
+    "write_json_atomic",
+]
 
 
 def read_records(path: str | Path, *, repair: bool = False) -> list[dict]:
@@ -62,7 +74,9 @@ def load_records(path: str | Path, *, repair: bool = False) -> list[Record]:
         except ValueError:
             torn = is_last or all(not rest.strip() for rest in lines[number:])
             if not torn:
-                raise InputError(f"{path}, line {number}: not a valid record (corrupted file); remove the line or start a new --out") from None
+                raise InputError(
+                    f"{path}, line {number}: not a valid record (corrupted file); remove the line or start a new --out"
+                ) from None
             warnings.warn(f"{path}: dropped a torn last line {number} (a write cut short by a kill)", stacklevel=3)
             break
         record = Record.from_json(payload, where=f"{path}, line {number}")

@@ -19,5 +19,17 @@ from specaudit.execution.decode import (
 )
 from specaudit.execution.plan import derive_seed, plan_items
 
-__all__ = ["RunSummary", "decode_item", "derive_seed", "device_entry", "eos_token_ids", "generate_one",
-           "library_versions", "load_pair_for", "make_record", "plan_items", "run", "warm_up"]
+__all__ = [
+    "RunSummary",
+    "decode_item",
+    "derive_seed",
+    "device_entry",
+    "eos_token_ids",
+    "generate_one",
+    "library_versions",
+    "load_pair_for",
+    "make_record",
+    "plan_items",
+    "run",
+    "warm_up",
+]

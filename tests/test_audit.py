@@ -9,9 +9,17 @@ from specaudit.cli import main
 
 def _config(tmp_path, tiny_pair_dir, tiny_prompts_file, **extra):
     target, draft = tiny_pair_dir
-    options = {"target": str(target), "draft": str(draft), "prompts": str(tiny_prompts_file), "engines": "vanilla,speculative",
-               "samples": 3, "max_new_tokens": 16, "device": "cpu", "analysis": {"n_boot": 100, "band": "0.5,2.0"},
-               "gate": {"min_group_size": 1}}
+    options = {
+        "target": str(target),
+        "draft": str(draft),
+        "prompts": str(tiny_prompts_file),
+        "engines": "vanilla,speculative",
+        "samples": 3,
+        "max_new_tokens": 16,
+        "device": "cpu",
+        "analysis": {"n_boot": 100, "band": "0.5,2.0"},
+        "gate": {"min_group_size": 1},
+    }
     options.update(extra)
     path = tmp_path / "audit.yaml"
     path.write_text(yaml.safe_dump(options))
@@ -53,8 +61,24 @@ def test_monitor_run_audits_stores_and_checks(tmp_path, tiny_pair_dir, tiny_prom
     store = f"sqlite:///{tmp_path / 'history.db'}"
     codes, outputs = [], []
     for i, extra in enumerate([[], ["--seed", "1"], ["--seed", "2", "--draft-noise", "group=b:6.0"]]):
-        code = main(["monitor", "run", "--config", str(config), "--out", str(tmp_path / f"run{i}"), "--quiet", "--store", store,
-                     "--environment", "ci", "--format", "json", *extra])
+        code = main(
+            [
+                "monitor",
+                "run",
+                "--config",
+                str(config),
+                "--out",
+                str(tmp_path / f"run{i}"),
+                "--quiet",
+                "--store",
+                store,
+                "--environment",
+                "ci",
+                "--format",
+                "json",
+                *extra,
+            ]
+        )
         codes.append(code)
         outputs.append(capsys.readouterr().out)
     results = [json.loads(out) for out in outputs]  # with --format json, stdout is the check alone

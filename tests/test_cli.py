@@ -28,7 +28,18 @@ def _cli(*args):
 )
 def test_bad_flags_exit_2_with_one_sentence(tmp_path, tiny_pair_dir, tiny_prompts_file, flags, message, capsys):
     target, draft = tiny_pair_dir
-    base = ["run", "--target", str(target), "--draft", str(draft), "--prompts", str(tiny_prompts_file), "--out", str(tmp_path / "o"), "--quiet"]
+    base = [
+        "run",
+        "--target",
+        str(target),
+        "--draft",
+        str(draft),
+        "--prompts",
+        str(tiny_prompts_file),
+        "--out",
+        str(tmp_path / "o"),
+        "--quiet",
+    ]
     code = main([*base, *flags])
     err = capsys.readouterr().err
     assert code == 2, err
@@ -49,7 +60,9 @@ def test_vocabulary_mismatch_names_both_sizes(tmp_path, tiny_pair_dir, tiny_prom
     tokenizer = AutoTokenizer.from_pretrained(target)
     tokenizer.add_tokens([f"<extra{i}>" for i in range(5)])
     tokenizer.save_pretrained(other)
-    code, _, err = _cli("run", "--target", str(target), "--draft", str(other), "--prompts", str(tiny_prompts_file), "--out", str(tmp_path / "o"))
+    code, _, err = _cli(
+        "run", "--target", str(target), "--draft", str(other), "--prompts", str(tiny_prompts_file), "--out", str(tmp_path / "o")
+    )
     assert code == 2
     assert "83 tokens" in err and "78" in err and "same tokenizer" in err
     assert "Traceback" not in err and not (tmp_path / "o" / "records.jsonl").exists()
@@ -69,10 +82,14 @@ def test_unknown_flag_is_exit_2():
         ("chat_template: maybe\n", "--chat-template must be true or false, got 'maybe'"),
         ("samples: true\n", "--samples must be an integer >= 1, got True"),
         ("max_new_tokens: 8\nwarp_factor: 9\n", "unknown option(s) warp_factor"),
-        ("engines: endpoint\nendpoint:\n  speculative_url: http://a/v1\n  vanilla_url: http://b/v1\n  concurrency: 0\n",
-         "endpoint.concurrency must be an integer >= 1, got 0"),
-        ("engines: endpoint\nendpoint:\n  speculative_url: http://a/v1\n  vanilla_url: http://b/v1\n  timeout_s: soon\n",
-         "endpoint.timeout_s must be a number > 0, got 'soon'"),
+        (
+            "engines: endpoint\nendpoint:\n  speculative_url: http://a/v1\n  vanilla_url: http://b/v1\n  concurrency: 0\n",
+            "endpoint.concurrency must be an integer >= 1, got 0",
+        ),
+        (
+            "engines: endpoint\nendpoint:\n  speculative_url: http://a/v1\n  vanilla_url: http://b/v1\n  timeout_s: soon\n",
+            "endpoint.timeout_s must be a number > 0, got 'soon'",
+        ),
     ],
 )
 def test_bad_config_file_values_are_one_sentence_naming_field_and_value(tmp_path, tiny_prompts_file, yaml_text, message, capsys):

@@ -45,8 +45,10 @@ GARBAGE = {
     "schema_version 99": (lambda s: {**s, "schema_version": 99}, "has schema_version 99 but this specaudit reads version 1"),
     "schema_version one": (lambda s: {**s, "schema_version": "one"}, "has schema_version 'one'"),
     "no schema_version": (lambda s: {k: v for k, v in s.items() if k != "schema_version"}, "no schema_version field"),
-    "metric as text": (lambda s: {**s, "groups": {"d": {"by_group": {"a": {"metrics": {"speedup": {"value": "1.2"}}}}}}},
-                       ": groups.d.by_group.a.metrics.speedup.value must be a number or null, got a string"),
+    "metric as text": (
+        lambda s: {**s, "groups": {"d": {"by_group": {"a": {"metrics": {"speedup": {"value": "1.2"}}}}}}},
+        ": groups.d.by_group.a.metrics.speedup.value must be a number or null, got a string",
+    ),
 }
 
 
@@ -56,8 +58,11 @@ def test_every_reader_refuses_a_snapshot_that_breaks_the_contract(tmp_path, snap
     damage, message = GARBAGE[case]
     path = tmp_path / "snapshot.json"
     path.write_text(json.dumps(damage(snapshot)))
-    argv = {"gate": ["gate", str(path)], "report": ["report", str(path), "--out", str(tmp_path / "r")],
-            "monitor": ["monitor", "check", "--snapshot", str(path), "--store", f"sqlite:///{tmp_path / 'h.db'}"]}[command]
+    argv = {
+        "gate": ["gate", str(path)],
+        "report": ["report", str(path), "--out", str(tmp_path / "r")],
+        "monitor": ["monitor", "check", "--snapshot", str(path), "--store", f"sqlite:///{tmp_path / 'h.db'}"],
+    }[command]
     assert main(argv) == 2
     line = _only_error_line(capsys.readouterr().err)
     assert message in line and str(path) in line
@@ -115,12 +120,15 @@ def test_analyze_fallback_threshold_outside_0_1(capsys):
     assert "--fallback-threshold is an acceptance rate, so it lies in [0, 1]; got 5.0" in _only_error_line(capsys.readouterr().err)
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--seeds", "0"], "--seeds must be an integer >= 1, got 0"),
-    (["--e2e-seeds", "0"], "--e2e-seeds must be an integer >= 1, got 0"),
-    (["--samplers", ""], "--samplers names no sampler"),
-    (["--samplers", " , "], "--samplers names no sampler"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--seeds", "0"], "--seeds must be an integer >= 1, got 0"),
+        (["--e2e-seeds", "0"], "--e2e-seeds must be an integer >= 1, got 0"),
+        (["--samplers", ""], "--samplers names no sampler"),
+        (["--samplers", " , "], "--samplers names no sampler"),
+    ],
+)
 def test_selftest_refuses_empty_budgets(capsys, flags, message):
     assert main(["selftest", "--skip-e2e", *flags]) == 2
     assert message in _only_error_line(capsys.readouterr().err)
@@ -130,8 +138,10 @@ def test_prompt_over_the_byte_limit_is_an_error_before_tokenizing(tmp_path, caps
     from specaudit.prompts import MAX_PROMPT_BYTES
 
     path = tmp_path / "big.jsonl"
-    rows = [{"id": "huge", "text": "x" * (MAX_PROMPT_BYTES + 1), "attributes": {"group": "a"}},
-            {"id": "small", "text": "hello", "attributes": {"group": "a"}}]
+    rows = [
+        {"id": "huge", "text": "x" * (MAX_PROMPT_BYTES + 1), "attributes": {"group": "a"}},
+        {"id": "small", "text": "hello", "attributes": {"group": "a"}},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["prompts", "validate", str(path)]) == 2
     err = capsys.readouterr().err
@@ -184,15 +194,31 @@ def test_unknown_model_offline_fails_at_once_naming_it(monkeypatch):
 # ------------------------------------------------------------------- runs on the tiny pair
 def _run_argv(tiny_pair_dir, prompts, out, *extra):
     target, draft = tiny_pair_dir
-    return ["run", "--target", str(target), "--draft", str(draft), "--prompts", str(prompts), "--out", str(out),
-            "--max-new-tokens", "8", "--quiet", *extra]
+    return [
+        "run",
+        "--target",
+        str(target),
+        "--draft",
+        str(draft),
+        "--prompts",
+        str(prompts),
+        "--out",
+        str(out),
+        "--max-new-tokens",
+        "8",
+        "--quiet",
+        *extra,
+    ]
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--verify", "os:sep"], "--verify 'os:sep' names a str, not a function"),
-    (["--draft-noise", "group=zzz:1.0"], "no prompt is in group 'zzz' of 'group' (its groups: a, b)"),
-    (["--draft-noise", "language=fr:1.0"], "no prompt has the dimension 'language' (the prompts have group)"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--verify", "os:sep"], "--verify 'os:sep' names a str, not a function"),
+        (["--draft-noise", "group=zzz:1.0"], "no prompt is in group 'zzz' of 'group' (its groups: a, b)"),
+        (["--draft-noise", "language=fr:1.0"], "no prompt has the dimension 'language' (the prompts have group)"),
+    ],
+)
 def test_run_refuses_settings_that_cannot_apply(tmp_path, tiny_pair_dir, tiny_prompts_file, capsys, extra, message):
     assert main(_run_argv(tiny_pair_dir, tiny_prompts_file, tmp_path / "o", *extra)) == 2
     assert message in _only_error_line(capsys.readouterr().err)
@@ -265,19 +291,31 @@ def _wrong_prefix(d, q, p, g):
 def _generate(tiny_pair, verify, seed=0):
     from specaudit.decoding import SamplingSpec, speculative_generate
 
-    return speculative_generate(tiny_pair.target, tiny_pair.draft, [1, 5, 9, 14], spec=SamplingSpec(1.0), k=4, max_new_tokens=24,
-                                generator=torch.Generator().manual_seed(seed), eos_ids=set(), vocab_size=tiny_pair.vocab_size,
-                                verify=verify)
+    return speculative_generate(
+        tiny_pair.target,
+        tiny_pair.draft,
+        [1, 5, 9, 14],
+        spec=SamplingSpec(1.0),
+        k=4,
+        max_new_tokens=24,
+        generator=torch.Generator().manual_seed(seed),
+        eos_ids=set(),
+        vocab_size=tiny_pair.vocab_size,
+        verify=verify,
+    )
 
 
-@pytest.mark.parametrize("verify, problem", [
-    (_empty, "returned 0 token ids; a step with 4 drafted tokens emits 1 to 5"),
-    (_too_many, "returned 6 token ids"),
-    (_outside, "outside the vocabulary"),
-    (_floats, "returned float32 values, not integer token ids"),
-    (_two_d, "not 1-D"),
-    (_raises, "raised RuntimeError: sampler exploded"),
-])
+@pytest.mark.parametrize(
+    "verify, problem",
+    [
+        (_empty, "returned 0 token ids; a step with 4 drafted tokens emits 1 to 5"),
+        (_too_many, "returned 6 token ids"),
+        (_outside, "outside the vocabulary"),
+        (_floats, "returned float32 values, not integer token ids"),
+        (_two_d, "not 1-D"),
+        (_raises, "raised RuntimeError: sampler exploded"),
+    ],
+)
 def test_a_broken_verify_ends_the_generation_with_the_violation_recorded(tiny_pair, verify, problem):
     result = _generate(tiny_pair, verify)
     assert result.finish_reason == "verify_error"
@@ -289,8 +327,9 @@ def test_a_broken_verify_ends_the_generation_with_the_violation_recorded(tiny_pa
 def test_a_wrong_accepted_prefix_is_recorded_and_decoding_goes_on(tiny_pair):
     result = _generate(tiny_pair, _wrong_prefix)
     assert result.finish_reason == "length" and len(result.tokens) == 24
-    assert result.verify_violations and all("the accepted prefix must be the drafted tokens" in v["problem"]
-                                            for v in result.verify_violations)
+    assert result.verify_violations and all(
+        "the accepted prefix must be the drafted tokens" in v["problem"] for v in result.verify_violations
+    )
     assert not _generate(tiny_pair, _reference).verify_violations
 
 

@@ -44,6 +44,7 @@ TOKEN_ID_PREFIX = "token_id:"
 SPEC_DECODE_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens")
 PER_POSITION_COUNTER = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
+
 class EndpointSettings(BaseModel):
     """The `endpoint:` section of a run config (`--engines endpoint`), shared by YAML and the API."""
 
@@ -87,7 +88,17 @@ class EndpointSettings(BaseModel):
 
 DEFAULTS: dict[str, Any] = {name: info.get_default(call_default_factory=True) for name, info in EndpointSettings.model_fields.items()}
 # Settings that decide what the records mean: a resumed run must keep them.
-_IDENTITY = ("speculative_url", "vanilla_url", "speculative_model", "vanilla_model", "logprobs", "logprobs_mode", "tokenizer", "extra_body", "prompt_as")
+_IDENTITY = (
+    "speculative_url",
+    "vanilla_url",
+    "speculative_model",
+    "vanilla_model",
+    "logprobs",
+    "logprobs_mode",
+    "tokenizer",
+    "extra_body",
+    "prompt_as",
+)
 
 
 # ----------------------------------------------------------------------------- settings
@@ -100,18 +111,26 @@ def _url(value: Any, name: str) -> str:
 def validate_settings(settings: dict | None, engines: tuple[str, ...]) -> dict:
     """The `endpoint:` section of a run config, checked and completed with defaults (idempotent)."""
     if tuple(engines) != ("endpoint",):
-        raise InputError(f"the config has an endpoint section but --engines is {','.join(engines)}; write --engines endpoint to audit a live server")
+        raise InputError(
+            f"the config has an endpoint section but --engines is {','.join(engines)}; write --engines endpoint to audit a live server"
+        )
     if settings is None:
-        raise InputError("--engines endpoint needs an `endpoint:` section in the config file with speculative_url and vanilla_url "
-                         "(see README, Auditing a live endpoint)")
+        raise InputError(
+            "--engines endpoint needs an `endpoint:` section in the config file with speculative_url and vanilla_url "
+            "(see README, Auditing a live endpoint)"
+        )
     if not isinstance(settings, dict):
         raise InputError(f"endpoint: must be a mapping of setting: value ({', '.join(DEFAULTS)}), got {type(settings).__name__}")
     settings = {str(key).replace("-", "_"): value for key, value in settings.items()}
     try:
         return EndpointSettings(**settings).model_dump()
     except ValidationError as err:
-        raise input_error(err, EndpointSettings, lambda field: f"endpoint.{field}",
-                          lambda names: f"endpoint: unknown setting(s) {', '.join(names)}; known: {', '.join(DEFAULTS)}") from None
+        raise input_error(
+            err,
+            EndpointSettings,
+            lambda field: f"endpoint.{field}",
+            lambda names: f"endpoint: unknown setting(s) {', '.join(names)}; known: {', '.join(DEFAULTS)}",
+        ) from None
 
 
 def public_settings(settings: dict) -> dict:
@@ -200,19 +219,23 @@ class Endpoint:
             with self._client.stream(method, url, json=body) as response:
                 if response.status_code >= 400:
                     message = _error_message(response.read() or b"")
-                    raise InputError(f"endpoint {self.setting} {url} answered HTTP {response.status_code} "
-                                     f"({message or response.reason_phrase}); check the server log and the endpoint settings")
+                    raise InputError(
+                        f"endpoint {self.setting} {url} answered HTTP {response.status_code} "
+                        f"({message or response.reason_phrase}); check the server log and the endpoint settings"
+                    )
                 yield response
         except httpx.TimeoutException:
-            raise InputError(f"endpoint {self.setting} {url} {stage} within {self.timeout_s:g} s; "
-                             "check the server or raise endpoint.timeout_s") from None
+            raise InputError(
+                f"endpoint {self.setting} {url} {stage} within {self.timeout_s:g} s; check the server or raise endpoint.timeout_s"
+            ) from None
         except httpx.ConnectError as err:
             raise InputError(f"endpoint {self.setting} {url} did not answer ({err}); start the server or fix the URL") from None
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
             raise InputError(f"endpoint {self.setting} {url} is not a usable URL ({err}); fix the endpoint settings") from None
         except httpx.TransportError as err:
-            raise InputError(f"endpoint {self.setting} {url} dropped the connection ({err or type(err).__name__}); "
-                             "check the server log") from None
+            raise InputError(
+                f"endpoint {self.setting} {url} dropped the connection ({err or type(err).__name__}); check the server log"
+            ) from None
 
     def _json(self, raw: bytes | str, url: str) -> dict:
         try:
@@ -220,8 +243,10 @@ class Endpoint:
         except ValueError:
             raise InputError(f"endpoint {self.setting} {url} did not return JSON; is it the OpenAI-compatible /v1 base URL?") from None
         if not isinstance(payload, dict):
-            raise InputError(f"endpoint {self.setting} {url} returned {type(payload).__name__} JSON, not an object; "
-                             "is it the OpenAI-compatible /v1 base URL?")
+            raise InputError(
+                f"endpoint {self.setting} {url} returned {type(payload).__name__} JSON, not an object; "
+                "is it the OpenAI-compatible /v1 base URL?"
+            )
         return payload
 
     def get_text(self, url: str) -> str:
@@ -234,7 +259,9 @@ class Endpoint:
             payload = self._json(response.read(), url)
         data = payload.get("data")
         if not isinstance(data, list):
-            raise InputError(f"endpoint {self.setting} {url} did not list models (no `data` array); is it the OpenAI-compatible /v1 base URL?")
+            raise InputError(
+                f"endpoint {self.setting} {url} did not list models (no `data` array); is it the OpenAI-compatible /v1 base URL?"
+            )
         return [str(entry.get("id")) for entry in data if isinstance(entry, dict) and entry.get("id") is not None]
 
     def complete(self, body: dict) -> Completion:
@@ -259,7 +286,7 @@ class Endpoint:
         for line in response.iter_lines():
             if not line.startswith("data:"):
                 continue  # comments, event names, keep-alive blank lines
-            data = line[len("data:"):].strip()
+            data = line[len("data:") :].strip()
             if data == "[DONE]":
                 break
             chunk = self._json(data, url)
@@ -276,15 +303,19 @@ class Endpoint:
         has_logprobs, token_ids = False, None
         for chunk in chunks:
             if "error" in chunk:
-                raise InputError(f"endpoint {self.setting} {url} reported an error mid-answer ({_error_message(json.dumps(chunk).encode())}); "
-                                 "check the server log")
+                raise InputError(
+                    f"endpoint {self.setting} {url} reported an error mid-answer ({_error_message(json.dumps(chunk).encode())}); "
+                    "check the server log"
+                )
             choices = chunk.get("choices")
             if chunk.get("usage"):
                 merged.usage = chunk["usage"]
             if not isinstance(choices, list):
                 if chunk.get("usage"):
                     continue  # the stream's final usage chunk has no choices
-                raise InputError(f"endpoint {self.setting} {url} answered without `choices`; is it an OpenAI-compatible completions server?")
+                raise InputError(
+                    f"endpoint {self.setting} {url} answered without `choices`; is it an OpenAI-compatible completions server?"
+                )
             if not choices:
                 continue
             choice = choices[0]
@@ -310,7 +341,7 @@ class Endpoint:
 def parse_token_id(token: str) -> int | None:
     """123 from vLLM's "token_id:123"; None for a plain text token."""
     if isinstance(token, str) and token.startswith(TOKEN_ID_PREFIX):
-        digits = token[len(TOKEN_ID_PREFIX):]
+        digits = token[len(TOKEN_ID_PREFIX) :]
         if digits.isdigit():
             return int(digits)
     return None
@@ -411,12 +442,16 @@ def resolve_model(endpoint: Endpoint, wanted: str | None, setting: str) -> tuple
     served = endpoint.served_models()
     if wanted is not None:
         if served and wanted not in served:
-            raise InputError(f"endpoint {endpoint.setting} {endpoint.base_url} serves {', '.join(served)}, not {wanted!r}; "
-                             f"set endpoint.{setting} to one of them")
+            raise InputError(
+                f"endpoint {endpoint.setting} {endpoint.base_url} serves {', '.join(served)}, not {wanted!r}; "
+                f"set endpoint.{setting} to one of them"
+            )
         return wanted, served
     if len(served) != 1:
-        raise InputError(f"endpoint {endpoint.setting} {endpoint.base_url} serves {len(served)} models ({', '.join(served) or 'none'}); "
-                         f"name one with endpoint.{setting}")
+        raise InputError(
+            f"endpoint {endpoint.setting} {endpoint.base_url} serves {len(served)} models ({', '.join(served) or 'none'}); "
+            f"name one with endpoint.{setting}"
+        )
     return served[0], served
 
 

@@ -66,8 +66,10 @@ def import_llama_cpp():
     try:
         import llama_cpp
     except ImportError:
-        raise InputError("--engines llama-cpp needs llama-cpp-python, which is not installed here; "
-                         "install specaudit[llama-cpp] (it builds llama.cpp from source, ~12 CPU-minutes)") from None
+        raise InputError(
+            "--engines llama-cpp needs llama-cpp-python, which is not installed here; "
+            "install specaudit[llama-cpp] (it builds llama.cpp from source, ~12 CPU-minutes)"
+        ) from None
     return llama_cpp
 
 
@@ -80,8 +82,9 @@ def gguf_file(name: str, role: str = "--target") -> Path:
         raise InputError(f"{role} {name!r}: no such file; with --engines llama-cpp name a GGUF file (or `default`)")
     with open(path, "rb") as handle:
         if handle.read(4) != GGUF_MAGIC:
-            raise InputError(f"{role} {str(path)!r} is not a GGUF file (it does not start with the GGUF magic); "
-                             "llama.cpp reads GGUF models only")
+            raise InputError(
+                f"{role} {str(path)!r} is not a GGUF file (it does not start with the GGUF magic); llama.cpp reads GGUF models only"
+            )
     return path
 
 
@@ -102,8 +105,10 @@ def check_draft_vocabulary(target: Path, draft: Path) -> None:
     target_vocab, draft_vocab = gguf_vocabulary(target), gguf_vocabulary(draft)
     if target_vocab != draft_vocab:
         differing = sum(1 for a, b in zip(target_vocab, draft_vocab) if a != b) + abs(len(target_vocab) - len(draft_vocab))
-        raise InputError(f"draft {str(draft)!r} has another vocabulary than target {str(target)!r} ({len(draft_vocab)} vs "
-                         f"{len(target_vocab)} tokens, {differing} differing); speculative decoding needs the same tokenizer")
+        raise InputError(
+            f"draft {str(draft)!r} has another vocabulary than target {str(target)!r} ({len(draft_vocab)} vs "
+            f"{len(target_vocab)} tokens, {differing} differing); speculative decoding needs the same tokenizer"
+        )
 
 
 def sampler_settings(spec) -> dict:
@@ -111,8 +116,10 @@ def sampler_settings(spec) -> dict:
     if spec.greedy:
         return {"temp": 0.0, "top_k": 0, "top_p": 1.0, **NEUTRAL_SAMPLERS}  # temp 0: llama.cpp's greedy sampler
     if spec.temperature != 1.0 and spec.top_p < 1.0:
-        raise InputError(f"temperature {spec.temperature:g} with top-p {spec.top_p:g}: llama.cpp applies top-p before temperature "
-                         "(specaudit after), so it would sample another distribution; use top-p 1 or temperature 1 with --engines llama-cpp")
+        raise InputError(
+            f"temperature {spec.temperature:g} with top-p {spec.top_p:g}: llama.cpp applies top-p before temperature "
+            "(specaudit after), so it would sample another distribution; use top-p 1 or temperature 1 with --engines llama-cpp"
+        )
     return {"temp": float(spec.temperature), "top_k": int(spec.top_k), "top_p": float(spec.top_p), **NEUTRAL_SAMPLERS}
 
 
@@ -142,18 +149,26 @@ def backend_settings(cfg) -> dict:
 def check_config(cfg) -> None:
     """Everything llama.cpp cannot honour, said before anything loads."""
     if cfg.verify:
-        raise InputError("--verify plugs a rejection step into specaudit's speculative engine; llama.cpp uses its own, so drop --verify "
-                         "with --engines llama-cpp")
+        raise InputError(
+            "--verify plugs a rejection step into specaudit's speculative engine; llama.cpp uses its own, so drop --verify "
+            "with --engines llama-cpp"
+        )
     if getattr(cfg, "draft_noise", None):
-        raise InputError("--draft-noise changes specaudit's draft; llama.cpp's draft cannot be changed, so drop it with --engines llama-cpp")
+        raise InputError(
+            "--draft-noise changes specaudit's draft; llama.cpp's draft cannot be changed, so drop it with --engines llama-cpp"
+        )
     draft = str(cfg.draft)
     if draft != "ngram" and not draft.endswith(".gguf"):
-        raise InputError(f"--draft {draft}: with --engines llama-cpp the draft is ngram (llama.cpp prompt lookup) or a GGUF file "
-                         "sharing the target's vocabulary")
+        raise InputError(
+            f"--draft {draft}: with --engines llama-cpp the draft is ngram (llama.cpp prompt lookup) or a GGUF file "
+            "sharing the target's vocabulary"
+        )
     sampler_settings(cfg.sampling)
     if cfg.max_new_tokens + cfg.k + 8 > backend_settings(cfg)["n_ctx"]:
-        raise InputError(f"--max-new-tokens {cfg.max_new_tokens} does not fit llama.cpp's context of {backend_settings(cfg)['n_ctx']} "
-                         "tokens; raise extra.llama_cpp.n_ctx")
+        raise InputError(
+            f"--max-new-tokens {cfg.max_new_tokens} does not fit llama.cpp's context of {backend_settings(cfg)['n_ctx']} "
+            "tokens; raise extra.llama_cpp.n_ctx"
+        )
 
 
 # ----------------------------------------------------------------------------- drafts
@@ -164,8 +179,9 @@ class GgufDraft:
     def __init__(self, path: Path, k: int, *, n_ctx: int, n_threads: int):
         llama_cpp = import_llama_cpp()
         self.k = k
-        self.model = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                                     logits_all=True, verbose=False)
+        self.model = llama_cpp.Llama(
+            model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, logits_all=True, verbose=False
+        )
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         model = self.model
@@ -173,7 +189,7 @@ class GgufDraft:
         cached = model.input_ids[: model.n_tokens].tolist()
         common = next((i for i, (a, b) in enumerate(zip(cached, ids)) if a != b), min(len(cached), len(ids)))
         model.n_tokens = min(common, len(ids) - 1)  # at least one token is evaluated, so its logits are fresh
-        model.eval(ids[model.n_tokens:])
+        model.eval(ids[model.n_tokens :])
         proposal = []
         for _ in range(self.k):
             token = int(np.argmax(model.scores[model.n_tokens - 1]))
@@ -201,8 +217,9 @@ class ObservedDraft:
         self.calls, self.seconds = [], 0.0
 
 
-def acceptance_per_step(calls: list[tuple[int, list[int]]], prompt_length: int, output: list[int],
-                        max_new_tokens: int) -> tuple[list[int], list[int]]:
+def acceptance_per_step(
+    calls: list[tuple[int, list[int]]], prompt_length: int, output: list[int], max_new_tokens: int
+) -> tuple[list[int], list[int]]:
     """(proposed, accepted) per verification step, from the draft's calls. The first step is the
     prompt pass, which the binding runs without a draft: (0, 0).
 
@@ -237,8 +254,14 @@ class Engines:
 
 def load_engines(cfg, target: Path, settings: dict) -> Engines:
     llama_cpp = import_llama_cpp()
-    common = dict(model_path=str(target), n_ctx=settings["n_ctx"], n_batch=settings["n_batch"], n_threads=settings["n_threads"],
-                  n_threads_batch=settings["n_threads"], verbose=False)
+    common = dict(
+        model_path=str(target),
+        n_ctx=settings["n_ctx"],
+        n_batch=settings["n_batch"],
+        n_threads=settings["n_threads"],
+        n_threads_batch=settings["n_threads"],
+        verbose=False,
+    )
     if str(cfg.draft) == "ngram":
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
@@ -279,8 +302,16 @@ def generate(engines: Engines, engine: str, prompt_ids: list[int], sampler: dict
     if engine == "vanilla":
         return Generation(steps=len(tokens), draft_s=0.0, verify_s=wall, **common)
     proposed, accepted = acceptance_per_step(engines.draft.calls, len(prompt_ids), tokens, max_new_tokens)
-    return Generation(steps=len(proposed), proposed=sum(proposed), accepted=sum(accepted), proposed_per_step=proposed,
-                      accepted_per_step=accepted, draft_s=engines.draft.seconds, verify_s=wall - engines.draft.seconds, **common)
+    return Generation(
+        steps=len(proposed),
+        proposed=sum(proposed),
+        accepted=sum(accepted),
+        proposed_per_step=proposed,
+        accepted_per_step=accepted,
+        draft_s=engines.draft.seconds,
+        verify_s=wall - engines.draft.seconds,
+        **common,
+    )
 
 
 def _system_info(llama_cpp) -> str | None:
@@ -302,8 +333,9 @@ class LlamaCppLogits:
     def __init__(self, path: Path, *, n_ctx: int = DEFAULT_CONTEXT, n_threads: int = 1):
         llama_cpp = import_llama_cpp()
         self.path = path
-        self.llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                                   logits_all=True, verbose=False)
+        self.llm = llama_cpp.Llama(
+            model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, logits_all=True, verbose=False
+        )
 
     def eval(self):
         return self
@@ -317,8 +349,9 @@ class LlamaCppLogits:
     def sequence_logits(self, ids: list[int]) -> np.ndarray:
         """[len(ids), V] float32 logits, position t predicting token t + 1."""
         if len(ids) > self.llm.n_ctx():
-            raise InputError(f"a scored sequence of {len(ids)} tokens exceeds llama.cpp's context of {self.llm.n_ctx()}; "
-                             "raise extra.llama_cpp.n_ctx")
+            raise InputError(
+                f"a scored sequence of {len(ids)} tokens exceeds llama.cpp's context of {self.llm.n_ctx()}; raise extra.llama_cpp.n_ctx"
+            )
         self.llm.reset()
         self.llm.eval(ids)
         return np.array(self.llm.scores[: len(ids)], copy=True)
@@ -364,12 +397,18 @@ def scoring_pair(manifest: dict, device: str | None = None) -> ScoringPair:
     target_entry = (manifest.get("models") or {}).get("target") or {}
     path = gguf_file(str(config.get("target", "default")))
     if target_entry.get("gguf_sha256") and file_sha256(path) != target_entry["gguf_sha256"]:
-        raise InputError(f"{str(path)!r} is not the GGUF file this run decoded with (its sha256 differs from the manifest's); "
-                         "score the run with the same file")
+        raise InputError(
+            f"{str(path)!r} is not the GGUF file this run decoded with (its sha256 differs from the manifest's); "
+            "score the run with the same file"
+        )
     settings = (manifest.get("llama_cpp") or {}).get("settings") or {}
     target = LlamaCppLogits(path, n_ctx=int(settings.get("n_ctx", DEFAULT_CONTEXT)), n_threads=int(settings.get("n_threads", 1)))
-    return ScoringPair(target=target, tokenizer=load_tokenizer(str(config.get("target", "default"))), vocab_size=target.llm.n_vocab(),
-                       device=torch.device("cpu"))
+    return ScoringPair(
+        target=target,
+        tokenizer=load_tokenizer(str(config.get("target", "default"))),
+        vocab_size=target.llm.n_vocab(),
+        device=torch.device("cpu"),
+    )
 
 
 __all__ = [

@@ -71,8 +71,18 @@ class ReferenceServer:
     `start()` (a background thread) and `close()`.
     """
 
-    def __init__(self, pair, *, speculative: bool = False, verify=None, k: int = 4, model_name: str | None = None,
-                 host: str = "127.0.0.1", port: int = 0, lock: threading.Lock | None = None):
+    def __init__(
+        self,
+        pair,
+        *,
+        speculative: bool = False,
+        verify=None,
+        k: int = 4,
+        model_name: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        lock: threading.Lock | None = None,
+    ):
         from specaudit.decoding import reference_verify
         from specaudit.execution.decode import eos_token_ids
 
@@ -155,7 +165,9 @@ class ReferenceServer:
         max_tokens = _number(body, "max_tokens", 16, int, 1)
         top_k = _number(body, "top_k", 0, int)
         try:
-            spec = SamplingSpec(temperature=_number(body, "temperature", 1.0, float), top_k=max(top_k, 0), top_p=_number(body, "top_p", 1.0, float))
+            spec = SamplingSpec(
+                temperature=_number(body, "temperature", 1.0, float), top_k=max(top_k, 0), top_p=_number(body, "top_p", 1.0, float)
+            )
         except InputError as err:
             raise _BadRequest(str(err)) from None
         seed = body.get("seed")
@@ -188,12 +200,14 @@ class ReferenceServer:
             "object": "text_completion",
             "created": int(time.time()),
             "model": self.model_name,
-            "choices": [{
-                "index": 0,
-                "text": pair.tokenizer.decode(tokens, skip_special_tokens=True),
-                "logprobs": logprobs,
-                "finish_reason": "stop" if generation.finish_reason == "eos" else "length",
-            }],
+            "choices": [
+                {
+                    "index": 0,
+                    "text": pair.tokenizer.decode(tokens, skip_special_tokens=True),
+                    "logprobs": logprobs,
+                    "finish_reason": "stop" if generation.finish_reason == "eos" else "length",
+                }
+            ],
             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(tokens), "total_tokens": len(prompt_ids) + len(tokens)},
         }
 
@@ -211,7 +225,9 @@ class ReferenceServer:
         for t, token in enumerate(tokens):
             out["tokens"].append(f"token_id:{token}")
             out["token_logprobs"].append(lp(float(probs[t, token])))
-            out["top_logprobs"].append({f"token_id:{int(i)}": lp(float(v)) for v, i in zip(values[t].tolist(), indices[t].tolist()) if v > 0})
+            out["top_logprobs"].append(
+                {f"token_id:{int(i)}": lp(float(v)) for v, i in zip(values[t].tolist(), indices[t].tolist()) if v > 0}
+            )
             out["text_offset"].append(t)
         return out
 
@@ -251,8 +267,11 @@ class ReferenceServer:
             counter("vllm:spec_decode_num_drafts", "Verification steps with a draft.", [(label, c["drafts"])])
             counter("vllm:spec_decode_num_draft_tokens", "Drafted tokens.", [(label, c["draft_tokens"])])
             counter("vllm:spec_decode_num_accepted_tokens", "Accepted drafted tokens.", [(label, c["accepted_tokens"])])
-            counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted drafted tokens per draft position.",
-                    [(f'{label},position="{i}"', v) for i, v in enumerate(per_position)])
+            counter(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted drafted tokens per draft position.",
+                [(f'{label},position="{i}"', v) for i, v in enumerate(per_position)],
+            )
         return "\n".join(lines) + "\n"
 
 
@@ -341,9 +360,9 @@ def _text_pieces(app: ReferenceServer, logprobs: dict, text: str) -> list[str]:
     pieces, previous = [], ""
     for t in range(len(ids)):
         current = app.pair.tokenizer.decode(ids[: t + 1], skip_special_tokens=True)
-        pieces.append(current[len(previous):] if current.startswith(previous) else "")
+        pieces.append(current[len(previous) :] if current.startswith(previous) else "")
         previous = current if current.startswith(previous) else previous
-    pieces[-1] += text[len("".join(pieces)):] if text.startswith("".join(pieces)) else ""
+    pieces[-1] += text[len("".join(pieces)) :] if text.startswith("".join(pieces)) else ""
     return pieces
 
 
@@ -375,8 +394,9 @@ def main(argv: list[str] | None = None) -> int:
         verify = RunConfig(target=args.target, verify=args.verify).load_verify() if args.verify else None
         torch.set_num_threads(args.threads)
         pair = load_pair(args.target, args.draft if args.speculative else None, device=args.device, dtype=args.dtype)
-        server = ReferenceServer(pair, speculative=args.speculative, verify=verify, k=args.k, model_name=args.model_name,
-                                 host=args.host, port=args.port)
+        server = ReferenceServer(
+            pair, speculative=args.speculative, verify=verify, k=args.k, model_name=args.model_name, host=args.host, port=args.port
+        )
     except InputError as err:
         print(f"specaudit: error: {err}", file=sys.stderr)
         return 2

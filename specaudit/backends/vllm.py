@@ -66,8 +66,10 @@ def speculative_config(cfg) -> dict:
     if draft == "ngram":
         return {"method": "ngram", "num_speculative_tokens": cfg.k, **NGRAM_LOOKUP}
     if draft == "int8" or draft.startswith("early-exit"):
-        raise InputError(f"--draft {draft} is derived by specaudit and vLLM cannot load it; with --engines vllm name a draft model "
-                         "(HF id or folder sharing the target's tokenizer) or ngram")
+        raise InputError(
+            f"--draft {draft} is derived by specaudit and vLLM cannot load it; with --engines vllm name a draft model "
+            "(HF id or folder sharing the target's tokenizer) or ngram"
+        )
     return {"model": draft, "num_speculative_tokens": cfg.k}
 
 
@@ -75,8 +77,9 @@ def llm_kwargs(cfg, target: str, *, speculative: bool) -> dict:
     """Keyword arguments of `vllm.LLM` for one of the two engines. `cfg.extra["vllm"]` may add
     engine settings (gpu_memory_utilization, max_model_len, enforce_eager, ...), not override ours."""
     if cfg.verify:
-        raise InputError("--verify plugs a rejection step into specaudit's speculative engine; vLLM uses its own, so drop --verify "
-                         "with --engines vllm")
+        raise InputError(
+            "--verify plugs a rejection step into specaudit's speculative engine; vLLM uses its own, so drop --verify with --engines vllm"
+        )
     if getattr(cfg, "draft_noise", None):
         raise InputError("--draft-noise changes specaudit's draft; vLLM's draft cannot be changed, so drop it with --engines vllm")
     if cfg.dtype not in DTYPES:
@@ -86,9 +89,17 @@ def llm_kwargs(cfg, target: str, *, speculative: bool) -> dict:
         raise InputError(f"extra.vllm must be a mapping of vllm.LLM setting: value, got {type(extra).__name__}")
     clashes = sorted(set(extra) & set(_RESERVED))
     if clashes:
-        raise InputError(f"extra.vllm sets {', '.join(clashes)}, which the run decides (--target, --draft, --k, --seed, --dtype); remove them")
-    kwargs = {**extra, "model": target, "tokenizer": target, "dtype": DTYPES[cfg.dtype], "seed": cfg.seed,
-              "disable_log_stats": False}  # statistics on: LLM.get_metrics() and RequestOutput.metrics need them
+        raise InputError(
+            f"extra.vllm sets {', '.join(clashes)}, which the run decides (--target, --draft, --k, --seed, --dtype); remove them"
+        )
+    kwargs = {
+        **extra,
+        "model": target,
+        "tokenizer": target,
+        "dtype": DTYPES[cfg.dtype],
+        "seed": cfg.seed,
+        "disable_log_stats": False,
+    }  # statistics on: LLM.get_metrics() and RequestOutput.metrics need them
     if speculative:
         kwargs["speculative_config"] = speculative_config(cfg)
     return kwargs
@@ -133,8 +144,9 @@ def spec_counters(metrics: list) -> dict:
         if name == PER_POSITION_COUNTER and hasattr(metric, "values"):
             values = [float(v) for v in metric.values]
             width = max(len(per_position), len(values))
-            per_position = [(per_position[i] if i < len(per_position) else 0.0) + (values[i] if i < len(values) else 0.0)
-                            for i in range(width)]
+            per_position = [
+                (per_position[i] if i < len(per_position) else 0.0) + (values[i] if i < len(values) else 0.0) for i in range(width)
+            ]
         elif name in (*SPEC_DECODE_COUNTERS, GENERATION_COUNTER) and hasattr(metric, "value"):
             totals[name] = totals.get(name, 0.0) + float(metric.value)
     if per_position:
@@ -177,21 +189,30 @@ def generation_of(output, engine: str, *, measured_wall_s: float, counters: dict
     tokens = [int(t) for t in completion.token_ids]
     finish = _FINISH.get(str(completion.finish_reason))
     if finish is None:
-        raise InputError(f"vLLM ended a request with finish_reason {completion.finish_reason!r}, not stop or length; "
-                         "check the vLLM log and re-run to resume")
+        raise InputError(
+            f"vLLM ended a request with finish_reason {completion.finish_reason!r}, not stop or length; "
+            "check the vLLM log and re-run to resume"
+        )
     wall_s, ttft_s, timing_source = request_timings(getattr(output, "metrics", None), measured_wall_s)
     common = dict(tokens=tokens, finish_reason=finish, wall_s=wall_s, ttft_s=ttft_s, draft_s=None, verify_s=None)
     if engine == "vanilla":
         generation = Generation(steps=len(tokens), **common)  # one target forward pass per token
     elif counters is not None:
         # Every target pass emits its accepted drafts plus one token of its own.
-        generation = Generation(steps=len(tokens) - counters["num_accepted_tokens"], proposed=counters["num_draft_tokens"],
-                                accepted=counters["num_accepted_tokens"], **common)
+        generation = Generation(
+            steps=len(tokens) - counters["num_accepted_tokens"],
+            proposed=counters["num_draft_tokens"],
+            accepted=counters["num_accepted_tokens"],
+            **common,
+        )
     else:
         generation = Generation(steps=0, **common)  # not observed
-    extra = {"backend": "vllm", "timing_source": timing_source,
-             "acceptance_source": "vllm counters (batch 1)" if counters is not None else ("none" if engine == "vanilla" else "not observed"),
-             "server_counters": counters}
+    extra = {
+        "backend": "vllm",
+        "timing_source": timing_source,
+        "acceptance_source": "vllm counters (batch 1)" if counters is not None else ("none" if engine == "vanilla" else "not observed"),
+        "server_counters": counters,
+    }
     return generation, extra
 
 

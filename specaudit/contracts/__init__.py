@@ -15,4 +15,14 @@ from specaudit.contracts.status import (
     worst,
 )
 
-__all__ = ["DEFAULT_BAND", "INTERSECTION", "METRICS", "CheckStatus", "DisparityStatus", "EquivalenceStatus", "MetricSpec", "group_label", "worst"]
+__all__ = [
+    "DEFAULT_BAND",
+    "INTERSECTION",
+    "METRICS",
+    "CheckStatus",
+    "DisparityStatus",
+    "EquivalenceStatus",
+    "MetricSpec",
+    "group_label",
+    "worst",
+]

@@ -119,8 +119,15 @@ def _read(path: str | Path) -> tuple[Any, str]:
         raise InputError(f"cannot read {file}: {err.strerror}") from None
 
 
-_EXPECTED = {"dict_type": "an object", "list_type": "a list", "string_type": "a string", "int_type": "an integer",
-             "float_type": "a number or null", "bool_type": "true or false", "model_type": "an object"}
+_EXPECTED = {
+    "dict_type": "an object",
+    "list_type": "a list",
+    "string_type": "a string",
+    "int_type": "an integer",
+    "float_type": "a number or null",
+    "bool_type": "true or false",
+    "model_type": "an object",
+}
 
 
 def _first_problem(err: ValidationError) -> str:
@@ -143,14 +150,17 @@ def validate_snapshot(snapshot: Any, where: str = "snapshot") -> Snapshot:
         raise InputError(f"{where} is not a specaudit snapshot (no schema_version field); {_REGENERATE}")
     version = snapshot["schema_version"]
     if version != SNAPSHOT_SCHEMA_VERSION or isinstance(version, bool):
-        raise InputError(f"{where} has schema_version {version!r} but this specaudit reads version {SNAPSHOT_SCHEMA_VERSION}; "
-                         "re-run `specaudit analyze` with this version or upgrade specaudit")
+        raise InputError(
+            f"{where} has schema_version {version!r} but this specaudit reads version {SNAPSHOT_SCHEMA_VERSION}; "
+            "re-run `specaudit analyze` with this version or upgrade specaudit"
+        )
     try:
         return Snapshot.model_validate(dict(snapshot))
     except ValidationError as err:
         problem = _first_problem(err)
-        raise InputError(f"{where}{' ' if problem.startswith('has no') else ': '}{problem}; the file is damaged or not a snapshot "
-                         f"({_REGENERATE})") from None
+        raise InputError(
+            f"{where}{' ' if problem.startswith('has no') else ': '}{problem}; the file is damaged or not a snapshot ({_REGENERATE})"
+        ) from None
 
 
 def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:

@@ -95,8 +95,10 @@ def contract_problem(emitted: object, draft_tokens: torch.Tensor, vocab_size: in
         return f"returned token id {int(outside[0])}, outside the vocabulary [0, {vocab_size})", True
     accepted = emitted[:-1].to(draft_tokens.device)
     if not torch.equal(accepted, draft_tokens[: accepted.shape[0]].to(accepted.dtype)):
-        return (f"accepted {accepted.tolist()} but the draft proposed {draft_tokens[: accepted.shape[0]].tolist()}: "
-                "the accepted prefix must be the drafted tokens"), False
+        return (
+            f"accepted {accepted.tolist()} but the draft proposed {draft_tokens[: accepted.shape[0]].tolist()}: "
+            "the accepted prefix must be the drafted tokens"
+        ), False
     return None, False
 
 

@@ -48,8 +48,16 @@ def executor_for(cfg: RunConfig, *, pair=None) -> Executor:
     return executor_class(cfg)
 
 
-def run(cfg: RunConfig, out_dir: str | Path, *, pair=None, prompt_set=None, progress: bool = True, command: str | None = None,
-        shard: tuple[int, int] | None = None) -> RunSummary:
+def run(
+    cfg: RunConfig,
+    out_dir: str | Path,
+    *,
+    pair=None,
+    prompt_set=None,
+    progress: bool = True,
+    command: str | None = None,
+    shard: tuple[int, int] | None = None,
+) -> RunSummary:
     """Execute the plan into `out_dir`, skipping records already there. `shard=(i, N)` runs only
     the prompts whose stable hash falls in shard i of N (see specaudit.shards)."""
     return execute(executor_for(cfg, pair=pair), out_dir, prompt_set=prompt_set, progress=progress, command=command, shard=shard)

@@ -63,11 +63,17 @@ class Executor:
         """Release what `start` took (actors, engines, connections); always called after start."""
 
 
-def execute(executor: Executor, out_dir: str | Path, *, prompt_set=None, progress: bool = True, command: str | None = None,
-            shard: tuple[int, int] | None = None) -> RunSummary:
+def execute(
+    executor: Executor,
+    out_dir: str | Path,
+    *,
+    prompt_set=None,
+    progress: bool = True,
+    command: str | None = None,
+    shard: tuple[int, int] | None = None,
+) -> RunSummary:
     """The run loop: `executor`'s plan into `out_dir`, skipping records already there."""
-    with RunFolder(executor.cfg, out_dir, prompt_set=prompt_set, shard=shard, engines=executor.record_engines(),
-                   command=command) as folder:
+    with RunFolder(executor.cfg, out_dir, prompt_set=prompt_set, shard=shard, engines=executor.record_engines(), command=command) as folder:
         executor.check(folder)
         if not folder.todo and folder.previous.get("models"):  # all recorded already: nothing needs to load
             folder.carry_manifest_over()

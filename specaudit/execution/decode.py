@@ -71,13 +71,29 @@ def load_pair_for(cfg: RunConfig):
     return load_pair(cfg.target, cfg.draft if needs_draft else None, device=cfg.device, dtype=cfg.dtype)
 
 
-def generate_one(engine: str, pair, prompt_ids: list[int], cfg: RunConfig, seed: int, verify, eos_ids: set[int], max_new_tokens: int,
-                 attributes: dict | None = None):
+def generate_one(
+    engine: str,
+    pair,
+    prompt_ids: list[int],
+    cfg: RunConfig,
+    seed: int,
+    verify,
+    eos_ids: set[int],
+    max_new_tokens: int,
+    attributes: dict | None = None,
+):
     """Decode one prompt with one engine; the single place that dispatches on the engine name."""
     if engine == "hf-assisted":
         return hf_assisted_generate(
-            pair.target, pair.draft, prompt_ids, spec=cfg.sampling, k=cfg.k, max_new_tokens=max_new_tokens,
-            seed=seed, eos_ids=eos_ids, pad_id=pair.tokenizer.pad_token_id,
+            pair.target,
+            pair.draft,
+            prompt_ids,
+            spec=cfg.sampling,
+            k=cfg.k,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            eos_ids=eos_ids,
+            pad_id=pair.tokenizer.pad_token_id,
         )
     generator = torch.Generator(device=pair.device).manual_seed(seed)
     common = dict(spec=cfg.sampling, max_new_tokens=max_new_tokens, generator=generator, eos_ids=eos_ids, vocab_size=pair.vocab_size)
@@ -102,9 +118,19 @@ def make_record(cfg: RunConfig, item: PlanItem, seed: int, prompt_ids: list[int]
     payload = generation.to_dict()
     payload["output_token_ids"] = payload.pop("tokens")
     return Record(
-        key=item.key, prompt_id=prompt.id, pair_id=prompt.pair_id, attributes=dict(prompt.attributes), engine=item.engine,
-        sample=item.sample, seed=seed, timing_only=item.timing_only, sampling=cfg.sampling.to_dict(),
-        k=0 if item.engine == CONTROL_ENGINE else cfg.k, prompt_token_ids=prompt_ids, text=text, **payload,
+        key=item.key,
+        prompt_id=prompt.id,
+        pair_id=prompt.pair_id,
+        attributes=dict(prompt.attributes),
+        engine=item.engine,
+        sample=item.sample,
+        seed=seed,
+        timing_only=item.timing_only,
+        sampling=cfg.sampling.to_dict(),
+        k=0 if item.engine == CONTROL_ENGINE else cfg.k,
+        prompt_token_ids=prompt_ids,
+        text=text,
+        **payload,
     )
 
 

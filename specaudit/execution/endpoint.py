@@ -50,24 +50,37 @@ class EndpointExecutor(Executor):
         self.models, served = {}, {}
         for engine, endpoint in self.endpoints.items():  # also the health check: nothing is written if a server is down
             self.models[engine], served[engine] = resolve_model(endpoint, settings[f"{engine}_model"], f"{engine}_model")
-        self.metrics = Endpoint(settings["metrics_url"], setting="metrics_url", api_key=api_key, timeout_s=settings["timeout_s"]) \
-            if settings["metrics_url"] else None
+        self.metrics = (
+            Endpoint(settings["metrics_url"], setting="metrics_url", api_key=api_key, timeout_s=settings["timeout_s"])
+            if settings["metrics_url"]
+            else None
+        )
         tokenizer_name = settings["tokenizer"] or cfg.target
         self.tokenizer = load_tokenizer(tokenizer_name)
         self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
         # A server whose completions API takes text only (llama-cpp-python's) gets the prompt ids
         # decoded with their special tokens, which it tokenises back; decoded here, before any thread.
-        self.texts = {prompt_id: self.tokenizer.decode(ids, skip_special_tokens=False) for prompt_id, ids in self.encoded.items()} \
-            if settings["prompt_as"] == "text" else {}
+        self.texts = (
+            {prompt_id: self.tokenizer.decode(ids, skip_special_tokens=False) for prompt_id, ids in self.encoded.items()}
+            if settings["prompt_as"] == "text"
+            else {}
+        )
         self.notes = dict(folder.previous.get("endpoint") or {})
         self.notes.update({"logprobs": settings["logprobs"], "logprobs_mode": settings["logprobs_mode"], "stream": settings["stream"]})
         fields = {
             "versions": library_versions(),
-            "models": {"tokenizer": {"name": str(tokenizer_name)},
-                       **{engine: {"url": self.endpoints[engine].base_url, "model": self.models[engine], "served": served[engine]}
-                          for engine in RECORD_ENGINES}},
-            "device": {"type": "endpoint", "name": f"{settings['speculative_url']} (speculative), {settings['vanilla_url']} (vanilla)",
-                       "concurrency": settings["concurrency"]},
+            "models": {
+                "tokenizer": {"name": str(tokenizer_name)},
+                **{
+                    engine: {"url": self.endpoints[engine].base_url, "model": self.models[engine], "served": served[engine]}
+                    for engine in RECORD_ENGINES
+                },
+            },
+            "device": {
+                "type": "endpoint",
+                "name": f"{settings['speculative_url']} (speculative), {settings['vanilla_url']} (vanilla)",
+                "concurrency": settings["concurrency"],
+            },
             "backend": "endpoint",
             "endpoint": self.notes,
         }
@@ -90,18 +103,22 @@ class EndpointExecutor(Executor):
         completion = self._call(item.engine, item.prompt.id, seed, cfg.max_new_tokens)
         finish = FINISH_REASONS.get(str(completion.finish_reason))
         if finish is None:
-            raise InputError(f"endpoint {self.endpoints[item.engine].setting} ended a completion with finish_reason "
-                             f"{completion.finish_reason!r}, not stop or length; check the server log and re-run to resume")
+            raise InputError(
+                f"endpoint {self.endpoints[item.engine].setting} ended a completion with finish_reason "
+                f"{completion.finish_reason!r}, not stop or length; check the server log and re-run to resume"
+            )
         ids, logprobs = output_tokens(completion, settings["logprobs"])
         source = "server"
         if ids is None:
             with self._tokenizer_lock:  # a fast tokenizer must not be called from two threads at once
                 ids, source = list(self.tokenizer(completion.text, add_special_tokens=False)["input_ids"]), "re-tokenised text"
-        generation = Generation(tokens=ids, finish_reason=finish, wall_s=completion.wall_s, ttft_s=completion.ttft_s, steps=0,
-                                draft_s=None, verify_s=None)
+        generation = Generation(
+            tokens=ids, finish_reason=finish, wall_s=completion.wall_s, ttft_s=completion.ttft_s, steps=0, draft_s=None, verify_s=None
+        )
         record = make_record(cfg, item, seed, prompt_ids, generation, completion.text)
-        return record.with_extra(backend="endpoint", token_ids_source=source, logprobs_mode=settings["logprobs_mode"],
-                                 target_logprobs=logprobs)
+        return record.with_extra(
+            backend="endpoint", token_ids_source=source, logprobs_mode=settings["logprobs_mode"], target_logprobs=logprobs
+        )
 
     def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
         cfg, settings = self.cfg, self.cfg.endpoint
@@ -164,8 +181,10 @@ class EndpointExecutor(Executor):
         if sources:
             notes["token_ids"] = sorted(sources | set(notes.get("token_ids") or []))
             if "re-tokenised text" in sources:
-                notes["token_ids_note"] = ("the server returned token text, not ids (vLLM: return_tokens_as_token_ids); outputs were "
-                                           "re-tokenised, which may differ from what was sampled, and carry no logprobs")
+                notes["token_ids_note"] = (
+                    "the server returned token text, not ids (vLLM: return_tokens_as_token_ids); outputs were "
+                    "re-tokenised, which may differ from what was sampled, and carry no logprobs"
+                )
             manifest["endpoint"] = notes
         if before is not None:
             try:
@@ -175,9 +194,15 @@ class EndpointExecutor(Executor):
                 manifest["server_metrics"] = {**(manifest.get("server_metrics") or {}), "error": str(err)}
             if after is not None:
                 summary = metrics_summary(before, after, folder.previous.get("server_metrics"))
-                summary.update(url=settings["metrics_url"], note=(
-                    "deltas of the server's cumulative counters over the run's requests; other traffic on that server in the meantime "
-                    "is counted too" if after else f"no {', '.join(SPEC_DECODE_COUNTERS)} counters found at the metrics URL"))
+                summary.update(
+                    url=settings["metrics_url"],
+                    note=(
+                        "deltas of the server's cumulative counters over the run's requests; other traffic on that server in the meantime "
+                        "is counted too"
+                        if after
+                        else f"no {', '.join(SPEC_DECODE_COUNTERS)} counters found at the metrics URL"
+                    ),
+                )
                 manifest["server_metrics"] = summary
         folder.save_manifest()
 

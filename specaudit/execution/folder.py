@@ -42,8 +42,19 @@ if TYPE_CHECKING:
 
 LOCK_FILE = ".specaudit.lock"
 RESUME_SECTIONS = ("decoding", "prompt_set_checksum", "shard")  # what a resumed run must share with the folder's
-MANIFEST_FIELDS = ("schema_version", "created", "command", "invocations", "config", *RESUME_SECTIONS, "models", "versions", "device",
-                   "seeds", "prompt_set")  # every executor's; an executor adds its own after them
+MANIFEST_FIELDS = (
+    "schema_version",
+    "created",
+    "command",
+    "invocations",
+    "config",
+    *RESUME_SECTIONS,
+    "models",
+    "versions",
+    "device",
+    "seeds",
+    "prompt_set",
+)  # every executor's; an executor adds its own after them
 
 
 @dataclass(frozen=True)
@@ -81,11 +92,14 @@ def folder_lock(folder: str | Path) -> Iterator[Path]:
                 holder = {}
             pid, host = holder.get("pid"), holder.get("host")
             if isinstance(pid, int) and host not in (None, me["host"]):
-                raise InputError(f"{folder} is being written by specaudit process {pid} on {host} (lock file {path}); wait for it "
-                                 "to finish, or delete the lock file if that process is gone") from None
+                raise InputError(
+                    f"{folder} is being written by specaudit process {pid} on {host} (lock file {path}); wait for it "
+                    "to finish, or delete the lock file if that process is gone"
+                ) from None
             if isinstance(pid, int) and _pid_alive(pid):
-                raise InputError(f"{folder} is being written by another specaudit process (pid {pid}); wait for it to finish "
-                                 "or choose another --out") from None
+                raise InputError(
+                    f"{folder} is being written by another specaudit process (pid {pid}); wait for it to finish or choose another --out"
+                ) from None
             path.unlink(missing_ok=True)  # its holder is gone (killed): take the lock over
             continue
         except OSError as err:
@@ -111,7 +125,9 @@ def _check_resumable(out_dir: Path, previous: dict, current: dict) -> None:
         old, new = previous.get(section), current.get(section)
         if old != new:
             if isinstance(old, dict) and isinstance(new, dict):
-                detail = "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
+                detail = "; ".join(
+                    f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
+                )
             else:
                 detail = f"{section}: {old!r} -> {new!r}"
             raise InputError(f"{out_dir} holds a run with other settings ({detail}); resume with the same settings or choose a new --out")
@@ -122,8 +138,9 @@ def load_run_prompts(cfg: RunConfig, prompt_set=None):
     from specaudit.prompts import load_prompts
 
     if prompt_set is None:
-        prompt_set = load_prompts(cfg.prompts, column_map=cfg.column_map, dimensions=cfg.dimensions, per_group=cfg.per_group,
-                                     seed=cfg.sample_seed)
+        prompt_set = load_prompts(
+            cfg.prompts, column_map=cfg.column_map, dimensions=cfg.dimensions, per_group=cfg.per_group, seed=cfg.sample_seed
+        )
     if not prompt_set.prompts:
         raise InputError(f"prompt set {cfg.prompts!r} selected no prompts (check --dimensions / --per-group)")
     check_draft_noise_targets(cfg.draft_noise, prompt_set)
@@ -137,8 +154,16 @@ class RunFolder:
     and what is left of it. Leaving it closes the writer and releases the lock; a folder this
     invocation created and left empty is removed."""
 
-    def __init__(self, cfg: RunConfig, out_dir: str | Path, *, prompt_set=None, shard: tuple[int, int] | None = None,
-                 engines: Sequence[str] | None = None, command: str | None = None):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        out_dir: str | Path,
+        *,
+        prompt_set=None,
+        shard: tuple[int, int] | None = None,
+        engines: Sequence[str] | None = None,
+        command: str | None = None,
+    ):
         self.cfg = cfg
         self.out_dir = Path(out_dir)
         self.shard = shard
@@ -159,8 +184,11 @@ class RunFolder:
             self._stack.callback(self._remove_if_empty)
         try:
             self._stack.enter_context(folder_lock(self.out_dir))
-            self.identity = {"decoding": self.cfg.decoding_identity(), "prompt_set_checksum": self.prompt_set.checksum,
-                             "shard": list(self.shard) if self.shard else None}
+            self.identity = {
+                "decoding": self.cfg.decoding_identity(),
+                "prompt_set_checksum": self.prompt_set.checksum,
+                "shard": list(self.shard) if self.shard else None,
+            }
             self.previous = read_manifest(self.out_dir) if (self.out_dir / MANIFEST_FILE).is_file() else {}
             if self.previous:
                 _check_resumable(self.out_dir, self.previous, self.identity)
@@ -221,9 +249,13 @@ class RunFolder:
 
         from specaudit.records import RecordWriter
 
-        with RecordWriter(self.out_dir / RECORDS_FILE) as writer, tqdm(
-            total=len(self.plan), initial=len(self.plan) - len(self.todo), desc=label, unit=unit, disable=not progress, file=sys.stderr
-        ) as bar:
+        with (
+            RecordWriter(self.out_dir / RECORDS_FILE) as writer,
+            tqdm(
+                total=len(self.plan), initial=len(self.plan) - len(self.todo), desc=label, unit=unit, disable=not progress, file=sys.stderr
+            ) as bar,
+        ):
+
             def emit(record: Record) -> None:
                 if record.key in self.done:
                     return
@@ -235,5 +267,10 @@ class RunFolder:
             yield emit
 
     def summary(self) -> RunSummary:
-        return RunSummary(self.out_dir, len(self.existing) + self.written, self.written, len(self.plan) - len(self.todo),
-                          time.perf_counter() - self._started)
+        return RunSummary(
+            self.out_dir,
+            len(self.existing) + self.written,
+            self.written,
+            len(self.plan) - len(self.todo),
+            time.perf_counter() - self._started,
+        )

@@ -47,8 +47,10 @@ class LlamaCppExecutor(Executor):
         previous = folder.previous
         if previous and previous.get("backend") != BACKEND:
             made_by = f"by backend {previous['backend']!r}" if previous.get("backend") else "with local engines"
-            raise InputError(f"{folder.out_dir} holds a run made {made_by}; llama.cpp records would be mixed with them under the same "
-                             "keys; choose a new --out")
+            raise InputError(
+                f"{folder.out_dir} holds a run made {made_by}; llama.cpp records would be mixed with them under the same "
+                "keys; choose a new --out"
+            )
 
     def start(self, folder: RunFolder) -> dict:
         from specaudit.models import load_tokenizer
@@ -70,16 +72,22 @@ class LlamaCppExecutor(Executor):
         chain = {k: v for k, v in self.sampler.items() if k not in ("grammar", "logits_processor")}
         return {
             "versions": {**library_versions(), "llama_cpp_python": llama_cpp.__version__},
-            "models": {"target": {"name": str(cfg.target), "gguf": str(self.target), "gguf_sha256": file_sha256(self.target)},
-                       "draft": draft},
+            "models": {
+                "target": {"name": str(cfg.target), "gguf": str(self.target), "gguf_sha256": file_sha256(self.target)},
+                "draft": draft,
+            },
             "device": {"type": "cpu", "engine": "llama.cpp", "threads": self.settings["n_threads"], "system_info": _system_info(llama_cpp)},
             "backend": BACKEND,
             "llama_cpp": {
-                "settings": self.settings, "sampler_chain": chain,
+                "settings": self.settings,
+                "sampler_chain": chain,
                 "sampler_order": "penalties (neutral) -> top_k -> typical (off) -> top_p -> min_p (off) -> temperature -> dist "
-                                 "(temperature 0: greedy)",
+                "(temperature 0: greedy)",
                 "seed": "llama_seed = low 32 bits of derive_seed(...) (0xFFFFFFFF, llama.cpp's random seed, becomes 0)",
-                "kv_cache": "cleared before every record", "vanilla_logits_all": False, "eos_ids": sorted(self.engines.eos_ids)},
+                "kv_cache": "cleared before every record",
+                "vanilla_logits_all": False,
+                "eos_ids": sorted(self.engines.eos_ids),
+            },
         }
 
     def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
@@ -87,13 +95,19 @@ class LlamaCppExecutor(Executor):
         if items:  # first calls pay for allocation: run them before anything is timed
             for _ in range(cfg.warmup):
                 for engine in RECORD_ENGINES:
-                    generate(self.engines, engine, self.encoded[items[0].prompt.id], self.sampler, cfg.seed, min(8, cfg.max_new_tokens),
-                             cfg.k)
+                    generate(
+                        self.engines, engine, self.encoded[items[0].prompt.id], self.sampler, cfg.seed, min(8, cfg.max_new_tokens), cfg.k
+                    )
         for item in items:
             seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
             prompt_ids = self.encoded[item.prompt.id]
             generation = generate(self.engines, item.engine, prompt_ids, self.sampler, seed, cfg.max_new_tokens, cfg.k)
             text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
             record = make_record(cfg, item, seed, prompt_ids, generation, text)
-            emit(record.with_extra(backend=BACKEND, llama_seed=llama_seed(seed),
-                                   acceptance_source="none" if item.engine == CONTROL_ENGINE else "draft hook"))
+            emit(
+                record.with_extra(
+                    backend=BACKEND,
+                    llama_seed=llama_seed(seed),
+                    acceptance_source="none" if item.engine == CONTROL_ENGINE else "draft hook",
+                )
+            )

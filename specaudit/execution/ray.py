@@ -143,8 +143,10 @@ class RayExecutor(Executor):
                 ray.init(address=self.address, **options)
             except ConnectionError as err:
                 self.owns_ray = False
-                raise InputError(f"--ray-address {self.address}: no Ray cluster answers there ({err}); start one with `ray start --head` "
-                                 "or leave --ray-address out to start Ray here") from None
+                raise InputError(
+                    f"--ray-address {self.address}: no Ray cluster answers there ({err}); start one with `ray start --head` "
+                    "or leave --ray-address out to start Ray here"
+                ) from None
         per_actor, device, n_workers = _actor_plan(self.cfg, ray.cluster_resources(), self.workers)
         self.n_shards = SHARDS_PER_WORKER * n_workers
         self.shards: dict[int, list[PlanItem]] = {}
@@ -199,9 +201,11 @@ class RayExecutor(Executor):
                     self.report["actor_failures"] += 1
                     if attempts[index] >= MAX_SHARD_ATTEMPTS:
                         prompts = sorted({item.prompt.id for item in shards[index]})
-                        raise RuntimeError(f"shard {index} of {self.n_shards} (prompts {', '.join(prompts[:5])}"
-                                           f"{', ...' if len(prompts) > 5 else ''}) lost its Ray actor {attempts[index]} times; "
-                                           "see the Ray logs (out of memory?)") from None
+                        raise RuntimeError(
+                            f"shard {index} of {self.n_shards} (prompts {', '.join(prompts[:5])}"
+                            f"{', ...' if len(prompts) > 5 else ''}) lost its Ray actor {attempts[index]} times; "
+                            "see the Ray logs (out of memory?)"
+                        ) from None
                     queue.appendleft(index)
                     idle.append(self.spawn())
                     continue

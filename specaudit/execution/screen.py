@@ -40,8 +40,10 @@ class ScreenExecutor(Executor):
 
     def check(self, folder: RunFolder) -> None:
         if self.cfg.draft_noise:
-            raise InputError(f"--engines screen cannot reproduce a planted --draft-noise ({self.cfg.draft_noise}): its noise depends on "
-                             "how the draft is called; run the engines instead")
+            raise InputError(
+                f"--engines screen cannot reproduce a planted --draft-noise ({self.cfg.draft_noise}): its noise depends on "
+                "how the draft is called; run the engines instead"
+            )
 
     def start(self, folder: RunFolder) -> dict:
         import torch
@@ -69,20 +71,43 @@ class ScreenExecutor(Executor):
             chunk = todo[begin : begin + batch_size]
             seeds = [derive_seed(cfg.seed, item.prompt.id, item.sample) for item in chunk]
             prompts = [encoded[item.prompt.id] for item in chunk]
-            paths = screen_paths(pair.target, pair.draft, prompts, seeds, spec=cfg.sampling, k=cfg.k, max_new_tokens=cfg.max_new_tokens,
-                                 eos_ids=eos_ids, vocab_size=pair.vocab_size, pad_id=pad_id, batch_size=batch_size, check_draft=begin == 0)
+            paths = screen_paths(
+                pair.target,
+                pair.draft,
+                prompts,
+                seeds,
+                spec=cfg.sampling,
+                k=cfg.k,
+                max_new_tokens=cfg.max_new_tokens,
+                eos_ids=eos_ids,
+                vocab_size=pair.vocab_size,
+                pad_id=pad_id,
+                batch_size=batch_size,
+                check_draft=begin == 0,
+            )
             for item, seed, prompt_ids, path in zip(chunk, seeds, prompts, paths, strict=True):
                 emit(screen_record(cfg, item, seed, prompt_ids, path, pair.tokenizer.decode(path.tokens, skip_special_tokens=True)))
 
 
 def screen_record(cfg, item: PlanItem, seed: int, prompt_ids: list[int], path, text: str):
     acceptance = path.acceptance
-    generation = Generation(tokens=path.tokens, finish_reason=path.finish_reason, wall_s=math.nan, ttft_s=math.nan,
-                            steps=acceptance.steps, proposed=acceptance.proposed, accepted=acceptance.accepted,
-                            accepted_per_step=acceptance.accepted_per_step, proposed_per_step=acceptance.proposed_per_step)
+    generation = Generation(
+        tokens=path.tokens,
+        finish_reason=path.finish_reason,
+        wall_s=math.nan,
+        ttft_s=math.nan,
+        steps=acceptance.steps,
+        proposed=acceptance.proposed,
+        accepted=acceptance.accepted,
+        accepted_per_step=acceptance.accepted_per_step,
+        proposed_per_step=acceptance.proposed_per_step,
+    )
     record = make_record(cfg, item, seed, prompt_ids, generation, text)
     row_s = path.batch_s / path.batch_rows
     counts = "exact" if acceptance.accepted_per_step else "expected"
     return record.replace(wall_s=None, ttft_s=None).with_extra(
-        expected_reached=acceptance.reached, position_beta=acceptance.beta, position_accept=acceptance.accept_cond,
-        screen={"batch_rows": path.batch_rows, "batch_s": path.batch_s, "row_s": row_s, "counts": counts})
+        expected_reached=acceptance.reached,
+        position_beta=acceptance.beta,
+        position_accept=acceptance.accept_cond,
+        screen={"batch_rows": path.batch_rows, "batch_s": path.batch_s, "row_s": row_s, "counts": counts},
+    )

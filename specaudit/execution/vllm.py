@@ -43,8 +43,10 @@ class VllmExecutor(Executor):
         previous = folder.previous
         if previous and previous.get("backend") != "vllm":
             made_by = f"by backend {previous['backend']!r}" if previous.get("backend") else "with local engines"
-            raise InputError(f"{folder.out_dir} holds a run made {made_by}; vLLM records would be mixed with them under the same keys; "
-                             "choose a new --out")
+            raise InputError(
+                f"{folder.out_dir} holds a run made {made_by}; vLLM records would be mixed with them under the same keys; "
+                "choose a new --out"
+            )
         llm_kwargs(self.cfg, "-", speculative=True)  # a setting vLLM cannot honour fails before vLLM loads
         self.vllm = import_vllm()
         require_gpu()
@@ -67,8 +69,10 @@ class VllmExecutor(Executor):
         self.kwargs = {engine: llm_kwargs(cfg, target, speculative=engine == "speculative") for engine in RECORD_ENGINES}
         fields = {
             "versions": {**library_versions(), "vllm": self.vllm.__version__},
-            "models": {"target": {"name": cfg.target, "source": target},
-                       "draft": {"name": cfg.draft, "speculative_config": self.kwargs["speculative"]["speculative_config"]}},
+            "models": {
+                "target": {"name": cfg.target, "source": target},
+                "draft": {"name": cfg.draft, "speculative_config": self.kwargs["speculative"]["speculative_config"]},
+            },
             "device": {"type": "cuda", "name": torch.cuda.get_device_name(0), "engine": "vllm"},
             "backend": "vllm",
             "vllm": {"llm_kwargs": self.kwargs, "stop_token_ids": self.stops, "batch": 1},
@@ -88,7 +92,12 @@ class VllmExecutor(Executor):
             llm = vllm.LLM(**self.kwargs[engine])
             try:
                 for _ in range(cfg.warmup):  # CUDA graphs, caches and compilation come before anything is timed
-                    generate_alone(vllm, llm, self.encoded[engine_items[0].prompt.id], sampling_kwargs(cfg, cfg.seed, stops, min(8, cfg.max_new_tokens)))
+                    generate_alone(
+                        vllm,
+                        llm,
+                        self.encoded[engine_items[0].prompt.id],
+                        sampling_kwargs(cfg, cfg.seed, stops, min(8, cfg.max_new_tokens)),
+                    )
                 run_before = counter_snapshot(llm)
                 for item in engine_items:
                     seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
@@ -103,8 +112,11 @@ class VllmExecutor(Executor):
                 if engine == "speculative":
                     after = counter_snapshot(llm)
                     summary = metrics_summary(run_before, after, folder.previous.get("server_metrics"))
-                    summary["note"] = ("deltas of vLLM's speculative-decoding counters (LLM.get_metrics) over this invocation's timed requests"
-                                       if after else "this vLLM exposes no speculative-decoding counters through LLM.get_metrics()")
+                    summary["note"] = (
+                        "deltas of vLLM's speculative-decoding counters (LLM.get_metrics) over this invocation's timed requests"
+                        if after
+                        else "this vLLM exposes no speculative-decoding counters through LLM.get_metrics()"
+                    )
                     folder.manifest["server_metrics"] = summary
                     folder.save_manifest()
             finally:

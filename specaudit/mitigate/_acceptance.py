@@ -61,8 +61,19 @@ def _seed_for(seed: int, prompt_id: str, sample: int) -> int:
 
 
 @torch.inference_mode()
-def sample_target(target: torch.nn.Module, prompts: dict[str, list[int]], *, spec: SamplingSpec, samples: int, max_new_tokens: int,
-                  eos_ids: set[int], pad_id: int, seed: int = 0, batch_size: int = 16, progress: bool = False) -> list[TargetSample]:
+def sample_target(
+    target: torch.nn.Module,
+    prompts: dict[str, list[int]],
+    *,
+    spec: SamplingSpec,
+    samples: int,
+    max_new_tokens: int,
+    eos_ids: set[int],
+    pad_id: int,
+    seed: int = 0,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> list[TargetSample]:
     """`samples` continuations of each prompt from the target, batched (left padding).
 
     transformers' sampling applies temperature, top-k and top-p in the same order and with the
@@ -79,8 +90,12 @@ def sample_target(target: torch.nn.Module, prompts: dict[str, list[int]], *, spe
 
     # A fresh config: the model's own generation defaults (top_k=50, a repetition penalty, ...)
     # would change the distribution being sampled.
-    options = {"do_sample": not spec.greedy, "max_new_tokens": max_new_tokens, "pad_token_id": pad_id,
-               "eos_token_id": sorted(eos_ids) or None}
+    options = {
+        "do_sample": not spec.greedy,
+        "max_new_tokens": max_new_tokens,
+        "pad_token_id": pad_id,
+        "eos_token_id": sorted(eos_ids) or None,
+    }
     if not spec.greedy:
         options.update(temperature=spec.temperature, top_k=spec.top_k, top_p=spec.top_p)
     config = GenerationConfig(**options)
@@ -114,15 +129,25 @@ def continuation_logits(model: torch.nn.Module, sample: TargetSample, vocab_size
 
 
 @torch.no_grad()
-def position_betas(target: torch.nn.Module, draft: torch.nn.Module, sample: TargetSample, spec: SamplingSpec, vocab_size: int) -> torch.Tensor:
+def position_betas(
+    target: torch.nn.Module, draft: torch.nn.Module, sample: TargetSample, spec: SamplingSpec, vocab_size: int
+) -> torch.Tensor:
     """β_t = Σ min(p_t, q_t) at each position of one target sample."""
     p = sample.probs(target, spec, vocab_size)
     q = warp(continuation_logits(draft, sample, vocab_size), spec)
     return torch.minimum(p.to(q.dtype), q).sum(-1).float().cpu()
 
 
-def measure_acceptance(target: torch.nn.Module, draft: torch.nn.Module, samples: list[TargetSample], *, spec: SamplingSpec,
-                       vocab_size: int, progress: bool = False, desc: str = "acceptance") -> dict[str, PromptAcceptance]:
+def measure_acceptance(
+    target: torch.nn.Module,
+    draft: torch.nn.Module,
+    samples: list[TargetSample],
+    *,
+    spec: SamplingSpec,
+    vocab_size: int,
+    progress: bool = False,
+    desc: str = "acceptance",
+) -> dict[str, PromptAcceptance]:
     """Per-prompt acceptance of `draft` against `target` along the given target samples (from
     `sample_target`): the same samples can be scored with a draft before and after mitigation,
     so the two are compared on identical paths."""
@@ -148,5 +173,7 @@ def pooled_alpha(acceptance: dict[str, PromptAcceptance], prompt_ids: list[str])
 
 def acceptance_arrays(acceptance: dict[str, PromptAcceptance], prompt_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(beta_sum, positions) arrays in the order of `prompt_ids`, for the prompt bootstrap."""
-    return (np.array([acceptance[p].beta_sum for p in prompt_ids], dtype=float),
-            np.array([acceptance[p].positions for p in prompt_ids], dtype=float))
+    return (
+        np.array([acceptance[p].beta_sum for p in prompt_ids], dtype=float),
+        np.array([acceptance[p].positions for p in prompt_ids], dtype=float),
+    )

@@ -52,11 +52,15 @@ class DistilResult:
 def trainable_layers(draft, train_layers: int) -> tuple[int, int]:
     """(first trained layer, layer count) of a draft that can be distilled; InputError otherwise."""
     if not isinstance(draft, torch.nn.Module):
-        raise InputError(f"the draft ({type(draft).__name__}) has no weights to train; distil an early-exit:N draft or a model folder instead")
+        raise InputError(
+            f"the draft ({type(draft).__name__}) has no weights to train; distil an early-exit:N draft or a model folder instead"
+        )
     layers = getattr(getattr(draft, "model", None), "layers", None)
     if layers is None or not any(p.dtype.is_floating_point for p in draft.parameters()):
-        raise InputError(f"the draft ({type(draft).__name__}) cannot be trained (quantised or not a decoder with model.layers); "
-                         "distil an early-exit:N draft or a float model folder instead")
+        raise InputError(
+            f"the draft ({type(draft).__name__}) cannot be trained (quantised or not a decoder with model.layers); "
+            "distil an early-exit:N draft or a float model folder instead"
+        )
     count = len(layers)
     if not 1 <= train_layers <= count:
         raise InputError(f"--train-layers {train_layers}: the draft has {count} layers; choose 1..{count}")
@@ -158,15 +162,31 @@ def _held_out_loss(draft, first, cache, samples, spec, vocab_size, objective) ->
 
 def _sequence_loss(upper, hidden, p, sample, spec, vocab_size, objective) -> torch.Tensor:
     start = len(sample.prompt_ids) - 1
-    states = upper.model(inputs_embeds=hidden.to(upper.lm_head.weight.dtype), use_cache=False).last_hidden_state[0, start : start + len(sample.continuation)]
+    states = upper.model(inputs_embeds=hidden.to(upper.lm_head.weight.dtype), use_cache=False).last_hidden_state[
+        0, start : start + len(sample.continuation)
+    ]
     logits = upper.lm_head(states)[:, :vocab_size]
     return position_loss(p.float(), logits, spec, objective)
 
 
-def distil(target: torch.nn.Module, draft: torch.nn.Module, samples: list[TargetSample], weights: np.ndarray, *, spec: SamplingSpec,
-           vocab_size: int, objective: str = "tv", weighting: str = "inverse-acceptance", steps: int = 60, batch_size: int = 4,
-           learning_rate: float = 3e-4, train_layers: int = 2, seed: int = 0, progress: bool = False,
-           prepared=None) -> DistilResult:
+def distil(
+    target: torch.nn.Module,
+    draft: torch.nn.Module,
+    samples: list[TargetSample],
+    weights: np.ndarray,
+    *,
+    spec: SamplingSpec,
+    vocab_size: int,
+    objective: str = "tv",
+    weighting: str = "inverse-acceptance",
+    steps: int = 60,
+    batch_size: int = 4,
+    learning_rate: float = 3e-4,
+    train_layers: int = 2,
+    seed: int = 0,
+    progress: bool = False,
+    prepared=None,
+) -> DistilResult:
     """Train a copy of `draft` (upper `train_layers` layers + final norm) for `steps` steps of
     `batch_size` sequences drawn from `samples` with probabilities `weights`; `draft` is untouched.
     `prepared` reuses the frozen inputs of an earlier call on the same draft and samples."""
@@ -208,10 +228,19 @@ def distil(target: torch.nn.Module, draft: torch.nn.Module, samples: list[Target
     for parameter in student.parameters():
         parameter.requires_grad_(False)
     student = student.to(next(draft.parameters()).dtype).eval()  # served, measured and saved in the draft's own dtype
-    return DistilResult(draft=student, objective=objective, weighting=weighting, steps=steps, batch_size=batch_size,
-                        learning_rate=learning_rate, trained_layers=list(range(first, count)),
-                        trained_parameters=sum(p.numel() for p in trained), seed=seed, loss_curve=curve,
-                        seconds=time.perf_counter() - started)
+    return DistilResult(
+        draft=student,
+        objective=objective,
+        weighting=weighting,
+        steps=steps,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        trained_layers=list(range(first, count)),
+        trained_parameters=sum(p.numel() for p in trained),
+        seed=seed,
+        loss_curve=curve,
+        seconds=time.perf_counter() - started,
+    )
 
 
 def mean_objective(target, draft, samples: list[TargetSample], *, spec: SamplingSpec, vocab_size: int, objective: str = "tv") -> float:

@@ -67,8 +67,10 @@ def _read_run(run_dir: Path) -> tuple[dict, list[dict], dict]:
         raise InputError(f"{run_dir} has no {SNAPSHOT_FILE}: mitigation needs the audit's groups; run `specaudit analyze {run_dir}` first")
     snapshot = json.loads(path.read_text(encoding="utf-8"))
     if not any((section or {}).get("by_group") for section in (snapshot.get("groups") or {}).values()):
-        raise InputError(f"{path} has no per-group acceptance (the run needs prompts with group attributes and both the vanilla and a "
-                         "speculative engine)")
+        raise InputError(
+            f"{path} has no per-group acceptance (the run needs prompts with group attributes and both the vanilla and a "
+            "speculative engine)"
+        )
     return manifest, records, snapshot
 
 
@@ -103,8 +105,12 @@ def _prompts_from_run(records: list[dict]) -> dict[str, _Prompt]:
     prompts: dict[str, _Prompt] = {}
     for record in records:
         if record["prompt_id"] not in prompts:
-            prompts[record["prompt_id"]] = _Prompt(record["prompt_id"], list(record["prompt_token_ids"]),
-                                                   record.get("pair_id") or record["prompt_id"], dict(record.get("attributes") or {}))
+            prompts[record["prompt_id"]] = _Prompt(
+                record["prompt_id"],
+                list(record["prompt_token_ids"]),
+                record.get("pair_id") or record["prompt_id"],
+                dict(record.get("attributes") or {}),
+            )
     return prompts
 
 
@@ -115,8 +121,13 @@ def _attach_texts(prompts: dict[str, _Prompt], config: dict, tokenizer, per_grou
     from specaudit.prompts import load_prompts, prompt_token_ids
 
     try:
-        prompt_set = load_prompts(config.get("prompts", "core"), column_map=config.get("column_map"), dimensions=config.get("dimensions"),
-                                  per_group=per_group, seed=int(config.get("seed", 0)))
+        prompt_set = load_prompts(
+            config.get("prompts", "core"),
+            column_map=config.get("column_map"),
+            dimensions=config.get("dimensions"),
+            per_group=per_group,
+            seed=int(config.get("seed", 0)),
+        )
     except InputError as err:
         if per_group:
             raise
@@ -124,8 +135,10 @@ def _attach_texts(prompts: dict[str, _Prompt], config: dict, tokenizer, per_grou
     by_id = {p.id: p for p in prompt_set.prompts}
     if per_group:
         chat = config.get("chat_template", True)
-        return {p.id: _Prompt(p.id, prompt_token_ids(tokenizer, p, chat), p.pair_id or p.id, dict(p.attributes), p.text)
-                for p in prompt_set.prompts}, None
+        return {
+            p.id: _Prompt(p.id, prompt_token_ids(tokenizer, p, chat), p.pair_id or p.id, dict(p.attributes), p.text)
+            for p in prompt_set.prompts
+        }, None
     for prompt in prompts.values():
         if prompt.id in by_id:
             prompt.text = by_id[prompt.id].text
@@ -169,8 +182,10 @@ def split_by_pair(prompts: dict[str, _Prompt], held_out: float, seed: int, dimen
     for name, ids in (("training", train), ("held-out", held)):
         present = {(d, prompts[p].attributes.get(d)) for p in ids for d in dimensions}
         for dimension, group in sorted(all_groups - present):
-            raise InputError(f"the train/held-out split leaves group {dimension}={group} without {name} prompts (it has too few "
-                             "prompt pairs); audit more prompts per group")
+            raise InputError(
+                f"the train/held-out split leaves group {dimension}={group} without {name} prompts (it has too few "
+                "prompt pairs); audit more prompts per group"
+            )
     return sorted(train), sorted(held)
 
 
@@ -181,8 +196,13 @@ def _interval(beta: np.ndarray, positions: np.ndarray, seed: int, n_boot: int = 
     if positions.sum() == 0:
         return {"value": None, "ci_low": None, "ci_high": None, "n_prompts": int(len(beta)), "n_tokens": 0}
     result = cluster_bootstrap(lambda w: (w @ beta) / np.maximum(w @ positions, 1e-12), len(beta), n_boot=n_boot, seed=seed)
-    return {"value": float(result.statistic), "ci_low": float(result.ci_low), "ci_high": float(result.ci_high),
-            "n_prompts": int(len(beta)), "n_tokens": int(positions.sum())}
+    return {
+        "value": float(result.statistic),
+        "ci_low": float(result.ci_low),
+        "ci_high": float(result.ci_high),
+        "n_prompts": int(len(beta)),
+        "n_tokens": int(positions.sum()),
+    }
 
 
 def _paired_change(before: np.ndarray, after: np.ndarray, positions: np.ndarray, seed: int, n_boot: int = 1000) -> dict:
@@ -201,8 +221,11 @@ def _compare(groups: dict[str, list[str]], before: dict, after: dict, reference:
     for label, ids in [*groups.items(), ("(overall)", everyone)]:
         beta_before, positions = acc.acceptance_arrays(before, ids)
         beta_after, _ = acc.acceptance_arrays(after, ids)
-        row = {"before": _interval(beta_before, positions, seed), "after": _interval(beta_after, positions, seed),
-               "change": _paired_change(beta_before, beta_after, positions, seed) if positions.sum() else None}
+        row = {
+            "before": _interval(beta_before, positions, seed),
+            "after": _interval(beta_after, positions, seed),
+            "change": _paired_change(beta_before, beta_after, positions, seed) if positions.sum() else None,
+        }
         if row["before"]["value"]:
             row["relative_change"] = row["after"]["value"] / row["before"]["value"] - 1.0
         rows[label] = row
@@ -213,10 +236,15 @@ def _compare(groups: dict[str, list[str]], before: dict, after: dict, reference:
         for row in named.values():
             row.setdefault("ratio_to_reference", {})[when] = row[when]["value"] / base if base and row[when]["value"] is not None else None
     worst_before = min(named, key=lambda g: named[g]["before"]["value"] if named[g]["before"]["value"] is not None else 1.0)
-    return {"reference": anchor, "groups": rows,
-            "worst_group_before": worst_before,
-            "worst_ratio": {when: min((r["ratio_to_reference"][when] for r in named.values() if r["ratio_to_reference"][when] is not None),
-                                      default=None) for when in ("before", "after")}}
+    return {
+        "reference": anchor,
+        "groups": rows,
+        "worst_group_before": worst_before,
+        "worst_ratio": {
+            when: min((r["ratio_to_reference"][when] for r in named.values() if r["ratio_to_reference"][when] is not None), default=None)
+            for when in ("before", "after")
+        },
+    }
 
 
 # ------------------------------------------------------------------ re-audit with the real engine
@@ -233,21 +261,41 @@ def _equivalence_check(pair, draft_folder: Path, prompts: list[_Prompt], config:
     if not chosen:
         return {"status": "not run", "reason": "no held-out prompt text available (the run's prompt set could not be read)"}
     items = [Prompt(id=p.id, text=p.text, attributes=p.attributes, pair_id=p.pair) for p in chosen]
-    prompt_set = PromptSet(name="mitigate-held-out", version=1, checksum=rows_checksum(items), source="memory", dimensions={}, prompts=items)
-    options = {key: config[key] for key in ("target", "k", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat_template")
-               if key in config}
-    cfg = run_config_from({**options, "draft": str(draft_folder), "engines": ["vanilla", "speculative"], "samples": 2,
-                           "device": str(pair.device), "warmup": 0}, "mitigate")
+    prompt_set = PromptSet(
+        name="mitigate-held-out", version=1, checksum=rows_checksum(items), source="memory", dimensions={}, prompts=items
+    )
+    options = {
+        key: config[key]
+        for key in ("target", "k", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat_template")
+        if key in config
+    }
+    cfg = run_config_from(
+        {
+            **options,
+            "draft": str(draft_folder),
+            "engines": ["vanilla", "speculative"],
+            "samples": 2,
+            "device": str(pair.device),
+            "warmup": 0,
+        },
+        "mitigate",
+    )
     new_pair = load_pair(cfg.target, str(draft_folder), device=str(pair.device))
     run_dir = work / "reaudit-run"
     run(cfg, run_dir, pair=new_pair, prompt_set=prompt_set, progress=progress, command="specaudit mitigate (equivalence re-audit)")
     snapshot = analyze(run_dir, pair=new_pair, dimensions=[])
     section = snapshot["equivalence"]
     engine = (section.get("engines") or {}).get("speculative") or {}
-    return {"status": section.get("status"), "verdict": engine.get("verdict"), "prompts": [p.id for p in chosen],
-            "records": snapshot["run"]["n_records"], "tokens": snapshot["run"]["n_output_tokens"],
-            "goodness_of_fit_p": (engine.get("goodness_of_fit") or {}).get("pvalue"),
-            "tv_bound": (engine.get("tv_bound") or {}).get("upper"), "run_dir": "reaudit-run"}
+    return {
+        "status": section.get("status"),
+        "verdict": engine.get("verdict"),
+        "prompts": [p.id for p in chosen],
+        "records": snapshot["run"]["n_records"],
+        "tokens": snapshot["run"]["n_output_tokens"],
+        "goodness_of_fit_p": (engine.get("goodness_of_fit") or {}).get("pvalue"),
+        "tv_bound": (engine.get("tv_bound") or {}).get("upper"),
+        "run_dir": "reaudit-run",
+    }
 
 
 def _measured_speedup(pair, draft, prompts: list[_Prompt], k: int, spec, eos_ids, max_new_tokens: int, seed: int) -> dict:
@@ -273,12 +321,30 @@ def _measured_speedup(pair, draft, prompts: list[_Prompt], k: int, spec, eos_ids
 
 
 # ------------------------------------------------------------------ the command
-def mitigate(run_dir: str | Path, out_dir: str | Path, *, draft: str | None = None, dimension: str | None = None, held_out: float = 0.5,
-             weighting: str = "inverse-acceptance", compare: tuple[str, ...] | list[str] = ("unweighted",), objective: str = "tv",
-             train_layers: int = 2, learning_rate: float = 3e-4, per_group: int | None = None, quick: bool = False,
-             samples: int | None = None, max_new_tokens: int | None = None, steps: int | None = None, batch_size: int | None = None,
-             equivalence_prompts: int | None = None, timing_prompts: int | None = None, seed: int = 0, device: str = "auto",
-             progress: bool = True) -> MitigationResult:
+def mitigate(
+    run_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    draft: str | None = None,
+    dimension: str | None = None,
+    held_out: float = 0.5,
+    weighting: str = "inverse-acceptance",
+    compare: tuple[str, ...] | list[str] = ("unweighted",),
+    objective: str = "tv",
+    train_layers: int = 2,
+    learning_rate: float = 3e-4,
+    per_group: int | None = None,
+    quick: bool = False,
+    samples: int | None = None,
+    max_new_tokens: int | None = None,
+    steps: int | None = None,
+    batch_size: int | None = None,
+    equivalence_prompts: int | None = None,
+    timing_prompts: int | None = None,
+    seed: int = 0,
+    device: str = "auto",
+    progress: bool = True,
+) -> MitigationResult:
     """Distil a better draft, derive per-group k and routing policies, and re-audit on held-out
     prompts; writes DIR/{draft/, training_card.*, policy.*, before_after.*, reaudit-run/}."""
     from specaudit.decoding import SamplingSpec
@@ -290,8 +356,14 @@ def mitigate(run_dir: str | Path, out_dir: str | Path, *, draft: str | None = No
     if out_dir.exists() and any(out_dir.iterdir()):
         raise InputError(f"--out {out_dir} exists and is not empty; choose a new folder (mitigation never overwrites)")
     budget = dict(QUICK_BUDGET if quick else DEMO_BUDGET)
-    overrides = {"samples": samples, "max_new_tokens": max_new_tokens, "steps": steps, "batch_size": batch_size,
-                 "equivalence_prompts": equivalence_prompts, "timing_prompts": timing_prompts}
+    overrides = {
+        "samples": samples,
+        "max_new_tokens": max_new_tokens,
+        "steps": steps,
+        "batch_size": batch_size,
+        "equivalence_prompts": equivalence_prompts,
+        "timing_prompts": timing_prompts,
+    }
     budget.update({k: v for k, v in overrides.items() if v is not None})
     for name in ("samples", "max_new_tokens", "steps", "batch_size"):
         if int(budget[name]) < 1:
@@ -306,7 +378,9 @@ def mitigate(run_dir: str | Path, out_dir: str | Path, *, draft: str | None = No
     config = manifest.get("config") or {}
     draft_name = draft or config.get("draft")
     if draft_name is None or draft_name in UNTRAINABLE_DRAFTS:
-        raise InputError(f"draft {draft_name!r} cannot be trained (no float weights to distil); give --draft early-exit:N or a model folder")
+        raise InputError(
+            f"draft {draft_name!r} cannot be trained (no float weights to distil); give --draft early-exit:N or a model folder"
+        )
     dimension, worst_group = _choose_dimension(snapshot, dimension)
     dimensions = [d for d, s in snapshot["groups"].items() if s.get("by_group")]
     audit_alpha = _group_alphas(snapshot, dimension)
@@ -328,14 +402,23 @@ def mitigate(run_dir: str | Path, out_dir: str | Path, *, draft: str | None = No
 
     eos_ids = eos_token_ids(pair)
     pad_id = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(eos_ids or {0})
-    all_samples = acc.sample_target(pair.target, {pid: prompts[pid].ids for pid in train_ids + held_ids}, spec=spec,
-                                    samples=int(budget["samples"]), max_new_tokens=int(budget["max_new_tokens"]), eos_ids=eos_ids,
-                                    pad_id=pad_id, seed=seed, progress=progress)
+    all_samples = acc.sample_target(
+        pair.target,
+        {pid: prompts[pid].ids for pid in train_ids + held_ids},
+        spec=spec,
+        samples=int(budget["samples"]),
+        max_new_tokens=int(budget["max_new_tokens"]),
+        eos_ids=eos_ids,
+        pad_id=pad_id,
+        seed=seed,
+        progress=progress,
+    )
     held_set = set(held_ids)
     train_samples = [s for s in all_samples if s.prompt_id not in held_set]
     held_samples = [s for s in all_samples if s.prompt_id in held_set]
-    before = acc.measure_acceptance(pair.target, pair.draft, all_samples, spec=spec, vocab_size=pair.vocab_size, progress=progress,
-                                    desc="acceptance before")
+    before = acc.measure_acceptance(
+        pair.target, pair.draft, all_samples, spec=spec, vocab_size=pair.vocab_size, progress=progress, desc="acceptance before"
+    )
 
     sizes = {g: sum(1 for p in train_ids if group_of[p] == g) for g in audit_alpha}
     first, _ = dst.trainable_layers(pair.draft, train_layers)
@@ -345,11 +428,32 @@ def mitigate(run_dir: str | Path, out_dir: str | Path, *, draft: str | None = No
     for name in dict.fromkeys([weighting, *compare]):
         shares = dst.group_weights(audit_alpha, sizes, name)
         weights = dst.sequence_weights(train_samples, group_of, shares)
-        result = dst.distil(pair.target, pair.draft, train_samples, weights, spec=spec, vocab_size=pair.vocab_size, objective=objective,
-                            weighting=name, steps=int(budget["steps"]), batch_size=int(budget["batch_size"]),
-                            learning_rate=learning_rate, train_layers=train_layers, seed=seed, progress=progress, prepared=prepared)
-        after = acc.measure_acceptance(pair.target, result.draft, held_samples, spec=spec, vocab_size=pair.vocab_size, progress=progress,
-                                       desc=f"acceptance after ({name})")
+        result = dst.distil(
+            pair.target,
+            pair.draft,
+            train_samples,
+            weights,
+            spec=spec,
+            vocab_size=pair.vocab_size,
+            objective=objective,
+            weighting=name,
+            steps=int(budget["steps"]),
+            batch_size=int(budget["batch_size"]),
+            learning_rate=learning_rate,
+            train_layers=train_layers,
+            seed=seed,
+            progress=progress,
+            prepared=prepared,
+        )
+        after = acc.measure_acceptance(
+            pair.target,
+            result.draft,
+            held_samples,
+            spec=spec,
+            vocab_size=pair.vocab_size,
+            progress=progress,
+            desc=f"acceptance after ({name})",
+        )
         trained[name] = {"result": result, "shares": shares, "after": after}
         if main_draft is None:
             main_draft = result
@@ -359,8 +463,15 @@ def mitigate(run_dir: str | Path, out_dir: str | Path, *, draft: str | None = No
     comparisons = {name: _compare(held_groups, before, entry["after"], reference, seed) for name, entry in trained.items()}
 
     # Policies for the distilled draft, fitted on the training prompts, judged on held-out ones.
-    main_after_train = acc.measure_acceptance(pair.target, main_draft.draft, train_samples, spec=spec, vocab_size=pair.vocab_size,
-                                              progress=progress, desc="acceptance (train, distilled)")
+    main_after_train = acc.measure_acceptance(
+        pair.target,
+        main_draft.draft,
+        train_samples,
+        spec=spec,
+        vocab_size=pair.vocab_size,
+        progress=progress,
+        desc="acceptance (train, distilled)",
+    )
     cost = pol.measure_cost_ratio(pair.target, main_draft.draft, prompts[held_ids[0]].ids)
     train_groups = {g: [p for p in train_ids if group_of[p] == g] for g in audit_alpha}
     policies = {}
@@ -371,24 +482,54 @@ def mitigate(run_dir: str | Path, out_dir: str | Path, *, draft: str | None = No
         fitted["predicted_speedup_held_out"] = {
             "run_k": float(pol.expected_speedup(held_alpha, run_k, cost["cost_ratio"])),
             "policy_k": float(pol.expected_speedup(held_alpha, fitted["k"], cost["cost_ratio"])),
-            "policy": 1.0 if fitted["route_to_vanilla"] else float(pol.expected_speedup(held_alpha, fitted["k"], cost["cost_ratio"]))}
+            "policy": 1.0 if fitted["route_to_vanilla"] else float(pol.expected_speedup(held_alpha, fitted["k"], cost["cost_ratio"])),
+        }
         if int(budget["timing_prompts"]) > 0:
             timed = [prompts[p] for p in held_groups[group][: int(budget["timing_prompts"])]]
             measured = _measured_speedup(pair, main_draft.draft, timed, fitted["k"], spec, eos_ids, int(budget["max_new_tokens"]), seed)
-            fitted["measured_speedup_held_out"] = {"policy_k": measured["speedup"], "policy": 1.0 if fitted["route_to_vanilla"] else
-                                                   measured["speedup"], "prompts": measured["prompts"], "tokens_per_s": measured["tokens_per_s"]}
+            fitted["measured_speedup_held_out"] = {
+                "policy_k": measured["speedup"],
+                "policy": 1.0 if fitted["route_to_vanilla"] else measured["speedup"],
+                "prompts": measured["prompts"],
+                "tokens_per_s": measured["tokens_per_s"],
+            }
         policies[group] = fitted
 
     parent = out_dir.parent
     parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=parent))
     try:
-        files = _write_outputs(work, out_dir, pair=pair, main=main_draft, trained=trained, comparisons=comparisons, policies=policies,
-                               cost=cost, config=config, budget=budget, run_dir=run_dir, draft_name=draft_name, dimension=dimension,
-                               worst_group=worst_group, audit_alpha=audit_alpha, train_ids=train_ids, held_ids=held_ids,
-                               sizes=sizes, objective=objective, weighting=weighting, run_k=run_k, prompts=prompts, seed=seed,
-                               text_note=text_note, train_samples=train_samples, held_samples=held_samples, progress=progress,
-                               started=started, held_groups=held_groups)
+        files = _write_outputs(
+            work,
+            out_dir,
+            pair=pair,
+            main=main_draft,
+            trained=trained,
+            comparisons=comparisons,
+            policies=policies,
+            cost=cost,
+            config=config,
+            budget=budget,
+            run_dir=run_dir,
+            draft_name=draft_name,
+            dimension=dimension,
+            worst_group=worst_group,
+            audit_alpha=audit_alpha,
+            train_ids=train_ids,
+            held_ids=held_ids,
+            sizes=sizes,
+            objective=objective,
+            weighting=weighting,
+            run_k=run_k,
+            prompts=prompts,
+            seed=seed,
+            text_note=text_note,
+            train_samples=train_samples,
+            held_samples=held_samples,
+            progress=progress,
+            started=started,
+            held_groups=held_groups,
+        )
         if out_dir.exists():  # an empty folder (checked at the start)
             out_dir.rmdir()
         os.replace(work, out_dir)
@@ -399,15 +540,50 @@ def mitigate(run_dir: str | Path, out_dir: str | Path, *, draft: str | None = No
     return MitigationResult(out_dir, summary, {k: out_dir / v.relative_to(work) for k, v in files.items()})
 
 
-def _write_outputs(work: Path, out_dir: Path, *, pair, main, trained, comparisons, policies, cost, config, budget, run_dir, draft_name,
-                   dimension, worst_group, audit_alpha, train_ids, held_ids, sizes, objective, weighting, run_k, prompts, seed,
-                   text_note, train_samples, held_samples, progress, started, held_groups) -> dict[str, Path]:
+def _write_outputs(
+    work: Path,
+    out_dir: Path,
+    *,
+    pair,
+    main,
+    trained,
+    comparisons,
+    policies,
+    cost,
+    config,
+    budget,
+    run_dir,
+    draft_name,
+    dimension,
+    worst_group,
+    audit_alpha,
+    train_ids,
+    held_ids,
+    sizes,
+    objective,
+    weighting,
+    run_k,
+    prompts,
+    seed,
+    text_note,
+    train_samples,
+    held_samples,
+    progress,
+    started,
+    held_groups,
+) -> dict[str, Path]:
     files: dict[str, Path] = {}
     draft_folder = work / "draft"
     main.draft.save_pretrained(draft_folder)
     pair.tokenizer.save_pretrained(draft_folder)
-    provenance = {"made_by": "specaudit mitigate", "from_run": str(run_dir), "target": config.get("target", "default"),
-                  "initial_draft": draft_name, "objective": objective, "weighting": weighting}
+    provenance = {
+        "made_by": "specaudit mitigate",
+        "from_run": str(run_dir),
+        "target": config.get("target", "default"),
+        "initial_draft": draft_name,
+        "objective": objective,
+        "weighting": weighting,
+    }
     (draft_folder / "specaudit-mitigation.json").write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
     files["draft"] = draft_folder
 
@@ -417,30 +593,63 @@ def _write_outputs(work: Path, out_dir: Path, *, pair, main, trained, comparison
         "target": config.get("target", "default"),
         "initial_draft": draft_name,
         "draft_folder": "draft",
-        "objective": {"name": objective, "definition": "TV(p, q) = 1 - sum_v min(p(v), q(v)) per position of a target sample, p and q "
-                      "warped with the run's sampling settings" if objective == "tv" else "KL(p || q) per position of a target sample"},
-        "data": {"source": "the target's own sampled continuations of the training prompts", "train_prompts": len(train_ids),
-                 "held_out_prompts": len(held_ids), "train_sequences": len(train_samples), "held_out_sequences": len(held_samples),
-                 "train_positions": sum(len(s.continuation) for s in train_samples),
-                 "samples_per_prompt": budget["samples"], "max_new_tokens": budget["max_new_tokens"],
-                 "split": "by pair_id (a parallel prompt never on both sides)", "train_prompts_per_group": sizes},
-        "weighting": {"dimension": dimension, "audit_alpha": audit_alpha, "lowest_group_by_audit": worst_group,
-                      "used": weighting, "shares": trained[weighting]["shares"],
-                      "compared": {name: entry["shares"] for name, entry in trained.items()}},
-        "training": {"steps": main.steps, "batch_size": main.batch_size, "learning_rate": main.learning_rate, "optimizer": "AdamW",
-                     "trained_layers": main.trained_layers, "trained": "upper decoder layers and final norm (head frozen)",
-                     "trained_parameters": main.trained_parameters, "seed": seed, "seconds": round(main.seconds, 1),
-                     "device": str(pair.device)},
+        "objective": {
+            "name": objective,
+            "definition": "TV(p, q) = 1 - sum_v min(p(v), q(v)) per position of a target sample, p and q "
+            "warped with the run's sampling settings"
+            if objective == "tv"
+            else "KL(p || q) per position of a target sample",
+        },
+        "data": {
+            "source": "the target's own sampled continuations of the training prompts",
+            "train_prompts": len(train_ids),
+            "held_out_prompts": len(held_ids),
+            "train_sequences": len(train_samples),
+            "held_out_sequences": len(held_samples),
+            "train_positions": sum(len(s.continuation) for s in train_samples),
+            "samples_per_prompt": budget["samples"],
+            "max_new_tokens": budget["max_new_tokens"],
+            "split": "by pair_id (a parallel prompt never on both sides)",
+            "train_prompts_per_group": sizes,
+        },
+        "weighting": {
+            "dimension": dimension,
+            "audit_alpha": audit_alpha,
+            "lowest_group_by_audit": worst_group,
+            "used": weighting,
+            "shares": trained[weighting]["shares"],
+            "compared": {name: entry["shares"] for name, entry in trained.items()},
+        },
+        "training": {
+            "steps": main.steps,
+            "batch_size": main.batch_size,
+            "learning_rate": main.learning_rate,
+            "optimizer": "AdamW",
+            "trained_layers": main.trained_layers,
+            "trained": "upper decoder layers and final norm (head frozen)",
+            "trained_parameters": main.trained_parameters,
+            "seed": seed,
+            "seconds": round(main.seconds, 1),
+            "device": str(pair.device),
+        },
         "loss_curve": {name: entry["result"].loss_curve for name, entry in trained.items()},
-        "held_out_objective": {name: {"before": 1 - comparisons[name]["groups"]["(overall)"]["before"]["value"],
-                                      "after": 1 - comparisons[name]["groups"]["(overall)"]["after"]["value"]}
-                               for name in trained} if objective == "tv" else None,
+        "held_out_objective": {
+            name: {
+                "before": 1 - comparisons[name]["groups"]["(overall)"]["before"]["value"],
+                "after": 1 - comparisons[name]["groups"]["(overall)"]["after"]["value"],
+            }
+            for name in trained
+        }
+        if objective == "tv"
+        else None,
     }
     (work / "training_card.json").write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
     (work / "training_card.md").write_text(training_card_markdown(card), encoding="utf-8")
     files["training_card"] = work / "training_card.json"
 
-    document = pol.policy_document(dimension, policies, default_k=run_k, cost_ratio=cost["cost_ratio"], draft="draft", source_run=str(run_dir))
+    document = pol.policy_document(
+        dimension, policies, default_k=run_k, cost_ratio=cost["cost_ratio"], draft="draft", source_run=str(run_dir)
+    )
     files.update({f"policy_{k}": v for k, v in pol.write_policy_files(work, document).items()})
 
     equivalence = {"status": "not run", "reason": "--equivalence-prompts 0"}
@@ -455,13 +664,18 @@ def _write_outputs(work: Path, out_dir: Path, *, pair, main, trained, comparison
         "dimension": dimension,
         "lowest_group_by_audit": worst_group,
         "measurement": "per-position acceptance alpha = mean of beta = sum_v min(p, q) along the target's own samples of the held-out "
-                       "prompts (the same samples before and after); intervals: 95% prompt bootstrap",
+        "prompts (the same samples before and after); intervals: 95% prompt bootstrap",
         "weighting": weighting,
         "comparison": comparisons[weighting],
-        "weightings": {name: {"overall_after": c["groups"]["(overall)"]["after"], "worst_ratio": c["worst_ratio"],
-                              "lowest_group_after": c["groups"].get(worst_group, {}).get("after"),
-                              "lowest_group_change": c["groups"].get(worst_group, {}).get("change")}
-                       for name, c in comparisons.items()},
+        "weightings": {
+            name: {
+                "overall_after": c["groups"]["(overall)"]["after"],
+                "worst_ratio": c["worst_ratio"],
+                "lowest_group_after": c["groups"].get(worst_group, {}).get("after"),
+                "lowest_group_change": c["groups"].get(worst_group, {}).get("change"),
+            }
+            for name, c in comparisons.items()
+        },
         "cost": cost,
         "policies": policies,
         "run_k": run_k,

@@ -43,8 +43,13 @@ def measure_cost_ratio(target: torch.nn.Module, draft: torch.nn.Module, prompt_i
         target_s.append(per_step(target))
         draft_s.append(per_step(draft))
     target_median, draft_median = statistics.median(target_s), statistics.median(draft_s)
-    return {"cost_ratio": draft_median / target_median, "target_step_s": target_median, "draft_step_s": draft_median,
-            "steps": steps, "rounds": rounds}
+    return {
+        "cost_ratio": draft_median / target_median,
+        "target_step_s": target_median,
+        "draft_step_s": draft_median,
+        "steps": steps,
+        "rounds": rounds,
+    }
 
 
 def group_policy(alpha: float, cost_ratio: float, run_k: int) -> dict:
@@ -75,8 +80,12 @@ def policy_document(dimension: str, policies: dict[str, dict], *, default_k: int
         "cost_ratio": cost_ratio,
         "default": {"speculate": True, "k": default_k},
         "groups": {
-            group: {"speculate": not entry["route_to_vanilla"], "k": 0 if entry["route_to_vanilla"] else entry["k"],
-                    "expected_speedup": entry["expected_speedup_policy"], "alpha": entry["alpha"]}
+            group: {
+                "speculate": not entry["route_to_vanilla"],
+                "k": 0 if entry["route_to_vanilla"] else entry["k"],
+                "expected_speedup": entry["expected_speedup_policy"],
+                "alpha": entry["alpha"],
+            }
             for group, entry in policies.items()
         },
         "source_run": source_run,

@@ -63,31 +63,47 @@ def before_after_markdown(summary: dict) -> str:
     for group, row in comparison["groups"].items():
         ratio = row.get("ratio_to_reference") or {}
         ratio_text = f"{_num(ratio.get('before'))} → {_num(ratio.get('after'))}" if ratio else ""
-        lines.append(f"| {group} | {_interval(row['before'])} | {_interval(row['after'])} | {_interval(row['change'])} | "
-                     f"{_pct(row.get('relative_change'))} | {ratio_text} | {row['before']['n_prompts']} |")
+        lines.append(
+            f"| {group} | {_interval(row['before'])} | {_interval(row['after'])} | {_interval(row['change'])} | "
+            f"{_pct(row.get('relative_change'))} | {ratio_text} | {row['before']['n_prompts']} |"
+        )
     worst = comparison["worst_ratio"]
     lines += ["", f"Worst group's ratio to the reference: {_num(worst['before'])} → {_num(worst['after'])}.", ""]
-    lines += ["## Training mix compared at the same budget", "",
-              "| weighting | overall α after | lowest group α after | lowest group change | worst ratio after |", "|---|---|---|---|---|"]
+    lines += [
+        "## Training mix compared at the same budget",
+        "",
+        "| weighting | overall α after | lowest group α after | lowest group change | worst ratio after |",
+        "|---|---|---|---|---|",
+    ]
     for name, entry in summary["weightings"].items():
-        lines.append(f"| {name} | {_interval(entry['overall_after'])} | {_interval(entry['lowest_group_after'])} | "
-                     f"{_interval(entry['lowest_group_change'])} | {_num(entry['worst_ratio']['after'])} |")
+        lines.append(
+            f"| {name} | {_interval(entry['overall_after'])} | {_interval(entry['lowest_group_after'])} | "
+            f"{_interval(entry['lowest_group_change'])} | {_num(entry['worst_ratio']['after'])} |"
+        )
     cost = summary["cost"]
-    lines += ["", f"## Policies (distilled draft, cost ratio c = {cost['cost_ratio']:.3f} measured here; run k = {summary['run_k']})", "",
-              "| group | α train | k | route to vanilla | predicted speed-up (run k / policy) | measured speed-up at policy k |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"## Policies (distilled draft, cost ratio c = {cost['cost_ratio']:.3f} measured here; run k = {summary['run_k']})",
+        "",
+        "| group | α train | k | route to vanilla | predicted speed-up (run k / policy) | measured speed-up at policy k |",
+        "|---|---|---|---|---|---|",
+    ]
     for group, entry in summary["policies"].items():
         predicted = entry["predicted_speedup_held_out"]
         measured = entry.get("measured_speedup_held_out")
-        lines.append(f"| {group} | {_num(entry['alpha'])} | {entry['k']} | {'yes' if entry['route_to_vanilla'] else 'no'} | "
-                     f"{_num(predicted['run_k'], 2)} / {_num(predicted['policy'], 2)} | "
-                     f"{_num(measured['policy_k'], 2) + ' (' + str(measured['prompts']) + ' prompt(s))' if measured else 'not measured'} |")
+        lines.append(
+            f"| {group} | {_num(entry['alpha'])} | {entry['k']} | {'yes' if entry['route_to_vanilla'] else 'no'} | "
+            f"{_num(predicted['run_k'], 2)} / {_num(predicted['policy'], 2)} | "
+            f"{_num(measured['policy_k'], 2) + ' (' + str(measured['prompts']) + ' prompt(s))' if measured else 'not measured'} |"
+        )
     equivalence = summary["equivalence"]
     lines += ["", "## Equivalence of the distilled draft (real speculative engine, `specaudit analyze`)", ""]
     if equivalence.get("status") == "not run":
         lines.append(f"Not run: {equivalence.get('reason')}.")
     else:
-        lines.append(f"Status **{str(equivalence['status']).upper()}** (speculative verdict {equivalence.get('verdict')}) on "
-                     f"{len(equivalence['prompts'])} held-out prompts, {equivalence['records']} records, {equivalence['tokens']} tokens; "
-                     f"goodness-of-fit p = {_num(equivalence.get('goodness_of_fit_p'))}. Run folder: `{equivalence['run_dir']}/`.")
+        lines.append(
+            f"Status **{str(equivalence['status']).upper()}** (speculative verdict {equivalence.get('verdict')}) on "
+            f"{len(equivalence['prompts'])} held-out prompts, {equivalence['records']} records, {equivalence['tokens']} tokens; "
+            f"goodness-of-fit p = {_num(equivalence.get('goodness_of_fit_p'))}. Run folder: `{equivalence['run_dir']}/`."
+        )
     return "\n".join(lines) + "\n"

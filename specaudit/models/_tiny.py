@@ -21,9 +21,7 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<unk>"
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<unk>")
 
 
 def tiny_config(vocab_size: int, layers: int = 2) -> LlamaConfig:

@@ -33,7 +33,9 @@ def resolve_baseline(store: HistoryStore, current: StoredRun, spec: str = "auto"
             return Baseline("pinned", (pin,), f"pinned baseline {pin.label}")
         if spec == "pinned":
             if pin is None:
-                raise InputError(f"no pinned baseline{where}; pin one with `specaudit monitor baseline set RUN` or use --baseline rolling:5")
+                raise InputError(
+                    f"no pinned baseline{where}; pin one with `specaudit monitor baseline set RUN` or use --baseline rolling:5"
+                )
             return Baseline("none", (), "the pinned baseline (this run itself)")
         spec = f"rolling:{DEFAULT_WINDOW}"
     if spec.startswith("rolling"):
@@ -56,13 +58,26 @@ def _views(store: HistoryStore, runs: Sequence[StoredRun], with_snapshot: Sequen
     points = store.points(runs)
     verdicts = store.engine_verdicts(runs)
     snapshots = {r.id: store.snapshot(r) for r in with_snapshot}
-    return {r.id: RunView(r.label, {p.key: p for p in points[r.id]}, r.equivalence_status, verdicts[r.id], _context(r),
-                          snapshots.get(r.id)) for r in runs}
+    return {
+        r.id: RunView(r.label, {p.key: p for p in points[r.id]}, r.equivalence_status, verdicts[r.id], _context(r), snapshots.get(r.id))
+        for r in runs
+    }
 
 
-def check(store: HistoryStore, run: str | int = "latest", *, baseline: str = "auto", environment: str | None = None,
-          metrics: Sequence[str] = DEFAULT_METRICS, alpha: float = 0.05, min_change: float = 0.10, cusum: bool = True,
-          cusum_k: float = 0.5, cusum_h: float | None = None, record: bool = True) -> MonitorResult:
+def check(
+    store: HistoryStore,
+    run: str | int = "latest",
+    *,
+    baseline: str = "auto",
+    environment: str | None = None,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    alpha: float = 0.05,
+    min_change: float = 0.10,
+    cusum: bool = True,
+    cusum_k: float = 0.5,
+    cusum_h: float | None = None,
+    record: bool = True,
+) -> MonitorResult:
     """Compare a stored run (default: the latest of `environment`) with its baseline; keep the alerts in the store."""
     current = store.get(run, environment=environment)
     base = resolve_baseline(store, current, baseline)
@@ -76,9 +91,18 @@ def check(store: HistoryStore, run: str | int = "latest", *, baseline: str = "au
     unknown = [m for m in metrics if m not in available]
     if available and unknown:  # a run without per-group metrics is still checked for equivalence and context
         raise InputError(f"--metrics {', '.join(unknown)}: run {current.label} has no such metric (it has {', '.join(sorted(available))})")
-    result = compare(views[current.id], [views[r.id] for r in base.runs], history=[views[r.id] for r in history],
-                     baseline_text=base.description, metrics=metrics, alpha=alpha, min_change=min_change, cusum_k=cusum_k,
-                     cusum_h=cusum_h, run_id=current.id)
+    result = compare(
+        views[current.id],
+        [views[r.id] for r in base.runs],
+        history=[views[r.id] for r in history],
+        baseline_text=base.description,
+        metrics=metrics,
+        alpha=alpha,
+        min_change=min_change,
+        cusum_k=cusum_k,
+        cusum_h=cusum_h,
+        run_id=current.id,
+    )
     if record:
         store.record_alerts(current, base.description, result.checks)
     return result
@@ -90,9 +114,19 @@ def history_table(runs: Sequence[StoredRun], *, pins: dict[str, StoredRun] | Non
     header = ("id", "created (UTC)", "name", "env", "equivalence", "target", "draft", "prompt set", "alerts")
     rows = [header]
     for r in runs:
-        rows.append((f"{r.id}{'*' if r.id in pinned else ''}", r.created.replace("+00:00", ""), r.name, r.environment or "-",
-                     r.equivalence_status, r.target, r.draft, f"{r.prompt_set}@{r.prompt_set_version}" if r.prompt_set else "-",
-                     str((alerts or {}).get(r.id, 0))))
+        rows.append(
+            (
+                f"{r.id}{'*' if r.id in pinned else ''}",
+                r.created.replace("+00:00", ""),
+                r.name,
+                r.environment or "-",
+                r.equivalence_status,
+                r.target,
+                r.draft,
+                f"{r.prompt_set}@{r.prompt_set_version}" if r.prompt_set else "-",
+                str((alerts or {}).get(r.id, 0)),
+            )
+        )
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     if pinned:
@@ -104,12 +138,15 @@ def describe_run(store: HistoryStore, run: StoredRun, *, metrics: Sequence[str] 
     """Plain-text summary of one stored run: identity, tags, equivalence, per-group metrics."""
     points = store.points([run])[run.id]
     verdicts = store.engine_verdicts([run])[run.id]
-    lines = [f"run {run.label}  created {run.created}  ingested {run.ingested}",
-             f"environment: {run.environment or '-'}   digest: {run.digest[:16]}   source: {run.source or '-'}",
-             f"target: {run.target} ({run.target_hash[:8]})   draft: {run.draft} ({run.draft_hash[:8]})",
-             f"prompt set: {run.prompt_set}@{run.prompt_set_version} ({run.prompt_set_checksum[:8]})   config: {run.config_hash[:8]}",
-             "tags: " + ", ".join(f"{k}={v}" for k, v in sorted(run.tags.items())),
-             f"equivalence: {run.equivalence_status}" + ("  (" + ", ".join(f"{e}: {v}" for e, v in sorted(verdicts.items())) + ")" if verdicts else "")]
+    lines = [
+        f"run {run.label}  created {run.created}  ingested {run.ingested}",
+        f"environment: {run.environment or '-'}   digest: {run.digest[:16]}   source: {run.source or '-'}",
+        f"target: {run.target} ({run.target_hash[:8]})   draft: {run.draft} ({run.draft_hash[:8]})",
+        f"prompt set: {run.prompt_set}@{run.prompt_set_version} ({run.prompt_set_checksum[:8]})   config: {run.config_hash[:8]}",
+        "tags: " + ", ".join(f"{k}={v}" for k, v in sorted(run.tags.items())),
+        f"equivalence: {run.equivalence_status}"
+        + ("  (" + ", ".join(f"{e}: {v}" for e, v in sorted(verdicts.items())) + ")" if verdicts else ""),
+    ]
     chosen = [p for p in points if metrics is None or p.metric in metrics]
     for p in chosen:
         ci = f"[{p.ci_low:.4g}, {p.ci_high:.4g}]" if p.ci_low is not None and p.ci_high is not None else "[no CI]"
@@ -124,4 +161,3 @@ def alert_counts(store: HistoryStore, runs: Sequence[StoredRun]) -> dict[int, in
         if a["status"] == "FAIL":
             counts[a["run_id"]] = counts.get(a["run_id"], 0) + 1
     return counts
-

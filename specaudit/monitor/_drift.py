@@ -36,9 +36,17 @@ DEFAULT_METRICS = ("acceptance_rate", "speedup")
 DEFAULT_WINDOW = 5
 # +1: higher is better, −1: lower is better. A metric not listed alerts on a change either way.
 METRIC_DIRECTION = {
-    "acceptance_rate": 1, "per_position_acceptance": 1, "mean_accepted_tokens": 1, "mean_beta": 1, "speedup": 1,
-    "tokens_per_s": 1, "vanilla_tokens_per_s": 1,
-    "ttft_s": -1, "latency_per_token_p50_s": -1, "latency_per_token_p95_s": -1, "cost_ratio": -1,
+    "acceptance_rate": 1,
+    "per_position_acceptance": 1,
+    "mean_accepted_tokens": 1,
+    "mean_beta": 1,
+    "speedup": 1,
+    "tokens_per_s": 1,
+    "vanilla_tokens_per_s": 1,
+    "ttft_s": -1,
+    "latency_per_token_p50_s": -1,
+    "latency_per_token_p95_s": -1,
+    "cost_ratio": -1,
 }
 
 ConfidenceInterval = namedtuple("ConfidenceInterval", ["low", "high"])
@@ -102,12 +110,24 @@ class DriftTestResult(_Change):
 
     def to_dict(self) -> dict[str, Any]:
         ci, rci = self.confidence_interval(), self.ratio_confidence_interval()
-        return {"method": "normal approximation from the group CIs", "statistic": _finite(self.statistic), "pvalue": _finite(self.pvalue),
-                "difference": _finite(self.difference), "ci_low": _finite(ci.low), "ci_high": _finite(ci.high), "standard_error": _finite(self.standard_error),
-                "current": _finite(self.current), "baseline": _finite(self.baseline), "relative_change": _finite(self.relative_change),
-                "ratio": _finite(self.ratio), "ratio_ci_low": _finite(rci.low), "ratio_ci_high": _finite(rci.high),
-                "heterogeneity": _finite(self.heterogeneity), "n_baseline_runs": self.n_baseline_runs,
-                "confidence_level": self.confidence_level}
+        return {
+            "method": "normal approximation from the group CIs",
+            "statistic": _finite(self.statistic),
+            "pvalue": _finite(self.pvalue),
+            "difference": _finite(self.difference),
+            "ci_low": _finite(ci.low),
+            "ci_high": _finite(ci.high),
+            "standard_error": _finite(self.standard_error),
+            "current": _finite(self.current),
+            "baseline": _finite(self.baseline),
+            "relative_change": _finite(self.relative_change),
+            "ratio": _finite(self.ratio),
+            "ratio_ci_low": _finite(rci.low),
+            "ratio_ci_high": _finite(rci.high),
+            "heterogeneity": _finite(self.heterogeneity),
+            "n_baseline_runs": self.n_baseline_runs,
+            "confidence_level": self.confidence_level,
+        }
 
 
 def _finite(x: Any) -> Any:
@@ -121,7 +141,7 @@ def _usable(points: Iterable[MetricPoint]) -> list[MetricPoint]:
 def _pool(points: Sequence[MetricPoint]) -> tuple[float, float, float]:
     """Random-effects mean, its variance, and τ² (DerSimonian–Laird) of usable points."""
     values = [float(p.value) for p in points]
-    variances = [p.standard_error ** 2 for p in points]
+    variances = [p.standard_error**2 for p in points]
     if len(points) == 1:
         return values[0], variances[0], 0.0
     weights = [1 / v for v in variances]
@@ -143,12 +163,23 @@ def drift_test(current: MetricPoint, baseline: Sequence[MetricPoint], *, confide
     if not usable:
         return None
     mean, var_mean, tau2 = _pool(usable)
-    var_current = current.standard_error ** 2 + tau2  # a new run also varies by τ² around the mean
+    var_current = current.standard_error**2 + tau2  # a new run also varies by τ² around the mean
     se = math.sqrt(var_current + var_mean)
     difference = float(current.value) - mean
     z = difference / se
-    return DriftTestResult(z, _two_sided_p(z), difference, se, float(current.value), mean, math.sqrt(var_current),
-                           math.sqrt(var_mean), tau2, len(usable), confidence_level)
+    return DriftTestResult(
+        z,
+        _two_sided_p(z),
+        difference,
+        se,
+        float(current.value),
+        mean,
+        math.sqrt(var_current),
+        math.sqrt(var_mean),
+        tau2,
+        len(usable),
+        confidence_level,
+    )
 
 
 @dataclass(frozen=True)
@@ -189,16 +220,35 @@ class PromptDriftResult(_Change):
 
     def to_dict(self) -> dict[str, Any]:
         test = "paired t-test on per-prompt differences" if self.paired else "Welch t-test on per-prompt values"
-        return {"method": test, "statistic": _finite(self.statistic), "pvalue": _finite(self.pvalue),
-                "difference": _finite(self.difference), "ci_low": _finite(self.ci_low), "ci_high": _finite(self.ci_high),
-                "current": _finite(self.current), "baseline": _finite(self.baseline), "relative_change": _finite(self.relative_change),
-                "ratio": _finite(self.ratio), "ratio_ci_low": _finite(self.ratio_ci_low), "ratio_ci_high": _finite(self.ratio_ci_high),
-                "n_prompts_current": self.n_current, "n_prompts_baseline": self.n_baseline, "paired": self.paired,
-                "n_baseline_runs": self.n_baseline_runs, "confidence_level": self.confidence_level}
+        return {
+            "method": test,
+            "statistic": _finite(self.statistic),
+            "pvalue": _finite(self.pvalue),
+            "difference": _finite(self.difference),
+            "ci_low": _finite(self.ci_low),
+            "ci_high": _finite(self.ci_high),
+            "current": _finite(self.current),
+            "baseline": _finite(self.baseline),
+            "relative_change": _finite(self.relative_change),
+            "ratio": _finite(self.ratio),
+            "ratio_ci_low": _finite(self.ratio_ci_low),
+            "ratio_ci_high": _finite(self.ratio_ci_high),
+            "n_prompts_current": self.n_current,
+            "n_prompts_baseline": self.n_baseline,
+            "paired": self.paired,
+            "n_baseline_runs": self.n_baseline_runs,
+            "confidence_level": self.confidence_level,
+        }
 
 
-def prompt_drift_test(current: Mapping[str, float], baseline: Sequence[Mapping[str, float]], *, confidence_level: float = 0.95,
-                      n_boot: int = 2000, seed: int = 0) -> PromptDriftResult | None:
+def prompt_drift_test(
+    current: Mapping[str, float],
+    baseline: Sequence[Mapping[str, float]],
+    *,
+    confidence_level: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> PromptDriftResult | None:
     """Test one group's per-prompt values (prompt id → value) against the baseline runs' values;
     None when either side has fewer than 2 prompts (or 2 pairs, when paired)."""
     import numpy as np
@@ -239,9 +289,23 @@ def prompt_drift_test(current: Mapping[str, float], baseline: Sequence[Mapping[s
         ratios = num / den
     ratios = ratios[np.isfinite(ratios)]
     tail = (1 - confidence_level) / 2
-    r_low, r_high = (np.quantile(ratios, [tail, 1 - tail]) if len(ratios) else (math.nan, math.nan))
-    return PromptDriftResult(statistic, pvalue, float(x.mean() - y.mean()), float(ci[0]), float(ci[1]), float(x.mean()), float(y.mean()),
-                             float(r_low), float(r_high), len(x), len(y), paired, len(baseline), confidence_level)
+    r_low, r_high = np.quantile(ratios, [tail, 1 - tail]) if len(ratios) else (math.nan, math.nan)
+    return PromptDriftResult(
+        statistic,
+        pvalue,
+        float(x.mean() - y.mean()),
+        float(ci[0]),
+        float(ci[1]),
+        float(x.mean()),
+        float(y.mean()),
+        float(r_low),
+        float(r_high),
+        len(x),
+        len(y),
+        paired,
+        len(baseline),
+        confidence_level,
+    )
 
 
 @dataclass(frozen=True)
@@ -275,12 +339,25 @@ class CusumResult:
         return start
 
     def to_dict(self) -> dict[str, Any]:
-        return {"statistic": self.statistic, "threshold": self.threshold, "reference": self.reference, "direction": self.direction,
-                "residuals": [_finite(r) for r in self.residuals], "path": list(self.path)}
+        return {
+            "statistic": self.statistic,
+            "threshold": self.threshold,
+            "reference": self.reference,
+            "direction": self.direction,
+            "residuals": [_finite(r) for r in self.residuals],
+            "path": list(self.path),
+        }
 
 
-def cusum(series: Sequence[MetricPoint], *, direction: int = 1, reference: float = 0.5, threshold: float = 5.0,
-          min_change: float = 0.0, warmup: int = 2) -> CusumResult:
+def cusum(
+    series: Sequence[MetricPoint],
+    *,
+    direction: int = 1,
+    reference: float = 0.5,
+    threshold: float = 5.0,
+    min_change: float = 0.0,
+    warmup: int = 2,
+) -> CusumResult:
     """CUSUM for a worsening drift (direction +1: higher is better, −1: lower is better, 0: either way).
 
     Each step subtracts k_t = max(`reference`, min_change·|mean| / (2 sd_t)) standard deviations:
@@ -296,7 +373,7 @@ def cusum(series: Sequence[MetricPoint], *, direction: int = 1, reference: float
             slack.append(reference)
             continue
         mean, var_mean, tau2 = _pool(prior)
-        sd = math.sqrt(point.standard_error ** 2 + tau2 + var_mean)
+        sd = math.sqrt(point.standard_error**2 + tau2 + var_mean)
         residuals.append((float(point.value) - mean) / sd)
         slack.append(max(reference, min_change * abs(mean) / (2 * sd)))
 
@@ -330,8 +407,16 @@ class Check:
         return f"{self.status} {self.kind} {self.subject}: {self.message}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "status": self.status, "subject": self.subject, "message": self.message,
-                "dimension": self.dimension, "group": self.group, "metric": self.metric, "details": dict(self.details)}
+        return {
+            "kind": self.kind,
+            "status": self.status,
+            "subject": self.subject,
+            "message": self.message,
+            "dimension": self.dimension,
+            "group": self.group,
+            "metric": self.metric,
+            "details": dict(self.details),
+        }
 
 
 @dataclass(frozen=True)
@@ -360,16 +445,23 @@ class MonitorResult:
 
     def to_dict(self) -> dict[str, Any]:
         counts = {s: sum(c.status == s for c in self.checks) for s in (PASS, WARN, FAIL)}
-        return {"status": self.status, "exit_code": self.exit_code, "run": self.run, "run_id": self.run_id,
-                "baseline": self.baseline, "baseline_runs": list(self.baseline_runs), "counts": counts,
-                "settings": dict(self.settings), "checks": [c.to_dict() for c in self.checks]}
+        return {
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "run": self.run,
+            "run_id": self.run_id,
+            "baseline": self.baseline,
+            "baseline_runs": list(self.baseline_runs),
+            "counts": counts,
+            "settings": dict(self.settings),
+            "checks": [c.to_dict() for c in self.checks],
+        }
 
     def format_text(self, *, verbose: bool = False) -> str:
         """Alerts one per line (every check with `verbose`), then a summary line."""
         shown = self.checks if verbose else self.alerts
         counts = {s: sum(c.status == s for c in self.checks) for s in (PASS, WARN, FAIL)}
-        summary = (f"{self.status}: run {self.run} vs {self.baseline}: {counts[FAIL]} FAIL, {counts[WARN]} WARN, "
-                   f"{counts[PASS]} PASS")
+        summary = f"{self.status}: run {self.run} vs {self.baseline}: {counts[FAIL]} FAIL, {counts[WARN]} WARN, {counts[PASS]} PASS"
         return "\n".join([*(c.line() for c in shown), summary])
 
 
@@ -406,8 +498,17 @@ def prompt_values(snapshot: Mapping[str, Any] | None, dimension: str, group: str
 
 
 def _context(source: Any) -> dict[str, str]:
-    names = ("target", "target_hash", "draft", "draft_hash", "prompt_set", "prompt_set_version", "prompt_set_checksum",
-             "config_hash", "versions_hash")
+    names = (
+        "target",
+        "target_hash",
+        "draft",
+        "draft_hash",
+        "prompt_set",
+        "prompt_set_version",
+        "prompt_set_checksum",
+        "config_hash",
+        "versions_hash",
+    )
     return {n: str(getattr(source, n, "")) for n in names}
 
 
@@ -426,8 +527,9 @@ def _fmt_p(p: float) -> str:
     return f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"
 
 
-def _drift_checks(current: RunView, baseline: Sequence[RunView], metrics: Sequence[str], alpha: float, min_change: float,
-                  baseline_text: str) -> list[Check]:
+def _drift_checks(
+    current: RunView, baseline: Sequence[RunView], metrics: Sequence[str], alpha: float, min_change: float, baseline_text: str
+) -> list[Check]:
     tested: list[tuple[MetricPoint, DriftTestResult | PromptDriftResult]] = []
     skipped: list[Check] = []
     keys = sorted(k for k in current.points if k[2] in metrics)
@@ -444,8 +546,7 @@ def _drift_checks(current: RunView, baseline: Sequence[RunView], metrics: Sequen
             result = drift_test(point, previous, confidence_level=1 - alpha)
         if result is None:
             if previous:
-                skipped.append(Check("drift", PASS, _subject(*key), "not tested: no usable confidence interval on one side",
-                                     *key))
+                skipped.append(Check("drift", PASS, _subject(*key), "not tested: no usable confidence interval on one side", *key))
             continue
         tested.append((point, result))
     adjusted = holm([r.pvalue for _, r in tested]).tolist()
@@ -459,9 +560,11 @@ def _drift_checks(current: RunView, baseline: Sequence[RunView], metrics: Sequen
         ci = result.confidence_interval()
         word = ("worse" if worse else "better") if direction else "changed"
         word = word if significant else "not significant"
-        message = (f"{_fmt(result.baseline)} → {_fmt(result.current)} ({result.relative_change:+.1%}, {word}; "
-                   f"difference {_fmt(result.difference)}, {1 - alpha:.0%} CI {_fmt(ci.low)} to {_fmt(ci.high)}; "
-                   f"p = {_fmt_p(result.pvalue)}, Holm {_fmt_p(p_holm)}) vs {baseline_text}")
+        message = (
+            f"{_fmt(result.baseline)} → {_fmt(result.current)} ({result.relative_change:+.1%}, {word}; "
+            f"difference {_fmt(result.difference)}, {1 - alpha:.0%} CI {_fmt(ci.low)} to {_fmt(ci.high)}; "
+            f"p = {_fmt_p(result.pvalue)}, Holm {_fmt_p(p_holm)}) vs {baseline_text}"
+        )
         if status == WARN:
             message += "; significant but " + ("favourable" if not worse else f"under the {min_change:.0%} practical threshold")
         details = {**result.to_dict(), "pvalue_holm": p_holm, "worse": worse, "min_change": min_change}
@@ -472,15 +575,19 @@ def _drift_checks(current: RunView, baseline: Sequence[RunView], metrics: Sequen
 def _coverage_checks(current: RunView, reference: RunView, metrics: Sequence[str]) -> list[Check]:
     now = {(d, g) for d, g, m in current.points if m in metrics}
     before = {(d, g) for d, g, m in reference.points if m in metrics}
-    checks = [Check("coverage", WARN, _subject(d, g), f"in baseline run {reference.label} but missing from this run", d, g)
-              for d, g in sorted(before - now)]
-    checks += [Check("coverage", PASS, _subject(d, g), f"new group, not in baseline run {reference.label}", d, g)
-               for d, g in sorted(now - before)]
+    checks = [
+        Check("coverage", WARN, _subject(d, g), f"in baseline run {reference.label} but missing from this run", d, g)
+        for d, g in sorted(before - now)
+    ]
+    checks += [
+        Check("coverage", PASS, _subject(d, g), f"new group, not in baseline run {reference.label}", d, g) for d, g in sorted(now - before)
+    ]
     return checks
 
 
-def _cusum_checks(history: Sequence[RunView], metrics: Sequence[str], k: float, h: float | None, alpha: float,
-                  min_change: float) -> list[Check]:
+def _cusum_checks(
+    history: Sequence[RunView], metrics: Sequence[str], k: float, h: float | None, alpha: float, min_change: float
+) -> list[Check]:
     current = history[-1]
     keys = sorted(key for key in current.points if key[2] in metrics and current.points[key].value is not None)
     # Each series' one-sided CUSUM exceeds h with stationary probability about e^(−2k·h), so
@@ -494,8 +601,10 @@ def _cusum_checks(history: Sequence[RunView], metrics: Sequence[str], k: float, 
             continue
         labels = [view.label for view in history if key in view.points]
         start = result.excursion_start or 0
-        message = (f"slow drift: CUSUM {result.statistic:.1f} > {threshold:.1f}, accumulated over the last {len(labels) - start} "
-                   f"runs ({labels[start]} … {labels[-1]})")
+        message = (
+            f"slow drift: CUSUM {result.statistic:.1f} > {threshold:.1f}, accumulated over the last {len(labels) - start} "
+            f"runs ({labels[start]} … {labels[-1]})"
+        )
         checks.append(Check("cusum", FAIL, _subject(*key), message, *key, details={**result.to_dict(), "runs": labels}))
     return checks
 
@@ -548,30 +657,59 @@ def _context_checks(current: RunView, baseline: Sequence[RunView]) -> list[Check
         ref = last_differing(f"{role}_hash")
         if ref is not None:
             a = ref.context
-            checks.append(Check("context", WARN, f"{role} model", f"changed since {ref.label}: {a[role]} ({a[f'{role}_hash'][:8]}) → "
-                                                                   f"{b[role]} ({b[f'{role}_hash'][:8]})"))
+            checks.append(
+                Check(
+                    "context",
+                    WARN,
+                    f"{role} model",
+                    f"changed since {ref.label}: {a[role]} ({a[f'{role}_hash'][:8]}) → {b[role]} ({b[f'{role}_hash'][:8]})",
+                )
+            )
     ref = last_differing("prompt_set_checksum")
     if ref is not None:
         a = ref.context
-        checks.append(Check("context", WARN, "prompt set", f"changed since {ref.label}: {a['prompt_set']}@{a['prompt_set_version']} "
-                                                           f"({a['prompt_set_checksum'][:8]}) → {b['prompt_set']}@{b['prompt_set_version']} "
-                                                           f"({b['prompt_set_checksum'][:8]})"))
+        checks.append(
+            Check(
+                "context",
+                WARN,
+                "prompt set",
+                f"changed since {ref.label}: {a['prompt_set']}@{a['prompt_set_version']} "
+                f"({a['prompt_set_checksum'][:8]}) → {b['prompt_set']}@{b['prompt_set_version']} "
+                f"({b['prompt_set_checksum'][:8]})",
+            )
+        )
     ref = last_differing("config_hash")
     if ref is not None:
-        detail = (_differences(config_context(ref.snapshot), config_context(current.snapshot))
-                  if ref.snapshot and current.snapshot else "settings differ")
+        detail = (
+            _differences(config_context(ref.snapshot), config_context(current.snapshot))
+            if ref.snapshot and current.snapshot
+            else "settings differ"
+        )
         checks.append(Check("context", WARN, "config", f"changed since {ref.label}: {detail}"))
     ref = last_differing("versions_hash")
     if ref is not None:
-        detail = (_differences((ref.snapshot.get("run") or {}).get("versions") or {}, (current.snapshot.get("run") or {}).get("versions") or {})
-                  if ref.snapshot and current.snapshot else "library versions differ")
+        detail = (
+            _differences((ref.snapshot.get("run") or {}).get("versions") or {}, (current.snapshot.get("run") or {}).get("versions") or {})
+            if ref.snapshot and current.snapshot
+            else "library versions differ"
+        )
         checks.append(Check("context", WARN, "library versions", f"changed since {ref.label}: {detail}"))
     return checks
 
 
-def compare(current: RunView, baseline: Sequence[RunView], *, history: Sequence[RunView] = (), baseline_text: str = "baseline",
-            metrics: Sequence[str] = DEFAULT_METRICS, alpha: float = 0.05, min_change: float = 0.10, cusum_k: float = 0.5,
-            cusum_h: float | None = None, run_id: int | None = None) -> MonitorResult:
+def compare(
+    current: RunView,
+    baseline: Sequence[RunView],
+    *,
+    history: Sequence[RunView] = (),
+    baseline_text: str = "baseline",
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    alpha: float = 0.05,
+    min_change: float = 0.10,
+    cusum_k: float = 0.5,
+    cusum_h: float | None = None,
+    run_id: int | None = None,
+) -> MonitorResult:
     """All checks of `current` against `baseline` views (oldest first); `history` (ending with current) feeds the CUSUM."""
     if not 0 < alpha < 1:
         raise InputError(f"--alpha must be in (0, 1), got {alpha}")
@@ -579,8 +717,14 @@ def compare(current: RunView, baseline: Sequence[RunView], *, history: Sequence[
         raise InputError(f"--min-change must be >= 0 (a relative change such as 0.1), got {min_change}")
     if cusum_k <= 0 or (cusum_h is not None and cusum_h <= 0):
         raise InputError("CUSUM reference k and threshold h must be > 0")
-    settings = {"metrics": list(metrics), "alpha": alpha, "min_change": min_change, "cusum_k": cusum_k, "cusum_h": cusum_h,
-                "approximation": "normal, SE from CI width; baseline window pooled by DerSimonian–Laird random effects; Holm"}
+    settings = {
+        "metrics": list(metrics),
+        "alpha": alpha,
+        "min_change": min_change,
+        "cusum_k": cusum_k,
+        "cusum_h": cusum_h,
+        "approximation": "normal, SE from CI width; baseline window pooled by DerSimonian–Laird random effects; Holm",
+    }
     if not baseline:
         check = Check("baseline", PASS, "baseline", "no earlier run to compare with; this run starts the history")
         return MonitorResult(current.label, baseline_text, (), (check,), run_id, settings)
@@ -595,8 +739,13 @@ def compare(current: RunView, baseline: Sequence[RunView], *, history: Sequence[
     return MonitorResult(current.label, baseline_text, tuple(v.label for v in baseline), tuple(checks), run_id, settings)
 
 
-def compare_snapshots(current: Mapping[str, Any], baseline: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
-                      history: Sequence[Mapping[str, Any]] = (), **options: Any) -> MonitorResult:
+def compare_snapshots(
+    current: Mapping[str, Any],
+    baseline: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    *,
+    history: Sequence[Mapping[str, Any]] = (),
+    **options: Any,
+) -> MonitorResult:
     """`compare` for snapshot dicts (no store): `baseline` one snapshot or a window (oldest first);
     `history` the runs before `current`, oldest first, for the CUSUM (`current` is appended)."""
     baselines = [baseline] if isinstance(baseline, Mapping) else list(baseline)

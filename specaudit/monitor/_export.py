@@ -85,12 +85,19 @@ class _Families:
         return "\n".join(lines) + "\n"
 
 
-def prometheus_text(run: StoredRun, points: Sequence[MetricPoint], *, engine_verdicts: Mapping[str, str] | None = None,
-                    result: MonitorResult | None = None) -> str:
+def prometheus_text(
+    run: StoredRun, points: Sequence[MetricPoint], *, engine_verdicts: Mapping[str, str] | None = None, result: MonitorResult | None = None
+) -> str:
     """Prometheus text format for one run (and, given `result`, its monitoring checks)."""
     families = _Families()
-    info = {"run": run.name, "run_id": run.id, "environment": run.environment, "target": run.target, "draft": run.draft,
-            "prompt_set": f"{run.prompt_set}@{run.prompt_set_version}" if run.prompt_set else ""}
+    info = {
+        "run": run.name,
+        "run_id": run.id,
+        "environment": run.environment,
+        "target": run.target,
+        "draft": run.draft,
+        "prompt_set": f"{run.prompt_set}@{run.prompt_set_version}" if run.prompt_set else "",
+    }
     families.add(f"{PREFIX}run_info", "The run these gauges describe (labels); always 1", info, 1)
     try:
         created = datetime.fromisoformat(run.created).timestamp()
@@ -101,47 +108,71 @@ def prometheus_text(run: StoredRun, points: Sequence[MetricPoint], *, engine_ver
         base = _metric_name(point.metric)
         labels = {"dimension": point.dimension, "group": point.group}
         help_text = _HELP.get(point.metric, point.metric.replace("_", " "))
-        families.add(base, f"{help_text} (per prompt group; group=\"_overall\" is all prompts)", labels, point.value)
+        families.add(base, f'{help_text} (per prompt group; group="_overall" is all prompts)', labels, point.value)
     level = f"{run.ci_level:.0%}"
     for suffix in ("ci_low", "ci_high"):
         for point in points:
-            families.add(f"{_metric_name(point.metric)}_{suffix}", f"{level} bootstrap confidence bound ({suffix}) of {point.metric}",
-                         {"dimension": point.dimension, "group": point.group}, getattr(point, suffix))
+            families.add(
+                f"{_metric_name(point.metric)}_{suffix}",
+                f"{level} bootstrap confidence bound ({suffix}) of {point.metric}",
+                {"dimension": point.dimension, "group": point.group},
+                getattr(point, suffix),
+            )
     for point in points:
         if point.metric == "acceptance_rate":
-            families.add(f"{PREFIX}group_prompts", "Prompts in the group", {"dimension": point.dimension, "group": point.group},
-                         point.n_prompts)
+            families.add(
+                f"{PREFIX}group_prompts", "Prompts in the group", {"dimension": point.dimension, "group": point.group}, point.n_prompts
+            )
     status = run.equivalence_status
     if status in ("pass", "fail", "error"):
-        families.add(f"{PREFIX}equivalence_pass", "1 when the equivalence battery passed, 0 when it failed", {}, 1 if status == "pass" else 0)
+        families.add(
+            f"{PREFIX}equivalence_pass", "1 when the equivalence battery passed, 0 when it failed", {}, 1 if status == "pass" else 0
+        )
     for engine, verdict in sorted((engine_verdicts or {}).items()):
         if verdict in ("pass", "fail"):
-            families.add(f"{PREFIX}equivalence_engine_pass", "1 when the engine passed the equivalence battery", {"engine": engine},
-                         1 if verdict == "pass" else 0)
+            families.add(
+                f"{PREFIX}equivalence_engine_pass",
+                "1 when the engine passed the equivalence battery",
+                {"engine": engine},
+                1 if verdict == "pass" else 0,
+            )
     if result is not None:
         families.add(f"{PREFIX}monitor_status", "Monitoring check of this run: 0 PASS, 1 WARN, 2 FAIL", {}, _STATUS_VALUE[result.status])
         for s in (PASS, WARN, FAIL):
-            families.add(f"{PREFIX}monitor_checks", "Monitoring checks by status", {"status": s},
-                         sum(c.status == s for c in result.checks))
+            families.add(f"{PREFIX}monitor_checks", "Monitoring checks by status", {"status": s}, sum(c.status == s for c in result.checks))
         for c in result.checks:
             if c.kind == "drift" and "relative_change" in c.details:
-                families.add(f"{PREFIX}drift_relative_change", "Relative change against the baseline",
-                             {"dimension": c.dimension, "group": c.group, "metric": c.metric}, c.details["relative_change"])
+                families.add(
+                    f"{PREFIX}drift_relative_change",
+                    "Relative change against the baseline",
+                    {"dimension": c.dimension, "group": c.group, "metric": c.metric},
+                    c.details["relative_change"],
+                )
         for c in result.checks:
             if c.kind in ("drift", "cusum"):
-                families.add(f"{PREFIX}drift_status", "Drift check status: 0 PASS, 1 WARN, 2 FAIL",
-                             {"kind": c.kind, "dimension": c.dimension, "group": c.group, "metric": c.metric}, _STATUS_VALUE[c.status])
-        families.add(f"{PREFIX}monitor_last_check_timestamp_seconds", "When this check ran (Unix time)", {},
-                     datetime.fromisoformat(utc_now()).timestamp())
+                families.add(
+                    f"{PREFIX}drift_status",
+                    "Drift check status: 0 PASS, 1 WARN, 2 FAIL",
+                    {"kind": c.kind, "dimension": c.dimension, "group": c.group, "metric": c.metric},
+                    _STATUS_VALUE[c.status],
+                )
+        families.add(
+            f"{PREFIX}monitor_last_check_timestamp_seconds",
+            "When this check ran (Unix time)",
+            {},
+            datetime.fromisoformat(utc_now()).timestamp(),
+        )
     return families.text()
 
 
-def metrics_text(store: HistoryStore, run: str | int | StoredRun = "latest", *, result: MonitorResult | None = None,
-                 environment: str | None = None) -> str:
+def metrics_text(
+    store: HistoryStore, run: str | int | StoredRun = "latest", *, result: MonitorResult | None = None, environment: str | None = None
+) -> str:
     """Prometheus text for a stored run (default: the latest)."""
     stored = run if isinstance(run, StoredRun) else store.get(run, environment=environment)
-    return prometheus_text(stored, store.points([stored])[stored.id], engine_verdicts=store.engine_verdicts([stored])[stored.id],
-                           result=result)
+    return prometheus_text(
+        stored, store.points([stored])[stored.id], engine_verdicts=store.engine_verdicts([stored])[stored.id], result=result
+    )
 
 
 def write_atomic(path: str | Path, content: str) -> Path:
@@ -157,10 +188,26 @@ def write_atomic(path: str | Path, content: str) -> Path:
 def alert_lines(result: MonitorResult, *, environment: str = "") -> list[str]:
     """JSON Lines for the non-PASS checks of `result` (FAIL first)."""
     now = utc_now()
-    return [json.dumps({"time": now, "status": c.status, "kind": c.kind, "subject": c.subject, "message": c.message,
-                        "dimension": c.dimension, "group": c.group, "metric": c.metric, "run": result.run,
-                        "run_id": result.run_id, "environment": environment, "baseline": result.baseline},
-                       ensure_ascii=False) for c in result.alerts]
+    return [
+        json.dumps(
+            {
+                "time": now,
+                "status": c.status,
+                "kind": c.kind,
+                "subject": c.subject,
+                "message": c.message,
+                "dimension": c.dimension,
+                "group": c.group,
+                "metric": c.metric,
+                "run": result.run,
+                "run_id": result.run_id,
+                "environment": environment,
+                "baseline": result.baseline,
+            },
+            ensure_ascii=False,
+        )
+        for c in result.alerts
+    ]
 
 
 def append_alerts(path: str | Path, lines: Iterable[str]) -> int:

@@ -18,15 +18,19 @@ VERSION_TABLE = f"{PREFIX}schema_version"
 
 
 def _version_table(metadata: MetaData) -> Table:
-    return Table(VERSION_TABLE, metadata,
-                 Column("version", Integer, primary_key=True, autoincrement=False),
-                 Column("applied", String(40), nullable=False),
-                 Column("description", Text, nullable=False))
+    return Table(
+        VERSION_TABLE,
+        metadata,
+        Column("version", Integer, primary_key=True, autoincrement=False),
+        Column("applied", String(40), nullable=False),
+        Column("description", Text, nullable=False),
+    )
 
 
 def _v1_tables(metadata: MetaData) -> dict[str, Table]:
     runs = Table(
-        f"{PREFIX}runs", metadata,
+        f"{PREFIX}runs",
+        metadata,
         Column("id", Integer, primary_key=True, autoincrement=True),
         Column("digest", String(64), nullable=False),
         Column("name", Text, nullable=False),
@@ -51,13 +55,15 @@ def _v1_tables(metadata: MetaData) -> dict[str, Table]:
     )
     Index(f"{PREFIX}runs_environment_created", runs.c.environment, runs.c.created)
     tags = Table(
-        f"{PREFIX}run_tags", metadata,
+        f"{PREFIX}run_tags",
+        metadata,
         Column("run_id", Integer, ForeignKey(runs.c.id, ondelete="CASCADE"), primary_key=True),
         Column("key", String(200), primary_key=True),
         Column("value", Text, nullable=False),
     )
     metrics = Table(
-        f"{PREFIX}metrics", metadata,
+        f"{PREFIX}metrics",
+        metadata,
         Column("run_id", Integer, ForeignKey(runs.c.id, ondelete="CASCADE"), primary_key=True),
         Column("dimension", String(200), primary_key=True),
         Column("group_name", String(400), primary_key=True),
@@ -69,13 +75,15 @@ def _v1_tables(metadata: MetaData) -> dict[str, Table]:
         Column("n_tokens", Integer),
     )
     equivalence = Table(
-        f"{PREFIX}equivalence", metadata,
+        f"{PREFIX}equivalence",
+        metadata,
         Column("run_id", Integer, ForeignKey(runs.c.id, ondelete="CASCADE"), primary_key=True),
         Column("engine", String(200), primary_key=True),
         Column("verdict", String(32), nullable=False),
     )
     baselines = Table(
-        f"{PREFIX}baselines", metadata,
+        f"{PREFIX}baselines",
+        metadata,
         Column("environment", String(200), primary_key=True),
         Column("run_id", Integer, ForeignKey(runs.c.id), nullable=False),
         Column("pinned", String(40), nullable=False),
@@ -85,7 +93,8 @@ def _v1_tables(metadata: MetaData) -> dict[str, Table]:
 
 def _v2_tables(metadata: MetaData, runs: Table) -> dict[str, Table]:
     alerts = Table(
-        f"{PREFIX}alerts", metadata,
+        f"{PREFIX}alerts",
+        metadata,
         Column("id", Integer, primary_key=True, autoincrement=True),
         Column("run_id", Integer, ForeignKey(runs.c.id, ondelete="CASCADE"), nullable=False),
         Column("checked", String(40), nullable=False),
@@ -114,8 +123,9 @@ def _migrate_v2(conn: Connection) -> None:
     runs = _v1_tables(metadata)["runs"]
     alerts = _v2_tables(metadata, runs)["alerts"]
     alerts.create(conn)
-    Index(f"{PREFIX}metrics_series", metadata.tables[f"{PREFIX}metrics"].c.dimension,
-          metadata.tables[f"{PREFIX}metrics"].c.metric).create(conn)
+    Index(f"{PREFIX}metrics_series", metadata.tables[f"{PREFIX}metrics"].c.dimension, metadata.tables[f"{PREFIX}metrics"].c.metric).create(
+        conn
+    )
 
 
 # (version, description, function), in order. Append only.

@@ -107,9 +107,19 @@ def metric_points(snapshot: Mapping[str, Any]) -> list[MetricPoint]:
         entries += list(block.get("by_group", {}).items())
         for group, entry in entries:
             for metric, triple in entry["metrics"].items():
-                points.append(MetricPoint(str(dimension), str(group), str(metric), _number(triple.get("value")),
-                                          _number(triple.get("ci_low")), _number(triple.get("ci_high")),
-                                          _count(triple.get("n_prompts")), _count(triple.get("n_tokens")), level))
+                points.append(
+                    MetricPoint(
+                        str(dimension),
+                        str(group),
+                        str(metric),
+                        _number(triple.get("value")),
+                        _number(triple.get("ci_low")),
+                        _number(triple.get("ci_high")),
+                        _count(triple.get("n_prompts")),
+                        _count(triple.get("n_tokens")),
+                        level,
+                    )
+                )
     return points
 
 
@@ -174,8 +184,7 @@ def summarize(snapshot: Mapping[str, Any]) -> SnapshotSummary:
     draft, draft_hash = _model_context(models, "draft")
     prompt_set = run.get("prompt_set") or {}
     equivalence = snapshot.get("equivalence") or {}
-    verdicts = {str(engine): str((entry or {}).get("verdict", "unknown"))
-                for engine, entry in (equivalence.get("engines") or {}).items()}
+    verdicts = {str(engine): str((entry or {}).get("verdict", "unknown")) for engine, entry in (equivalence.get("engines") or {}).items()}
     return SnapshotSummary(
         name=str(run.get("id") or "run"),
         created=_utc_iso(run.get("created")) or utc_now(),

@@ -96,12 +96,14 @@ def _parse_url(url: str):
         return make_url(f"sqlite:///{url}"), "sqlite", Path(url)
     scheme = url.split("://", 1)[0].lower()
     if scheme == "postgres":  # the short spelling many hosting providers print
-        url = "postgresql" + url[len("postgres"):]
+        url = "postgresql" + url[len("postgres") :]
         scheme = "postgresql"
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise InputError(f"--store {url!r} is not a database URL; write sqlite:///path/to/history.db or postgresql://user@host/db") from None
+        raise InputError(
+            f"--store {url!r} is not a database URL; write sqlite:///path/to/history.db or postgresql://user@host/db"
+        ) from None
     if scheme in ("sqlite", "sqlite+pysqlite"):
         if not parsed.database or parsed.database == ":memory:":
             raise InputError(f"--store {url!r} names no file; an in-memory store would be lost, write sqlite:///path/to/history.db")
@@ -141,7 +143,9 @@ def open_store(url: str | None = None, *, create: bool = True) -> HistoryStore:
         except NoSuchModuleError:
             raise InputError(f"--store {url!r}: unknown PostgreSQL driver '{parsed.drivername}'; write postgresql://user@host/db") from None
         except ImportError as err:
-            raise InputError(f"PostgreSQL stores need the {err.name or 'psycopg'} driver; install it with pip install 'specaudit[postgres]'") from None
+            raise InputError(
+                f"PostgreSQL stores need the {err.name or 'psycopg'} driver; install it with pip install 'specaudit[postgres]'"
+            ) from None
     store = HistoryStore(engine, shown, kind)
     try:
         store._prepare(create=create)
@@ -239,14 +243,20 @@ class HistoryStore:
                 version = conn.execute(select(func.max(self._t["version"].c.version))).scalar()
         if self.kind == "sqlite" and names and _schema.VERSION_TABLE not in names:
             shown = ", ".join(sorted(names)[:5])
-            raise InputError(f"{self.url} is a SQLite database but not a specaudit history store (it has tables {shown}); "
-                             "nothing was changed: point --store at a new file")
+            raise InputError(
+                f"{self.url} is a SQLite database but not a specaudit history store (it has tables {shown}); "
+                "nothing was changed: point --store at a new file"
+            )
         if ours and version is None:
-            raise InputError(f"history store {self.url} has specaudit tables but no schema version; it is damaged, "
-                             "nothing was changed: restore it from a backup or start a new store")
+            raise InputError(
+                f"history store {self.url} has specaudit tables but no schema version; it is damaged, "
+                "nothing was changed: restore it from a backup or start a new store"
+            )
         if version is not None and version > _schema.LATEST:
-            raise InputError(f"history store {self.url} has schema version {version}, newer than this specaudit understands "
-                             f"({_schema.LATEST}); upgrade specaudit")
+            raise InputError(
+                f"history store {self.url} has schema version {version}, newer than this specaudit understands "
+                f"({_schema.LATEST}); upgrade specaudit"
+            )
         if version is None and not create:
             raise InputError(f"no specaudit history in {self.url}; add a snapshot first with `specaudit monitor add SNAPSHOT`")
         if self.kind == "sqlite":
@@ -287,8 +297,14 @@ class HistoryStore:
         return current
 
     # --------------------------------------------------------------------- write
-    def add(self, snapshot: str | Path | Mapping[str, Any], *, environment: str = "", tags: Mapping[str, str] | None = None,
-            source: str | None = None) -> AddResult:
+    def add(
+        self,
+        snapshot: str | Path | Mapping[str, Any],
+        *,
+        environment: str = "",
+        tags: Mapping[str, str] | None = None,
+        source: str | None = None,
+    ) -> AddResult:
         """Store a snapshot (path, run folder or dict). Adding the same snapshot twice stores it once."""
         if source is None:
             source = "" if isinstance(snapshot, Mapping) else str(snapshot)
@@ -296,16 +312,34 @@ class HistoryStore:
         summary = summarize(snapshot)
         digest = snapshot_digest(snapshot)
         runs = self._t["runs"]
-        all_tags = {"model": summary.target, "draft": summary.draft, "environment": environment,
-                    "prompt_set": f"{summary.prompt_set}@{summary.prompt_set_version}" if summary.prompt_set else "",
-                    **{str(k): str(v) for k, v in (tags or {}).items()}}
-        row = dict(digest=digest, name=summary.name, created=summary.created, ingested=utc_now(),
-                   snapshot_schema=int(snapshot["schema_version"]), equivalence_status=summary.equivalence_status,
-                   target=summary.target, target_hash=summary.target_hash, draft=summary.draft, draft_hash=summary.draft_hash,
-                   prompt_set=summary.prompt_set, prompt_set_version=summary.prompt_set_version,
-                   prompt_set_checksum=summary.prompt_set_checksum, config_hash=summary.config_hash,
-                   versions_hash=summary.versions_hash, environment=environment, ci_level=summary.ci_level,
-                   source=source, snapshot=canonical_json(snapshot))
+        all_tags = {
+            "model": summary.target,
+            "draft": summary.draft,
+            "environment": environment,
+            "prompt_set": f"{summary.prompt_set}@{summary.prompt_set_version}" if summary.prompt_set else "",
+            **{str(k): str(v) for k, v in (tags or {}).items()},
+        }
+        row = dict(
+            digest=digest,
+            name=summary.name,
+            created=summary.created,
+            ingested=utc_now(),
+            snapshot_schema=int(snapshot["schema_version"]),
+            equivalence_status=summary.equivalence_status,
+            target=summary.target,
+            target_hash=summary.target_hash,
+            draft=summary.draft,
+            draft_hash=summary.draft_hash,
+            prompt_set=summary.prompt_set,
+            prompt_set_version=summary.prompt_set_version,
+            prompt_set_checksum=summary.prompt_set_checksum,
+            config_hash=summary.config_hash,
+            versions_hash=summary.versions_hash,
+            environment=environment,
+            ci_level=summary.ci_level,
+            source=source,
+            snapshot=canonical_json(snapshot),
+        )
         try:
             with self._write() as conn:
                 existing = conn.execute(select(runs.c.id).where(runs.c.digest == digest)).scalar()
@@ -313,13 +347,28 @@ class HistoryStore:
                     return AddResult(self._runs_where(conn, runs.c.id == existing)[0], added=False)
                 run_id = conn.execute(insert(runs).values(**row)).inserted_primary_key[0]
                 if summary.points:
-                    conn.execute(insert(self._t["metrics"]), [
-                        dict(run_id=run_id, dimension=p.dimension, group_name=p.group, metric=p.metric, value=p.value,
-                             ci_low=p.ci_low, ci_high=p.ci_high, n_prompts=p.n_prompts, n_tokens=p.n_tokens)
-                        for p in summary.points])
+                    conn.execute(
+                        insert(self._t["metrics"]),
+                        [
+                            dict(
+                                run_id=run_id,
+                                dimension=p.dimension,
+                                group_name=p.group,
+                                metric=p.metric,
+                                value=p.value,
+                                ci_low=p.ci_low,
+                                ci_high=p.ci_high,
+                                n_prompts=p.n_prompts,
+                                n_tokens=p.n_tokens,
+                            )
+                            for p in summary.points
+                        ],
+                    )
                 if summary.engine_verdicts:
-                    conn.execute(insert(self._t["equivalence"]),
-                                 [dict(run_id=run_id, engine=e, verdict=v) for e, v in summary.engine_verdicts.items()])
+                    conn.execute(
+                        insert(self._t["equivalence"]),
+                        [dict(run_id=run_id, engine=e, verdict=v) for e, v in summary.engine_verdicts.items()],
+                    )
                 conn.execute(insert(self._t["tags"]), [dict(run_id=run_id, key=k, value=v) for k, v in all_tags.items()])
                 return AddResult(self._runs_where(conn, runs.c.id == run_id)[0], added=True)
         except _Conflict:
@@ -349,8 +398,22 @@ class HistoryStore:
         """Keep the non-PASS checks of the latest check of `run` (earlier ones for that run are replaced)."""
         table = self._t["alerts"]
         now = utc_now()
-        rows = [dict(run_id=run.id, checked=now, baseline=baseline, kind=c.kind, status=c.status, subject=c.subject, dimension=c.dimension,
-                     group_name=c.group, metric=c.metric, message=c.message) for c in checks if c.status != "PASS"]
+        rows = [
+            dict(
+                run_id=run.id,
+                checked=now,
+                baseline=baseline,
+                kind=c.kind,
+                status=c.status,
+                subject=c.subject,
+                dimension=c.dimension,
+                group_name=c.group,
+                metric=c.metric,
+                message=c.message,
+            )
+            for c in checks
+            if c.status != "PASS"
+        ]
         with self._write() as conn:
             conn.execute(delete(table).where(table.c.run_id == run.id))
             if rows:
@@ -368,13 +431,21 @@ class HistoryStore:
         ids = [r["id"] for r in rows]
         tag_map: dict[int, dict[str, str]] = {i: {} for i in ids}
         for chunk in range(0, len(ids), 500):
-            for run_id, key, value in conn.execute(select(tags.c.run_id, tags.c.key, tags.c.value)
-                                                   .where(tags.c.run_id.in_(ids[chunk:chunk + 500]))):
+            for run_id, key, value in conn.execute(
+                select(tags.c.run_id, tags.c.key, tags.c.value).where(tags.c.run_id.in_(ids[chunk : chunk + 500]))
+            ):
                 tag_map[run_id][key] = value
         return [StoredRun(**dict(r), tags=tag_map[r["id"]]) for r in rows]
 
-    def runs(self, *, environment: str | None = None, tags: Mapping[str, str] | None = None, before: StoredRun | None = None,
-             since: StoredRun | None = None, limit: int | None = None) -> list[StoredRun]:
+    def runs(
+        self,
+        *,
+        environment: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        before: StoredRun | None = None,
+        since: StoredRun | None = None,
+        limit: int | None = None,
+    ) -> list[StoredRun]:
         """Stored runs, oldest first (by snapshot creation time, then storage order).
 
         `before`/`since`: only runs strictly before / at or after that run; `limit`: the last N.
@@ -451,19 +522,34 @@ class HistoryStore:
         ids = list(levels)
         with self._read() as conn:
             for chunk in range(0, len(ids), 500):
-                rows = conn.execute(select(table).where(table.c.run_id.in_(ids[chunk:chunk + 500]))
-                                    .order_by(table.c.run_id, table.c.dimension, table.c.group_name, table.c.metric))
+                rows = conn.execute(
+                    select(table)
+                    .where(table.c.run_id.in_(ids[chunk : chunk + 500]))
+                    .order_by(table.c.run_id, table.c.dimension, table.c.group_name, table.c.metric)
+                )
                 for r in rows.mappings():
-                    out[r["run_id"]].append(MetricPoint(r["dimension"], r["group_name"], r["metric"], r["value"], r["ci_low"],
-                                                        r["ci_high"], r["n_prompts"], r["n_tokens"], levels[r["run_id"]]))
+                    out[r["run_id"]].append(
+                        MetricPoint(
+                            r["dimension"],
+                            r["group_name"],
+                            r["metric"],
+                            r["value"],
+                            r["ci_low"],
+                            r["ci_high"],
+                            r["n_prompts"],
+                            r["n_tokens"],
+                            levels[r["run_id"]],
+                        )
+                    )
         return out
 
     def engine_verdicts(self, runs: Sequence[StoredRun]) -> dict[int, dict[str, str]]:
         table = self._t["equivalence"]
         out: dict[int, dict[str, str]] = {r.id: {} for r in runs}
         with self._read() as conn:
-            for run_id, engine, verdict in conn.execute(select(table.c.run_id, table.c.engine, table.c.verdict)
-                                                        .where(table.c.run_id.in_(list(out)))):
+            for run_id, engine, verdict in conn.execute(
+                select(table.c.run_id, table.c.engine, table.c.verdict).where(table.c.run_id.in_(list(out)))
+            ):
                 out[run_id][engine] = verdict
         return out
 

@@ -23,8 +23,26 @@ from specaudit.monitor._snapshot import OVERALL, utc_now
 from specaudit.monitor._store import HistoryStore, StoredRun
 from specaudit.report._charts import OKABE_ITO, nice_ticks
 
-CSV_COLUMNS = ("run_id", "run", "created", "environment", "dimension", "group", "metric", "value", "ci_low", "ci_high",
-               "n_prompts", "n_tokens", "equivalence_status", "target", "draft", "prompt_set", "config_hash", "alert")
+CSV_COLUMNS = (
+    "run_id",
+    "run",
+    "created",
+    "environment",
+    "dimension",
+    "group",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n_prompts",
+    "n_tokens",
+    "equivalence_status",
+    "target",
+    "draft",
+    "prompt_set",
+    "config_hash",
+    "alert",
+)
 _PANEL_W, _PANEL_H = 234, 156
 _LEFT, _RIGHT, _TOP, _BOTTOM = 48, 10, 8, 24
 
@@ -40,8 +58,13 @@ class TrendReport:
 def _changes(previous: StoredRun | None, run: StoredRun) -> list[str]:
     if previous is None:
         return []
-    pairs = [("target", "target_hash"), ("draft", "draft_hash"), ("prompt set", "prompt_set_checksum"),
-             ("config", "config_hash"), ("libraries", "versions_hash")]
+    pairs = [
+        ("target", "target_hash"),
+        ("draft", "draft_hash"),
+        ("prompt set", "prompt_set_checksum"),
+        ("config", "config_hash"),
+        ("libraries", "versions_hash"),
+    ]
     return [name for name, attr in pairs if getattr(previous, attr) != getattr(run, attr)]
 
 
@@ -59,8 +82,14 @@ def _collect(store: HistoryStore, environment: str | None, last: int | None):
     return runs, points, alerts, run_alerts
 
 
-def trend_rows(store: HistoryStore, *, environment: str | None = None, last: int | None = None,
-               metrics: Sequence[str] | None = None, dimensions: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def trend_rows(
+    store: HistoryStore,
+    *,
+    environment: str | None = None,
+    last: int | None = None,
+    metrics: Sequence[str] | None = None,
+    dimensions: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
     """Long-format rows (CSV_COLUMNS), one per run, dimension, group and metric, oldest run first."""
     runs, points, alerts, _ = _collect(store, environment, last)
     rows = []
@@ -68,12 +97,28 @@ def trend_rows(store: HistoryStore, *, environment: str | None = None, last: int
         for p in points[run.id]:
             if (metrics and p.metric not in metrics) or (dimensions and p.dimension not in dimensions):
                 continue
-            rows.append({"run_id": run.id, "run": run.name, "created": run.created, "environment": run.environment,
-                         "dimension": p.dimension, "group": p.group, "metric": p.metric, "value": p.value, "ci_low": p.ci_low,
-                         "ci_high": p.ci_high, "n_prompts": p.n_prompts, "n_tokens": p.n_tokens,
-                         "equivalence_status": run.equivalence_status, "target": run.target, "draft": run.draft,
-                         "prompt_set": f"{run.prompt_set}@{run.prompt_set_version}" if run.prompt_set else "",
-                         "config_hash": run.config_hash, "alert": alerts.get((run.id, p.dimension, p.group, p.metric), "")})
+            rows.append(
+                {
+                    "run_id": run.id,
+                    "run": run.name,
+                    "created": run.created,
+                    "environment": run.environment,
+                    "dimension": p.dimension,
+                    "group": p.group,
+                    "metric": p.metric,
+                    "value": p.value,
+                    "ci_low": p.ci_low,
+                    "ci_high": p.ci_high,
+                    "n_prompts": p.n_prompts,
+                    "n_tokens": p.n_tokens,
+                    "equivalence_status": run.equivalence_status,
+                    "target": run.target,
+                    "draft": run.draft,
+                    "prompt_set": f"{run.prompt_set}@{run.prompt_set_version}" if run.prompt_set else "",
+                    "config_hash": run.config_hash,
+                    "alert": alerts.get((run.id, p.dimension, p.group, p.metric), ""),
+                }
+            )
     return rows
 
 
@@ -107,8 +152,15 @@ def _y_range(values: list[float]) -> tuple[float, float]:
     return low - pad, high + pad
 
 
-def _panel(title: str, runs: Sequence[StoredRun], series: list, overall: list | None, y_range: tuple[float, float],
-           markers: list[tuple[int, str]], alerts: list[str | None]) -> dict[str, Any]:
+def _panel(
+    title: str,
+    runs: Sequence[StoredRun],
+    series: list,
+    overall: list | None,
+    y_range: tuple[float, float],
+    markers: list[tuple[int, str]],
+    alerts: list[str | None],
+) -> dict[str, Any]:
     plot_w, plot_h = _PANEL_W - _LEFT - _RIGHT, _PANEL_H - _TOP - _BOTTOM
     n = len(runs)
     ymin, ymax = y_range
@@ -137,8 +189,10 @@ def _panel(title: str, runs: Sequence[StoredRun], series: list, overall: list | 
         lower = " L ".join(f"{x(i):.1f} {y(series[i][1]):.1f}" for i in reversed(seg))
         if len(seg) == 1:  # a lone point's CI is a whisker, not an area
             i = seg[0]
-            bands.append(f"M {x(i) - 3:.1f} {y(series[i][2]):.1f} L {x(i) + 3:.1f} {y(series[i][2]):.1f} "
-                         f"L {x(i) + 3:.1f} {y(series[i][1]):.1f} L {x(i) - 3:.1f} {y(series[i][1]):.1f} Z")
+            bands.append(
+                f"M {x(i) - 3:.1f} {y(series[i][2]):.1f} L {x(i) + 3:.1f} {y(series[i][2]):.1f} "
+                f"L {x(i) + 3:.1f} {y(series[i][1]):.1f} L {x(i) - 3:.1f} {y(series[i][1]):.1f} Z"
+            )
         else:
             bands.append(f"M {upper} L {lower} Z")
     lines = [" ".join(f"{x(i):.1f},{y(values[i]):.1f}" for i in seg) for seg in segments(values)]
@@ -158,13 +212,32 @@ def _panel(title: str, runs: Sequence[StoredRun], series: list, overall: list | 
         xlabels.append({"x": round(x(0), 1), "label": runs[0].label, "anchor": "start" if n > 1 else "middle"})
     if n > 1:
         xlabels.append({"x": round(x(n - 1), 1), "label": runs[-1].label, "anchor": "end"})
-    return {"title": title, "w": _PANEL_W, "h": _PANEL_H, "left": _LEFT, "right": _PANEL_W - _RIGHT, "top": _TOP,
-            "bottom": _PANEL_H - _BOTTOM, "bands": bands, "lines": lines, "overall": overall_lines, "points": points,
-            "ticks": ticks, "xlabels": xlabels, "markers": [{"x": round(x(i), 1), "label": text} for i, text in markers]}
+    return {
+        "title": title,
+        "w": _PANEL_W,
+        "h": _PANEL_H,
+        "left": _LEFT,
+        "right": _PANEL_W - _RIGHT,
+        "top": _TOP,
+        "bottom": _PANEL_H - _BOTTOM,
+        "bands": bands,
+        "lines": lines,
+        "overall": overall_lines,
+        "points": points,
+        "ticks": ticks,
+        "xlabels": xlabels,
+        "markers": [{"x": round(x(i), 1), "label": text} for i, text in markers],
+    }
 
 
-def _charts(runs: Sequence[StoredRun], points: dict, alerts: dict, metrics: Sequence[str], dimensions: Sequence[str] | None,
-            markers: list[tuple[int, str]]) -> list[dict[str, Any]]:
+def _charts(
+    runs: Sequence[StoredRun],
+    points: dict,
+    alerts: dict,
+    metrics: Sequence[str],
+    dimensions: Sequence[str] | None,
+    markers: list[tuple[int, str]],
+) -> list[dict[str, Any]]:
     index = {}
     for i, run in enumerate(runs):
         for p in points[run.id]:
@@ -192,8 +265,11 @@ def _charts(runs: Sequence[StoredRun], points: dict, alerts: dict, metrics: Sequ
         panels = []
         for g in groups:
             flags = [alerts.get((run.id, dimension, g, metric)) for run in runs]
-            panels.append(_panel("all prompts" if g == OVERALL else g, runs, all_series[g], None if g == OVERALL else overall,
-                                 y_range, markers, flags))
+            panels.append(
+                _panel(
+                    "all prompts" if g == OVERALL else g, runs, all_series[g], None if g == OVERALL else overall, y_range, markers, flags
+                )
+            )
         n_alerts = sum(1 for (rid, d, g, m), s in alerts.items() if d == dimension and m == metric and s == FAIL)
         charts.append({"dimension": dimension, "metric": metric, "panels": panels, "n_fail": n_alerts})
     return charts
@@ -279,9 +355,15 @@ def _report_css() -> str:
     return (files("specaudit.report") / "templates" / "report.css").read_text(encoding="utf-8")
 
 
-def render_trend_html(store: HistoryStore, *, environment: str | None = None, last: int | None = 50,
-                      metrics: Sequence[str] = DEFAULT_METRICS, dimensions: Sequence[str] | None = None,
-                      title: str | None = None) -> tuple[str, list[StoredRun], int]:
+def render_trend_html(
+    store: HistoryStore,
+    *,
+    environment: str | None = None,
+    last: int | None = 50,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    dimensions: Sequence[str] | None = None,
+    title: str | None = None,
+) -> tuple[str, list[StoredRun], int]:
     """(HTML, runs shown, number of charts)."""
     import jinja2
     from markupsafe import Markup
@@ -297,34 +379,57 @@ def render_trend_html(store: HistoryStore, *, environment: str | None = None, la
         stored = run_alerts.get(run.id, [])
         fails = sum(a["status"] == FAIL for a in stored)
         warns = sum(a["status"] == WARN for a in stored)
-        rows.append({"label": run.label, "created_short": run.created[:16].replace("T", " "), "name": run.name,
-                     "environment": run.environment or "-", "equivalence": run.equivalence_status,
-                     "target": run.target, "draft": run.draft,
-                     "prompt_set": f"{run.prompt_set}@{run.prompt_set_version}" if run.prompt_set else "-",
-                     "changes": ", ".join(changed) or "", "alerts": f"{fails} FAIL, {warns} WARN" if stored else "",
-                     "pinned": run.id in pins})
+        rows.append(
+            {
+                "label": run.label,
+                "created_short": run.created[:16].replace("T", " "),
+                "name": run.name,
+                "environment": run.environment or "-",
+                "equivalence": run.equivalence_status,
+                "target": run.target,
+                "draft": run.draft,
+                "prompt_set": f"{run.prompt_set}@{run.prompt_set_version}" if run.prompt_set else "-",
+                "changes": ", ".join(changed) or "",
+                "alerts": f"{fails} FAIL, {warns} WARN" if stored else "",
+                "pinned": run.id in pins,
+            }
+        )
     charts = _charts(runs, points, alerts, metrics, dimensions, markers)
     latest = runs[-1] if runs else None
     latest_alerts = sorted(run_alerts.get(latest.id, []), key=lambda a: a["status"] != FAIL) if latest else []
     levels = sorted({f"{r.ci_level:.0%}" for r in runs})
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     html = env.from_string(_TEMPLATE).render(
-        report_css=Markup(_report_css()), colours=OKABE_ITO,
-        title=title or "specaudit monitoring trend", store=store.url, environment=environment, runs=rows,
-        generated=utc_now(), charts=charts, metrics=list(metrics),
-        latest=rows[-1] if rows else None, latest_alerts=latest_alerts,
+        report_css=Markup(_report_css()),
+        colours=OKABE_ITO,
+        title=title or "specaudit monitoring trend",
+        store=store.url,
+        environment=environment,
+        runs=rows,
+        generated=utc_now(),
+        charts=charts,
+        metrics=list(metrics),
+        latest=rows[-1] if rows else None,
+        latest_alerts=latest_alerts,
         latest_status=FAIL if any(a["status"] == FAIL for a in latest_alerts) else WARN,
-        ci_text=f"{'/'.join(levels) or '95%'} confidence interval of the run")
+        ci_text=f"{'/'.join(levels) or '95%'} confidence interval of the run",
+    )
     return html, list(runs), len(charts)
 
 
-def write_trend_report(store: HistoryStore, out_dir: str | Path, *, environment: str | None = None, last: int | None = 50,
-                       metrics: Sequence[str] = DEFAULT_METRICS, dimensions: Sequence[str] | None = None,
-                       title: str | None = None) -> TrendReport:
+def write_trend_report(
+    store: HistoryStore,
+    out_dir: str | Path,
+    *,
+    environment: str | None = None,
+    last: int | None = 50,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    dimensions: Sequence[str] | None = None,
+    title: str | None = None,
+) -> TrendReport:
     """Write out_dir/trend.html and out_dir/trend.csv (each atomically)."""
     out = Path(out_dir)
-    html, runs, n_charts = render_trend_html(store, environment=environment, last=last, metrics=metrics, dimensions=dimensions,
-                                             title=title)
+    html, runs, n_charts = render_trend_html(store, environment=environment, last=last, metrics=metrics, dimensions=dimensions, title=title)
     rows = trend_rows(store, environment=environment, last=last, metrics=metrics, dimensions=dimensions)
     html_path = write_atomic(out / "trend.html", html)
     csv_path = write_atomic(out / "trend.csv", trend_csv(rows))

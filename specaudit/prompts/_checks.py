@@ -52,7 +52,7 @@ def shingles(text: str, size: int = SHINGLE_WORDS) -> frozenset[tuple[str, ...]]
     tokens = normalized_words(text)
     if len(tokens) < size:
         return frozenset([tuple(tokens)]) if tokens else frozenset()
-    return frozenset(tuple(tokens[i:i + size]) for i in range(len(tokens) - size + 1))
+    return frozenset(tuple(tokens[i : i + size]) for i in range(len(tokens) - size + 1))
 
 
 def jaccard(a: frozenset, b: frozenset) -> float:

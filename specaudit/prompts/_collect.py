@@ -135,8 +135,11 @@ def _check_messages(row: SourceRow, issues: list[Issue]) -> tuple[dict[str, str]
         role = message.get("role") if isinstance(message, dict) else None
         content = message.get("content") if isinstance(message, dict) else None
         if role not in ROLES or not isinstance(content, str) or not content.strip():
-            issues.append(_error(row, "messages", f"turn {number} must be {{role, content}} with role one of "
-                                 f"{', '.join(ROLES)} and non-empty content"))
+            issues.append(
+                _error(
+                    row, "messages", f"turn {number} must be {{role, content}} with role one of {', '.join(ROLES)} and non-empty content"
+                )
+            )
             return None
         turns.append({"role": role, "content": content})
     if turns[-1]["role"] != "user":
@@ -182,9 +185,13 @@ def _check_rows(rows: list[SourceRow], issues: list[Issue], *, strict: bool) -> 
         if size > MAX_PROMPT_BYTES:
             # Checked first and alone: nothing else (duplicate checks, shingles, tokenizers) reads it.
             name = f"prompt '{prompt_id}'" if isinstance(prompt_id, str) else "this prompt"
-            issues.append(_error(row, "text" if row.messages is None else "messages",
-                                 f"{name} is {size:,} bytes, over the limit of {MAX_PROMPT_BYTES:,} bytes for one prompt; "
-                                 "shorten it or remove the row"))
+            issues.append(
+                _error(
+                    row,
+                    "text" if row.messages is None else "messages",
+                    f"{name} is {size:,} bytes, over the limit of {MAX_PROMPT_BYTES:,} bytes for one prompt; shorten it or remove the row",
+                )
+            )
             continue
         if row.problem is not None:
             issues.append(_error(row, row.problem[0], row.problem[1]))
@@ -203,8 +210,10 @@ def _check_rows(rows: list[SourceRow], issues: list[Issue], *, strict: bool) -> 
                 if row.text is None:
                     what = "is missing"
                 elif isinstance(row.text, (list, tuple)):
-                    what = ("is a list; pick one element with --column-map text=COLUMN[0], "
-                            "or map a list of {role, content} turns with messages=COLUMN")
+                    what = (
+                        "is a list; pick one element with --column-map text=COLUMN[0], "
+                        "or map a list of {role, content} turns with messages=COLUMN"
+                    )
                 else:
                     what = f"must be a string, not {type(row.text).__name__}"
                 issues.append(_error(row, "text", what))
@@ -271,11 +280,16 @@ def _group_size_issues(
         for group in spec["groups"]:
             n = counts.get(group, 0)
             if n < least:
-                issues.append(Issue(
-                    severity, where.get(dim, "?"), None, f"attributes.{dim}",  # type: ignore[arg-type]
-                    f"group '{group}' has {n} prompt(s), fewer than the minimum of {least}; "
-                    "add prompts (comparisons on smaller groups are too uncertain to report)",
-                ))
+                issues.append(
+                    Issue(
+                        severity,
+                        where.get(dim, "?"),
+                        None,
+                        f"attributes.{dim}",  # type: ignore[arg-type]
+                        f"group '{group}' has {n} prompt(s), fewer than the minimum of {least}; "
+                        "add prompts (comparisons on smaller groups are too uncertain to report)",
+                    )
+                )
     return issues
 
 
@@ -289,12 +303,17 @@ def _length_issues(prompts: list[Prompt], dimensions: dict[str, dict[str, Any]],
             if group in lengths:
                 lengths[group].append(count_words(prompt.text))
         for gap in length_gaps(lengths):
-            issues.append(Issue(
-                "warning", where.get(dim, "?"), None, f"attributes.{dim}",
-                f"group '{gap.group}' has median length {gap.median:g} words, {gap.ratio:.2f}x group "
-                f"'{gap.shortest_group}' ({gap.shortest_median:g}); length alone moves acceptance rates, so match "
-                "lengths across groups or compare within length bands",
-            ))
+            issues.append(
+                Issue(
+                    "warning",
+                    where.get(dim, "?"),
+                    None,
+                    f"attributes.{dim}",
+                    f"group '{gap.group}' has median length {gap.median:g} words, {gap.ratio:.2f}x group "
+                    f"'{gap.shortest_group}' ({gap.shortest_median:g}); length alone moves acceptance rates, so match "
+                    "lengths across groups or compare within length bands",
+                )
+            )
     return issues
 
 
@@ -305,12 +324,15 @@ def _near_duplicate_issues(checked: list[tuple[Prompt, SourceRow]], row_dim: dic
     issues = []
     for pair in found:
         (first, first_row), (second, second_row) = items[pair.first], items[pair.second]
-        issues.append(_warning(
-            second_row, "text",
-            f"prompt '{second.id}' nearly duplicates '{first.id}' of {Path(first_row.file).name} "
-            f"(word Jaccard {pair.similarity:.2f}); one request under two dimensions is counted under both, "
-            "so reword or drop one",
-        ))
+        issues.append(
+            _warning(
+                second_row,
+                "text",
+                f"prompt '{second.id}' nearly duplicates '{first.id}' of {Path(first_row.file).name} "
+                f"(word Jaccard {pair.similarity:.2f}); one request under two dimensions is counted under both, "
+                "so reword or drop one",
+            )
+        )
     return issues
 
 
@@ -321,14 +343,22 @@ def _provenance_issues(checked: list[tuple[Prompt, SourceRow]]) -> list[Issue]:
         if "provenance" not in prompt.metadata:
             missing[row.file].append(row)
     return [
-        _warning(rows[0], "provenance", f"{len(rows)} row(s) of {Path(file).name} have no provenance "
-                 "(this is the first); record author, date and method on every row")
+        _warning(
+            rows[0],
+            "provenance",
+            f"{len(rows)} row(s) of {Path(file).name} have no provenance (this is the first); record author, date and method on every row",
+        )
         for file, rows in missing.items()
     ]
 
 
-def _pair_issues(checked: list[tuple[Prompt, SourceRow]], dim: str, groups: tuple[str, ...], reference: str | None = None,
-                 pairing: str | None = "all_groups") -> list[Issue]:
+def _pair_issues(
+    checked: list[tuple[Prompt, SourceRow]],
+    dim: str,
+    groups: tuple[str, ...],
+    reference: str | None = None,
+    pairing: str | None = "all_groups",
+) -> list[Issue]:
     """A parallel dimension needs one member per group in every pair (pairing "all_groups"), or
     one reference-group member and one member of one other group (pairing "reference")."""
     issues: list[Issue] = []
@@ -337,27 +367,50 @@ def _pair_issues(checked: list[tuple[Prompt, SourceRow]], dim: str, groups: tupl
         if dim not in prompt.attributes or prompt.attributes[dim] not in groups:
             continue
         if prompt.pair_id is None:
-            issues.append(_error(row, "pair_id", f"is missing; prompts of the parallel dimension '{dim}' share a pair_id with their other renderings"))
+            issues.append(
+                _error(row, "pair_id", f"is missing; prompts of the parallel dimension '{dim}' share a pair_id with their other renderings")
+            )
             continue
         group = prompt.attributes[dim]
         earlier = members[prompt.pair_id].get(group)
         if earlier is not None:
-            issues.append(_error(row, "pair_id", f"pair '{prompt.pair_id}' already has a '{group}' member (on {_where(earlier, row)}); each pair holds one prompt per group"))
+            issues.append(
+                _error(
+                    row,
+                    "pair_id",
+                    f"pair '{prompt.pair_id}' already has a '{group}' member (on {_where(earlier, row)}); each pair holds one prompt per group",
+                )
+            )
             continue
         if pairing == "reference" and group != reference and any(g != reference for g in members[prompt.pair_id]):
             other = next(g for g in members[prompt.pair_id] if g != reference)
-            issues.append(_error(row, "pair_id", f"pair '{prompt.pair_id}' already has a '{other}' member; in '{dim}' each pair links one '{reference}' prompt to one prompt of one other group"))
+            issues.append(
+                _error(
+                    row,
+                    "pair_id",
+                    f"pair '{prompt.pair_id}' already has a '{other}' member; in '{dim}' each pair links one '{reference}' prompt to one prompt of one other group",
+                )
+            )
             continue
         members[prompt.pair_id][group] = row
     for pair_id, by_group in members.items():
         if pairing == "reference":
-            missing = [] if len(by_group) == 2 and reference in by_group else (
-                [reference] if reference not in by_group else [f"one group other than '{reference}'"])
+            missing = (
+                []
+                if len(by_group) == 2 and reference in by_group
+                else ([reference] if reference not in by_group else [f"one group other than '{reference}'"])
+            )
         else:
             missing = [g for g in groups if g not in by_group]
         if missing:
             first = min(by_group.values(), key=lambda r: r.line)
-            issues.append(_error(first, "pair_id", f"pair '{pair_id}' has no member for group(s) {', '.join(missing)}; add the missing rendering(s) or remove the pair"))
+            issues.append(
+                _error(
+                    first,
+                    "pair_id",
+                    f"pair '{pair_id}' has no member for group(s) {', '.join(missing)}; add the missing rendering(s) or remove the pair",
+                )
+            )
     return issues
 
 
@@ -390,11 +443,21 @@ def _collect_manifest(manifest: Manifest, cmap: ColumnMap) -> Collected:
         actual = file_sha256(path)
         fix = f"if the edit was intended, run `specaudit prompts checksum {manifest.name} --write`"
         if entry is None or entry.sha256 is None:
-            issues.append(_error(manifest_file, f"files.{spec.file}.sha256",
-                                 f"no checksum recorded for {spec.file}; record it with `specaudit prompts checksum {manifest.name} --write`"))
+            issues.append(
+                _error(
+                    manifest_file,
+                    f"files.{spec.file}.sha256",
+                    f"no checksum recorded for {spec.file}; record it with `specaudit prompts checksum {manifest.name} --write`",
+                )
+            )
         elif entry.sha256 != actual:
-            issues.append(_error(manifest_file, f"files.{spec.file}.sha256",
-                                 f"checksum mismatch: {spec.file} has sha256 {actual[:12]}… but the manifest records {entry.sha256[:12]}…; {fix}"))
+            issues.append(
+                _error(
+                    manifest_file,
+                    f"files.{spec.file}.sha256",
+                    f"checksum mismatch: {spec.file} has sha256 {actual[:12]}… but the manifest records {entry.sha256[:12]}…; {fix}",
+                )
+            )
         result: ReadResult = read_file(path, cmap)
         if result.failure is not None:
             file, line, message = result.failure
@@ -402,8 +465,13 @@ def _collect_manifest(manifest: Manifest, cmap: ColumnMap) -> Collected:
             unreadable.add(dim)
             continue
         if entry is not None and entry.rows is not None and entry.rows != len(result.rows):
-            issues.append(_error(manifest_file, f"files.{spec.file}.rows",
-                                 f"{spec.file} has {len(result.rows)} rows but the manifest records {entry.rows}; {fix}"))
+            issues.append(
+                _error(
+                    manifest_file,
+                    f"files.{spec.file}.rows",
+                    f"{spec.file} has {len(result.rows)} rows but the manifest records {entry.rows}; {fix}",
+                )
+            )
         rows.extend(result.rows)
     # One pass over all files so that duplicate ids are caught across files too.
     row_dim = {shown: dim for dim, shown in dim_files.items()}
@@ -417,10 +485,18 @@ def _collect_manifest(manifest: Manifest, cmap: ColumnMap) -> Collected:
         for dim, group in list(attributes.items()):
             spec = manifest.dimensions.get(dim)
             if spec is None:
-                issues.append(_warning(row, f"attributes.{dim}", f"'{dim}' is not a dimension declared in {MANIFEST_NAME}; the attribute is ignored"))
+                issues.append(
+                    _warning(row, f"attributes.{dim}", f"'{dim}' is not a dimension declared in {MANIFEST_NAME}; the attribute is ignored")
+                )
                 del attributes[dim]
             elif group not in spec.groups:
-                issues.append(_error(row, f"attributes.{dim}", f"unknown group '{group}' for dimension '{dim}' (declared: {', '.join(spec.groups)}); fix the row or declare the group in {MANIFEST_NAME}"))
+                issues.append(
+                    _error(
+                        row,
+                        f"attributes.{dim}",
+                        f"unknown group '{group}' for dimension '{dim}' (declared: {', '.join(spec.groups)}); fix the row or declare the group in {MANIFEST_NAME}",
+                    )
+                )
                 ok = False
         if ok:
             checked.append((replace(prompt, attributes=attributes), row))
@@ -456,11 +532,19 @@ def _collect_generic(result: ReadResult, name: str, source: str) -> Collected:
     dimensions = _infer_dimensions(prompts)
     label = result.rows[0].file if result.rows else source
     if not dimensions and prompts:
-        issues.append(_warning(label, None, "no prompt has a group attribute, so only overall results are possible; map one with group:NAME=COLUMN"))
+        issues.append(
+            _warning(label, None, "no prompt has a group attribute, so only overall results are possible; map one with group:NAME=COLUMN")
+        )
     for dim in dimensions:
         missing = [row for prompt, row in checked if dim not in prompt.attributes]
         if missing:
-            issues.append(_warning(missing[0], f"attributes.{dim}", f"{len(missing)} prompt(s) have no '{dim}' group (this is the first); they are left out of the '{dim}' comparison"))
+            issues.append(
+                _warning(
+                    missing[0],
+                    f"attributes.{dim}",
+                    f"{len(missing)} prompt(s) have no '{dim}' group (this is the first); they are left out of the '{dim}' comparison",
+                )
+            )
     # Without a manifest there is no declared minimum to enforce, so small groups only warn.
     issues.extend(_group_size_issues(prompts, dimensions, DEFAULT_MIN_GROUP_SIZE, "warning", {d: label for d in dimensions}))
     issues.extend(_length_issues(prompts, dimensions, {d: label for d in dimensions}))
@@ -480,10 +564,6 @@ def _infer_dimensions(prompts: list[Prompt]) -> dict[str, dict[str, Any]]:
         for p in members:
             if p.pair_id is not None:
                 pairs[p.pair_id].append(p.attributes[dim])
-        parallel = (
-            len(seen) > 1
-            and all(p.pair_id is not None for p in members)
-            and all(sorted(g) == sorted(seen) for g in pairs.values())
-        )
+        parallel = len(seen) > 1 and all(p.pair_id is not None for p in members) and all(sorted(g) == sorted(seen) for g in pairs.values())
         dimensions[dim] = {"groups": sorted(seen), "reference": None, "parallel": parallel}
     return dimensions

@@ -80,9 +80,7 @@ def load_prompts(
     )
 
 
-def validate_prompt_set(
-    source: str | Path, *, column_map: str | Mapping[str, str] | None = None, split: str = "train"
-) -> ValidationReport:
+def validate_prompt_set(source: str | Path, *, column_map: str | Mapping[str, str] | None = None, split: str = "train") -> ValidationReport:
     """Every error and warning of a source, each naming file, line and field.
 
     Errors (load_prompts refuses the set): unreadable or torn lines, missing/empty/duplicate ids

@@ -131,7 +131,9 @@ def read_manifest(path: str | Path) -> Manifest:
         groups = spec.get("groups")
         _require(
             isinstance(groups, list) and bool(groups) and all(isinstance(g, str) and g for g in groups),
-            path, f"{where}.groups", "must be a non-empty list of group names",
+            path,
+            f"{where}.groups",
+            "must be a non-empty list of group names",
         )
         _require(len(set(groups)) == len(groups), path, f"{where}.groups", "lists a group twice")
         reference = spec.get("reference")
@@ -139,12 +141,20 @@ def read_manifest(path: str | Path) -> Manifest:
         parallel = spec.get("parallel", False)
         _require(isinstance(parallel, bool) or parallel == "reference", path, f"{where}.parallel", "must be true, false or reference")
         if parallel == "reference":
-            _require(reference is not None and len(groups) >= 2, path, f"{where}.reference",
-                     "'parallel: reference' pairs each prompt with a reference-group twin, so name the reference group")
+            _require(
+                reference is not None and len(groups) >= 2,
+                path,
+                f"{where}.reference",
+                "'parallel: reference' pairs each prompt with a reference-group twin, so name the reference group",
+            )
         pairing = "reference" if parallel == "reference" else ("all_groups" if parallel else None)
         own_min = spec.get("min_group_size")
-        _require(own_min is None or (isinstance(own_min, int) and not isinstance(own_min, bool) and own_min >= 1),
-                 path, f"{where}.min_group_size", "must be a positive integer")
+        _require(
+            own_min is None or (isinstance(own_min, int) and not isinstance(own_min, bool) and own_min >= 1),
+            path,
+            f"{where}.min_group_size",
+            "must be a positive integer",
+        )
         compare_lengths = spec.get("compare_lengths", True)
         _require(isinstance(compare_lengths, bool), path, f"{where}.compare_lengths", "must be true or false")
         dimensions[str(dim_name)] = DimensionSpec(
@@ -158,8 +168,12 @@ def read_manifest(path: str | Path) -> Manifest:
         _require(isinstance(entry, dict), path, f"files.{file_name}", "must be a mapping with sha256 and rows")
         sha = entry.get("sha256")
         rows = entry.get("rows")
-        _require(sha is None or (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha) is not None),
-                 path, f"files.{file_name}.sha256", "must be 64 lowercase hex digits")
+        _require(
+            sha is None or (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha) is not None),
+            path,
+            f"files.{file_name}.sha256",
+            "must be 64 lowercase hex digits",
+        )
         _require(rows is None or (isinstance(rows, int) and rows >= 0), path, f"files.{file_name}.rows", "must be a count")
         files[str(file_name)] = FileEntry(sha, rows)
     description = data.get("description") or ""
@@ -190,7 +204,9 @@ def manifest_for(source: str | Path) -> Manifest:
     """A set name or a folder/manifest path, as a Manifest; anything else is an input error."""
     path = Path(source)
     if path.is_file() and path.name != MANIFEST_NAME:
-        raise InputError(f"{display_path(path)} is a data file, not a prompt set; give a set name or a folder with {MANIFEST_NAME} (for a data file use `specaudit prompts stats`).")
+        raise InputError(
+            f"{display_path(path)} is a data file, not a prompt set; give a set name or a folder with {MANIFEST_NAME} (for a data file use `specaudit prompts stats`)."
+        )
     if path.exists():
         return read_manifest(path)
     manifest = find_prompt_set(str(source))
@@ -251,8 +267,15 @@ def manifest_as_dict(manifest: Manifest) -> dict[str, Any]:
         "license": manifest.license,
         "min_group_size": manifest.min_group_size,
         "dimensions": {
-            name: {"file": d.file, "groups": list(d.groups), "reference": d.reference, "parallel": d.parallel,
-                   "pairing": d.pairing, "min_group_size": d.min_group_size, "compare_lengths": d.compare_lengths}
+            name: {
+                "file": d.file,
+                "groups": list(d.groups),
+                "reference": d.reference,
+                "parallel": d.parallel,
+                "pairing": d.pairing,
+                "min_group_size": d.min_group_size,
+                "compare_lengths": d.compare_lengths,
+            }
             for name, d in manifest.dimensions.items()
         },
         "files": {name: {"sha256": e.sha256, "rows": e.rows} for name, e in manifest.files.items()},

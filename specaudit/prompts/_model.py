@@ -158,7 +158,5 @@ class ValidationReport:
 
     def __str__(self) -> str:
         lines = [f"error: {issue}" for issue in self.errors] + [f"warning: {issue}" for issue in self.warnings]
-        lines.append(
-            f"{self.source}: {self.n_prompts} prompts, {len(self.errors)} error(s), {len(self.warnings)} warning(s)"
-        )
+        lines.append(f"{self.source}: {self.n_prompts} prompts, {len(self.errors)} error(s), {len(self.warnings)} warning(s)")
         return "\n".join(lines)

@@ -82,7 +82,7 @@ def parse_column_map(spec: str | Mapping[str, str] | ColumnMap | None) -> Column
             raise InputError(f"column map entry '{key}=' names no column; write {key}=COLUMN.")
         _split_ref(column)  # refuse a malformed COLUMN[INDEX] here, before any data is read
         if key.startswith("group:"):
-            dimension = key[len("group:"):].strip()
+            dimension = key[len("group:") :].strip()
             if not dimension:
                 raise InputError("column map entry 'group:=...' names no dimension; write group:NAME=COLUMN, e.g. group:domain=category.")
             groups[dimension] = column
@@ -240,8 +240,10 @@ def load_folder_or_hub(source: str, split: str, column_map: ColumnMap, *, local:
             loaded = datasets.load_dataset(source, split=split)
     except Exception as err:  # noqa: BLE001 -- any failure to load is reported as bad input
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        hint = "check the folder holds .jsonl/.csv/.parquet files" if local else (
-            "check the dataset id and split, and that you are online or have it cached"
+        hint = (
+            "check the folder holds .jsonl/.csv/.parquet files"
+            if local
+            else ("check the dataset id and split, and that you are online or have it cached")
         )
         raise InputError(f"datasets could not load '{source}' split '{split}' ({reason}); {hint}.") from None
     label = display_path(Path(source)) if local else source
@@ -290,9 +292,7 @@ def _map_rows(dataset: Any, column_map: ColumnMap, label: str, numbers: list[int
         if mapped is not None:
             column, index = _split_ref(mapped)
             if column not in columns:
-                raise InputError(
-                    f"{label} has no column '{column}' (mapped to {field_name}); its columns are: {available}."
-                )
+                raise InputError(f"{label} has no column '{column}' (mapped to {field_name}); its columns are: {available}.")
             return column, index
         if field_name in columns:
             return field_name, None
@@ -323,11 +323,7 @@ def _map_rows(dataset: Any, column_map: ColumnMap, label: str, numbers: list[int
 
     # Hub datasets often store categories as ClassLabel integers; users mean the names.
     features = getattr(dataset, "features", None) or {}
-    label_names = {
-        col: feature.int2str
-        for col, feature in features.items()
-        if isinstance(feature, datasets.ClassLabel)
-    }
+    label_names = {col: feature.int2str for col, feature in features.items() if isinstance(feature, datasets.ClassLabel)}
 
     def value(row: dict[str, Any], ref: tuple[str, int | None] | None) -> Any:
         if ref is None:
@@ -374,6 +370,9 @@ def _map_rows(dataset: Any, column_map: ColumnMap, label: str, numbers: list[int
         # Without an id column, the row position is the id: stable for a given source, so runs resume.
         prompt_id = mapped["id"] if id_ref else f"row-{index + 1}"
         extra = {c: _as_written(row[c]) for c in extra_cols if row.get(c) is not None}
-        rows.append(SourceRow(label, numbers[index], unit, prompt_id, mapped["text"], mapped["pair_id"], attributes,
-                              mapped["messages"], extra, problem))
+        rows.append(
+            SourceRow(
+                label, numbers[index], unit, prompt_id, mapped["text"], mapped["pair_id"], attributes, mapped["messages"], extra, problem
+            )
+        )
     return rows

@@ -62,7 +62,9 @@ def add_intersection(
         raise InputError(f"intersect needs at least two dimensions, got {names[0]!r}; e.g. intersect=['domain', 'dialect'].")
     unknown = [n for n in names if n not in dimensions]
     if unknown:
-        raise InputError(f"cannot intersect {', '.join(repr(u) for u in unknown)}: not a dimension of {source} (dimensions: {', '.join(dimensions)}).")
+        raise InputError(
+            f"cannot intersect {', '.join(repr(u) for u in unknown)}: not a dimension of {source} (dimensions: {', '.join(dimensions)})."
+        )
     key = INTERSECTION.join(names)
     out = []
     seen: set[str] = set()

@@ -13,8 +13,17 @@ from specaudit.prompts._checks import count_words
 from specaudit.prompts._model import Prompt, PromptSet, PromptSetWarning
 
 STATS_COLUMNS = [
-    "dimension", "group", "reference", "prompts", "pairs", "unit",
-    "length_min", "length_median", "length_max", "zipf_median", "below_min_size",
+    "dimension",
+    "group",
+    "reference",
+    "prompts",
+    "pairs",
+    "unit",
+    "length_min",
+    "length_median",
+    "length_max",
+    "zipf_median",
+    "below_min_size",
 ]
 
 
@@ -62,19 +71,21 @@ def prompt_set_stats(prompt_set: PromptSet, tokenizer: Any = None) -> pd.DataFra
     for dim, spec in prompt_set.dimensions.items():
         for group, members in prompt_set.groups(dim).items():
             values = np.array([length_of[p.id] for p in members], dtype=float)
-            rows.append({
-                "dimension": dim,
-                "group": group,
-                "reference": group == spec.get("reference"),
-                "prompts": len(members),
-                "pairs": len({p.pair_id for p in members if p.pair_id is not None}),
-                "unit": unit,
-                "length_min": int(values.min()) if len(values) else None,
-                "length_median": float(np.median(values)) if len(values) else None,
-                "length_max": int(values.max()) if len(values) else None,
-                "zipf_median": _median_zipf(members),
-                "below_min_size": minimum is not None and len(members) < minimum,
-            })
+            rows.append(
+                {
+                    "dimension": dim,
+                    "group": group,
+                    "reference": group == spec.get("reference"),
+                    "prompts": len(members),
+                    "pairs": len({p.pair_id for p in members if p.pair_id is not None}),
+                    "unit": unit,
+                    "length_min": int(values.min()) if len(values) else None,
+                    "length_median": float(np.median(values)) if len(values) else None,
+                    "length_max": int(values.max()) if len(values) else None,
+                    "zipf_median": _median_zipf(members),
+                    "below_min_size": minimum is not None and len(members) < minimum,
+                }
+            )
     table = pd.DataFrame(rows, columns=STATS_COLUMNS)
     # Who wrote the prompts, when and how: shown under the table by format_stats.
     table.attrs["provenance"] = provenance_counts([p.metadata.get("provenance") for p in prompt_set.prompts])

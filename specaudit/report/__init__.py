@@ -58,8 +58,9 @@ def render_summary(snapshot: Mapping[str, Any]) -> str:
     return summary_markdown(build_view(snapshot))
 
 
-def render_report(snapshot: Mapping[str, Any], out_dir: str | Path, *, compare: Mapping[str, Any] | None = None,
-                  compare_label: str = "") -> dict[str, Path]:
+def render_report(
+    snapshot: Mapping[str, Any], out_dir: str | Path, *, compare: Mapping[str, Any] | None = None, compare_label: str = ""
+) -> dict[str, Path]:
     """Write report.html, summary.md, groups.csv and junit.xml into ``out_dir``; return their paths
     by kind ("html", "summary", "groups", "junit"). ``compare``: another run's snapshot, shown
     per group with the monitor's drift tests."""
@@ -81,5 +82,14 @@ def render_report(snapshot: Mapping[str, Any], out_dir: str | Path, *, compare: 
     return paths
 
 
-__all__ = ["OUTPUT_FILES", "groups_csv", "groups_rows", "junit_xml", "load_snapshot", "render_html", "render_report",
-           "render_summary", "snapshot_path"]
+__all__ = [
+    "OUTPUT_FILES",
+    "groups_csv",
+    "groups_rows",
+    "junit_xml",
+    "load_snapshot",
+    "render_html",
+    "render_report",
+    "render_summary",
+    "snapshot_path",
+]

@@ -18,14 +18,19 @@ from markupsafe import Markup, escape
 
 # Okabe & Ito (2008), "Color Universal Design".
 OKABE_ITO = {
-    "black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
-    "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7",
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky": "#56B4E9",
+    "green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "purple": "#CC79A7",
 }
 # One colour per group, fixed by the group's place in its dimension, the same in every chart of the
 # report. Okabe–Ito hues darkened where needed so every mark has at least 3:1 contrast on white
 # (WCAG 1.4.11); group identity is also always written next to the mark (direct labels).
-GROUP_COLOURS = ("#0072B2", "#B34700", "#117733", "#AA4499", "#332288", "#8A6100", "#882255", "#007C80", "#5D5D5D",
-                 "#C0395A")
+GROUP_COLOURS = ("#0072B2", "#B34700", "#117733", "#AA4499", "#332288", "#8A6100", "#882255", "#007C80", "#5D5D5D", "#C0395A")
 OVERALL_COLOUR = "#3B3B3B"
 SERIES_COLOURS = GROUP_COLOURS
 STATUS_STYLE = {  # marker shape and colour per status: the shape says it without colour
@@ -42,16 +47,25 @@ STATUS_STYLE = {  # marker shape and colour per status: the shape says it withou
     "reference": ("circle", OKABE_ITO["black"]),
     "overall": ("ring", OKABE_ITO["black"]),
 }
-STATUS_WORDS = {"ok": "within band", "inconclusive": "outside band, not significant", "flag": "outside band, significant",
-                "WITHIN": "WITHIN: interval inside the band", "INCONCLUSIVE": "INCONCLUSIVE: interval crosses a band line",
-                "FLAG": "FLAG: interval outside the band", "INSUFFICIENT": "INSUFFICIENT: too few prompts to decide",
-                "SLOWER": "SLOWER: whole interval below 1×", "FASTER": "FASTER: whole interval above 1×",
-                "UNCLEAR": "UNCLEAR: interval contains 1×", "reference": "reference group", "overall": "all prompts"}
+STATUS_WORDS = {
+    "ok": "within band",
+    "inconclusive": "outside band, not significant",
+    "flag": "outside band, significant",
+    "WITHIN": "WITHIN: interval inside the band",
+    "INCONCLUSIVE": "INCONCLUSIVE: interval crosses a band line",
+    "FLAG": "FLAG: interval outside the band",
+    "INSUFFICIENT": "INSUFFICIENT: too few prompts to decide",
+    "SLOWER": "SLOWER: whole interval below 1×",
+    "FASTER": "FASTER: whole interval above 1×",
+    "UNCLEAR": "UNCLEAR: interval contains 1×",
+    "reference": "reference group",
+    "overall": "all prompts",
+}
 
 
 def relative_luminance(colour: str) -> float:
     """WCAG 2 relative luminance of a #rrggbb colour."""
-    channels = [int(colour.lstrip("#")[i:i + 2], 16) / 255 for i in (0, 2, 4)]
+    channels = [int(colour.lstrip("#")[i : i + 2], 16) / 255 for i in (0, 2, 4)]
     linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
     return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
 
@@ -64,6 +78,8 @@ def contrast_ratio(foreground: str, background: str = "#ffffff") -> float:
 
 def group_colour(index: int) -> str:
     return GROUP_COLOURS[index % len(GROUP_COLOURS)]
+
+
 INK, GRID, BAND = "#222222", "#d9d9d9", "#dbe9f6"
 FONT = 12
 
@@ -128,8 +144,10 @@ def _marker(shape: str, x: float, y: float, colour: str, size: float = 5.0) -> s
         return f'<path d="M{_f(x)} {_f(y - s)}L{_f(x + s)} {_f(y)}L{_f(x)} {_f(y + s)}L{_f(x - s)} {_f(y)}Z" fill="{colour}"/>'
     if shape == "triangle":
         s = size * 1.25
-        return (f'<path d="M{_f(x)} {_f(y - s)}L{_f(x + s)} {_f(y + s * 0.8)}L{_f(x - s)} {_f(y + s * 0.8)}Z" fill="#ffffff" '
-                f'stroke="{colour}" stroke-width="1.8"/>')
+        return (
+            f'<path d="M{_f(x)} {_f(y - s)}L{_f(x + s)} {_f(y + s * 0.8)}L{_f(x - s)} {_f(y + s * 0.8)}Z" fill="#ffffff" '
+            f'stroke="{colour}" stroke-width="1.8"/>'
+        )
     if shape == "ring":
         return f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{_f(size)}" fill="#ffffff" stroke="{colour}" stroke-width="2"/>'
     return f'<circle cx="{_f(x)}" cy="{_f(y)}" r="{_f(size)}" fill="{colour}"/>'
@@ -146,9 +164,19 @@ class ForestRow:
     value_text: str = ""
 
 
-def forest_plot(rows: Sequence[ForestRow], *, title: str, desc: str, axis_label: str, reference_value: float | None = None,
-                band: tuple[float, float] | None = None, null_value: float | None = None, null_label: str = "",
-                width: int = 1000, chart_id: str = "forest") -> Markup:
+def forest_plot(
+    rows: Sequence[ForestRow],
+    *,
+    title: str,
+    desc: str,
+    axis_label: str,
+    reference_value: float | None = None,
+    band: tuple[float, float] | None = None,
+    null_value: float | None = None,
+    null_label: str = "",
+    width: int = 1000,
+    chart_id: str = "forest",
+) -> Markup:
     """Point and interval per group, with the tolerance band (reference × [low, high]) shaded,
     the reference value as a solid line and an optional null line (e.g. speed-up 1×)."""
     row_h, top, bottom = 24, 30, 62
@@ -191,7 +219,9 @@ def forest_plot(rows: Sequence[ForestRow], *, title: str, desc: str, axis_label:
     out.append(_text((plot_l + plot_r) / 2, plot_bottom + 31, axis_label, anchor="middle", size=11))
     if _finite(null_value) and low <= null_value <= high:
         x = sx(null_value)
-        out.append(f'<line x1="{_f(x)}" y1="{_f(top - 10)}" x2="{_f(x)}" y2="{_f(plot_bottom)}" stroke="{OKABE_ITO["vermillion"]}" stroke-width="1.2" stroke-dasharray="5 3"/>')
+        out.append(
+            f'<line x1="{_f(x)}" y1="{_f(top - 10)}" x2="{_f(x)}" y2="{_f(plot_bottom)}" stroke="{OKABE_ITO["vermillion"]}" stroke-width="1.2" stroke-dasharray="5 3"/>'
+        )
         out.append(_text(x, top - 13, null_label, anchor="middle", size=10, fill=OKABE_ITO["vermillion"]))
     if _finite(reference_value):
         x = sx(reference_value)
@@ -205,7 +235,9 @@ def forest_plot(rows: Sequence[ForestRow], *, title: str, desc: str, axis_label:
         shape, colour = STATUS_STYLE.get(row.status, STATUS_STYLE["ok"])
         label = _truncate(row.label, 26) + (f" ({row.n_prompts})" if row.n_prompts is not None else "")
         weight = "bold" if row.status in ("reference", "overall") else None
-        out.append(f"<g><title>{escape(row.label)}: {escape(row.value_text or 'no data')} — {escape(STATUS_WORDS.get(row.status, row.status))}</title>")
+        out.append(
+            f"<g><title>{escape(row.label)}: {escape(row.value_text or 'no data')} — {escape(STATUS_WORDS.get(row.status, row.status))}</title>"
+        )
         out.append(_text(label_w - 8, y + 4, label, anchor="end", weight=weight))
         if _finite(row.ci_low) and _finite(row.ci_high):
             a, b = sx(row.ci_low), sx(row.ci_high)
@@ -258,18 +290,26 @@ def pit_histogram(counts: Sequence[int], *, title: str, desc: str, width: int = 
     for tick in ticks:
         out.append(f'<line x1="{left}" y1="{_f(sy(tick))}" x2="{right}" y2="{_f(sy(tick))}" stroke="{GRID}" stroke-width="0.6"/>')
         out.append(_text(left - 4, sy(tick) + 4, f"{tick:g}", anchor="end", size=10))
-    out.append(f'<rect x="{left}" y="{_f(sy(expected + half))}" width="{right - left}" height="{_f(sy(max(expected - half, 0)) - sy(expected + half))}" fill="#e6e6e6"/>')
+    out.append(
+        f'<rect x="{left}" y="{_f(sy(expected + half))}" width="{right - left}" height="{_f(sy(max(expected - half, 0)) - sy(expected + half))}" fill="#e6e6e6"/>'
+    )
     bar_w = (right - left) / bins
     for i, count in enumerate(counts):
         x = left + i * bar_w
-        out.append(f'<rect x="{_f(x + 0.8)}" y="{_f(sy(count))}" width="{_f(bar_w - 1.6)}" height="{_f(bottom - sy(count))}" fill="{OKABE_ITO["blue"]}">'
-                   f"<title>[{i * p:.2f}, {(i + 1) * p:.2f}): {count}</title></rect>")
-    out.append(f'<line x1="{left}" y1="{_f(sy(expected))}" x2="{right}" y2="{_f(sy(expected))}" stroke="{OKABE_ITO["vermillion"]}" stroke-width="1.4" stroke-dasharray="5 3"/>')
+        out.append(
+            f'<rect x="{_f(x + 0.8)}" y="{_f(sy(count))}" width="{_f(bar_w - 1.6)}" height="{_f(bottom - sy(count))}" fill="{OKABE_ITO["blue"]}">'
+            f"<title>[{i * p:.2f}, {(i + 1) * p:.2f}): {count}</title></rect>"
+        )
+    out.append(
+        f'<line x1="{left}" y1="{_f(sy(expected))}" x2="{right}" y2="{_f(sy(expected))}" stroke="{OKABE_ITO["vermillion"]}" stroke-width="1.4" stroke-dasharray="5 3"/>'
+    )
     out.append(f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="{INK}" stroke-width="0.8"/>')
     for tick in (0, 0.25, 0.5, 0.75, 1.0):
         x = left + tick * (right - left)
         out.append(_text(x, bottom + 13, f"{tick:g}", anchor="middle", size=10))
-    out.append(_text((left + right) / 2, height - 6, "PIT value (flat = correct; dashed: expected, grey: 95% range)", anchor="middle", size=10))
+    out.append(
+        _text((left + right) / 2, height - 6, "PIT value (flat = correct; dashed: expected, grey: 95% range)", anchor="middle", size=10)
+    )
     return Markup("".join(out) + "</svg>")
 
 
@@ -281,8 +321,18 @@ class BarSeries:
     ci_high: Sequence[float | None]
 
 
-def grouped_bars(categories: Sequence[str], series: Sequence[BarSeries], *, title: str, desc: str, axis_label: str,
-                 y_max: float | None = 1.0, width: int = 1000, height: int = 250, chart_id: str = "bars") -> Markup:
+def grouped_bars(
+    categories: Sequence[str],
+    series: Sequence[BarSeries],
+    *,
+    title: str,
+    desc: str,
+    axis_label: str,
+    y_max: float | None = 1.0,
+    width: int = 1000,
+    height: int = 250,
+    chart_id: str = "bars",
+) -> Markup:
     """Bars per category (e.g. draft position), one bar per series (group), with CI whiskers."""
     out = _open(chart_id, width, height, title, desc, "chart bars")
     if not categories or not series:
@@ -300,8 +350,11 @@ def grouped_bars(categories: Sequence[str], series: Sequence[BarSeries], *, titl
     for tick in ticks:
         out.append(f'<line x1="{left}" y1="{_f(sy(tick))}" x2="{right}" y2="{_f(sy(tick))}" stroke="{GRID}" stroke-width="0.6"/>')
         out.append(_text(left - 4, sy(tick) + 4, _tick_label(tick, ticks), anchor="end", size=10))
-    out.append(_text(12, (top + bottom) / 2, axis_label, anchor="middle", size=10).replace(
-        "<text ", f'<text transform="rotate(-90 12 {_f((top + bottom) / 2)})" ', 1))
+    out.append(
+        _text(12, (top + bottom) / 2, axis_label, anchor="middle", size=10).replace(
+            "<text ", f'<text transform="rotate(-90 12 {_f((top + bottom) / 2)})" ', 1
+        )
+    )
     slot = (right - left) / len(categories)
     bar_w = min(28.0, slot * 0.8 / len(series))
     for c, category in enumerate(categories):
@@ -311,8 +364,10 @@ def grouped_bars(categories: Sequence[str], series: Sequence[BarSeries], *, titl
             colour = SERIES_COLOURS[s % len(SERIES_COLOURS)] if one.label != "overall" else "#555555"
             x = start + s * bar_w
             if _finite(value):
-                out.append(f'<rect x="{_f(x + 0.5)}" y="{_f(sy(value))}" width="{_f(bar_w - 1)}" height="{_f(bottom - sy(value))}" fill="{colour}">'
-                           f"<title>{escape(one.label)}, {escape(category)}: {value:.3f}</title></rect>")
+                out.append(
+                    f'<rect x="{_f(x + 0.5)}" y="{_f(sy(value))}" width="{_f(bar_w - 1)}" height="{_f(bottom - sy(value))}" fill="{colour}">'
+                    f"<title>{escape(one.label)}, {escape(category)}: {value:.3f}</title></rect>"
+                )
                 lo, hi = one.ci_low[c] if c < len(one.ci_low) else None, one.ci_high[c] if c < len(one.ci_high) else None
                 if _finite(lo) and _finite(hi):
                     mid = x + bar_w / 2
@@ -351,9 +406,18 @@ class RatioRow:
 LOG_TICKS = (0.05, 0.1, 0.2, 0.25, 0.33, 0.5, 0.67, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
 
 
-def ratio_forest(rows: Sequence[RatioRow], panels: Sequence[str], *, title: str, desc: str, band: tuple[float, float] | None,
-                 width: int = 1000, chart_id: str = "forest", axis_label: str = "ratio to reference (log scale)",
-                 value_header: str = "ratio [95% CI]") -> Markup:
+def ratio_forest(
+    rows: Sequence[RatioRow],
+    panels: Sequence[str],
+    *,
+    title: str,
+    desc: str,
+    band: tuple[float, float] | None,
+    width: int = 1000,
+    chart_id: str = "forest",
+    axis_label: str = "ratio to reference (log scale)",
+    value_header: str = "ratio [95% CI]",
+) -> Markup:
     """Each group's ratio to the reference on a log axis, one panel per metric: the ratio's own
     interval, status as marker shape and colour, the band's edges and parity as fixed lines
     (parity only without a band). The axis always reaches every interval end, so nothing is clipped."""
@@ -366,8 +430,9 @@ def ratio_forest(rows: Sequence[RatioRow], panels: Sequence[str], *, title: str,
     out = _open(chart_id, width, height, title, desc, "chart forest")
     out.append(_text(label_w - 8, top - 24, "group (prompts)", anchor="end", size=11, weight="bold"))
     for p, name in enumerate(panels):
-        values = [v for r in rows if p < len(r.cells) for v in (r.cells[p].ci_low, r.cells[p].ci_high, r.cells[p].value)
-                  if _finite(v) and v > 0]
+        values = [
+            v for r in rows if p < len(r.cells) for v in (r.cells[p].ci_low, r.cells[p].ci_high, r.cells[p].value) if _finite(v) and v > 0
+        ]
         low = min([*values, *lines]) / 1.08
         high = max([*values, *lines]) * 1.08
         left = label_w + p * panel_w + 10
@@ -379,16 +444,23 @@ def ratio_forest(rows: Sequence[RatioRow], panels: Sequence[str], *, title: str,
         out.append(_text((left + right) / 2, top - 24, name, anchor="middle", size=11, weight="bold"))
         out.append(_text(right + text_w + 6, top - 24, value_header, anchor="end", size=11, weight="bold"))
         if band:
-            out.append(f'<rect x="{_f(sx(band[0]))}" y="{top - 4}" width="{_f(sx(band[1]) - sx(band[0]))}" '
-                       f'height="{_f(plot_bottom - top + 4)}" fill="{BAND}"/>')
+            out.append(
+                f'<rect x="{_f(sx(band[0]))}" y="{top - 4}" width="{_f(sx(band[1]) - sx(band[0]))}" '
+                f'height="{_f(plot_bottom - top + 4)}" fill="{BAND}"/>'
+            )
         shown: list[float] = []
         for tick in (*lines, *LOG_TICKS):
             if not (low <= tick <= high) or any(abs(sx(tick) - sx(t)) < 26 for t in shown):
                 continue
             shown.append(tick)
             fixed_line = tick in lines
-            style = (f'stroke="{INK}" stroke-width="1.2"' if tick == 1.0 else
-                     'stroke="#555555" stroke-width="1" stroke-dasharray="4 3"' if fixed_line else f'stroke="{GRID}" stroke-width="0.6"')
+            style = (
+                f'stroke="{INK}" stroke-width="1.2"'
+                if tick == 1.0
+                else 'stroke="#555555" stroke-width="1" stroke-dasharray="4 3"'
+                if fixed_line
+                else f'stroke="{GRID}" stroke-width="0.6"'
+            )
             out.append(f'<line x1="{_f(sx(tick))}" y1="{top - 6}" x2="{_f(sx(tick))}" y2="{_f(plot_bottom)}" {style}/>')
             out.append(_text(sx(tick), plot_bottom + 14, f"{tick:g}", anchor="middle", size=11, weight="bold" if fixed_line else None))
         out.append(_text((left + right) / 2, plot_bottom + 28, axis_label, anchor="middle", size=11))
@@ -405,7 +477,9 @@ def ratio_forest(rows: Sequence[RatioRow], panels: Sequence[str], *, title: str,
                     a, b = sx(cell.ci_low), sx(cell.ci_high)
                     out.append(f'<line x1="{_f(a)}" y1="{_f(y)}" x2="{_f(b)}" y2="{_f(y)}" stroke="{colour}" stroke-width="2"/>')
                     for x in (a, b):
-                        out.append(f'<line x1="{_f(x)}" y1="{_f(y - 4)}" x2="{_f(x)}" y2="{_f(y + 4)}" stroke="{colour}" stroke-width="2"/>')
+                        out.append(
+                            f'<line x1="{_f(x)}" y1="{_f(y - 4)}" x2="{_f(x)}" y2="{_f(y + 4)}" stroke="{colour}" stroke-width="2"/>'
+                        )
                 if _finite(cell.value) and cell.value > 0:
                     out.append(_marker(shape, sx(cell.value), y, colour))
             out.append(_text(right + text_w + 6, y + 4, cell.text or "no data", anchor="end", size=11, css="num"))
@@ -418,23 +492,39 @@ def ratio_forest(rows: Sequence[RatioRow], panels: Sequence[str], *, title: str,
         label = _truncate(row.label, 22) + (f" ({row.n_prompts})" if row.n_prompts is not None else "")
         out.append(_text(label_w - 24, y + 4, label, anchor="end"))
     x, y = 8, height - 22
-    present = [s for s in ("WITHIN", "INCONCLUSIVE", "FLAG", "INSUFFICIENT", "FASTER", "UNCLEAR", "SLOWER")
-               if any(c.status == s for r in rows for c in r.cells)]
+    present = [
+        s
+        for s in ("WITHIN", "INCONCLUSIVE", "FLAG", "INSUFFICIENT", "FASTER", "UNCLEAR", "SLOWER")
+        if any(c.status == s for r in rows for c in r.cells)
+    ]
     for status in present:
         shape, colour = STATUS_STYLE[status]
         out.append(_marker(shape, x + 5, y - 4, colour, 4.5))
         words = STATUS_WORDS[status]
         out.append(_text(x + 14, y, words, size=11))
         x += 26 + 5.9 * len(words)
-    note = (f"Dashed lines: the tolerance band {band[0]:g}–{band[1]:g} (shaded); solid line: parity (1). " if band
-            else "Solid line: 1× (as fast as vanilla). ")
+    note = (
+        f"Dashed lines: the tolerance band {band[0]:g}–{band[1]:g} (shaded); solid line: parity (1). "
+        if band
+        else "Solid line: 1× (as fast as vanilla). "
+    )
     out.append(_text(8, height - 6, note + "Each line is that group's own 95% interval.", size=11))
     return Markup("".join(out) + "</svg>")
 
 
 # ---------------------------------------------------------------------------- small multiples
-def small_multiples(categories: Sequence[str], series: Sequence[BarSeries], colours: Sequence[str], *, title: str, desc: str,
-                    axis_label: str, columns: int = 5, width: int = 1000, chart_id: str = "bars") -> Markup:
+def small_multiples(
+    categories: Sequence[str],
+    series: Sequence[BarSeries],
+    colours: Sequence[str],
+    *,
+    title: str,
+    desc: str,
+    axis_label: str,
+    columns: int = 5,
+    width: int = 1000,
+    chart_id: str = "bars",
+) -> Markup:
     """One small bar panel per group (the group's own colour, its name above it), bars per category
     with 95% whiskers and the overall value as a black tick, so every group is shown and none is
     identified by colour alone. The y axis reaches the largest interval end."""
@@ -460,7 +550,9 @@ def small_multiples(categories: Sequence[str], series: Sequence[BarSeries], colo
         out.append(_text(x0 + 14, y0 + 13, _truncate(one.label, 26), size=11, weight="bold"))
         for tick in (0.0, 0.5, 1.0):
             if tick <= top_value:
-                out.append(f'<line x1="{_f(left)}" y1="{_f(sy(tick))}" x2="{_f(right)}" y2="{_f(sy(tick))}" stroke="{GRID}" stroke-width="0.6"/>')
+                out.append(
+                    f'<line x1="{_f(left)}" y1="{_f(sy(tick))}" x2="{_f(right)}" y2="{_f(sy(tick))}" stroke="{GRID}" stroke-width="0.6"/>'
+                )
                 out.append(_text(left - 3, sy(tick) + 4, f"{tick:g}", anchor="end", size=10))
         slot = (right - left) / max(len(categories), 1)
         bar_w = min(24.0, slot * 0.7)
@@ -468,16 +560,22 @@ def small_multiples(categories: Sequence[str], series: Sequence[BarSeries], colo
             mid = left + slot * c + slot / 2
             value = one.values[c] if c < len(one.values) else None
             if _finite(value):
-                out.append(f'<rect x="{_f(mid - bar_w / 2)}" y="{_f(sy(value))}" width="{_f(bar_w)}" height="{_f(bottom - sy(value))}" '
-                           f'fill="{colour}"><title>{escape(one.label)}, {escape(category)}: {value:.3f}</title></rect>')
+                out.append(
+                    f'<rect x="{_f(mid - bar_w / 2)}" y="{_f(sy(value))}" width="{_f(bar_w)}" height="{_f(bottom - sy(value))}" '
+                    f'fill="{colour}"><title>{escape(one.label)}, {escape(category)}: {value:.3f}</title></rect>'
+                )
                 lo, hi = one.ci_low[c], one.ci_high[c]
                 if _finite(lo) and _finite(hi):
-                    out.append(f'<line x1="{_f(mid)}" y1="{_f(sy(lo))}" x2="{_f(mid)}" y2="{_f(sy(hi))}" stroke="{INK}" stroke-width="1.2"/>')
+                    out.append(
+                        f'<line x1="{_f(mid)}" y1="{_f(sy(lo))}" x2="{_f(mid)}" y2="{_f(sy(hi))}" stroke="{INK}" stroke-width="1.2"/>'
+                    )
             else:
                 out.append(_text(mid, bottom - 3, "–", anchor="middle", size=10))
             if overall is not None and one is not overall and c < len(overall.values) and _finite(overall.values[c]):
                 y = sy(overall.values[c])
-                out.append(f'<line x1="{_f(mid - bar_w / 2 - 3)}" y1="{_f(y)}" x2="{_f(mid + bar_w / 2 + 3)}" y2="{_f(y)}" stroke="#000000" stroke-width="2"/>')
+                out.append(
+                    f'<line x1="{_f(mid - bar_w / 2 - 3)}" y1="{_f(y)}" x2="{_f(mid + bar_w / 2 + 3)}" y2="{_f(y)}" stroke="#000000" stroke-width="2"/>'
+                )
             out.append(_text(mid, bottom + 12, _truncate(category, 12), anchor="middle", size=10))
         out.append(f'<line x1="{_f(left)}" y1="{_f(bottom)}" x2="{_f(right)}" y2="{_f(bottom)}" stroke="{INK}" stroke-width="0.8"/>')
     out.append(_text(0, height - 4, f"{axis_label}; whiskers: 95% intervals; black tick: all prompts (overall).", size=11))

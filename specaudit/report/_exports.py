@@ -34,9 +34,13 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
     decision = summary["decision"]
     lines = [f"# Decision: {decision['title']}", "", f"**{decision['gate']}**", ""]
     lines += [f"- {md_escape(r)}" for r in decision["reasons"]]
-    lines += ["", f"Run `{_code(run.get('id', 'run'))}`: target `{_code(run.get('target'))}`, draft `{_code(run.get('draft'))}`; "
-              f"{md_escape(run.get('n_prompts'))} prompts, {md_escape(run.get('n_output_tokens'))} output tokens; "
-              f"{md_escape(run.get('sampling'))}, k = {md_escape(run.get('k'))}.", ""]
+    lines += [
+        "",
+        f"Run `{_code(run.get('id', 'run'))}`: target `{_code(run.get('target'))}`, draft `{_code(run.get('draft'))}`; "
+        f"{md_escape(run.get('n_prompts'))} prompts, {md_escape(run.get('n_output_tokens'))} output tokens; "
+        f"{md_escape(run.get('sampling'))}, k = {md_escape(run.get('k'))}.",
+        "",
+    ]
     lines += ["| | status | finding |", "|---|---|---|"]
     for card in summary["cards"]:
         finding = " ".join(card["lines"]) + (f" Timed under: {'; '.join(card['conditions'])}." if card.get("conditions") else "")
@@ -52,8 +56,12 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
     compare = view.get("compare") or {}
     if compare.get("ran") and not compare.get("broken"):
         c = compare["counts"]
-        lines += ["", f"## Compared with {md_escape(compare['label'])}", "",
-                  f"{c['FAIL']} worse, {c['WARN']} changed, {c['PASS']} without a significant change (per group and metric)."]
+        lines += [
+            "",
+            f"## Compared with {md_escape(compare['label'])}",
+            "",
+            f"{c['FAIL']} worse, {c['WARN']} changed, {c['PASS']} without a significant change (per group and metric).",
+        ]
     gate = view["gate"]
     if gate.get("ran"):
         lines += ["", "## Gate checks", "", "| status | check | finding |", "|---|---|---|"]
@@ -69,8 +77,27 @@ def _code(text: Any) -> str:
 
 
 # ============================================================================ groups.csv
-CSV_COLUMNS = ("run_id", "target", "draft", "dimension", "group", "is_reference", "kind", "metric", "value", "ci_low", "ci_high",
-               "n_prompts", "n_tokens", "ratio", "ratio_ci_low", "ratio_ci_high", "pvalue", "pvalue_holm", "status")
+CSV_COLUMNS = (
+    "run_id",
+    "target",
+    "draft",
+    "dimension",
+    "group",
+    "is_reference",
+    "kind",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n_prompts",
+    "n_tokens",
+    "ratio",
+    "ratio_ci_low",
+    "ratio_ci_high",
+    "pvalue",
+    "pvalue_holm",
+    "status",
+)
 
 
 def _csv_text(value: Any) -> str:
@@ -103,21 +130,36 @@ def groups_rows(snapshot: Mapping[str, Any]) -> list[dict[str, str]]:
                 compared = get(disparity, "metrics", metric, "pairwise", group) if kind == "group" else None
                 is_reference = kind == "group" and str(group) == str(reference)
                 ratio = get(compared, "ratio", default={}) if isinstance(compared, Mapping) else {}
-                status = (comparison_status(compared, band).value if isinstance(compared, Mapping)
-                          else "reference" if is_reference and get(disparity, "metrics", metric) else "")
-                rows.append({
-                    "run_id": run_id, "target": target, "draft": draft,
-                    "dimension": _csv_text(dimension), "group": _csv_text(group), "is_reference": "true" if is_reference else "false",
-                    "kind": kind, "metric": _csv_text(metric),
-                    "value": _csv_number(get(block, "value")), "ci_low": _csv_number(get(block, "ci_low")),
-                    "ci_high": _csv_number(get(block, "ci_high")),
-                    "n_prompts": str(int(block["n_prompts"])) if finite(get(block, "n_prompts")) else "",
-                    "n_tokens": str(int(block["n_tokens"])) if finite(get(block, "n_tokens")) else "",
-                    "ratio": _csv_number(get(ratio, "value")), "ratio_ci_low": _csv_number(get(ratio, "ci_low")),
-                    "ratio_ci_high": _csv_number(get(ratio, "ci_high")),
-                    "pvalue": _csv_number(get(compared, "pvalue")), "pvalue_holm": _csv_number(get(compared, "pvalue_holm")),
-                    "status": status,
-                })
+                status = (
+                    comparison_status(compared, band).value
+                    if isinstance(compared, Mapping)
+                    else "reference"
+                    if is_reference and get(disparity, "metrics", metric)
+                    else ""
+                )
+                rows.append(
+                    {
+                        "run_id": run_id,
+                        "target": target,
+                        "draft": draft,
+                        "dimension": _csv_text(dimension),
+                        "group": _csv_text(group),
+                        "is_reference": "true" if is_reference else "false",
+                        "kind": kind,
+                        "metric": _csv_text(metric),
+                        "value": _csv_number(get(block, "value")),
+                        "ci_low": _csv_number(get(block, "ci_low")),
+                        "ci_high": _csv_number(get(block, "ci_high")),
+                        "n_prompts": str(int(block["n_prompts"])) if finite(get(block, "n_prompts")) else "",
+                        "n_tokens": str(int(block["n_tokens"])) if finite(get(block, "n_tokens")) else "",
+                        "ratio": _csv_number(get(ratio, "value")),
+                        "ratio_ci_low": _csv_number(get(ratio, "ci_low")),
+                        "ratio_ci_high": _csv_number(get(ratio, "ci_high")),
+                        "pvalue": _csv_number(get(compared, "pvalue")),
+                        "pvalue_holm": _csv_number(get(compared, "pvalue_holm")),
+                        "status": status,
+                    }
+                )
     return rows
 
 
@@ -164,17 +206,30 @@ def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str
     skipped = statuses.count("insufficient") if checks else 1
     tests = len(checks) or 1
     seconds = get(run, "analysis", "seconds")
-    suite_el = ET.SubElement(root, "testsuite", name=suite, tests=str(tests), failures=str(failures), errors="0",
-                             skipped=str(skipped), timestamp=_xml_text(get(run, "created", default="")),
-                             time=f"{float(seconds):.3f}" if finite(seconds) else "0")
+    suite_el = ET.SubElement(
+        root,
+        "testsuite",
+        name=suite,
+        tests=str(tests),
+        failures=str(failures),
+        errors="0",
+        skipped=str(skipped),
+        timestamp=_xml_text(get(run, "created", default="")),
+        time=f"{float(seconds):.3f}" if finite(seconds) else "0",
+    )
     root.set("tests", str(tests))
     root.set("failures", str(failures))
     about = dict(subject(snapshot)) if run else {}
     target, draft = subject_ids(snapshot) if run else (None, None)
     properties = ET.SubElement(suite_el, "properties")
-    for name, value in (("run_id", get(run, "id")), ("target", target), ("draft", draft),
-                        ("seed", about.get("Seed")), ("commit", about.get("specaudit")),
-                        ("gate_status", gate.get("status") if isinstance(gate, Mapping) else "not run")):
+    for name, value in (
+        ("run_id", get(run, "id")),
+        ("target", target),
+        ("draft", draft),
+        ("seed", about.get("Seed")),
+        ("commit", about.get("specaudit")),
+        ("gate_status", gate.get("status") if isinstance(gate, Mapping) else "not run"),
+    ):
         ET.SubElement(properties, "property", name=name, value=_xml_text(value if value is not None else MISSING))
     if not checks:
         case = ET.SubElement(suite_el, "testcase", classname="specaudit.gate", name="gate")
@@ -185,8 +240,12 @@ def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str
         case = ET.SubElement(suite_el, "testcase", classname=_xml_text(f"specaudit.gate.{family}"), name=_xml_text(name), time="0")
         message = _xml_text(check.get("message", ""))
         title = check.get("title", name)
-        ET.SubElement(ET.SubElement(case, "properties"), "property", name="status",
-                      value=str(check.get("status", "")).upper() if status != "insufficient" else "INSUFFICIENT")
+        ET.SubElement(
+            ET.SubElement(case, "properties"),
+            "property",
+            name="status",
+            value=str(check.get("status", "")).upper() if status != "insufficient" else "INSUFFICIENT",
+        )
         if status == "fail":
             failure = ET.SubElement(case, "failure", message=message, type="FAIL")
             failure.text = _xml_text(f"{title}: {message}")

@@ -24,8 +24,15 @@ BADGES = {
 # Metric families: the per-group tables are split by family so each fits a printed page.
 METRIC_FAMILIES = {
     "Acceptance": ("acceptance_rate", "per_position_acceptance", "mean_accepted_tokens", "mean_beta"),
-    "Speed and latency": ("speedup", "tokens_per_s", "vanilla_tokens_per_s", "ttft_s", "latency_per_token_p50_s",
-                          "latency_per_token_p95_s", "cost_ratio"),
+    "Speed and latency": (
+        "speedup",
+        "tokens_per_s",
+        "vanilla_tokens_per_s",
+        "ttft_s",
+        "latency_per_token_p50_s",
+        "latency_per_token_p95_s",
+        "cost_ratio",
+    ),
 }
 
 METRIC_LABELS = {

@@ -62,10 +62,10 @@ def comparison_status(row: Mapping[str, Any], band: tuple[float, float]) -> Disp
     ratio = row.get("ratio") if isinstance(row.get("ratio"), Mapping) else {}
     low, high = ratio.get("ci_low"), ratio.get("ci_high")
     mdr_low, mdr_high = detectable_ratios(row)
-    decidable = finite(low) and finite(high) and not ((mdr_low is not None and mdr_low < band[0])
-                                                      or (mdr_high is not None and mdr_high > band[1]))
-    return DisparityStatus.from_interval(low if finite(low) else math.nan, high if finite(high) else math.nan, band,
-                                         decidable=decidable)
+    decidable = (
+        finite(low) and finite(high) and not ((mdr_low is not None and mdr_low < band[0]) or (mdr_high is not None and mdr_high > band[1]))
+    )
+    return DisparityStatus.from_interval(low if finite(low) else math.nan, high if finite(high) else math.nan, band, decidable=decidable)
 
 
 def engine_status(entry: Mapping[str, Any]) -> EquivalenceStatus:
@@ -96,8 +96,10 @@ def not_run_reason(test: Mapping[str, Any], *, two_sample: bool, samples: Any) -
     if reason:
         return str(reason)
     if two_sample and finite(samples) and samples < 2:
-        return ("one sample per prompt and engine: permuting engine labels within a prompt cannot change the statistic, "
-                "so p = 1 by construction (rerun with --samples 2 or more)")
+        return (
+            "one sample per prompt and engine: permuting engine labels within a prompt cannot change the statistic, "
+            "so p = 1 by construction (rerun with --samples 2 or more)"
+        )
     return None
 
 
@@ -107,12 +109,24 @@ STATUS_TEXT = {
     DisparityStatus.INCONCLUSIVE: "interval crosses a band edge: cannot tell",
     DisparityStatus.INSUFFICIENT: "too few prompts for this design to decide",
 }
-STATUS_CSS = {DisparityStatus.FLAG: "fail", DisparityStatus.WITHIN: "pass", DisparityStatus.INCONCLUSIVE: "warn",
-              DisparityStatus.INSUFFICIENT: "none"}
-STATUS_SYMBOL = {DisparityStatus.FLAG: "■", DisparityStatus.WITHIN: "●", DisparityStatus.INCONCLUSIVE: "◆",
-                 DisparityStatus.INSUFFICIENT: "△"}
-EQUIVALENCE_CSS = {EquivalenceStatus.VIOLATION: "fail", EquivalenceStatus.EQUIVALENT: "pass",
-                   EquivalenceStatus.NO_VIOLATION_FOUND: "warn", EquivalenceStatus.NOT_RUN: "none"}
+STATUS_CSS = {
+    DisparityStatus.FLAG: "fail",
+    DisparityStatus.WITHIN: "pass",
+    DisparityStatus.INCONCLUSIVE: "warn",
+    DisparityStatus.INSUFFICIENT: "none",
+}
+STATUS_SYMBOL = {
+    DisparityStatus.FLAG: "■",
+    DisparityStatus.WITHIN: "●",
+    DisparityStatus.INCONCLUSIVE: "◆",
+    DisparityStatus.INSUFFICIENT: "△",
+}
+EQUIVALENCE_CSS = {
+    EquivalenceStatus.VIOLATION: "fail",
+    EquivalenceStatus.EQUIVALENT: "pass",
+    EquivalenceStatus.NO_VIOLATION_FOUND: "warn",
+    EquivalenceStatus.NOT_RUN: "none",
+}
 
 
 def status_badge(status: DisparityStatus | EquivalenceStatus | str) -> dict[str, str]:
@@ -138,9 +152,20 @@ def comparisons(snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
                     continue
                 status = comparison_status(row, band)
                 low, high = detectable_ratios(row)
-                out.append({"dimension": str(dimension), "metric": str(metric), "group": str(group), "status": status,
-                            "band": band, "reference": get(part, "reference", default="overall"), "row": row,
-                            "n_prompts": row.get("n_prompts"), "mdr_low": low, "mdr_high": high})
+                out.append(
+                    {
+                        "dimension": str(dimension),
+                        "metric": str(metric),
+                        "group": str(group),
+                        "status": status,
+                        "band": band,
+                        "reference": get(part, "reference", default="overall"),
+                        "row": row,
+                        "n_prompts": row.get("n_prompts"),
+                        "mdr_low": low,
+                        "mdr_high": high,
+                    }
+                )
     return out
 
 
@@ -192,8 +217,13 @@ def speed_summary(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     repeats = get(config, "timing_repeats")
     conditions = [
         f"{threads} CPU thread{'s' if threads != 1 else ''}" if finite(threads) else "threads not recorded",
-        (f"{repeats} extra timing run{'s' if repeats != 1 else ''} per prompt" if finite(repeats) and repeats > 0
-         else "one timed run per prompt (no repeats)" if finite(repeats) else "timing repeats not recorded"),
+        (
+            f"{repeats} extra timing run{'s' if repeats != 1 else ''} per prompt"
+            if finite(repeats) and repeats > 0
+            else "one timed run per prompt (no repeats)"
+            if finite(repeats)
+            else "timing repeats not recorded"
+        ),
         f"warm-up {get(config, 'warmup')}" if finite(get(config, "warmup")) else None,
         f"device {hardware_text(run)}",
         "vanilla and speculative timed back to back per prompt",
@@ -208,7 +238,9 @@ def speed_summary(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         "overall_scope": f"{integer(overall_n)} prompts of the {overall_dim} dimension" if overall else "",
         "below_one": bool(overall) and finite(overall.get("ci_high")) and overall["ci_high"] < 1,
         "above_one": bool(overall) and finite(overall.get("ci_low")) and overall["ci_low"] > 1,
-        "n_groups": total, "slower": slower, "slower_sig": slower_sig,
+        "n_groups": total,
+        "slower": slower,
+        "slower_sig": slower_sig,
         "range": f"{fixed(values[0][0])}× ({values[0][1]}) to {fixed(values[-1][0])}× ({values[-1][1]})" if values else MISSING,
         "conditions": [c for c in conditions if c],
     }
@@ -278,8 +310,13 @@ def _report_time_commit() -> str | None:
     if not (package.parent / ".git").exists():
         return None
     try:
-        done = subprocess.run(["git", "-C", str(package.parent), "describe", "--always", "--dirty", "--tags"],
-                              capture_output=True, text=True, timeout=5, check=False)
+        done = subprocess.run(
+            ["git", "-C", str(package.parent), "describe", "--always", "--dirty", "--tags"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() or None
@@ -304,22 +341,37 @@ def subject(snapshot: Mapping[str, Any]) -> list[tuple[str, str]]:
         at_report = _report_time_commit()
         commit_text = f"commit not recorded by the run; report rendered at {at_report}" if at_report else "commit not recorded"
     temperature = get(config, "temperature")
-    sampling = ("greedy" if temperature == 0 else f"temperature {setting(temperature)}"
-                + (f", top-k {config['top_k']}" if get(config, "top_k") else "")
-                + (f", top-p {setting(config['top_p'])}" if finite(get(config, "top_p")) and config["top_p"] < 1 else "")
-                if finite(temperature) else MISSING)
+    sampling = (
+        "greedy"
+        if temperature == 0
+        else f"temperature {setting(temperature)}"
+        + (f", top-k {config['top_k']}" if get(config, "top_k") else "")
+        + (f", top-p {setting(config['top_p'])}" if finite(get(config, "top_p")) and config["top_p"] < 1 else "")
+        if finite(temperature)
+        else MISSING
+    )
     endpoint = get(models, "speculative", "url")
     rows = [
         ("Target", f"{get(models, 'vanilla', 'model')} at {get(models, 'vanilla', 'url')}" if endpoint else shown_target),
         ("Target revision", model_hash(target)),
         ("Draft", f"{get(models, 'speculative', 'model')} at {endpoint}" if endpoint else describe_draft(draft, config, target_name)),
-        ("Decoding", (f"k = {get(config, 'k', default=MISSING)} draft tokens per step; {sampling}; up to "
-                     f"{get(config, 'max_new_tokens', default=MISSING)} new tokens; {get(config, 'samples', default=MISSING)} "
-                     f"sample(s) per prompt and engine")),
+        (
+            "Decoding",
+            (
+                f"k = {get(config, 'k', default=MISSING)} draft tokens per step; {sampling}; up to "
+                f"{get(config, 'max_new_tokens', default=MISSING)} new tokens; {get(config, 'samples', default=MISSING)} "
+                f"sample(s) per prompt and engine"
+            ),
+        ),
         ("Hardware", hardware_text(run)),
         ("Seed", str(get(run, "seeds", "run", default=get(config, "seed", default=MISSING)))),
-        ("Prompt set", (f"{prompt_set.get('name', MISSING)} version {prompt_set.get('version', MISSING)}, "
-                       f"{integer(prompt_set.get('n_prompts'))} prompts, sha256 {prompt_set.get('checksum', MISSING)}")),
+        (
+            "Prompt set",
+            (
+                f"{prompt_set.get('name', MISSING)} version {prompt_set.get('version', MISSING)}, "
+                f"{integer(prompt_set.get('n_prompts'))} prompts, sha256 {prompt_set.get('checksum', MISSING)}"
+            ),
+        ),
         ("specaudit", f"{versions.get('specaudit', MISSING)}, {commit_text}"),
         ("Date", str(get(run, "created", default=MISSING))),
     ]
@@ -337,8 +389,11 @@ def subject_ids(snapshot: Mapping[str, Any]) -> tuple[str, str]:
     if revision != "not recorded":
         target_id += f" ({revision})"
     derived = draft.get("derived")
-    draft_id = f"{derived} of {draft.get('from') or target.get('name') or config.get('target')}" if derived else \
-        str(draft.get("name") or config.get("draft") or MISSING)
+    draft_id = (
+        f"{derived} of {draft.get('from') or target.get('name') or config.get('target')}"
+        if derived
+        else str(draft.get("name") or config.get("draft") or MISSING)
+    )
     return target_id, draft_id
 
 
@@ -356,7 +411,7 @@ def with_flags(command: Any, flags: Mapping[str, Any]) -> str:
         if flag in words:
             at = words.index(flag)
             if value is None:
-                del words[at:at + 2]
+                del words[at : at + 2]
             else:
                 words[at + 1] = str(value)
         elif value is not None:
@@ -376,8 +431,9 @@ DECISIONS = {
 }
 
 
-def decide(snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceStatus]], comps: list[dict[str, Any]],
-           speed: dict[str, Any]) -> dict[str, Any]:
+def decide(
+    snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceStatus]], comps: list[dict[str, Any]], speed: dict[str, Any]
+) -> dict[str, Any]:
     """The banner: derived from the gate, with the evidence that decides it.
 
     Order: no gate → insufficient; a failing gate check or an equivalence violation → do not
@@ -399,15 +455,20 @@ def decide(snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceStat
     elif failing or violations:
         key = "do_not"
         reasons += [f"{name}: its output is not distributed as the target's." for name in violations]
-        reasons += [f"Gate check {c.get('name')} fails: {c.get('message', '')}" for c in failing
-                    if not any(str(c.get("name", "")).endswith(f"[{v}]") for v in violations)]
+        reasons += [
+            f"Gate check {c.get('name')} fails: {c.get('message', '')}"
+            for c in failing
+            if not any(str(c.get("name", "")).endswith(f"[{v}]") for v in violations)
+        ]
     elif not engines or all(status == EquivalenceStatus.NOT_RUN for _, status in engines):
         key = "insufficient"
         reasons.append("Equivalence with the target was not tested.")
     elif speed.get("below_one"):
         key = "do_not"
-        reasons.append(f"Speculation is slower than vanilla: overall speed-up {speed['overall']} ({speed['overall_scope']}); "
-                       f"{len(speed['slower'])} of {speed['n_groups']} groups below 1×.")
+        reasons.append(
+            f"Speculation is slower than vanilla: overall speed-up {speed['overall']} ({speed['overall_scope']}); "
+            f"{len(speed['slower'])} of {speed['n_groups']} groups below 1×."
+        )
     elif comps and not decided:
         key = "insufficient"
     else:
@@ -420,11 +481,16 @@ def decide(snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceStat
     if comps:
         undecided = len(comps) - len(decided)
         if flagged:
-            reasons.append(f"Fairness: {len(flagged)} group comparison(s) outside the band: "
-                           + ", ".join(sorted({f"{c['dimension']}={c['group']}" for c in flagged})) + ".")
+            reasons.append(
+                f"Fairness: {len(flagged)} group comparison(s) outside the band: "
+                + ", ".join(sorted({f"{c['dimension']}={c['group']}" for c in flagged}))
+                + "."
+            )
         if undecided:
-            reasons.append(f"Fairness: {undecided} of {len(comps)} group comparisons cannot be decided with these prompts "
-                           "(INCONCLUSIVE or INSUFFICIENT).")
+            reasons.append(
+                f"Fairness: {undecided} of {len(comps)} group comparisons cannot be decided with these prompts "
+                "(INCONCLUSIVE or INSUFFICIENT)."
+            )
     elif key != "insufficient" and gate_status is not None:
         reasons.append("Fairness: no group comparisons in this snapshot.")
     if speed.get("ran") and not speed.get("below_one") and speed.get("slower"):
@@ -438,14 +504,25 @@ def decide(snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceStat
         reasons.insert(0, "Conditions (the gate's warnings): " + ", ".join(f"{family} ({n})" for family, n in families.items()) + ".")
     title, css = DECISIONS[key]
     exit_code = get(gate, "exit_code")
-    return {"key": key, "title": title, "css": css, "reasons": reasons,
-            "gate": f"Gate: {gate_status.value} (exit {exit_code if finite(exit_code) else int(gate_status == CheckStatus.FAIL)})"
-            if gate_status else "Gate: not run"}
+    return {
+        "key": key,
+        "title": title,
+        "css": css,
+        "reasons": reasons,
+        "gate": f"Gate: {gate_status.value} (exit {exit_code if finite(exit_code) else int(gate_status == CheckStatus.FAIL)})"
+        if gate_status
+        else "Gate: not run",
+    }
 
 
 # ============================================================================ what to do
-def actions(snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceStatus]], comps: list[dict[str, Any]],
-            speed: dict[str, Any], equivalence_view: Mapping[str, Any]) -> list[dict[str, str]]:
+def actions(
+    snapshot: Mapping[str, Any],
+    engines: list[tuple[str, EquivalenceStatus]],
+    comps: list[dict[str, Any]],
+    speed: dict[str, Any],
+    equivalence_view: Mapping[str, Any],
+) -> list[dict[str, str]]:
     """One item per problem (never one per dimension), MUST before SHOULD, each with a command."""
     run = get(snapshot, "run", default={})
     command = get(run, "command")
@@ -457,13 +534,22 @@ def actions(snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceSta
         items.append({"level": level, "text": text, "anchor": anchor, "command": cmd or ""})
 
     if equivalence_view.get("ran") and equivalence_view.get("status") == "error":
-        add("fail", "Fix the audit before reading it: plain decoding fails its own goodness-of-fit, so scoring (model, dtype, "
-            "warping) does not match the decoder.", "equivalence", with_flags(command, {}))
+        add(
+            "fail",
+            "Fix the audit before reading it: plain decoding fails its own goodness-of-fit, so scoring (model, dtype, "
+            "warping) does not match the decoder.",
+            "equivalence",
+            with_flags(command, {}),
+        )
     for name, status in engines:
         if status == EquivalenceStatus.VIOLATION:
-            add("fail", f"Do not ship {name}: its output does not follow the target distribution. Check the acceptance rule, the "
-                "residual distribution and that temperature/top-k/top-p reach both draft and target.", "equivalence",
-                "specaudit selftest --quick")
+            add(
+                "fail",
+                f"Do not ship {name}: its output does not follow the target distribution. Check the acceptance rule, the "
+                "residual distribution and that temperature/top-k/top-p reach both draft and target.",
+                "equivalence",
+                "specaudit selftest --quick",
+            )
     gate_checks = [c for c in (get(snapshot, "gate", "checks", default=[]) or []) if isinstance(c, Mapping)]
     for check in gate_checks:
         name = str(check.get("name", ""))
@@ -471,16 +557,25 @@ def actions(snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceSta
             add("fail", f"Gate check {name} fails: {check.get('message', '')}", "gate")
     flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == DisparityStatus.FLAG})
     if flagged:
-        add("fail", f"{len(flagged)} group(s) get a ratio to their reference outside the band: {', '.join(flagged)}. Route them to "
-            "vanilla decoding or train the draft on them; the fallback simulation shows the effect of routing.", "disparity")
+        add(
+            "fail",
+            f"{len(flagged)} group(s) get a ratio to their reference outside the band: {', '.join(flagged)}. Route them to "
+            "vanilla decoding or train the draft on them; the fallback simulation shows the effect of routing.",
+            "disparity",
+        )
     if speed.get("slower"):
         best_k = _common_best_k(snapshot)
         level = "fail" if speed.get("below_one") else "warn"
-        text = (f"Speculation is slower than vanilla for {len(speed['slower'])} of {speed['n_groups']} groups "
-                f"({len(speed['slower_sig'])} with the whole interval below 1×; range {speed['range']}). "
-                + ("Do not enable it with this draft on this hardware; " if level == "fail" else "Route those groups to vanilla; ")
-                + (f"the cost model's best draft length is k = {best_k}, so re-audit with it, or use a cheaper or better-matched draft."
-                   if best_k and best_k != get(config, "k") else "use a cheaper or better-matched draft."))
+        text = (
+            f"Speculation is slower than vanilla for {len(speed['slower'])} of {speed['n_groups']} groups "
+            f"({len(speed['slower_sig'])} with the whole interval below 1×; range {speed['range']}). "
+            + ("Do not enable it with this draft on this hardware; " if level == "fail" else "Route those groups to vanilla; ")
+            + (
+                f"the cost model's best draft length is k = {best_k}, so re-audit with it, or use a cheaper or better-matched draft."
+                if best_k and best_k != get(config, "k")
+                else "use a cheaper or better-matched draft."
+            )
+        )
         add(level, text, "speed", with_flags(command, {"--k": best_k}) if best_k and best_k != get(config, "k") else None)
     undecided = [c for c in comps if c["status"] not in DECIDED]
     if undecided:
@@ -489,12 +584,17 @@ def actions(snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceSta
         minimum = get(snapshot, "gate", "thresholds", "min_group_size")
         per_group = max([n for n in (need, int(minimum) if finite(minimum) else None) if n] or [0]) or None
         groups = sorted({f"{c['dimension']}={c['group']}" for c in undecided})
-        text = (f"{len(undecided)} of {len(comps)} group comparisons ({len(groups)} groups) cannot be decided: their intervals "
-                "cross a band edge or the design cannot detect a ratio at the band's edges.")
+        text = (
+            f"{len(undecided)} of {len(comps)} group comparisons ({len(groups)} groups) cannot be decided: their intervals "
+            "cross a band edge or the design cannot detect a ratio at the band's edges."
+        )
         if need:
-            text += (f" About {need} prompts per group would make a ratio of {comps[0]['band'][0]:g} detectable for half of them, "
-                     f"{planned[1]} for all (each comparison's detectable ratio scaled by 1/√prompts)"
-                     + (f"; the gate asks for {int(minimum)}" if finite(minimum) and minimum > need else "") + ".")
+            text += (
+                f" About {need} prompts per group would make a ratio of {comps[0]['band'][0]:g} detectable for half of them, "
+                f"{planned[1]} for all (each comparison's detectable ratio scaled by 1/√prompts)"
+                + (f"; the gate asks for {int(minimum)}" if finite(minimum) and minimum > need else "")
+                + "."
+            )
         add("warn", text, "disparity", with_flags(command, {"--per-group": per_group}) if per_group else None)
     if equivalence_view.get("ran"):
         audited = [e for e in equivalence_view.get("engines", []) if not e.get("is_control")]
@@ -506,19 +606,32 @@ def actions(snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceSta
             wanted = max(wanted or 0, 2 if not_run else 0, (samples or 1) + 1)
             parts = []
             if not_shown:
-                parts.append(f"equivalence within δ = {not_shown[0]['tv']['delta']} is not shown (TV upper bound "
-                             f"{not_shown[0]['tv']['upper']})")
+                parts.append(
+                    f"equivalence within δ = {not_shown[0]['tv']['delta']} is not shown (TV upper bound {not_shown[0]['tv']['upper']})"
+                )
             if not_run:
                 parts.append("the two-sample tests cannot reject with one sample per prompt")
-            add("warn", "Correctness is not proven: " + " and ".join(parts) + f". Sample more outputs per prompt "
-                f"(about {wanted} would make a first-token distance of δ detectable).", "equivalence",
-                with_flags(command, {"--samples": wanted}))
+            add(
+                "warn",
+                "Correctness is not proven: " + " and ".join(parts) + f". Sample more outputs per prompt "
+                f"(about {wanted} would make a first-token distance of δ detectable).",
+                "equivalence",
+                with_flags(command, {"--samples": wanted}),
+            )
         if equivalence_view.get("warning"):
-            add("warn", f"Rerun with another seed: {str(equivalence_view['warning']).split(': a correct')[0]}.", "equivalence",
-                with_flags(command, {"--seed": (get(config, "seed", default=0) or 0) + 1}))
+            add(
+                "warn",
+                f"Rerun with another seed: {str(equivalence_view['warning']).split(': a correct')[0]}.",
+                "equivalence",
+                with_flags(command, {"--seed": (get(config, "seed", default=0) or 0) + 1}),
+            )
     else:
-        add("warn", "Equivalence was not tested: run the analysis with equivalence on before relying on this report.", "equivalence",
-            f"specaudit analyze {run_dir}")
+        add(
+            "warn",
+            "Equivalence was not tested: run the analysis with equivalence on before relying on this report.",
+            "equivalence",
+            f"specaudit analyze {run_dir}",
+        )
     if not gate_checks:
         add("warn", "No deployment gate has judged this snapshot.", "gate", f"specaudit gate {run_dir} --write")
     if not items:
@@ -551,19 +664,36 @@ def _samples_for_delta(engine: Mapping[str, Any]) -> int | None:
 # ============================================================================ glossary
 GLOSSARY = {
     "acceptance": ("acceptance rate", "the share of drafted tokens the target accepts"),
-    "speedup": ("speed-up", ("vanilla time per token divided by speculative time per token, paired per prompt; below 1× "
-                "speculation is slower")),
+    "speedup": (
+        "speed-up",
+        ("vanilla time per token divided by speculative time per token, paired per prompt; below 1× speculation is slower"),
+    ),
     "reference": ("reference group", "the group every other group of a dimension is compared with"),
     "ratio": ("ratio to reference", "a group's value divided by the reference group's value"),
     "band": ("tolerance band", "the range of ratios that counts as parity (by default 0.8–1.25, the four-fifths convention)"),
     "ci": ("95% interval", "a bootstrap confidence interval that resamples whole prompts"),
-    "statuses": ("FLAG / WITHIN / INCONCLUSIVE / INSUFFICIENT", ("the ratio's interval lies wholly outside the band / wholly "
-                 "inside it / across a band edge; or the design cannot detect a ratio at the band's edges")),
+    "statuses": (
+        "FLAG / WITHIN / INCONCLUSIVE / INSUFFICIENT",
+        (
+            "the ratio's interval lies wholly outside the band / wholly "
+            "inside it / across a band edge; or the design cannot detect a ratio at the band's edges"
+        ),
+    ),
     "mdr": ("detectable ratio", "the smallest drop or rise of the ratio the test finds with 80% power at these group sizes"),
-    "pit": ("PIT", ("probability integral transform: where each emitted token falls in the target's cumulative distribution; "
-            "uniform when the sampler follows the target")),
-    "tv": ("TV", ("total-variation distance: the largest difference in probability two distributions give any set of outputs "
-           "(0 identical, 1 disjoint)")),
+    "pit": (
+        "PIT",
+        (
+            "probability integral transform: where each emitted token falls in the target's cumulative distribution; "
+            "uniform when the sampler follows the target"
+        ),
+    ),
+    "tv": (
+        "TV",
+        (
+            "total-variation distance: the largest difference in probability two distributions give any set of outputs "
+            "(0 identical, 1 disjoint)"
+        ),
+    ),
     "kl": ("KL", "Kullback–Leibler divergence, another distance between distributions"),
     "delta": ("δ", "the equivalence margin: TV below δ counts as equivalent"),
     "alpha": ("α", "the significance level, the accepted rate of false alarms"),
@@ -574,8 +704,10 @@ GLOSSARY = {
     "c": ("c", "the cost of one draft step relative to one target step"),
     "rank_biserial": ("rank-biserial", "an effect size from −1 to 1: how often one group's prompts beat the other's"),
     "control": ("control", "plain (vanilla) decoding, run through the same tests: if it fails them, the audit itself is suspect"),
-    "two_sample": ("two-sample test", ("compares speculative with vanilla outputs only (black-box), permuting engine labels "
-                   "within each prompt")),
+    "two_sample": (
+        "two-sample test",
+        ("compares speculative with vanilla outputs only (black-box), permuting engine labels within each prompt"),
+    ),
 }
 
 
@@ -601,6 +733,25 @@ def glossary_rows() -> list[tuple[str, str, str]]:
     return [(key, name, meaning) for key, (name, meaning) in sorted(GLOSSARY.items(), key=lambda kv: kv[1][0].lower())]
 
 
-__all__ = ["GLOSSARY", "Terms", "actions", "band_of", "comparison_status", "comparisons", "decide", "describe_draft",
-           "detectable_ratios", "engine_status", "glossary_rows", "hardware_text", "model_hash", "not_run_reason",
-           "prompts_to_decide", "speed_summary", "status_badge", "subject", "subject_ids", "with_flags"]
+__all__ = [
+    "GLOSSARY",
+    "Terms",
+    "actions",
+    "band_of",
+    "comparison_status",
+    "comparisons",
+    "decide",
+    "describe_draft",
+    "detectable_ratios",
+    "engine_status",
+    "glossary_rows",
+    "hardware_text",
+    "model_hash",
+    "not_run_reason",
+    "prompts_to_decide",
+    "speed_summary",
+    "status_badge",
+    "subject",
+    "subject_ids",
+    "with_flags",
+]

@@ -53,8 +53,13 @@ def _guard(name: str, build: Callable[..., dict], *args: Any) -> dict:
     try:
         return build(*args)
     except Exception as err:  # a report shows what it can; the failing part says why
-        return {"ran": False, "status": "error", "badge": badge("error"), "broken": True,
-                "reason": f"the {name} section of the snapshot could not be rendered ({type(err).__name__}: {err})"}
+        return {
+            "ran": False,
+            "status": "error",
+            "badge": badge("error"),
+            "broken": True,
+            "reason": f"the {name} section of the snapshot could not be rendered ({type(err).__name__}: {err})",
+        }
 
 
 def build_view(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = None, compare_label: str = "") -> dict[str, Any]:
@@ -88,10 +93,17 @@ def _run_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     models = get(run, "models", default={})
     prompt_set = get(run, "prompt_set", default={})
     temperature = get(config, "temperature")
-    sampling = "greedy" if temperature == 0 else (
-        f"T = {setting(temperature)}" + (f", top-k {config['top_k']}" if get(config, "top_k") else "")
-        + (f", top-p {setting(config['top_p'])}" if finite(get(config, "top_p")) and config["top_p"] < 1 else "")
-        if finite(temperature) else MISSING)
+    sampling = (
+        "greedy"
+        if temperature == 0
+        else (
+            f"T = {setting(temperature)}"
+            + (f", top-k {config['top_k']}" if get(config, "top_k") else "")
+            + (f", top-p {setting(config['top_p'])}" if finite(get(config, "top_p")) and config["top_p"] < 1 else "")
+            if finite(temperature)
+            else MISSING
+        )
+    )
     target = get(models, "target", "name", default=get(config, "target", default=MISSING))
     draft = get(models, "draft", "name", default=get(config, "draft", default=MISSING))
     if get(models, "speculative", "url"):  # a live endpoint pair: the servers are the models audited
@@ -135,15 +147,26 @@ def _equivalence_view(section: Mapping[str, Any], ids: _Ids, samples: Any = None
     status = get(section, "status", default=NOT_RUN)
     engines = get(section, "engines", default={})
     if status == NOT_RUN or not isinstance(engines, Mapping) or not engines:
-        return {"ran": False, "status": NOT_RUN, "badge": badge(NOT_RUN),
-                "reason": get(section, "message", default="the equivalence tests were not run for this snapshot "
-                              "(run `specaudit analyze` without --no-equivalence)")}
+        return {
+            "ran": False,
+            "status": NOT_RUN,
+            "badge": badge(NOT_RUN),
+            "reason": get(
+                section,
+                "message",
+                default="the equivalence tests were not run for this snapshot (run `specaudit analyze` without --no-equivalence)",
+            ),
+        }
     control = get(section, "control", default="vanilla")
     greedy = get(section, "mode") == "greedy"
     # the reference speculative engine first, other audited engines next, the control last
     order = sorted(engines, key=lambda e: (e == control, e != "speculative", str(e)))
-    views = [_greedy_engine(str(name), get(engines, name, default={}), name == control, ids) if greedy
-             else _sampling_engine(str(name), get(engines, name, default={}), name == control, ids, samples) for name in order]
+    views = [
+        _greedy_engine(str(name), get(engines, name, default={}), name == control, ids)
+        if greedy
+        else _sampling_engine(str(name), get(engines, name, default={}), name == control, ids, samples)
+        for name in order
+    ]
     return {
         "ran": True,
         "status": status,
@@ -186,8 +209,9 @@ TEST_BADGES = {  # a test rejects or does not; "not rejected" is not a pass
 }
 
 
-def _test_row(name: str, test: Mapping[str, Any], gated: Mapping[str, Any] | None, in_gate: bool, reason: str | None = None,
-              control: bool = False) -> dict[str, Any]:
+def _test_row(
+    name: str, test: Mapping[str, Any], gated: Mapping[str, Any] | None, in_gate: bool, reason: str | None = None, control: bool = False
+) -> dict[str, Any]:
     verdict = test.get("verdict")
     if gated is not None:  # the gate's decision is the Holm-corrected one
         verdict = "fail" if gated.get("reject") else "pass"
@@ -221,11 +245,15 @@ def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids:
     chart = None
     if histogram:
         chart = charts.pit_histogram(
-            histogram, chart_id=ids("pit"),
+            histogram,
+            chart_id=ids("pit"),
             title=f"PIT histogram, {name} ({integer(sum(c for c in histogram if finite(c)))} tokens)",
-            desc=(f"Randomised PIT values of every scored token of {name} on {len(histogram)} equal bins. A sampler that "
-                  f"follows the target gives a flat histogram inside the grey 95% range. Anderson–Darling p = "
-                  f"{pvalue(pit.get('pvalue'))}."))
+            desc=(
+                f"Randomised PIT values of every scored token of {name} on {len(histogram)} equal bins. A sampler that "
+                f"follows the target gives a flat histogram inside the grey 95% range. Anderson–Darling p = "
+                f"{pvalue(pit.get('pvalue'))}."
+            ),
+        )
     offenders = [o for o in (get(impossible, "offenders", default=[]) or []) if isinstance(o, Mapping)]
     gated = [r for block in (gof, two) for r in (get(block, "gate", default=[]) or []) if isinstance(r, Mapping)]
     holm_values = [r["holm_pvalue"] for r in gated if finite(r.get("holm_pvalue"))]
@@ -241,13 +269,24 @@ def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids:
         "battery_p": pvalue(min(holm_values)) if holm_values else MISSING,  # over both batteries
         "rejected": [f"{test_label(str(r.get('test')))} (Holm p = {pvalue(r.get('holm_pvalue'))})" for r in gated if r.get("reject")],
         "tests": _test_rows(gof, control=is_control),
-        "two_sample": {"ran": bool(two), "badge": _two_sample_badge(two, samples), "rows": _test_rows(two, two_sample=True, samples=samples),
-                       "reference": get(two, "reference", default="vanilla"), "n_prompts": integer(get(two, "n_prompts")),
-                       "flagged_prompts": _generic_rows(get(two, "flagged_prompts", default=[])),
-                       "flagged_groups": _generic_rows(get(two, "flagged_groups", default=[]))} if not is_control else {"ran": False},
-        "impossible": {"count": integer(get(impossible, "statistic", default=0)), "n": integer(get(impossible, "n")),
-                       "badge": badge(get(impossible, "verdict", default=NOT_RUN)),
-                       "offenders": offenders[:MAX_ROWS], "more": max(0, len(offenders) - MAX_ROWS)},
+        "two_sample": {
+            "ran": bool(two),
+            "badge": _two_sample_badge(two, samples),
+            "rows": _test_rows(two, two_sample=True, samples=samples),
+            "reference": get(two, "reference", default="vanilla"),
+            "n_prompts": integer(get(two, "n_prompts")),
+            "flagged_prompts": _generic_rows(get(two, "flagged_prompts", default=[])),
+            "flagged_groups": _generic_rows(get(two, "flagged_groups", default=[])),
+        }
+        if not is_control
+        else {"ran": False},
+        "impossible": {
+            "count": integer(get(impossible, "statistic", default=0)),
+            "n": integer(get(impossible, "n")),
+            "badge": badge(get(impossible, "verdict", default=NOT_RUN)),
+            "offenders": offenders[:MAX_ROWS],
+            "more": max(0, len(offenders) - MAX_ROWS),
+        },
         "tv": _tv_view(tv),
         "power": _power_rows(power),
         "pit_chart": chart,
@@ -257,8 +296,11 @@ def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids:
 
 def _control_badge(verdict: Any) -> dict[str, str]:
     """The control either behaves as a correct sampler must, or says why the audit is suspect."""
-    text, css, symbol = {"pass": ("CONTROL OK", "pass", "✓"), "warn": ("CONTROL WARN", "warn", "!"),
-                         "fail": ("CONTROL FAILED", "fail", "✗")}.get(str(verdict).lower(), ("NOT RUN", "none", "–"))
+    text, css, symbol = {
+        "pass": ("CONTROL OK", "pass", "✓"),
+        "warn": ("CONTROL WARN", "warn", "!"),
+        "fail": ("CONTROL FAILED", "fail", "✗"),
+    }.get(str(verdict).lower(), ("NOT RUN", "none", "–"))
     return {"text": text, "css": css, "symbol": symbol, "key": str(verdict).lower()}
 
 
@@ -313,17 +355,20 @@ def _power_rows(power: Any) -> list[dict[str, str]]:
 def _greedy_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids: _Ids) -> dict[str, Any]:
     result = get(entry, "greedy", default={})
     divergences = [d for d in (get(result, "divergences", default=[]) or []) if isinstance(d, Mapping)]
-    rows = [{
-        "prompt_id": d.get("prompt_id", MISSING),
-        "position": d.get("position", MISSING),
-        "token": d.get("token", MISSING),
-        "reference_token": d.get("reference_token", MISSING),
-        "logit_gap": num(d.get("logit_gap")),
-        "top2_gap": num(d.get("top2_gap")),
-        "tolerance": num(d.get("tolerance")),
-        "classification": d.get("classification", MISSING),
-        "benign": d.get("classification") == "near-tie",
-    } for d in divergences]
+    rows = [
+        {
+            "prompt_id": d.get("prompt_id", MISSING),
+            "position": d.get("position", MISSING),
+            "token": d.get("token", MISSING),
+            "reference_token": d.get("reference_token", MISSING),
+            "logit_gap": num(d.get("logit_gap")),
+            "top2_gap": num(d.get("top2_gap")),
+            "tolerance": num(d.get("tolerance")),
+            "classification": d.get("classification", MISSING),
+            "benign": d.get("classification") == "near-tie",
+        }
+        for d in divergences
+    ]
     kinds: dict[str, int] = {}
     for d in divergences:
         kinds[str(d.get("classification"))] = kinds.get(str(d.get("classification")), 0) + 1
@@ -367,17 +412,37 @@ def _disparity_view(snapshot: Mapping[str, Any], ids: _Ids) -> dict[str, Any]:
     recommendations = get(snapshot, "recommendations", default={})
     names = list(dict.fromkeys([*(groups or {}), *(disparities or {})]))
     if not names:
-        return {"ran": False, "status": NOT_RUN, "badge": badge(NOT_RUN), "dimensions": [],
-                "reason": "no disparity results in this snapshot (the run needs the vanilla engine, a speculative engine "
-                          "and prompts with at least one attribute)"}
-    dimensions = [_guard(f"disparity ({name})", _dimension_view, str(name), get(groups, name, default={}),
-                         get(disparities, name, default={}), get(recommendations, name, default={}), ids) for name in names]
+        return {
+            "ran": False,
+            "status": NOT_RUN,
+            "badge": badge(NOT_RUN),
+            "dimensions": [],
+            "reason": "no disparity results in this snapshot (the run needs the vanilla engine, a speculative engine "
+            "and prompts with at least one attribute)",
+        }
+    dimensions = [
+        _guard(
+            f"disparity ({name})",
+            _dimension_view,
+            str(name),
+            get(groups, name, default={}),
+            get(disparities, name, default={}),
+            get(recommendations, name, default={}),
+            ids,
+        )
+        for name in names
+    ]
     for number, (view, name) in enumerate(zip(dimensions, names), start=1):
         view.setdefault("name", str(name))
         view["anchor"] = f"dim-{number}"  # ids from user data could clash or hold odd characters
     status = worst([d.get("status", NOT_RUN) for d in dimensions])
-    return {"ran": True, "status": status, "badge": badge(status), "dimensions": dimensions,
-            "engine": get(snapshot, "run", "disparity_engine", default="speculative")}
+    return {
+        "ran": True,
+        "status": status,
+        "badge": badge(status),
+        "dimensions": dimensions,
+        "engine": get(snapshot, "run", "disparity_engine", default="speculative"),
+    }
 
 
 def _dimension_summary(statuses: list[verdicts.DisparityStatus]) -> verdicts.DisparityStatus | None:
@@ -417,9 +482,18 @@ def _dimension_view(name: str, groups: Mapping[str, Any], part: Mapping[str, Any
         "group_tables": _group_tables(groups),
         "tests": _pairwise_tables(metrics, reference, band),
         "across": _across_rows(metrics),
-        "flags": [{"metric": metric_label(c["metric"]), "group": c["group"], "status": c["status"].value,
-                   "badge": verdicts.status_badge(c["status"]), "ratio": triple(c["row"].get("ratio"), fixed),
-                   "pvalue_holm": pvalue(c["row"].get("pvalue_holm"))} for c in comps if c["status"] == verdicts.DisparityStatus.FLAG],
+        "flags": [
+            {
+                "metric": metric_label(c["metric"]),
+                "group": c["group"],
+                "status": c["status"].value,
+                "badge": verdicts.status_badge(c["status"]),
+                "ratio": triple(c["row"].get("ratio"), fixed),
+                "pvalue_holm": pvalue(c["row"].get("pvalue_holm")),
+            }
+            for c in comps
+            if c["status"] == verdicts.DisparityStatus.FLAG
+        ],
         "warnings": [str(w) for w in (get(part, "warnings", default=[]) or [])],
         "drilldown": _guard(f"drill-down ({name})", _drilldown_view, name, get(part, "drilldown", default={}), ids, colours),
         "advice": _guard(f"recommendations ({name})", _advice_view, advice),
@@ -446,8 +520,15 @@ def _ratio_forest(dimension, groups, metrics, reference, band, colours, ids) -> 
                 continue
             status = verdicts.comparison_status(row, band)
             ratio = get(row, "ratio", default={})
-            cells.append(charts.RatioCell(get(ratio, "value"), get(ratio, "ci_low"), get(ratio, "ci_high"), status.value,
-                                          with_ci(get(ratio, "value"), get(ratio, "ci_low"), get(ratio, "ci_high"), fmt=fixed)))
+            cells.append(
+                charts.RatioCell(
+                    get(ratio, "value"),
+                    get(ratio, "ci_low"),
+                    get(ratio, "ci_high"),
+                    status.value,
+                    with_ci(get(ratio, "value"), get(ratio, "ci_low"), get(ratio, "ci_high"), fmt=fixed),
+                )
+            )
             described.append(f"{group} {metric_label(metric)} {cells[-1].text} {status.value}")
         rows.append(charts.RatioRow(str(group), get(entry, "n_prompts"), colours.get(str(group), charts.OVERALL_COLOUR), cells))
     labels = [metric_label(m) for m in shown]
@@ -456,19 +537,31 @@ def _ratio_forest(dimension, groups, metrics, reference, band, colours, ids) -> 
         for cell in row.cells:
             counts[cell.status] = counts.get(cell.status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "reference")
-    desc = (f"Ratio of each {dimension} group to the reference group {reference} for {' and '.join(labels)}, log scale, with each "
-            f"ratio's own 95% interval against the tolerance band {band[0]:g}–{band[1]:g}. Statuses: {summary}. " + "; ".join(described))
-    chart = charts.ratio_forest(rows, [label.capitalize() for label in labels], chart_id=ids("forest"),
-                                title=f"{', '.join(labels).capitalize()}: ratio to {reference}, by {dimension}", desc=desc, band=band)
-    return {"chart": chart, "desc": f"Each group's ratio to {reference} with its own 95% interval (log scale). Marker shape and "
-                                     f"colour give the status: {summary}."}
+    desc = (
+        f"Ratio of each {dimension} group to the reference group {reference} for {' and '.join(labels)}, log scale, with each "
+        f"ratio's own 95% interval against the tolerance band {band[0]:g}–{band[1]:g}. Statuses: {summary}. " + "; ".join(described)
+    )
+    chart = charts.ratio_forest(
+        rows,
+        [label.capitalize() for label in labels],
+        chart_id=ids("forest"),
+        title=f"{', '.join(labels).capitalize()}: ratio to {reference}, by {dimension}",
+        desc=desc,
+        band=band,
+    )
+    return {
+        "chart": chart,
+        "desc": f"Each group's ratio to {reference} with its own 95% interval (log scale). Marker shape and "
+        f"colour give the status: {summary}.",
+    }
 
 
 def _group_tables(groups: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per-group tables, one per metric family (value over its interval in each cell)."""
     by_group = get(groups, "by_group", default={})
-    present = list(dict.fromkeys(m for e in [get(groups, "overall", default={}), *by_group.values()]
-                                 for m in (get(e, "metrics", default={}) or {})))
+    present = list(
+        dict.fromkeys(m for e in [get(groups, "overall", default={}), *by_group.values()] for m in (get(e, "metrics", default={}) or {}))
+    )
     families = [(title, [m for m in members if m in present]) for title, members in METRIC_FAMILIES.items()]
     known = {m for _, members in families for m in members}
     families.append(("Other metrics", [m for m in present if m not in known]))
@@ -484,8 +577,12 @@ def _group_tables(groups: Mapping[str, Any]) -> list[dict[str, Any]]:
                 block = get(entry, "metrics", metric, default={})
                 value = get(block, "value")
                 fmt, suffix = (fixed, "×") if metric == "speedup" else (num, "")
-                cells.append({"value": f"{fmt(value)}{suffix}" if finite(value) else MISSING,
-                              "ci": f"[{fmt(get(block, 'ci_low'))}, {fmt(get(block, 'ci_high'))}]" if finite(get(block, "ci_low")) else ""})
+                cells.append(
+                    {
+                        "value": f"{fmt(value)}{suffix}" if finite(value) else MISSING,
+                        "ci": f"[{fmt(get(block, 'ci_low'))}, {fmt(get(block, 'ci_high'))}]" if finite(get(block, "ci_low")) else "",
+                    }
+                )
             rows.append({"group": label, "is_overall": is_overall, "n_prompts": integer(get(entry, "n_prompts")), "cells": cells})
         tables.append({"title": title, "metrics": [metric_label(m) for m in metrics], "rows": rows})
     return tables
@@ -502,25 +599,34 @@ def _pairwise_tables(metrics: Mapping[str, Any], reference: str, band: tuple[flo
         for group, row in pairwise.items():
             status = verdicts.comparison_status(row, band)
             mdr_low, mdr_high = verdicts.detectable_ratios(row)
-            rows.append({
-                "group": group,
-                "n": f"{integer(row.get('n_prompts'))} vs {integer(row.get('n_reference_prompts'))}",
-                "ratio": triple(row.get("ratio"), fixed),
-                "difference": triple(row.get("difference"), fmt),
-                "pairs": integer(row.get("n_pairs")) if row.get("n_pairs") else MISSING,
-                "pvalue": pvalue(row.get("pvalue")),
-                "pvalue_holm": pvalue(row.get("pvalue_holm")),
-                "effect": num(row.get("effect_size"), 2),
-                "mdr": _detectable(mdr_low, mdr_high),
-                "small": bool(row.get("small_group")),
-                "status": status.value,
-                "badge": verdicts.status_badge(status),
-            })
+            rows.append(
+                {
+                    "group": group,
+                    "n": f"{integer(row.get('n_prompts'))} vs {integer(row.get('n_reference_prompts'))}",
+                    "ratio": triple(row.get("ratio"), fixed),
+                    "difference": triple(row.get("difference"), fmt),
+                    "pairs": integer(row.get("n_pairs")) if row.get("n_pairs") else MISSING,
+                    "pvalue": pvalue(row.get("pvalue")),
+                    "pvalue_holm": pvalue(row.get("pvalue_holm")),
+                    "effect": num(row.get("effect_size"), 2),
+                    "mdr": _detectable(mdr_low, mdr_high),
+                    "small": bool(row.get("small_group")),
+                    "status": status.value,
+                    "badge": verdicts.status_badge(status),
+                }
+            )
         names = {str(row.get("effect_size_name", "")).replace("_", "-") for row in pairwise.values()} - {""}
         tests = {str(row.get("test", "")) for row in pairwise.values()} - {""}
-        tables.append({"metric": metric, "label": metric_label(metric), "reference": reference, "rows": rows,
-                       "effect_name": ", ".join(sorted(names)) or "effect size",
-                       "tests": ", ".join(TEST_NAMES.get(t, t) for t in sorted(tests)) or MISSING})
+        tables.append(
+            {
+                "metric": metric,
+                "label": metric_label(metric),
+                "reference": reference,
+                "rows": rows,
+                "effect_name": ", ".join(sorted(names)) or "effect size",
+                "tests": ", ".join(TEST_NAMES.get(t, t) for t in sorted(tests)) or MISSING,
+            }
+        )
     return tables
 
 
@@ -540,10 +646,17 @@ def _across_rows(metrics: Mapping[str, Any]) -> list[dict[str, str]]:
     for metric, block in (metrics or {}).items():
         kw = get(block, "kruskal", default={})
         fmt = fixed if metric == "speedup" else num
-        rows.append({"metric": metric_label(metric), "statistic": num(get(kw, "statistic")), "pvalue": pvalue(get(kw, "pvalue")),
-                     "n_groups": integer(get(kw, "n_groups")), "n_prompts": integer(get(kw, "n_prompts")),
-                     "difference": triple(get(block, "difference", "between_groups"), fmt),
-                     "ratio": triple(get(block, "ratio", "between_groups"), fixed)})
+        rows.append(
+            {
+                "metric": metric_label(metric),
+                "statistic": num(get(kw, "statistic")),
+                "pvalue": pvalue(get(kw, "pvalue")),
+                "n_groups": integer(get(kw, "n_groups")),
+                "n_prompts": integer(get(kw, "n_prompts")),
+                "difference": triple(get(block, "difference", "between_groups"), fmt),
+                "ratio": triple(get(block, "ratio", "between_groups"), fixed),
+            }
+        )
     return rows
 
 
@@ -561,19 +674,34 @@ def _drilldown_view(dimension: str, drill: Mapping[str, Any], ids: _Ids, colours
         "position": _bars(dimension, position_rows, "position", "draft position", ids, lambda v: f"position {v}", colours or {}),
         "rarity": _bars(dimension, rarity_rows, "rank_bucket", "token rarity (frequency rank)", ids, lambda v: f"rank {v}", colours or {}),
         "corrections_note": drill.get("corrections_note"),
-        "corrections": [{
-            "group": r.get("group", MISSING), "token": visible(r.get("token", r.get("token_id", MISSING))),
-            "token_id": r.get("token_id", MISSING), "n": integer(r.get("n_corrections")),
-            "share": percent(r.get("share_of_group_corrections")), "rate": percent(r.get("correction_rate")),
-            "prompt": r.get("example_prompt_id", MISSING), "context": visible(r.get("example_context", "")),
-        } for r in corrections[:MAX_ROWS]],
-        "below": [{
-            "group": r.get("group", MISSING), "metric": metric_label(r.get("metric", "")), "threshold": setting(r.get("threshold")),
-            "share": f"{integer(r.get('n_below'))} of {integer(r.get('n_prompts'))} ({percent(r.get('share'))})",
-            "ci": f"[{percent(r.get('ci_low'))}, {percent(r.get('ci_high'))}]" if finite(r.get("ci_low")) else MISSING,
-            "lowest": [{"id": str(p.get("prompt_id")), "value": num(p.get("value"))} for p in (r.get("lowest_prompts") or [])
-                       if isinstance(p, Mapping)],
-        } for r in below],
+        "corrections": [
+            {
+                "group": r.get("group", MISSING),
+                "token": visible(r.get("token", r.get("token_id", MISSING))),
+                "token_id": r.get("token_id", MISSING),
+                "n": integer(r.get("n_corrections")),
+                "share": percent(r.get("share_of_group_corrections")),
+                "rate": percent(r.get("correction_rate")),
+                "prompt": r.get("example_prompt_id", MISSING),
+                "context": visible(r.get("example_context", "")),
+            }
+            for r in corrections[:MAX_ROWS]
+        ],
+        "below": [
+            {
+                "group": r.get("group", MISSING),
+                "metric": metric_label(r.get("metric", "")),
+                "threshold": setting(r.get("threshold")),
+                "share": f"{integer(r.get('n_below'))} of {integer(r.get('n_prompts'))} ({percent(r.get('share'))})",
+                "ci": f"[{percent(r.get('ci_low'))}, {percent(r.get('ci_high'))}]" if finite(r.get("ci_low")) else MISSING,
+                "lowest": [
+                    {"id": str(p.get("prompt_id")), "value": num(p.get("value"))}
+                    for p in (r.get("lowest_prompts") or [])
+                    if isinstance(p, Mapping)
+                ],
+            }
+            for r in below
+        ],
     }
 
 
@@ -585,20 +713,42 @@ def _bars(dimension, rows, key, what, ids, name, colours) -> dict[str, Any] | No
     groups = list(dict.fromkeys(str(r.get("group")) for r in rows))
     table = {(str(r.get("group")), str(r.get(key))): r for r in rows}
     # every group, in the dimension's order (so each keeps its colour), overall first
-    ordered = (["overall"] if "overall" in groups else []) + [g for g in colours if g in groups] \
+    ordered = (
+        (["overall"] if "overall" in groups else [])
+        + [g for g in colours if g in groups]
         + [g for g in groups if g != "overall" and g not in colours]
-    series = [charts.BarSeries(g, [get(table.get((g, c)), "value") for c in categories],
-                               [get(table.get((g, c)), "ci_low") for c in categories],
-                               [get(table.get((g, c)), "ci_high") for c in categories]) for g in ordered]
+    )
+    series = [
+        charts.BarSeries(
+            g,
+            [get(table.get((g, c)), "value") for c in categories],
+            [get(table.get((g, c)), "ci_low") for c in categories],
+            [get(table.get((g, c)), "ci_high") for c in categories],
+        )
+        for g in ordered
+    ]
     palette = [charts.OVERALL_COLOUR if g == "overall" else colours.get(g, charts.OVERALL_COLOUR) for g in ordered]
     chart = charts.small_multiples(
-        categories, series, palette, chart_id=ids("bars"), axis_label=f"acceptance by {what}",
+        categories,
+        series,
+        palette,
+        chart_id=ids("bars"),
+        axis_label=f"acceptance by {what}",
         title=f"Acceptance by {what}, {dimension}",
         desc=f"Share of drafted tokens accepted at each {what}, one panel per {dimension} group ({', '.join(ordered)}), with 95% "
-             "intervals; the black tick in each panel is the value over all prompts. The table below lists every value.")
-    table_rows = [{"group": g, "cells": [with_ci(get(table.get((g, c)), "value"), get(table.get((g, c)), "ci_low"),
-                                                 get(table.get((g, c)), "ci_high")) + (f" (n={integer(get(table.get((g, c)), 'n_positions'))})"
-                                                 if (g, c) in table else "") for c in categories]} for g in ordered]
+        "intervals; the black tick in each panel is the value over all prompts. The table below lists every value.",
+    )
+    table_rows = [
+        {
+            "group": g,
+            "cells": [
+                with_ci(get(table.get((g, c)), "value"), get(table.get((g, c)), "ci_low"), get(table.get((g, c)), "ci_high"))
+                + (f" (n={integer(get(table.get((g, c)), 'n_positions'))})" if (g, c) in table else "")
+                for c in categories
+            ],
+        }
+        for g in ordered
+    ]
     return {"chart": chart, "categories": [name(c) for c in categories], "rows": table_rows, "note": ""}
 
 
@@ -607,38 +757,58 @@ def _advice_view(advice: Mapping[str, Any]) -> dict[str, Any]:
         return {"ran": False, "reason": "no recommendations in this snapshot"}
     per_group = []
     for group, row in (get(advice, "by_group", default={}) or {}).items():
-        per_group.append({
-            "group": group, "k": row.get("k", MISSING), "alpha": f"{num(row.get('alpha'))} ({str(row.get('alpha_source', '')).replace('_', ' ')})",
-            "cost": num(row.get("cost_ratio")), "expected": fixed(row.get("expected_speedup")) + "×" if finite(row.get("expected_speedup")) else MISSING,
-            "measured": triple(row.get("measured_speedup"), fixed, "×"),
-            "best_k": f"{row.get('best_k', MISSING)} ({fixed(row.get('best_k_expected_speedup'))}×)",
-            "slowed": "yes (interval below 1)" if row.get("slowed_down_significantly") else ("yes" if row.get("slowed_down") else "no"),
-            "is_slowed": bool(row.get("slowed_down")),
-        })
+        per_group.append(
+            {
+                "group": group,
+                "k": row.get("k", MISSING),
+                "alpha": f"{num(row.get('alpha'))} ({str(row.get('alpha_source', '')).replace('_', ' ')})",
+                "cost": num(row.get("cost_ratio")),
+                "expected": fixed(row.get("expected_speedup")) + "×" if finite(row.get("expected_speedup")) else MISSING,
+                "measured": triple(row.get("measured_speedup"), fixed, "×"),
+                "best_k": f"{row.get('best_k', MISSING)} ({fixed(row.get('best_k_expected_speedup'))}×)",
+                "slowed": "yes (interval below 1)" if row.get("slowed_down_significantly") else ("yes" if row.get("slowed_down") else "no"),
+                "is_slowed": bool(row.get("slowed_down")),
+            }
+        )
     fallback = get(advice, "fallback", default={})
     fallback_rows = []
     for group, row in [*(get(fallback, "by_group", default={}) or {}).items(), ("overall", get(fallback, "overall", default={}))]:
         if not row:
             continue
-        fallback_rows.append({
-            "group": group, "is_overall": group == "overall",
-            "routed": f"{integer(row.get('n_routed'))} of {integer(row.get('n_paired_prompts'))} ({percent(row.get('share_routed'))})",
-            "speedup": f"{fixed(row.get('speedup_before'))}× → {fixed(row.get('speedup_after'))}×",
-            "ratio": f"{fixed(row.get('ratio_to_reference_before'))} → {fixed(row.get('ratio_to_reference_after'))}",
-        })
-    sweep = [{"threshold": setting(s.get("threshold")), "speedup": fixed(s.get("overall_speedup")) + "×" if finite(s.get("overall_speedup")) else MISSING,
-              "routed": percent(s.get("share_routed")), "ratio": fixed(s.get("min_max_speedup_ratio"))}
-             for s in (get(fallback, "sweep", default=[]) or []) if isinstance(s, Mapping)]
+        fallback_rows.append(
+            {
+                "group": group,
+                "is_overall": group == "overall",
+                "routed": f"{integer(row.get('n_routed'))} of {integer(row.get('n_paired_prompts'))} ({percent(row.get('share_routed'))})",
+                "speedup": f"{fixed(row.get('speedup_before'))}× → {fixed(row.get('speedup_after'))}×",
+                "ratio": f"{fixed(row.get('ratio_to_reference_before'))} → {fixed(row.get('ratio_to_reference_after'))}",
+            }
+        )
+    sweep = [
+        {
+            "threshold": setting(s.get("threshold")),
+            "speedup": fixed(s.get("overall_speedup")) + "×" if finite(s.get("overall_speedup")) else MISSING,
+            "routed": percent(s.get("share_routed")),
+            "ratio": fixed(s.get("min_max_speedup_ratio")),
+        }
+        for s in (get(fallback, "sweep", default=[]) or [])
+        if isinstance(s, Mapping)
+    ]
     return {
         "ran": True,
         "model": advice.get("model", MISSING),
         "per_group": per_group,
         "fallback": {
-            "rule": get(fallback, "rule", default=MISSING), "threshold": setting(get(fallback, "threshold")),
-            "oracle": bool(get(fallback, "oracle")), "reference": get(fallback, "reference", default="overall"),
-            "rows": fallback_rows, "sweep": sweep,
+            "rule": get(fallback, "rule", default=MISSING),
+            "threshold": setting(get(fallback, "threshold")),
+            "oracle": bool(get(fallback, "oracle")),
+            "reference": get(fallback, "reference", default="overall"),
+            "rows": fallback_rows,
+            "sweep": sweep,
             "ratio": f"{fixed(get(fallback, 'min_max_speedup_ratio_before'))} → {fixed(get(fallback, 'min_max_speedup_ratio_after'))}",
-        } if fallback else None,
+        }
+        if fallback
+        else None,
         "messages": [str(m) for m in (advice.get("messages") or [])],
     }
 
@@ -646,11 +816,24 @@ def _advice_view(advice: Mapping[str, Any]) -> dict[str, Any]:
 # ============================================================================ gate
 def _gate_view(gate: Any) -> dict[str, Any]:
     if not isinstance(gate, Mapping) or not isinstance(gate.get("checks"), list):
-        return {"ran": False, "status": NOT_RUN, "badge": badge(NOT_RUN), "checks": [],
-                "reason": "the gate has not judged this snapshot (run `specaudit gate SNAPSHOT --write`, or `specaudit audit`)"}
-    checks = [{"name": c.get("name", MISSING), "title": c.get("title", c.get("name", MISSING)), "status": c.get("status"),
-               "badge": badge(c.get("status")), "message": c.get("message", "")}
-              for c in gate["checks"] if isinstance(c, Mapping)]
+        return {
+            "ran": False,
+            "status": NOT_RUN,
+            "badge": badge(NOT_RUN),
+            "checks": [],
+            "reason": "the gate has not judged this snapshot (run `specaudit gate SNAPSHOT --write`, or `specaudit audit`)",
+        }
+    checks = [
+        {
+            "name": c.get("name", MISSING),
+            "title": c.get("title", c.get("name", MISSING)),
+            "status": c.get("status"),
+            "badge": badge(c.get("status")),
+            "message": c.get("message", ""),
+        }
+        for c in gate["checks"]
+        if isinstance(c, Mapping)
+    ]
     thresholds = gate.get("thresholds") if isinstance(gate.get("thresholds"), Mapping) else {}
     return {
         "ran": True,
@@ -658,8 +841,10 @@ def _gate_view(gate: Any) -> dict[str, Any]:
         "badge": badge(gate.get("status")),
         "checks": checks,
         "counts": {s: sum(c["status"] == s for c in checks) for s in ("pass", "warn", "fail")},
-        "thresholds": [{"name": k, "value": ("analysis value" if v is None else ", ".join(map(str, v)) if isinstance(v, list) else str(v))}
-                       for k, v in thresholds.items()],
+        "thresholds": [
+            {"name": k, "value": ("analysis value" if v is None else ", ".join(map(str, v)) if isinstance(v, list) else str(v))}
+            for k, v in thresholds.items()
+        ],
     }
 
 
@@ -675,10 +860,17 @@ def _repro_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
             continue
         hashes = model.get("sha256")
         hash_rows = [f"{k}: {v}" for k, v in hashes.items()] if isinstance(hashes, Mapping) else ([str(hashes)] if hashes else [])
-        models.append({"role": role, "name": model.get("name", MISSING), "class": model.get("class", MISSING),
-                       "parameters": integer(model.get("parameters")), "revision": model.get("revision"),
-                       "hashes": hash_rows or [model.get("revision") or MISSING],
-                       "derived": model.get("derived") or model.get("kind")})
+        models.append(
+            {
+                "role": role,
+                "name": model.get("name", MISSING),
+                "class": model.get("class", MISSING),
+                "parameters": integer(model.get("parameters")),
+                "revision": model.get("revision"),
+                "hashes": hash_rows or [model.get("revision") or MISSING],
+                "derived": model.get("derived") or model.get("kind"),
+            }
+        )
     prompt_set = get(run, "prompt_set", default={})
     seeds = get(run, "seeds", default={})
     analysis = get(run, "analysis", default={})
@@ -692,9 +884,15 @@ def _repro_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         "device": get(run, "device"),
         "device_text": _device_text(get(run, "device"), get(run, "models")),
         "seeds": seeds if isinstance(seeds, Mapping) else {"run": seeds},
-        "prompt_set": {"name": prompt_set.get("name", MISSING), "version": prompt_set.get("version", MISSING),
-                       "checksum": prompt_set.get("checksum", MISSING), "source": prompt_set.get("source", MISSING),
-                       "n_prompts": integer(prompt_set.get("n_prompts"))} if isinstance(prompt_set, Mapping) else {},
+        "prompt_set": {
+            "name": prompt_set.get("name", MISSING),
+            "version": prompt_set.get("version", MISSING),
+            "checksum": prompt_set.get("checksum", MISSING),
+            "source": prompt_set.get("source", MISSING),
+            "n_prompts": integer(prompt_set.get("n_prompts")),
+        }
+        if isinstance(prompt_set, Mapping)
+        else {},
         "config": {k: _plain(v) for k, v in config.items()} if isinstance(config, Mapping) else {},
         "analysis": {k: _plain(v) for k, v in analysis.items()} if isinstance(analysis, Mapping) else {},
         "schema_version": snapshot.get("schema_version", MISSING),
@@ -724,25 +922,45 @@ def _summary_view(view: dict[str, Any], snapshot: Mapping[str, Any]) -> dict[str
         {"label": "Disparity", "badge": disp.get("badge", badge(NOT_RUN)), "anchor": "disparity", "line": _disparity_line(disp)},
         {"label": "Gate", "badge": gate.get("badge", badge(NOT_RUN)), "anchor": "gate", "line": _gate_line(gate)},
     ]
-    return {"ran": True, "badges": badges, "headline": _headline(eq, disp, snapshot),
-            "decision": verdicts.decide(snapshot, engines, comps, speed),
-            "cards": [_correctness_card(eq, engines), _fairness_card(comps, disp), _speed_card(speed)],
-            "subject": verdicts.subject(snapshot),
-            "actions": verdicts.actions(snapshot, engines, comps, speed, eq)}
+    return {
+        "ran": True,
+        "badges": badges,
+        "headline": _headline(eq, disp, snapshot),
+        "decision": verdicts.decide(snapshot, engines, comps, speed),
+        "cards": [_correctness_card(eq, engines), _fairness_card(comps, disp), _speed_card(speed)],
+        "subject": verdicts.subject(snapshot),
+        "actions": verdicts.actions(snapshot, engines, comps, speed, eq),
+    }
 
 
 def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
     if not eq.get("ran"):
-        return {"label": "Correctness", "anchor": "equivalence", "badge": verdicts.status_badge(verdicts.EquivalenceStatus.NOT_RUN),
-                "lines": [eq.get("reason", "not run")]}
-    order = [verdicts.EquivalenceStatus.VIOLATION, verdicts.EquivalenceStatus.NOT_RUN, verdicts.EquivalenceStatus.NO_VIOLATION_FOUND,
-             verdicts.EquivalenceStatus.EQUIVALENT]
+        return {
+            "label": "Correctness",
+            "anchor": "equivalence",
+            "badge": verdicts.status_badge(verdicts.EquivalenceStatus.NOT_RUN),
+            "lines": [eq.get("reason", "not run")],
+        }
+    order = [
+        verdicts.EquivalenceStatus.VIOLATION,
+        verdicts.EquivalenceStatus.NOT_RUN,
+        verdicts.EquivalenceStatus.NO_VIOLATION_FOUND,
+        verdicts.EquivalenceStatus.EQUIVALENT,
+    ]
     worst_status = min((s for _, s in engines), key=order.index, default=verdicts.EquivalenceStatus.NOT_RUN)
     lines = []
     for e in eq["engines"]:
         if e["is_control"]:
-            lines.append(f"Control ({e['name']}): {e['badge']['text']}" + (f": {eq['warning'].split(': a correct')[0]}" if eq.get("warning") else
-                         " (plain decoding passes the same tests, so the audit can be trusted)" if e["badge"]["key"] == "pass" else ""))
+            lines.append(
+                f"Control ({e['name']}): {e['badge']['text']}"
+                + (
+                    f": {eq['warning'].split(': a correct')[0]}"
+                    if eq.get("warning")
+                    else " (plain decoding passes the same tests, so the audit can be trusted)"
+                    if e["badge"]["key"] == "pass"
+                    else ""
+                )
+            )
             continue
         if e["mode"] == "greedy":
             lines.append(f"{e['name']}: greedy output equals vanilla on {e['n_matches']} of {e['n_pairs']} prompts ({e['match_rate']}).")
@@ -766,11 +984,19 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any]) -> dict[st
     dims = {c["dimension"] for c in comps}
     sizes = [c["n_prompts"] for c in comps if finite(c.get("n_prompts"))]
     lows = [c["mdr_low"] for c in comps if c["mdr_low"] is not None]
-    lines = [f"{len(comps)} comparisons of {len(groups)} groups with their reference in {len(dims)} dimension(s): "
-             + ", ".join(f"{counts[s]} {s.value}" for s in verdicts.DisparityStatus) + "."]
+    lines = [
+        f"{len(comps)} comparisons of {len(groups)} groups with their reference in {len(dims)} dimension(s): "
+        + ", ".join(f"{counts[s]} {s.value}" for s in verdicts.DisparityStatus)
+        + "."
+    ]
     if sizes:
-        lines.append(f"Groups hold {min(sizes)}" + (f"–{max(sizes)}" if max(sizes) != min(sizes) else "") + " prompts" + (f"; at that size a ratio must fall below about "
-                     f"{fixed(max(lows))} to be detected" if lows else "") + ".")
+        lines.append(
+            f"Groups hold {min(sizes)}"
+            + (f"–{max(sizes)}" if max(sizes) != min(sizes) else "")
+            + " prompts"
+            + (f"; at that size a ratio must fall below about {fixed(max(lows))} to be detected" if lows else "")
+            + "."
+        )
     flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == verdicts.DisparityStatus.FLAG})
     if flagged:
         lines.append("Outside the band: " + ", ".join(flagged) + ".")
@@ -791,28 +1017,57 @@ def _speed_chart(snapshot: Mapping[str, Any], ids: _Ids) -> Any:
             low, high = block.get("ci_low"), block.get("ci_high")
             status = "SLOWER" if finite(high) and high < 1 else "FASTER" if finite(low) and low > 1 else "UNCLEAR"
             text = triple(block, fixed, "×")
-            rows.append(charts.RatioRow(f"{dimension}={group}", get(entry, "n_prompts"), charts.group_colour(index),
-                                        [charts.RatioCell(block["value"], low, high, status, text)]))
+            rows.append(
+                charts.RatioRow(
+                    f"{dimension}={group}",
+                    get(entry, "n_prompts"),
+                    charts.group_colour(index),
+                    [charts.RatioCell(block["value"], low, high, status, text)],
+                )
+            )
             described.append(f"{dimension}={group} {text} {status}")
     if not rows:
         return None
     counts = {s: sum(r.cells[0].status == s for r in rows) for s in ("SLOWER", "UNCLEAR", "FASTER")}
-    desc = (f"Measured speed-up of speculative over vanilla decoding for each of {len(rows)} groups, log scale, with 95% intervals; "
-            f"{counts['SLOWER']} slower (interval below 1×), {counts['UNCLEAR']} unclear, {counts['FASTER']} faster. " + "; ".join(described))
-    return charts.ratio_forest(rows, ["Speed-up against vanilla"], band=None, chart_id=ids("speed"), title="Speed-up per group",
-                               desc=desc, axis_label="speed-up (log scale; 1× = as fast as vanilla)", value_header="speed-up [95% CI]")
+    desc = (
+        f"Measured speed-up of speculative over vanilla decoding for each of {len(rows)} groups, log scale, with 95% intervals; "
+        f"{counts['SLOWER']} slower (interval below 1×), {counts['UNCLEAR']} unclear, {counts['FASTER']} faster. " + "; ".join(described)
+    )
+    return charts.ratio_forest(
+        rows,
+        ["Speed-up against vanilla"],
+        band=None,
+        chart_id=ids("speed"),
+        title="Speed-up per group",
+        desc=desc,
+        axis_label="speed-up (log scale; 1× = as fast as vanilla)",
+        value_header="speed-up [95% CI]",
+    )
 
 
 def _speed_card(speed: dict[str, Any]) -> dict[str, Any]:
     if not speed["ran"]:
-        return {"label": "Speed", "anchor": "speed", "badge": badge(NOT_RUN), "lines": ["no speed-up measured (needs the vanilla engine)"],
-                "conditions": speed["conditions"]}
-    shown = ({"text": "SLOWER", "css": "fail", "symbol": "▼", "key": "slower"} if speed["below_one"] else
-             {"text": "FASTER", "css": "pass", "symbol": "▲", "key": "faster"} if speed["above_one"] else
-             {"text": "UNCLEAR", "css": "warn", "symbol": "?", "key": "unclear"})
-    lines = [f"Overall speed-up {speed['overall']} over {speed['overall_scope']}.",
-             (f"{len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla "
-             f"({len(speed['slower_sig'])} with the whole interval below 1×); range {speed['range']}.")]
+        return {
+            "label": "Speed",
+            "anchor": "speed",
+            "badge": badge(NOT_RUN),
+            "lines": ["no speed-up measured (needs the vanilla engine)"],
+            "conditions": speed["conditions"],
+        }
+    shown = (
+        {"text": "SLOWER", "css": "fail", "symbol": "▼", "key": "slower"}
+        if speed["below_one"]
+        else {"text": "FASTER", "css": "pass", "symbol": "▲", "key": "faster"}
+        if speed["above_one"]
+        else {"text": "UNCLEAR", "css": "warn", "symbol": "?", "key": "unclear"}
+    )
+    lines = [
+        f"Overall speed-up {speed['overall']} over {speed['overall_scope']}.",
+        (
+            f"{len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla "
+            f"({len(speed['slower_sig'])} with the whole interval below 1×); range {speed['range']}."
+        ),
+    ]
     return {"label": "Speed", "anchor": "speed", "badge": shown, "lines": lines, "conditions": speed["conditions"]}
 
 
@@ -827,13 +1082,27 @@ def _compare_view(snapshot: Mapping[str, Any], other: Mapping[str, Any], label: 
     for check in result.checks:
         text, css, symbol = words.get(check.status, (check.status, "none", "–"))
         if check.kind == "drift":
-            rows.append({"dimension": check.dimension or MISSING, "group": check.group or MISSING, "metric": metric_label(check.metric or ""),
-                         "badge": {"text": text, "css": css, "symbol": symbol, "key": check.status.lower()}, "message": check.message})
+            rows.append(
+                {
+                    "dimension": check.dimension or MISSING,
+                    "group": check.group or MISSING,
+                    "metric": metric_label(check.metric or ""),
+                    "badge": {"text": text, "css": css, "symbol": symbol, "key": check.status.lower()},
+                    "message": check.message,
+                }
+            )
         else:
             notes.append({"badge": badge(check.status.lower()), "subject": check.subject, "message": check.message})
     counts = {s: sum(c.status == s for c in result.checks if c.kind == "drift") for s in ("PASS", "WARN", "FAIL")}
-    return {"ran": True, "label": label or get(other, "run", "id", default="the other run"), "rows": rows, "notes": notes,
-            "counts": counts, "status": result.status, "other_id": get(other, "run", "id", default=MISSING)}
+    return {
+        "ran": True,
+        "label": label or get(other, "run", "id", default="the other run"),
+        "rows": rows,
+        "notes": notes,
+        "counts": counts,
+        "status": result.status,
+        "other_id": get(other, "run", "id", default=MISSING),
+    }
 
 
 def _equivalence_line(eq: dict[str, Any]) -> str:
@@ -847,8 +1116,10 @@ def _equivalence_line(eq: dict[str, Any]) -> str:
         return f"{', '.join(failing)}: output is NOT distributed as the target's"
     if eq["mode"] == "greedy":
         return "greedy output matches vanilla (divergences, if any, are floating-point near-ties)"
-    return (f"no test rejects that {', '.join(e['name'] for e in audited) or 'the engines'} sample exactly from the target "
-            f"(α = {eq.get('alpha')}, Holm-corrected); not rejected is not proven: see the TV bound")
+    return (
+        f"no test rejects that {', '.join(e['name'] for e in audited) or 'the engines'} sample exactly from the target "
+        f"(α = {eq.get('alpha')}, Holm-corrected); not rejected is not proven: see the TV bound"
+    )
 
 
 def _disparity_line(disp: dict[str, Any]) -> str:
@@ -877,19 +1148,39 @@ def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Mapping[str, A
         if engine["is_control"]:
             continue
         if engine["mode"] == "greedy":
-            rows.append({"what": f"greedy exact-match rate, {engine['name']}", "value": engine["match_rate"],
-                         "note": f"{engine['n_matches']} of {engine['n_pairs']} prompts"})
+            rows.append(
+                {
+                    "what": f"greedy exact-match rate, {engine['name']}",
+                    "value": engine["match_rate"],
+                    "note": f"{engine['n_matches']} of {engine['n_pairs']} prompts",
+                }
+            )
             continue
         tv = engine["tv"]
-        rows.append({"what": f"tokens tested, {engine['name']}", "value": engine["n_tokens"],
-                     "note": f"smallest Holm-adjusted p over its tests = {engine['battery_p']}"})
+        rows.append(
+            {
+                "what": f"tokens tested, {engine['name']}",
+                "value": engine["n_tokens"],
+                "note": f"smallest Holm-adjusted p over its tests = {engine['battery_p']}",
+            }
+        )
         if tv.get("ran"):
-            rows.append({"what": f"TV distance upper bound (first token), {engine['name']}", "value": tv["upper"],
-                         "note": f"margin δ = {tv['delta']}: {tv['verdict']}"})
+            rows.append(
+                {
+                    "what": f"TV distance upper bound (first token), {engine['name']}",
+                    "value": tv["upper"],
+                    "note": f"margin δ = {tv['delta']}: {tv['verdict']}",
+                }
+            )
         pit = next((p for p in engine["power"] if p["label"].startswith("PIT")), None)
         if pit:
-            rows.append({"what": f"smallest PIT distortion detectable (80% power), {engine['name']}", "value": pit["value"],
-                         "note": "distortions smaller than this could pass unseen"})
+            rows.append(
+                {
+                    "what": f"smallest PIT distortion detectable (80% power), {engine['name']}",
+                    "value": pit["value"],
+                    "note": "distortions smaller than this could pass unseen",
+                }
+            )
     groups = get(snapshot, "groups", default={})
     for d in disp.get("dimensions", []) if disp.get("ran") else []:
         name = d.get("name")
@@ -897,18 +1188,28 @@ def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Mapping[str, A
         overall = get(dim, "overall", "metrics", default={})
         n = integer(get(dim, "overall", "n_prompts"))
         if get(overall, "acceptance_rate"):
-            rows.append({"what": f"acceptance rate, all prompts ({name})", "value": triple(get(overall, "acceptance_rate")),
-                         "note": f"{n} prompts"})
+            rows.append(
+                {"what": f"acceptance rate, all prompts ({name})", "value": triple(get(overall, "acceptance_rate")), "note": f"{n} prompts"}
+            )
         if get(overall, "speedup"):
-            rows.append({"what": f"speed-up, all prompts ({name})", "value": triple(get(overall, "speedup"), fixed, "×"),
-                         "note": f"{n} prompts, paired vanilla vs speculative"})
+            rows.append(
+                {
+                    "what": f"speed-up, all prompts ({name})",
+                    "value": triple(get(overall, "speedup"), fixed, "×"),
+                    "note": f"{n} prompts, paired vanilla vs speculative",
+                }
+            )
         for metric in FOREST_METRICS:
             lowest = _lowest_group(get(dim, "by_group", default={}), metric)
             if lowest:
                 group, block, size = lowest
-                rows.append({"what": f"lowest {metric_label(metric)}: {name}={group}",
-                             "value": triple(block, fixed, "×") if metric == "speedup" else triple(block),
-                             "note": f"{size} prompts; reference {d.get('reference')}"})
+                rows.append(
+                    {
+                        "what": f"lowest {metric_label(metric)}: {name}={group}",
+                        "value": triple(block, fixed, "×") if metric == "speedup" else triple(block),
+                        "note": f"{size} prompts; reference {d.get('reference')}",
+                    }
+                )
     return rows
 
 

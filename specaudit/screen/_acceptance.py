@@ -114,5 +114,12 @@ def ngram_counts(lookup, prompt: list[int], path: list[int], k: int, max_new_tok
         start += n + 1
     accepted, proposed = sum(per_step_accepted), sum(per_step_proposed)
     reached = sum(min(a + 1, d) for a, d in zip(per_step_accepted, per_step_proposed))
-    return PathAcceptance(float(len(per_step_accepted)), float(proposed), float(accepted), float(reached), accept_cond=accept_cond,
-                          accepted_per_step=per_step_accepted, proposed_per_step=per_step_proposed)
+    return PathAcceptance(
+        float(len(per_step_accepted)),
+        float(proposed),
+        float(accepted),
+        float(reached),
+        accept_cond=accept_cond,
+        accepted_per_step=per_step_accepted,
+        proposed_per_step=per_step_proposed,
+    )

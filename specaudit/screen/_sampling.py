@@ -114,6 +114,12 @@ def teacher_forced_probs(model: torch.nn.Module, batch: SampledBatch, *, spec: S
     in one forward pass over prompts and sampled tokens (same padding, mask and positions)."""
     outputs = batch.input_ids.shape[1] - batch.prompt_width
     cache = DynamicCache(config=model.config)
-    logits = forward_cached(model, batch.input_ids, cache, logits_to_keep=outputs + 1, attention_mask=batch.attention_mask,
-                            position_ids=position_ids_of(batch.attention_mask))
+    logits = forward_cached(
+        model,
+        batch.input_ids,
+        cache,
+        logits_to_keep=outputs + 1,
+        attention_mask=batch.attention_mask,
+        position_ids=position_ids_of(batch.attention_mask),
+    )
     return warp(logits[:, :outputs, :vocab_size], spec)

@@ -55,8 +55,10 @@ def check_call_invariance(draft, prompt: list[int], path: list[int], device) -> 
     probe = SimpleNamespace(draft=draft, draft_is_model=True, device=device, vocab_size=draft.config.vocab_size)
     result = draft_batch_invariance(probe, [record])
     if result.get("checked") and result["max_tv"] >= CALL_INVARIANCE_TV:
-        raise InputError(f"the draft is not call-invariant (teacher-forced and step-by-step draft distributions differ by TV up to "
-                         f"{result['max_tv']:.2f}), so the screen cannot reproduce the q it gives at decode time; run the engines instead")
+        raise InputError(
+            f"the draft is not call-invariant (teacher-forced and step-by-step draft distributions differ by TV up to "
+            f"{result['max_tv']:.2f}), so the screen cannot reproduce the q it gives at decode time; run the engines instead"
+        )
     return result.get("max_tv")
 
 
@@ -85,8 +87,17 @@ def screen_paths(
     for begin in range(0, len(order), batch_size):
         rows = order[begin : begin + batch_size]
         started = time.perf_counter()
-        batch = sample_batch(target, [prompts[i] for i in rows], [seeds[i] for i in rows], spec=spec, max_new_tokens=max_new_tokens,
-                             eos_ids=eos_ids, vocab_size=vocab_size, pad_id=pad_id, keep_probs=kind == "model")
+        batch = sample_batch(
+            target,
+            [prompts[i] for i in rows],
+            [seeds[i] for i in rows],
+            spec=spec,
+            max_new_tokens=max_new_tokens,
+            eos_ids=eos_ids,
+            vocab_size=vocab_size,
+            pad_id=pad_id,
+            keep_probs=kind == "model",
+        )
         if kind == "model":
             if not checked:
                 longest = max(range(len(rows)), key=lambda r: len(batch.tokens[r]))

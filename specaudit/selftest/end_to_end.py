@@ -19,16 +19,36 @@ from specaudit.errors import InputError
 from specaudit.selftest.mutants import MUTANTS
 
 
-def end_to_end_audit(pair, prompt_set, sampler: str, *, seed: int, samples: int, max_new_tokens: int, k: int = 4,
-                     temperature: float = 1.0, alpha: float = 0.05, keep: str | Path | None = None) -> dict:
+def end_to_end_audit(
+    pair,
+    prompt_set,
+    sampler: str,
+    *,
+    seed: int,
+    samples: int,
+    max_new_tokens: int,
+    k: int = 4,
+    temperature: float = 1.0,
+    alpha: float = 0.05,
+    keep: str | Path | None = None,
+) -> dict:
     """One audit of one sampler: decode with it, analyse, return verdict and budget. With `keep`,
     the run folder is written there and kept (a pool for `subsampled_detection`)."""
     from specaudit.analysis import analyze
     from specaudit.runner import run
 
-    cfg = RunConfig(engines=("speculative",), k=k, temperature=temperature, samples=samples, max_new_tokens=max_new_tokens,
-                    seed=seed, warmup=0, verify=f"specaudit.selftest.mutants:{MUTANTS[sampler].__name__}",
-                    target=pair.target_name, draft=pair.draft_name)
+    cfg = RunConfig(
+        engines=("speculative",),
+        k=k,
+        temperature=temperature,
+        samples=samples,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        warmup=0,
+        verify=f"specaudit.selftest.mutants:{MUTANTS[sampler].__name__}",
+        target=pair.target_name,
+        draft=pair.draft_name,
+    )
     with nullcontext(keep) if keep is not None else tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
         run(cfg, folder, pair=pair, prompt_set=prompt_set, progress=False)
@@ -37,13 +57,20 @@ def end_to_end_audit(pair, prompt_set, sampler: str, *, seed: int, samples: int,
     engine = snapshot["equivalence"]["engines"]["speculative"]
     gof = engine.get("goodness_of_fit", {})
     impossible = bool(gof.get("impossible_tokens", {}).get("statistic"))
-    return {"sampler": sampler, "seed": seed, "rejected": engine["verdict"] == "fail", "tokens": gof.get("n_tokens", 0),
-            "pvalue": 0.0 if impossible else gof.get("pvalue"), "seconds": seconds,
-            "failed_tests": [row["test"] for row in gof.get("gate", []) if row.get("reject")] + (["impossible_tokens"] if impossible else [])}
+    return {
+        "sampler": sampler,
+        "seed": seed,
+        "rejected": engine["verdict"] == "fail",
+        "tokens": gof.get("n_tokens", 0),
+        "pvalue": 0.0 if impossible else gof.get("pvalue"),
+        "seconds": seconds,
+        "failed_tests": [row["test"] for row in gof.get("gate", []) if row.get("reject")] + (["impossible_tokens"] if impossible else []),
+    }
 
 
-def subsampled_detection(run_dirs: Sequence[str | Path], pair, *, samples: int | Sequence[int], subsamples: int = 200,
-                         alpha: float = 0.05, seed: int = 0) -> pd.DataFrame:
+def subsampled_detection(
+    run_dirs: Sequence[str | Path], pair, *, samples: int | Sequence[int], subsamples: int = 200, alpha: float = 0.05, seed: int = 0
+) -> pd.DataFrame:
     """Rejection rate of audits with `samples` sequences per prompt (one budget or several),
     estimated from the pooled sequences of audits of one sampler (`run_dirs`: same prompts and
     settings, any number of samples each). One row per budget.
@@ -62,9 +89,12 @@ def subsampled_detection(run_dirs: Sequence[str | Path], pair, *, samples: int |
 
     budgets = [samples] if isinstance(samples, int) else list(samples)
     setting = _pool_setting(run_dirs)
-    pooled = [{**record, "key": f"{index}/{record['key']}"}  # keys repeat across audits
-              for index, folder in enumerate(run_dirs)
-              for record in iter_run_records(folder, include_timing=False) if record["engine"] == "speculative"]
+    pooled = [
+        {**record, "key": f"{index}/{record['key']}"}  # keys repeat across audits
+        for index, folder in enumerate(run_dirs)
+        for record in iter_run_records(folder, include_timing=False)
+        if record["engine"] == "speculative"
+    ]
     by_prompt = pd.Series([r["key"] for r in pooled]).groupby([r["prompt_id"] for r in pooled]).agg(list)
     smallest = int(by_prompt.map(len).min()) if len(by_prompt) else 0
     if max(budgets) > smallest:
@@ -78,22 +108,43 @@ def subsampled_detection(run_dirs: Sequence[str | Path], pair, *, samples: int |
         verdicts, pvalues, tokens = [], [], []
         for draw in range(subsamples):
             keys = [key for group in by_prompt for key in rng.choice(group, budget, replace=False)]
-            gof = goodness_of_fit(frame[frame["key"].isin(keys)], [record_of[k] for k in keys], engine="speculative", by=(),
-                                  alpha=alpha, seed=draw)
+            gof = goodness_of_fit(
+                frame[frame["key"].isin(keys)], [record_of[k] for k in keys], engine="speculative", by=(), alpha=alpha, seed=draw
+            )
             verdicts.append(gof.verdict == "fail")
             pvalues.append(0.0 if gof.impossible.statistic else gof.pvalue)
             tokens.append(int(tokens_of.reindex(keys).sum()))
         rate, disjoint = float(np.mean(verdicts)), smallest // budget
         low, high = stats.beta.ppf([0.025, 0.975], rate * disjoint + 0.5, (1 - rate) * disjoint + 0.5)
-        rows.append({"samples": budget, "tokens_per_audit": float(np.mean(tokens)), "rate": rate, "ci_low": float(low),
-                     "ci_high": float(high), "p99_pvalue": float(np.quantile(pvalues, 0.99)), "pool_audits": disjoint,
-                     "subsamples": subsamples})
+        rows.append(
+            {
+                "samples": budget,
+                "tokens_per_audit": float(np.mean(tokens)),
+                "rate": rate,
+                "ci_low": float(low),
+                "ci_high": float(high),
+                "p99_pvalue": float(np.quantile(pvalues, 0.99)),
+                "pool_audits": disjoint,
+                "subsamples": subsamples,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 # What fixes the distribution a run samples from: pooled runs may differ only in seed and budget.
-_SAME_IN_A_POOL = ("target", "draft", "k", "temperature", "top_k", "top_p", "max_new_tokens", "verify", "draft_noise",
-                   "chat_template", "dtype")
+_SAME_IN_A_POOL = (
+    "target",
+    "draft",
+    "k",
+    "temperature",
+    "top_k",
+    "top_p",
+    "max_new_tokens",
+    "verify",
+    "draft_noise",
+    "chat_template",
+    "dtype",
+)
 
 
 def _pool_setting(run_dirs: Sequence[str | Path]) -> dict:
@@ -105,17 +156,28 @@ def _pool_setting(run_dirs: Sequence[str | Path]) -> dict:
     settings = []
     for folder in run_dirs:
         manifest = read_manifest(folder)
-        settings.append({key: manifest.get("config", {}).get(key) for key in _SAME_IN_A_POOL}
-                        | {"prompt set": manifest.get("prompt_set_checksum")})
+        settings.append(
+            {key: manifest.get("config", {}).get(key) for key in _SAME_IN_A_POOL} | {"prompt set": manifest.get("prompt_set_checksum")}
+        )
         differ = [key for key in settings[0] if settings[-1][key] != settings[0][key]]
         if differ:
             raise InputError(f"cannot pool {folder} with {run_dirs[0]}: their {', '.join(differ)} differ")
     return settings[0]
 
 
-def end_to_end_selftest(pair, prompt_set, *, samplers: Iterable[str] | None = None, seeds: Iterable[int] = range(20),
-                        samples: int = 8, max_new_tokens: int = 32, k: int = 4, temperature: float = 1.0,
-                        alpha: float = 0.05, subsamples: int = 200) -> pd.DataFrame:
+def end_to_end_selftest(
+    pair,
+    prompt_set,
+    *,
+    samplers: Iterable[str] | None = None,
+    seeds: Iterable[int] = range(20),
+    samples: int = 8,
+    max_new_tokens: int = 32,
+    k: int = 4,
+    temperature: float = 1.0,
+    alpha: float = 0.05,
+    subsamples: int = 200,
+) -> pd.DataFrame:
     """Rejection rate per sampler over seeds, with a Clopper–Pearson 95% interval; the same rate
     estimated from `subsamples` audits re-drawn from the seeds' pooled sequences (a lower-variance
     estimate, see `subsampled_detection`); and the median family-wise (Holm) p-value of the
@@ -125,21 +187,40 @@ def end_to_end_selftest(pair, prompt_set, *, samplers: Iterable[str] | None = No
     for sampler in samplers or list(MUTANTS):
         with tempfile.TemporaryDirectory() as pool:
             folders = [Path(pool) / str(s) for s in seeds]
-            runs = [end_to_end_audit(pair, prompt_set, sampler, seed=s, samples=samples, max_new_tokens=max_new_tokens, k=k,
-                                     temperature=temperature, alpha=alpha, keep=folder) for s, folder in zip(seeds, folders)]
+            runs = [
+                end_to_end_audit(
+                    pair,
+                    prompt_set,
+                    sampler,
+                    seed=s,
+                    samples=samples,
+                    max_new_tokens=max_new_tokens,
+                    k=k,
+                    temperature=temperature,
+                    alpha=alpha,
+                    keep=folder,
+                )
+                for s, folder in zip(seeds, folders)
+            ]
             pooled = subsampled_detection(folders, pair, samples=samples, subsamples=subsamples, alpha=alpha) if len(seeds) > 1 else None
         rejected = sum(r["rejected"] for r in runs)
         interval = stats.binomtest(rejected, len(runs)).proportion_ci(0.95)
         caught_by = pd.Series([t for r in runs for t in r["failed_tests"]]).value_counts()
-        rows.append({
-            "sampler": sampler, "seeds": len(runs), "rejection_rate": rejected / len(runs), "ci_low": interval.low,
-            "ci_high": interval.high, "subsampled_rate": pooled["rate"].item() if pooled is not None else np.nan,
-            "median_pvalue": float(pd.Series([r["pvalue"] for r in runs], dtype=float).median()),
-            "tokens_per_audit": sum(r["tokens"] for r in runs) / len(runs),
-            "seconds_per_audit": sum(r["seconds"] for r in runs) / len(runs),
-            "caught_by": ", ".join(f"{name} {count}" for name, count in caught_by.items()),
-            **_verdict(sampler, interval.low, interval.high, alpha),
-        })
+        rows.append(
+            {
+                "sampler": sampler,
+                "seeds": len(runs),
+                "rejection_rate": rejected / len(runs),
+                "ci_low": interval.low,
+                "ci_high": interval.high,
+                "subsampled_rate": pooled["rate"].item() if pooled is not None else np.nan,
+                "median_pvalue": float(pd.Series([r["pvalue"] for r in runs], dtype=float).median()),
+                "tokens_per_audit": sum(r["tokens"] for r in runs) / len(runs),
+                "seconds_per_audit": sum(r["seconds"] for r in runs) / len(runs),
+                "caught_by": ", ".join(f"{name} {count}" for name, count in caught_by.items()),
+                **_verdict(sampler, interval.low, interval.high, alpha),
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -105,7 +105,9 @@ def power_unit(mutant: VerifyFn | str, seeds: Iterable[int] = range(200), **audi
     return _rejection_rate(mutant, seeds, audit_kwargs)
 
 
-def unit_selftest(seeds: Iterable[int] | None = None, quick: bool = False, samplers: Iterable[str] | None = None, **audit_kwargs) -> pd.DataFrame:
+def unit_selftest(
+    seeds: Iterable[int] | None = None, quick: bool = False, samplers: Iterable[str] | None = None, **audit_kwargs
+) -> pd.DataFrame:
     """Calibration of the correct sampler and detection rate of every mutant, one row each.
 
     Columns: sampler, seeds, rejections, rejection_rate, ci_low, ci_high, target, ok,

@@ -151,9 +151,7 @@ def _strata_members(strata: np.ndarray | None, n_clusters: int) -> list[np.ndarr
     return [np.flatnonzero(inverse == s) for s in range(inverse.max() + 1)] if n_clusters else []
 
 
-def bootstrap_weights(
-    n_clusters: int, n_boot: int, rng: np.random.Generator, strata: np.ndarray | None = None
-) -> np.ndarray:
+def bootstrap_weights(n_clusters: int, n_boot: int, rng: np.random.Generator, strata: np.ndarray | None = None) -> np.ndarray:
     """Weights (n_boot, n_clusters): how often each cluster is drawn, drawing n_s clusters with
     replacement within each stratum s of size n_s."""
     weights = np.zeros((n_boot, n_clusters))
@@ -220,7 +218,5 @@ def cluster_bootstrap(
     0.5
     """
     _check_options(n_boot, confidence_level, method)
-    replicates = cluster_replicates(
-        statistic, n_clusters, strata=strata, n_boot=n_boot, seed=seed, jackknife=(method == "bca")
-    )
+    replicates = cluster_replicates(statistic, n_clusters, strata=strata, n_boot=n_boot, seed=seed, jackknife=(method == "bca"))
     return replicates.interval(confidence_level, method)

@@ -171,8 +171,12 @@ def simulate_fallback(
             base = column.max()
         frame[f"ratio_to_reference_{when}"] = frame[f"speedup_{when}"] / base
     frame.attrs["reference"] = reference if reference is not None else "best group"
-    frame.attrs["min_max_ratio_before"] = float(group_rows["speedup_before"].min() / group_rows["speedup_before"].max()) if len(group_rows) else np.nan
-    frame.attrs["min_max_ratio_after"] = float(group_rows["speedup_after"].min() / group_rows["speedup_after"].max()) if len(group_rows) else np.nan
+    frame.attrs["min_max_ratio_before"] = (
+        float(group_rows["speedup_before"].min() / group_rows["speedup_before"].max()) if len(group_rows) else np.nan
+    )
+    frame.attrs["min_max_ratio_after"] = (
+        float(group_rows["speedup_after"].min() / group_rows["speedup_after"].max()) if len(group_rows) else np.nan
+    )
     return frame
 
 
@@ -237,13 +241,19 @@ def recommendations(
         slowed = bool(np.isfinite(measured["value"]) and measured["value"] < 1.0)
         clearly_slowed = bool(np.isfinite(measured["ci_high"]) and measured["ci_high"] < 1.0)
         per_group[name] = {
-            "k": k, "alpha": _json(alpha), "alpha_source": alpha_source, "cost_ratio": _json(c),
-            "expected_speedup": _json(model), "expected_speedup_from_measured_tau": _json(from_tau),
+            "k": k,
+            "alpha": _json(alpha),
+            "alpha_source": alpha_source,
+            "cost_ratio": _json(c),
+            "expected_speedup": _json(model),
+            "expected_speedup_from_measured_tau": _json(from_tau),
             "measured_speedup": {key: _json(v) for key, v in measured.items()},
-            "best_k": best_k, "best_k_expected_speedup": _json(best_value),
+            "best_k": best_k,
+            "best_k_expected_speedup": _json(best_value),
             "break_even_alpha": _json(even),
             "break_even_acceptance_rate": _json(acceptance_rate_from_alpha(even, k) if np.isfinite(even) else np.nan),
-            "slowed_down": slowed, "slowed_down_significantly": clearly_slowed,
+            "slowed_down": slowed,
+            "slowed_down_significantly": clearly_slowed,
         }
         if slowed:
             messages.append(
@@ -281,12 +291,14 @@ def recommendations(
     sweep = []
     for x in sorted(set(thresholds) | {threshold}):
         sim = simulate_fallback(table, labels, x, reference=ref_label, threshold_metric=threshold_metric)
-        sweep.append({
-            "threshold": x,
-            "overall_speedup": _json(sim.loc["overall", "speedup_after"]),
-            "share_routed": _json(sim.loc["overall", "share_routed"]),
-            "min_max_speedup_ratio": _json(sim.attrs["min_max_ratio_after"]),
-        })
+        sweep.append(
+            {
+                "threshold": x,
+                "overall_speedup": _json(sim.loc["overall", "speedup_after"]),
+                "share_routed": _json(sim.loc["overall", "share_routed"]),
+                "min_max_speedup_ratio": _json(sim.attrs["min_max_ratio_after"]),
+            }
+        )
     before, after = fallback.attrs["min_max_ratio_before"], fallback.attrs["min_max_ratio_after"]
     if np.isfinite(before) and np.isfinite(after) and "overall" in fallback.index:
         routed = int(fallback.loc["overall", "n_routed"])

@@ -120,8 +120,14 @@ def _record_columns(record: Any, spec: SamplingSpec) -> tuple[dict[str, np.ndarr
         p_min[full] = np.where(q > 0, q, np.inf).min(axis=1)
     revealed = {int(i): float(v) for i, v in zip(top_id[0], top_prob[0]) if i >= 0}  # p_0 where this record shows it
     revealed.setdefault(int(tokens[0]), float(p_real[0]))
-    columns = {"p": p, "cdf_below": np.clip(cdf_below, 0.0, 1.0), "surprisal": surprisal, "entropy": entropy,
-               "surprisal_var": variance, "p_min": p_min}
+    columns = {
+        "p": p,
+        "cdf_below": np.clip(cdf_below, 0.0, 1.0),
+        "surprisal": surprisal,
+        "entropy": entropy,
+        "surprisal_var": variance,
+        "p_min": p_min,
+    }
     return columns, revealed
 
 
@@ -159,8 +165,10 @@ def scores_from_logprobs(records: Iterable[Any], spec: SamplingSpec | None = Non
         raise InputError("these records were decoded greedily (temperature 0); score them with a local target for greedy_exactness")
     bad = next((r for r in rows if not _convertible(r)), None)
     if bad is not None:
-        raise InputError(f"record {_field(bad, 'key')!r} has no target_logprobs that describe its sampling distribution "
-                         "(missing, or raw logprobs with temperature/top-p but no top-k <= N); score it with the local target instead")
+        raise InputError(
+            f"record {_field(bad, 'key')!r} has no target_logprobs that describe its sampling distribution "
+            "(missing, or raw logprobs with temperature/top-p but no top-k <= N); score it with the local target instead"
+        )
     outputs = [list(_field(r, "output_token_ids") or []) for r in rows]
     columns: dict[int, dict[str, np.ndarray]] = {}
     revealed: dict[int, dict[int, float]] = {}

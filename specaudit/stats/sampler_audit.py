@@ -183,11 +183,7 @@ def _small_family(family: str, k: int, size: int, rng: np.random.Generator, conc
         drop[np.arange(k), q.argmax(axis=-1)] = False
         return p, _normalise(np.where(drop, 0.0, q))
     if family in ("top-k", "top-p"):
-        spec = (
-            SamplingSpec(temperature=0.8, top_k=max(2, size // 8))
-            if family == "top-k"
-            else SamplingSpec(temperature=1.2, top_p=0.8)
-        )
+        spec = SamplingSpec(temperature=0.8, top_k=max(2, size // 8)) if family == "top-k" else SamplingSpec(temperature=1.2, top_p=0.8)
         logits = 2.0 * rng.standard_normal((rows, size))
         p = _warped(logits, spec)
         q = _warped(logits[:k] + 0.7 * rng.standard_normal((k, size)), spec)
@@ -220,9 +216,7 @@ def _large_vocab(k: int, vocab_size: int, rng: np.random.Generator) -> tuple[np.
     rows = k + 1
     active = min(_ACTIVE_TOKENS, vocab_size)
     tail = min(4, active)
-    ids = np.concatenate(
-        [rng.choice(vocab_size - tail, size=active - tail, replace=False), np.arange(vocab_size - tail, vocab_size)]
-    )
+    ids = np.concatenate([rng.choice(vocab_size - tail, size=active - tail, replace=False), np.arange(vocab_size - tail, vocab_size)])
     spec = SamplingSpec(temperature=1.0, top_p=0.95)
     logits = 2.0 * rng.standard_normal((rows, active))
     logits[:, -tail:] += 2.0  # keep the last ids likely inside the top-p set
@@ -281,9 +275,7 @@ def _run_case(verify: VerifyFn, case: _Case, trials: int, rng: np.random.Generat
         out = verify(drafts[trial], case.draft_probs, case.target_probs, verify_gen)
         if not isinstance(out, torch.Tensor) or out.dim() != 1 or not (1 <= out.shape[0] <= k + 1):
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise InputError(
-                f"the verify function returned {shape} for k={k}; it must return a 1-D LongTensor of 1..k+1 token ids"
-            )
+            raise InputError(f"the verify function returned {shape} for k={k}; it must return a 1-D LongTensor of 1..k+1 token ids")
         if out.dtype.is_floating_point or out.dtype == torch.bool:
             raise InputError(f"the verify function returned dtype {out.dtype}; it must return integer token ids")
         ids = out.tolist()
@@ -348,7 +340,19 @@ class _CaseSummary:
     pit_n: int = 0
 
 
-def _row(case: _Case, position: int, kind: str, test: str, n: int, bins: int, statistic: float, pvalue: float, impossible: int, out_of_vocab: int, beta: float) -> dict:
+def _row(
+    case: _Case,
+    position: int,
+    kind: str,
+    test: str,
+    n: int,
+    bins: int,
+    statistic: float,
+    pvalue: float,
+    impossible: int,
+    out_of_vocab: int,
+    beta: float,
+) -> dict:
     return dict(
         family=case.family,
         vocab=case.vocab_size,
@@ -445,14 +449,27 @@ def _pooled_pit_row(summaries: list[_CaseSummary]) -> dict:
     z = total / math.sqrt(variance) if variance > 0 else 0.0
     pvalue = float(2.0 * _scipy_stats.norm.sf(abs(z))) if variance > 0 else 1.0
     return dict(
-        family="all", vocab=0, position=0, kind="drafted", test="ratio-pit", n=n, bins=0,
-        statistic=z, df=0, pvalue=pvalue, impossible=0, out_of_vocab=0, beta=float("nan"),
+        family="all",
+        vocab=0,
+        position=0,
+        kind="drafted",
+        test="ratio-pit",
+        n=n,
+        bins=0,
+        statistic=z,
+        df=0,
+        pvalue=pvalue,
+        impossible=0,
+        out_of_vocab=0,
+        beta=float("nan"),
     )
 
 
 def _check_inputs(verify, vocab_size, k, trials, alpha, families, large_vocab_sizes, min_expected, ratio_bins) -> list[str]:
     if not callable(verify):
-        raise InputError(f"verify must be a function verify(draft_tokens, draft_probs, target_probs, generator), got {type(verify).__name__}")
+        raise InputError(
+            f"verify must be a function verify(draft_tokens, draft_probs, target_probs, generator), got {type(verify).__name__}"
+        )
     if not (isinstance(vocab_size, int) and vocab_size >= 2):
         raise InputError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
     if not (isinstance(k, int) and k >= 1):
@@ -526,7 +543,9 @@ def audit_sampler(
         for case in cases:
             case_trials = large_vocab_trials if case.family == "large-vocab" else trials
             emitted, lengths, drafts = _run_case(verify, case, case_trials, rng)
-            case_rows, summary = _case_rows(case, emitted, lengths, drafts, min_expected=min_expected, ratio_bins=ratio_bins, trials=case_trials)
+            case_rows, summary = _case_rows(
+                case, emitted, lengths, drafts, min_expected=min_expected, ratio_bins=ratio_bins, trials=case_trials
+            )
             rows.extend(case_rows)
             summaries.append(summary)
             total_trials += case_trials

@@ -163,8 +163,8 @@ def surprisal_null_draws(
     total = torch.zeros(n_draws, dtype=torch.float64, device=target.device)
     chunk_rows = max(1, chunk_elements // max(1, target.shape[-1]))
     for lo in range(0, target.shape[0], chunk_rows):
-        p = _normalise(target[lo:lo + chunk_rows])
-        possible = p.gather(1, index[lo:lo + chunk_rows, None]).squeeze(1) > 0
+        p = _normalise(target[lo : lo + chunk_rows])
+        possible = p.gather(1, index[lo : lo + chunk_rows, None]).squeeze(1) > 0
         if not bool(possible.any()):
             continue
         p = p[possible]
@@ -241,8 +241,7 @@ def _resolve_spec(spec: SamplingSpec | None, records: Sequence[Any]) -> Sampling
     specs = {_spec_of(r) for r in records}
     if len(specs) != 1:
         raise InputError(
-            f"records were decoded with {len(specs)} different sampling settings; score each setting "
-            "separately or pass spec= explicitly"
+            f"records were decoded with {len(specs)} different sampling settings; score each setting separately or pass spec= explicitly"
         )
     return specs.pop()
 
@@ -343,8 +342,7 @@ def score_records(
         vocab_sizes.update(int(out.shape[-1]) for out in rows_logits)
         if len(vocab_sizes) > 1:
             raise InputError(
-                f"target and draft have different vocabulary sizes {sorted(vocab_sizes)}; "
-                "the draft must share the target's vocabulary"
+                f"target and draft have different vocabulary sizes {sorted(vocab_sizes)}; the draft must share the target's vocabulary"
             )
         tokens = torch.as_tensor(outputs[i], dtype=torch.long, device=rows_logits[0].device)
         if int(tokens.max()) >= rows_logits[0].shape[-1] or int(tokens.min()) < 0:
@@ -365,7 +363,9 @@ def score_records(
     return TokenScores(tokens_frame, mass_plan.frame(), spec, null if null_draws else None)
 
 
-def _token_frame(rows: Sequence[Any], outputs: Sequence[list[int]], columns: Mapping[int, dict[str, np.ndarray]], *, has_draft: bool) -> pd.DataFrame:
+def _token_frame(
+    rows: Sequence[Any], outputs: Sequence[list[int]], columns: Mapping[int, dict[str, np.ndarray]], *, has_draft: bool
+) -> pd.DataFrame:
     dims = sorted({d for r in rows for d in (_field(r, "attributes") or {})})
     pieces = []
     for i, r in enumerate(rows):

@@ -87,8 +87,17 @@ def test_records_are_what_the_servers_returned_and_match_local_engines(tmp_path,
     assert logprobs == record["target_logprobs"]
     # ... and the servers decode with specaudit's own engines: same seeds give the local runner's tokens
     target, draft = tiny_pair_dir
-    local = RunConfig(target=str(target), draft=str(draft), engines="vanilla,speculative", prompts=str(tiny_prompts_file), samples=2,
-                      max_new_tokens=12, seed=5, warmup=0, device="cpu")
+    local = RunConfig(
+        target=str(target),
+        draft=str(draft),
+        engines="vanilla,speculative",
+        prompts=str(tiny_prompts_file),
+        samples=2,
+        max_new_tokens=12,
+        seed=5,
+        warmup=0,
+        device="cpu",
+    )
     run(local, tmp_path / "local", pair=pair, progress=False)
     expected = {r["key"]: r["output_token_ids"] for r in read_records(tmp_path / "local" / "records.jsonl")}
     assert {r["key"]: r["output_token_ids"] for r in records} == expected
@@ -134,8 +143,17 @@ def test_without_token_ids_outputs_are_retokenised_and_scored_locally(tmp_path, 
 def _audit(tmp_path, name, verify, pair, tiny_pair_dir, tiny_prompts_file):
     with ReferenceServer(pair, speculative=True, verify=verify) as speculative, ReferenceServer(pair) as vanilla:
         # `target` points nowhere: the analysis must not need a local model (tokenizer given apart)
-        cfg = _config(tiny_pair_dir, tiny_prompts_file, speculative, vanilla, target="/nonexistent/served-model", samples=10,
-                      max_new_tokens=24, seed=0, endpoint={"tokenizer": str(tiny_pair_dir[0])})
+        cfg = _config(
+            tiny_pair_dir,
+            tiny_prompts_file,
+            speculative,
+            vanilla,
+            target="/nonexistent/served-model",
+            samples=10,
+            max_new_tokens=24,
+            seed=0,
+            endpoint={"tokenizer": str(tiny_pair_dir[0])},
+        )
         run(cfg, tmp_path / name, progress=False)
     return analyze(tmp_path / name, n_boot=50)
 
@@ -179,8 +197,9 @@ def test_server_down_is_one_sentence_exit_2(tmp_path, pair, servers, tiny_pair_d
     gone = ReferenceServer(pair, speculative=True).start()
     url = gone.url
     gone.close()
-    code, error = _cli_run(tmp_path, {"speculative_url": url, "vanilla_url": vanilla.url}, capsys,
-                           target=str(tiny_pair_dir[0]), prompts=str(tiny_prompts_file))
+    code, error = _cli_run(
+        tmp_path, {"speculative_url": url, "vanilla_url": vanilla.url}, capsys, target=str(tiny_pair_dir[0]), prompts=str(tiny_prompts_file)
+    )
     assert code == 2
     assert error.startswith("specaudit: error: endpoint speculative_url") and url in error and "did not answer" in error
     assert not (tmp_path / "out" / "records.jsonl").exists()
@@ -202,14 +221,21 @@ def test_http_500_keeps_finished_records_and_resumes(tmp_path, pair, tiny_pair_d
     assert len(records) == 8 and {r["key"] for r in kept} <= {r["key"] for r in records}
 
 
-@pytest.mark.parametrize("settings, options, message", [
-    ({"vanilla_url": "http://127.0.0.1:9/v1"}, {}, "endpoint.speculative_url is missing"),
-    ({"speculative_url": "127.0.0.1:8000", "vanilla_url": "http://127.0.0.1:9/v1"}, {}, "is not an http(s) URL"),
-    ({"speculative_url": "http://a/v1", "vanilla_url": "http://b/v1", "concurency": 2}, {}, "unknown setting(s) concurency"),
-    ({"speculative_url": "http://a/v1", "vanilla_url": "http://b/v1", "logprobs_mode": "sampled"}, {}, "logprobs_mode must be one of"),
-    ({"speculative_url": "http://a/v1", "vanilla_url": "http://b/v1"}, {"engines": "endpoint,vanilla"}, "the endpoint backend runs alone"),
-    ({"speculative_url": "http://a/v1", "vanilla_url": "http://b/v1"}, {"engines": "vanilla"}, "write --engines endpoint"),
-])
+@pytest.mark.parametrize(
+    "settings, options, message",
+    [
+        ({"vanilla_url": "http://127.0.0.1:9/v1"}, {}, "endpoint.speculative_url is missing"),
+        ({"speculative_url": "127.0.0.1:8000", "vanilla_url": "http://127.0.0.1:9/v1"}, {}, "is not an http(s) URL"),
+        ({"speculative_url": "http://a/v1", "vanilla_url": "http://b/v1", "concurency": 2}, {}, "unknown setting(s) concurency"),
+        ({"speculative_url": "http://a/v1", "vanilla_url": "http://b/v1", "logprobs_mode": "sampled"}, {}, "logprobs_mode must be one of"),
+        (
+            {"speculative_url": "http://a/v1", "vanilla_url": "http://b/v1"},
+            {"engines": "endpoint,vanilla"},
+            "the endpoint backend runs alone",
+        ),
+        ({"speculative_url": "http://a/v1", "vanilla_url": "http://b/v1"}, {"engines": "vanilla"}, "write --engines endpoint"),
+    ],
+)
 def test_bad_config_is_one_sentence_exit_2(tmp_path, capsys, settings, options, message):
     code, error = _cli_run(tmp_path, settings, capsys, **options)
     assert code == 2 and message in error, error

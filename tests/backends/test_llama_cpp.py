@@ -51,7 +51,13 @@ def test_sampler_chain_is_explicit_with_every_other_stage_neutral():
     chain = backend.sampler_settings(SamplingSpec(1.0, top_k=50, top_p=0.9))
     assert (chain["temp"], chain["top_k"], chain["top_p"]) == (1.0, 50, 0.9)
     assert {k: chain[k] for k in ("min_p", "typical_p", "repeat_penalty", "frequency_penalty", "presence_penalty", "mirostat_mode")} == {
-        "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "mirostat_mode": 0}
+        "min_p": 0.0,
+        "typical_p": 1.0,
+        "repeat_penalty": 1.0,
+        "frequency_penalty": 0.0,
+        "presence_penalty": 0.0,
+        "mirostat_mode": 0,
+    }
     assert backend.sampler_settings(SamplingSpec(0.7, top_k=20))["temp"] == 0.7  # top-k commutes with temperature
     greedy = backend.sampler_settings(SamplingSpec(0.0))
     assert greedy["temp"] == 0.0 and greedy["top_k"] == 0  # temp 0 is llama.cpp's greedy sampler
@@ -108,8 +114,20 @@ def test_a_draft_gguf_with_another_vocabulary_is_refused(tmp_path, tiny_prompts_
     backend.check_draft_vocabulary(target, same)
     with pytest.raises(InputError, match=r"has another vocabulary than target .* 1 differing"):
         backend.check_draft_vocabulary(target, other)
-    argv = ["run", "--engines", "llama-cpp", "--target", str(target), "--draft", str(other), "--prompts", str(tiny_prompts_file),
-            "--out", str(tmp_path / "out"), "--quiet"]
+    argv = [
+        "run",
+        "--engines",
+        "llama-cpp",
+        "--target",
+        str(target),
+        "--draft",
+        str(other),
+        "--prompts",
+        str(tiny_prompts_file),
+        "--out",
+        str(tmp_path / "out"),
+        "--quiet",
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "another vocabulary" in err and "Traceback" not in err
@@ -217,8 +235,24 @@ def _free_port() -> int:
 
 
 def _start_server(gguf: Path, port: int, *extra: str) -> subprocess.Popen:
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-               "--n_threads", "1", "--n_ctx", "2048", "--verbose", "False", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_threads",
+        "1",
+        "--n_ctx",
+        "2048",
+        "--verbose",
+        "False",
+        *extra,
+    ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -241,8 +275,10 @@ def llama_servers():
 
     gguf = embedded_gguf_path()
     ports = _free_port(), _free_port()
-    processes = [_start_server(gguf, ports[0]),
-                 _start_server(gguf, ports[1], "--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", "4")]
+    processes = [
+        _start_server(gguf, ports[0]),
+        _start_server(gguf, ports[1], "--draft_model", "prompt-lookup-decoding", "--draft_model_num_pred_tokens", "4"),
+    ]
     try:
         yield f"http://127.0.0.1:{ports[0]}/v1", f"http://127.0.0.1:{ports[1]}/v1"
     finally:
@@ -260,8 +296,14 @@ def test_endpoint_audits_llama_cpp_python_server_with_and_without_prompt_lookup(
 
     vanilla_url, speculative_url = llama_servers
     neutral = {k: v for k, v in backend.NEUTRAL_SAMPLERS.items() if v is not None}
-    settings = {"vanilla_url": vanilla_url, "speculative_url": speculative_url, "prompt_as": "text", "logprobs": 0,
-                "concurrency": 1, "extra_body": {**neutral, "top_k": 0}}  # the server refuses top_k -1; 0 is off in llama.cpp
+    settings = {
+        "vanilla_url": vanilla_url,
+        "speculative_url": speculative_url,
+        "prompt_as": "text",
+        "logprobs": 0,
+        "concurrency": 1,
+        "extra_body": {**neutral, "top_k": 0},
+    }  # the server refuses top_k -1; 0 is off in llama.cpp
     cfg = RunConfig(engines="endpoint", prompts=str(tiny_prompts_file), samples=2, max_new_tokens=16, seed=3, warmup=1, endpoint=settings)
     out = tmp_path / "endpoint"
     summary = run(cfg, out, progress=False)

@@ -23,11 +23,23 @@ def _record(key: str, prompt: str, tokens, dists, top_n: int, *, sampling=None, 
     entries = []
     for t, token in enumerate(tokens):
         own = logp[t, token]
-        entries.append({"token_logprob": float(own) if np.isfinite(own) else None,
-                        "top": [[int(i), float(logp[t, i])] for i in order[t] if np.isfinite(logp[t, i])]})
-    return {"key": key, "prompt_id": prompt, "engine": "speculative", "sample": 0, "attributes": {},
-            "sampling": sampling or {"temperature": 1.0, "top_k": 0, "top_p": 1.0}, "output_token_ids": [int(t) for t in tokens],
-            "target_logprobs": entries, "logprobs_mode": mode}
+        entries.append(
+            {
+                "token_logprob": float(own) if np.isfinite(own) else None,
+                "top": [[int(i), float(logp[t, i])] for i in order[t] if np.isfinite(logp[t, i])],
+            }
+        )
+    return {
+        "key": key,
+        "prompt_id": prompt,
+        "engine": "speculative",
+        "sample": 0,
+        "attributes": {},
+        "sampling": sampling or {"temperature": 1.0, "top_k": 0, "top_p": 1.0},
+        "output_token_ids": [int(t) for t in tokens],
+        "target_logprobs": entries,
+        "logprobs_mode": mode,
+    }
 
 
 def _draws(rng, n: int, vocab: int, *, sharpen: float = 1.0):

@@ -54,7 +54,11 @@ def test_hf_assisted_counters_agree_with_reference_engine_in_greedy(tiny_pair, t
         ids = _ids(tiny_pair, text)
         ours, theirs = _run("speculative", tiny_pair, ids, greedy), _run("hf-assisted", tiny_pair, ids, greedy)
         assert (ours.steps, ours.proposed, ours.accepted, ours.accepted_per_step, ours.proposed_per_step) == (
-            theirs.steps, theirs.proposed, theirs.accepted, theirs.accepted_per_step, theirs.proposed_per_step,
+            theirs.steps,
+            theirs.proposed,
+            theirs.accepted,
+            theirs.accepted_per_step,
+            theirs.proposed_per_step,
         )
 
 

@@ -71,7 +71,14 @@ def marginal(dist: dict[tuple[int, ...], float], m: int) -> dict[tuple[int, ...]
 
 @pytest.mark.parametrize(
     "spec",
-    [SamplingSpec(1.0), SamplingSpec(0.6), SamplingSpec(1.0, top_k=2), SamplingSpec(0.9, top_p=0.7), SamplingSpec(1.2, top_k=3, top_p=0.8), SamplingSpec(0.0)],
+    [
+        SamplingSpec(1.0),
+        SamplingSpec(0.6),
+        SamplingSpec(1.0, top_k=2),
+        SamplingSpec(0.9, top_p=0.7),
+        SamplingSpec(1.2, top_k=3, top_p=0.8),
+        SamplingSpec(0.0),
+    ],
     ids=["T1", "T0.6", "topk2", "topp0.7", "combined", "greedy"],
 )
 @pytest.mark.parametrize("seeds", [(0, 1), (2, 3)])

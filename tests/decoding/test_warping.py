@@ -13,7 +13,13 @@ from specaudit.errors import InputError
 
 @pytest.mark.parametrize(
     "spec",
-    [SamplingSpec(1.0), SamplingSpec(0.7), SamplingSpec(1.0, top_k=5), SamplingSpec(0.8, top_p=0.9), SamplingSpec(1.3, top_k=20, top_p=0.5)],
+    [
+        SamplingSpec(1.0),
+        SamplingSpec(0.7),
+        SamplingSpec(1.0, top_k=5),
+        SamplingSpec(0.8, top_p=0.9),
+        SamplingSpec(1.3, top_k=20, top_p=0.5),
+    ],
 )
 def test_warp_matches_transformers_processors(spec):
     """Our one warping must equal transformers' processors, or hf-assisted and our engines disagree."""

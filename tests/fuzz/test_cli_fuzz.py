@@ -32,7 +32,7 @@ pytestmark = pytest.mark.fuzz
 
 # JSON values of any shape, small: what a damaged or hostile file may hold in any field.
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False) | st.text(max_size=12),
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.floats(allow_nan=False) | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
@@ -125,8 +125,23 @@ def test_a_foreign_schema_version_never_passes_the_gate(tmp_path_factory, exampl
 
 
 # --------------------------------------------------------------------------------- gate configs
-config_keys = st.sampled_from(["gate", "analysis", "alpha", "tv_delta", "band_low", "band_high", "min_speedup", "min_group_size",
-                               "disparity_metrics", "tv_severity", "k", "gat", "thresholds"]) | st.text(max_size=8)
+config_keys = st.sampled_from(
+    [
+        "gate",
+        "analysis",
+        "alpha",
+        "tv_delta",
+        "band_low",
+        "band_high",
+        "min_speedup",
+        "min_group_size",
+        "disparity_metrics",
+        "tv_severity",
+        "k",
+        "gat",
+        "thresholds",
+    ]
+) | st.text(max_size=8)
 
 
 @FUZZ
@@ -149,8 +164,15 @@ def test_gate_configs(tmp_path_factory, example_snapshot, config):
 
 # --------------------------------------------------------------------------------- prompt files
 prompt_rows = st.fixed_dictionaries(
-    {}, optional={"id": json_values, "text": json_values | st.text(max_size=40), "attributes": json_values | st.dictionaries(
-        st.sampled_from(["group", "domain", ""]), json_values | st.text(max_size=6), max_size=2), "pair_id": json_values})
+    {},
+    optional={
+        "id": json_values,
+        "text": json_values | st.text(max_size=40),
+        "attributes": json_values
+        | st.dictionaries(st.sampled_from(["group", "domain", ""]), json_values | st.text(max_size=6), max_size=2),
+        "pair_id": json_values,
+    },
+)
 
 
 @FUZZ
@@ -172,11 +194,16 @@ def test_analyze_on_damaged_record_lines(tmp_path_factory, run_folder, data):
     shutil.copy(run_folder / "manifest.json", folder)
     lines = (run_folder / "records.jsonl").read_text().splitlines()
     index = data.draw(st.integers(0, len(lines) - 1), label="line")
-    lines[index] = data.draw(st.sampled_from(["garbage", "json", "cut"]).flatmap(lambda how: {
-        "garbage": st.text(max_size=30),
-        "json": json_values.filter(lambda v: not (isinstance(v, dict) and "key" in v)).map(json.dumps),
-        "cut": st.integers(1, 200).map(lambda n, line=lines[index]: line[:n]),
-    }[how]), label="damaged line")
+    lines[index] = data.draw(
+        st.sampled_from(["garbage", "json", "cut"]).flatmap(
+            lambda how: {
+                "garbage": st.text(max_size=30),
+                "json": json_values.filter(lambda v: not (isinstance(v, dict) and "key" in v)).map(json.dumps),
+                "cut": st.integers(1, 200).map(lambda n, line=lines[index]: line[:n]),
+            }[how]
+        ),
+        label="damaged line",
+    )
     (folder / "records.jsonl").write_text("\n".join(lines) + "\n")
     before = digests(folder)
     argv = ("analyze", folder, "--no-equivalence", "--n-boot", "10")

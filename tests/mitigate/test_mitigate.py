@@ -24,8 +24,16 @@ from specaudit.mitigate import (
 )
 from specaudit.prompts import prompt_token_ids
 
-TEXTS = ["Hello there, how are you?", "Write a short poem about rain.", "Explain why the sky is blue.", "List three fruits.",
-         "Name a color.", "Count to five.", "Say something nice.", "What is two plus two?"]
+TEXTS = [
+    "Hello there, how are you?",
+    "Write a short poem about rain.",
+    "Explain why the sky is blue.",
+    "List three fruits.",
+    "Name a color.",
+    "Count to five.",
+    "Say something nice.",
+    "What is two plus two?",
+]
 SPEC = SamplingSpec(1.0)
 
 
@@ -37,8 +45,11 @@ def audited_run(tmp_path_factory, tiny_pair_dir):
     from specaudit.runner import run
 
     root = tmp_path_factory.mktemp("mitigate-run")
-    rows = [{"id": f"p{i}-{g}", "text": text if g == "lower" else text.upper(), "pair_id": f"p{i}", "attributes": {"case": g}}
-            for i, text in enumerate(TEXTS) for g in ("lower", "upper")]
+    rows = [
+        {"id": f"p{i}-{g}", "text": text if g == "lower" else text.upper(), "pair_id": f"p{i}", "attributes": {"case": g}}
+        for i, text in enumerate(TEXTS)
+        for g in ("lower", "upper")
+    ]
     prompts = root / "prompts.jsonl"
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     target, draft = tiny_pair_dir
@@ -53,8 +64,20 @@ def audited_run(tmp_path_factory, tiny_pair_dir):
 def mitigated(audited_run, tiny_pair_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("mitigated") / "out"
     with pytest.warns(UserWarning):
-        result = mitigate(audited_run, out, draft=str(tiny_pair_dir[1]), train_layers=1, steps=30, samples=2, max_new_tokens=10,
-                          learning_rate=1e-3, equivalence_prompts=2, timing_prompts=1, device="cpu", progress=False)
+        result = mitigate(
+            audited_run,
+            out,
+            draft=str(tiny_pair_dir[1]),
+            train_layers=1,
+            steps=30,
+            samples=2,
+            max_new_tokens=10,
+            learning_rate=1e-3,
+            equivalence_prompts=2,
+            timing_prompts=1,
+            device="cpu",
+            progress=False,
+        )
     return result
 
 
@@ -75,8 +98,17 @@ def test_acceptance_of_the_target_against_itself_is_one(tiny_pair):
 def test_distillation_lowers_the_tv_objective_on_held_out_prompts(tiny_pair):
     train, held = _samples(tiny_pair, range(5), seed=0), _samples(tiny_pair, range(5, 8), seed=1)
     before = mean_objective(tiny_pair.target, tiny_pair.draft, held, spec=SPEC, vocab_size=tiny_pair.vocab_size)
-    result = distil(tiny_pair.target, tiny_pair.draft, train, np.full(len(train), 1 / len(train)), spec=SPEC,
-                    vocab_size=tiny_pair.vocab_size, steps=40, learning_rate=1e-3, train_layers=1)
+    result = distil(
+        tiny_pair.target,
+        tiny_pair.draft,
+        train,
+        np.full(len(train), 1 / len(train)),
+        spec=SPEC,
+        vocab_size=tiny_pair.vocab_size,
+        steps=40,
+        learning_rate=1e-3,
+        train_layers=1,
+    )
     after = mean_objective(tiny_pair.target, result.draft, held, spec=SPEC, vocab_size=tiny_pair.vocab_size)
     assert after < before - 0.05, (before, after)
     assert result.loss_curve[-1] < result.loss_curve[0]

@@ -33,8 +33,7 @@ def _triple(value: float | None, se: float | None, n_prompts: int = N_PROMPTS, n
 
 def _true_values(group: str) -> dict[str, float]:
     acceptance = TRUE_ACCEPTANCE[group]
-    return {"acceptance_rate": acceptance, "speedup": TRUE_SPEEDUP[group], "mean_accepted_tokens": 1 + 4 * acceptance,
-            "ttft_s": 0.05}
+    return {"acceptance_rate": acceptance, "speedup": TRUE_SPEEDUP[group], "mean_accepted_tokens": 1 + 4 * acceptance, "ttft_s": 0.05}
 
 
 def base_snapshot(run_id: str = "run-0", created: str = "2026-01-01T00:00:00+00:00") -> dict:
@@ -45,29 +44,67 @@ def base_snapshot(run_id: str = "run-0", created: str = "2026-01-01T00:00:00+00:
         metrics["per_position_acceptance"] = _triple(None, None)  # the analyzer leaves metrics without data as null
         by_group[g] = {"levels": {"dialect": g}, "n_prompts": N_PROMPTS, "n_tokens": 1900, "metrics": metrics}
     overall_values = {m: sum(_true_values(g)[m] for g in GROUPS) / len(GROUPS) for m in SE}
-    overall = {"n_prompts": N_PROMPTS * len(GROUPS),
-               "metrics": {m: _triple(v, SE[m] / math.sqrt(len(GROUPS)), N_PROMPTS * len(GROUPS), 15200) for m, v in overall_values.items()}}
+    overall = {
+        "n_prompts": N_PROMPTS * len(GROUPS),
+        "metrics": {m: _triple(v, SE[m] / math.sqrt(len(GROUPS)), N_PROMPTS * len(GROUPS), 15200) for m, v in overall_values.items()},
+    }
     engines = {e: {"verdict": "pass", "goodness_of_fit": {"verdict": "pass", "pvalue": 0.5}} for e in ("vanilla", "speculative")}
     return {
         "schema_version": 1,
         "run": {
-            "id": run_id, "dir": f"/runs/{run_id}", "created": created,
+            "id": run_id,
+            "dir": f"/runs/{run_id}",
+            "created": created,
             "command": "specaudit run --prompts core --per-group 40",
-            "models": {"target": {"name": "default", "class": "LlamaForCausalLM", "parameters": 134515008,
-                                  "sha256": {"model.gguf": "a" * 64}},
-                       "draft": {"name": "int8", "derived_from": "default", "method": "dynamic int8", "sha256": {"model.gguf": "a" * 64}},
-                       "device": "cpu", "dtype": "float32", "vocab_size": 49152},
+            "models": {
+                "target": {"name": "default", "class": "LlamaForCausalLM", "parameters": 134515008, "sha256": {"model.gguf": "a" * 64}},
+                "draft": {"name": "int8", "derived_from": "default", "method": "dynamic int8", "sha256": {"model.gguf": "a" * 64}},
+                "device": "cpu",
+                "dtype": "float32",
+                "vocab_size": 49152,
+            },
             "versions": {"python": "3.11.7", "specaudit": "0.1.0", "torch": "2.13.0+cpu", "transformers": "5.24.0"},
             "device": {"type": "cpu", "name": "x86_64", "threads": 2},
-            "config": {"target": "default", "draft": "int8", "engines": ["vanilla", "speculative"], "k": 4, "temperature": 1.0,
-                       "top_k": 0, "top_p": 1.0, "samples": 1, "max_new_tokens": 48, "prompts": "core", "per_group": N_PROMPTS,
-                       "dimensions": ["dialect"], "seed": 0, "device": "auto", "dtype": "auto"},
-            "prompt_set": {"name": "core", "version": 1, "checksum": "c" * 64, "n_prompts": 320,
-                           "dimensions": {"dialect": {"groups": list(GROUPS), "reference": "sae", "parallel": True}}},
-            "seeds": {"run": 0}, "engines": ["speculative", "vanilla"], "n_records": 640, "n_prompts": 320,
-            "n_output_tokens": 30000, "dimensions": ["dialect"], "disparity_engine": "speculative",
-            "analysis": {"alpha": 0.05, "delta": 0.05, "n_boot": 1000, "seed": 0, "tolerance": [0.8, 1.25],
-                         "fallback_threshold": 0.5, "seconds": 3.2},
+            "config": {
+                "target": "default",
+                "draft": "int8",
+                "engines": ["vanilla", "speculative"],
+                "k": 4,
+                "temperature": 1.0,
+                "top_k": 0,
+                "top_p": 1.0,
+                "samples": 1,
+                "max_new_tokens": 48,
+                "prompts": "core",
+                "per_group": N_PROMPTS,
+                "dimensions": ["dialect"],
+                "seed": 0,
+                "device": "auto",
+                "dtype": "auto",
+            },
+            "prompt_set": {
+                "name": "core",
+                "version": 1,
+                "checksum": "c" * 64,
+                "n_prompts": 320,
+                "dimensions": {"dialect": {"groups": list(GROUPS), "reference": "sae", "parallel": True}},
+            },
+            "seeds": {"run": 0},
+            "engines": ["speculative", "vanilla"],
+            "n_records": 640,
+            "n_prompts": 320,
+            "n_output_tokens": 30000,
+            "dimensions": ["dialect"],
+            "disparity_engine": "speculative",
+            "analysis": {
+                "alpha": 0.05,
+                "delta": 0.05,
+                "n_boot": 1000,
+                "seed": 0,
+                "tolerance": [0.8, 1.25],
+                "fallback_threshold": 0.5,
+                "seconds": 3.2,
+            },
         },
         "equivalence": {"mode": "sampling", "alpha": 0.05, "control": "vanilla", "engines": engines, "status": "pass"},
         "groups": {"dialect": {"dimension": ["dialect"], "reference": "sae", "overall": overall, "by_group": by_group}},
@@ -77,8 +114,7 @@ def base_snapshot(run_id: str = "run-0", created: str = "2026-01-01T00:00:00+00:
     }
 
 
-def noisy_run(rng: random.Random, index: int, *, shift: dict[tuple[str, str], float] | None = None,
-              run_id: str | None = None) -> dict:
+def noisy_run(rng: random.Random, index: int, *, shift: dict[tuple[str, str], float] | None = None, run_id: str | None = None) -> dict:
     """Run number `index` (one day apart): every estimate drawn N(true × (1 + shift), SE), CI ± 1.96 SE.
 
     `shift`: {(group, metric): relative change of the true value}, e.g. {("aave", "acceptance_rate"): -0.3}.

@@ -66,14 +66,17 @@ def test_first_run_of_an_environment_passes(store):
     assert result.exit_code == 0 and [c.kind for c in result.checks] == ["baseline"]
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"baseline": "rolling:0"}, "rolling:N with N >= 1"),
-    ({"baseline": "pinned"}, "no pinned baseline in environment 'prod'"),
-    ({"baseline": "6"}, "is the run being checked"),
-    ({"baseline": "nope"}, "no run 'nope'"),
-    ({"metrics": ["acceptance_rat"]}, "--metrics acceptance_rat: run #6 run-5 has no such metric"),
-    ({"alpha": 0}, "--alpha must be in"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"baseline": "rolling:0"}, "rolling:N with N >= 1"),
+        ({"baseline": "pinned"}, "no pinned baseline in environment 'prod'"),
+        ({"baseline": "6"}, "is the run being checked"),
+        ({"baseline": "nope"}, "no run 'nope'"),
+        ({"metrics": ["acceptance_rat"]}, "--metrics acceptance_rat: run #6 run-5 has no such metric"),
+        ({"alpha": 0}, "--alpha must be in"),
+    ],
+)
 def test_bad_check_options_are_input_errors(store, options, message):
     with pytest.raises(InputError, match=message):
         check(store, "latest", environment="prod", **options)

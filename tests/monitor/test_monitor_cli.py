@@ -49,7 +49,9 @@ def test_scheduled_job_flow(capsys, tmp_path, runs_dir, store_url):
     assert code == 0 and out.splitlines()[-1].startswith("PASS: run #5 run-4 vs the last 4 runs")
 
     alerts, prom = tmp_path / "alerts.jsonl", tmp_path / "textfile" / "specaudit.prom"
-    code, out, _ = _run(capsys, "monitor", "check", str(runs_dir / "run-5"), *store, "--alert-file", str(alerts), "--metrics-file", str(prom))
+    code, out, _ = _run(
+        capsys, "monitor", "check", str(runs_dir / "run-5"), *store, "--alert-file", str(alerts), "--metrics-file", str(prom)
+    )
     lines = out.splitlines()
     assert code == 1
     assert lines[0].startswith("FAIL drift dialect=aave acceptance_rate: ")
@@ -97,8 +99,12 @@ def test_scheduled_job_flow(capsys, tmp_path, runs_dir, store_url):
 def test_exit_code_1_through_the_installed_entry_point(tmp_path, runs_dir, store_url):
     for i in range(5):
         assert main(["monitor", "add", str(runs_dir / f"run-{i}"), "--store", store_url]) == 0
-    result = subprocess.run([sys.executable, "-m", "specaudit.cli", "monitor", "check", str(runs_dir / "run-5"), "--store", store_url],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "specaudit.cli", "monitor", "check", str(runs_dir / "run-5"), "--store", store_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1 and result.stdout.startswith("FAIL drift dialect=aave acceptance_rate")
     assert result.stderr == ""
 

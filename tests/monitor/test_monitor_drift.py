@@ -23,7 +23,7 @@ def _point(value, se, metric="acceptance_rate", group="aave"):
 def test_drift_test_matches_the_normal_approximation_by_hand():
     current, baseline = _point(0.25, 0.01), _point(0.30, 0.01)
     result = drift_test(current, [baseline])
-    se = math.sqrt(0.01 ** 2 + 0.01 ** 2)
+    se = math.sqrt(0.01**2 + 0.01**2)
     assert result.standard_error == pytest.approx(se)
     assert result.difference == pytest.approx(-0.05)
     assert result.statistic == pytest.approx(-0.05 / se)
@@ -42,18 +42,18 @@ def test_rolling_window_pools_with_dersimonian_laird():
     steady = [_point(0.30, se) for _ in range(5)]
     result = drift_test(_point(0.30, se), steady)
     assert result.heterogeneity == 0 and result.n_baseline_runs == 5
-    assert result.standard_error == pytest.approx(math.sqrt(se ** 2 + se ** 2 / 5))
+    assert result.standard_error == pytest.approx(math.sqrt(se**2 + se**2 / 5))
     # Runs that scatter more than their CIs say: τ² by hand (equal weights w = 1/se²).
     values = [0.26, 0.34, 0.28, 0.33, 0.29]
     scattered = [_point(v, se) for v in values]
     mean = sum(values) / 5
-    q = sum((v - mean) ** 2 for v in values) / se ** 2
-    w = 1 / se ** 2
-    tau2 = (q - 4) / (5 * w - 5 * w ** 2 / (5 * w))
+    q = sum((v - mean) ** 2 for v in values) / se**2
+    w = 1 / se**2
+    tau2 = (q - 4) / (5 * w - 5 * w**2 / (5 * w))
     result = drift_test(_point(0.25, se), scattered)
     assert result.heterogeneity == pytest.approx(tau2)
     assert result.baseline == pytest.approx(mean)
-    assert result.standard_error == pytest.approx(math.sqrt(se ** 2 + tau2 + (se ** 2 + tau2) / 5))
+    assert result.standard_error == pytest.approx(math.sqrt(se**2 + tau2 + (se**2 + tau2) / 5))
     # The same drop is unremarkable against a noisy history and remarkable against a steady one.
     assert result.pvalue > 0.05 > drift_test(_point(0.25, se), steady).pvalue
 
@@ -171,7 +171,7 @@ def test_cusum_statistic_by_hand():
     result = cusum(series, direction=1, reference=0.5, threshold=3.0)
     assert all(math.isnan(r) for r in result.residuals[:2])
     assert result.residuals[2] == pytest.approx(0.0)
-    expected_z3 = -0.03 / math.sqrt(se ** 2 + se ** 2 / 3)
+    expected_z3 = -0.03 / math.sqrt(se**2 + se**2 / 3)
     assert result.residuals[3] == pytest.approx(expected_z3)
     assert result.path[3] == pytest.approx(-expected_z3 - 0.5)
     # Keeps rising while the level stays low, though the recursive mean (and τ²) slowly follow it.
@@ -195,9 +195,17 @@ def test_equivalence_verdict_changes_always_alert():
 
 def test_model_prompt_config_and_library_changes_are_context():
     base = base_snapshot()
-    changed = edited(base, **{"run.models.draft.sha256": {"model.gguf": "b" * 64}, "run.config.k": 6,
-                              "run.prompt_set.checksum": "d" * 64, "run.prompt_set.version": 2,
-                              "run.versions.torch": "2.14.0", "run.models.target.name": "/elsewhere/default"})
+    changed = edited(
+        base,
+        **{
+            "run.models.draft.sha256": {"model.gguf": "b" * 64},
+            "run.config.k": 6,
+            "run.prompt_set.checksum": "d" * 64,
+            "run.prompt_set.version": 2,
+            "run.versions.torch": "2.14.0",
+            "run.models.target.name": "/elsewhere/default",
+        },
+    )
     result = compare_snapshots(changed, base)
     context = {c.subject: c for c in result.checks if c.kind == "context"}
     assert set(context) == {"draft model", "prompt set", "config", "library versions"}  # a renamed target is the same model

@@ -31,7 +31,9 @@ def _pg_bindir() -> Path | None:
     found = shutil.which("initdb")
     if found and shutil.which("pg_ctl"):
         return Path(found).resolve().parent
-    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0)
+    versions = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0
+    )
     return Path(versions[-1]).parent if versions else None
 
 
@@ -152,8 +154,12 @@ def test_concurrent_writers_on_postgres_lose_nothing(pg_url, tmp_path):
     batches = [[str(write(snaps[w * 6 + i], tmp_path / f"w{w}" / f"{i}.json")) for i in range(6)] for w in range(2)]
     for files in batches:
         files.insert(3, shared)
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, pg_url, json.dumps(files)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for files in batches]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, pg_url, json.dumps(files)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for files in batches
+    ]
     outputs = [p.communicate(timeout=180) for p in procs]
     for p, (_, err) in zip(procs, outputs):
         assert p.returncode == 0, err

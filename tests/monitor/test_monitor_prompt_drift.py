@@ -31,9 +31,16 @@ def _snapshot(truth, rng, *, drop: dict[str, float] | None = None, rename: bool 
     rows = []
     for prompt_id, (group, acceptance, speedup) in truth.items():
         factor = 1 - (drop or {}).get(group, 0.0)
-        rows.append({"id": prompt_id + ("-b" if rename else ""), "pair_id": None, "attributes": {"dialect": group},
-                     "acceptance_rate": factor * acceptance + rng.normal(0, RERUN_SD),
-                     "speedup": speedup * (0.5 + 0.5 * factor) + rng.normal(0, RERUN_SD), "n_tokens": 32.0})
+        rows.append(
+            {
+                "id": prompt_id + ("-b" if rename else ""),
+                "pair_id": None,
+                "attributes": {"dialect": group},
+                "acceptance_rate": factor * acceptance + rng.normal(0, RERUN_SD),
+                "speedup": speedup * (0.5 + 0.5 * factor) + rng.normal(0, RERUN_SD),
+                "n_tokens": 32.0,
+            }
+        )
     snapshot["prompts"] = rows
     return snapshot
 

@@ -189,8 +189,10 @@ def test_bad_snapshots_leave_the_store_as_it_was(store_url, tmp_path, snapshot_f
             (tmp_path / "missing.json", "missing.json does not exist"),
             (write(edited(base_snapshot(), schema_version=7), tmp_path / "v7.json"), "schema_version 7 but this specaudit reads version 1"),
             (write({"hello": 1}, tmp_path / "other.json"), "not a specaudit snapshot"),
-            (write(edited(base_snapshot(), **{"groups.dialect.by_group.aave.metrics.speedup.value": "fast"}), tmp_path / "bad.json"),
-             r"groups\.dialect\.by_group\.aave\.metrics\.speedup\.value must be a number"),
+            (
+                write(edited(base_snapshot(), **{"groups.dialect.by_group.aave.metrics.speedup.value": "fast"}), tmp_path / "bad.json"),
+                r"groups\.dialect\.by_group\.aave\.metrics\.speedup\.value must be a number",
+            ),
         ]
         (tmp_path / "torn.json").write_text('{"schema_version": 1, "run": {', encoding="utf-8")
         cases.append((tmp_path / "torn.json", "not valid JSON"))
@@ -223,8 +225,16 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         files = [str(write(rng_runs[w * 8 + i], tmp_path / f"w{w}" / f"{i}.json")) for i in range(8)]
         files.insert(4, str(shared))
         batches.append(files)
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, url, json.dumps(files)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}) for files in batches]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, url, json.dumps(files)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+        )
+        for files in batches
+    ]
     outputs = [p.communicate(timeout=180) for p in procs]
     for p, (_out, err) in zip(procs, outputs):
         assert p.returncode == 0, err

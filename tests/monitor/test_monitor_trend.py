@@ -107,8 +107,8 @@ def _png_size_and_colours(path: Path) -> tuple[int, int, int]:
     pos, chunks = 8, {}
     idat = b""
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
         if kind == b"IDAT":
             idat += body
         else:
@@ -121,7 +121,7 @@ def _png_size_and_colours(path: Path) -> tuple[int, int, int]:
     stride = width * channels + 1
     colours, previous = set(), bytearray(stride - 1)
     for row in range(height):
-        line = raw[row * stride:(row + 1) * stride]
+        line = raw[row * stride : (row + 1) * stride]
         kind, pixels = line[0], bytearray(line[1:])
         for i in range(len(pixels)):  # undo the PNG row filters
             left = pixels[i - channels] if i >= channels else 0
@@ -139,7 +139,7 @@ def _png_size_and_colours(path: Path) -> tuple[int, int, int]:
                 pixels[i] = (pixels[i] + (left if pa <= pb and pa <= pc else up if pb <= pc else up_left)) & 255
         previous = pixels
         if row % 40 == 0:
-            colours.update(bytes(pixels[i:i + 3]) for i in range(0, len(pixels), channels))
+            colours.update(bytes(pixels[i : i + 3]) for i in range(0, len(pixels), channels))
     return width, height, len(colours)
 
 
@@ -151,7 +151,14 @@ def _chromium() -> str | None:
 def test_renders_in_headless_chromium(trend_store, tmp_path):
     report = write_trend_report(trend_store, tmp_path / "trend")
     url = report.html_path.resolve().as_uri()
-    flags = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}"]
+    flags = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
     dom = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert dom.stdout.count('<svg class="trend"') == 2 * (len(GROUPS) + 1) and "polyline" in dom.stdout

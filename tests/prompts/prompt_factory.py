@@ -26,19 +26,37 @@ def read_jsonl(path: Path) -> list[dict]:
 def small_set_rows(n: int = 6) -> dict[str, list[dict]]:
     """n minimal pairs, n domain prompts per group, n parallel dialect triples."""
     vocabulary = [
-        {"id": f"vocab-{i}-{g}", "text": f"Explain what a {VOCAB_WORDS[g][i % 6]} is, in example {i}.",
-         "pair_id": f"vocab-{i}", "attributes": {"vocabulary": g}, "provenance": PROVENANCE}
-        for i in range(n) for g in ("common", "rare")
+        {
+            "id": f"vocab-{i}-{g}",
+            "text": f"Explain what a {VOCAB_WORDS[g][i % 6]} is, in example {i}.",
+            "pair_id": f"vocab-{i}",
+            "attributes": {"vocabulary": g},
+            "provenance": PROVENANCE,
+        }
+        for i in range(n)
+        for g in ("common", "rare")
     ]
     domain = [
-        {"id": f"domain-{g}-{i}", "text": f"Write a short {g} item number {i}.", "pair_id": None,
-         "attributes": {"domain": g}, "provenance": PROVENANCE}
-        for g in DOMAIN_GROUPS for i in range(n)
+        {
+            "id": f"domain-{g}-{i}",
+            "text": f"Write a short {g} item number {i}.",
+            "pair_id": None,
+            "attributes": {"domain": g},
+            "provenance": PROVENANCE,
+        }
+        for g in DOMAIN_GROUPS
+        for i in range(n)
     ]
     dialect = [
-        {"id": f"dialect-{i}-{g}", "text": f"[{g}] Tell me about topic {i}.", "pair_id": f"dialect-{i}",
-         "attributes": {"dialect": g}, "provenance": PROVENANCE}
-        for i in range(n) for g in DIALECT_GROUPS
+        {
+            "id": f"dialect-{i}-{g}",
+            "text": f"[{g}] Tell me about topic {i}.",
+            "pair_id": f"dialect-{i}",
+            "attributes": {"dialect": g},
+            "provenance": PROVENANCE,
+        }
+        for i in range(n)
+        for g in DIALECT_GROUPS
     ]
     return {"vocabulary.jsonl": vocabulary, "domain.jsonl": domain, "dialect.jsonl": dialect}
 

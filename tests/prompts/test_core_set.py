@@ -51,8 +51,12 @@ def test_core_validates_without_errors(manifest):
     report = validate_prompt_set("core")
     assert report.errors == (), "\n".join(str(e) for e in report.errors[:20])
     # Warnings that concern vocabulary or register (their rows, or a near-duplicate of them).
-    own = [w for w in report.warnings if any(name in str(w) for name in OWN_FILES)
-           or re.search(r"dimension '(vocabulary|register)'|attributes\.(vocabulary|register)", str(w))]
+    own = [
+        w
+        for w in report.warnings
+        if any(name in str(w) for name in OWN_FILES)
+        or re.search(r"dimension '(vocabulary|register)'|attributes\.(vocabulary|register)", str(w))
+    ]
     assert own == [], "\n".join(str(w) for w in own)
 
 

@@ -16,8 +16,7 @@ import pytest
 CORE = Path(__file__).resolve().parents[2] / "prompt_sets" / "core"
 MIN_GROUP_SIZE = 60
 
-DIALECT_GROUPS = ["sae", "aave", "indian", "naija", "scottish", "singlish", "jamaican", "appalachian",
-                  "irish", "south_african"]
+DIALECT_GROUPS = ["sae", "aave", "indian", "naija", "scottish", "singlish", "jamaican", "appalachian", "irish", "south_african"]
 LANGUAGE_GROUPS = ["en", "es", "fr", "de", "zh", "ja", "hi", "ar", "sw", "yo", "ru", "ko", "hinglish"]
 
 # A dialect rendering keeps the request and adds only a few features, so its length in
@@ -27,8 +26,12 @@ DIALECT_LENGTH_RATIO = (0.75, 1.25)
 
 # Script each language must be written in (a translation left in English would fail).
 SCRIPTS = {
-    "zh": r"[\u4e00-\u9fff]", "ja": r"[\u3040-\u30ff]", "hi": r"[\u0900-\u097f]",
-    "ar": r"[\u0600-\u06ff]", "ru": r"[\u0400-\u04ff]", "ko": r"[\uac00-\ud7af]",
+    "zh": r"[\u4e00-\u9fff]",
+    "ja": r"[\u3040-\u30ff]",
+    "hi": r"[\u0900-\u097f]",
+    "ar": r"[\u0600-\u06ff]",
+    "ru": r"[\u0400-\u04ff]",
+    "ko": r"[\uac00-\ud7af]",
 }
 NOT_LATIN = re.compile(r"[\u0400-\u04ff\u0600-\u06ff\u0900-\u097f\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
 POLITENESS = re.compile(r"\b(please|kindly)\b", re.IGNORECASE)
@@ -108,8 +111,12 @@ def test_dialect_renderings_stay_close_to_the_reference_length(dialect_rows):
 
 
 def test_no_politeness_marker_is_added_as_a_dialect_feature(dialect_rows):
-    added = [row["id"] for members in _by_pair(dialect_rows, "dialect").values() for row in members.values()
-             if POLITENESS.search(row["text"]) and not POLITENESS.search(members["sae"]["text"])]
+    added = [
+        row["id"]
+        for members in _by_pair(dialect_rows, "dialect").values()
+        for row in members.values()
+        if POLITENESS.search(row["text"]) and not POLITENESS.search(members["sae"]["text"])
+    ]
     assert not added, f"'please'/'kindly' added where the sae request has none: {added}"
 
 

@@ -60,8 +60,7 @@ def test_sampling_spreads_over_all_prompts(bigger_set):
     prompts = load_prompts(bigger_set, dimensions="dialect").prompts
     seen = Counter()
     for seed in range(40):
-        seen.update(p.pair_id for p in stratified_sample(prompts, ["dialect"], per_group=5, seed=seed)
-                    if p.attributes["dialect"] == "sae")
+        seen.update(p.pair_id for p in stratified_sample(prompts, ["dialect"], per_group=5, seed=seed) if p.attributes["dialect"] == "sae")
     assert len(seen) == 20
     # 40 draws of 5 out of 20 pairs: each pair expected 10 times; a fair sampler stays well within 2..22.
     assert min(seen.values()) >= 2 and max(seen.values()) <= 22
@@ -95,8 +94,14 @@ def _crossed_file(tmp_path):
     for domain, n_cells in (("code", 9), ("news", 4)):
         for dialect in ("sae", "aave"):
             for i in range(n_cells):
-                rows.append({"id": f"{domain}-{dialect}-{i}", "text": f"{domain} {dialect} {i}", "pair_id": None,
-                             "attributes": {"domain": domain, "dialect": dialect}})
+                rows.append(
+                    {
+                        "id": f"{domain}-{dialect}-{i}",
+                        "text": f"{domain} {dialect} {i}",
+                        "pair_id": None,
+                        "attributes": {"domain": domain, "dialect": dialect},
+                    }
+                )
     path = tmp_path / "crossed.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path

@@ -24,12 +24,14 @@ def qa_dataset(n_per_category: int = 4) -> datasets.Dataset:
             rows["question"].append(f"A {name} question, number {i}?")
             rows["category"].append(c)
             rows["source"].append("forum" if i % 2 else "book")
-    features = datasets.Features({
-        "qid": datasets.Value("int64"),
-        "question": datasets.Value("string"),
-        "category": datasets.ClassLabel(names=CATEGORIES),
-        "source": datasets.Value("string"),
-    })
+    features = datasets.Features(
+        {
+            "qid": datasets.Value("int64"),
+            "question": datasets.Value("string"),
+            "category": datasets.ClassLabel(names=CATEGORIES),
+            "source": datasets.Value("string"),
+        }
+    )
     return datasets.Dataset.from_dict(rows, features=features)
 
 
@@ -74,11 +76,13 @@ def test_parquet_through_column_map_with_dict(tmp_path):
 
 
 def test_csv_with_json_attributes_and_generated_ids(tmp_path):
-    frame = pd.DataFrame({
-        "text": [f"Prompt {i}" for i in range(6)],
-        "attributes": [json.dumps({"language": "en" if i % 2 else "fr"}) for i in range(6)],
-        "pair_id": [f"p{i // 2}" for i in range(6)],
-    })
+    frame = pd.DataFrame(
+        {
+            "text": [f"Prompt {i}" for i in range(6)],
+            "attributes": [json.dumps({"language": "en" if i % 2 else "fr"}) for i in range(6)],
+            "pair_id": [f"p{i // 2}" for i in range(6)],
+        }
+    )
     path = tmp_path / "prompts.csv"
     frame.to_csv(path, index=False)
     with pytest.warns(PromptSetWarning):
@@ -114,12 +118,15 @@ def test_missing_text_column_names_the_fix(tmp_path):
         load_prompts(tmp_path / "qa", column_map="text=question,group:domain=topic")
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("text", "has no '='"),
-    ("txt=question", "field 'txt' is unknown"),
-    ("group:=category", "names no dimension"),
-    ("text=", "names no column"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("text", "has no '='"),
+        ("txt=question", "field 'txt' is unknown"),
+        ("group:=category", "names no dimension"),
+        ("text=", "names no column"),
+    ],
+)
 def test_column_map_errors(spec, words):
     with pytest.raises(InputError, match=words):
         parse_column_map(spec)
@@ -148,7 +155,8 @@ def test_folder_of_data_files(tmp_path):
     folder = tmp_path / "plain"
     folder.mkdir()
     pd.DataFrame({"prompt": [f"Prompt {i}" for i in range(5)], "lang": ["en", "fr", "en", "fr", "en"]}).to_csv(
-        folder / "train.csv", index=False)
+        folder / "train.csv", index=False
+    )
     report = validate_prompt_set(folder, column_map="text=prompt,group:language=lang")
     assert report.ok and report.n_prompts == 5
     with pytest.warns(PromptSetWarning):

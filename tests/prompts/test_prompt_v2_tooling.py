@@ -30,8 +30,11 @@ TOPICS = ["tides", "volcanoes", "rainbows", "glaciers"]
 def peer_rows(n: int = 4) -> list[dict]:
     """An MT-Bench-like peer set: each prompt is a list of user turns, grouped by category."""
     return [
-        {"question_id": 100 + i, "category": "writing" if i % 2 else "reasoning",
-         "turns": [f"Explain {TOPICS[i % 4]} to a child, case {i}.", f"Now shorten that, case {i}."]}
+        {
+            "question_id": 100 + i,
+            "category": "writing" if i % 2 else "reasoning",
+            "turns": [f"Explain {TOPICS[i % 4]} to a child, case {i}.", f"Now shorten that, case {i}."],
+        }
         for i in range(n)
     ]
 
@@ -81,15 +84,20 @@ def test_cli_stats_on_peer_set(tmp_path, capsys):
 
 
 CONVERSATIONS = [
-    {"id": "chat-1", "messages": [
-        {"role": "system", "content": "You are brief."},
-        {"role": "user", "content": "Name a planet."},
-        {"role": "assistant", "content": "Mars."},
-        {"role": "user", "content": "Why is it red?"},
-    ]},
+    {
+        "id": "chat-1",
+        "messages": [
+            {"role": "system", "content": "You are brief."},
+            {"role": "user", "content": "Name a planet."},
+            {"role": "assistant", "content": "Mars."},
+            {"role": "user", "content": "Why is it red?"},
+        ],
+    },
     {"id": "chat-2", "messages": [{"role": "user", "content": "Say hello."}]},
 ]
-TEMPLATE = "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<s>assistant: {% endif %}"
+TEMPLATE = (
+    "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<s>assistant: {% endif %}"
+)
 
 
 def test_messages_go_through_the_chat_template(tmp_path):
@@ -158,9 +166,11 @@ def test_near_duplicates_across_dimensions_warn_within_do_not(tmp_path):
 
 
 def test_near_duplicate_threshold():
-    texts = ["Explain how tides work on the coast of Maine today.",
-             "Explain how tides work on the coast of Maine today!",
-             "Explain how tides work on the coast of Oregon in winter."]
+    texts = [
+        "Explain how tides work on the coast of Maine today.",
+        "Explain how tides work on the coast of Maine today!",
+        "Explain how tides work on the coast of Oregon in winter.",
+    ]
     found = near_duplicates(texts, ["a", "b", "c"])
     assert [(d.first, d.second) for d in found] == [(0, 1)] and found[0].similarity == 1.0
     assert near_duplicates(texts, ["a", "a", "a"]) == []
@@ -237,8 +247,15 @@ def paired_set(folder, n_technical: int = 8, n_literary: int = 8):
         for i in range(n):
             pair = f"v-{kind}-{i}"
             for group, word in (("common", "plain"), (f"rare_{kind}", kind)):
-                rows.append({"id": f"{pair}-{group}", "text": f"Use the {word} word {i} in a {kind} sentence.",
-                             "pair_id": pair, "attributes": {"vocabulary": group}, "provenance": PROVENANCE})
+                rows.append(
+                    {
+                        "id": f"{pair}-{group}",
+                        "text": f"Use the {word} word {i} in a {kind} sentence.",
+                        "pair_id": pair,
+                        "attributes": {"vocabulary": group},
+                        "provenance": PROVENANCE,
+                    }
+                )
     write_jsonl(folder / "vocabulary.jsonl", rows)
     data = (folder / "vocabulary.jsonl").read_bytes()
     import hashlib
@@ -294,8 +311,17 @@ def test_manifest_parallel_value_checked(tmp_path):
 
 def test_json_rows_round_trip(tmp_path):
     # A row written with every optional field of the v2 schema loads without a warning about it.
-    row = {"id": "v-1-common", "text": "Describe the sky tonight.", "pair_id": None, "attributes": {"mood": "calm"},
-           "provenance": PROVENANCE, "features": ["none"], "rare_word": "firmament", "common_word": "sky", "zipf": 4.72}
+    row = {
+        "id": "v-1-common",
+        "text": "Describe the sky tonight.",
+        "pair_id": None,
+        "attributes": {"mood": "calm"},
+        "provenance": PROVENANCE,
+        "features": ["none"],
+        "rare_word": "firmament",
+        "common_word": "sky",
+        "zipf": 4.72,
+    }
     path = tmp_path / "one.jsonl"
     path.write_text(json.dumps(row) + "\n")
     with pytest.warns(PromptSetWarning, match="fewer than the minimum"):

@@ -43,15 +43,37 @@ CASES = {
     "empty text": ("domain.jsonl", lambda r: _set_row(r, 3, text="   "), 4, "text", ["is empty"]),
     "duplicate text": ("domain.jsonl", lambda r: _set_row(r, 2, text=r[0]["text"]), 3, "text", ["duplicate text", "line 1"]),
     "missing attribute": ("dialect.jsonl", lambda r: _set_row(r, 7, attributes={}), 8, "attributes.dialect", ["is missing"]),
-    "unknown group": ("domain.jsonl", lambda r: _set_row(r, 0, attributes={"domain": "cooking"}), 1,
-                      "attributes.domain", ["unknown group 'cooking'", "declared: code, news"]),
+    "unknown group": (
+        "domain.jsonl",
+        lambda r: _set_row(r, 0, attributes={"domain": "cooking"}),
+        1,
+        "attributes.domain",
+        ["unknown group 'cooking'", "declared: code, news"],
+    ),
     "missing id": ("vocabulary.jsonl", lambda r: _set_row(r, 5, id=None), 6, "id", ["is missing"]),
-    "missing pair_id": ("dialect.jsonl", lambda r: _set_row(r, 4, pair_id=None), 5, "pair_id", ["is missing", "parallel dimension 'dialect'"]),
+    "missing pair_id": (
+        "dialect.jsonl",
+        lambda r: _set_row(r, 4, pair_id=None),
+        5,
+        "pair_id",
+        ["is missing", "parallel dimension 'dialect'"],
+    ),
     # Drop the 'aave' member (row 5) of pair dialect-1: the pair's first row is reported.
     "broken pair": ("dialect.jsonl", lambda r: r[:4] + r[5:], 4, "pair_id", ["pair 'dialect-1' has no member for group(s) aave"]),
-    "pair member twice": ("vocabulary.jsonl", lambda r: _set_row(r, 3, attributes={"vocabulary": "common"}), 4,
-                          "pair_id", ["pair 'vocab-1' already has a 'common' member", "line 3"]),
-    "non-string group": ("domain.jsonl", lambda r: _set_row(r, 1, attributes={"domain": 7}), 2, "attributes.domain", ["must be a non-empty string"]),
+    "pair member twice": (
+        "vocabulary.jsonl",
+        lambda r: _set_row(r, 3, attributes={"vocabulary": "common"}),
+        4,
+        "pair_id",
+        ["pair 'vocab-1' already has a 'common' member", "line 3"],
+    ),
+    "non-string group": (
+        "domain.jsonl",
+        lambda r: _set_row(r, 1, attributes={"domain": 7}),
+        2,
+        "attributes.domain",
+        ["must be a non-empty string"],
+    ),
 }
 
 
@@ -148,12 +170,15 @@ def test_missing_data_file(small_set):
     assert error.field == "dimensions.dialect.file" and "does not exist" in error.message
 
 
-@pytest.mark.parametrize("manifest_text, field", [
-    ("name: x\nversion: one\ndimensions: {}\n", "version"),
-    ("name: x\nversion: 1\ndimensions:\n  d: {file: d.jsonl, groups: [a, b], reference: c}\n", "dimensions.d.reference"),
-    ("name: x\nversion: 1\ndimensions:\n  d: {file: d.jsonl, groups: [a, a]}\n", "dimensions.d.groups"),
-    ("name: x\nversion: 1\ndimensions:\n  d: {file: d.jsonl, groups: [a]}\nfiles:\n  d.jsonl: {sha256: abc}\n", "files.d.jsonl.sha256"),
-])
+@pytest.mark.parametrize(
+    "manifest_text, field",
+    [
+        ("name: x\nversion: one\ndimensions: {}\n", "version"),
+        ("name: x\nversion: 1\ndimensions:\n  d: {file: d.jsonl, groups: [a, b], reference: c}\n", "dimensions.d.reference"),
+        ("name: x\nversion: 1\ndimensions:\n  d: {file: d.jsonl, groups: [a, a]}\n", "dimensions.d.groups"),
+        ("name: x\nversion: 1\ndimensions:\n  d: {file: d.jsonl, groups: [a]}\nfiles:\n  d.jsonl: {sha256: abc}\n", "files.d.jsonl.sha256"),
+    ],
+)
 def test_malformed_manifest(tmp_path, manifest_text, field):
     (tmp_path / "manifest.yaml").write_text(manifest_text)
     with pytest.raises(InputError, match=rf"manifest\.yaml, field '{field}'"):

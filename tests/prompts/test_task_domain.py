@@ -101,9 +101,7 @@ def test_task_lengths_are_matched_within_bands():
         medians = [_median_length(TASK, "task", g) for g in band]
         assert _max_ratio(medians) <= bound, dict(zip(band, medians))
     # the bands really differ: a passage-bearing prompt is several times longer than a bare question
-    assert min(_median_length(TASK, "task", g) for g in COPY_BEARING) > 2 * max(
-        _median_length(TASK, "task", g) for g in NO_PASSAGE
-    )
+    assert min(_median_length(TASK, "task", g) for g in COPY_BEARING) > 2 * max(_median_length(TASK, "task", g) for g in NO_PASSAGE)
 
 
 def test_every_domain_has_the_same_task_mix():
@@ -118,9 +116,7 @@ def test_domain_lengths_are_matched():
     # and within each task type, so that length is not confounded with domain inside a type either
     for task_type in DOMAIN_TASK_MIX:
         per_domain = [
-            statistics.median(
-                len(r["text"]) for r in DOMAIN if r["attributes"]["domain"] == g and r["task_type"] == task_type
-            )
+            statistics.median(len(r["text"]) for r in DOMAIN if r["attributes"]["domain"] == g and r["task_type"] == task_type)
             for g in DOMAIN_GROUPS
         ]
         assert _max_ratio(per_domain) <= 1.25, (task_type, dict(zip(DOMAIN_GROUPS, per_domain)))

@@ -27,12 +27,19 @@ def audit_run(tmp_path_factory, tiny_pair_dir) -> Path:
     prompts = base / "prompts.jsonl"
     with open(prompts, "w", encoding="utf-8") as handle:
         for i, text in enumerate(TEXTS):
-            row = {"id": HOSTILE_ID if i == 0 else f"p{i}", "text": text,
-                   "attributes": {"style": HOSTILE_GROUP if i % 2 else "plain"}}
+            row = {"id": HOSTILE_ID if i == 0 else f"p{i}", "text": text, "attributes": {"style": HOSTILE_GROUP if i % 2 else "plain"}}
             handle.write(json.dumps(row) + "\n")
     target, draft = tiny_pair_dir
-    cfg = RunConfig(target=str(target), draft=str(draft), engines="vanilla,speculative,hf-assisted", samples=3,
-                    max_new_tokens=16, prompts=str(prompts), device="cpu", seed=1)
+    cfg = RunConfig(
+        target=str(target),
+        draft=str(draft),
+        engines="vanilla,speculative,hf-assisted",
+        samples=3,
+        max_new_tokens=16,
+        prompts=str(prompts),
+        device="cpu",
+        seed=1,
+    )
     out = base / "run"
     with warnings.catch_warnings():  # two groups of 3 prompts: the loader warns that groups are small
         warnings.simplefilter("ignore")

@@ -35,13 +35,32 @@ def _other_group(snapshot):
 
 
 # ---------------------------------------------------------------------------- thresholds
-@pytest.mark.parametrize("field, value", [
-    ("alpha", 0.0), ("alpha", 1.0), ("alpha", -0.1), ("alpha", "0.05"), ("tv_delta", 0.0), ("tv_delta", 1.5),
-    ("band_low", 0.0), ("band_low", 1.5), ("band_high", 0.9), ("band_high", float("inf")), ("min_speedup", 0.0),
-    ("min_speedup", -1.0), ("min_speedup", float("nan")), ("min_group_size", 0), ("min_group_size", 2.5),
-    ("min_group_size", True), ("disparity_severity", "maybe"), ("tv_severity", "error"), ("slowdown_severity", None),
-    ("disparity_metrics", []), ("disparity_metrics", [""]),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("alpha", 0.0),
+        ("alpha", 1.0),
+        ("alpha", -0.1),
+        ("alpha", "0.05"),
+        ("tv_delta", 0.0),
+        ("tv_delta", 1.5),
+        ("band_low", 0.0),
+        ("band_low", 1.5),
+        ("band_high", 0.9),
+        ("band_high", float("inf")),
+        ("min_speedup", 0.0),
+        ("min_speedup", -1.0),
+        ("min_speedup", float("nan")),
+        ("min_group_size", 0),
+        ("min_group_size", 2.5),
+        ("min_group_size", True),
+        ("disparity_severity", "maybe"),
+        ("tv_severity", "error"),
+        ("slowdown_severity", None),
+        ("disparity_metrics", []),
+        ("disparity_metrics", [""]),
+    ],
+)
 def test_impossible_thresholds_name_the_field(field, value):
     with pytest.raises(InputError, match=f"gate.{field}"):
         GateThresholds(**{field: value})
@@ -59,8 +78,9 @@ def test_threshold_defaults_and_band():
 
 def test_load_thresholds_reads_only_the_gate_section(tmp_path):
     path = tmp_path / "audit.yaml"
-    path.write_text(yaml.safe_dump({"target": "default", "k": 4, "gate": {"min-speedup": 0.9, "band_low": 0.75,
-                                                                            "disparity_severity": "warn"}}))
+    path.write_text(
+        yaml.safe_dump({"target": "default", "k": 4, "gate": {"min-speedup": 0.9, "band_low": 0.75, "disparity_severity": "warn"}})
+    )
     t = load_thresholds(path)
     assert (t.min_speedup, t.band_low, t.disparity_severity) == (0.9, 0.75, WARN)
     assert load_thresholds(None) == GateThresholds()
@@ -70,12 +90,15 @@ def test_load_thresholds_reads_only_the_gate_section(tmp_path):
     assert load_thresholds(path) == GateThresholds()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("gate:\n  band_low: 1.5\n", r"config file .*audit.yaml: gate.band_low must be a number in \(0, 1\]"),
-    ("gate:\n  minimum_speedup: 1\n", "unknown gate setting.*minimum_speedup"),
-    ("gate: [1, 2]\n", "gate section must be a mapping"),
-    ("gate: {alpha: [\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("gate:\n  band_low: 1.5\n", r"config file .*audit.yaml: gate.band_low must be a number in \(0, 1\]"),
+        ("gate:\n  minimum_speedup: 1\n", "unknown gate setting.*minimum_speedup"),
+        ("gate: [1, 2]\n", "gate section must be a mapping"),
+        ("gate: {alpha: [\n", "not valid YAML"),
+    ],
+)
 def test_bad_gate_config_is_one_clear_error(tmp_path, text, message):
     path = tmp_path / "audit.yaml"
     path.write_text(text)
@@ -112,8 +135,15 @@ def test_passing_snapshot_exits_0_with_warnings_and_without(snapshot):
     names = [c.name for c in result.checks]
     dim = _dimension(snapshot)
     assert names[:2] == ["equivalence[hf-assisted]", "equivalence[speculative]"]
-    assert {"control[vanilla]", "impossible-tokens", "tv-bound[speculative]", f"disparity[{dim}/acceptance_rate]",
-            f"disparity[{dim}/speedup]", f"min-speedup[{dim}]", f"group-size[{dim}]"} <= set(names)
+    assert {
+        "control[vanilla]",
+        "impossible-tokens",
+        "tv-bound[speculative]",
+        f"disparity[{dim}/acceptance_rate]",
+        f"disparity[{dim}/speedup]",
+        f"min-speedup[{dim}]",
+        f"group-size[{dim}]",
+    } <= set(names)
     assert _check(result, "equivalence[speculative]").status == PASS
     assert _check(result, "impossible-tokens").status == PASS
     assert _check(result, f"group-size[{dim}]").status == WARN  # 3 prompts per group < 20
@@ -129,8 +159,11 @@ def test_passing_snapshot_exits_0_with_warnings_and_without(snapshot):
     assert loose.status == PASS and loose.exit_code == 0, loose.format()
     payload = json.loads(json.dumps(result.to_dict()))  # what goes into snapshot["gate"]
     assert payload["status"] == WARN and payload["exit_code"] == 0 and len(payload["checks"]) == len(names)
-    assert payload["counts"] == {"pass": sum(c.status == PASS for c in result.checks),
-                                 "warn": sum(c.status == WARN for c in result.checks), "fail": 0}
+    assert payload["counts"] == {
+        "pass": sum(c.status == PASS for c in result.checks),
+        "warn": sum(c.status == WARN for c in result.checks),
+        "fail": 0,
+    }
 
 
 # ---------------------------------------------------------------------------- equivalence checks
@@ -187,9 +220,20 @@ def test_tv_bound_warns_when_not_shown_and_fails_if_configured(snapshot):
 def test_greedy_divergences_fail_only_when_not_near_ties():
     def greedy(classifications):
         divergences = [{"prompt_id": f"p{i}", "position": 2, "classification": c} for i, c in enumerate(classifications)]
-        return {"equivalence": {"status": "pass", "mode": "greedy", "alpha": 0.05, "control": "vanilla",
-                                "engines": {"speculative": {"verdict": "pass", "greedy": {
-                                    "n_pairs": 10, "n_matches": 10 - len(divergences), "divergences": divergences}}}}}
+        return {
+            "equivalence": {
+                "status": "pass",
+                "mode": "greedy",
+                "alpha": 0.05,
+                "control": "vanilla",
+                "engines": {
+                    "speculative": {
+                        "verdict": "pass",
+                        "greedy": {"n_pairs": 10, "n_matches": 10 - len(divergences), "divergences": divergences},
+                    }
+                },
+            }
+        }
 
     benign = evaluate_gate(greedy(["near-tie", "near-tie"]))
     assert _check(benign, "equivalence[speculative]").status == PASS
@@ -260,8 +304,11 @@ def test_group_size_threshold(snapshot):
 
 
 def test_missing_sections_warn_as_not_run_and_never_crash():
-    for partial in ({"schema_version": 1}, {"schema_version": 1, "equivalence": {"status": "not run"}, "groups": {}, "disparities": {}},
-                    {"equivalence": "garbage", "groups": [], "disparities": None}):
+    for partial in (
+        {"schema_version": 1},
+        {"schema_version": 1, "equivalence": {"status": "not run"}, "groups": {}, "disparities": {}},
+        {"equivalence": "garbage", "groups": [], "disparities": None},
+    ):
         result = evaluate_gate(partial)
         assert result.checks and all(c.status == WARN and c.message.startswith("not run") for c in result.checks)
         assert result.exit_code == 0

@@ -35,12 +35,24 @@ import pytest
 from specaudit.gate import evaluate_gate
 from specaudit.report import render_report
 
-CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium") if p and os.path.exists(p)), None)
+CHROMIUM = next(
+    (p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), "/usr/bin/chromium") if p and os.path.exists(p)), None
+)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary (Debian package `chromium`): browser checks not run")
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-extensions", "--host-resolver-rules=MAP * ~NOTFOUND",
-         "--hide-scrollbars"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--hide-scrollbars",
+]
 
 
 def _chromium(tmp_path: Path, *args: str, timeout: int = 90) -> subprocess.CompletedProcess:
@@ -64,8 +76,8 @@ def _png_rows(path: Path, max_rows: int):
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, header = 8, b"", None
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
         pos += 12 + length
         if kind == b"IHDR":
             header = struct.unpack(">IIBB", body[:10])
@@ -79,7 +91,7 @@ def _png_rows(path: Path, max_rows: int):
     previous = bytearray(stride)
     for y in range(min(height, max_rows)):
         start = y * (stride + 1)
-        kind, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
         for x in range(stride):  # PNG row filters: none, sub, up, average, Paeth
             a = line[x - bpp] if x >= bpp else 0
             b = previous[x]
@@ -118,8 +130,12 @@ def _axe_script() -> Path:
     if npm is None:
         pytest.skip("axe-core not found and no npm to install it (set SPECAUDIT_AXE or run .ci/run): accessibility check not run")
     AXE_CACHE.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(AXE_CACHE), "axe-core@4"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(AXE_CACHE), "axe-core@4"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if not cached.is_file():
         pytest.skip(f"could not install axe-core from the npm registry ({done.stderr.strip()[-300:]}): accessibility check not run")
     return cached
@@ -153,7 +169,7 @@ CHECKER = """
 
 
 def _luminance(colour: str) -> float:
-    channels = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
     linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
     return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
 
@@ -183,16 +199,19 @@ def test_dom_has_the_charts_and_no_request_leaves_the_page(tmp_path, report_file
     exposed.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html), encoding="utf-8")
     assert "Content-Security-Policy" not in exposed.read_text(encoding="utf-8")
     control = tmp_path / "control.html"
-    control.write_text('<!DOCTYPE html><html><head><link rel="stylesheet" href="https://fonts.example.invalid/a.css"></head>'
-                       '<body><img src="http://images.example.invalid/b.png"><p>control</p></body></html>')
+    control.write_text(
+        '<!DOCTYPE html><html><head><link rel="stylesheet" href="https://fonts.example.invalid/a.css"></head>'
+        '<body><img src="http://images.example.invalid/b.png"><p>control</p></body></html>'
+    )
 
     def page_requests(page: Path):
         log = tmp_path / f"{page.stem}.netlog.json"
         result = _chromium(tmp_path, f"--log-net-log={log}", "--dump-dom", page.as_uri())
         events = json.loads(log.read_text(encoding="utf-8"))
         names = {v: k for k, v in events["constants"]["logEventTypes"].items()}
-        started = [e["params"] for e in events["events"]
-                   if names.get(e["type"]) == "URL_REQUEST_START_JOB" and "url" in e.get("params", {})]
+        started = [
+            e["params"] for e in events["events"] if names.get(e["type"]) == "URL_REQUEST_START_JOB" and "url" in e.get("params", {})
+        ]
         return result.stdout, [p["url"] for p in started if p.get("initiator") != "not an origin"]
 
     dom, requests = page_requests(exposed)
@@ -213,7 +232,7 @@ def test_screenshot_is_not_blank(tmp_path, report_file):
     for width, bpp, line in _png_rows(shot, max_rows=420):  # header, navigation and the three verdict cards
         assert width == 1280
         rows += 1
-        colours.update(line[i:i + 3] for i in range(0, len(line), bpp * 7))
+        colours.update(line[i : i + 3] for i in range(0, len(line), bpp * 7))
     assert rows == 420
     assert len(colours) > 20, f"screenshot looks blank: {len(colours)} colours"
     assert b"\xff\xff\xff" in colours  # the page background
@@ -236,7 +255,9 @@ def test_default_audit_is_accessible_and_every_chart_readable(tmp_path, example_
     html = example_report.read_text(encoding="utf-8")
     html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html)  # the checker is a script
     script = axe.read_text(encoding="utf-8")
-    checked.write_text(html.replace("</main>", f"<script>{script}</script>{CHECKER}</main>"), encoding="utf-8")  # inside main: not a stray region
+    checked.write_text(
+        html.replace("</main>", f"<script>{script}</script>{CHECKER}</main>"), encoding="utf-8"
+    )  # inside main: not a stray region
     dom = _chromium(tmp_path, "--virtual-time-budget=60000", "--dump-dom", checked.as_uri(), timeout=180).stdout
     found = re.search(r'<pre id="a11y-result">(.*?)</pre>', dom, re.S)
     assert found and found.group(1) != "pending", "the accessibility checker did not finish"
@@ -251,8 +272,9 @@ def test_default_audit_is_accessible_and_every_chart_readable(tmp_path, example_
         # a text alternative: role img, a label, a title and a description that says what the chart shows
         assert chart["role"] == "img" and chart["label"] and chart["title"] and len(chart["desc"]) > 40, chart["label"]
         assert all(_contrast_on_white(c) >= 4.5 for c in chart["texts"] if c != "none"), chart["label"]
-        marks = [c for c in chart["fills"] if c not in BACKGROUND_FILLS] + \
-                [c for c in chart["strokes"] if c not in DECORATIVE_STROKES and c != "none"]
+        marks = [c for c in chart["fills"] if c not in BACKGROUND_FILLS] + [
+            c for c in chart["strokes"] if c not in DECORATIVE_STROKES and c != "none"
+        ]
         low = sorted({c for c in marks if _contrast_on_white(c) < 3.0})
         assert low == [], f"{chart['label']}: marks under 3:1 on white: {low}"
 

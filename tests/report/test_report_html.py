@@ -96,22 +96,48 @@ def test_report_shows_every_required_part(snapshot):
     assert "Do not ship hf-assisted" in actions and "MUST" in actions
     # the audit subject: target and its hash, the draft as what it is, decoding, hardware, seed, prompt set, version, date
     run = snapshot["run"]
-    for words in ("Target", "Draft", "Decoding", "Hardware", "Seed", "Prompt set", "specaudit", "Date", run["prompt_set"]["checksum"],
-                  run["created"], "k = 4"):
+    for words in (
+        "Target",
+        "Draft",
+        "Decoding",
+        "Hardware",
+        "Seed",
+        "Prompt set",
+        "specaudit",
+        "Date",
+        run["prompt_set"]["checksum"],
+        run["created"],
+        "k = 4",
+    ):
         assert str(words) in about, words
     assert next(iter(run["models"]["target"]["sha256"].values())) in about
     # correctness: every engine, each test with statistic, p, Holm p; bound, power, PIT chart
     for engine in engines:
         assert engine in equivalence
-    for words in ("PIT uniformity (Anderson–Darling)", "surprisal martingale", "Holm p", "Equivalence bound",
-                  "What this budget could detect", "Two-sample tests against vanilla", "REJECTED"):
+    for words in (
+        "PIT uniformity (Anderson–Darling)",
+        "surprisal martingale",
+        "Holm p",
+        "Equivalence bound",
+        "What this budget could detect",
+        "Two-sample tests against vanilla",
+        "REJECTED",
+    ):
         assert words in equivalence, words
     assert "PASS" not in equivalence.replace("PASSES", "")  # a test that does not reject is "not rejected", never PASS
     spec_p = engines["speculative"]["goodness_of_fit"]["tests"]["surprisal"]["pvalue"]
     assert f"{spec_p:.3f}" in equivalence or spec_p < 0.001
     # fairness: one forest per dimension, group sizes, tests, drill-down, fallback
-    for words in ("ratio to", "each group against", "Holm p", "Token-level drill-down", "Acceptance by draft position",
-                  "Fallback simulation", "Recommendations", "Most-corrected tokens"):
+    for words in (
+        "ratio to",
+        "each group against",
+        "Holm p",
+        "Token-level drill-down",
+        "Acceptance by draft position",
+        "Fallback simulation",
+        "Recommendations",
+        "Most-corrected tokens",
+    ):
         assert words in disparity, words
     assert "plain (3)" in html
     # gate: one row per check
@@ -175,12 +201,15 @@ def test_markdown_escape():
 
 
 # ---------------------------------------------------------------------------- missing and odd sections
-@pytest.mark.parametrize("drop", [
-    ("equivalence", "groups", "disparities", "recommendations", "gate", "run"),
-    ("groups", "disparities", "recommendations"),
-    ("equivalence",),
-    ("gate",),
-])
+@pytest.mark.parametrize(
+    "drop",
+    [
+        ("equivalence", "groups", "disparities", "recommendations", "gate", "run"),
+        ("groups", "disparities", "recommendations"),
+        ("equivalence",),
+        ("gate",),
+    ],
+)
 def test_missing_sections_render_as_not_run(tmp_path, snapshot, drop):
     _gated(snapshot)
     for key in drop:
@@ -224,14 +253,54 @@ def test_equivalence_marked_not_run_and_odd_shapes_never_crash(tmp_path, snapsho
 
 def test_greedy_equivalence_section_attributes_divergences(snapshot):
     snapshot["equivalence"] = {
-        "status": "fail", "mode": "greedy", "alpha": 0.05, "delta": 0.05, "control": "vanilla", "family_rule": "exact match",
-        "engines": {"speculative": {"verdict": "fail", "greedy": {
-            "engine": "speculative", "reference": "vanilla", "n_pairs": 20, "n_matches": 18, "match_rate": 0.9,
-            "ci_low": 0.68, "ci_high": 0.99, "verdict": "fail", "divergences": [
-                {"key": "a|speculative|0", "prompt_id": "<i>a</i>", "position": 5, "token": 11, "reference_token": 12,
-                 "logit_gap": 1e-6, "top2_gap": 1e-6, "scale": 9.0, "tolerance": 9e-3, "classification": "near-tie"},
-                {"key": "b|speculative|0", "prompt_id": "b", "position": 2, "token": 3, "reference_token": 4,
-                 "logit_gap": 1.7, "top2_gap": 1.7, "scale": 9.0, "tolerance": 9e-3, "classification": "clear"}]}}}}
+        "status": "fail",
+        "mode": "greedy",
+        "alpha": 0.05,
+        "delta": 0.05,
+        "control": "vanilla",
+        "family_rule": "exact match",
+        "engines": {
+            "speculative": {
+                "verdict": "fail",
+                "greedy": {
+                    "engine": "speculative",
+                    "reference": "vanilla",
+                    "n_pairs": 20,
+                    "n_matches": 18,
+                    "match_rate": 0.9,
+                    "ci_low": 0.68,
+                    "ci_high": 0.99,
+                    "verdict": "fail",
+                    "divergences": [
+                        {
+                            "key": "a|speculative|0",
+                            "prompt_id": "<i>a</i>",
+                            "position": 5,
+                            "token": 11,
+                            "reference_token": 12,
+                            "logit_gap": 1e-6,
+                            "top2_gap": 1e-6,
+                            "scale": 9.0,
+                            "tolerance": 9e-3,
+                            "classification": "near-tie",
+                        },
+                        {
+                            "key": "b|speculative|0",
+                            "prompt_id": "b",
+                            "position": 2,
+                            "token": 3,
+                            "reference_token": 4,
+                            "logit_gap": 1.7,
+                            "top2_gap": 1.7,
+                            "scale": 9.0,
+                            "tolerance": 9e-3,
+                            "classification": "clear",
+                        },
+                    ],
+                },
+            }
+        },
+    }
     html = render_html(_gated(snapshot))
     equivalence = _section(_parse(html), "equivalence")
     assert "Mode greedy" in equivalence and "18 of 20 prompts" in equivalence and "90% [68%, 99%]" in equivalence
@@ -278,8 +347,7 @@ def test_groups_csv_one_row_per_dimension_group_metric(tmp_path, snapshot):
     paths = render_report(snapshot, tmp_path)
     rows = list(csv.DictReader(io.StringIO(paths["groups"].read_text(encoding="utf-8"))))
     assert tuple(rows[0]) == CSV_COLUMNS
-    expected = sum(len(e["metrics"]) for part in snapshot["groups"].values()
-                   for e in [part["overall"], *part["by_group"].values()])
+    expected = sum(len(e["metrics"]) for part in snapshot["groups"].values() for e in [part["overall"], *part["by_group"].values()])
     assert len(rows) == expected == len(groups_rows(snapshot))
     keys = {(r["dimension"], r["group"], r["kind"], r["metric"]) for r in rows}
     assert len(keys) == len(rows)  # one row per dimension × group × metric
@@ -321,8 +389,11 @@ def test_junit_has_one_case_per_gate_check(tmp_path, snapshot):
     not_run = [c for c in result.checks if c.details.get("not_run")]
     assert len(failed) == result.counts["fail"] >= 1 and len(warned) == result.counts["warn"] >= 1
     # a warning is a passed test case (CI must not read it as "not run"); only a check that could not judge is skipped
-    assert all(c.find("skipped") is None and c.find("failure") is None and c.find("system-out").text.startswith("WARN")
-               for c in warned if c.get("name") not in {n.name for n in not_run})
+    assert all(
+        c.find("skipped") is None and c.find("failure") is None and c.find("system-out").text.startswith("WARN")
+        for c in warned
+        if c.get("name") not in {n.name for n in not_run}
+    )
     assert [c.get("name") for c in skipped] == [c.name for c in not_run]
     suite = root.find("testsuite")
     assert int(suite.get("tests")) == len(cases) and int(suite.get("failures")) == len(failed)
@@ -368,8 +439,10 @@ def test_report_cli(tmp_path, audit_run, capsys):
 
 def test_a_control_rejected_only_at_alpha_is_shown_with_what_to_do(snapshot):
     snapshot = copy.deepcopy(snapshot)
-    snapshot["equivalence"]["control_warning"] = ("the vanilla control was rejected at alpha = 0.05 (Holm p = 0.04) but not at the "
-                                                  "control level 0.001: a correct control is rejected at alpha in 1 audit of 20; rerun")
+    snapshot["equivalence"]["control_warning"] = (
+        "the vanilla control was rejected at alpha = 0.05 (Holm p = 0.04) but not at the "
+        "control level 0.001: a correct control is rejected at alpha in 1 audit of 20; rerun"
+    )
     html = render_html(_gated(snapshot))
     parsed = _parse(html)
     assert "the vanilla control was rejected at alpha = 0.05" in _section(parsed, "equivalence")  # the callout
@@ -395,8 +468,10 @@ def test_comparison_status_uses_the_carried_status_or_the_interval_never_ok():
     assert comparison_status(_ratio(0.3, 0.7, status="inconclusive"), band) == DisparityStatus.FLAG
     assert comparison_status(_ratio(1.3, 1.9), band) == DisparityStatus.FLAG
     # a design that cannot detect a ratio at the band's edges cannot decide, even with a narrow interval
-    assert comparison_status(_ratio(0.85, 1.2, min_detectable_ratio_low=0.6, min_detectable_ratio_high=1.4), band) == \
-        DisparityStatus.INSUFFICIENT
+    assert (
+        comparison_status(_ratio(0.85, 1.2, min_detectable_ratio_low=0.6, min_detectable_ratio_high=1.4), band)
+        == DisparityStatus.INSUFFICIENT
+    )
     assert comparison_status(_ratio(0.85, 1.2, mdr={"low": 0.7, "high": 1.3}), band) == DisparityStatus.INSUFFICIENT
     assert comparison_status({"ratio": {"value": None}}, band) == DisparityStatus.INSUFFICIENT
     # the decisive-audits vocabulary, when a snapshot carries it, is used as it is
@@ -479,7 +554,10 @@ def test_forest_plots_show_every_group_unclipped_with_one_colour_per_group():
         assert xs and min(xs) >= 170 - 24 and max(xs) <= 1000
         # the drill-down panels give each group the same colour, every group present
         for chart in [b for b in bars if f", {dimension}<" in b or f"{dimension}</title>" in b]:
-            panels = {name: colour for colour, name in re.findall(r'fill="(#[0-9A-Fa-f]{6})"/><text[^>]*font-weight="bold"[^>]*>([^<]+)</text>', chart)}
+            panels = {
+                name: colour
+                for colour, name in re.findall(r'fill="(#[0-9A-Fa-f]{6})"/><text[^>]*font-weight="bold"[^>]*>([^<]+)</text>', chart)
+            }
             assert {g: panels.get(g) for g in groups} == {g: labels[g] for g in groups}
 
 
@@ -519,12 +597,21 @@ def test_report_compare_shows_what_changed_per_group(tmp_path, snapshot, capsys)
 
 
 def test_junit_marks_checks_that_could_not_judge_as_skipped_with_the_reason():
-    gate = {"status": "warn", "checks": [
-        {"name": "disparity[d/speedup]", "title": "d", "status": "warn", "message": "3 prompts per group: cannot decide",
-         "details": {"status": "INSUFFICIENT"}},
-        {"name": "min-speedup[d]", "title": "m", "status": "warn", "message": "not run: no timings", "details": {"not_run": True}},
-        {"name": "tv-bound[spec]", "title": "t", "status": "warn", "message": "TV bound 0.9 > δ"},
-        {"name": "impossible-tokens", "title": "i", "status": "pass", "message": "none"}]}
+    gate = {
+        "status": "warn",
+        "checks": [
+            {
+                "name": "disparity[d/speedup]",
+                "title": "d",
+                "status": "warn",
+                "message": "3 prompts per group: cannot decide",
+                "details": {"status": "INSUFFICIENT"},
+            },
+            {"name": "min-speedup[d]", "title": "m", "status": "warn", "message": "not run: no timings", "details": {"not_run": True}},
+            {"name": "tv-bound[spec]", "title": "t", "status": "warn", "message": "TV bound 0.9 > δ"},
+            {"name": "impossible-tokens", "title": "i", "status": "pass", "message": "none"},
+        ],
+    }
     root = ET.fromstring(junit_xml(gate))
     cases = {c.get("name"): c for c in root.iter("testcase")}
     for name in ("disparity[d/speedup]", "min-speedup[d]"):
@@ -552,8 +639,11 @@ def test_decision_follows_the_gate_and_the_evidence(snapshot):
     ok = [("speculative", EquivalenceStatus.EQUIVALENT)]
     snapshot["gate"] = {"status": "pass", "exit_code": 0, "checks": [{"name": "impossible-tokens", "status": "pass"}]}
     assert decide(snapshot, ok, comps, speed)["title"] == "Enable"
-    snapshot["gate"] = {"status": "warn", "exit_code": 0, "checks": [{"name": "group-size[style]", "status": "warn"},
-                                                                      {"name": "tv-bound[speculative]", "status": "warn"}]}
+    snapshot["gate"] = {
+        "status": "warn",
+        "exit_code": 0,
+        "checks": [{"name": "group-size[style]", "status": "warn"}, {"name": "tv-bound[speculative]", "status": "warn"}],
+    }
     decision = decide(snapshot, ok, comps, speed)
     assert decision["title"] == "Enable with conditions" and decision["gate"] == "Gate: WARN (exit 0)"
     assert "group-size (1), tv-bound (1)" in decision["reasons"][0]

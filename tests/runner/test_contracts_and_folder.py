@@ -17,12 +17,37 @@ from specaudit.execution.folder import LOCK_FILE, RunFolder, folder_lock
 from specaudit.execution.plan import plan_items
 from specaudit.records import RecordWriter, load_records, read_records
 
-LINE = {"key": "p1|vanilla|0", "prompt_id": "p1", "pair_id": None, "attributes": {"g": "a"}, "engine": "vanilla", "sample": 0,
-        "seed": 7, "timing_only": False, "sampling": {"temperature": 1.0}, "k": 0, "prompt_token_ids": [1, 2],
-        "output_token_ids": [3, 4], "text": "hi", "finish_reason": "length", "wall_s": 0.5, "ttft_s": None, "steps": 2,
-        "proposed": 0, "accepted": 0, "accepted_per_step": [], "proposed_per_step": [], "beta": [], "accept_prob": [],
-        "step_pit": [[0.1, 0.2]], "draft_s": 0.0, "verify_s": 0.0, "step_s": [0.25], "backend": "endpoint",
-        "target_logprobs": None}
+LINE = {
+    "key": "p1|vanilla|0",
+    "prompt_id": "p1",
+    "pair_id": None,
+    "attributes": {"g": "a"},
+    "engine": "vanilla",
+    "sample": 0,
+    "seed": 7,
+    "timing_only": False,
+    "sampling": {"temperature": 1.0},
+    "k": 0,
+    "prompt_token_ids": [1, 2],
+    "output_token_ids": [3, 4],
+    "text": "hi",
+    "finish_reason": "length",
+    "wall_s": 0.5,
+    "ttft_s": None,
+    "steps": 2,
+    "proposed": 0,
+    "accepted": 0,
+    "accepted_per_step": [],
+    "proposed_per_step": [],
+    "beta": [],
+    "accept_prob": [],
+    "step_pit": [[0.1, 0.2]],
+    "draft_s": 0.0,
+    "verify_s": 0.0,
+    "step_s": [0.25],
+    "backend": "endpoint",
+    "target_logprobs": None,
+}
 
 
 def test_record_round_trips_the_json_of_a_line_with_its_extras_in_order():
@@ -34,14 +59,17 @@ def test_record_round_trips_the_json_of_a_line_with_its_extras_in_order():
     assert record.with_extra(note="x").to_json() == {**LINE, "note": "x"}
 
 
-@pytest.mark.parametrize(("field", "value", "expected"), [
-    ("output_token_ids", "3 4", "a list of integers"),
-    ("output_token_ids", [3, 4.5], "a list of integers"),
-    ("sample", True, "an integer or a string"),
-    ("timing_only", "no", "true or false"),
-    ("beta", [[0.5, "x"]], "a list of lists of numbers"),
-    ("wall_s", "slow", "a number or null"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("output_token_ids", "3 4", "a list of integers"),
+        ("output_token_ids", [3, 4.5], "a list of integers"),
+        ("sample", True, "an integer or a string"),
+        ("timing_only", "no", "true or false"),
+        ("beta", [[0.5, "x"]], "a list of lists of numbers"),
+        ("wall_s", "slow", "a number or null"),
+    ],
+)
 def test_a_field_of_the_wrong_type_names_file_line_and_field(tmp_path, field, value, expected):
     path = tmp_path / "records.jsonl"
     path.write_text(json.dumps(LINE) + "\n" + json.dumps({**LINE, "key": "b", field: value}) + "\n")
@@ -65,8 +93,13 @@ def test_plan_items_interleave_engines_and_mark_timing_repeats(tiny_prompts_file
     cfg = RunConfig(prompts=str(tiny_prompts_file), samples=2, timing_repeats=1, draft="ngram")
     items = plan_items(prompts, cfg)
     assert [(i.engine, i.sample, i.timing_only) for i in items] == [
-        ("vanilla", 0, False), ("speculative", 0, False), ("speculative", 1, False), ("vanilla", 1, False),
-        ("vanilla", "t0", True), ("speculative", "t0", True)]
+        ("vanilla", 0, False),
+        ("speculative", 0, False),
+        ("speculative", 1, False),
+        ("vanilla", 1, False),
+        ("vanilla", "t0", True),
+        ("speculative", "t0", True),
+    ]
     assert items[0].key == f"{prompts[0].id}|vanilla|0"
 
 
@@ -98,8 +131,10 @@ def test_a_run_into_a_locked_folder_is_refused_before_writing(tmp_path, tiny_pro
 def test_out_naming_a_file_or_an_unwritable_folder_is_one_sentence(tmp_path, tiny_prompts_file, capsys, command):
     a_file = tmp_path / "afile"
     a_file.write_text("keep me")
-    args = {"run": ["run", "--prompts", str(tiny_prompts_file), "--draft", "ngram", "--quiet"],
-            "merge": ["merge", str(tmp_path / "shard0")]}[command]
+    args = {
+        "run": ["run", "--prompts", str(tiny_prompts_file), "--draft", "ngram", "--quiet"],
+        "merge": ["merge", str(tmp_path / "shard0")],
+    }[command]
     for out, message in ((a_file, "is a file, not a folder"), (a_file / "sub", "is a file, not a folder")):
         assert main([*args, "--out", str(out)]) == 2
         err = capsys.readouterr().err

@@ -6,9 +6,19 @@ from pathlib import Path
 import specaudit
 
 ROOT = Path(specaudit.__file__).parent
-RUN_MODULES = ("specaudit.runner", "specaudit.ray_executor", "specaudit.shards", "specaudit.records", "specaudit.config",
-               "specaudit.audit", "specaudit.backends", "specaudit.execution", "specaudit.contracts", "specaudit._files",
-               "specaudit._validation")
+RUN_MODULES = (
+    "specaudit.runner",
+    "specaudit.ray_executor",
+    "specaudit.shards",
+    "specaudit.records",
+    "specaudit.config",
+    "specaudit.audit",
+    "specaudit.backends",
+    "specaudit.execution",
+    "specaudit.contracts",
+    "specaudit._files",
+    "specaudit._validation",
+)
 
 
 def _graph() -> dict[str, set[str]]:

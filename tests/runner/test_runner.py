@@ -14,14 +14,37 @@ from specaudit.errors import InputError
 from specaudit.records import check_invariants, read_records
 from specaudit.runner import run
 
-OUTPUT_FIELDS = ("key", "prompt_id", "engine", "sample", "seed", "prompt_token_ids", "output_token_ids", "text", "finish_reason",
-                 "steps", "proposed", "accepted", "accepted_per_step", "beta")
+OUTPUT_FIELDS = (
+    "key",
+    "prompt_id",
+    "engine",
+    "sample",
+    "seed",
+    "prompt_token_ids",
+    "output_token_ids",
+    "text",
+    "finish_reason",
+    "steps",
+    "proposed",
+    "accepted",
+    "accepted_per_step",
+    "beta",
+)
 
 
 def _config(tiny_pair_dir, prompts, **overrides):
     target, draft = tiny_pair_dir
-    options = dict(target=str(target), draft=str(draft), engines="vanilla,speculative,hf-assisted", samples=2, max_new_tokens=24,
-                   prompts=str(prompts), device="cpu", seed=3, temperature=1.0)
+    options = dict(
+        target=str(target),
+        draft=str(draft),
+        engines="vanilla,speculative,hf-assisted",
+        samples=2,
+        max_new_tokens=24,
+        prompts=str(prompts),
+        device="cpu",
+        seed=3,
+        temperature=1.0,
+    )
     options.update(overrides)
     return RunConfig(**options)
 
@@ -38,7 +61,9 @@ def test_run_writes_records_and_manifest(tmp_path, tiny_pair_dir, tiny_prompts_f
     assert summary.records == len(records) == 4 * 3 * (2 + 1)
     assert not check_invariants(records)
     torn = next(dict(r, step_pit=r["step_pit"][:-1]) for r in records if r["engine"] == "speculative")
-    assert check_invariants([torn]) == [f"{torn['key']}: step_pit has {len(torn['step_pit'])} entries for {len(torn['output_token_ids'])} new tokens"]
+    assert check_invariants([torn]) == [
+        f"{torn['key']}: step_pit has {len(torn['step_pit'])} entries for {len(torn['output_token_ids'])} new tokens"
+    ]
     assert sum(r["timing_only"] for r in records) == 4 * 3
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["prompt_set"]["checksum"] == manifest["prompt_set_checksum"]
@@ -57,7 +82,11 @@ def test_rerun_is_a_no_op_and_settings_change_is_refused(tmp_path, tiny_pair_dir
     again = run(cfg, tmp_path / "run", progress=False)
     assert again.written == 0 and again.skipped == again.records == 8
     with pytest.raises(InputError, match="other settings.*temperature"):
-        run(_config(tiny_pair_dir, tiny_prompts_file, engines="vanilla,speculative", samples=1, temperature=0.5), tmp_path / "run", progress=False)
+        run(
+            _config(tiny_pair_dir, tiny_prompts_file, engines="vanilla,speculative", samples=1, temperature=0.5),
+            tmp_path / "run",
+            progress=False,
+        )
 
 
 def test_torn_last_line_is_dropped_and_run_completes(tmp_path, tiny_pair_dir, tiny_prompts_file):
@@ -84,8 +113,29 @@ def test_corruption_in_the_middle_is_an_input_error(tmp_path):
 
 def test_sigkill_midway_then_resume_equals_uninterrupted_run(tmp_path, tiny_pair_dir, tiny_prompts_file):
     target, draft = tiny_pair_dir
-    args = [sys.executable, "-m", "specaudit.cli", "run", "--target", str(target), "--draft", str(draft), "--prompts", str(tiny_prompts_file),
-            "--engines", "vanilla,speculative", "--samples", "6", "--max-new-tokens", "24", "--device", "cpu", "--seed", "5", "--quiet"]
+    args = [
+        sys.executable,
+        "-m",
+        "specaudit.cli",
+        "run",
+        "--target",
+        str(target),
+        "--draft",
+        str(draft),
+        "--prompts",
+        str(tiny_prompts_file),
+        "--engines",
+        "vanilla,speculative",
+        "--samples",
+        "6",
+        "--max-new-tokens",
+        "24",
+        "--device",
+        "cpu",
+        "--seed",
+        "5",
+        "--quiet",
+    ]
     reference = tmp_path / "reference"
     subprocess.run(args + ["--out", str(reference)], check=True, capture_output=True)
     interrupted = tmp_path / "interrupted"
@@ -137,7 +187,9 @@ def test_draft_noise_lowers_acceptance_on_its_group_only(tmp_path, tiny_pair_dir
         chosen = [r for r in records if r["attributes"]["group"] == group]
         return sum(r["accepted"] for r in chosen) / sum(r["proposed"] for r in chosen)
 
-    assert _outputs([r for r in clean if r["attributes"]["group"] == "a"]) == _outputs([r for r in noisy if r["attributes"]["group"] == "a"])
+    assert _outputs([r for r in clean if r["attributes"]["group"] == "a"]) == _outputs(
+        [r for r in noisy if r["attributes"]["group"] == "a"]
+    )
     assert rate(noisy, "b") < 0.6 * rate(clean, "b")
     manifest = json.loads((tmp_path / "noisy" / "manifest.json").read_text())
     assert manifest["decoding"]["draft_noise"] == "group=b:4.0"
@@ -161,8 +213,11 @@ def test_a_conversation_reaches_the_model_through_the_chat_template(tmp_path, ti
     tokenizer = AutoTokenizer.from_pretrained(target)
     tokenizer.chat_template = "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}<s>assistant: "
     tokenizer.save_pretrained(target)
-    messages = [{"role": "user", "content": "name a colour"}, {"role": "assistant", "content": "blue"},
-                {"role": "user", "content": "another one"}]
+    messages = [
+        {"role": "user", "content": "name a colour"},
+        {"role": "assistant", "content": "blue"},
+        {"role": "user", "content": "another one"},
+    ]
     source = tmp_path / "chat.jsonl"
     source.write_text(json.dumps({"id": "chat-1", "messages": messages, "attributes": {"kind": "chat"}}) + "\n")
     cfg = _config((target, tiny_pair_dir[1]), source, engines="vanilla", samples=1, max_new_tokens=4)

@@ -17,14 +17,38 @@ from specaudit.records import check_invariants, read_records
 from specaudit.runner import run
 
 # Everything but timings: what must not depend on where or in how many pieces the plan ran.
-OUTPUT_FIELDS = ("key", "prompt_id", "engine", "sample", "seed", "prompt_token_ids", "output_token_ids", "text", "finish_reason",
-                 "steps", "proposed", "accepted", "accepted_per_step", "proposed_per_step", "beta")
+OUTPUT_FIELDS = (
+    "key",
+    "prompt_id",
+    "engine",
+    "sample",
+    "seed",
+    "prompt_token_ids",
+    "output_token_ids",
+    "text",
+    "finish_reason",
+    "steps",
+    "proposed",
+    "accepted",
+    "accepted_per_step",
+    "proposed_per_step",
+    "beta",
+)
 
 
 def _config(tiny_pair_dir, prompts, **overrides) -> RunConfig:
     target, draft = tiny_pair_dir
-    options = dict(target=str(target), draft=str(draft), engines="vanilla,speculative", samples=3, max_new_tokens=24,
-                   prompts=str(prompts), device="cpu", seed=5, temperature=1.0)
+    options = dict(
+        target=str(target),
+        draft=str(draft),
+        engines="vanilla,speculative",
+        samples=3,
+        max_new_tokens=24,
+        prompts=str(prompts),
+        device="cpu",
+        seed=5,
+        temperature=1.0,
+    )
     options.update(overrides)
     return RunConfig(**options)
 
@@ -96,8 +120,20 @@ def test_a_killed_worker_loses_and_duplicates_nothing(tmp_path, tiny_pair_dir, t
 
 def test_missing_ray_and_shard_are_one_sentence_errors(tmp_path, tiny_pair_dir, tiny_prompts_file, monkeypatch, capsys):
     target, draft = tiny_pair_dir
-    argv = ["run", "--target", str(target), "--draft", str(draft), "--prompts", str(tiny_prompts_file), "--out", str(tmp_path / "x"),
-            "--executor", "ray", "--quiet"]
+    argv = [
+        "run",
+        "--target",
+        str(target),
+        "--draft",
+        str(draft),
+        "--prompts",
+        str(tiny_prompts_file),
+        "--out",
+        str(tmp_path / "x"),
+        "--executor",
+        "ray",
+        "--quiet",
+    ]
     assert main([*argv, "--shard", "0/2"]) == 2
     assert "--shard and --executor ray" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the ray extra were not installed

@@ -18,8 +18,27 @@ from specaudit.screen import check_call_invariance
 
 def _run(tiny_pair_dir, prompts_file, out, engines, *extra):
     target, draft = tiny_pair_dir
-    return main(["run", "--engines", engines, "--target", str(target), "--draft", str(draft), "--prompts", str(prompts_file),
-                 "--samples", "2", "--max-new-tokens", "10", "--out", str(out), "--quiet", *extra])
+    return main(
+        [
+            "run",
+            "--engines",
+            engines,
+            "--target",
+            str(target),
+            "--draft",
+            str(draft),
+            "--prompts",
+            str(prompts_file),
+            "--samples",
+            "2",
+            "--max-new-tokens",
+            "10",
+            "--out",
+            str(out),
+            "--quiet",
+            *extra,
+        ]
+    )
 
 
 def test_screen_records_are_the_vanilla_samples_and_resume(tiny_pair_dir, tiny_prompts_file, tmp_path):

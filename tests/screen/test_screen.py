@@ -37,23 +37,27 @@ def _prompts(tokenizer):
 def test_batched_rows_match_batch_one_and_the_vanilla_engine(models, spec):
     target, _, tokenizer = models
     prompts, vocab = _prompts(tokenizer), target.config.vocab_size
-    batch = sample_batch(target, prompts, [11, 12, 13, 14], spec=spec, max_new_tokens=12, eos_ids=set(), vocab_size=vocab, pad_id=0,
-                         keep_probs=True)
+    batch = sample_batch(
+        target, prompts, [11, 12, 13, 14], spec=spec, max_new_tokens=12, eos_ids=set(), vocab_size=vocab, pad_id=0, keep_probs=True
+    )
     for row, prompt in enumerate(prompts):
-        alone = sample_batch(target, [prompt], [11 + row], spec=spec, max_new_tokens=12, eos_ids=set(), vocab_size=vocab, pad_id=0,
-                             keep_probs=True)
+        alone = sample_batch(
+            target, [prompt], [11 + row], spec=spec, max_new_tokens=12, eos_ids=set(), vocab_size=vocab, pad_id=0, keep_probs=True
+        )
         tv = 0.5 * (batch.probs[row] - alone.probs[0]).abs().sum(-1)
         assert float(tv.max()) < 1e-5  # left padding, mask and positions give each row its own logits
-        engine = vanilla_generate(target, prompt, spec=spec, max_new_tokens=12, generator=torch.Generator().manual_seed(11 + row),
-                                  eos_ids=set(), vocab_size=vocab)
+        engine = vanilla_generate(
+            target, prompt, spec=spec, max_new_tokens=12, generator=torch.Generator().manual_seed(11 + row), eos_ids=set(), vocab_size=vocab
+        )
         assert batch.tokens[row] == alone.tokens[0] == engine.tokens
 
 
 def test_rows_stop_at_their_own_end_of_sequence(models):
     target, _, tokenizer = models
     prompts = _prompts(tokenizer)
-    batch = sample_batch(target, prompts, [1, 2, 3, 4], spec=SamplingSpec(1.0), max_new_tokens=12, eos_ids={2},
-                         vocab_size=target.config.vocab_size, pad_id=0)
+    batch = sample_batch(
+        target, prompts, [1, 2, 3, 4], spec=SamplingSpec(1.0), max_new_tokens=12, eos_ids={2}, vocab_size=target.config.vocab_size, pad_id=0
+    )
     for tokens, reason in zip(batch.tokens, batch.finish_reasons):
         assert (reason == "eos") == (2 in tokens)
         assert 2 not in tokens[:-1] and (reason == "eos" or len(tokens) == 12)
@@ -97,10 +101,33 @@ def test_screen_agrees_with_the_speculative_engine(models, draft_name):
     target, model_draft, tokenizer = models
     draft = model_draft if draft_name == "model" else NgramDraft()
     prompt, vocab, k, budget, n = _prompts(tokenizer)[0], target.config.vocab_size, 3, 16, 200
-    rows = screen_paths(target, draft, [prompt] * n, list(range(n)), spec=SamplingSpec(1.0), k=k, max_new_tokens=budget, eos_ids=set(),
-                        vocab_size=vocab, pad_id=0, batch_size=100)
-    engine = [speculative_generate(target, draft, prompt, spec=SamplingSpec(1.0), k=k, max_new_tokens=budget,
-                                   generator=torch.Generator().manual_seed(10_000 + s), eos_ids=set(), vocab_size=vocab) for s in range(n)]
+    rows = screen_paths(
+        target,
+        draft,
+        [prompt] * n,
+        list(range(n)),
+        spec=SamplingSpec(1.0),
+        k=k,
+        max_new_tokens=budget,
+        eos_ids=set(),
+        vocab_size=vocab,
+        pad_id=0,
+        batch_size=100,
+    )
+    engine = [
+        speculative_generate(
+            target,
+            draft,
+            prompt,
+            spec=SamplingSpec(1.0),
+            k=k,
+            max_new_tokens=budget,
+            generator=torch.Generator().manual_seed(10_000 + s),
+            eos_ids=set(),
+            vocab_size=vocab,
+        )
+        for s in range(n)
+    ]
     for field in ("accepted", "steps"):
         screen = np.array([getattr(r.acceptance, field) for r in rows])
         real = np.array([getattr(g, field) for g in engine], dtype=float)
@@ -112,7 +139,14 @@ def test_screen_agrees_with_the_speculative_engine(models, draft_name):
 
 def test_screen_refuses_drafts_it_cannot_reproduce(models):
     target, model_draft, tokenizer = models
-    common = {"spec": SamplingSpec(1.0), "k": 3, "max_new_tokens": 12, "eos_ids": set(), "vocab_size": target.config.vocab_size, "pad_id": 0}
+    common = {
+        "spec": SamplingSpec(1.0),
+        "k": 3,
+        "max_new_tokens": 12,
+        "eos_ids": set(),
+        "vocab_size": target.config.vocab_size,
+        "pad_id": 0,
+    }
     with pytest.raises(InputError, match="draft-noise"):
         screen_paths(target, NoisyDraft(model_draft, 1.0, 0), _prompts(tokenizer), [1, 2, 3, 4], **common)
 
@@ -134,5 +168,15 @@ class _CallDependentDraft(torch.nn.Module):
 def test_screen_refuses_a_call_dependent_draft_naming_the_tv(models):
     target, model_draft, tokenizer = models
     with pytest.raises(InputError, match=r"not call-invariant .*TV up to \d\.\d\d"):
-        screen_paths(target, _CallDependentDraft(model_draft), _prompts(tokenizer), [1, 2, 3, 4], spec=SamplingSpec(1.0), k=3,
-                     max_new_tokens=12, eos_ids=set(), vocab_size=target.config.vocab_size, pad_id=0)
+        screen_paths(
+            target,
+            _CallDependentDraft(model_draft),
+            _prompts(tokenizer),
+            [1, 2, 3, 4],
+            spec=SamplingSpec(1.0),
+            k=3,
+            max_new_tokens=12,
+            eos_ids=set(),
+            vocab_size=target.config.vocab_size,
+            pad_id=0,
+        )

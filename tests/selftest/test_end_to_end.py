@@ -15,14 +15,16 @@ def prompts():
 
 
 def test_gross_mutants_are_rejected_end_to_end_and_the_correct_sampler_is_not(tiny_pair, prompts):
-    table = end_to_end_selftest(tiny_pair, prompts, samplers=list(GROSS), seeds=range(2), samples=4, max_new_tokens=24,
-                                subsamples=50).set_index("sampler")
+    table = end_to_end_selftest(
+        tiny_pair, prompts, samplers=list(GROSS), seeds=range(2), samples=4, max_new_tokens=24, subsamples=50
+    ).set_index("sampler")
     # The correct sampler's false-alarm rate is measured elsewhere (tests/stats, 200+ seeds); here
     # two audits at alpha = 0.001 must not reject it (a chance failure once in 500 runs). Audits
     # re-drawn from their pool reject with mean probability 0.001 too, so a rate above 0.25 has
     # probability below 0.4% (Markov).
-    correct = end_to_end_selftest(tiny_pair, prompts, samplers=["correct"], seeds=range(2), samples=4, max_new_tokens=24, alpha=0.001,
-                                  subsamples=50)
+    correct = end_to_end_selftest(
+        tiny_pair, prompts, samplers=["correct"], seeds=range(2), samples=4, max_new_tokens=24, alpha=0.001, subsamples=50
+    )
     assert correct["rejection_rate"].item() == 0.0
     assert correct["subsampled_rate"].item() <= 0.25
     for mutant in GROSS:

@@ -31,9 +31,19 @@ def _inputs(vocab=16, k=4, seed=0):
 def test_registry_has_correct_sampler_and_each_bug_class():
     assert MUTANTS["correct"] is reference_verify
     required = {
-        "always_accept", "softmax_residual", "resample_from_p", "greedy_draft", "target_not_warped",
-        "raw_draft_q", "bonus_wrong_position", "bf16_draft_logits", "deterministic_accept",
-        "vocab_padding_off_by_one", "shared_uniform", "q_floor", "power_ratio",
+        "always_accept",
+        "softmax_residual",
+        "resample_from_p",
+        "greedy_draft",
+        "target_not_warped",
+        "raw_draft_q",
+        "bonus_wrong_position",
+        "bf16_draft_logits",
+        "deterministic_accept",
+        "vocab_padding_off_by_one",
+        "shared_uniform",
+        "q_floor",
+        "power_ratio",
     }
     assert required <= set(MUTANTS)
 

@@ -101,8 +101,7 @@ def test_fallback_arithmetic_by_hand():
 
 
 def test_fallback_with_intersection_labels_and_bad_input():
-    table = pd.DataFrame({"acceptance_rate": [0.2, 0.9], "vanilla_latency_per_token_s": [1.0, 1.0],
-                          "latency_per_token_s": [2.0, 0.5]})
+    table = pd.DataFrame({"acceptance_rate": [0.2, 0.9], "vanilla_latency_per_token_s": [1.0, 1.0], "latency_per_token_s": [2.0, 0.5]})
     result = simulate_fallback(table, [("math", "a"), ("chat", "b")], 0.5)
     assert set(result.index) == {"math×a", "chat×b", "overall"}
     assert result.loc["math×a", "speedup_after"] == pytest.approx(1.0)

@@ -24,8 +24,7 @@ from specaudit.stats.disparity import (
 )
 
 
-def record(prompt_id, engine, *, accepted_per_step=(), k=0, tokens=10, wall_s=1.0, timing_only=False,
-           proposed_per_step=None, **extra):
+def record(prompt_id, engine, *, accepted_per_step=(), k=0, tokens=10, wall_s=1.0, timing_only=False, proposed_per_step=None, **extra):
     """A record; without ``proposed_per_step`` it is an older record that drafted k every step."""
     per_step = list(accepted_per_step)
     steps = len(per_step) if engine != "vanilla" else tokens
@@ -33,12 +32,23 @@ def record(prompt_id, engine, *, accepted_per_step=(), k=0, tokens=10, wall_s=1.
         extra["proposed_per_step"] = list(proposed_per_step)
     proposed = sum(proposed_per_step) if proposed_per_step is not None else k * len(per_step)
     return {
-        "key": f"{prompt_id}|{engine}|{extra.pop('sample', 0)}", "prompt_id": prompt_id, "engine": engine,
-        "pair_id": extra.pop("pair_id", None), "attributes": extra.pop("attributes", {"dialect": "x"}),
-        "k": k, "steps": steps, "proposed": proposed, "accepted": sum(per_step),
-        "accepted_per_step": per_step, "beta": extra.pop("beta", []),
-        "output_token_ids": list(range(100, 100 + tokens)), "wall_s": wall_s, "ttft_s": extra.pop("ttft_s", 0.1),
-        "draft_s": extra.pop("draft_s", 0.0), "verify_s": extra.pop("verify_s", 0.0), "timing_only": timing_only,
+        "key": f"{prompt_id}|{engine}|{extra.pop('sample', 0)}",
+        "prompt_id": prompt_id,
+        "engine": engine,
+        "pair_id": extra.pop("pair_id", None),
+        "attributes": extra.pop("attributes", {"dialect": "x"}),
+        "k": k,
+        "steps": steps,
+        "proposed": proposed,
+        "accepted": sum(per_step),
+        "accepted_per_step": per_step,
+        "beta": extra.pop("beta", []),
+        "output_token_ids": list(range(100, 100 + tokens)),
+        "wall_s": wall_s,
+        "ttft_s": extra.pop("ttft_s", 0.1),
+        "draft_s": extra.pop("draft_s", 0.0),
+        "verify_s": extra.pop("verify_s", 0.0),
+        "timing_only": timing_only,
         **extra,
     }
 
@@ -49,12 +59,20 @@ def record(prompt_id, engine, *, accepted_per_step=(), k=0, tokens=10, wall_s=1.
 def test_per_prompt_metrics_by_hand():
     rows = [
         # k = 3, steps [2, 3, 0, 1]: 6 accepted of 12 proposed, 9 positions reached, 10 tokens.
-        record("p1", "speculative", accepted_per_step=[2, 3, 0, 1], k=3, tokens=10, wall_s=1.0,
-               beta=[[0.5, 0.5, 0.5], [1.0, 1.0, 1.0], [0.2, 0.2, 0.2], [0.3, 0.3, 0.3]], draft_s=0.3, verify_s=0.5),
+        record(
+            "p1",
+            "speculative",
+            accepted_per_step=[2, 3, 0, 1],
+            k=3,
+            tokens=10,
+            wall_s=1.0,
+            beta=[[0.5, 0.5, 0.5], [1.0, 1.0, 1.0], [0.2, 0.2, 0.2], [0.3, 0.3, 0.3]],
+            draft_s=0.3,
+            verify_s=0.5,
+        ),
         record("p1", "vanilla", tokens=20, wall_s=4.0),
         # Timing-only repeats: used for latency only, never for acceptance.
-        record("p1", "speculative", accepted_per_step=[0, 0], k=3, tokens=10, wall_s=2.0, timing_only=True,
-               draft_s=0.6, verify_s=1.0),
+        record("p1", "speculative", accepted_per_step=[0, 0], k=3, tokens=10, wall_s=2.0, timing_only=True, draft_s=0.6, verify_s=1.0),
         record("p1", "vanilla", tokens=10, wall_s=3.0, timing_only=True),
     ]
     table = per_prompt_metrics(pd.DataFrame(rows))
@@ -87,21 +105,17 @@ def short_step_records():
     """
     g = {"g": "x"}
     return [
-        record("p1", "speculative", accepted_per_step=[0, 3, 1, 0], proposed_per_step=[3, 3, 2, 0], k=3,
-               tokens=8, attributes=g),
+        record("p1", "speculative", accepted_per_step=[0, 3, 1, 0], proposed_per_step=[3, 3, 2, 0], k=3, tokens=8, attributes=g),
         record("p2", "speculative", accepted_per_step=[1, 2], proposed_per_step=[1, 3], k=2, attributes=g)
         | {"output_token_ids": list(range(200, 205))},
-        record("p3", "speculative", accepted_per_step=[1, 2], k=2, tokens=5, attributes=g)
-        | {"output_token_ids": list(range(300, 305))},
+        record("p3", "speculative", accepted_per_step=[1, 2], k=2, tokens=5, attributes=g) | {"output_token_ids": list(range(300, 305))},
         # Sums to 5 but proposed says 6.
-        record("bad-sum", "speculative", accepted_per_step=[1, 2], proposed_per_step=[2, 3], k=3, tokens=5,
-               attributes=g) | {"proposed": 6},
+        record("bad-sum", "speculative", accepted_per_step=[1, 2], proposed_per_step=[2, 3], k=3, tokens=5, attributes=g) | {"proposed": 6},
         # Two entries for three steps.
-        record("bad-len", "speculative", accepted_per_step=[1, 2, 0], proposed_per_step=[3, 3], k=3, tokens=6,
-               attributes=g) | {"proposed": 6},
+        record("bad-len", "speculative", accepted_per_step=[1, 2, 0], proposed_per_step=[3, 3], k=3, tokens=6, attributes=g)
+        | {"proposed": 6},
         # Step 1 accepted 2 of 1 drafted.
-        record("bad-step", "speculative", accepted_per_step=[1, 2], proposed_per_step=[3, 1], k=3, tokens=5,
-               attributes=g),
+        record("bad-step", "speculative", accepted_per_step=[1, 2], proposed_per_step=[3, 1], k=3, tokens=5, attributes=g),
     ]
 
 
@@ -121,8 +135,10 @@ def test_per_position_acceptance_uses_the_draft_length_of_each_step():
 
 def test_a_record_that_drafted_nothing_reaches_no_position():
     # max_new_tokens = 1: one step with k_s = 0 emits the verifier's token alone.
-    rows = [record("p", "speculative", accepted_per_step=[0], proposed_per_step=[0], k=4, tokens=1),
-            record("q", "speculative", accepted_per_step=[2, 0], proposed_per_step=[2, 0], k=4, tokens=4)]
+    rows = [
+        record("p", "speculative", accepted_per_step=[0], proposed_per_step=[0], k=4, tokens=1),
+        record("q", "speculative", accepted_per_step=[2, 0], proposed_per_step=[2, 0], k=4, tokens=4),
+    ]
     table = per_prompt_metrics(pd.DataFrame(rows))
     assert table.loc["p", "reached"] == 0 and math.isnan(table.loc["p", "acceptance_rate"])
     assert table.loc["q", "reached"] == 2 and table.loc["q", "per_position_acceptance"] == 1.0
@@ -193,8 +209,7 @@ def test_groupframe_tables_are_consistent():
     assert list(frame.by_group.index) == ["a", "b", "c"]
     assert (frame.by_group.xs("n_prompts", axis=1, level="stat") == 25).all().all()
     difference = frame.difference("between_groups")
-    assert difference.loc["acceptance_rate", "value"] == pytest.approx(
-        values["acceptance_rate"].max() - values["acceptance_rate"].min())
+    assert difference.loc["acceptance_rate", "value"] == pytest.approx(values["acceptance_rate"].max() - values["acceptance_rate"].min())
     ratio = frame.ratio("between_groups")
     assert ratio.loc["speedup", "value"] == pytest.approx(values["speedup"].min() / values["speedup"].max())
     to_overall = frame.ratio("to_overall").loc["acceptance_rate", "value"]
@@ -243,8 +258,18 @@ def _noisy_draft_records(noise_by_group, n_prompts=20, n_steps=8, k=4, vocab=40,
                 per_step.append(len(emitted) - 1)
                 tokens.extend(emitted.tolist())
                 betas.append(acceptance_probabilities(draft, target[:k]).tolist())
-            rows.append(record(f"{group}-{j}", "speculative", accepted_per_step=per_step, k=k, tokens=len(tokens),
-                               attributes={"group": group}, beta=betas) | {"output_token_ids": tokens})
+            rows.append(
+                record(
+                    f"{group}-{j}",
+                    "speculative",
+                    accepted_per_step=per_step,
+                    k=k,
+                    tokens=len(tokens),
+                    attributes={"group": group},
+                    beta=betas,
+                )
+                | {"output_token_ids": tokens}
+            )
     return pd.DataFrame(rows)
 
 
@@ -339,8 +364,7 @@ def test_wilcoxon_on_parallel_prompts_is_calibrated_and_more_powerful():
 def test_minimum_detectable_difference_has_about_the_stated_power():
     rng = np.random.default_rng(7)
     shift = minimum_detectable_difference(1.0, 30, 30, alpha=0.05, power=0.8)
-    hits = sum(stats.mannwhitneyu(rng.standard_normal(30) + shift, rng.standard_normal(30)).pvalue < 0.05
-               for _ in range(300))
+    hits = sum(stats.mannwhitneyu(rng.standard_normal(30) + shift, rng.standard_normal(30)).pvalue < 0.05 for _ in range(300))
     # The efficiency bound (0.864) is conservative for normal data (0.955): power at least 0.8.
     assert 0.8 <= hits / 300 <= 0.95
     paired = minimum_detectable_difference(1.0, 30, alpha=0.05, power=0.8)
@@ -435,14 +459,11 @@ def test_drilldown_reconstructs_steps_by_hand():
         # k = 3, steps [2, 3, 0, 1] over tokens 100..109: corrections at 102, 107, 109.
         record("p1", "speculative", accepted_per_step=[2, 3, 0, 1], k=3, tokens=10, attributes={"g": "x"}),
         # k = 2, steps [1, 2] but the output stops after 3 tokens (EOS inside the last step).
-        record("p2", "speculative", accepted_per_step=[1, 2], k=2, tokens=3, attributes={"g": "x"})
-        | {"output_token_ids": [5, 6, 7]},
+        record("p2", "speculative", accepted_per_step=[1, 2], k=2, tokens=3, attributes={"g": "x"}) | {"output_token_ids": [5, 6, 7]},
         # Draft length varied (heuristic schedule): cannot be reconstructed, skipped.
-        record("p3", "speculative", accepted_per_step=[1, 2], k=2, tokens=5, attributes={"g": "x"})
-        | {"proposed": 5},
+        record("p3", "speculative", accepted_per_step=[1, 2], k=2, tokens=5, attributes={"g": "x"}) | {"proposed": 5},
     ]
-    dd = drilldown(pd.DataFrame(rows), "g", n_boot=50, rarity_edges=(10, 1000),
-                   decode=lambda ids: "".join(f"<{i}>" for i in ids))
+    dd = drilldown(pd.DataFrame(rows), "g", n_boot=50, rarity_edges=(10, 1000), decode=lambda ids: "".join(f"<{i}>" for i in ids))
     assert dd.skipped_records == 1
     position = dd.by_position[dd.by_position["group"] == "x"].set_index("position")
     assert position["n_positions"].tolist() == [6, 5, 2]
@@ -494,9 +515,13 @@ def test_drilldown_with_a_rank_table_and_low_acceptance_prompts():
 
 def test_disparity_section_is_json_ready():
     records = _two_dimensional_records()
-    section = disparity_section(records, dimensions=["dialect", ["domain", "dialect"]],
-                                reference={"domain×dialect": ("math", "b")}, n_boot=100,
-                                decode=lambda ids: " ".join(map(str, ids)))
+    section = disparity_section(
+        records,
+        dimensions=["dialect", ["domain", "dialect"]],
+        reference={"domain×dialect": ("math", "b")},
+        n_boot=100,
+        decode=lambda ids: " ".join(map(str, ids)),
+    )
     text = json.dumps(section, allow_nan=False, ensure_ascii=False)
     assert set(section) == {"groups", "disparities", "recommendations", "prompts"}
     assert len(section["prompts"]) == records["prompt_id"].nunique()

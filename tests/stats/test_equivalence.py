@@ -235,9 +235,14 @@ def test_acceptance_indicators_walk_the_steps():
 
 def test_acceptance_uses_the_drafted_tokens_probability_and_fails_on_impossible_decisions():
     record = {
-        "key": "a|speculative|0", "prompt_id": "a", "engine": "speculative", "k": 2,
-        "accepted_per_step": [2, 0], "beta": [[0.9, 0.8], [0.6, 0.5]],
-        "accept_prob": [[1.0, 0.3], [0.2, 0.7]], "output_token_ids": list(range(4)),
+        "key": "a|speculative|0",
+        "prompt_id": "a",
+        "engine": "speculative",
+        "k": 2,
+        "accepted_per_step": [2, 0],
+        "beta": [[0.9, 0.8], [0.6, 0.5]],
+        "accept_prob": [[1.0, 0.3], [0.2, 0.7]],
+        "output_token_ids": list(range(4)),
     }
     table = eq.acceptance_indicators([record])
     assert table["beta"].tolist() == [1.0, 0.3, 0.2] and set(table["beta_source"]) == {"drafted token"}
@@ -576,7 +581,14 @@ def two_sample_data(seed, *, n_prompts=4, n=10, gamma=1.0, vocab=8):
             for s, (seq, ll) in enumerate(zip(seqs, lls)):
                 key = f"p{j}|{engine}|{s}"
                 records.append(
-                    {"key": key, "prompt_id": f"p{j}", "engine": engine, "sample": s, "attributes": {"half": j % 2}, "output_token_ids": seq}
+                    {
+                        "key": key,
+                        "prompt_id": f"p{j}",
+                        "engine": engine,
+                        "sample": s,
+                        "attributes": {"half": j % 2},
+                        "output_token_ids": seq,
+                    }
                 )
                 # a scores frame only needs key and surprisal (and p) for the log-likelihood test
                 rows.append({"key": key, "p": 1.0, "surprisal": -ll})
@@ -591,7 +603,9 @@ def test_two_sample_statistics_match_scipy():
     for _ in range(5):
         values = rng.integers(0, 6, size=30).astype(float)  # heavy ties
         ours.append(eq._ad_statistic(values, labels)[0])
-        theirs.append(stats.anderson_ksamp([values[:12], values[12:]], variant="midrank", method=stats.PermutationMethod(n_resamples=9)).statistic)
+        theirs.append(
+            stats.anderson_ksamp([values[:12], values[12:]], variant="midrank", method=stats.PermutationMethod(n_resamples=9)).statistic
+        )
     # scipy reports (A² − (k − 1)) / σ_N with σ_N fixed by the sample sizes: affine in ours
     assert np.corrcoef(ours, theirs)[0, 1] == pytest.approx(1.0, abs=1e-9)
     cats = rng.integers(0, 4, size=30)
@@ -634,7 +648,6 @@ def test_two_sample_needs_both_engines():
     only = [r for r in records if r["engine"] == "vanilla"]
     with pytest.raises(InputError, match="both"):
         eq.two_sample(only)
-
 
 
 def test_two_sample_with_one_sample_per_prompt_is_not_run_never_a_pass():
@@ -697,7 +710,14 @@ def test_greedy_exactness_classifies_divergences():
     far = int(logits.argmin())
 
     def rec(engine, sample, out):
-        return {"key": f"p|{engine}|{sample}", "prompt_id": "p", "engine": engine, "sample": sample, "prompt_token_ids": prompt, "output_token_ids": out}
+        return {
+            "key": f"p|{engine}|{sample}",
+            "prompt_id": "p",
+            "engine": engine,
+            "sample": sample,
+            "prompt_token_ids": prompt,
+            "output_token_ids": out,
+        }
 
     records = [
         rec("vanilla", 0, vanilla),
@@ -833,7 +853,14 @@ def test_two_sample_tv_bound_covers_and_decides():
         out = []
         for j in range(len(dist)):
             for i in range(n):
-                out.append({"key": f"p{j}|{engine}|{i}", "prompt_id": f"p{j}", "engine": engine, "output_token_ids": [int(rng.choice(dist.shape[1], p=dist[j]))]})
+                out.append(
+                    {
+                        "key": f"p{j}|{engine}|{i}",
+                        "prompt_id": f"p{j}",
+                        "engine": engine,
+                        "output_token_ids": [int(rng.choice(dist.shape[1], p=dist[j]))],
+                    }
+                )
         return out
 
     covered = []
@@ -855,8 +882,9 @@ def test_pit_values_do_not_depend_on_the_order_records_were_written():
     from specaudit.stats.equivalence import pit_values
 
     rng = np.random.default_rng(0)
-    frame = pd.DataFrame({"key": np.repeat([f"p{i}|speculative|0" for i in range(5)], 4), "position": np.tile(range(4), 5),
-                          "p": rng.uniform(0.05, 0.5, 20)})
+    frame = pd.DataFrame(
+        {"key": np.repeat([f"p{i}|speculative|0" for i in range(5)], 4), "position": np.tile(range(4), 5), "p": rng.uniform(0.05, 0.5, 20)}
+    )
     frame["cdf_below"] = rng.uniform(0, 1 - frame["p"])
     shuffled = frame.sample(frac=1.0, random_state=1).reset_index(drop=True)
     original = pd.Series(pit_values(frame, seed=3), index=pd.MultiIndex.from_frame(frame[["key", "position"]]))

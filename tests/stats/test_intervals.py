@@ -159,8 +159,7 @@ def test_group_frame_uses_pairs_and_flags_a_planted_half_ratio():
     flagged, null_flags = 0, 0
     for seed in range(6):
         records = simulate_records({"a": 0.75, "b": 0.75, "c": 0.3}, n_prompts=30, shared=0.7, spread=0.5, seed=seed)
-        flags = GroupFrame(records, "group", ["acceptance_rate"], n_boot=200, seed=seed).flags(
-            ["acceptance_rate"], reference="a")
+        flags = GroupFrame(records, "group", ["acceptance_rate"], n_boot=200, seed=seed).flags(["acceptance_rate"], reference="a")
         c, b = flags.loc[("acceptance_rate", "c")], flags.loc[("acceptance_rate", "b")]
         assert c["interval_method"] == PAIRED_FIELLER and c["n_pairs"] == 30
         assert c["ratio"] < 0.6

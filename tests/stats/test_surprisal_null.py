@@ -81,10 +81,19 @@ def test_monte_carlo_null_is_calibrated_on_a_tiny_model():
         for _ in range(n_new):
             p = warp(model(ids).logits[:, -1], SamplingSpec(1.0)).double()
             ids = torch.cat([ids, torch.multinomial(p, 1, generator=g)], 1)
-    records = [{"key": f"r{i}|vanilla|0", "prompt_id": f"r{i}", "engine": "vanilla", "sample": 0,
-                "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0}, "attributes": {},
-                "prompt_token_ids": prompts[i].tolist(), "output_token_ids": ids[i, 4:].tolist()}
-               for i in range(len(prompts))]
+    records = [
+        {
+            "key": f"r{i}|vanilla|0",
+            "prompt_id": f"r{i}",
+            "engine": "vanilla",
+            "sample": 0,
+            "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0},
+            "attributes": {},
+            "prompt_token_ids": prompts[i].tolist(),
+            "output_token_ids": ids[i, 4:].tolist(),
+        }
+        for i in range(len(prompts))
+    ]
     scores = score_records(model, records, null_draws=1000, batch_size=64)
     assert set(scores.surprisal_null) == {r["key"] for r in records}
     pvalues = []

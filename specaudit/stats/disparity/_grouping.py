@@ -37,9 +37,6 @@ def _group_codes(table: pd.DataFrame, names: list[str]) -> tuple[np.ndarray, lis
     return codes, present
 
 
-
-
-
 def _group_sums(weights: np.ndarray, onehot: np.ndarray, columns: np.ndarray) -> np.ndarray:
     """Weighted sums per group and overall: (m, G + 1, c) from weights (m, n), one-hot (n, G)
     and per-prompt columns (n, c). Index G is the overall population."""
@@ -80,8 +77,6 @@ def _resolve_reference(reference: Any, groups: list[Any], sizes: np.ndarray) -> 
 
 def _interval_frame(result, index) -> pd.DataFrame:
     return pd.DataFrame(
-        {"value": np.atleast_1d(result.statistic), "ci_low": np.atleast_1d(result.ci_low),
-         "ci_high": np.atleast_1d(result.ci_high)},
+        {"value": np.atleast_1d(result.statistic), "ci_low": np.atleast_1d(result.ci_low), "ci_high": np.atleast_1d(result.ci_high)},
         index=index,
     )
-

@@ -108,9 +108,16 @@ def _reconstruct(records: pd.DataFrame, engine: str, table: pd.DataFrame) -> _Po
     # Positions shown: up to the largest k configured or drafted (heuristic lengths may exceed k).
     k_max = int(np.nanmax(np.r_[k[good], drafted, 0]))
     return _Positions(
-        prompt=prompt_of_record[pos_record], index=pos_index, accepted=pos_accepted, token=pos_token,
-        output_position=pos_in_output, record=pos_record, tokens=tokens, token_offset=token_offset,
-        k_max=k_max, skipped=int((~good).sum()),
+        prompt=prompt_of_record[pos_record],
+        index=pos_index,
+        accepted=pos_accepted,
+        token=pos_token,
+        output_position=pos_in_output,
+        record=pos_record,
+        tokens=tokens,
+        token_offset=token_offset,
+        k_max=k_max,
+        skipped=int((~good).sum()),
     )
 
 
@@ -145,13 +152,37 @@ def drilldown(
     """
     table = per_prompt_metrics(records, engine=engine)
     positions = _reconstruct(records, engine, table)
-    return _drilldown(positions, table, _as_list(sensitive), token_rank=token_rank, rarity_edges=rarity_edges,
-                      fallback_threshold=fallback_threshold, fallback_metric=fallback_metric, top_n=top_n,
-                      decode=decode, n_boot=n_boot, ci=ci, seed=seed)
+    return _drilldown(
+        positions,
+        table,
+        _as_list(sensitive),
+        token_rank=token_rank,
+        rarity_edges=rarity_edges,
+        fallback_threshold=fallback_threshold,
+        fallback_metric=fallback_metric,
+        top_n=top_n,
+        decode=decode,
+        n_boot=n_boot,
+        ci=ci,
+        seed=seed,
+    )
 
 
-def _drilldown(positions: _Positions, table: pd.DataFrame, names: list[str], *, token_rank, rarity_edges,
-               fallback_threshold, fallback_metric, top_n, decode, n_boot, ci, seed) -> DrillDown:
+def _drilldown(
+    positions: _Positions,
+    table: pd.DataFrame,
+    names: list[str],
+    *,
+    token_rank,
+    rarity_edges,
+    fallback_threshold,
+    fallback_metric,
+    top_n,
+    decode,
+    n_boot,
+    ci,
+    seed,
+) -> DrillDown:
     if fallback_metric not in table.columns:
         raise InputError(f"drilldown: fallback_metric {fallback_metric!r} is not a per-prompt metric; use e.g. 'acceptance_rate'.")
     codes, groups = _group_codes(table, names)
@@ -173,8 +204,7 @@ def _drilldown(positions: _Positions, table: pd.DataFrame, names: list[str], *, 
         accepted = np.bincount(cell, weights=pos.accepted[keep], minlength=n_prompts * n_buckets)
         return accepted.reshape(n_prompts, n_buckets), reached
 
-    rarity_acc, rarity_reached = counts(np.searchsorted(edges, ranks, side="right"), len(rarity_labels),
-                                        known & (pos.token >= 0))
+    rarity_acc, rarity_reached = counts(np.searchsorted(edges, ranks, side="right"), len(rarity_labels), known & (pos.token >= 0))
     position_acc, position_reached = counts(pos.index, n_positions, known)
     rate = table[fallback_metric].to_numpy(dtype=float)
     has_rate = np.isfinite(rate)
@@ -201,11 +231,17 @@ def _drilldown(positions: _Positions, table: pd.DataFrame, names: list[str], *, 
         for g, group in enumerate(group_names):
             for b, label in enumerate(labels):
                 j = first + b
-                rows.append({
-                    "group": group, label_name: label, "value": interval.statistic[g, j],
-                    "ci_low": interval.ci_low[g, j], "ci_high": interval.ci_high[g, j],
-                    "n_positions": int(total_den[g, j]), "n_accepted": int(total_num[g, j]),
-                })
+                rows.append(
+                    {
+                        "group": group,
+                        label_name: label,
+                        "value": interval.statistic[g, j],
+                        "ci_low": interval.ci_low[g, j],
+                        "ci_high": interval.ci_high[g, j],
+                        "n_positions": int(total_den[g, j]),
+                        "n_accepted": int(total_num[g, j]),
+                    }
+                )
         return pd.DataFrame(rows)
 
     by_rarity = table_of(0, rarity_labels, "rank_bucket")
@@ -216,12 +252,19 @@ def _drilldown(positions: _Positions, table: pd.DataFrame, names: list[str], *, 
         members = (codes == g) if g < n_groups else np.ones(n_prompts, bool)
         lowest = np.flatnonzero(members & below)
         lowest = lowest[np.argsort(rate[lowest], kind="stable")][:top_n]
-        below_rows.append({
-            "group": group, "metric": fallback_metric, "threshold": fallback_threshold,
-            "n_prompts": int(total_den[g, j]), "n_below": int(total_num[g, j]),
-            "share": interval.statistic[g, j], "ci_low": interval.ci_low[g, j], "ci_high": interval.ci_high[g, j],
-            "lowest_prompts": [(table.index[i], float(rate[i])) for i in lowest],
-        })
+        below_rows.append(
+            {
+                "group": group,
+                "metric": fallback_metric,
+                "threshold": fallback_threshold,
+                "n_prompts": int(total_den[g, j]),
+                "n_below": int(total_num[g, j]),
+                "share": interval.statistic[g, j],
+                "ci_low": interval.ci_low[g, j],
+                "ci_high": interval.ci_high[g, j],
+                "lowest_prompts": [(table.index[i], float(rate[i])) for i in lowest],
+            }
+        )
     corrections = _corrections(pos, codes, groups, table, top_n, decode)
     return DrillDown(by_rarity, by_position, corrections, pd.DataFrame(below_rows), pos.skipped, rank_source)
 
@@ -242,18 +285,20 @@ def _corrections(pos: _Positions, codes, groups, table, top_n, decode) -> pd.Dat
         order = np.lexsort((ids, -counts))[:top_n]  # most corrections first, ties by token id
         for token, count in zip(ids[order], counts[order]):
             first = np.flatnonzero(rejected & (pos.token == token))[0]
-            row = {"group": group, "token_id": int(token), "n_corrections": int(count),
-                   "share_of_group_corrections": count / total_corrections,
-                   "correction_rate": count / seen[int(token)],
-                   "example_prompt_id": table.index[pos.prompt[first]],
-                   "example_position": int(pos.output_position[first])}
+            row = {
+                "group": group,
+                "token_id": int(token),
+                "n_corrections": int(count),
+                "share_of_group_corrections": count / total_corrections,
+                "correction_rate": count / seen[int(token)],
+                "example_prompt_id": table.index[pos.prompt[first]],
+                "example_position": int(pos.output_position[first]),
+            }
             if decode is not None:
                 start = pos.token_offset[pos.record[first]]
                 position = int(pos.output_position[first])
-                context = pos.tokens[start + max(0, position - 8): start + position].tolist()
+                context = pos.tokens[start + max(0, position - 8) : start + position].tolist()
                 row["token"] = decode([int(token)])
                 row["example_context"] = decode(context) + "⟦" + decode([int(token)]) + "⟧"
             rows.append(row)
     return pd.DataFrame(rows)
-
-

@@ -207,7 +207,7 @@ class GroupFrame:
             if method == "between_groups":
                 return self._derived(lambda v: np.nanmax(v[:, :g], axis=1) - np.nanmin(v[:, :g], axis=1))
             if method == "to_overall":
-                return self._derived(lambda v: np.nanmax(np.abs(v[:, :g] - v[:, g:g + 1]), axis=1))
+                return self._derived(lambda v: np.nanmax(np.abs(v[:, :g] - v[:, g : g + 1]), axis=1))
         raise InputError(f"GroupFrame.difference: method must be 'between_groups' or 'to_overall', got {method!r}.")
 
     def ratio(self, method: str = "between_groups") -> pd.DataFrame:
@@ -219,9 +219,11 @@ class GroupFrame:
             if method == "between_groups":
                 return self._derived(lambda v: np.nanmin(v[:, :g], axis=1) / np.nanmax(v[:, :g], axis=1))
             if method == "to_overall":
+
                 def fn(v):
-                    r = v[:, :g] / v[:, g:g + 1]
+                    r = v[:, :g] / v[:, g : g + 1]
                     return np.nanmin(np.minimum(r, 1.0 / r), axis=1)
+
                 return self._derived(fn)
         raise InputError(f"GroupFrame.ratio: method must be 'between_groups' or 'to_overall', got {method!r}.")
 
@@ -232,10 +234,7 @@ class GroupFrame:
             frame = self._derived(lambda v: pick(v[:, :g], axis=1))
         point = self._interval.statistic[:g]
         arg = np.nanargmin if pick is np.nanmin else np.nanargmax
-        frame["group"] = [
-            self.groups[int(arg(point[:, j]))] if np.isfinite(point[:, j]).any() else None
-            for j in range(len(self.metrics))
-        ]
+        frame["group"] = [self.groups[int(arg(point[:, j]))] if np.isfinite(point[:, j]).any() else None for j in range(len(self.metrics))]
         return frame
 
     def group_min(self) -> pd.DataFrame:
@@ -266,8 +265,13 @@ class GroupFrame:
             raise InputError(f"GroupFrame: metric {metric!r} was not computed; computed: {', '.join(self.metrics)}.")
         j = self.metrics.index(metric)
         i = len(self.groups) if group is None else self._position(group)
-        arrays = {"value": self._interval.statistic, "ci_low": self._interval.ci_low, "ci_high": self._interval.ci_high,
-                  "n_prompts": self._n_prompts, "n_tokens": self._n_tokens}
+        arrays = {
+            "value": self._interval.statistic,
+            "ci_low": self._interval.ci_low,
+            "ci_high": self._interval.ci_high,
+            "n_prompts": self._n_prompts,
+            "n_tokens": self._n_tokens,
+        }
         if stat not in arrays:
             raise InputError(f"GroupFrame.value: stat must be one of {', '.join(arrays)}, got {stat!r}.")
         return float(arrays[stat][i, j])
@@ -291,8 +295,8 @@ class GroupFrame:
         ref = self.reference_index(reference)
         col = g if ref is None else ref
         with np.errstate(all="ignore"):
-            diff = self._replicates.map(lambda v: v[:, :g] - v[:, col:col + 1]).interval(self.confidence_level, self.method)
-            rat = self._replicates.map(lambda v: v[:, :g] / v[:, col:col + 1]).interval(self.confidence_level, self.method)
+            diff = self._replicates.map(lambda v: v[:, :g] - v[:, col : col + 1]).interval(self.confidence_level, self.method)
+            rat = self._replicates.map(lambda v: v[:, :g] / v[:, col : col + 1]).interval(self.confidence_level, self.method)
         return ref, col, diff, rat
 
     def to_reference(self, reference: Any = "largest") -> pd.DataFrame:
@@ -303,13 +307,19 @@ class GroupFrame:
         for j, metric in enumerate(self.metrics):
             for i in range(len(self.groups)):
                 keys.append((metric, i))
-                rows.append({
-                    "value": self._interval.statistic[i, j], "reference_value": self._interval.statistic[col, j],
-                    "difference": diff.statistic[i, j], "difference_ci_low": diff.ci_low[i, j],
-                    "difference_ci_high": diff.ci_high[i, j],
-                    "ratio": rat.statistic[i, j], "ratio_ci_low": rat.ci_low[i, j], "ratio_ci_high": rat.ci_high[i, j],
-                    "n_prompts": int(self._n_prompts[i, j]),
-                })
+                rows.append(
+                    {
+                        "value": self._interval.statistic[i, j],
+                        "reference_value": self._interval.statistic[col, j],
+                        "difference": diff.statistic[i, j],
+                        "difference_ci_low": diff.ci_low[i, j],
+                        "difference_ci_high": diff.ci_high[i, j],
+                        "ratio": rat.statistic[i, j],
+                        "ratio_ci_low": rat.ci_low[i, j],
+                        "ratio_ci_high": rat.ci_high[i, j],
+                        "n_prompts": int(self._n_prompts[i, j]),
+                    }
+                )
         frame = pd.DataFrame(rows, index=self._row_index(keys))
         frame.attrs["reference"] = "overall" if ref is None else self.groups[ref]
         return frame
@@ -338,11 +348,17 @@ class GroupFrame:
             in_group = self._codes == i
             in_ref = (self._codes == ref) if ref is not None else ~in_group
             use_pairs = paired and ref is not None
-            results.append((i, pairwise_test(
-                values[in_group], values[in_ref],
-                group_pairs=pairs[in_group] if use_pairs else None,
-                reference_pairs=pairs[in_ref] if use_pairs else None,
-            )))
+            results.append(
+                (
+                    i,
+                    pairwise_test(
+                        values[in_group],
+                        values[in_ref],
+                        group_pairs=pairs[in_group] if use_pairs else None,
+                        reference_pairs=pairs[in_ref] if use_pairs else None,
+                    ),
+                )
+            )
         adjusted = holm([r.pvalue for _, r in results])
         return [(i, r, float(p)) for (i, r), p in zip(results, adjusted)]
 
@@ -377,29 +393,48 @@ class GroupFrame:
                 in_ref = (self._codes == ref) if ref is not None else ~in_group
                 use_pairs = ref is not None
                 interval = ratio_interval(
-                    values[in_group], values[in_ref],
-                    x_pairs=pairs[in_group] if use_pairs else None, y_pairs=pairs[in_ref] if use_pairs else None,
-                    band=(low, high), confidence=confidence, power=power,
+                    values[in_group],
+                    values[in_ref],
+                    x_pairs=pairs[in_group] if use_pairs else None,
+                    y_pairs=pairs[in_ref] if use_pairs else None,
+                    band=(low, high),
+                    confidence=confidence,
+                    power=power,
                 )
                 ref_value = self._interval.statistic[col, j]
-                rows.append({
-                    "metric": metric, "position": i, "value": self._interval.statistic[i, j],
-                    "reference_value": ref_value,
-                    "ratio": interval.ratio, "ratio_ci_low": interval.ci_low, "ratio_ci_high": interval.ci_high,
-                    "interval_method": interval.method, "confidence_level": confidence, "df": interval.df,
-                    "difference": diff.statistic[i, j], "difference_ci_low": diff.ci_low[i, j],
-                    "difference_ci_high": diff.ci_high[i, j],
-                    "test": test.test, "statistic": test.statistic, "pvalue": test.pvalue, "pvalue_holm": p_holm,
-                    "effect_size": test.effect_size, "effect_size_name": test.effect_size_name,
-                    "n_prompts": interval.n_group, "n_reference_prompts": interval.n_reference,
-                    "n_pairs": interval.n_pairs,
-                    "min_detectable_ratio_low": interval.min_detectable_ratio_low,
-                    "min_detectable_ratio_high": interval.min_detectable_ratio_high,
-                    "small_group": interval.n_group < min_prompts,
-                    "outside_band": bool(np.isfinite(interval.ratio) and (interval.ratio < low or interval.ratio > high)),
-                    "significant": bool(np.isfinite(p_holm) and p_holm < alpha),
-                    "status": interval.status.value, "status_reason": interval.reason,
-                })
+                rows.append(
+                    {
+                        "metric": metric,
+                        "position": i,
+                        "value": self._interval.statistic[i, j],
+                        "reference_value": ref_value,
+                        "ratio": interval.ratio,
+                        "ratio_ci_low": interval.ci_low,
+                        "ratio_ci_high": interval.ci_high,
+                        "interval_method": interval.method,
+                        "confidence_level": confidence,
+                        "df": interval.df,
+                        "difference": diff.statistic[i, j],
+                        "difference_ci_low": diff.ci_low[i, j],
+                        "difference_ci_high": diff.ci_high[i, j],
+                        "test": test.test,
+                        "statistic": test.statistic,
+                        "pvalue": test.pvalue,
+                        "pvalue_holm": p_holm,
+                        "effect_size": test.effect_size,
+                        "effect_size_name": test.effect_size_name,
+                        "n_prompts": interval.n_group,
+                        "n_reference_prompts": interval.n_reference,
+                        "n_pairs": interval.n_pairs,
+                        "min_detectable_ratio_low": interval.min_detectable_ratio_low,
+                        "min_detectable_ratio_high": interval.min_detectable_ratio_high,
+                        "small_group": interval.n_group < min_prompts,
+                        "outside_band": bool(np.isfinite(interval.ratio) and (interval.ratio < low or interval.ratio > high)),
+                        "significant": bool(np.isfinite(p_holm) and p_holm < alpha),
+                        "status": interval.status.value,
+                        "status_reason": interval.reason,
+                    }
+                )
         return rows, ref
 
     def flags(
@@ -426,8 +461,7 @@ class GroupFrame:
         probability ``power``. The rank test (Mann–Whitney, or Wilcoxon on pairs; Holm over the
         groups of the metric) and its effect size are supporting diagnostics only.
         """
-        rows, ref = self._flag_rows(list(metrics or ["acceptance_rate", "speedup"]), reference, tolerance,
-                                    alpha, power, min_prompts)
+        rows, ref = self._flag_rows(list(metrics or ["acceptance_rate", "speedup"]), reference, tolerance, alpha, power, min_prompts)
         index = self._row_index([(r["metric"], r["position"]) for r in rows])
         frame = pd.DataFrame([{k: v for k, v in r.items() if k not in ("metric", "position")} for r in rows], index=index)
         frame.attrs["reference"] = "overall" if ref is None else self.groups[ref]
@@ -453,8 +487,9 @@ class GroupFrame:
         unassigned = int((self._codes < 0).sum())
         if unassigned:
             subject = "1 prompt has" if unassigned == 1 else f"{unassigned} prompts have"
-            messages.append(f"{subject} no {dimension} attribute; it counts only in 'overall'." if unassigned == 1
-                            else f"{subject} no {dimension} attribute; they count only in 'overall'.")
+            messages.append(
+                f"{subject} no {dimension} attribute; it counts only in 'overall'."
+                if unassigned == 1
+                else f"{subject} no {dimension} attribute; they count only in 'overall'."
+            )
         return messages
-
-

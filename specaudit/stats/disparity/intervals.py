@@ -82,11 +82,20 @@ class RatioInterval:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "ratio": self.ratio, "ci_low": self.ci_low, "ci_high": self.ci_high,
-            "confidence_level": self.confidence_level, "method": self.method, "status": self.status.value,
-            "se_log": self.se_log, "df": self.df, "n_group": self.n_group, "n_reference": self.n_reference,
-            "n_pairs": self.n_pairs, "min_detectable_ratio_low": self.min_detectable_ratio_low,
-            "min_detectable_ratio_high": self.min_detectable_ratio_high, "reason": self.reason,
+            "ratio": self.ratio,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "confidence_level": self.confidence_level,
+            "method": self.method,
+            "status": self.status.value,
+            "se_log": self.se_log,
+            "df": self.df,
+            "n_group": self.n_group,
+            "n_reference": self.n_reference,
+            "n_pairs": self.n_pairs,
+            "min_detectable_ratio_low": self.min_detectable_ratio_low,
+            "min_detectable_ratio_high": self.min_detectable_ratio_high,
+            "reason": self.reason,
         }
 
 
@@ -111,8 +120,9 @@ def ratio_status(low: float, high: float, band: tuple[float, float] = DEFAULT_BA
     return DisparityStatus.from_interval(low, high, band, decidable=not covers_band)
 
 
-def minimum_detectable_ratio(se_log: float, df: float, *, band: tuple[float, float] = DEFAULT_BAND,
-                             confidence: float = 0.95, power: float = 0.8) -> tuple[float, float]:
+def minimum_detectable_ratio(
+    se_log: float, df: float, *, band: tuple[float, float] = DEFAULT_BAND, confidence: float = 0.95, power: float = 0.8
+) -> tuple[float, float]:
     """True ratios (below, above the band) that the interval FLAGs with probability ``power``.
 
     A FLAG below the band needs the upper limit, about log R̂ + t_{1−α/2}·se, under log L; with
@@ -177,11 +187,28 @@ def ratio_interval(
         low = max(low, 0.0) if np.isfinite(low) else low  # per-prompt values are ≥ 0, so is their ratio
         status = ratio_status(low, high, band)
         if status is DisparityStatus.INSUFFICIENT and reason is None:
-            reason = ("the interval covers the whole band" if np.isfinite(low) and np.isfinite(high)
-                      else "the reference mean is not distinguishable from 0 (unbounded Fieller interval)")
+            reason = (
+                "the interval covers the whole band"
+                if np.isfinite(low) and np.isfinite(high)
+                else "the reference mean is not distinguishable from 0 (unbounded Fieller interval)"
+            )
         mdr = minimum_detectable_ratio(se_log, df, band=band, confidence=confidence, power=power)
-        return RatioInterval(float(ratio), float(low), float(high), confidence, method, status, float(se_log), float(df),
-                             n_x, n_y, n_pairs, mdr[0], mdr[1], reason)
+        return RatioInterval(
+            float(ratio),
+            float(low),
+            float(high),
+            confidence,
+            method,
+            status,
+            float(se_log),
+            float(df),
+            n_x,
+            n_y,
+            n_pairs,
+            mdr[0],
+            mdr[1],
+            reason,
+        )
 
     if x_pairs is not None and y_pairs is not None:
         px, py = paired_values(x, np.asarray(x_pairs, dtype=object), y, np.asarray(y_pairs, dtype=object))
@@ -193,8 +220,15 @@ def ratio_interval(
             ratio = mean_x / mean_y if mean_y else math.nan
             return result(ratio, low, high, PAIRED_FIELLER, se_log, n - 1, n_pairs=n)
     if n_x < 2 or n_y < 2:
-        return result(math.nan, math.nan, math.nan, WELCH_FIELLER, math.nan, math.nan,
-                      reason=f"{n_x} group and {n_y} reference prompts with a value: an interval needs at least 2 on each side")
+        return result(
+            math.nan,
+            math.nan,
+            math.nan,
+            WELCH_FIELLER,
+            math.nan,
+            math.nan,
+            reason=f"{n_x} group and {n_y} reference prompts with a value: an interval needs at least 2 on each side",
+        )
     xs, ys = x[keep_x], y[keep_y]
     mean_x, mean_y = float(xs.mean()), float(ys.mean())
     var_x, var_y = float(xs.var(ddof=1)) / n_x, float(ys.var(ddof=1)) / n_y

@@ -45,7 +45,36 @@ from specaudit.errors import InputError
 
 # Record fields; every other column of the record table is read as a prompt attribute.
 _RECORD_FIELDS = frozenset(
-    ["key", "prompt_id", "pair_id", "attributes", "engine", "sample", "seed", "sampling", "k", "prompt_token_ids", "output_token_ids", "text", "finish_reason", "wall_s", "ttft_s", "draft_s", "verify_s", "step_s", "steps", "proposed", "accepted", "accepted_per_step", "proposed_per_step", "beta", "accept_prob", "step_pit", "timing_only", "n_output_tokens"]
+    [
+        "key",
+        "prompt_id",
+        "pair_id",
+        "attributes",
+        "engine",
+        "sample",
+        "seed",
+        "sampling",
+        "k",
+        "prompt_token_ids",
+        "output_token_ids",
+        "text",
+        "finish_reason",
+        "wall_s",
+        "ttft_s",
+        "draft_s",
+        "verify_s",
+        "step_s",
+        "steps",
+        "proposed",
+        "accepted",
+        "accepted_per_step",
+        "proposed_per_step",
+        "beta",
+        "accept_prob",
+        "step_pit",
+        "timing_only",
+        "n_output_tokens",
+    ]
 )
 _REQUIRED = ("prompt_id", "engine", "accepted", "proposed", "steps", "wall_s")
 
@@ -74,7 +103,9 @@ def _n_reached(accepted: np.ndarray, drafted: np.ndarray) -> np.ndarray:
     return np.maximum(np.minimum(accepted + 1, drafted), 0)
 
 
-def _reached_positions(accepted: Sequence[int] | np.ndarray, drafted: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _reached_positions(
+    accepted: Sequence[int] | np.ndarray, drafted: Sequence[int] | np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every drafted position reached by steps that accepted ``accepted[s]`` of ``drafted[s]``
     tokens: the step it belongs to, its index i in that step, and whether it was accepted
     (i < a_s; position a_s, reached only when a_s < k_s, is the rejection)."""
@@ -133,8 +164,7 @@ def _check_records(records: pd.DataFrame) -> pd.DataFrame:
         missing.append("output_token_ids")
     if missing:
         raise InputError(
-            f"disparity: the records lack the field(s) {', '.join(missing)}; pass the records.jsonl table "
-            "as written by the runner."
+            f"disparity: the records lack the field(s) {', '.join(missing)}; pass the records.jsonl table as written by the runner."
         )
     if len(records) == 0:
         raise InputError("disparity: the records table is empty; run the audit first.")
@@ -265,7 +295,9 @@ def per_prompt_metrics(
         first[name] = _attribute_values(df, name).to_numpy()
     clashes = [n for n in names if n in col]
     if clashes:
-        raise InputError(f"disparity: the prompt attribute(s) {', '.join(clashes)} clash with metric column names; rename them in the prompt set.")
+        raise InputError(
+            f"disparity: the prompt attribute(s) {', '.join(clashes)} clash with metric column names; rename them in the prompt set."
+        )
     firsts = first.groupby("code", sort=True).first()
     col["pair_id"] = firsts["pair_id"].to_numpy(dtype=object) if "pair_id" in firsts else np.full(n_prompts, None, dtype=object)
     for name in names:
@@ -275,4 +307,3 @@ def per_prompt_metrics(
     out.attrs["engine"] = engine
     out.attrs["baseline"] = baseline
     return out
-

@@ -108,8 +108,16 @@ def _wilcoxon(differences: np.ndarray, n_g: int, n_r: int) -> PairwiseResult:
     plus, minus = ranks[nonzero > 0].sum(), ranks[nonzero < 0].sum()
     result = stats.wilcoxon(nonzero, alternative="two-sided")
     pvalue = float(result.pvalue) if np.isfinite(result.pvalue) else 1.0
-    return PairwiseResult("wilcoxon", float(result.statistic), pvalue, float((plus - minus) / (plus + minus)),
-                          "matched_pairs_rank_biserial", n_g, n_r, differences.size)
+    return PairwiseResult(
+        "wilcoxon",
+        float(result.statistic),
+        pvalue,
+        float((plus - minus) / (plus + minus)),
+        "matched_pairs_rank_biserial",
+        n_g,
+        n_r,
+        differences.size,
+    )
 
 
 # Asymptotic relative efficiency of the rank tests to the t-test: 0.864 is the minimum over all
@@ -139,5 +147,3 @@ def minimum_detectable_difference(
         return float("nan")
     spread = 1.0 / n_group if n_reference is None else 1.0 / n_group + 1.0 / n_reference
     return float(z * sd * math.sqrt(spread / efficiency))
-
-

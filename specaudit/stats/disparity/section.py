@@ -44,10 +44,15 @@ def _prompt_rows(table: pd.DataFrame, names: Sequence[str]) -> list[dict[str, An
     """Per-prompt metrics (snapshot `prompts`), so that monitoring can test a later run against
     this one prompt by prompt (paired where the prompts are the same), not only through group CIs."""
     names = [n for n in names if n in table.columns]
-    return [{"id": str(prompt_id), "pair_id": row.get("pair_id"),
-             "attributes": {n: row[n] for n in names if row[n] is not None},
-             **{m: float(row[m]) for m in PROMPT_METRICS}}
-            for prompt_id, row in table.iterrows()]
+    return [
+        {
+            "id": str(prompt_id),
+            "pair_id": row.get("pair_id"),
+            "attributes": {n: row[n] for n in names if row[n] is not None},
+            **{m: float(row[m]) for m in PROMPT_METRICS},
+        }
+        for prompt_id, row in table.iterrows()
+    ]
 
 
 def disparity_section(
@@ -105,8 +110,7 @@ def disparity_section(
 
         def metric_block(rows: pd.DataFrame) -> dict[str, Any]:
             return {
-                metric: {**_triple(r["value"], r["ci_low"], r["ci_high"]),
-                         "n_prompts": int(r["n_prompts"]), "n_tokens": int(r["n_tokens"])}
+                metric: {**_triple(r["value"], r["ci_low"], r["ci_high"]), "n_prompts": int(r["n_prompts"]), "n_tokens": int(r["n_tokens"])}
                 for metric, r in rows.iterrows()
             }
 
@@ -127,59 +131,114 @@ def disparity_section(
         }
 
         flag_rows, _ = frame._flag_rows(list(test_metrics), reference_for, tolerance, alpha, power, min_prompts)
-        derived = {(kind, method): getattr(frame, kind)(method)
-                   for kind in ("difference", "ratio") for method in ("between_groups", "to_overall")}
+        derived = {
+            (kind, method): getattr(frame, kind)(method) for kind in ("difference", "ratio") for method in ("between_groups", "to_overall")
+        }
         per_metric = {}
         for metric in frame.metrics:
             kw = frame.kruskal(metric)
             entry = {
-                kind: {method: _triple(*derived[(kind, method)].loc[metric, ["value", "ci_low", "ci_high"]])
-                       for method in ("between_groups", "to_overall")}
+                kind: {
+                    method: _triple(*derived[(kind, method)].loc[metric, ["value", "ci_low", "ci_high"]])
+                    for method in ("between_groups", "to_overall")
+                }
                 for kind in ("difference", "ratio")
             }
-            entry["kruskal"] = {"statistic": kw.statistic, "pvalue": kw.pvalue, "n_groups": kw.n_groups,
-                                "n_prompts": kw.n_prompts}
+            entry["kruskal"] = {"statistic": kw.statistic, "pvalue": kw.pvalue, "n_groups": kw.n_groups, "n_prompts": kw.n_prompts}
             pairwise = {
                 group_label(frame.groups[r["position"]]): {
                     "ratio": _triple(r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"]),
                     "difference": _triple(r["difference"], r["difference_ci_low"], r["difference_ci_high"]),
-                    **{c: r[c] for c in (
-                        "test", "statistic", "pvalue", "pvalue_holm", "effect_size", "effect_size_name",
-                        "n_prompts", "n_reference_prompts", "n_pairs", "min_detectable_ratio_low",
-                        "min_detectable_ratio_high", "small_group", "outside_band", "significant", "status",
-                        "status_reason", "interval_method", "confidence_level", "df")},
+                    **{
+                        c: r[c]
+                        for c in (
+                            "test",
+                            "statistic",
+                            "pvalue",
+                            "pvalue_holm",
+                            "effect_size",
+                            "effect_size_name",
+                            "n_prompts",
+                            "n_reference_prompts",
+                            "n_pairs",
+                            "min_detectable_ratio_low",
+                            "min_detectable_ratio_high",
+                            "small_group",
+                            "outside_band",
+                            "significant",
+                            "status",
+                            "status_reason",
+                            "interval_method",
+                            "confidence_level",
+                            "df",
+                        )
+                    },
                 }
-                for r in flag_rows if r["metric"] == metric
+                for r in flag_rows
+                if r["metric"] == metric
             }
             if pairwise:
                 entry["pairwise"] = pairwise
             per_metric[metric] = entry
         flagged = [
-            {"metric": r["metric"], "group": group_label(frame.groups[r["position"]]), "status": r["status"],
-             "ratio": _triple(r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"]), "interval_method": r["interval_method"],
-             "min_detectable_ratio_low": r["min_detectable_ratio_low"], "pvalue_holm": r["pvalue_holm"]}
-            for r in flag_rows if r["status"] != DisparityStatus.WITHIN.value
+            {
+                "metric": r["metric"],
+                "group": group_label(frame.groups[r["position"]]),
+                "status": r["status"],
+                "ratio": _triple(r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"]),
+                "interval_method": r["interval_method"],
+                "min_detectable_ratio_low": r["min_detectable_ratio_low"],
+                "pvalue_holm": r["pvalue_holm"],
+            }
+            for r in flag_rows
+            if r["status"] != DisparityStatus.WITHIN.value
         ]
         dimension_part = {
-            "dimension": names, "reference": reference_label, "tolerance": list(tolerance), "alpha": alpha,
+            "dimension": names,
+            "reference": reference_label,
+            "tolerance": list(tolerance),
+            "alpha": alpha,
             "status_rule": "ratio interval at confidence 1 − alpha per comparison against the band: FLAG outside, WITHIN inside, "
-                           "INCONCLUSIVE across one edge, INSUFFICIENT without an interval or across the whole band",
+            "INCONCLUSIVE across one edge, INSUFFICIENT without an interval or across the whole band",
             "correction": "rank tests (diagnostics only): holm per metric, over the groups compared with the reference",
-            "metrics": per_metric, "flags": flagged, "warnings": frame.warnings(min_prompts),
+            "metrics": per_metric,
+            "flags": flagged,
+            "warnings": frame.warnings(min_prompts),
         }
         if positions is not None:
-            dd = _drilldown(positions, table, names, token_rank=token_rank, rarity_edges=rarity_edges,
-                            fallback_threshold=fallback_threshold, fallback_metric=fallback_metric, top_n=top_n,
-                            decode=decode, n_boot=n_boot, ci=ci, seed=seed)
+            dd = _drilldown(
+                positions,
+                table,
+                names,
+                token_rank=token_rank,
+                rarity_edges=rarity_edges,
+                fallback_threshold=fallback_threshold,
+                fallback_metric=fallback_metric,
+                top_n=top_n,
+                decode=decode,
+                n_boot=n_boot,
+                ci=ci,
+                seed=seed,
+            )
             dimension_part["drilldown"] = _drilldown_json(dd)
         disparities_part[key] = dimension_part
         recommendations_part[key] = advice.recommendations(
-            frame, reference=reference_for, threshold=fallback_threshold, cost_ratio=cost_ratio, k_max=k_max,
+            frame,
+            reference=reference_for,
+            threshold=fallback_threshold,
+            cost_ratio=cost_ratio,
+            k_max=k_max,
             threshold_metric=fallback_metric,
         )
     analysed = sorted({name for dimension in dimensions for name in _as_list(dimension)})
-    return _jsonable({"groups": groups_part, "disparities": disparities_part, "recommendations": recommendations_part,
-                      "prompts": _prompt_rows(table, analysed)})
+    return _jsonable(
+        {
+            "groups": groups_part,
+            "disparities": disparities_part,
+            "recommendations": recommendations_part,
+            "prompts": _prompt_rows(table, analysed),
+        }
+    )
 
 
 def _drilldown_json(dd: DrillDown) -> dict[str, Any]:
@@ -198,10 +257,7 @@ def _drilldown_json(dd: DrillDown) -> dict[str, Any]:
         "skipped_records": dd.skipped_records,
         "by_rarity": records(dd.by_rarity),
         "by_position": records(dd.by_position),
-        "corrections_note": "tokens the verifier emitted in place of a rejected draft token (the rejected draft "
-                            "token is not recorded)",
+        "corrections_note": "tokens the verifier emitted in place of a rejected draft token (the rejected draft token is not recorded)",
         "corrections": [{**row, "example_prompt_id": str(row["example_prompt_id"])} for row in records(dd.corrections)],
         "below_threshold": below,
     }
-
-

@@ -55,26 +55,54 @@ def simulate_records(
             step_s = target_step_s * rng.lognormal(0.0, 0.1)  # the prompt's own speed, shared by both engines
             prompt_id = f"{group}-{j}"
             common = {
-                "prompt_id": prompt_id, "pair_id": f"pair-{j}" if shared > 0 else None,
-                "attributes": {dimension: group}, "sample": 0, "seed": seed,
-                "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0}, "prompt_token_ids": [1, 2, 3],
-                "text": "", "finish_reason": "length", "timing_only": False,
+                "prompt_id": prompt_id,
+                "pair_id": f"pair-{j}" if shared > 0 else None,
+                "attributes": {dimension: group},
+                "sample": 0,
+                "seed": seed,
+                "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0},
+                "prompt_token_ids": [1, 2, 3],
+                "text": "",
+                "finish_reason": "length",
+                "timing_only": False,
             }
-            rows.append({
-                **common, "key": f"{prompt_id}|speculative|0", "engine": "speculative", "k": k,
-                "output_token_ids": rng.integers(0, vocab_size, n_out).tolist(),
-                "wall_s": n_steps * step_s * (k * cost_ratio + 1) * rng.lognormal(0.0, timing_noise),
-                "ttft_s": step_s * (k * cost_ratio + 1), "draft_s": n_steps * k * cost_ratio * step_s,
-                "verify_s": n_steps * step_s, "steps": n_steps, "proposed": n_steps * k,
-                "accepted": int(per_step.sum()), "accepted_per_step": per_step.tolist(),
-                "proposed_per_step": [k] * n_steps, "beta": beta.tolist(),
-            })
-            if vanilla:
-                rows.append({
-                    **common, "key": f"{prompt_id}|vanilla|0", "engine": "vanilla", "k": 0,
+            rows.append(
+                {
+                    **common,
+                    "key": f"{prompt_id}|speculative|0",
+                    "engine": "speculative",
+                    "k": k,
                     "output_token_ids": rng.integers(0, vocab_size, n_out).tolist(),
-                    "wall_s": n_out * step_s * rng.lognormal(0.0, timing_noise), "ttft_s": step_s,
-                    "draft_s": 0.0, "verify_s": 0.0, "steps": n_out, "proposed": 0, "accepted": 0,
-                    "accepted_per_step": [], "proposed_per_step": [], "beta": [],
-                })
+                    "wall_s": n_steps * step_s * (k * cost_ratio + 1) * rng.lognormal(0.0, timing_noise),
+                    "ttft_s": step_s * (k * cost_ratio + 1),
+                    "draft_s": n_steps * k * cost_ratio * step_s,
+                    "verify_s": n_steps * step_s,
+                    "steps": n_steps,
+                    "proposed": n_steps * k,
+                    "accepted": int(per_step.sum()),
+                    "accepted_per_step": per_step.tolist(),
+                    "proposed_per_step": [k] * n_steps,
+                    "beta": beta.tolist(),
+                }
+            )
+            if vanilla:
+                rows.append(
+                    {
+                        **common,
+                        "key": f"{prompt_id}|vanilla|0",
+                        "engine": "vanilla",
+                        "k": 0,
+                        "output_token_ids": rng.integers(0, vocab_size, n_out).tolist(),
+                        "wall_s": n_out * step_s * rng.lognormal(0.0, timing_noise),
+                        "ttft_s": step_s,
+                        "draft_s": 0.0,
+                        "verify_s": 0.0,
+                        "steps": n_out,
+                        "proposed": 0,
+                        "accepted": 0,
+                        "accepted_per_step": [],
+                        "proposed_per_step": [],
+                        "beta": [],
+                    }
+                )
     return pd.DataFrame(rows)

@@ -39,8 +39,5 @@ def _check_not_greedy(scores: TokenScores | pd.DataFrame) -> None:
     spec = getattr(scores, "spec", None)
     if spec is not None and spec.greedy:
         raise InputError(
-            "these records were decoded greedily (temperature 0); goodness-of-fit needs sampling, "
-            "use greedy_exactness for greedy runs"
+            "these records were decoded greedily (temperature 0); goodness-of-fit needs sampling, use greedy_exactness for greedy runs"
         )
-
-

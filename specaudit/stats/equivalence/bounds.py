@@ -177,6 +177,7 @@ def tv_bound_two_sample(
     prompts = _split_by_prompt(records, engine, reference)
     if not prompts:
         raise InputError(f"no prompt has records of both {engine!r} and {reference!r}; run both engines")
+
     def token_at(record: Any) -> int:
         out = _field(record, "output_token_ids") or []
         return int(out[position]) if position < len(out) else -1  # -1: ended before `position`
@@ -198,7 +199,15 @@ def tv_bound_two_sample(
     return TVBound(reference, position, estimate, upper, math.nan, _permutation_pvalue(g_total), n_samples, len(tv), alpha, delta)
 
 
-def tv_bound_profile(scores: TokenScores, *, engine: str | None = None, max_position: int | None = None, alpha: float = 0.05, delta: float | None = None, seed: int = 0) -> pd.DataFrame:
+def tv_bound_profile(
+    scores: TokenScores,
+    *,
+    engine: str | None = None,
+    max_position: int | None = None,
+    alpha: float = 0.05,
+    delta: float | None = None,
+    seed: int = 0,
+) -> pd.DataFrame:
     """`tv_bound` at every scored position (0..max_position), one row each."""
     _, engine = _one_engine(scores.tokens, engine)
     mass = scores.position_mass[scores.position_mass["engine"] == engine]

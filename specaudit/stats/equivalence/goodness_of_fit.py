@@ -29,7 +29,6 @@ p-values get Benjamini–Hochberg q-values (scipy.stats.false_discovery_control)
 groups and tests, and a group is flagged at q < α; flags do not change the gate's verdict.
 """
 
-
 from __future__ import annotations
 
 import math
@@ -193,8 +192,8 @@ def goodness_of_fit(
         if has_entropy:
             out["surprisal"] = surprisal_martingale(sub, alpha=alpha, null=null)
         if has_draft:
-            out["draft_affinity"] = draft_affinity(sub, alpha=alpha) if sub["q"].notna().any() else ZTestResult(
-                "draft_affinity", math.nan, math.nan, 0, alpha
+            out["draft_affinity"] = (
+                draft_affinity(sub, alpha=alpha) if sub["q"].notna().any() else ZTestResult("draft_affinity", math.nan, math.nan, 0, alpha)
             )
         if accept_rows is not None and len(accept_rows):
             out["acceptance"] = acceptance_calibration(accept_rows, alpha=alpha)
@@ -227,5 +226,3 @@ def goodness_of_fit(
     by_group["qvalue"] = bh(by_group["pvalue"].to_numpy(float)) if len(by_group) else []
     by_group["flagged"] = by_group["qvalue"] < alpha
     return GoodnessOfFit(engine, alpha, len(frame), tests, impossible_tokens(frame), gate, by_group)
-
-

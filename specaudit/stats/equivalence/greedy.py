@@ -176,8 +176,18 @@ def greedy_exactness(
             )
     for row in rows:
         row.pop("_gap_index", None)
-    columns = ["key", "reference_key", "prompt_id", "position", "token", "reference_token", "logit_gap", "top2_gap", "scale", "tolerance", "classification"]
+    columns = [
+        "key",
+        "reference_key",
+        "prompt_id",
+        "position",
+        "token",
+        "reference_token",
+        "logit_gap",
+        "top2_gap",
+        "scale",
+        "tolerance",
+        "classification",
+    ]
     divergences = pd.DataFrame(rows, columns=columns)
     return GreedyExactness(engine, reference, len(pairs), n_matches, divergences)
-
-

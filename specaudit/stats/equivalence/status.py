@@ -38,7 +38,11 @@ def engine_status(verdicts: Mapping[str, Any], bound: Any = None, delta: float |
         position = _get(bound, "position")
         return EquivalenceStatus.EQUIVALENT, f"TV upper bound {upper:.3g} ≤ δ = {margin:g} at output position {position}"
     if ran:
-        why = f"TV upper bound {upper:.3g} > δ = {margin:g}" if upper is not None and margin is not None and math.isfinite(upper) else "no TV bound"
+        why = (
+            f"TV upper bound {upper:.3g} > δ = {margin:g}"
+            if upper is not None and margin is not None and math.isfinite(upper)
+            else "no TV bound"
+        )
         return EquivalenceStatus.NO_VIOLATION_FOUND, f"{', '.join(ran)} ran and did not reject; {why}, so equivalence is not shown"
     not_run = [f"{name}: {(None if isinstance(r, str) else _get(r, 'not_run_reason')) or verdicts[name]}" for name, r in results.items()]
     return EquivalenceStatus.NOT_RUN, "no test that could reject was run: " + (", ".join(not_run) or "none")

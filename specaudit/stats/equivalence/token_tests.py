@@ -59,8 +59,10 @@ def step_pit_values(frame: pd.DataFrame, records: Iterable[Any], seed: int = 0) 
             key = str(_field(record, "key"))
             values = np.asarray(values, dtype=float).reshape(-1, 2)
             if len(values) != len(_field(record, "output_token_ids") or []):
-                raise InputError(f"record {key!r}: step_pit has {len(values)} entries for {len(_field(record, 'output_token_ids') or [])} "
-                                 "output tokens; the records file is inconsistent")
+                raise InputError(
+                    f"record {key!r}: step_pit has {len(values)} entries for {len(_field(record, 'output_token_ids') or [])} "
+                    "output tokens; the records file is inconsistent"
+                )
             parts[key] = values
     below = np.full(len(frame), np.nan)
     own = np.full(len(frame), np.nan)
@@ -290,8 +292,7 @@ def acceptance_calibration(
     impossible = ((beta >= 1.0) & (accepted == 0)) | ((beta <= 0.0) & (accepted == 1))
     if impossible.any():
         sign = 1.0 if (accepted - beta)[impossible].sum() > 0 else -1.0
-        return ZTestResult("acceptance", sign * math.inf, 0.0, len(table), alpha,
-                           f"{int(impossible.sum())} impossible accept/reject decision(s)")
+        return ZTestResult(
+            "acceptance", sign * math.inf, 0.0, len(table), alpha, f"{int(impossible.sum())} impossible accept/reject decision(s)"
+        )
     return _z_test("acceptance", accepted - beta, beta * (1 - beta), alpha)
-
-

@@ -188,12 +188,16 @@ def _arrangements(sides: Iterable[tuple[int, int]]) -> float:
 def _cannot_reject(sides: list[tuple[int, int]], alpha: float) -> str | None:
     """Why a within-prompt permutation test over these prompts cannot reach p < alpha, or None."""
     if all(a + b <= 2 for a, b in sides):
-        return ("one sample per prompt and engine: swapping the two labels within a prompt leaves every statistic "
-                "unchanged, so the permutation p-value is 1 by construction; draw several samples per prompt")
+        return (
+            "one sample per prompt and engine: swapping the two labels within a prompt leaves every statistic "
+            "unchanged, so the permutation p-value is 1 by construction; draw several samples per prompt"
+        )
     log_count = _arrangements(sides)
     if log_count < math.log(1 / alpha):
-        return (f"only {math.exp(log_count):.0f} distinct label arrangements within prompts: the smallest attainable "
-                f"p-value is above alpha = {alpha:g}; draw more samples per prompt")
+        return (
+            f"only {math.exp(log_count):.0f} distinct label arrangements within prompts: the smallest attainable "
+            f"p-value is above alpha = {alpha:g}; draw more samples per prompt"
+        )
     return None
 
 
@@ -239,9 +243,7 @@ def two_sample(
     records = list(records)
     prompts = _split_by_prompt(records, engine, reference)
     if not prompts:
-        raise InputError(
-            f"no prompt has records of both {engine!r} and {reference!r}; run both engines on the same prompts"
-        )
+        raise InputError(f"no prompt has records of both {engine!r} and {reference!r}; run both engines on the same prompts")
     loglik: dict[str, float] | None = None
     if scores is not None:
         frame = _frame(scores)
@@ -265,9 +267,7 @@ def two_sample(
             keys = [str(_field(r, "key")) for r in items]
             missing = [k for k, o in zip(keys, outputs) if o and k not in loglik]
             if missing:
-                raise InputError(
-                    f"scores lack record {missing[0]!r} (and {len(missing) - 1} more); score both engines' records"
-                )
+                raise InputError(f"scores lack record {missing[0]!r} (and {len(missing) - 1} more); score both engines' records")
             stats["loglik"] = _ad_statistic([loglik.get(k, 0.0) for k in keys], labels)
         per_prompt[pid] = stats
         for name, values in stats.items():
@@ -305,7 +305,9 @@ def two_sample(
                 continue
             total = np.sum(parts, axis=0)
             n = sum(len(prompts[p][0]) + len(prompts[p][1]) for p in pids)
-            out[name] = StatTestResult(name, float(total[0]), _permutation_pvalue(total), n, alpha, f"stratified permutation ({n_resamples})")
+            out[name] = StatTestResult(
+                name, float(total[0]), _permutation_pvalue(total), n, alpha, f"stratified permutation ({n_resamples})"
+            )
         return out
 
     not_run_reason = _cannot_reject(sides(list(prompts)), alpha)
@@ -326,5 +328,3 @@ def two_sample(
     by_group["qvalue"] = bh(by_group["pvalue"].to_numpy(float)) if len(by_group) else []
     by_group["flagged"] = by_group["qvalue"] < alpha
     return TwoSample(engine, reference, alpha, len(prompts), tests, gate, by_prompt, by_group, not_run_reason)
-
-
