@@ -80,3 +80,10 @@ def default_pair():
     from specaudit.models import load_pair
 
     return load_pair("default", "int8", device="cpu")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Integration tests (the real default pair) are slow by nature: `-m "not slow"` skips them too."""
+    for item in items:
+        if item.get_closest_marker("integration") is not None:
+            item.add_marker(pytest.mark.slow)

@@ -158,6 +158,7 @@ def _audit(tmp_path, name, verify, pair, tiny_pair_dir, tiny_prompts_file):
     return analyze(tmp_path / name, n_boot=50)
 
 
+@pytest.mark.slow
 def test_audit_passes_correct_server_and_fails_always_accept_mutant(tmp_path, pair, tiny_pair_dir, tiny_prompts_file):
     correct = _audit(tmp_path, "correct", reference_verify, pair, tiny_pair_dir, tiny_prompts_file)
     mutant = _audit(tmp_path, "mutant", MUTANTS["always_accept"], pair, tiny_pair_dir, tiny_prompts_file)

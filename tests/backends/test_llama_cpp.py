@@ -30,7 +30,7 @@ from specaudit.records import read_records
 
 HAVE_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
 needs_llama_cpp = pytest.mark.skipif(not HAVE_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install specaudit[llama-cpp])")
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # 2-prompt groups: the prompt-set warning is expected
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]  # 2-prompt groups: the prompt-set warning is expected
 
 
 def _write_gguf(path: Path, tokens: list[str]) -> Path:

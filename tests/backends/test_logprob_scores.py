@@ -72,6 +72,7 @@ def test_token_outside_top_n_gets_the_tail_interval_and_null_is_impossible():
     assert scores.loc[1, "p"] == 0.0 and impossible_tokens(scores).offenders == (("a", 1, 3),)
 
 
+@pytest.mark.slow
 def test_pit_is_calibrated_and_catches_a_sharpened_sampler():
     """200 replicates of 200 tokens, top-5 of 30 tokens (a fifth of the emitted tokens fall outside)."""
     rng = np.random.default_rng(7)

@@ -86,6 +86,7 @@ def test_record_level_invariants(tiny_pair, tiny_texts):
         assert out.draft_s > 0 and out.verify_s > 0 and out.ttft_s <= out.wall_s
 
 
+@pytest.mark.slow
 def test_speculative_first_token_follows_target_distribution(tiny_pair, tiny_texts):
     """End to end through the engine: 600 draws of the first token against the exact warped p."""
     spec = SamplingSpec(0.8, top_k=20)
@@ -104,6 +105,7 @@ def test_speculative_first_token_follows_target_distribution(tiny_pair, tiny_tex
     assert stats.chisquare(observed, expected).pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_engine_records_the_step_pit_of_every_kept_token(tiny_pair, tiny_texts):
     """[F(x−), f(x)] per emitted token, cut with the tokens; and what it is for: over 200 seeded
     runs of the engine with the correct sampler, the step PIT's Anderson–Darling test rejects at

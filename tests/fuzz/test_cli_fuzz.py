@@ -28,7 +28,7 @@ EXAMPLE = REPO / "reports" / "example"
 EXAMPLES = int(os.environ.get("SPECAUDIT_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)
 
-pytestmark = pytest.mark.fuzz
+pytestmark = [pytest.mark.fuzz, pytest.mark.slow]
 
 # JSON values of any shape, small: what a damaged or hostile file may hold in any field.
 json_values = st.recursive(

@@ -144,6 +144,7 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_concurrent_writers_on_postgres_lose_nothing(pg_url, tmp_path):
     """Two processes, 6 snapshots each plus one both add, into a database neither has migrated:
     13 runs, every metric row, one migration."""

@@ -5,11 +5,14 @@ planted drop, and the unpaired fallback."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from monitor_factory import GROUPS, base_snapshot
 from scipy import stats
 
 from specaudit.monitor import FAIL, compare_snapshots
 from specaudit.monitor._drift import prompt_drift_test
+
+pytestmark = pytest.mark.slow
 
 PROMPTS_PER_GROUP = 12
 # Prompts differ a lot (some are easy for the draft), re-runs of one prompt vary less.

@@ -214,6 +214,7 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_concurrent_writers_lose_nothing(tmp_path):
     """Three processes append 8 snapshots each to a store none of them has created yet, plus one
     snapshot all three add: 25 runs afterwards, every metric row present, the database consistent."""

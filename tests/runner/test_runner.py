@@ -111,6 +111,7 @@ def test_corruption_in_the_middle_is_an_input_error(tmp_path):
         read_records(path)
 
 
+@pytest.mark.slow
 def test_sigkill_midway_then_resume_equals_uninterrupted_run(tmp_path, tiny_pair_dir, tiny_prompts_file):
     target, draft = tiny_pair_dir
     args = [

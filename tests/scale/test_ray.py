@@ -16,6 +16,8 @@ from specaudit.ray_executor import run_on_ray
 from specaudit.records import check_invariants, read_records
 from specaudit.runner import run
 
+pytestmark = pytest.mark.slow
+
 # Everything but timings: what must not depend on where or in how many pieces the plan ran.
 OUTPUT_FIELDS = (
     "key",

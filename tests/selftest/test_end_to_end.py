@@ -6,6 +6,8 @@ from specaudit.errors import InputError
 from specaudit.prompts import load_prompts
 from specaudit.selftest import end_to_end_audit, end_to_end_selftest, subsampled_detection
 
+pytestmark = pytest.mark.slow
+
 GROSS = ("always_accept", "target_not_warped", "deterministic_accept", "resample_from_p")
 
 

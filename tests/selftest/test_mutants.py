@@ -88,6 +88,7 @@ def test_bf16_mutant_is_a_real_but_small_bug():
     assert 1e-4 < tv < 0.01
 
 
+@pytest.mark.slow
 def test_calibration_of_correct_sampler_over_200_seeds():
     # small but honest budget (40 trials per case) so 200 audits fit in about a minute
     rate = calibrate_unit("correct", seeds=range(200), trials=40, large_vocab_trials=10)
@@ -97,6 +98,7 @@ def test_calibration_of_correct_sampler_over_200_seeds():
     assert rate.samples_per_audit > 1000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in BUGGY if n not in BELOW_UNIT_BUDGET])
 def test_mutant_detected_at_default_budget(name):
     rate = power_unit(name, seeds=range(1000, 1003))

@@ -344,6 +344,7 @@ def step_pit_replicate(verify, seed, n_tokens=300, k=4, vocab=40, spec=SPECS[0])
     return np.clip(parts[:, 0] + np.random.default_rng(seed).random(n_tokens) * parts[:, 1], 0, 1)
 
 
+@pytest.mark.slow
 def test_step_pit_is_calibrated_over_400_seeds_and_catches_a_wrong_residual():
     # 200 seeds under each warping: the false-alarm rate over all 400 lies in the binomial 95%
     # interval of alpha, and the pooled u (60,000 tokens) are uniform
@@ -363,6 +364,7 @@ def test_step_pit_is_calibrated_over_400_seeds_and_catches_a_wrong_residual():
 
 
 # ============================================================ the battery and its family-wise rule
+@pytest.mark.slow
 def test_battery_family_wise_false_alarms_and_groups():
     frame = simulate_tokens(N_SEEDS, 300, spec=SPECS[0], seed=31)
     records = simulate_steps(N_SEEDS, 60, seed=32)
@@ -446,6 +448,7 @@ def ancestral_records(model, spec, *, n_prompts, n_samples, n_tokens, seed, samp
     return records
 
 
+@pytest.mark.slow
 def test_model_based_h0_calibration_and_power():
     spec = SamplingSpec(0.7, 20, 0.9)
     model = tiny_llama(0)
@@ -614,6 +617,7 @@ def test_two_sample_statistics_match_scipy():
     assert eq._g_statistic(cats, labels)[0] == pytest.approx(g)
 
 
+@pytest.mark.slow
 def test_two_sample_tests_are_calibrated_over_200_seeds():
     rejections = {name: [] for name in eq.TWO_SAMPLE_TESTS}
     for seed in range(N_SEEDS):
@@ -780,6 +784,7 @@ def kl(a, b):
     return float((a[mask] * np.log(a[mask] / b[mask])).sum())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gamma", [1.0, 1.5])
 def test_first_token_tv_and_kl_bounds_cover_the_truth(gamma):
     rng = np.random.default_rng(12)
