@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
+import specaudit.mitigate._acceptance as acc
+import specaudit.mitigate._distil as dst
+import specaudit.mitigate._policy as pol
 from specaudit.errors import InputError
-from specaudit.mitigate import _acceptance as acc
-from specaudit.mitigate import _distil as dst
-from specaudit.mitigate import _policy as pol
 from specaudit.mitigate._report import before_after_markdown, training_card_markdown
 
 # Budgets: the demonstration one fits about 15 minutes of a 2-core CPU on the default pair.

@@ -21,8 +21,8 @@ from sqlalchemy import Engine, and_, create_engine, delete, event, func, insert,
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 
+import specaudit.monitor._schema as _schema
 from specaudit.errors import InputError
-from specaudit.monitor import _schema
 from specaudit.monitor._snapshot import MetricPoint, canonical_json, load_snapshot, snapshot_digest, summarize, utc_now
 
 STORE_ENV = "SPECAUDIT_STORE"

@@ -12,8 +12,8 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from specaudit.report import _charts as charts
-from specaudit.report import _verdicts as verdicts
+import specaudit.report._charts as charts
+import specaudit.report._verdicts as verdicts
 from specaudit.report._format import (
     METRIC_FAMILIES,
     MISSING,
