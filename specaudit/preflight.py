@@ -54,9 +54,9 @@ def check_prompt_lengths(encoded: Mapping[str, list[int]], model, max_new_tokens
 
 def check_model_sources(cfg) -> None:
     """Hub ids among the target and draft: offline and uncached fails now, naming the model,
-    before prompts are read or anything else is loaded (models._loading.hub_options)."""
+    before prompts are read or anything else is loaded (models._hub.hub_options)."""
     from specaudit.decoding import ENGINES
-    from specaudit.models._loading import DEFAULT_TARGET, _is_local, hub_options
+    from specaudit.models._hub import DEFAULT_TARGET, _is_local, hub_options
 
     if any(engine not in ENGINES for engine in cfg.engines):  # a backend: the server holds the models
         return

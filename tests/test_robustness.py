@@ -176,7 +176,7 @@ def test_history_list_says_how_many_runs_it_leaves_out(tmp_path, snapshot, capsy
 def test_unknown_model_offline_fails_at_once_naming_it(monkeypatch):
     from huggingface_hub import constants
 
-    from specaudit.models._loading import hub_options
+    from specaudit.models._hub import hub_options
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     started = time.perf_counter()

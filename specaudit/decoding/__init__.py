@@ -1,25 +1,36 @@
-"""Decoding engines under one SamplingSpec and one warping implementation."""
+"""Decoding engines under one SamplingSpec and one warping implementation.
 
-from specaudit.decoding._generation import Generation
-from specaudit.decoding.hf_assisted import hf_assisted_generate
-from specaudit.decoding.speculative import speculative_generate
-from specaudit.decoding.vanilla import vanilla_generate
-from specaudit.decoding.verify import VerifyFn, acceptance_probabilities, reference_verify, residual_distribution, sample_from
-from specaudit.decoding.warping import SamplingSpec, warp
+The engines import torch; `ENGINES` and `SamplingSpec` do not, so the names below are imported on
+first use and `from specaudit.decoding import SamplingSpec` stays light.
+"""
 
-ENGINES = ("vanilla", "speculative", "hf-assisted")
+from importlib import import_module
 
-__all__ = [
-    "ENGINES",
-    "Generation",
-    "SamplingSpec",
-    "VerifyFn",
-    "acceptance_probabilities",
-    "hf_assisted_generate",
-    "reference_verify",
-    "residual_distribution",
-    "sample_from",
-    "speculative_generate",
-    "vanilla_generate",
-    "warp",
-]
+from specaudit.decoding._spec import ENGINES, SamplingSpec
+
+_LAZY = {
+    "Generation": "specaudit.decoding._generation",
+    "VerifyFn": "specaudit.decoding.verify",
+    "acceptance_probabilities": "specaudit.decoding.verify",
+    "hf_assisted_generate": "specaudit.decoding.hf_assisted",
+    "reference_verify": "specaudit.decoding.verify",
+    "residual_distribution": "specaudit.decoding.verify",
+    "sample_from": "specaudit.decoding.verify",
+    "speculative_generate": "specaudit.decoding.speculative",
+    "vanilla_generate": "specaudit.decoding.vanilla",
+    "warp": "specaudit.decoding.warping",
+}
+
+__all__ = ["ENGINES", "SamplingSpec", *sorted(_LAZY)]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'specaudit.decoding' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

@@ -1,39 +1,44 @@
-"""Models: targets and drafts by hub id, folder or GGUF file; the embedded default; derived drafts."""
+"""Models: targets and drafts by hub id, folder or GGUF file; the embedded default; derived drafts.
 
-from specaudit.models._device import Stopwatch, forward_cached, resolve_device, resolve_dtype
-from specaudit.models._loading import (
-    DEFAULT_TARGET,
-    ModelPair,
-    NgramDraft,
-    NoisyDraft,
-    check_same_vocabulary,
-    default_target_folder,
-    early_exit_draft,
-    int8_draft,
-    load_pair,
-    load_tokenizer,
-    parse_draft_noise,
-)
-from specaudit.models._tiny import save_tiny_pair, tiny_draft_of, tiny_model, tiny_tokenizer
+Loading imports torch and transformers; the names are imported on first use, so that checking a
+model name (`_hub`) before any work stays light.
+"""
 
-__all__ = [
-    "DEFAULT_TARGET",
-    "ModelPair",
-    "NgramDraft",
-    "NoisyDraft",
-    "Stopwatch",
-    "check_same_vocabulary",
-    "default_target_folder",
-    "early_exit_draft",
-    "forward_cached",
-    "int8_draft",
-    "load_pair",
-    "load_tokenizer",
-    "parse_draft_noise",
-    "resolve_device",
-    "resolve_dtype",
-    "save_tiny_pair",
-    "tiny_draft_of",
-    "tiny_model",
-    "tiny_tokenizer",
-]
+from importlib import import_module
+
+from specaudit.models._hub import DEFAULT_TARGET
+
+_LAZY = {
+    "ModelPair": "specaudit.models._loading",
+    "NgramDraft": "specaudit.models._loading",
+    "NoisyDraft": "specaudit.models._loading",
+    "Stopwatch": "specaudit.models._device",
+    "check_same_vocabulary": "specaudit.models._loading",
+    "default_target_folder": "specaudit.models._loading",
+    "early_exit_draft": "specaudit.models._loading",
+    "forward_cached": "specaudit.models._device",
+    "int8_draft": "specaudit.models._loading",
+    "load_pair": "specaudit.models._loading",
+    "load_tokenizer": "specaudit.models._loading",
+    "parse_draft_noise": "specaudit.models._loading",
+    "resolve_device": "specaudit.models._device",
+    "resolve_dtype": "specaudit.models._device",
+    "save_tiny_pair": "specaudit.models._tiny",
+    "tiny_draft_of": "specaudit.models._tiny",
+    "tiny_model": "specaudit.models._tiny",
+    "tiny_tokenizer": "specaudit.models._tiny",
+}
+
+__all__ = ["DEFAULT_TARGET", *sorted(_LAZY)]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'specaudit.models' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__
