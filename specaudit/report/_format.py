@@ -83,6 +83,11 @@ def get(data: Any, *keys: Any, default: Any = None) -> Any:
     return data
 
 
+def mapping(value: Any) -> Mapping[str, Any]:
+    """A snapshot part that should be a mapping, or an empty one (odd shapes never crash the report)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def num(value: Any, digits: int = 3) -> str:
     """Significant digits for measurements of any scale (0.00384, 281.7, 2.16)."""
     if not finite(value):

@@ -1,0 +1,73 @@
+"""The report's glossary: every term it uses, named once and explained once."""
+
+from __future__ import annotations
+
+GLOSSARY = {
+    "acceptance": ("acceptance rate", "the share of drafted tokens the target accepts"),
+    "speedup": (
+        "speed-up",
+        ("vanilla time per token divided by speculative time per token, paired per prompt; below 1× speculation is slower"),
+    ),
+    "reference": ("reference group", "the group every other group of a dimension is compared with"),
+    "ratio": ("ratio to reference", "a group's value divided by the reference group's value"),
+    "band": ("tolerance band", "the range of ratios that counts as parity (by default 0.8–1.25, the four-fifths convention)"),
+    "ci": ("95% interval", "a bootstrap confidence interval that resamples whole prompts"),
+    "statuses": (
+        "FLAG / WITHIN / INCONCLUSIVE / INSUFFICIENT",
+        (
+            "the ratio's interval lies wholly outside the band / wholly "
+            "inside it / across a band edge; or the design cannot detect a ratio at the band's edges"
+        ),
+    ),
+    "mdr": ("detectable ratio", "the smallest drop or rise of the ratio the test finds with 80% power at these group sizes"),
+    "pit": (
+        "PIT",
+        (
+            "probability integral transform: where each emitted token falls in the target's cumulative distribution; "
+            "uniform when the sampler follows the target"
+        ),
+    ),
+    "tv": (
+        "TV",
+        (
+            "total-variation distance: the largest difference in probability two distributions give any set of outputs "
+            "(0 identical, 1 disjoint)"
+        ),
+    ),
+    "kl": ("KL", "Kullback–Leibler divergence, another distance between distributions"),
+    "delta": ("δ", "the equivalence margin: TV below δ counts as equivalent"),
+    "alpha": ("α", "the significance level, the accepted rate of false alarms"),
+    "holm": ("Holm", "a correction of p-values for running several tests at once (family-wise error at α)"),
+    "beta": ("β", "the theoretical acceptance probability, Σ min(p, q) over the vocabulary of target p and draft q"),
+    "tau": ("τ", "tokens emitted per verification step"),
+    "k": ("k", "draft tokens proposed per verification step"),
+    "c": ("c", "the cost of one draft step relative to one target step"),
+    "rank_biserial": ("rank-biserial", "an effect size from −1 to 1: how often one group's prompts beat the other's"),
+    "control": ("control", "plain (vanilla) decoding, run through the same tests: if it fails them, the audit itself is suspect"),
+    "two_sample": (
+        "two-sample test",
+        ("compares speculative with vanilla outputs only (black-box), permuting engine labels within each prompt"),
+    ),
+}
+
+
+class Terms:
+    """A term's short explanation in brackets at its first use in the page (so it also prints),
+    a link to the glossary afterwards. Called from the template in reading order."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def __call__(self, key: str, shown: str | None = None):
+        from markupsafe import Markup, escape
+
+        name, meaning = GLOSSARY[key]
+        text = escape(shown or name)
+        if key in self.used:
+            return Markup(f'<a class="term" href="#g-{key}">{text}</a>')
+        self.used.add(key)
+        return Markup(f'<dfn>{text}</dfn> <span class="gloss">({escape(meaning)})</span>')
+
+
+def glossary_rows() -> list[tuple[str, str, str]]:
+    return [(key, name, meaning) for key, (name, meaning) in sorted(GLOSSARY.items(), key=lambda kv: kv[1][0].lower())]
