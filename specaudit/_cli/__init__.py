@@ -1,0 +1,1 @@
+"""The `specaudit` subcommands, one module per group; `specaudit.cli` holds the parser and `main`."""
