@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -27,7 +25,9 @@ import specaudit.mitigate._acceptance as acc
 import specaudit.mitigate._distil as dst
 import specaudit.mitigate._policy as pol
 from specaudit.errors import InputError
+from specaudit.mitigate._reaudit import compare_groups, equivalence_check, measured_speedup
 from specaudit.mitigate._report import before_after_markdown, training_card_markdown
+from specaudit.mitigate._run_folder import attach_texts, choose_dimension, group_alphas, prompts_from_run, read_run, split_by_pair
 
 # Budgets: the demonstration one fits about 15 minutes of a 2-core CPU on the default pair.
 DEMO_BUDGET = {"samples": 2, "max_new_tokens": 32, "steps": 60, "batch_size": 4, "equivalence_prompts": 4, "timing_prompts": 1}
@@ -42,282 +42,6 @@ class MitigationResult:
     out_dir: Path
     summary: dict
     files: dict
-
-
-@dataclass
-class _Prompt:
-    id: str
-    ids: list[int]
-    pair: str
-    attributes: dict
-    text: str | None = None
-
-
-# ---------------------------------------------------------------- the run folder
-def _read_run(run_dir: Path) -> tuple[dict, list[dict], dict]:
-    from specaudit.analysis import SNAPSHOT_FILE
-    from specaudit.records import RECORDS_FILE, read_manifest, read_records
-
-    manifest = read_manifest(run_dir)
-    records = [r for r in read_records(run_dir / RECORDS_FILE) if not r.get("timing_only")]
-    if not records:
-        raise InputError(f"{run_dir / RECORDS_FILE} has no records: mitigation needs the audited prompts; run `specaudit run` first")
-    path = run_dir / SNAPSHOT_FILE
-    if not path.is_file():
-        raise InputError(f"{run_dir} has no {SNAPSHOT_FILE}: mitigation needs the audit's groups; run `specaudit analyze {run_dir}` first")
-    snapshot = json.loads(path.read_text(encoding="utf-8"))
-    if not any((section or {}).get("by_group") for section in (snapshot.get("groups") or {}).values()):
-        raise InputError(
-            f"{path} has no per-group acceptance (the run needs prompts with group attributes and both the vanilla and a "
-            "speculative engine)"
-        )
-    return manifest, records, snapshot
-
-
-def _group_alphas(snapshot: dict, dimension: str) -> dict[str, float]:
-    """The audit's per-position acceptance of each group of one dimension."""
-    by_group = snapshot["groups"][dimension]["by_group"]
-    return {group: (entry["metrics"].get("per_position_acceptance") or {}).get("value") for group, entry in by_group.items()}
-
-
-def _choose_dimension(snapshot: dict, requested: str | None) -> tuple[str, str]:
-    """(dimension, its lowest-acceptance group): the requested dimension, else the one whose
-    lowest group is furthest below its reference (or its best group)."""
-    sections = {d: s for d, s in snapshot["groups"].items() if s.get("by_group")}
-    if requested is not None and requested not in sections:
-        raise InputError(f"--dimension {requested!r}: the audit has groups for {', '.join(sections)} only")
-    gaps = {}
-    for dimension in [requested] if requested else sections:
-        alphas = {g: a for g, a in _group_alphas(snapshot, dimension).items() if a is not None}
-        if len(alphas) < 2:
-            continue
-        reference = sections[dimension].get("reference")
-        anchor = alphas.get(reference) or max(alphas.values())
-        worst = min(alphas, key=alphas.get)
-        gaps[dimension] = (alphas[worst] / anchor if anchor else 1.0, worst)
-    if not gaps:
-        raise InputError("the audit has no dimension with two or more groups of measured acceptance; mitigation needs a group to compare")
-    dimension = min(gaps, key=lambda d: gaps[d][0])
-    return dimension, gaps[dimension][1]
-
-
-def _prompts_from_run(records: list[dict]) -> dict[str, _Prompt]:
-    prompts: dict[str, _Prompt] = {}
-    for record in records:
-        if record["prompt_id"] not in prompts:
-            prompts[record["prompt_id"]] = _Prompt(
-                record["prompt_id"],
-                list(record["prompt_token_ids"]),
-                record.get("pair_id") or record["prompt_id"],
-                dict(record.get("attributes") or {}),
-            )
-    return prompts
-
-
-def _attach_texts(prompts: dict[str, _Prompt], config: dict, tokenizer, per_group: int | None) -> tuple[dict[str, _Prompt], str | None]:
-    """The prompt texts (needed to re-run the real engine), from the run's prompt set; with
-    `per_group`, a fresh stratified sample of that set replaces the run's prompts. Returns the
-    prompts and, when the set cannot be read, why."""
-    from specaudit.prompts import load_prompts, prompt_token_ids
-
-    try:
-        prompt_set = load_prompts(
-            config.get("prompts", "core"),
-            column_map=config.get("column_map"),
-            dimensions=config.get("dimensions"),
-            per_group=per_group,
-            seed=int(config.get("seed", 0)),
-        )
-    except InputError as err:
-        if per_group:
-            raise
-        return prompts, f"the run's prompt set could not be read ({err})"
-    by_id = {p.id: p for p in prompt_set.prompts}
-    if per_group:
-        chat = config.get("chat_template", True)
-        return {
-            p.id: _Prompt(p.id, prompt_token_ids(tokenizer, p, chat), p.pair_id or p.id, dict(p.attributes), p.text)
-            for p in prompt_set.prompts
-        }, None
-    for prompt in prompts.values():
-        if prompt.id in by_id:
-            prompt.text = by_id[prompt.id].text
-    return prompts, None
-
-
-def split_by_pair(prompts: dict[str, _Prompt], held_out: float, seed: int, dimensions: list[str]) -> tuple[list[str], list[str]]:
-    """(training ids, held-out ids): whole pairs go to one side; every group of `dimensions` gets
-    at least one pair on each side where it has two, else InputError naming the group."""
-    if not 0 < held_out < 1:
-        raise InputError(f"--held-out must be a fraction in (0, 1), got {held_out}")
-    pairs: dict[str, list[str]] = {}
-    for prompt in prompts.values():
-        pairs.setdefault(prompt.pair, []).append(prompt.id)
-    keys = sorted(pairs)
-    random.Random(seed).shuffle(keys)
-
-    def groups_of(key):
-        return {(d, prompts[p].attributes.get(d)) for p in pairs[key] for d in dimensions if prompts[p].attributes.get(d) is not None}
-
-    side: dict[str, str] = {}
-    covered = {"held": set(), "train": set()}
-    for key in keys:  # first make sure every group is on both sides where it can be
-        groups = groups_of(key)
-        if groups - covered["held"]:
-            side[key] = "held"
-        elif groups - covered["train"]:
-            side[key] = "train"
-        else:
-            continue
-        covered[side[key]] |= groups
-    target = round(held_out * len(prompts))
-    held_count = sum(len(pairs[k]) for k in side if side[k] == "held")
-    for key in keys:
-        if key not in side:
-            side[key] = "held" if held_count < target else "train"
-            held_count += len(pairs[key]) if side[key] == "held" else 0
-    held = [p for k in keys if side[k] == "held" for p in pairs[k]]
-    train = [p for k in keys if side[k] == "train" for p in pairs[k]]
-    all_groups = {g for k in keys for g in groups_of(k)}
-    for name, ids in (("training", train), ("held-out", held)):
-        present = {(d, prompts[p].attributes.get(d)) for p in ids for d in dimensions}
-        for dimension, group in sorted(all_groups - present):
-            raise InputError(
-                f"the train/held-out split leaves group {dimension}={group} without {name} prompts (it has too few "
-                "prompt pairs); audit more prompts per group"
-            )
-    return sorted(train), sorted(held)
-
-
-# ------------------------------------------------------------------ statistics
-def _interval(beta: np.ndarray, positions: np.ndarray, seed: int, n_boot: int = 1000) -> dict:
-    from specaudit.stats._bootstrap import cluster_bootstrap
-
-    if positions.sum() == 0:
-        return {"value": None, "ci_low": None, "ci_high": None, "n_prompts": int(len(beta)), "n_tokens": 0}
-    result = cluster_bootstrap(lambda w: (w @ beta) / np.maximum(w @ positions, 1e-12), len(beta), n_boot=n_boot, seed=seed)
-    return {
-        "value": float(result.statistic),
-        "ci_low": float(result.ci_low),
-        "ci_high": float(result.ci_high),
-        "n_prompts": int(len(beta)),
-        "n_tokens": int(positions.sum()),
-    }
-
-
-def _paired_change(before: np.ndarray, after: np.ndarray, positions: np.ndarray, seed: int, n_boot: int = 1000) -> dict:
-    """after − before on the same prompts and target samples, prompt bootstrap interval."""
-    from specaudit.stats._bootstrap import cluster_bootstrap
-
-    result = cluster_bootstrap(lambda w: (w @ (after - before)) / np.maximum(w @ positions, 1e-12), len(before), n_boot=n_boot, seed=seed)
-    return {"value": float(result.statistic), "ci_low": float(result.ci_low), "ci_high": float(result.ci_high)}
-
-
-def _compare(groups: dict[str, list[str]], before: dict, after: dict, reference: str | None, seed: int) -> dict:
-    """Per group: acceptance before and after with intervals, the paired change, the ratio to
-    the reference group; then the worst group's ratio and the overall acceptance."""
-    rows: dict[str, Any] = {}
-    everyone = sorted({p for ids in groups.values() for p in ids})
-    for label, ids in [*groups.items(), ("(overall)", everyone)]:
-        beta_before, positions = acc.acceptance_arrays(before, ids)
-        beta_after, _ = acc.acceptance_arrays(after, ids)
-        row = {
-            "before": _interval(beta_before, positions, seed),
-            "after": _interval(beta_after, positions, seed),
-            "change": _paired_change(beta_before, beta_after, positions, seed) if positions.sum() else None,
-        }
-        if row["before"]["value"]:
-            row["relative_change"] = row["after"]["value"] / row["before"]["value"] - 1.0
-        rows[label] = row
-    named = {g: r for g, r in rows.items() if g != "(overall)"}
-    anchor = reference if reference in named else max(named, key=lambda g: len(groups[g]))
-    for when in ("before", "after"):
-        base = named[anchor][when]["value"]
-        for row in named.values():
-            row.setdefault("ratio_to_reference", {})[when] = row[when]["value"] / base if base and row[when]["value"] is not None else None
-    worst_before = min(named, key=lambda g: named[g]["before"]["value"] if named[g]["before"]["value"] is not None else 1.0)
-    return {
-        "reference": anchor,
-        "groups": rows,
-        "worst_group_before": worst_before,
-        "worst_ratio": {
-            when: min((r["ratio_to_reference"][when] for r in named.values() if r["ratio_to_reference"][when] is not None), default=None)
-            for when in ("before", "after")
-        },
-    }
-
-
-# ------------------------------------------------------------------ re-audit with the real engine
-def _equivalence_check(pair, draft_folder: Path, prompts: list[_Prompt], config: dict, work: Path, progress: bool) -> dict:
-    """Decode a few held-out prompts with the real speculative engine and the distilled draft,
-    then `analyze` the run: the equivalence battery decides whether sampling is still exact."""
-    from specaudit.analysis import analyze
-    from specaudit.config import run_config_from
-    from specaudit.models import load_pair
-    from specaudit.prompts._model import Prompt, PromptSet, rows_checksum
-    from specaudit.runner import run
-
-    chosen = [p for p in prompts if p.text is not None]
-    if not chosen:
-        return {"status": "not run", "reason": "no held-out prompt text available (the run's prompt set could not be read)"}
-    items = [Prompt(id=p.id, text=p.text, attributes=p.attributes, pair_id=p.pair) for p in chosen]
-    prompt_set = PromptSet(
-        name="mitigate-held-out", version=1, checksum=rows_checksum(items), source="memory", dimensions={}, prompts=items
-    )
-    options = {
-        key: config[key]
-        for key in ("target", "k", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat_template")
-        if key in config
-    }
-    cfg = run_config_from(
-        {
-            **options,
-            "draft": str(draft_folder),
-            "engines": ["vanilla", "speculative"],
-            "samples": 2,
-            "device": str(pair.device),
-            "warmup": 0,
-        },
-        "mitigate",
-    )
-    new_pair = load_pair(cfg.target, str(draft_folder), device=str(pair.device))
-    run_dir = work / "reaudit-run"
-    run(cfg, run_dir, pair=new_pair, prompt_set=prompt_set, progress=progress, command="specaudit mitigate (equivalence re-audit)")
-    snapshot = analyze(run_dir, pair=new_pair, dimensions=[])
-    section = snapshot["equivalence"]
-    engine = (section.get("engines") or {}).get("speculative") or {}
-    return {
-        "status": section.get("status"),
-        "verdict": engine.get("verdict"),
-        "prompts": [p.id for p in chosen],
-        "records": snapshot["run"]["n_records"],
-        "tokens": snapshot["run"]["n_output_tokens"],
-        "goodness_of_fit_p": (engine.get("goodness_of_fit") or {}).get("pvalue"),
-        "tv_bound": (engine.get("tv_bound") or {}).get("upper"),
-        "run_dir": "reaudit-run",
-    }
-
-
-def _measured_speedup(pair, draft, prompts: list[_Prompt], k: int, spec, eos_ids, max_new_tokens: int, seed: int) -> dict:
-    """Wall-time speed-up of speculative decoding at draft length k over vanilla on `prompts`
-    (interleaved, tokens per second of each)."""
-    from specaudit.decoding import speculative_generate, vanilla_generate
-    from specaudit.runner import derive_seed
-
-    totals = {"vanilla": [0.0, 0], "speculative": [0.0, 0]}
-    for index, prompt in enumerate(prompts):
-        order = ("vanilla", "speculative") if index % 2 == 0 else ("speculative", "vanilla")
-        for engine in order:
-            generator = torch.Generator(device=pair.device).manual_seed(derive_seed(seed, prompt.id, 0))
-            common = dict(spec=spec, max_new_tokens=max_new_tokens, generator=generator, eos_ids=eos_ids, vocab_size=pair.vocab_size)
-            if engine == "vanilla":
-                out = vanilla_generate(pair.target, prompt.ids, **common)
-            else:
-                out = speculative_generate(pair.target, draft, prompt.ids, k=k, **common)
-            totals[engine][0] += out.wall_s
-            totals[engine][1] += len(out.tokens)
-    rate = {e: t[1] / t[0] if t[0] else float("nan") for e, t in totals.items()}
-    return {"k": k, "prompts": len(prompts), "speedup": rate["speculative"] / rate["vanilla"], "tokens_per_s": rate}
 
 
 # ------------------------------------------------------------------ the command
@@ -374,16 +98,16 @@ def mitigate(
     if objective not in dst.OBJECTIVES:
         raise InputError(f"--objective {objective!r}: choose tv or kl")
 
-    manifest, records, snapshot = _read_run(run_dir)
+    manifest, records, snapshot = read_run(run_dir)
     config = manifest.get("config") or {}
     draft_name = draft or config.get("draft")
     if draft_name is None or draft_name in UNTRAINABLE_DRAFTS:
         raise InputError(
             f"draft {draft_name!r} cannot be trained (no float weights to distil); give --draft early-exit:N or a model folder"
         )
-    dimension, worst_group = _choose_dimension(snapshot, dimension)
+    dimension, worst_group = choose_dimension(snapshot, dimension)
     dimensions = [d for d, s in snapshot["groups"].items() if s.get("by_group")]
-    audit_alpha = _group_alphas(snapshot, dimension)
+    audit_alpha = group_alphas(snapshot, dimension)
     spec = SamplingSpec(float(config.get("temperature", 1.0)), int(config.get("top_k", 0)), float(config.get("top_p", 1.0)))
     run_k = int(config.get("k", 4))
     budget["max_new_tokens"] = min(int(budget["max_new_tokens"]), int(config.get("max_new_tokens", budget["max_new_tokens"])))
@@ -391,12 +115,12 @@ def mitigate(
     # Batch-1 decoding and small batches gain little from more CPU threads, and OpenMP threads that
     # wait on each other under competing load are many times slower (see runner.load_pair_for).
     torch.set_num_threads(int(config.get("threads") or 1))
-    prompts = _prompts_from_run(records)
+    prompts = prompts_from_run(records)
     if per_group is None:  # a split that cannot work fails before any model loads
         split_by_pair(prompts, held_out, seed, dimensions)
     pair = load_pair(config.get("target", "default"), draft_name, device=device)
     dst.trainable_layers(pair.draft, train_layers)  # an untrainable draft fails before any sampling
-    prompts, text_note = _attach_texts(prompts, config, pair.tokenizer, per_group)
+    prompts, text_note = attach_texts(prompts, config, pair.tokenizer, per_group)
     train_ids, held_ids = split_by_pair(prompts, held_out, seed, dimensions)
     group_of = {pid: prompts[pid].attributes.get(dimension) for pid in prompts}
 
@@ -460,7 +184,7 @@ def mitigate(
 
     held_groups = {g: [p for p in held_ids if group_of[p] == g] for g in audit_alpha if any(group_of[p] == g for p in held_ids)}
     reference = snapshot["groups"][dimension].get("reference")
-    comparisons = {name: _compare(held_groups, before, entry["after"], reference, seed) for name, entry in trained.items()}
+    comparisons = {name: compare_groups(held_groups, before, entry["after"], reference, seed) for name, entry in trained.items()}
 
     # Policies for the distilled draft, fitted on the training prompts, judged on held-out ones.
     main_after_train = acc.measure_acceptance(
@@ -486,7 +210,7 @@ def mitigate(
         }
         if int(budget["timing_prompts"]) > 0:
             timed = [prompts[p] for p in held_groups[group][: int(budget["timing_prompts"])]]
-            measured = _measured_speedup(pair, main_draft.draft, timed, fitted["k"], spec, eos_ids, int(budget["max_new_tokens"]), seed)
+            measured = measured_speedup(pair, main_draft.draft, timed, fitted["k"], spec, eos_ids, int(budget["max_new_tokens"]), seed)
             fitted["measured_speedup_held_out"] = {
                 "policy_k": measured["speedup"],
                 "policy": 1.0 if fitted["route_to_vanilla"] else measured["speedup"],
@@ -655,7 +379,7 @@ def _write_outputs(
     equivalence = {"status": "not run", "reason": "--equivalence-prompts 0"}
     if int(budget["equivalence_prompts"]) > 0:
         chosen = [prompts[p] for group in held_groups.values() for p in group[:1]][: int(budget["equivalence_prompts"])]
-        equivalence = _equivalence_check(pair, draft_folder, chosen, config, work, progress)
+        equivalence = equivalence_check(pair, draft_folder, chosen, config, work, progress)
         if text_note and equivalence["status"] == "not run":
             equivalence["reason"] = text_note
     summary = {

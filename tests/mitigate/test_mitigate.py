@@ -143,13 +143,13 @@ def test_sequence_weights_give_each_group_its_share():
 
 
 def test_split_keeps_pairs_together_and_names_an_empty_group():
-    from specaudit.mitigate._mitigate import _Prompt
+    from specaudit.mitigate._run_folder import Prompt
 
-    prompts = {f"{p}-{g}": _Prompt(f"{p}-{g}", [1], p, {"case": g}) for p in ("p1", "p2", "p3", "p4") for g in ("x", "y")}
+    prompts = {f"{p}-{g}": Prompt(f"{p}-{g}", [1], p, {"case": g}) for p in ("p1", "p2", "p3", "p4") for g in ("x", "y")}
     train, held = split_by_pair(prompts, 0.5, 0, ["case"])
     assert not {prompts[p].pair for p in train} & {prompts[p].pair for p in held}
     assert sorted(train + held) == sorted(prompts)
-    prompts["lonely"] = _Prompt("lonely", [1], "p9", {"case": "z"})
+    prompts["lonely"] = Prompt("lonely", [1], "p9", {"case": "z"})
     with pytest.raises(InputError, match="case=z"):
         split_by_pair(prompts, 0.5, 0, ["case"])
 

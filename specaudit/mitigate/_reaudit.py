@@ -1,0 +1,145 @@
+"""Re-measuring on the held-out prompts: before/after acceptance with bootstrap intervals, the
+equivalence check with the real speculative engine and the distilled draft, and the measured
+speed-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import specaudit.mitigate._acceptance as acc
+from specaudit.mitigate._run_folder import Prompt
+
+
+# ------------------------------------------------------------------ statistics
+def _interval(beta: np.ndarray, positions: np.ndarray, seed: int, n_boot: int = 1000) -> dict:
+    from specaudit.stats._bootstrap import cluster_bootstrap
+
+    if positions.sum() == 0:
+        return {"value": None, "ci_low": None, "ci_high": None, "n_prompts": int(len(beta)), "n_tokens": 0}
+    result = cluster_bootstrap(lambda w: (w @ beta) / np.maximum(w @ positions, 1e-12), len(beta), n_boot=n_boot, seed=seed)
+    return {
+        "value": float(result.statistic),
+        "ci_low": float(result.ci_low),
+        "ci_high": float(result.ci_high),
+        "n_prompts": int(len(beta)),
+        "n_tokens": int(positions.sum()),
+    }
+
+
+def _paired_change(before: np.ndarray, after: np.ndarray, positions: np.ndarray, seed: int, n_boot: int = 1000) -> dict:
+    """after − before on the same prompts and target samples, prompt bootstrap interval."""
+    from specaudit.stats._bootstrap import cluster_bootstrap
+
+    result = cluster_bootstrap(lambda w: (w @ (after - before)) / np.maximum(w @ positions, 1e-12), len(before), n_boot=n_boot, seed=seed)
+    return {"value": float(result.statistic), "ci_low": float(result.ci_low), "ci_high": float(result.ci_high)}
+
+
+def compare_groups(groups: dict[str, list[str]], before: dict, after: dict, reference: str | None, seed: int) -> dict:
+    """Per group: acceptance before and after with intervals, the paired change, the ratio to
+    the reference group; then the worst group's ratio and the overall acceptance."""
+    rows: dict[str, Any] = {}
+    everyone = sorted({p for ids in groups.values() for p in ids})
+    for label, ids in [*groups.items(), ("(overall)", everyone)]:
+        beta_before, positions = acc.acceptance_arrays(before, ids)
+        beta_after, _ = acc.acceptance_arrays(after, ids)
+        row = {
+            "before": _interval(beta_before, positions, seed),
+            "after": _interval(beta_after, positions, seed),
+            "change": _paired_change(beta_before, beta_after, positions, seed) if positions.sum() else None,
+        }
+        if row["before"]["value"]:
+            row["relative_change"] = row["after"]["value"] / row["before"]["value"] - 1.0
+        rows[label] = row
+    named = {g: r for g, r in rows.items() if g != "(overall)"}
+    anchor = reference if reference in named else max(named, key=lambda g: len(groups[g]))
+    for when in ("before", "after"):
+        base = named[anchor][when]["value"]
+        for row in named.values():
+            row.setdefault("ratio_to_reference", {})[when] = row[when]["value"] / base if base and row[when]["value"] is not None else None
+    worst_before = min(named, key=lambda g: named[g]["before"]["value"] if named[g]["before"]["value"] is not None else 1.0)
+    return {
+        "reference": anchor,
+        "groups": rows,
+        "worst_group_before": worst_before,
+        "worst_ratio": {
+            when: min((r["ratio_to_reference"][when] for r in named.values() if r["ratio_to_reference"][when] is not None), default=None)
+            for when in ("before", "after")
+        },
+    }
+
+
+# ------------------------------------------------------------------ re-audit with the real engine
+def equivalence_check(pair, draft_folder: Path, prompts: list[Prompt], config: dict, work: Path, progress: bool) -> dict:
+    """Decode a few held-out prompts with the real speculative engine and the distilled draft,
+    then `analyze` the run: the equivalence battery decides whether sampling is still exact."""
+    from specaudit.analysis import analyze
+    from specaudit.config import run_config_from
+    from specaudit.models import load_pair
+    from specaudit.prompts._model import Prompt, PromptSet, rows_checksum
+    from specaudit.runner import run
+
+    chosen = [p for p in prompts if p.text is not None]
+    if not chosen:
+        return {"status": "not run", "reason": "no held-out prompt text available (the run's prompt set could not be read)"}
+    items = [Prompt(id=p.id, text=p.text, attributes=p.attributes, pair_id=p.pair) for p in chosen]
+    prompt_set = PromptSet(
+        name="mitigate-held-out", version=1, checksum=rows_checksum(items), source="memory", dimensions={}, prompts=items
+    )
+    options = {
+        key: config[key]
+        for key in ("target", "k", "temperature", "top_k", "top_p", "max_new_tokens", "seed", "chat_template")
+        if key in config
+    }
+    cfg = run_config_from(
+        {
+            **options,
+            "draft": str(draft_folder),
+            "engines": ["vanilla", "speculative"],
+            "samples": 2,
+            "device": str(pair.device),
+            "warmup": 0,
+        },
+        "mitigate",
+    )
+    new_pair = load_pair(cfg.target, str(draft_folder), device=str(pair.device))
+    run_dir = work / "reaudit-run"
+    run(cfg, run_dir, pair=new_pair, prompt_set=prompt_set, progress=progress, command="specaudit mitigate (equivalence re-audit)")
+    snapshot = analyze(run_dir, pair=new_pair, dimensions=[])
+    section = snapshot["equivalence"]
+    engine = (section.get("engines") or {}).get("speculative") or {}
+    return {
+        "status": section.get("status"),
+        "verdict": engine.get("verdict"),
+        "prompts": [p.id for p in chosen],
+        "records": snapshot["run"]["n_records"],
+        "tokens": snapshot["run"]["n_output_tokens"],
+        "goodness_of_fit_p": (engine.get("goodness_of_fit") or {}).get("pvalue"),
+        "tv_bound": (engine.get("tv_bound") or {}).get("upper"),
+        "run_dir": "reaudit-run",
+    }
+
+
+def measured_speedup(pair, draft, prompts: list[Prompt], k: int, spec, eos_ids, max_new_tokens: int, seed: int) -> dict:
+    """Wall-time speed-up of speculative decoding at draft length k over vanilla on `prompts`
+    (interleaved, tokens per second of each)."""
+    from specaudit.decoding import speculative_generate, vanilla_generate
+    from specaudit.runner import derive_seed
+
+    totals = {"vanilla": [0.0, 0], "speculative": [0.0, 0]}
+    for index, prompt in enumerate(prompts):
+        order = ("vanilla", "speculative") if index % 2 == 0 else ("speculative", "vanilla")
+        for engine in order:
+            generator = torch.Generator(device=pair.device).manual_seed(derive_seed(seed, prompt.id, 0))
+            common = dict(spec=spec, max_new_tokens=max_new_tokens, generator=generator, eos_ids=eos_ids, vocab_size=pair.vocab_size)
+            if engine == "vanilla":
+                out = vanilla_generate(pair.target, prompt.ids, **common)
+            else:
+                out = speculative_generate(pair.target, draft, prompt.ids, k=k, **common)
+            totals[engine][0] += out.wall_s
+            totals[engine][1] += len(out.tokens)
+    rate = {e: t[1] / t[0] if t[0] else float("nan") for e, t in totals.items()}
+    return {"k": k, "prompts": len(prompts), "speedup": rate["speculative"] / rate["vanilla"], "tokens_per_s": rate}
