@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from specaudit._files import check_output_paths, json_clean, write_json_atomic
+from specaudit.config import AnalysisSettings
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
 from specaudit.contracts.snapshot import SNAPSHOT_FILE, SNAPSHOT_SCHEMA_VERSION
 from specaudit.errors import InputError
@@ -211,27 +212,39 @@ def judge_control(section: dict, alpha: float) -> None:
 def analyze(
     run_dir: str | Path,
     *,
-    alpha: float = 0.05,
-    delta: float = 0.05,
+    alpha: float | None = None,
+    delta: float | None = None,
     dimensions: list[str] | None = None,
-    n_boot: int = 1000,
-    seed: int = 0,
-    tolerance: tuple[float, float] = (0.8, 1.25),
-    fallback_threshold: float = 0.5,
+    n_boot: int | None = None,
+    seed: int | None = None,
+    tolerance: tuple[float, float] | None = None,
+    fallback_threshold: float | None = None,
     device: str | None = None,
     pair=None,
-    equivalence: bool = True,
+    equivalence: bool | None = None,
     write: bool = True,
+    settings: AnalysisSettings | None = None,
 ) -> dict:
-    """Build (and by default write) run_dir/snapshot.json from the run's records."""
-    if not 0 < alpha < 1:
-        raise InputError(f"--alpha must be in (0, 1), got {alpha}")
-    if not 0 < delta < 1:
-        raise InputError(f"--delta must be in (0, 1), got {delta}")
-    if not 0 < tolerance[0] <= 1 <= tolerance[1]:
-        raise InputError(f"tolerance band {tolerance[0]}–{tolerance[1]} must contain 1 (e.g. 0.8–1.25)")
-    if not 0 <= fallback_threshold <= 1:
-        raise InputError(f"--fallback-threshold is an acceptance rate, so it lies in [0, 1]; got {fallback_threshold}")
+    """Build (and by default write) run_dir/snapshot.json from the run's records.
+
+    The analysis settings (specaudit.config.AnalysisSettings; its defaults where not given) come as
+    keywords, or as `settings`, which the keywords given override."""
+    given = {
+        "alpha": alpha,
+        "delta": delta,
+        "dimensions": dimensions,
+        "n_boot": n_boot,
+        "seed": seed,
+        "tolerance": tolerance,
+        "fallback_threshold": fallback_threshold,
+        "equivalence": equivalence,
+    }
+    base = settings.model_dump() if settings is not None else {}
+    settings = AnalysisSettings.parse({**base, **{k: v for k, v in given.items() if v is not None}})
+    alpha, delta, n_boot, seed = settings.alpha, settings.delta, settings.n_boot, settings.seed
+    tolerance, fallback_threshold = settings.tolerance, settings.fallback_threshold
+    dimensions = list(settings.dimensions) if settings.dimensions else None
+    equivalence = settings.equivalence
     started = time.perf_counter()
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)

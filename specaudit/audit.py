@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from specaudit.config import RunConfig
+from specaudit.config import AnalysisSettings, RunConfig
 from specaudit.errors import InputError
 
 # Budgets for the embedded default on a 2-core CPU: per-group prompts and new tokens.
@@ -47,12 +47,13 @@ def audit(
     from specaudit.gate import evaluate_gate, load_thresholds
     from specaudit.report import render_report
 
-    thresholds = load_thresholds(gate or {})  # impossible thresholds fail before any decoding
+    settings = AnalysisSettings.parse(analysis or {})  # impossible settings fail before any decoding
+    thresholds = load_thresholds(gate or {})
     out_dir = Path(out_dir)
     check_output_folder(out_dir, create=False)  # an --out that cannot be written fails before the models load
     pair = pair or load_pair_for(cfg)
     run(cfg, out_dir, pair=pair, progress=progress, command=command)
-    snapshot = analyze(out_dir, pair=pair, **(analysis or {}))
+    snapshot = analyze(out_dir, pair=pair, settings=settings)
     result = evaluate_gate(snapshot, thresholds)
     snapshot["gate"] = result.to_dict()
     write_json_atomic(out_dir / SNAPSHOT_FILE, snapshot)
@@ -67,4 +68,4 @@ def split_audit_config(options: dict, source: str) -> tuple[dict, dict, dict]:
     for name, section in (("analysis", analysis), ("gate", gate)):
         if not isinstance(section, dict):
             raise InputError(f"{source}: `{name}:` must be a mapping of option: value")
-    return options, {k.replace("-", "_"): v for k, v in analysis.items()}, gate
+    return options, analysis, gate  # each section is checked by its model (specaudit.config)

@@ -1,15 +1,24 @@
-"""Run configuration: one pydantic model for flags and YAML alike, validated on construction."""
+"""The settings models, one place for flags and YAML alike, each validated on construction.
+
+RunConfig (what a run decodes), AnalysisSettings (what `analyze` tests and measures, an audit
+config's `analysis:` section) and GateThresholds (what the gate demands, its `gate:` section); the
+endpoint backend's settings are specaudit.backends.endpoint.EndpointSettings. Bad values are the
+one-sentence InputError of specaudit._validation.input_error, naming the field as the user wrote it.
+"""
 
 from __future__ import annotations
 
 import importlib
+import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specaudit._validation import input_error
+from specaudit._validation import input_error, sentence_error
+from specaudit.contracts import DEFAULT_BAND
 from specaudit.decoding import ENGINES, SamplingSpec
 from specaudit.errors import InputError
 
@@ -163,6 +172,174 @@ class RunConfig(BaseModel):
                 "verify(draft_tokens, draft_probs, target_probs, generator)"
             )
         return function
+
+
+class _SectionSettings(BaseModel):
+    """A settings section of an audit config: constructing one names a bad field `SECTION.field`;
+    `parse` names it as the caller says (a flag, a bare key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    _section: ClassVar[str]
+
+    def __init__(self, **options: Any) -> None:
+        try:
+            super().__init__(**options)
+        except ValidationError as err:
+            error = self._input_error(err, lambda field: f"{self._section}.{field}")
+            error.validation_error = err  # for parse, which names the field another way
+            raise error from None
+
+    @classmethod
+    def parse(cls, options: dict, name: Callable[[str], str] | None = None) -> Self:
+        """Settings from a mapping (keys with dashes or underscores); `name(field)` spells a field in
+        an error (default: `SECTION.field`)."""
+        try:
+            return cls(**{str(key): value for key, value in options.items()})
+        except InputError as err:
+            if name is None or not hasattr(err, "validation_error"):
+                raise
+            raise cls._input_error(err.validation_error, name) from None
+
+    @classmethod
+    def _input_error(cls, err: ValidationError, name: Callable[[str], str]) -> InputError:
+        raise NotImplementedError
+
+
+def _dashes_to_underscores(data: Any) -> Any:
+    """Config keys may be written min-speedup or min_speedup."""
+    return {str(k).replace("-", "_"): v for k, v in data.items()} if isinstance(data, dict) else data
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class AnalysisSettings(_SectionSettings):
+    """What `analyze` tests and measures: its keyword arguments, the `analysis:` section of an
+    audit config and the analysis flags alike. `band` is accepted for `tolerance` (the flag's name)."""
+
+    _section: ClassVar[str] = "analysis"
+
+    alpha: float = Field(0.05, gt=0, lt=1, strict=True, description="the family-wise error rate, e.g. 0.05")
+    delta: float = Field(0.05, gt=0, lt=1, strict=True, description="the equivalence margin on total variation, e.g. 0.05")
+    dimensions: tuple[str, ...] | None = None
+    n_boot: int = Field(1000, ge=1, strict=True)
+    seed: int = Field(0, strict=True)
+    tolerance: tuple[float, float] = DEFAULT_BAND
+    fallback_threshold: float = Field(0.5, strict=True)
+    equivalence: bool = Field(True, strict=True)
+
+    @classmethod
+    def _input_error(cls, err: ValidationError, name: Callable[[str], str]) -> InputError:
+        spell = lambda field: name("band" if field == "tolerance" else field)  # noqa: E731 - the flag's word for it
+        known = ", ".join(sorted({*cls.model_fields, "band"}))
+        return input_error(err, cls, spell, lambda names: f"unknown analysis option(s) {', '.join(names)}; known: {known}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _band_is_tolerance(cls, data: Any) -> Any:
+        data = _dashes_to_underscores(data)
+        if isinstance(data, dict) and "band" in data:
+            if "tolerance" in data:
+                raise InputError("analysis: band and tolerance are one setting; give one of them")
+            data = {("tolerance" if k == "band" else k): v for k, v in data.items()}
+        return data
+
+    @field_validator("dimensions", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("tolerance", mode="before")
+    @classmethod
+    def _band(cls, value: Any) -> tuple[float, float]:
+        parts = value
+        if isinstance(value, str):  # the flag's form, "0.8,1.25"
+            try:
+                parts = [float(x) for x in value.split(",")]
+            except ValueError:
+                parts = None
+        if not (
+            isinstance(parts, (list, tuple)) and len(parts) == 2 and all(_is_number(x) for x in parts) and 0 < parts[0] <= 1 <= parts[1]
+        ):
+            example = ",".join(f"{x:g}" for x in DEFAULT_BAND)
+            raise sentence_error(f"must be two numbers low,high around 1 (0 < low <= 1 <= high) such as {example}; got {value!r}")
+        return float(parts[0]), float(parts[1])
+
+    @field_validator("fallback_threshold")
+    @classmethod
+    def _acceptance_rate(cls, value: float) -> float:
+        if not 0 <= value <= 1:
+            raise sentence_error(f"is an acceptance rate, so it lies in [0, 1]; got {value}")
+        return value
+
+
+DISPARITY_METRICS = ("acceptance_rate", "speedup")
+
+
+class GateThresholds(_SectionSettings):
+    """What the gate demands. ``None`` means "what the analysis used" (its α, δ and band).
+
+    - ``alpha``: family-wise level for the equivalence battery and the disparity tests (Holm).
+    - ``tv_delta``: the equivalence margin δ on total variation; the TV upper bound must be ≤ δ.
+    - ``band_low`` / ``band_high``: tolerance band on a group's ratio to the reference group;
+      with only ``band_low`` given, ``band_high`` = 1 / ``band_low`` (Aequitas' τ ≤ r ≤ 1/τ).
+    - ``disparity_metrics``: metrics whose ratios are gated (from the snapshot's pairwise tests).
+    - ``min_speedup``: each group's measured speed-up should reach this (1.0: not slowed down).
+    - ``min_group_size``: groups with fewer prompts give unreliable intervals and tests.
+    - ``*_severity``: "warn" or "fail" for a check that is not met.
+    """
+
+    _section: ClassVar[str] = "gate"
+
+    alpha: float | None = Field(None, gt=0, lt=1, strict=True, description="the family-wise error rate, e.g. 0.05")
+    tv_delta: float | None = Field(None, gt=0, lt=1, strict=True, description="the equivalence margin on total variation, e.g. 0.05")
+    band_low: float | None = Field(
+        None, gt=0, le=1, strict=True, description="the lowest acceptable ratio of a group to the reference, e.g. 0.8"
+    )
+    band_high: float | None = Field(
+        None, ge=1, strict=True, allow_inf_nan=False, description="the highest acceptable ratio of a group to the reference, e.g. 1.25"
+    )
+    disparity_metrics: tuple[str, ...] = DISPARITY_METRICS
+    disparity_severity: Literal["warn", "fail"] = "fail"
+    tv_severity: Literal["warn", "fail"] = "warn"
+    min_speedup: float = Field(1.0, gt=0, strict=True, allow_inf_nan=False, description="the speed-up every group should reach, e.g. 1.0")
+    slowdown_severity: Literal["warn", "fail"] = "warn"
+    min_group_size: int = Field(20, ge=1, strict=True)
+
+    @classmethod
+    def _input_error(cls, err: ValidationError, name: Callable[[str], str]) -> InputError:
+        known = ", ".join(sorted(cls.model_fields))
+        return input_error(err, cls, name, lambda names: f"unknown gate setting(s) {', '.join(names)}; known: {known}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys(cls, data: Any) -> Any:
+        return _dashes_to_underscores(data)
+
+    @field_validator("disparity_metrics", mode="before")
+    @classmethod
+    def _metric_names(cls, value: Any) -> tuple[str, ...]:
+        metrics = tuple(m.strip() for m in value.split(",") if m.strip()) if isinstance(value, str) else value
+        if not isinstance(metrics, (list, tuple)) or not metrics or not all(isinstance(m, str) and m for m in metrics):
+            raise sentence_error(f"must be a non-empty list of metric names such as acceptance_rate, speedup; got {value!r}")
+        return tuple(metrics)
+
+    def band(self, analysis_band: Any = None) -> tuple[float, float]:
+        """The band in force: the gate's own, else the analysis's, else the default band."""
+        if self.band_low is not None:
+            return self.band_low, self.band_high if self.band_high is not None else 1.0 / self.band_low
+        low, high = DEFAULT_BAND
+        if isinstance(analysis_band, (list, tuple)) and len(analysis_band) == 2 and all(_is_number(x) for x in analysis_band):
+            low, high = float(analysis_band[0]), float(analysis_band[1])
+        return low, self.band_high if self.band_high is not None else high
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.model_dump()
+        out["disparity_metrics"] = list(self.disparity_metrics)
+        return out
 
 
 def load_config_file(path: str | Path) -> dict:

@@ -232,6 +232,37 @@ def test_run_config_with_an_unknown_analysis_key(tmp_path, tiny_pair_dir, tiny_p
     assert "run.yaml, `analysis:` section: unknown analysis option(s) alpah" in _only_error_line(capsys.readouterr().err)
 
 
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ({"alpha": "0.01"}, "`analysis:` section: alpha must be a number in (0, 1), got '0.01'"),  # strict: a string is no number
+        ({"n_boot": 10.5}, "`analysis:` section: n_boot must be an integer >= 1, got 10.5"),
+        ({"band": [1.1, 2]}, "`analysis:` section: band must be two numbers low,high around 1"),
+        ({"seed": True}, "`analysis:` section: seed must be an integer, got True"),
+    ],
+)
+def test_run_config_with_a_bad_analysis_value_names_the_key(tmp_path, tiny_pair_dir, tiny_prompts_file, capsys, section, message):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"analysis": section}))
+    assert main(_run_argv(tiny_pair_dir, tiny_prompts_file, tmp_path / "o", "--config", str(config))) == 2
+    assert f"run.yaml, {message}" in _only_error_line(capsys.readouterr().err)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--alpha", "1.5"], "--alpha must be a number in (0, 1), got 1.5 (the family-wise error rate, e.g. 0.05)"),
+        (["--n-boot", "0"], "--n-boot must be an integer >= 1, got 0"),
+        (["--band", "0.9"], "--band must be two numbers low,high around 1 (0 < low <= 1 <= high) such as 0.8,1.25; got '0.9'"),
+    ],
+)
+def test_analyze_flags_are_named_as_written(tmp_path, capsys, flags, message):
+    assert main(["analyze", str(tmp_path), "--no-equivalence", *flags]) == 2  # refused before the folder is read
+    assert message in _only_error_line(capsys.readouterr().err)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_prompt_longer_than_the_context_is_refused_naming_it(tmp_path, tiny_pair_dir, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "long-one", "text": "word " * 2000, "attributes": {"group": "a"}}) + "\n")

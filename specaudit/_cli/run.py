@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specaudit.contracts import DEFAULT_BAND
 from specaudit.errors import InputError
 
 
@@ -79,10 +80,7 @@ def _run_config(args: argparse.Namespace):
     run_options, analysis_options, gate_options, source = _config_file_sections(args)
     run_options.pop("out", None)
     # `run` uses neither section, but a typo in one must not wait for `analyze` or `gate` to surface
-    try:
-        _analysis_kwargs(argparse.Namespace(), analysis_options)
-    except InputError as err:
-        raise InputError(f"{source}, `analysis:` section: {err}") from None
+    _analysis_kwargs(argparse.Namespace(), analysis_options, source)
     if gate_options:
         from specaudit.gate import load_thresholds
 
@@ -154,7 +152,7 @@ def _add_analysis_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--delta", type=float, help="equivalence margin on total variation (default 0.05)")
     g.add_argument("--analyze-dimensions", dest="analyze_dimensions", help="prompt attributes to analyse (default: all in the run)")
     g.add_argument("--n-boot", type=int, help="bootstrap resamples of prompts (default 1000)")
-    g.add_argument("--band", help="tolerance band on the ratio to the reference group (default 0.8,1.25)")
+    g.add_argument("--band", help="tolerance band on the ratio to the reference group (default {},{})".format(*DEFAULT_BAND))
     g.add_argument(
         "--fallback-threshold", type=float, help="acceptance below which the fallback simulation routes to vanilla (default 0.5)"
     )
@@ -163,28 +161,23 @@ def _add_analysis_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _analysis_kwargs(args: argparse.Namespace, base: dict | None = None) -> dict:
-    """analyze() keyword arguments: a config file's `analysis:` section overlaid with the flags given."""
-    options = dict(base or {})
-    for name in ("alpha", "delta", "n_boot", "fallback_threshold", "equivalence", "band"):
-        if getattr(args, name, None) is not None:
-            options[name] = getattr(args, name)
-    if getattr(args, "analyze_dimensions", None):
-        options["dimensions"] = args.analyze_dimensions
-    if isinstance(options.get("dimensions"), str):
-        options["dimensions"] = [d.strip() for d in options["dimensions"].split(",") if d.strip()]
-    band = options.pop("band", None)
-    if band is not None:
-        try:
-            low, high = (float(x) for x in (band.split(",") if isinstance(band, str) else band))
-        except (TypeError, ValueError):
-            raise InputError(f"band {band!r}: write two numbers low,high such as 0.8,1.25") from None
-        options["tolerance"] = (low, high)
-    known = {"alpha", "delta", "dimensions", "n_boot", "tolerance", "fallback_threshold", "equivalence", "seed"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise InputError(f"unknown analysis option(s) {', '.join(unknown)}; known: {', '.join(sorted(known | {'band'}))}")
-    return options
+def _analysis_kwargs(args: argparse.Namespace, base: dict | None = None, source: str = "options") -> dict:
+    """analyze() keyword arguments: a config file's `analysis:` section overlaid with the flags given,
+    each checked by AnalysisSettings and named as the user wrote it (a config key, then a flag)."""
+    from specaudit.config import AnalysisSettings
+
+    try:
+        section = AnalysisSettings.parse(dict(base or {}), name=str)
+    except InputError as err:
+        raise InputError(f"{source}, `analysis:` section: {err}") from None
+    flags = {name: getattr(args, name, None) for name in ("alpha", "delta", "n_boot", "fallback_threshold", "equivalence", "band")}
+    flags["dimensions"] = getattr(args, "analyze_dimensions", None)
+    flags = {("tolerance" if name == "band" else name): value for name, value in flags.items() if value is not None}
+    spelled = {"dimensions": "--analyze-dimensions"}
+    settings = AnalysisSettings.parse(
+        {**section.model_dump(), **flags}, name=lambda field: spelled.get(field, f"--{field.replace('_', '-')}")
+    )
+    return settings.model_dump()
 
 
 def add_analyze(sub: argparse._SubParsersAction) -> None:
@@ -238,7 +231,7 @@ def run_audit(args: argparse.Namespace):
     result = audit(
         cfg,
         out,
-        analysis=_analysis_kwargs(args, analysis_options),
+        analysis=_analysis_kwargs(args, analysis_options, source),
         gate=gate_options,
         progress=not args.quiet,
         command=" ".join(["specaudit", *sys.argv[1:]]),

@@ -66,6 +66,30 @@ def test_impossible_thresholds_name_the_field(field, value):
         GateThresholds(**{field: value})
 
 
+def test_threshold_messages_name_the_field_the_range_and_the_meaning():
+    with pytest.raises(InputError) as err:
+        GateThresholds(band_low=1.5)
+    assert (
+        str(err.value)
+        == "gate.band_low must be a number in (0, 1], got 1.5 (the lowest acceptable ratio of a group to the reference, e.g. 0.8)"
+    )
+    with pytest.raises(InputError, match=r"^gate.alpha must be a number in \(0, 1\), got '0.05'"):
+        GateThresholds(alpha="0.05")  # strict types: a quoted number in YAML is refused, not read as a number
+    with pytest.raises(InputError, match=r"^gate.tv_severity must be one of 'warn' or 'fail', got 'error'$"):
+        GateThresholds(tv_severity="error")
+    with pytest.raises(InputError, match=r"^unknown gate setting\(s\) minimum_speedup; known: alpha, "):
+        GateThresholds(minimum_speedup=1.0)
+
+
+def test_the_default_band_is_the_contracts_one():
+    from specaudit.config import AnalysisSettings
+    from specaudit.contracts import DEFAULT_BAND
+
+    assert GateThresholds().band(None) == DEFAULT_BAND
+    assert AnalysisSettings().tolerance == DEFAULT_BAND
+    assert AnalysisSettings(band="0.7,1.5").tolerance == (0.7, 1.5)
+
+
 def test_threshold_defaults_and_band():
     t = GateThresholds()
     assert (t.alpha, t.tv_delta, t.disparity_severity, t.tv_severity, t.min_speedup, t.min_group_size) == (None, None, FAIL, WARN, 1.0, 20)
