@@ -30,7 +30,22 @@ OKABE_ITO = {
 # One colour per group, fixed by the group's place in its dimension, the same in every chart of the
 # report. Okabe–Ito hues darkened where needed so every mark has at least 3:1 contrast on white
 # (WCAG 1.4.11); group identity is also always written next to the mark (direct labels).
-GROUP_COLOURS = ("#0072B2", "#B34700", "#117733", "#AA4499", "#332288", "#8A6100", "#882255", "#007C80", "#5D5D5D", "#C0395A")
+GROUP_COLOURS = (
+    "#0072B2",
+    "#B34700",
+    "#117733",
+    "#AA4499",
+    "#332288",
+    "#8A6100",
+    "#882255",
+    "#007C80",
+    "#5D5D5D",
+    "#C0395A",
+    "#4B0092",
+    "#6B4226",
+    "#4D7A00",
+    "#2F4B7C",
+)  # 14: the largest core dimension (language) has 13 groups
 OVERALL_COLOUR = "#3B3B3B"
 SERIES_COLOURS = GROUP_COLOURS
 STATUS_STYLE = {  # marker shape and colour per status: the shape says it without colour

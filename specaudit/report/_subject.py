@@ -12,7 +12,7 @@ from typing import Any
 from specaudit.report._format import MISSING, finite, get, integer, mapping, setting
 
 DRAFT_KINDS = {
-    "int8": "dynamic int8 quantisation of the target (per-channel weights, same architecture)",
+    "int8": "int8 weights of the target (per-channel scales, float activations; same architecture)",
     "ngram": "prompt lookup: proposes the tokens that followed the same n-gram earlier in the prompt (no model)",
 }
 
