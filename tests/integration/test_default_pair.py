@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_greedy_engines_match_vanilla_or_diverge_only_at_near_ties(tmp_path, default_pair):
-    prompts = load_prompts("core", dimensions=["vocabulary"], per_group=10, seed=0)  # 20 prompts, 10 minimal pairs
+    prompts = load_prompts("core", dimensions=["register"], per_group=10, seed=0)  # 20 prompts, 10 parallel pairs
     cfg = RunConfig(engines=("vanilla", "speculative", "hf-assisted"), temperature=0.0, max_new_tokens=48, warmup=0)
     run(cfg, tmp_path, pair=default_pair, prompt_set=prompts, progress=False)
     records = read_records(tmp_path / "records.jsonl")
@@ -26,7 +26,7 @@ def test_greedy_engines_match_vanilla_or_diverge_only_at_near_ties(tmp_path, def
 
 
 def test_sampling_audit_passes_for_vanilla_and_reference_engine(tmp_path, default_pair):
-    prompts = load_prompts("core", dimensions=["language"], per_group=1, seed=0)  # 10 languages, one parallel request
+    prompts = load_prompts("core", dimensions=["language"], per_group=1, seed=0)  # 13 languages, one parallel request
     cfg = RunConfig(engines=("vanilla", "speculative"), temperature=1.0, samples=3, max_new_tokens=24, warmup=0)
     run(cfg, tmp_path, pair=default_pair, prompt_set=prompts, progress=False)
     snapshot = analyze(tmp_path, pair=default_pair, n_boot=200)
