@@ -32,8 +32,9 @@ def test_sampling_audit_passes_for_vanilla_and_reference_engine(tmp_path, defaul
     snapshot = analyze(tmp_path, pair=default_pair, n_boot=200)
     engines = snapshot["equivalence"]["engines"]
     # The control is judged at its own level (alpha x 0.02): "warn" (rejected at alpha only) happens
-    # by chance; "fail" would mean scoring and decoding disagree. On this pair the draft-affinity test
-    # rejects the control at alpha more often than 1 in 20 (see the closing note of this change).
+    # by chance; "fail" would mean scoring and decoding disagree. With the weight-only int8 draft the
+    # control warned in this test and in reports/example (draft affinity, Holm p = 0.037 there): its
+    # normal approximation deserves the Monte Carlo null the surprisal test got.
     assert engines["vanilla"]["verdict"] in ("pass", "warn"), engines["vanilla"]["goodness_of_fit"]
     assert engines["speculative"]["verdict"] == "pass"
     assert engines["speculative"]["goodness_of_fit"]["n_tokens"] >= 400
