@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pandas as pd
 
 from specaudit.errors import InputError
@@ -41,3 +44,20 @@ def _check_not_greedy(scores: TokenScores | pd.DataFrame) -> None:
         raise InputError(
             "these records were decoded greedily (temperature 0); goodness-of-fit needs sampling, use greedy_exactness for greedy runs"
         )
+
+
+class HolmBattery:
+    """What a battery of tests decided together by Holm: its `gate` table has one row per test
+    with `holm_pvalue` and `reject`; the battery's p-value is the smallest adjusted one and its
+    statistic the number of tests that reject."""
+
+    gate: pd.DataFrame
+
+    @property
+    def pvalue(self) -> float:
+        adjusted = self.gate["holm_pvalue"].to_numpy(float) if len(self.gate) else np.array([])
+        return float(np.nanmin(adjusted)) if np.isfinite(adjusted).any() else math.nan
+
+    @property
+    def statistic(self) -> int:
+        return int(self.gate["reject"].sum()) if len(self.gate) else 0

@@ -53,6 +53,7 @@ from specaudit.stats._results import (
 )
 from specaudit.stats.equivalence._common import (
     GATE_TESTS,
+    HolmBattery,
     _check_not_greedy,
     _frame,
     _one_engine,
@@ -72,7 +73,7 @@ from specaudit.stats.scoring import ATTRIBUTE_PREFIX, TokenScores, _audited, _fi
 
 # ============================================================================ the battery
 @dataclass(frozen=True)
-class GoodnessOfFit:
+class GoodnessOfFit(HolmBattery):
     """The conditional goodness-of-fit battery for one engine.
 
     `tests` holds the overall results by name (see GATE_TESTS; absent when not applicable),
@@ -88,15 +89,6 @@ class GoodnessOfFit:
     impossible: ImpossibleTokens
     gate: pd.DataFrame
     by_group: pd.DataFrame = field(repr=False)
-
-    @property
-    def pvalue(self) -> float:
-        adjusted = self.gate["holm_pvalue"].to_numpy(float) if len(self.gate) else np.array([])
-        return float(np.nanmin(adjusted)) if np.isfinite(adjusted).any() else math.nan
-
-    @property
-    def statistic(self) -> int:
-        return int(self.gate["reject"].sum()) if len(self.gate) else 0
 
     @property
     def verdict(self) -> str:

@@ -23,7 +23,7 @@ from specaudit.stats._results import (
     bh,
     frame_records,
 )
-from specaudit.stats.equivalence._common import NOT_RUN, TWO_SAMPLE_TESTS, _frame
+from specaudit.stats.equivalence._common import NOT_RUN, TWO_SAMPLE_TESTS, HolmBattery, _frame
 from specaudit.stats.equivalence.goodness_of_fit import _gate_table
 from specaudit.stats.scoring import TokenScores, _audited, _field
 
@@ -118,7 +118,7 @@ def _permutation_pvalue(stats: np.ndarray) -> float:
 
 
 @dataclass(frozen=True)
-class TwoSample:
+class TwoSample(HolmBattery):
     """Black-box two-sample comparison of `engine` against `reference` on the same prompts.
 
     `tests` holds each statistic combined across prompts (sum of per-prompt statistics,
@@ -141,15 +141,6 @@ class TwoSample:
     by_prompt: pd.DataFrame = field(repr=False)
     by_group: pd.DataFrame = field(repr=False)
     not_run_reason: str | None = None
-
-    @property
-    def pvalue(self) -> float:
-        adjusted = self.gate["holm_pvalue"].to_numpy(float) if len(self.gate) else np.array([])
-        return float(np.nanmin(adjusted)) if np.isfinite(adjusted).any() else math.nan
-
-    @property
-    def statistic(self) -> int:
-        return int(self.gate["reject"].sum()) if len(self.gate) else 0
 
     @property
     def verdict(self) -> str:
