@@ -11,8 +11,9 @@ The names below are the stable API; the modules behind them are private in spiri
 imported on first use, so `specaudit prompts list` does not pay for importing torch.
 """
 
-from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+
+from specaudit._lazy import lazy_exports
 
 _PUBLIC = {
     "GroupFrame": "specaudit.stats",
@@ -44,14 +45,4 @@ except PackageNotFoundError:  # a source tree that was not installed
 
 __all__ = [*sorted(_PUBLIC), "__version__"]
 
-
-def __getattr__(name: str):
-    if name in _PUBLIC:
-        value = getattr(import_module(_PUBLIC[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'specaudit' has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_exports(globals(), _PUBLIC)

@@ -4,8 +4,7 @@ The engines import torch; `ENGINES` and `SamplingSpec` do not, so the names belo
 first use and `from specaudit.decoding import SamplingSpec` stays light.
 """
 
-from importlib import import_module
-
+from specaudit._lazy import lazy_exports
 from specaudit.decoding._spec import ENGINES, SamplingSpec
 
 _LAZY = {
@@ -23,14 +22,4 @@ _LAZY = {
 
 __all__ = ["ENGINES", "SamplingSpec", *sorted(_LAZY)]
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'specaudit.decoding' has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

@@ -4,8 +4,7 @@ Loading imports torch and transformers; the names are imported on first use, so 
 model name (`_hub`) before any work stays light.
 """
 
-from importlib import import_module
-
+from specaudit._lazy import lazy_exports
 from specaudit.models._hub import DEFAULT_TARGET
 
 _LAZY = {
@@ -31,14 +30,4 @@ _LAZY = {
 
 __all__ = ["DEFAULT_TARGET", *sorted(_LAZY)]
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'specaudit.models' has no attribute {name!r}")
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
