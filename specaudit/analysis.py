@@ -209,6 +209,63 @@ def judge_control(section: dict, alpha: float) -> None:
         )
 
 
+def predicted_speed(frame: pd.DataFrame, *, seed: int, dimensions: list[str] = ()) -> tuple[pd.DataFrame, dict]:
+    """The screen's speed columns from a cost model fitted on the engines' timed subset
+    (specaudit.stats.cost_model); the snapshot's `speed` section says how it was made and how
+    well it predicted the timed prompts. Without enough timed prompts the columns stay empty."""
+    from specaudit.stats import cost_model as cm
+
+    timed = cm.timed_prompts(frame) if "speculative" in set(frame["engine"]) else pd.DataFrame()
+    if len(timed) < cm.MIN_TIMED_PROMPTS:
+        reason = (
+            f"{len(timed)} prompt(s) timed by both vanilla and speculative decoding; the cost model needs "
+            f"{cm.MIN_TIMED_PROMPTS} (run the engines beside the screen: --engines screen,vanilla,speculative)"
+        )
+        return frame, {"source": "none", "reason": reason}
+    model = cm.fit_cost_model(timed)
+    validation = cm.validate_cost_model(timed, seed=seed)
+    screen = frame["engine"] == SCREEN_ENGINE
+    rows = frame[screen]
+    vanilla, speculative = model.predict(
+        rows["prompt_token_ids"].map(len), rows["output_token_ids"].map(len), rows["steps"], rows["proposed"]
+    )
+    frame = frame.copy()
+    frame.loc[screen, "predicted_vanilla_wall_s"] = vanilla
+    frame.loc[screen, "predicted_wall_s"] = speculative
+    measured = validation.per_prompt["measured"]
+    attributes = frame.drop_duplicates("prompt_id").set_index("prompt_id")["attributes"]
+    by_group = {}
+    for dimension in dimensions:
+        groups = validation.per_prompt.groupby(lambda pid: (attributes.get(pid) or {}).get(dimension))
+        by_group[dimension] = {
+            str(group): {"n_timed_prompts": len(rows), "measured_over_predicted": float(rows["measured"].sum() / rows["predicted"].sum())}
+            for group, rows in groups
+        }
+    section = {
+        "source": "cost model",
+        "note": (
+            "speed-up per group is predicted for every screened prompt from its expected steps and draft "
+            f"proposals and the costs measured on {len(timed)} prompts timed by both engines; the group "
+            "intervals hold the cost model fixed, and the validation below says how far to trust it"
+        ),
+        "cost_model": model.to_dict(),
+        "validation": validation.to_dict(),
+        "measured_speedup_timed_prompts": float(measured.mean()),
+        "timed_prompts": [
+            {"prompt_id": str(pid), "measured": float(m), "predicted": float(pr)}
+            for pid, m, pr in zip(validation.per_prompt.index, measured, validation.per_prompt["predicted"], strict=True)
+        ],
+        "validation_by_group": by_group,
+    }
+    if not validation.holds:
+        section["finding"] = (
+            f"measured speed-up / predicted = {validation.statistic:.2f} [{validation.ci_low:.2f}, {validation.ci_high:.2f}] "
+            f"on {validation.n_prompts} timed prompts: the cost model misses something, so the predicted speed-ups "
+            "per group are off by about this factor"
+        )
+    return frame, section
+
+
 def analyze(
     run_dir: str | Path,
     *,
@@ -295,8 +352,12 @@ def analyze(
             config.get("target", "default"), draft, device=device or config.get("device", "auto"), dtype=config.get("dtype", "auto")
         )
     if equivalence:
+        # With engines beside it, the screen's records are acceptance measurements; the engines'
+        # own records are what the equivalence tests judge (and scoring every screened path again
+        # would cost as much as the screen).
+        judged = [r for r in records if r["engine"] != SCREEN_ENGINE] if len(engines) > 1 else records
         snapshot["equivalence"] = _equivalence(
-            records, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed, draft_noise=config.get("draft_noise")
+            judged, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed, draft_noise=config.get("draft_noise")
         )
     speculative_engines = [e for e in engines if e != CONTROL_ENGINE]
     # Acceptance per group comes from the screen when the run has one (every prompt, exact in
@@ -306,6 +367,8 @@ def analyze(
 
         engine = SCREEN_ENGINE if SCREEN_ENGINE in engines else "speculative" if "speculative" in engines else speculative_engines[0]
         frame = pd.DataFrame(records)
+        if engine == SCREEN_ENGINE:
+            frame, snapshot["speed"] = predicted_speed(frame, seed=seed, dimensions=dims)
         decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None
         declared = (manifest.get("prompt_set") or {}).get("dimensions") or {}
         # The prompt set's declared reference group (e.g. Standard American English), else the largest group.

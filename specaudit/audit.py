@@ -10,9 +10,12 @@ from pathlib import Path
 from specaudit.config import AnalysisSettings, RunConfig
 from specaudit.errors import InputError
 
-# Budgets for the embedded default on a 2-core CPU: per-group prompts and new tokens.
-DEFAULT_BUDGET = {"per_group": 3, "max_new_tokens": 32}
-QUICK_BUDGET = {"per_group": 1, "max_new_tokens": 32}
+# Budgets for the embedded default on a 2-core CPU. The screen measures acceptance on every
+# sampled prompt (per_group of each group; whole pairs in parallel dimensions); the engines decode
+# a stratified subset for exactness and the timings behind the cost model (docs/screen.md).
+AUDIT_ENGINES = ("screen", "vanilla", "speculative")
+DEFAULT_BUDGET = {"engines": AUDIT_ENGINES, "per_group": 10, "max_new_tokens": 32}
+QUICK_BUDGET = {"engines": AUDIT_ENGINES, "per_group": 3, "max_new_tokens": 32, "engine_prompts": 8}
 
 
 @dataclass(frozen=True)

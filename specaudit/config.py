@@ -56,6 +56,10 @@ class RunConfig(BaseModel):
     executor: str = "local"  # local | ray (specaudit.execution.ray); how the plan runs, not what it decodes
     workers: int | None = Field(None, ge=1, strict=True)  # Ray actors (default: one per GPU, else one per `threads` CPUs)
     ray_address: str | None = None  # an existing Ray cluster ("auto", "ray://host:10001"); default: start one here
+    # With the screen and engines in one run (`--engines screen,vanilla,speculative`) the engines
+    # decode only a stratified subset of the screened prompts: one per group (whole pairs), or at
+    # most this many of those (execution.plan.engine_subset).
+    engine_prompts: int | None = Field(None, ge=1, strict=True)
     timing_repeats: int = Field(0, ge=0, strict=True)
     warmup: int = Field(1, ge=0, strict=True)
     verify: str | None = None  # "module:function" of a user's rejection step, for the speculative engine
@@ -87,7 +91,12 @@ class RunConfig(BaseModel):
                 f"unknown engine(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(ENGINES)}, "
                 f"or one backend alone ({', '.join(BACKENDS)})"
             )
-        backends = [e for e in self.engines if e in BACKENDS]
+        backends = [e for e in self.engines if e in BACKENDS and e != "screen"]
+        if "screen" in self.engines and (backends or self.executor != "local"):
+            raise InputError(
+                f"--engines {','.join(self.engines)}: the screen runs with the local engines "
+                f"({', '.join(ENGINES)}) only, and with --executor local"
+            )
         if backends and len(self.engines) > 1:
             raise InputError(
                 f"--engines {','.join(self.engines)}: the {backends[0]} backend runs alone (it records vanilla and "

@@ -53,6 +53,12 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--per-group", type=int, help="stratified sample of N prompts per group (parallel dimensions: N pairs)")
     g.add_argument("--sample-seed", type=int, help="seed of the --per-group sample (default 0; independent of --seed)")
     g.add_argument("--dimensions", help="comma list of prompt dimensions to keep, e.g. dialect,language")
+    g.add_argument(
+        "--engine-prompts",
+        type=int,
+        help="with --engines screen,vanilla,speculative: the engines decode at most N of the screened prompts "
+        "(default: one per group, whole pairs)",
+    )
     p.add_argument("--config", help="YAML file of these options (flags given on the command line win)")
 
 
@@ -205,7 +211,9 @@ def add_audit_options(p: argparse.ArgumentParser) -> None:
     _add_decoding_options(p)
     _add_executor_options(p)
     _add_analysis_options(p)
-    p.add_argument("--quick", action="store_true", help="a smaller budget (1 prompt per group, 32 tokens: about 3 minutes on a 2-core CPU)")
+    p.add_argument(
+        "--quick", action="store_true", help="a smaller budget (screen 3 prompts per group, engines on 8: about 3 minutes on a 2-core CPU)"
+    )
     p.add_argument("--out", help="output folder (default reports/<run-id>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 

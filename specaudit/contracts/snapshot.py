@@ -87,6 +87,18 @@ class GateSection(_Section):
     checks: list[dict[str, Any]] = []
 
 
+class SpeedSection(_Section):
+    """`speed`: where the speed-up columns come from when the screen measured acceptance: "cost
+    model" (predicted per screened prompt, with the model and its out-of-sample validation) or
+    "none" (too few timed prompts; `reason` says why)."""
+
+    source: str
+    reason: str | None = None
+    cost_model: dict[str, Any] | None = None
+    validation: dict[str, Any] | None = None
+    finding: str | None = None
+
+
 class Snapshot(_Section):
     """The typed view of snapshot.json (schema version SNAPSHOT_SCHEMA_VERSION)."""
 
@@ -98,6 +110,7 @@ class Snapshot(_Section):
     recommendations: dict[str, Any] = {}
     prompts: list[dict[str, Any]] = []
     gate: GateSection | None = None
+    speed: SpeedSection | None = None  # only for runs with the screen (stats.cost_model)
 
 
 def snapshot_path(path: str | Path) -> Path:

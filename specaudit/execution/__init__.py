@@ -38,7 +38,10 @@ def executor_for(cfg: RunConfig, *, pair=None) -> Executor:
     from specaudit.backends import BACKENDS
 
     engines = tuple(cfg.engines)
-    name = engines[0] if len(engines) == 1 and engines[0] in BACKENDS else cfg.executor
+    if "screen" in engines:  # alone, or with the local engines on a subset of the screened prompts
+        name = "screen"
+    else:
+        name = engines[0] if len(engines) == 1 and engines[0] in BACKENDS else cfg.executor
     module_name, _, class_name = EXECUTORS[name].partition(":")
     executor_class = getattr(importlib.import_module(module_name), class_name)
     if name in ("local", "screen"):

@@ -30,11 +30,12 @@ from specaudit.contracts.run import (
     MANIFEST_FILE,
     RECORDS_FILE,
     SCHEMA_VERSION,
+    SCREEN_ENGINE,
     PlanItem,
     Record,
 )
 from specaudit.errors import InputError
-from specaudit.execution.plan import SEED_DERIVATION, plan_items, shard_prompts
+from specaudit.execution.plan import SEED_DERIVATION, engine_subset, plan_items, shard_prompts
 from specaudit.preflight import check_draft_noise_targets
 
 if TYPE_CHECKING:
@@ -194,7 +195,9 @@ class RunFolder:
                 _check_resumable(self.out_dir, self.previous, self.identity)
             self.existing = load_records(self.out_dir / RECORDS_FILE, repair=True)  # a torn last line is cut off here
             self.done = {record.key for record in self.existing}
-            self.plan: list[PlanItem] = plan_items(shard_prompts(self.prompt_set.prompts, self.shard), self.cfg, self._engines)
+            engines = tuple(self._engines or self.cfg.engines)
+            subset = engine_subset(self.prompt_set, self.cfg) if SCREEN_ENGINE in engines and len(engines) > 1 else None
+            self.plan: list[PlanItem] = plan_items(shard_prompts(self.prompt_set.prompts, self.shard), self.cfg, engines, subset)
             self.todo: list[PlanItem] = [item for item in self.plan if item.key not in self.done]
         except BaseException:
             self._stack.close()

@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from specaudit.contracts.run import PlanItem
+from specaudit.contracts.run import SCREEN_ENGINE, PlanItem
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
@@ -27,17 +27,51 @@ def derive_seed(run_seed: int, prompt_id: str, sample: int | str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def plan_items(prompts: Iterable, cfg: RunConfig, engines: Sequence[str] | None = None) -> list[PlanItem]:
+def plan_items(
+    prompts: Iterable, cfg: RunConfig, engines: Sequence[str] | None = None, engine_subset: set[str] | None = None
+) -> list[PlanItem]:
     """Every item of the plan in execution order; `engines` defaults to cfg's (a backend passes
-    the record engines it produces, ("vanilla", "speculative"))."""
+    the record engines it produces, ("vanilla", "speculative")). With the screen in the run, the
+    screen covers every prompt and the other engines only the prompt ids in `engine_subset`."""
     engines = tuple(engines or cfg.engines)
+    screened = SCREEN_ENGINE in engines
+    decoders = tuple(e for e in engines if e != SCREEN_ENGINE)
     items = []
     for prompt in prompts:
+        if screened:
+            items.extend(PlanItem(prompt, SCREEN_ENGINE, s) for s in range(cfg.samples))
+        if screened and (engine_subset is None or prompt.id not in engine_subset):
+            continue
         labels = [(s, False) for s in range(cfg.samples)] + [(f"t{r}", True) for r in range(cfg.timing_repeats)]
         for position, (label, timing_only) in enumerate(labels):
-            order = engines if position % 2 == 0 else tuple(reversed(engines))
+            order = decoders if position % 2 == 0 else tuple(reversed(decoders))
             items.extend(PlanItem(prompt, engine, label, timing_only) for engine in order)
     return items
+
+
+def engine_subset(prompt_set, cfg: RunConfig) -> set[str]:
+    """The screened prompts the engines also decode: one per group of every dimension (whole pairs,
+    drawn with the run's sample seed, so a parallel pair keeps every group's version), capped at
+    `cfg.engine_prompts` by a seeded draw. The engines' jobs (exactness, paired timings that
+    validate the cost model) need tokens and a spread of acceptance, not every prompt."""
+    import warnings
+
+    import numpy as np
+
+    from specaudit.prompts import PromptSetWarning
+    from specaudit.prompts._select import stratified_sample
+
+    prompts = list(prompt_set.prompts)
+    strata = list(cfg.dimensions or prompt_set.dimensions or [])
+    if strata:
+        with warnings.catch_warnings():  # a group smaller than one prompt cannot be; short pairs are fine here
+            warnings.simplefilter("ignore", PromptSetWarning)
+            prompts = stratified_sample(prompts, strata, 1, cfg.sample_seed, prompt_set.dimensions)
+    ids = [p.id for p in prompts]
+    if cfg.engine_prompts is not None and len(ids) > cfg.engine_prompts:
+        keep = np.random.default_rng([cfg.sample_seed, 1]).permutation(len(ids))[: cfg.engine_prompts]
+        ids = [ids[i] for i in sorted(keep)]
+    return set(ids)
 
 
 def shard_of(prompt_id: str, count: int) -> int:

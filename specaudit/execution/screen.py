@@ -28,15 +28,21 @@ DEFAULT_BATCH = 32
 
 
 class ScreenExecutor(Executor):
+    """The screen, and with `--engines screen,vanilla,speculative` also the local engines on the
+    subset of prompts the plan gives them (execution.plan.engine_subset), with the same models.
+    The screen is batched and uses every core (`extra: {screen_threads: N}` to change it); the
+    engines decode at batch 1 with `--threads`, as in any run, so their timings mean the same."""
+
     label = "screening"
-    unit = "path"
+    unit = "record"
 
     def __init__(self, cfg, *, pair=None):
         super().__init__(cfg)
         self.pair = pair
+        self.engines = None
 
     def record_engines(self) -> tuple[str, ...]:
-        return (SCREEN_ENGINE,)
+        return (SCREEN_ENGINE, *(e for e in self.cfg.engines if e != SCREEN_ENGINE))
 
     def check(self, folder: RunFolder) -> None:
         if self.cfg.draft_noise:
@@ -53,9 +59,31 @@ class ScreenExecutor(Executor):
         if self.pair is None:
             torch.set_num_threads(self.cfg.threads)
             self.pair = load_pair(self.cfg.target, self.cfg.draft, device=self.cfg.device, dtype=self.cfg.dtype)
+        if len(self.record_engines()) > 1:
+            from specaudit.execution.local import LocalExecutor
+
+            self.engines = LocalExecutor(self.cfg, pair=self.pair)
+            self.engines.start(folder)
         return {"models": self.pair.manifest(), "device": device_entry(self.pair), "versions": library_versions()}
 
     def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
+        import os
+
+        import torch
+
+        screen_items = [item for item in items if item.engine == SCREEN_ENGINE]
+        threads = int(self.cfg.extra.get("screen_threads") or os.cpu_count() or 1)
+        if screen_items:
+            torch.set_num_threads(threads if self.pair.device.type == "cpu" else self.cfg.threads)
+            try:
+                self.screen(folder, screen_items, emit)
+            finally:
+                torch.set_num_threads(self.cfg.threads)
+        engine_items = [item for item in items if item.engine != SCREEN_ENGINE]
+        if engine_items:
+            self.engines.execute(folder, engine_items, emit)
+
+    def screen(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
         from specaudit.screen import screen_paths
 
         pair, cfg = self.pair, self.cfg

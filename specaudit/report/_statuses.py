@@ -219,7 +219,23 @@ def speed_summary(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     if get(device, "shared") is True:
         conditions.append("shared machine (other processes ran)")
     values = sorted(by_dim)
+    model = mapping(get(snapshot, "speed"))
+    predicted = model.get("source") == "cost model"
+    model_lines = []
+    if predicted:
+        check = mapping(get(model, "validation", "measured_over_predicted"))
+        model_lines.append(
+            f"Predicted for every screened prompt by a cost model fitted on {integer(get(model, 'cost_model', 'n_prompts'))} "
+            f"prompts timed by both engines; out of sample, measured / predicted = {triple(check, fixed, '×')}."
+        )
+        if model.get("finding"):
+            model_lines.append(f"Finding: {model['finding']}.")
+    elif model.get("source") == "none":
+        model_lines.append(f"No speed-up: {model.get('reason')}.")
     return {
+        "predicted": predicted,
+        "word": "Predicted" if predicted else "Measured",
+        "model_lines": model_lines,
         "ran": overall is not None,
         "overall": triple(overall, fixed, "×") if overall else MISSING,
         "overall_block": overall or {},

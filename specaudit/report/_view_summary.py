@@ -138,8 +138,9 @@ def speed_chart(snapshot: Mapping[str, Any], ids: Ids) -> Any:
     if not rows:
         return None
     counts = {s: sum(r.cells[0].status == s for r in rows) for s in ("SLOWER", "UNCLEAR", "FASTER")}
+    word = "Predicted" if get(snapshot, "speed", "source") == "cost model" else "Measured"
     desc = (
-        f"Measured speed-up of speculative over vanilla decoding for each of {len(rows)} groups, log scale, with 95% intervals; "
+        f"{word} speed-up of speculative over vanilla decoding for each of {len(rows)} groups, log scale, with 95% intervals; "
         f"{counts['SLOWER']} slower (interval below 1×), {counts['UNCLEAR']} unclear, {counts['FASTER']} faster. " + "; ".join(described)
     )
     return charts.ratio_forest(
@@ -160,7 +161,7 @@ def _speed_card(speed: dict[str, Any]) -> dict[str, Any]:
             "label": "Speed",
             "anchor": "speed",
             "badge": badge(NOT_RUN),
-            "lines": ["no speed-up measured (needs the vanilla engine)"],
+            "lines": speed["model_lines"] or ["no speed-up measured (needs the vanilla engine)"],
             "conditions": speed["conditions"],
         }
     shown = (
@@ -171,11 +172,12 @@ def _speed_card(speed: dict[str, Any]) -> dict[str, Any]:
         else {"text": "UNCLEAR", "css": "warn", "symbol": "?", "key": "unclear"}
     )
     lines = [
-        f"Overall speed-up {speed['overall']} over {speed['overall_scope']}.",
+        f"{speed['word']} overall speed-up {speed['overall']} over {speed['overall_scope']}.",
         (
             f"{len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla "
             f"({len(speed['slower_sig'])} with the whole interval below 1×); range {speed['range']}."
         ),
+        *speed["model_lines"],
     ]
     return {"label": "Speed", "anchor": "speed", "badge": shown, "lines": lines, "conditions": speed["conditions"]}
 
@@ -271,7 +273,12 @@ def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Mapping[str, A
                 {
                     "what": f"speed-up, all prompts ({name})",
                     "value": triple(get(overall, "speedup"), fixed, "×"),
-                    "note": f"{n} prompts, paired vanilla vs speculative",
+                    "note": f"{n} prompts, "
+                    + (
+                        "predicted by the cost model"
+                        if get(snapshot, "speed", "source") == "cost model"
+                        else "paired vanilla vs speculative"
+                    ),
                 }
             )
         for metric in FOREST_METRICS:

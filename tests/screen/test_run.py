@@ -84,3 +84,52 @@ def test_int8_draft_is_call_invariant_and_dynamic_int8_is_refused():
         dynamic = quantize_dynamic(copy.deepcopy(target), {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
     with pytest.raises(InputError, match=r"TV up to"):
         check_call_invariance(dynamic, prompt, path, torch.device("cpu"))
+
+
+def _grouped_prompts(path, groups: int, per_group: int):
+    words = "river stone music bread winter garden letter window market bridge candle forest".split()
+    with open(path, "w") as handle:
+        for g in range(groups):
+            for i in range(per_group):
+                text = f"Write about the {words[(g + i) % len(words)]} and the {words[(3 * g + i + 1) % len(words)]}."
+                handle.write(json.dumps({"id": f"p{g}-{i}", "text": text, "attributes": {"topic": f"t{g}"}}) + "\n")
+    return path
+
+
+def test_screen_with_engines_decodes_a_stratified_subset_and_predicts_speed(tiny_pair_dir, tmp_path):
+    prompts = _grouped_prompts(tmp_path / "prompts.jsonl", groups=5, per_group=3)
+    out = tmp_path / "run"
+    assert _run(tiny_pair_dir, prompts, out, "screen,vanilla,speculative", "--samples", "1") == 0
+    records = read_records(out / "records.jsonl")
+    screened = {r["prompt_id"] for r in records if r["engine"] == "screen"}
+    vanilla = {r["prompt_id"] for r in records if r["engine"] == "vanilla"}
+    speculative = {r["prompt_id"] for r in records if r["engine"] == "speculative"}
+    assert len(screened) == 15  # every prompt is screened
+    assert vanilla == speculative and len(vanilla) == 5  # the engines: one prompt per group
+    assert {pid.split("-")[0] for pid in vanilla} == {f"p{g}" for g in range(5)}
+    assert main(["analyze", str(out)]) == 0
+    snapshot = json.loads((out / "snapshot.json").read_text())
+    assert snapshot["run"]["disparity_engine"] == "screen"
+    assert snapshot["speed"]["source"] == "cost model" and snapshot["speed"]["cost_model"]["n_prompts"] == 5
+    assert "screen" not in snapshot["equivalence"]["engines"]  # the engines' records are the ones judged
+    for entry in snapshot["groups"]["topic"]["by_group"].values():
+        speedup = entry["metrics"]["speedup"]
+        assert speedup["value"] > 0 and speedup["n_prompts"] == 3  # predicted for every screened prompt
+
+
+def test_engine_prompts_caps_the_subset_and_too_few_timed_prompts_leave_speed_empty(tiny_pair_dir, tmp_path):
+    prompts = _grouped_prompts(tmp_path / "prompts.jsonl", groups=5, per_group=2)
+    out = tmp_path / "run"
+    assert _run(tiny_pair_dir, prompts, out, "screen,vanilla,speculative", "--samples", "1", "--engine-prompts", "2") == 0
+    records = read_records(out / "records.jsonl")
+    assert len({r["prompt_id"] for r in records if r["engine"] == "speculative"}) == 2
+    assert main(["analyze", str(out), "--no-equivalence"]) == 0
+    speed = json.loads((out / "snapshot.json").read_text())["speed"]
+    assert speed["source"] == "none" and "2 prompt(s) timed" in speed["reason"]
+
+
+@pytest.mark.parametrize("extra", [["--executor", "ray"]])
+def test_screen_refuses_what_it_cannot_run_beside(tiny_pair_dir, tiny_prompts_file, tmp_path, capsys, extra):
+    assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "run", "screen,vanilla", *extra) == 2
+    assert "screen runs with the local engines" in capsys.readouterr().err
+    assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "run2", "screen,endpoint") == 2

@@ -20,7 +20,9 @@ Definitions (per prompt, summing the prompt's records of one engine):
 - ``speedup``: per prompt, vanilla time per output token / speculative time per output token.
   Time per token rather than wall time per request because output lengths differ between the
   two engines under sampling. A group's speed-up is the ratio of the group means of the two
-  per-token times over prompts run by both engines (paired; every prompt weighs the same).
+  per-token times over prompts run by both engines (paired; every prompt weighs the same). For
+  the screen both times are the cost model's predictions for the screened path
+  (``predicted_wall_s`` / ``predicted_vanilla_wall_s``, added by analysis; stats.cost_model).
 - ``tokens_per_s`` / ``vanilla_tokens_per_s``: Σ output tokens / Σ wall time.
 - ``ttft_s``: mean time to first token; ``latency_per_token_p50_s`` / ``_p95_s``: quantiles over
   the group's prompts of the per-prompt time per output token (inverted-CDF definition).
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from specaudit.contracts.run import SCREEN_ENGINE
 from specaudit.errors import InputError
 
 # Record fields; every other column of the record table is read as a prompt attribute.
@@ -74,6 +77,8 @@ _RECORD_FIELDS = frozenset(
         "step_pit",
         "timing_only",
         "n_output_tokens",
+        "predicted_wall_s",
+        "predicted_vanilla_wall_s",
     ]
 )
 _REQUIRED = ("prompt_id", "engine", "accepted", "proposed", "steps", "wall_s")
@@ -226,6 +231,12 @@ def per_prompt_metrics(
     accepted, proposed, steps = _numeric(df, "accepted"), _numeric(df, "proposed"), _numeric(df, "steps")
     k = _numeric(df, "k")
     wall, ttft = _numeric(df, "wall_s"), _numeric(df, "ttft_s")
+    vanilla_wall = wall
+    if engine == SCREEN_ENGINE and "predicted_wall_s" in df.columns:
+        # The screen times nothing: its speed columns are the cost model's predictions for each
+        # screened path, both sides for the same path (specaudit.stats.cost_model).
+        wall, vanilla_wall = _numeric(df, "predicted_wall_s"), _numeric(df, "predicted_vanilla_wall_s")
+        vanilla = vanilla_latency = audited
     draft_s, verify_s = _numeric(df, "draft_s"), _numeric(df, "verify_s")
 
     # Positions reached per record: Σ_s min(a_s + 1, k_s), defined only where the per-step
@@ -265,9 +276,9 @@ def per_prompt_metrics(
     col["verify_s"] = per_prompt(verify_s, costed)
     col["latency_proposed"] = per_prompt(proposed, costed)
     col["latency_steps"] = per_prompt(steps, costed)
-    vanilla_timed = vanilla_latency & (n_out > 0) & (wall > 0)
+    vanilla_timed = vanilla_latency & (n_out > 0) & (vanilla_wall > 0)
     col["vanilla_tokens"] = per_prompt(n_out, vanilla_timed)
-    col["vanilla_wall_s"] = per_prompt(wall, vanilla_timed)
+    col["vanilla_wall_s"] = per_prompt(vanilla_wall, vanilla_timed)
     col["one"] = np.ones(n_prompts)
 
     def ratio(a, b):

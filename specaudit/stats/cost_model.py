@@ -1,0 +1,165 @@
+"""Speed-up predicted from a measured cost model, for prompts the engines did not time.
+
+The screen gives, for every prompt, the steps and draft proposals a speculative run would make
+(expected counts along a target sample, specaudit.screen). The engines time a stratified subset
+of those prompts. This module fits how long each kind of work takes on that subset and predicts
+the wall time of vanilla and speculative decoding for every screened prompt.
+
+Terms, per record of the engine subset (seconds; P prompt tokens, T output tokens, S verification
+steps, D drafted tokens):
+
+    vanilla wall      = a_v + b_v·P + c_v·T           (prefill, then one target pass per token;
+                                                       fitted as time to first token = a_v + b_v·P + c_v
+                                                       and the rest = c_v·(T − 1), because T is
+                                                       nearly constant at the length budget)
+    speculative draft = a_d + b_d·P + c_d·D           (draft prefill, then one draft pass per token)
+    speculative rest  = a_s + b_s·P + c_s·S           (target prefill, one verification per step, overhead)
+
+Each line is an ordinary least-squares fit over the timed records (draft_s and wall_s − draft_s of
+the speculative engine; wall_s of vanilla). D and S enter separate lines because the engines time
+drafting and verification apart: within one line they are nearly collinear (D ≈ k·S). The model is
+linear in S and D, so the expected counts of the screen give the expected wall time.
+
+Validation is out of sample: each timed prompt's speed-up is predicted from a fit without that
+prompt (leave one prompt out) and compared with its measured paired speed-up. The ratio measured /
+predicted, with a bootstrap interval over prompts, says how far to trust the predictions; an
+interval that excludes 1 is a finding in itself (the cost model misses something, e.g. a context
+length the subset did not cover).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from specaudit.contracts.run import CONTROL_ENGINE
+
+# A line needs more records than coefficients to be fitted at all; below this it is not.
+MIN_TIMED_PROMPTS = 4
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Coefficients (seconds) of the three lines; see the module docstring."""
+
+    vanilla: tuple[float, float, float]  # a_v, b_v per prompt token, c_v per output token
+    draft: tuple[float, float, float]  # a_d, b_d per prompt token, c_d per drafted token
+    rest: tuple[float, float, float]  # a_s, b_s per prompt token, c_s per verification step
+    n_prompts: int
+
+    def predict(self, prompt_tokens, output_tokens, steps, drafted) -> tuple[np.ndarray, np.ndarray]:
+        """(vanilla wall, speculative wall) in seconds for arrays of counts."""
+        p, t, s, d = (np.asarray(x, dtype=float) for x in (prompt_tokens, output_tokens, steps, drafted))
+        vanilla = self.vanilla[0] + self.vanilla[1] * p + self.vanilla[2] * t
+        speculative = self.draft[0] + self.draft[1] * p + self.draft[2] * d + self.rest[0] + self.rest[1] * p + self.rest[2] * s
+        return vanilla, speculative
+
+    @property
+    def cost_ratio(self) -> float:
+        """c: one draft pass per token over one verification step, the speed-up formula's c."""
+        return self.draft[2] / self.rest[2] if self.rest[2] > 0 else float("nan")
+
+    def to_dict(self) -> dict:
+        names = ("intercept_s", "per_prompt_token_s")
+        return {
+            "vanilla": {**dict(zip(names, self.vanilla[:2])), "per_output_token_s": self.vanilla[2]},
+            "draft": {**dict(zip(names, self.draft[:2])), "per_drafted_token_s": self.draft[2]},
+            "verify_and_overhead": {**dict(zip(names, self.rest[:2])), "per_step_s": self.rest[2]},
+            "cost_ratio": self.cost_ratio,
+            "n_prompts": self.n_prompts,
+        }
+
+
+def timed_prompts(records: pd.DataFrame, engine: str = "speculative") -> pd.DataFrame:
+    """One row per prompt decoded and timed by both `engine` and vanilla: counts and seconds summed
+    over its records (timing-only repeats included: they are timed runs of the same prompt)."""
+    df = records[records["engine"].isin([engine, CONTROL_ENGINE])].copy()
+    df = df[pd.to_numeric(df["wall_s"], errors="coerce") > 0]
+    if df.empty:
+        return pd.DataFrame()
+    df["P"] = df["prompt_token_ids"].map(len).astype(float)
+    df["T"] = df["output_token_ids"].map(len).astype(float)
+    df["draft_s"] = pd.to_numeric(df.get("draft_s"), errors="coerce").fillna(0.0)
+    df["ttft_s"] = pd.to_numeric(df.get("ttft_s"), errors="coerce")
+    vanilla = df[df["engine"] == CONTROL_ENGINE].groupby("prompt_id")[["P", "T", "wall_s", "ttft_s"]].sum()
+    vanilla["runs"] = df[df["engine"] == CONTROL_ENGINE].groupby("prompt_id").size()
+    spec = df[df["engine"] == engine].groupby("prompt_id")[["P", "T", "wall_s", "draft_s", "steps", "proposed"]].sum()
+    spec["runs"] = df[df["engine"] == engine].groupby("prompt_id").size()
+    both = vanilla.join(spec, lsuffix="_v", rsuffix="_s", how="inner")
+    return both
+
+
+def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, ...]:
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    return tuple(float(c) for c in coef)
+
+
+def fit_cost_model(timed: pd.DataFrame) -> CostModel:
+    """Fit the three lines on per-prompt sums (a prompt's runs add up: each line is linear, so the
+    intercepts are multiplied by the number of runs)."""
+    rv, rs = timed["runs_v"].to_numpy(float), timed["runs_s"].to_numpy(float)
+    after_first = (timed["wall_s_v"] - timed["ttft_s"]).to_numpy(float)
+    per_token = float(np.dot(timed["T_v"] - rv, after_first) / max(float(np.dot(timed["T_v"] - rv, timed["T_v"] - rv)), 1e-12))
+    first = _line(np.column_stack([rv, timed["P_v"]]), timed["ttft_s"].to_numpy(float) - per_token * rv)
+    vanilla = (first[0], first[1], per_token)
+    draft = _line(np.column_stack([rs, timed["P_s"], timed["proposed"]]), timed["draft_s"].to_numpy(float))
+    rest = _line(np.column_stack([rs, timed["P_s"], timed["steps"]]), (timed["wall_s_s"] - timed["draft_s"]).to_numpy(float))
+    return CostModel(vanilla, draft, rest, len(timed))
+
+
+def per_token_speedup(model: CostModel, prompt_tokens, output_tokens, steps, drafted) -> np.ndarray:
+    vanilla, speculative = model.predict(prompt_tokens, output_tokens, steps, drafted)
+    with np.errstate(all="ignore"):
+        return np.where(speculative > 0, vanilla / speculative, np.nan)
+
+
+@dataclass(frozen=True)
+class CostModelValidation:
+    """Measured / predicted speed-up on the timed prompts, each predicted without itself."""
+
+    statistic: float  # Σ measured speed-up / Σ predicted over the timed prompts
+    ci_low: float
+    ci_high: float
+    n_prompts: int
+    per_prompt: pd.DataFrame  # prompt_id -> measured, predicted
+
+    def confidence_interval(self) -> tuple[float, float]:
+        return self.ci_low, self.ci_high
+
+    @property
+    def holds(self) -> bool:
+        """The prediction is not shown wrong: the interval covers 1."""
+        return bool(self.ci_low <= 1.0 <= self.ci_high)
+
+    def to_dict(self) -> dict:
+        return {
+            "measured_over_predicted": {"value": self.statistic, "ci_low": self.ci_low, "ci_high": self.ci_high},
+            "n_prompts": self.n_prompts,
+            "method": "leave one prompt out; 95% percentile bootstrap over prompts",
+            "holds": self.holds,
+        }
+
+
+def validate_cost_model(timed: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> CostModelValidation:
+    """Leave-one-prompt-out predictions of each timed prompt's speed-up against its measurement.
+    The speed-up is per output token on each side (the engines emit different lengths)."""
+    measured = (timed["wall_s_v"] / timed["T_v"]) / (timed["wall_s_s"] / timed["T_s"])
+    predicted = np.empty(len(timed))
+    for i in range(len(timed)):
+        held = timed.drop(index=timed.index[i])
+        model = fit_cost_model(held)
+        row = timed.iloc[i]
+        vanilla, _ = model.predict(row["P_v"] / row["runs_v"], row["T_v"] / row["runs_v"], 0, 0)
+        _, speculative = model.predict(
+            row["P_s"] / row["runs_s"], row["T_s"] / row["runs_s"], row["steps"] / row["runs_s"], row["proposed"] / row["runs_s"]
+        )
+        predicted[i] = (vanilla / (row["T_v"] / row["runs_v"])) / (speculative / (row["T_s"] / row["runs_s"]))
+    m, p = measured.to_numpy(float), predicted
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(m), size=(n_boot, len(m)))
+    ratios = m[draws].sum(axis=1) / p[draws].sum(axis=1)
+    low, high = np.quantile(ratios, [0.025, 0.975])
+    table = pd.DataFrame({"measured": m, "predicted": p}, index=timed.index)
+    return CostModelValidation(float(m.sum() / p.sum()), float(low), float(high), len(m), table)

@@ -1,0 +1,65 @@
+"""The cost model recovers known costs, and its out-of-sample check catches a wrong model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specaudit.stats.cost_model import fit_cost_model, per_token_speedup, timed_prompts, validate_cost_model
+
+VANILLA = (0.05, 0.002, 0.08)  # intercept, per prompt token, per output token (s)
+DRAFT = (0.01, 0.001, 0.03)  # intercept, per prompt token, per drafted token
+REST = (0.06, 0.002, 0.09)  # intercept, per prompt token, per verification step
+
+
+def _records(n_prompts: int, rng: np.random.Generator, *, noise: float = 0.01, slow_group: float = 0.0) -> pd.DataFrame:
+    """Timed vanilla and speculative records made from the costs above (plus noise); with
+    `slow_group`, verification of every third prompt (a group whose tokens hit a slower path, say)
+    costs that much more per step than the model can know."""
+    rows = []
+    for i in range(n_prompts):
+        p = int(rng.integers(30, 140))
+        t = 32
+        steps = int(rng.integers(6, 16))
+        proposed = 4 * steps - int(rng.integers(0, 3))
+        draft = DRAFT[0] + DRAFT[1] * p + DRAFT[2] * proposed
+        rest = REST[0] + REST[1] * p + REST[2] * steps * (1 + slow_group * (i % 3 == 0))
+        jitter = rng.normal(1, noise, size=3)
+        base = {"prompt_id": f"p{i}", "prompt_token_ids": [0] * p, "output_token_ids": [0] * t}
+        ttft = (VANILLA[0] + VANILLA[1] * p + VANILLA[2]) * jitter[0]
+        wall = ttft + VANILLA[2] * (t - 1) * jitter[0]
+        rows.append({**base, "engine": "vanilla", "wall_s": wall, "ttft_s": ttft, "draft_s": 0.0, "steps": t, "proposed": 0})
+        rows.append(
+            {
+                **base,
+                "engine": "speculative",
+                "wall_s": draft * jitter[1] + rest * jitter[2],
+                "draft_s": draft * jitter[1],
+                "steps": steps,
+                "proposed": proposed,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_fit_recovers_the_costs_that_made_the_timings():
+    timed = timed_prompts(_records(40, np.random.default_rng(0), noise=0.0))
+    model = fit_cost_model(timed)
+    assert model.vanilla == pytest.approx(VANILLA, rel=1e-6)
+    assert model.draft == pytest.approx(DRAFT, rel=1e-6)
+    assert model.rest == pytest.approx(REST, rel=1e-6)
+    assert model.cost_ratio == pytest.approx(DRAFT[2] / REST[2])
+    vanilla, speculative = model.predict(50, 32, 8, 32)
+    assert per_token_speedup(model, 50, 32, 8, 32) == pytest.approx(vanilla / speculative)
+
+
+def test_validation_covers_one_for_a_right_model_and_excludes_it_for_a_wrong_one():
+    covered = sum(validate_cost_model(timed_prompts(_records(40, np.random.default_rng(s), noise=0.05)), seed=s).holds for s in range(40))
+    assert covered >= 34  # a 95% interval: about 38 of 40
+    wrong = timed_prompts(_records(40, np.random.default_rng(1), noise=0.01, slow_group=0.5))
+    # Costs common to all prompts are fitted; an effect of one group is not, and shows out of
+    # sample in that group's measured / predicted.
+    ratio = validate_cost_model(wrong, seed=1).per_prompt.eval("measured / predicted")
+    slow = ratio.index.map(lambda pid: int(pid[1:]) % 3 == 0)
+    assert ratio[slow].max() < ratio[~slow].min()
