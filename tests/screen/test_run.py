@@ -133,3 +133,19 @@ def test_screen_refuses_what_it_cannot_run_beside(tiny_pair_dir, tiny_prompts_fi
     assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "run", "screen,vanilla", *extra) == 2
     assert "screen runs with the local engines" in capsys.readouterr().err
     assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "run2", "screen,endpoint") == 2
+
+
+@pytest.mark.parametrize("verify", [None, "specaudit.selftest.mutants:always_accept"])
+def test_analysis_checks_the_screen_against_the_engine_on_shared_prompts(tiny_pair_dir, tmp_path, verify):
+    prompts = _grouped_prompts(tmp_path / "prompts.jsonl", groups=6, per_group=1)
+    out = tmp_path / "run"
+    extra = ["--verify", verify] if verify else []
+    assert _run(tiny_pair_dir, prompts, out, "screen,vanilla,speculative", "--samples", "4", *extra) == 0
+    assert main(["analyze", str(out), "--no-equivalence"]) == 0
+    check = json.loads((out / "snapshot.json").read_text())["screen"]
+    assert check["n_prompts"] == 6
+    ratio = check["engine_over_screen_acceptance"]
+    if verify is None:  # the same rate, estimated two ways
+        assert check["agrees"] and ratio["ci_low"] <= 1.0 <= ratio["ci_high"]
+    else:  # an engine that accepts every draft token is not what the screen predicts
+        assert not check["agrees"] and ratio["ci_low"] > 1.0 and "does not reproduce" in check["finding"]
