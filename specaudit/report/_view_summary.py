@@ -14,6 +14,7 @@ from specaudit.report._format import (
     fixed,
     get,
     integer,
+    mapping,
     metric_label,
     triple,
 )
@@ -36,7 +37,7 @@ def summary_view(view: dict[str, Any], snapshot: Mapping[str, Any]) -> dict[str,
         "badges": badges,
         "headline": _headline(eq, disp, snapshot),
         "decision": verdicts.decide(snapshot, engines, comps, speed),
-        "cards": [_correctness_card(eq, engines), _fairness_card(comps, disp), _speed_card(speed)],
+        "cards": [_correctness_card(eq, engines), _fairness_card(comps, disp, snapshot), _speed_card(speed)],
         "subject": verdicts.subject(snapshot),
         "actions": verdicts.actions(snapshot, engines, comps, speed, eq),
     }
@@ -84,7 +85,23 @@ def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
     return {"label": "Correctness", "anchor": "equivalence", "badge": verdicts.status_badge(worst_status), "lines": lines}
 
 
-def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any]) -> dict[str, Any]:
+def _screen_line(snapshot: Mapping[str, Any]) -> str | None:
+    """Where acceptance per group came from, when the screen measured it, and its check against the engine."""
+    if get(snapshot, "run", "disparity_engine") != "screen":
+        return None
+    check = mapping(get(snapshot, "screen"))
+    line = "Acceptance per group is the screen's: the expected acceptance along target samples of every prompt."
+    ratio = get(check, "engine_over_screen_acceptance")
+    if isinstance(ratio, Mapping):
+        line += (
+            f" On the {integer(check.get('n_prompts'))} prompts the speculative engine also ran, its acceptance is "
+            f"{triple(ratio, fixed, '×')} the screen's"
+            + (" (agrees)." if check.get("agrees") else f". Finding: {check.get('finding')}.")
+        )
+    return line
+
+
+def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: Mapping[str, Any]) -> dict[str, Any]:
     if not comps:
         return {"label": "Fairness", "anchor": "disparity", "badge": badge(NOT_RUN), "lines": [disp.get("reason", "no group comparisons")]}
     headline = dimension_summary([c["status"] for c in comps])
@@ -109,6 +126,9 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any]) -> dict[st
     flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == verdicts.DisparityStatus.FLAG})
     if flagged:
         lines.append("Outside the band: " + ", ".join(flagged) + ".")
+    screen = _screen_line(snapshot)
+    if screen:
+        lines.append(screen)
     return {"label": "Fairness", "anchor": "disparity", "badge": verdicts.status_badge(headline), "lines": lines}
 
 

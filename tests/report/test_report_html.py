@@ -92,7 +92,7 @@ def test_report_shows_every_required_part(snapshot):
     assert "hf-assisted: its output is not distributed as the target's" in summary
     for card in ("Correctness", "Fairness", "Speed", "Timed under:", "CPU thread"):
         assert card in summary, card
-    assert re.search(r"Overall speed-up \d\.\d\d× \[\d\.\d\d, \d\.\d\d\]", summary)
+    assert re.search(r"Measured overall speed-up \d\.\d\d× \[\d\.\d\d, \d\.\d\d\]", summary)
     assert "Do not ship hf-assisted" in actions and "MUST" in actions
     # the audit subject: target and its hash, the draft as what it is, decoding, hardware, seed, prompt set, version, date
     run = snapshot["run"]
