@@ -19,6 +19,7 @@ from specaudit.models import (
     tiny_tokenizer,
 )
 from specaudit.screen import expected_counts, sample_batch, screen_paths
+from specaudit.screen._sampling import teacher_forced_probs
 
 TEXTS = ["Hello there, how are you?", "List three fruits.", "Hi", "Write a short poem about rain, please now."]
 
@@ -50,6 +51,24 @@ def test_batched_rows_match_batch_one_and_the_vanilla_engine(models, spec):
             target, prompt, spec=spec, max_new_tokens=12, generator=torch.Generator().manual_seed(11 + row), eos_ids=set(), vocab_size=vocab
         )
         assert batch.tokens[row] == alone.tokens[0] == engine.tokens
+
+
+def test_a_shared_prefix_is_computed_once_and_changes_nothing(models):
+    target, draft, tokenizer = models
+    system = tokenizer("You are a careful assistant. Answer the user's request:")["input_ids"]
+    prompts = [system + p for p in _prompts(tokenizer)]
+    vocab, spec = target.config.vocab_size, SamplingSpec(1.0)
+    kwargs = dict(spec=spec, max_new_tokens=10, eos_ids=set(), vocab_size=vocab, pad_id=0, keep_probs=True)
+    batch = sample_batch(target, prompts, [5, 6, 7, 8], **kwargs)
+    assert batch.prefix == len(system) >= 8  # the prefix pass ran
+    q = teacher_forced_probs(draft, batch, spec=spec, vocab_size=vocab)
+    for row, prompt in enumerate(prompts):
+        alone = sample_batch(target, [prompt], [5 + row], **kwargs)
+        assert alone.prefix == 0
+        assert batch.tokens[row] == alone.tokens[0]
+        assert float((0.5 * (batch.probs[row] - alone.probs[0]).abs().sum(-1)).max()) < 1e-5
+        q_alone = teacher_forced_probs(draft, alone, spec=spec, vocab_size=vocab)[0]
+        assert float((0.5 * (q[row, : len(batch.tokens[row])] - q_alone).abs().sum(-1)).max()) < 1e-5
 
 
 def test_rows_stop_at_their_own_end_of_sequence(models):
