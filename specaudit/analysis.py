@@ -209,38 +209,35 @@ def judge_control(section: dict, alpha: float) -> None:
         )
 
 
-def screen_agreement(frame: pd.DataFrame, *, seed: int, n_boot: int = 2000) -> dict:
-    """On the prompts both ran, the speculative engine's acceptance rate over the screen's (ratio
-    of sums, 95% bootstrap over prompts). The screen's expectation and the engine's counts estimate
-    the same rate, so an interval excluding 1 means the screen does not reproduce this engine
-    (a draft whose q depends on the call, or an engine that accepts by another rule)."""
-    import numpy as np
+def screen_agreement(frame: pd.DataFrame) -> dict:
+    """On the prompts both ran, the speculative engine's acceptance rate over the screen's: mean
+    per-prompt rates, paired Fieller interval (stats.disparity.intervals). The screen's expectation
+    and the engine's counts estimate the same rate, so an interval excluding 1 means the screen does
+    not reproduce this engine (a draft whose q depends on the call, an engine that accepts by
+    another rule)."""
+    from specaudit.stats.disparity.intervals import ratio_interval
 
-    parts = {}
+    rates = {}
     for engine in (SCREEN_ENGINE, "speculative"):
         rows = frame[(frame["engine"] == engine) & ~frame.get("timing_only", False).fillna(False).astype(bool)]
-        parts[engine] = rows.groupby("prompt_id")[["accepted", "proposed"]].sum()
-    both = parts[SCREEN_ENGINE].join(parts["speculative"], lsuffix="_screen", rsuffix="_engine", how="inner")
-    both = both[(both["proposed_screen"] > 0) & (both["proposed_engine"] > 0)]
+        sums = rows.groupby("prompt_id")[["accepted", "proposed"]].sum()
+        rates[engine] = (sums["accepted"] / sums["proposed"])[sums["proposed"] > 0]
+    both = pd.concat(rates, axis=1, join="inner")
     if len(both) < 2:
         return {"n_prompts": len(both), "note": "fewer than 2 prompts ran in both the screen and the speculative engine"}
-    values = both.to_numpy(float)  # accepted_screen, proposed_screen, accepted_engine, proposed_engine
-
-    def ratio(v):
-        return (v[..., 2].sum(-1) / v[..., 3].sum(-1)) / (v[..., 0].sum(-1) / v[..., 1].sum(-1))
-
-    draws = values[np.random.default_rng(seed).integers(0, len(values), size=(n_boot, len(values)))]
-    with np.errstate(all="ignore"):  # a draw without any screen acceptance has no ratio
-        low, high = np.nanquantile(ratio(draws), [0.025, 0.975])
+    ids = both.index.to_numpy(dtype=object)
+    interval = ratio_interval(both["speculative"].to_numpy(float), both[SCREEN_ENGINE].to_numpy(float), x_pairs=ids, y_pairs=ids)
+    low, high = interval.confidence_interval()
     result = {
-        "engine_over_screen_acceptance": {"value": float(ratio(values)), "ci_low": float(low), "ci_high": float(high)},
-        "n_prompts": len(values),
+        "engine_over_screen_acceptance": {"value": interval.ratio, "ci_low": low, "ci_high": high},
+        "method": interval.method,
+        "n_prompts": len(both),
         "agrees": bool(low <= 1.0 <= high),
     }
     if not result["agrees"]:
         result["finding"] = (
-            f"the speculative engine's acceptance is {ratio(values):.2f}× [{low:.2f}, {high:.2f}] the screen's on the "
-            f"{len(values)} prompts both ran: the screen does not reproduce this engine, so per-group acceptance from "
+            f"the speculative engine's acceptance is {interval.ratio:.2f}× [{low:.2f}, {high:.2f}] the screen's on the "
+            f"{len(both)} prompts both ran: the screen does not reproduce this engine, so per-group acceptance from "
             "the screen may be off (check that the draft's q does not depend on how it is called)"
         )
     return result
@@ -260,7 +257,7 @@ def predicted_speed(frame: pd.DataFrame, *, seed: int, dimensions: list[str] = (
         )
         return frame, {"source": "none", "reason": reason}
     model = cm.fit_cost_model(timed)
-    validation = cm.validate_cost_model(timed, seed=seed)
+    validation = cm.validate_cost_model(timed)
     screen = frame["engine"] == SCREEN_ENGINE
     rows = frame[screen]
     vanilla, speculative = model.predict(
@@ -407,7 +404,7 @@ def analyze(
         if engine == SCREEN_ENGINE:
             frame, snapshot["speed"] = predicted_speed(frame, seed=seed, dimensions=dims)
             if "speculative" in engines:
-                snapshot["screen"] = screen_agreement(frame, seed=seed)
+                snapshot["screen"] = screen_agreement(frame)
         decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None
         declared = (manifest.get("prompt_set") or {}).get("dimensions") or {}
         # The prompt set's declared reference group (e.g. Standard American English), else the largest group.

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from specaudit._gate.disparity import disparity_checks
+from specaudit._gate.disparity import disparity_checks, measurement_checks
 from specaudit._gate.equivalence import equivalence_checks
 from specaudit._gate.results import GateCheck, GateResult, mapping
 from specaudit._gate.thresholds import FAIL, PASS, WARN, GateThresholds, load_thresholds
@@ -32,6 +32,7 @@ def evaluate_gate(snapshot: Mapping[str, Any], thresholds: GateThresholds | None
     checks: list[GateCheck] = []
     checks += equivalence_checks(mapping(snapshot.get("equivalence")), thresholds)
     checks += disparity_checks(snapshot, thresholds)
+    checks += measurement_checks(snapshot)
     return GateResult(tuple(checks), thresholds)
 
 

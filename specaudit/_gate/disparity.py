@@ -160,3 +160,32 @@ def _size_check(dimension, by_group, minimum) -> GateCheck:
             {"min_group_size": minimum, "small": small},
         )
     return GateCheck(name, title, PASS, f"every group has at least {minimum} prompts", {"min_group_size": minimum})
+
+
+def measurement_checks(snapshot: Mapping[str, Any]) -> list[GateCheck]:
+    """Where the screen measured acceptance and the cost model predicted speed-ups: did each agree
+    with what the engines measured on the prompts they ran? (Absent for runs without the screen.)"""
+    checks = []
+    screen = mapping(snapshot.get("screen"))
+    ratio = mapping(screen.get("engine_over_screen_acceptance"))
+    if ratio:
+        name, title = "screen-agreement", "The screen reproduces the engine's acceptance"
+        details = {**ratio, "n_prompts": screen.get("n_prompts")}
+        status, message = (
+            (
+                PASS,
+                f"engine / screen acceptance {fixed(ratio.get('value'))} [{fixed(ratio.get('ci_low'))}, {fixed(ratio.get('ci_high'))}] covers 1",
+            )
+            if screen.get("agrees")
+            else (WARN, str(screen.get("finding")))
+        )
+        checks.append(GateCheck(name, title, status, message, details))
+    speed = mapping(snapshot.get("speed"))
+    check = mapping(mapping(speed.get("validation")).get("measured_over_predicted"))
+    if speed.get("source") == "cost model" and check:
+        name, title = "cost-model", "Predicted speed-ups match the timed prompts"
+        holds = bool(mapping(speed.get("validation")).get("holds"))
+        interval = f"{fixed(check.get('value'))} [{fixed(check.get('ci_low'))}, {fixed(check.get('ci_high'))}]"
+        message = f"measured / predicted speed-up {interval} out of sample covers 1" if holds else str(speed.get("finding"))
+        checks.append(GateCheck(name, title, PASS if holds else WARN, message, dict(check)))
+    return checks

@@ -22,7 +22,7 @@ linear in S and D, so the expected counts of the screen give the expected wall t
 
 Validation is out of sample: each timed prompt's speed-up is predicted from a fit without that
 prompt (leave one prompt out) and compared with its measured paired speed-up. The ratio measured /
-predicted, with a bootstrap interval over prompts, says how far to trust the predictions; an
+predicted, with a paired Fieller interval over prompts (stats.disparity.intervals), says how far to trust the predictions; an
 interval that excludes 1 is a finding in itself (the cost model misses something, e.g. a context
 length the subset did not cover).
 """
@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.stats.disparity.intervals import ratio_interval
 
 # A line needs more records than coefficients to be fitted at all; below this it is not.
 MIN_TIMED_PROMPTS = 4
@@ -119,7 +120,7 @@ def per_token_speedup(model: CostModel, prompt_tokens, output_tokens, steps, dra
 class CostModelValidation:
     """Measured / predicted speed-up on the timed prompts, each predicted without itself."""
 
-    statistic: float  # Σ measured speed-up / Σ predicted over the timed prompts
+    statistic: float  # mean measured speed-up / mean predicted over the timed prompts
     ci_low: float
     ci_high: float
     n_prompts: int
@@ -137,12 +138,12 @@ class CostModelValidation:
         return {
             "measured_over_predicted": {"value": self.statistic, "ci_low": self.ci_low, "ci_high": self.ci_high},
             "n_prompts": self.n_prompts,
-            "method": "leave one prompt out; 95% percentile bootstrap over prompts",
+            "method": "leave one prompt out; paired Fieller 95% interval over prompts",
             "holds": self.holds,
         }
 
 
-def validate_cost_model(timed: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> CostModelValidation:
+def validate_cost_model(timed: pd.DataFrame) -> CostModelValidation:
     """Leave-one-prompt-out predictions of each timed prompt's speed-up against its measurement.
     The speed-up is per output token on each side (the engines emit different lengths)."""
     measured = (timed["wall_s_v"] / timed["T_v"]) / (timed["wall_s_s"] / timed["T_s"])
@@ -157,9 +158,7 @@ def validate_cost_model(timed: pd.DataFrame, *, n_boot: int = 2000, seed: int = 
         )
         predicted[i] = (vanilla / (row["T_v"] / row["runs_v"])) / (speculative / (row["T_s"] / row["runs_s"]))
     m, p = measured.to_numpy(float), predicted
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(m), size=(n_boot, len(m)))
-    ratios = m[draws].sum(axis=1) / p[draws].sum(axis=1)
-    low, high = np.quantile(ratios, [0.025, 0.975])
+    ids = timed.index.to_numpy(dtype=object)
+    interval = ratio_interval(m, p, x_pairs=ids, y_pairs=ids)
     table = pd.DataFrame({"measured": m, "predicted": p}, index=timed.index)
-    return CostModelValidation(float(m.sum() / p.sum()), float(low), float(high), len(m), table)
+    return CostModelValidation(interval.ratio, *interval.confidence_interval(), len(m), table)

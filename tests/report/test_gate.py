@@ -384,3 +384,26 @@ def test_control_rejected_only_at_alpha_warns_and_a_gross_rejection_voids_the_au
         check = _check(evaluate_gate({**snapshot, "equivalence": section}, GateThresholds(**LOOSE)), "control[vanilla]")
         assert check.status == status, check.message
         assert ("rerun with another --seed" in check.message) == (status == WARN)
+
+
+# ---------------------------------------------------------------------------- screen and cost model
+def test_screen_and_cost_model_checks_follow_their_intervals(snapshot):
+    snapshot = json.loads(json.dumps(snapshot))
+    assert not {"screen-agreement", "cost-model"} & {c.name for c in evaluate_gate(snapshot).checks}  # no screen: no checks
+    snapshot["screen"] = {
+        "engine_over_screen_acceptance": {"value": 1.01, "ci_low": 0.95, "ci_high": 1.07},
+        "n_prompts": 40,
+        "agrees": True,
+    }
+    snapshot["speed"] = {
+        "source": "cost model",
+        "validation": {"measured_over_predicted": {"value": 0.97, "ci_low": 0.9, "ci_high": 1.04}, "holds": True},
+    }
+    result = evaluate_gate(snapshot)
+    assert _check(result, "screen-agreement").status == PASS and _check(result, "cost-model").status == PASS
+    snapshot["screen"].update(agrees=False, finding="the screen does not reproduce this engine")
+    snapshot["speed"]["validation"]["holds"] = False
+    snapshot["speed"]["finding"] = "the cost model misses something"
+    result = evaluate_gate(snapshot)
+    assert _check(result, "screen-agreement").status == WARN and "does not reproduce" in _check(result, "screen-agreement").message
+    assert _check(result, "cost-model").status == WARN and "misses" in _check(result, "cost-model").message
