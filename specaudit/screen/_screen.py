@@ -57,7 +57,7 @@ def check_call_invariance(draft, prompt: list[int], path: list[int], device) -> 
     if result.get("checked") and result["max_tv"] >= CALL_INVARIANCE_TV:
         raise InputError(
             f"the draft is not call-invariant (teacher-forced and step-by-step draft distributions differ by TV up to "
-            f"{result['max_tv']:.2f}), so the screen cannot reproduce the q it gives at decode time; run the engines instead"
+            f"{result['max_tv']:.2f}), so the screen cannot reproduce the q it gives at decode time; run the engines alone instead (--engines vanilla,speculative)"
         )
     return result.get("max_tv")
 
