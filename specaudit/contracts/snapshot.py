@@ -98,6 +98,7 @@ class Snapshot(_Section):
     recommendations: dict[str, Any] = {}
     prompts: list[dict[str, Any]] = []
     gate: GateSection | None = None
+    mitigation: dict[str, Any] | None = None  # `specaudit mitigate`'s before/after (its before_after.json), on a re-audit
 
 
 def snapshot_path(path: str | Path) -> Path:
