@@ -39,7 +39,9 @@ def mitigation_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         "reference": reference,
         "lowest": lowest or MISSING,
         "lowest_badge": _change_badge(lowest_row.get("change")),
-        "lowest_text": f"{triple(get(lowest_row, 'before'))} → {triple(get(lowest_row, 'after'))}" if lowest_row else MISSING,
+        "lowest_text": f"{triple(get(lowest_row, 'before'), _three)} → {triple(get(lowest_row, 'after'), _three)}"
+        if lowest_row
+        else MISSING,
         "worst_ratio": f"{fixed(worst.get('before'))} → {fixed(worst.get('after'))}",
         "overall_speedup": f"{triple(get(overall['raw'], 'speedup', 'before'), fixed, '×')} → "
         f"{triple(get(overall['raw'], 'speedup', 'after'), fixed, '×')}",
@@ -51,9 +53,9 @@ def mitigation_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         "weightings": [
             {
                 "name": str(name),
-                "overall": triple(get(entry, "overall_after")),
-                "lowest": triple(get(entry, "lowest_group_after")),
-                "change": triple(get(entry, "lowest_group_change")),
+                "overall": triple(get(entry, "overall_after"), _three),
+                "lowest": triple(get(entry, "lowest_group_after"), _three),
+                "change": triple(get(entry, "lowest_group_change"), _three),
                 "worst": fixed(get(entry, "worst_ratio", "after")),
             }
             for name, entry in mapping(part.get("weightings")).items()
@@ -61,6 +63,11 @@ def mitigation_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         "policies": [_policy(str(g), p) for g, p in mapping(part.get("policies")).items() if isinstance(p, Mapping)],
         "equivalence": _equivalence(snapshot, mapping(part.get("equivalence"))),
     }
+
+
+def _three(value: Any) -> str:
+    """Acceptance to three decimals (as before_after.md), so a column of intervals lines up."""
+    return fixed(value, 3)
 
 
 def _row(label: str, row: Mapping[str, Any], lowest: bool, reference: bool) -> dict[str, Any]:
@@ -72,16 +79,16 @@ def _row(label: str, row: Mapping[str, Any], lowest: bool, reference: bool) -> d
         "lowest": lowest,
         "reference": reference,
         "n": integer(get(row, "before", "n_prompts")),
-        "before": triple(row.get("before")),
-        "after": triple(row.get("after")),
-        "change": triple(row.get("change")),
+        "before": triple(row.get("before"), _three),
+        "after": triple(row.get("after"), _three),
+        "change": triple(row.get("change"), _three),
         "change_badge": _change_badge(row.get("change")),
         "relative": row.get("relative_change"),
         "relative_text": f"{100 * row['relative_change']:+.0f}%" if finite(row.get("relative_change")) else MISSING,
         "ratio": f"{fixed(ratio.get('before'))} → {fixed(ratio.get('after'))}" if ratio else "",
         "speed_before": triple(speed.get("before"), fixed, "×"),
         "speed_after": triple(speed.get("after"), fixed, "×"),
-        "speed_change": triple(speed.get("change"), fixed),
+        "speed_change": triple(speed.get("change"), _three),
     }
 
 
