@@ -332,3 +332,25 @@ def test_report_takes_the_verdict_from_the_snapshot_not_the_summary(mitigated):
     bare["mitigation"]["equivalence"] = {"status": "not run", "reason": "--equivalence-prompts 0"}
     section = render_html(bare).split('id="mitigation"', 1)[1].split("</section>", 1)[0]
     assert "NOT RUN" in section and "--equivalence-prompts 0" in section
+
+
+def test_without_a_reaudit_run_the_report_holds_the_before_after_alone(audited_run, tiny_pair_dir, tmp_path):
+    with pytest.warns(UserWarning):
+        result = mitigate(
+            audited_run,
+            tmp_path / "out",
+            draft=str(tiny_pair_dir[1]),
+            train_layers=1,
+            steps=3,
+            samples=1,
+            max_new_tokens=6,
+            compare=(),
+            equivalence_prompts=0,
+            timing_prompts=0,
+            device="cpu",
+            progress=False,
+        )
+    assert not (result.out_dir / "reaudit-run").exists()
+    text = " ".join(_report_text(result.files["report"]).split())
+    assert "Before / after mitigation: case" in text
+    assert "Equivalence of the mitigated draft – NOT RUN --equivalence-prompts 0" in text
