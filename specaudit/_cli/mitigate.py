@@ -12,7 +12,9 @@ def add_mitigate(sub: argparse._SubParsersAction) -> None:
         help="distil a better draft and derive per-group k / routing policies from an audited run, then re-audit on held-out prompts",
     )
     p.add_argument("run_dir", help="an analysed run folder (records.jsonl, manifest.json, snapshot.json)")
-    p.add_argument("--out", required=True, help="new output folder (draft/, training_card.*, policy.*, before_after.*)")
+    p.add_argument(
+        "--out", required=True, help="new output folder (draft/, training_card.*, policy.*, before_after.*, report.html, reaudit-run/)"
+    )
     p.add_argument("--draft", help="trainable draft to start from: early-exit:N or a model folder (default: the run's draft)")
     p.add_argument(
         "--dimension",
@@ -81,4 +83,5 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
         f"{row['after']['value']:.3f}; equivalence {str(summary['equivalence'].get('status')).upper()}"
     )
     print(f"draft: {result.out_dir / 'draft'} (use with --draft); policy: {result.out_dir / 'policy.yaml'}")
+    print(f"report: {result.files['report']} (before/after section; `specaudit report {result.out_dir / 'reaudit-run'}` renders it again)")
     return 0

@@ -111,6 +111,7 @@ class Snapshot(_Section):
     prompts: list[dict[str, Any]] = []
     gate: GateSection | None = None
     speed: SpeedSection | None = None  # only for runs with the screen (stats.cost_model)
+    mitigation: dict[str, Any] | None = None  # `specaudit mitigate`'s before/after (its before_after.json), on a re-audit
 
 
 def snapshot_path(path: str | Path) -> Path:

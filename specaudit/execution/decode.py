@@ -36,6 +36,15 @@ def eos_token_ids(pair) -> set[int]:
     return ids
 
 
+def pad_token_id(pair, eos_ids: set[int] | None = None) -> int:
+    """The id that pads batched rows: the tokenizer's pad token, else the smallest end-of-sequence
+    id (padding is masked out, so any id the model knows will do)."""
+    if pair.tokenizer.pad_token_id is not None:
+        return int(pair.tokenizer.pad_token_id)
+    ids = eos_token_ids(pair) if eos_ids is None else eos_ids
+    return min(ids) if ids else 0
+
+
 def library_versions() -> dict:
     from importlib import metadata
 

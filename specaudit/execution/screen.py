@@ -18,7 +18,7 @@ from specaudit.contracts.run import SCREEN_ENGINE, PlanItem
 from specaudit.decoding import Generation
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
-from specaudit.execution.decode import device_entry, eos_token_ids, library_versions, make_record
+from specaudit.execution.decode import device_entry, eos_token_ids, library_versions, make_record, pad_token_id
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
 from specaudit.preflight import check_prompt_lengths
@@ -88,7 +88,7 @@ class ScreenExecutor(Executor):
 
         pair, cfg = self.pair, self.cfg
         eos_ids = eos_token_ids(pair)
-        pad_id = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(eos_ids)
+        pad_id = pad_token_id(pair, eos_ids)
         encoded = {p.id: prompt_token_ids(pair.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
         check_prompt_lengths(encoded, pair.target, cfg.max_new_tokens)
         batch_size = int(cfg.extra.get("screen_batch", DEFAULT_BATCH))

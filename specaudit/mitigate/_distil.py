@@ -134,9 +134,9 @@ def _upper_model(draft: torch.nn.Module, first: int) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def _prepare(target, draft, samples: list[TargetSample], first: int, spec: SamplingSpec, vocab_size: int, progress: bool):
+def _prepare(draft, samples: list[TargetSample], first: int, progress: bool):
     """Per sequence: the lower layers' output (the input of the trained part) and the target's
-    warped p at the continuation positions, computed once (float16 keeps memory small)."""
+    warped p at the continuation positions (kept from sampling)."""
     from tqdm.auto import tqdm
 
     device = next(draft.parameters()).device
@@ -144,8 +144,7 @@ def _prepare(target, draft, samples: list[TargetSample], first: int, spec: Sampl
     for sample in tqdm(samples, desc="training data", unit="seq", disable=not progress, file=sys.stderr):
         ids = torch.tensor([sample.prompt_ids + sample.continuation], device=device)
         hidden = draft.model(input_ids=ids, output_hidden_states=True).hidden_states[first]
-        p = sample.probs(target, spec, vocab_size)
-        cache.append((hidden.detach(), p))
+        cache.append((hidden.detach(), sample.target_probs))
     return cache
 
 
@@ -200,7 +199,7 @@ def distil(
     first, count = trainable_layers(draft, train_layers)
     started = time.perf_counter()
     student = copy.deepcopy(draft).float()  # trained in float32 whatever the serving dtype (bf16 Adam steps underflow)
-    cache = prepared if prepared is not None else _prepare(target, student, samples, first, spec, vocab_size, progress)
+    cache = prepared if prepared is not None else _prepare(student, samples, first, progress)
     trained = list(student.model.layers[first:].parameters()) + list(student.model.norm.parameters())
     for parameter in student.parameters():
         parameter.requires_grad_(False)
@@ -246,7 +245,7 @@ def distil(
 def mean_objective(target, draft, samples: list[TargetSample], *, spec: SamplingSpec, vocab_size: int, objective: str = "tv") -> float:
     """The training objective averaged over every position of `samples` (e.g. held-out ones)."""
     first = len(draft.model.layers) - 1
-    cache = _prepare(target, draft, samples, first, spec, vocab_size, progress=False)
+    cache = _prepare(draft, samples, first, progress=False)
     return _held_out_loss(draft, first, cache, samples, spec, vocab_size, objective)
 
 

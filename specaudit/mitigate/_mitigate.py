@@ -25,7 +25,7 @@ import specaudit.mitigate._acceptance as acc
 import specaudit.mitigate._distil as dst
 import specaudit.mitigate._policy as pol
 from specaudit.errors import InputError
-from specaudit.mitigate._reaudit import compare_groups, equivalence_check, measured_speedup
+from specaudit.mitigate._reaudit import REAUDIT_FOLDER, compare_groups, equivalence_check, measured_speedup
 from specaudit.mitigate._report import before_after_markdown, training_card_markdown
 from specaudit.mitigate._run_folder import attach_texts, choose_dimension, group_alphas, prompts_from_run, read_run, split_by_pair
 
@@ -70,10 +70,10 @@ def mitigate(
     progress: bool = True,
 ) -> MitigationResult:
     """Distil a better draft, derive per-group k and routing policies, and re-audit on held-out
-    prompts; writes DIR/{draft/, training_card.*, policy.*, before_after.*, reaudit-run/}."""
+    prompts; writes DIR/{draft/, training_card.*, policy.*, before_after.*, report.html, reaudit-run/}."""
     from specaudit.decoding import SamplingSpec
+    from specaudit.execution.decode import eos_token_ids, pad_token_id
     from specaudit.models import load_pair
-    from specaudit.runner import eos_token_ids
 
     started = time.perf_counter()
     run_dir, out_dir = Path(run_dir), Path(out_dir)
@@ -125,28 +125,31 @@ def mitigate(
     group_of = {pid: prompts[pid].attributes.get(dimension) for pid in prompts}
 
     eos_ids = eos_token_ids(pair)
-    pad_id = pair.tokenizer.pad_token_id if pair.tokenizer.pad_token_id is not None else min(eos_ids or {0})
-    all_samples = acc.sample_target(
-        pair.target,
-        {pid: prompts[pid].ids for pid in train_ids + held_ids},
-        spec=spec,
-        samples=int(budget["samples"]),
-        max_new_tokens=int(budget["max_new_tokens"]),
-        eos_ids=eos_ids,
-        pad_id=pad_id,
-        seed=seed,
-        progress=progress,
-    )
-    held_set = set(held_ids)
-    train_samples = [s for s in all_samples if s.prompt_id not in held_set]
-    held_samples = [s for s in all_samples if s.prompt_id in held_set]
-    before = acc.measure_acceptance(
-        pair.target, pair.draft, all_samples, spec=spec, vocab_size=pair.vocab_size, progress=progress, desc="acceptance before"
-    )
+    pad_id = pad_token_id(pair, eos_ids)
+
+    def draw(ids: list[str]) -> list[acc.TargetSample]:  # one side at a time: a sampling batch never mixes the sides
+        return acc.sample_target(
+            pair.target,
+            {pid: prompts[pid].ids for pid in ids},
+            spec=spec,
+            samples=int(budget["samples"]),
+            max_new_tokens=int(budget["max_new_tokens"]),
+            eos_ids=eos_ids,
+            vocab_size=pair.vocab_size,
+            pad_id=pad_id,
+            seed=seed,
+            progress=progress,
+        )
+
+    def score(draft_model, samples, desc: str) -> dict[str, acc.PromptAcceptance]:
+        return acc.measure_acceptance(draft_model, samples, spec=spec, vocab_size=pair.vocab_size, k=run_k, progress=progress, desc=desc)
+
+    train_samples, held_samples = draw(train_ids), draw(held_ids)
+    before = score(pair.draft, held_samples, "acceptance before")
 
     sizes = {g: sum(1 for p in train_ids if group_of[p] == g) for g in audit_alpha}
     first, _ = dst.trainable_layers(pair.draft, train_layers)
-    prepared = dst._prepare(pair.target, pair.draft, train_samples, first, spec, pair.vocab_size, progress)
+    prepared = dst._prepare(pair.draft, train_samples, first, progress)
     trained: dict[str, dict] = {}
     main_draft = None
     for name in dict.fromkeys([weighting, *compare]):
@@ -169,34 +172,22 @@ def mitigate(
             progress=progress,
             prepared=prepared,
         )
-        after = acc.measure_acceptance(
-            pair.target,
-            result.draft,
-            held_samples,
-            spec=spec,
-            vocab_size=pair.vocab_size,
-            progress=progress,
-            desc=f"acceptance after ({name})",
-        )
+        after = score(result.draft, held_samples, f"acceptance after ({name})")
         trained[name] = {"result": result, "shares": shares, "after": after}
         if main_draft is None:
             main_draft = result
 
     held_groups = {g: [p for p in held_ids if group_of[p] == g] for g in audit_alpha if any(group_of[p] == g for p in held_ids)}
     reference = snapshot["groups"][dimension].get("reference")
-    comparisons = {name: compare_groups(held_groups, before, entry["after"], reference, seed) for name, entry in trained.items()}
+    # One cost ratio for both drafts: the distilled draft has the starting draft's layers and dtype,
+    # so the before/after speed-ups differ by acceptance only, not by timing noise.
+    cost = pol.measure_cost_ratio(pair.target, main_draft.draft, prompts[held_ids[0]].ids)
+    comparisons = {
+        name: compare_groups(held_groups, before, entry["after"], reference, seed, cost["cost_ratio"]) for name, entry in trained.items()
+    }
 
     # Policies for the distilled draft, fitted on the training prompts, judged on held-out ones.
-    main_after_train = acc.measure_acceptance(
-        pair.target,
-        main_draft.draft,
-        train_samples,
-        spec=spec,
-        vocab_size=pair.vocab_size,
-        progress=progress,
-        desc="acceptance (train, distilled)",
-    )
-    cost = pol.measure_cost_ratio(pair.target, main_draft.draft, prompts[held_ids[0]].ids)
+    main_after_train = score(main_draft.draft, train_samples, "acceptance (train, distilled)")
     train_groups = {g: [p for p in train_ids if group_of[p] == g] for g in audit_alpha}
     policies = {}
     for group in held_groups:
@@ -388,7 +379,9 @@ def _write_outputs(
         "dimension": dimension,
         "lowest_group_by_audit": worst_group,
         "measurement": "per-position acceptance alpha = mean of beta = sum_v min(p, q) along the target's own samples of the held-out "
-        "prompts (the same samples before and after); intervals: 95% prompt bootstrap",
+        "prompts (the same samples before and after); predicted speed-up = tokens / (steps + c * proposed) from the speculative "
+        "counts expected along those samples at the run's k (the screen's dynamic programme) and the measured cost ratio c; "
+        "intervals: 95% prompt bootstrap",
         "weighting": weighting,
         "comparison": comparisons[weighting],
         "weightings": {
@@ -410,7 +403,36 @@ def _write_outputs(
     (work / "before_after.json").write_text(json.dumps(_finite(summary), indent=2) + "\n", encoding="utf-8")
     (work / "before_after.md").write_text(before_after_markdown(_finite(summary)), encoding="utf-8")
     files["before_after"] = work / "before_after.json"
+    files["report"] = _write_report(work, out_dir, _finite(summary), config)
     return files
+
+
+def _write_report(work: Path, out_dir: Path, summary: dict, config: dict) -> Path:
+    """DIR/report.html: the re-audit's snapshot (the mitigated draft's equivalence, checked) with
+    the before/after stored in it as its `mitigation` part, so `specaudit report DIR/reaudit-run`
+    renders the same section. Without a re-audit run the report holds the before/after alone."""
+    from specaudit._files import write_json_atomic
+    from specaudit.contracts.snapshot import SNAPSHOT_FILE, SNAPSHOT_SCHEMA_VERSION, load_snapshot
+    from specaudit.report import render_html
+
+    reaudit = work / REAUDIT_FOLDER / SNAPSHOT_FILE
+    if reaudit.is_file():
+        snapshot = load_snapshot(reaudit)
+        snapshot["mitigation"] = summary
+        snapshot["run"]["dir"] = str(out_dir / REAUDIT_FOLDER)  # where it lies once the staging folder is renamed
+        write_json_atomic(reaudit, snapshot)
+    else:
+        settings = {key: config[key] for key in ("target", "k", "temperature", "top_k", "top_p", "max_new_tokens") if key in config}
+        snapshot = {
+            "schema_version": SNAPSHOT_SCHEMA_VERSION,
+            "run": {"id": "mitigation (no re-audit run)", "config": {**settings, "draft": "draft"}, "dir": str(out_dir)},
+            "equivalence": {"status": "not run"},
+            "groups": {},
+            "mitigation": summary,
+        }
+    path = work / "report.html"
+    path.write_text(render_html(snapshot), encoding="utf-8")
+    return path
 
 
 def _finite(value):

@@ -13,43 +13,56 @@ import torch
 import specaudit.mitigate._acceptance as acc
 from specaudit.mitigate._run_folder import Prompt
 
+REAUDIT_FOLDER = "reaudit-run"  # the real-engine run with the mitigated draft, inside the output folder
+
 
 # ------------------------------------------------------------------ statistics
-def _interval(beta: np.ndarray, positions: np.ndarray, seed: int, n_boot: int = 1000) -> dict:
+def _bootstrap(statistic, n: int, seed: int, n_boot: int = 1000) -> dict:
+    """A statistic of prompt weights w (w @ column sums each prompt's column) with its 95% prompt bootstrap interval."""
     from specaudit.stats._bootstrap import cluster_bootstrap
 
-    if positions.sum() == 0:
-        return {"value": None, "ci_low": None, "ci_high": None, "n_prompts": int(len(beta)), "n_tokens": 0}
-    result = cluster_bootstrap(lambda w: (w @ beta) / np.maximum(w @ positions, 1e-12), len(beta), n_boot=n_boot, seed=seed)
-    return {
-        "value": float(result.statistic),
-        "ci_low": float(result.ci_low),
-        "ci_high": float(result.ci_high),
-        "n_prompts": int(len(beta)),
-        "n_tokens": int(positions.sum()),
-    }
-
-
-def _paired_change(before: np.ndarray, after: np.ndarray, positions: np.ndarray, seed: int, n_boot: int = 1000) -> dict:
-    """after − before on the same prompts and target samples, prompt bootstrap interval."""
-    from specaudit.stats._bootstrap import cluster_bootstrap
-
-    result = cluster_bootstrap(lambda w: (w @ (after - before)) / np.maximum(w @ positions, 1e-12), len(before), n_boot=n_boot, seed=seed)
+    result = cluster_bootstrap(statistic, n, n_boot=n_boot, seed=seed)
     return {"value": float(result.statistic), "ci_low": float(result.ci_low), "ci_high": float(result.ci_high)}
 
 
-def compare_groups(groups: dict[str, list[str]], before: dict, after: dict, reference: str | None, seed: int) -> dict:
-    """Per group: acceptance before and after with intervals, the paired change, the ratio to
-    the reference group; then the worst group's ratio and the overall acceptance."""
+def _ratio(numerator: np.ndarray, denominator: np.ndarray, seed: int) -> dict:
+    """Σ numerator / Σ denominator over prompts, prompt bootstrap interval (None where nothing was measured)."""
+    if denominator.sum() == 0:
+        return {"value": None, "ci_low": None, "ci_high": None, "n_prompts": int(len(numerator))}
+    entry = _bootstrap(lambda w: (w @ numerator) / np.maximum(w @ denominator, 1e-12), len(numerator), seed)
+    return {**entry, "n_prompts": int(len(numerator))}
+
+
+def compare_groups(groups: dict[str, list[str]], before: dict, after: dict, reference: str | None, seed: int, cost_ratio: float) -> dict:
+    """Per group: acceptance (mean β) before and after with intervals, the paired change, the
+    ratio to the reference group; the predicted speed-up at the run's k before and after (the
+    same cost ratio c for both drafts, which share their architecture); then the worst group's
+    ratio and the overall row."""
     rows: dict[str, Any] = {}
     everyone = sorted({p for ids in groups.values() for p in ids})
     for label, ids in [*groups.items(), ("(overall)", everyone)]:
         beta_before, positions = acc.acceptance_arrays(before, ids)
         beta_after, _ = acc.acceptance_arrays(after, ids)
+        cost_before, cost_after = acc.cost_arrays(before, ids, cost_ratio), acc.cost_arrays(after, ids, cost_ratio)
+        measured = positions.sum() > 0
         row = {
-            "before": _interval(beta_before, positions, seed),
-            "after": _interval(beta_after, positions, seed),
-            "change": _paired_change(beta_before, beta_after, positions, seed) if positions.sum() else None,
+            "before": {**_ratio(beta_before, positions, seed), "n_tokens": int(positions.sum())},
+            "after": {**_ratio(beta_after, positions, seed), "n_tokens": int(positions.sum())},
+            # same prompts, samples and positions on both sides, so prompt difficulty cancels
+            "change": _bootstrap(lambda w: (w @ (beta_after - beta_before)) / np.maximum(w @ positions, 1e-12), len(ids), seed)
+            if measured
+            else None,
+            "speedup": {
+                "before": _ratio(positions, cost_before, seed),
+                "after": _ratio(positions, cost_after, seed),
+                "change": _bootstrap(
+                    lambda w: (w @ positions) / np.maximum(w @ cost_after, 1e-12) - (w @ positions) / np.maximum(w @ cost_before, 1e-12),
+                    len(ids),
+                    seed,
+                )
+                if measured
+                else None,
+            },
         }
         if row["before"]["value"]:
             row["relative_change"] = row["after"]["value"] / row["before"]["value"] - 1.0
@@ -63,6 +76,7 @@ def compare_groups(groups: dict[str, list[str]], before: dict, after: dict, refe
     worst_before = min(named, key=lambda g: named[g]["before"]["value"] if named[g]["before"]["value"] is not None else 1.0)
     return {
         "reference": anchor,
+        "cost_ratio": cost_ratio,
         "groups": rows,
         "worst_group_before": worst_before,
         "worst_ratio": {
@@ -106,7 +120,7 @@ def equivalence_check(pair, draft_folder: Path, prompts: list[Prompt], config: d
         "mitigate",
     )
     new_pair = load_pair(cfg.target, str(draft_folder), device=str(pair.device))
-    run_dir = work / "reaudit-run"
+    run_dir = work / REAUDIT_FOLDER
     run(cfg, run_dir, pair=new_pair, prompt_set=prompt_set, progress=progress, command="specaudit mitigate (equivalence re-audit)")
     snapshot = analyze(run_dir, pair=new_pair, dimensions=[])
     section = snapshot["equivalence"]
@@ -119,7 +133,7 @@ def equivalence_check(pair, draft_folder: Path, prompts: list[Prompt], config: d
         "tokens": snapshot["run"]["n_output_tokens"],
         "goodness_of_fit_p": (engine.get("goodness_of_fit") or {}).get("pvalue"),
         "tv_bound": (engine.get("tv_bound") or {}).get("upper"),
-        "run_dir": "reaudit-run",
+        "run_dir": REAUDIT_FOLDER,
     }
 
 

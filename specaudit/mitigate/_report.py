@@ -57,18 +57,26 @@ def before_after_markdown(summary: dict) -> str:
         f"Measurement: {summary['measurement']}. Reference group: `{comparison['reference']}`. "
         f"Lowest group found by the audit: `{summary['lowest_group_by_audit']}`. Training mix: {summary['weighting']}.",
         "",
-        "| group | α before | α after | change [95% CI] | relative | ratio to ref. before → after | held-out prompts |",
-        "|---|---|---|---|---|---|---|",
+        "| group | α before | α after | change [95% CI] | relative | ratio to ref. before → after | predicted speed-up before | after "
+        "| held-out prompts |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for group, row in comparison["groups"].items():
         ratio = row.get("ratio_to_reference") or {}
         ratio_text = f"{_num(ratio.get('before'))} → {_num(ratio.get('after'))}" if ratio else ""
+        speed = row.get("speedup") or {}
         lines.append(
             f"| {group} | {_interval(row['before'])} | {_interval(row['after'])} | {_interval(row['change'])} | "
-            f"{_pct(row.get('relative_change'))} | {ratio_text} | {row['before']['n_prompts']} |"
+            f"{_pct(row.get('relative_change'))} | {ratio_text} | {_interval(speed.get('before'))} | {_interval(speed.get('after'))} | "
+            f"{row['before']['n_prompts']} |"
         )
     worst = comparison["worst_ratio"]
-    lines += ["", f"Worst group's ratio to the reference: {_num(worst['before'])} → {_num(worst['after'])}.", ""]
+    lines += [
+        "",
+        f"Worst group's ratio to the reference: {_num(worst['before'])} → {_num(worst['after'])}. Predicted speed-up at the "
+        f"run's k = {summary['run_k']} with c = {_num(comparison.get('cost_ratio'))} (one measured cost ratio for both drafts).",
+        "",
+    ]
     lines += [
         "## Training mix compared at the same budget",
         "",

@@ -4,8 +4,8 @@ All judgement about what a section shows (and whether it ran) lives here, in Pyt
 templates stay layout only and summary.md says exactly what the HTML says. Every section is
 built under a guard: a snapshot part with an unexpected shape turns into a visible note on that
 section instead of a crash of the whole report. The sections live beside this module
-(`_view_equivalence`, `_view_disparity`, `_view_summary`, shared parts in `_view_base`); this
-one assembles them and builds the run header, the gate, reproducibility and the comparison.
+(`_view_equivalence`, `_view_disparity`, `_view_summary`, `_view_mitigation`, shared parts in
+`_view_base`); this one assembles them and builds the run header, the gate, reproducibility and the comparison.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from specaudit.report._format import (
 from specaudit.report._view_base import NOT_RUN, Ids, guard
 from specaudit.report._view_disparity import disparity_view
 from specaudit.report._view_equivalence import equivalence_view
+from specaudit.report._view_mitigation import mitigation_view
 from specaudit.report._view_summary import speed_chart, summary_view
 
 
@@ -47,6 +48,7 @@ def build_view(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = 
     }
     view["summary"] = guard("summary", summary_view, view, snapshot)
     view["speed_chart"] = guard("speed chart", lambda: {"chart": speed_chart(snapshot, ids)})
+    view["mitigation"] = guard("before/after mitigation", mitigation_view, snapshot)
     view["compare"] = guard("comparison", _compare_view, snapshot, compare, compare_label) if compare is not None else {"ran": False}
     view["terms"] = verdicts.Terms()
     view["glossary"] = verdicts.glossary_rows()

@@ -3,6 +3,7 @@ written draft, policies and bad input."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -83,16 +84,54 @@ def mitigated(audited_run, tiny_pair_dir, tmp_path_factory):
 
 def _samples(pair, names, seed, samples=4):
     encoded = {f"p{i}": prompt_token_ids(pair.tokenizer, TEXTS[i]) for i in names}
-    return sample_target(pair.target, encoded, spec=SPEC, samples=samples, max_new_tokens=16, eos_ids={2}, pad_id=0, seed=seed)
+    return sample_target(
+        pair.target, encoded, spec=SPEC, samples=samples, max_new_tokens=16, eos_ids={2}, vocab_size=pair.vocab_size, pad_id=0, seed=seed
+    )
 
 
 def test_acceptance_of_the_target_against_itself_is_one(tiny_pair):
     samples = _samples(tiny_pair, [0, 1], seed=0, samples=2)
-    same = measure_acceptance(tiny_pair.target, tiny_pair.target, samples, spec=SPEC, vocab_size=tiny_pair.vocab_size)
-    other = measure_acceptance(tiny_pair.target, tiny_pair.draft, samples, spec=SPEC, vocab_size=tiny_pair.vocab_size)
+    same = measure_acceptance(tiny_pair.target, samples, spec=SPEC, vocab_size=tiny_pair.vocab_size, k=4)
+    other = measure_acceptance(tiny_pair.draft, samples, spec=SPEC, vocab_size=tiny_pair.vocab_size, k=4)
     assert all(abs(a.alpha - 1.0) < 1e-5 for a in same.values())
     assert all(0.0 < a.alpha < 0.99 for a in other.values())
     assert all(a.positions == sum(len(s.continuation) for s in samples if s.prompt_id == pid) for pid, a in other.items())
+    # the target as its own draft accepts every proposal: each step emits k + 1 tokens (fewer at
+    # the path's end), so with free drafting (c = 0) the predicted speed-up is tokens per step
+    for pid, a in same.items():
+        lengths = [len(s.continuation) for s in samples if s.prompt_id == pid]
+        assert a.steps == pytest.approx(sum(-(-n // 5) for n in lengths), abs=1e-4)
+        assert a.predicted_speedup(0.0) == pytest.approx(a.positions / a.steps)
+    assert all(other[p].predicted_speedup(0.1) < same[p].predicted_speedup(0.1) for p in same)
+
+
+def test_acceptance_is_the_screens_on_the_same_paths(tiny_pair):
+    """The mitigation's samples are the screen's rows for the runner's seeds, and its counts are
+    the screen's: one implementation of the sampling and the acceptance maths."""
+    from specaudit.execution.plan import derive_seed
+    from specaudit.screen import screen_paths
+
+    samples = _samples(tiny_pair, [0, 1, 2], seed=3, samples=1)
+    measured = measure_acceptance(tiny_pair.draft, samples, spec=SPEC, vocab_size=tiny_pair.vocab_size, k=3)
+    paths = screen_paths(
+        tiny_pair.target,
+        tiny_pair.draft,
+        [s.prompt_ids for s in samples],
+        [derive_seed(3, s.prompt_id, 0) for s in samples],
+        spec=SPEC,
+        k=3,
+        max_new_tokens=16,
+        eos_ids={2},
+        vocab_size=tiny_pair.vocab_size,
+        pad_id=0,
+        check_draft=False,
+    )
+    for sample, path in zip(samples, paths, strict=True):
+        assert sample.continuation == path.tokens
+        entry = measured[sample.prompt_id]
+        assert entry.beta_sum == pytest.approx(sum(path.acceptance.beta), abs=1e-4)
+        assert entry.accepted == pytest.approx(path.acceptance.accepted, abs=1e-4)
+        assert entry.steps == pytest.approx(path.acceptance.steps, abs=1e-4)
 
 
 def test_distillation_lowers_the_tv_objective_on_held_out_prompts(tiny_pair):
@@ -177,11 +216,21 @@ def test_mitigate_writes_a_loadable_draft_card_policy_and_before_after(mitigated
     assert policy["kind"] == "specaudit.speculation_policy" and set(policy["groups"]) == {"lower", "upper"}
     assert all((g["k"] == 0) == (not g["speculate"]) for g in policy["groups"].values())
     summary = mitigated.summary
-    assert summary["equivalence"]["status"] == "pass"  # the distilled draft still samples exactly, checked by analyze
-    assert (out / "reaudit-run" / "snapshot.json").is_file()
+    # the verdict is analyze's on the real engine's run with the distilled draft (checked, not
+    # assumed); at 2 prompts x 2 samples the battery's 5% false-alarm rate applies, so the test
+    # holds the summary to the snapshot rather than to one outcome
+    reaudit = json.loads((out / "reaudit-run" / "snapshot.json").read_text())
+    assert summary["equivalence"]["status"] == reaudit["equivalence"]["status"] in ("pass", "fail")
+    assert summary["equivalence"]["records"] == reaudit["run"]["n_records"] > 0
+    assert "speculative" in reaudit["equivalence"]["engines"]
     assert set(summary["weightings"]) == {"inverse-acceptance", "unweighted"}
     for row in summary["comparison"]["groups"].values():
         assert row["before"]["ci_low"] <= row["before"]["value"] <= row["before"]["ci_high"]
+        for when in ("before", "after"):
+            speed = row["speedup"][when]
+            assert 0 < speed["ci_low"] <= speed["value"] <= speed["ci_high"]
+        change = row["speedup"]["after"]["value"] - row["speedup"]["before"]["value"]
+        assert change == pytest.approx(row["speedup"]["change"]["value"])
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".out-")]  # the staging folder was renamed
 
 
@@ -232,3 +281,76 @@ def test_training_view_leaves_the_draft_whole(tiny_pair):
     upper = _upper_model(tiny_pair.draft, layers - 1)
     assert len(upper.model.layers) == 1 and len(tiny_pair.draft.model.layers) == layers
     assert upper.model.layers[0] is tiny_pair.draft.model.layers[-1]  # shared, so training it trains the draft
+
+
+def _report_text(path) -> str:
+    import html
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", " ", path.read_text(encoding="utf-8")))
+
+
+def test_mitigate_writes_a_report_with_the_before_after_section(mitigated, tmp_path):
+    from specaudit.contracts import EquivalenceStatus
+    from specaudit.report._statuses import engine_status
+
+    out, summary = mitigated.out_dir, mitigated.summary
+    assert mitigated.files["report"] == out / "report.html"
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert 'id="mitigation"' in page and 'href="#mitigation"' in page
+    text = " ".join(_report_text(out / "report.html").split())
+    comparison = summary["comparison"]
+    lowest = summary["lowest_group_by_audit"]
+    row = comparison["groups"][lowest]
+    assert f"{row['before']['value']:.3f} [{row['before']['ci_low']:.3f}, {row['before']['ci_high']:.3f}]" in text
+    overall = comparison["groups"]["(overall)"]["speedup"]
+    assert f"{overall['before']['value']:.2f}× [" in text and f"{overall['after']['value']:.2f}× [" in text
+    worst = comparison["worst_ratio"]
+    assert f"{worst['before']:.2f} → {worst['after']:.2f}" in text
+    # the equivalence verdict shown is the re-audit snapshot's own, which the report re-derives
+    reaudit = json.loads((out / "reaudit-run" / "snapshot.json").read_text())
+    status = engine_status(reaudit["equivalence"]["engines"]["speculative"])
+    assert status != EquivalenceStatus.NOT_RUN and status.value.upper() in text
+    # the before/after lives in the re-audit's snapshot, so `specaudit report` renders it again
+    assert reaudit["mitigation"]["comparison"] == comparison
+    assert _cli("report", out / "reaudit-run", "--out", tmp_path / "again") == 0
+    assert 'id="mitigation"' in (tmp_path / "again" / "report.html").read_text(encoding="utf-8")
+
+
+def test_report_takes_the_verdict_from_the_snapshot_not_the_summary(mitigated):
+    from specaudit.report import render_html
+
+    reaudit = json.loads((mitigated.out_dir / "reaudit-run" / "snapshot.json").read_text())
+    reaudit["mitigation"]["equivalence"]["status"] = "pass"  # a summary that claims more than was checked
+    engine = reaudit["equivalence"]["engines"]["speculative"]
+    engine["status"], engine["verdict"] = "violation", "fail"
+    section = render_html(reaudit).split('id="mitigation"', 1)[1].split("</section>", 1)[0]
+    assert "VIOLATION" in section
+    # without a re-audit run the section says equivalence was not run, and why
+    summary = copy.deepcopy(mitigated.summary)
+    bare = {"schema_version": 1, "run": {"id": "x"}, "equivalence": {"status": "not run"}, "groups": {}, "mitigation": summary}
+    bare["mitigation"]["equivalence"] = {"status": "not run", "reason": "--equivalence-prompts 0"}
+    section = render_html(bare).split('id="mitigation"', 1)[1].split("</section>", 1)[0]
+    assert "NOT RUN" in section and "--equivalence-prompts 0" in section
+
+
+def test_without_a_reaudit_run_the_report_holds_the_before_after_alone(audited_run, tiny_pair_dir, tmp_path):
+    with pytest.warns(UserWarning):
+        result = mitigate(
+            audited_run,
+            tmp_path / "out",
+            draft=str(tiny_pair_dir[1]),
+            train_layers=1,
+            steps=3,
+            samples=1,
+            max_new_tokens=6,
+            compare=(),
+            equivalence_prompts=0,
+            timing_prompts=0,
+            device="cpu",
+            progress=False,
+        )
+    assert not (result.out_dir / "reaudit-run").exists()
+    text = " ".join(_report_text(result.files["report"]).split())
+    assert "Before / after mitigation: case" in text
+    assert "Equivalence of the mitigated draft – NOT RUN --equivalence-prompts 0" in text

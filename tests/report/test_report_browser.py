@@ -249,10 +249,11 @@ def test_print_to_pdf_gives_a_multipage_document(tmp_path, report_file):
     assert pages > 1, f"{pages} page(s)"
 
 
-def test_default_audit_is_accessible_and_every_chart_readable(tmp_path, example_report):
+def _accessibility(tmp_path: Path, report: Path) -> dict:
+    """axe-core's violations and every chart's text alternative and colours, from a real browser."""
     axe = _axe_script()
     checked = tmp_path / "checked.html"
-    html = example_report.read_text(encoding="utf-8")
+    html = report.read_text(encoding="utf-8")
     html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", html)  # the checker is a script
     script = axe.read_text(encoding="utf-8")
     checked.write_text(
@@ -263,7 +264,11 @@ def test_default_audit_is_accessible_and_every_chart_readable(tmp_path, example_
     assert found and found.group(1) != "pending", "the accessibility checker did not finish"
     import html as html_lib
 
-    result = json.loads(html_lib.unescape(found.group(1)))
+    return json.loads(html_lib.unescape(found.group(1)))
+
+
+def test_default_audit_is_accessible_and_every_chart_readable(tmp_path, example_report):
+    result = _accessibility(tmp_path, example_report)
     serious = [v for v in result["violations"] if v["impact"] in ("serious", "critical")]
     assert serious == [], serious
     charts = result["charts"]
@@ -285,3 +290,31 @@ def test_default_audit_prints_within_the_page_budget(tmp_path, example_report):
     assert pdf.is_file(), result.stderr[-2000:]
     pages = _pdf_pages(pdf)
     assert 2 <= pages <= PAGE_BUDGET, f"{pages} pages"
+
+
+def test_mitigation_report_is_accessible(tmp_path, audit_run, tiny_pair_dir):
+    """`specaudit mitigate`'s report.html, with its before/after section, passes the same checker."""
+    import warnings
+
+    from specaudit.mitigate import mitigate
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # small groups
+        result = mitigate(
+            audit_run,
+            tmp_path / "mitigated",
+            draft=str(tiny_pair_dir[1]),
+            train_layers=1,
+            steps=5,
+            samples=1,
+            max_new_tokens=8,
+            equivalence_prompts=2,
+            timing_prompts=0,
+            device="cpu",
+            progress=False,
+        )
+    report = result.files["report"]
+    assert 'id="mitigation"' in report.read_text(encoding="utf-8")
+    result = _accessibility(tmp_path, report)
+    serious = [v for v in result["violations"] if v["impact"] in ("serious", "critical")]
+    assert serious == [], serious
