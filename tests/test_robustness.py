@@ -373,7 +373,7 @@ def test_analyze_and_gate_fail_a_sampler_that_broke_its_contract(tmp_path, tiny_
     assert main(["analyze", str(out), "--n-boot", "50"]) == 0
     capsys.readouterr()
     entry = load_snapshot(out)["equivalence"]["engines"]["speculative"]
-    assert entry["verdict"] == "fail" and entry["verify_violations"]["count"] == 4  # one per prompt: each stops at call 1
+    assert entry["verdict"] == "FAIL" and entry["verify_violations"]["count"] == 4  # one per prompt: each stops at call 1
     assert "call 1 of record" in entry["message"] and "outside the vocabulary" in entry["message"]
     assert main(["gate", str(out)]) == 1
     assert "broke its contract in 4 call(s); first: call 1 of record" in capsys.readouterr().out

@@ -14,12 +14,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import specaudit.report._verdicts as verdicts
+from specaudit.contracts import CheckStatus
 from specaudit.report._format import (
     MISSING,
     badge,
     finite,
     get,
     integer,
+    is_status,
     metric_label,
     setting,
 )
@@ -136,7 +138,7 @@ def _gate_view(gate: Any) -> dict[str, Any]:
         "status": gate.get("status", NOT_RUN),
         "badge": badge(gate.get("status")),
         "checks": checks,
-        "counts": {s: sum(c["status"] == s for c in checks) for s in ("pass", "warn", "fail")},
+        "counts": {s.lower(): sum(is_status(c["status"], s) for c in checks) for s in CheckStatus},
         "thresholds": [
             {"name": k, "value": ("analysis value" if v is None else ", ".join(map(str, v)) if isinstance(v, list) else str(v))}
             for k, v in thresholds.items()

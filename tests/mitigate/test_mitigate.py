@@ -177,7 +177,7 @@ def test_mitigate_writes_a_loadable_draft_card_policy_and_before_after(mitigated
     assert policy["kind"] == "specaudit.speculation_policy" and set(policy["groups"]) == {"lower", "upper"}
     assert all((g["k"] == 0) == (not g["speculate"]) for g in policy["groups"].values())
     summary = mitigated.summary
-    assert summary["equivalence"]["status"] == "pass"  # the distilled draft still samples exactly, checked by analyze
+    assert summary["equivalence"]["status"] == "PASS"  # the distilled draft still samples exactly, checked by analyze
     assert (out / "reaudit-run" / "snapshot.json").is_file()
     assert set(summary["weightings"]) == {"inverse-acceptance", "unweighted"}
     for row in summary["comparison"]["groups"].values():
