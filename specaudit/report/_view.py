@@ -215,7 +215,11 @@ def _compare_view(snapshot: Mapping[str, Any], other: Mapping[str, Any], label: 
     from specaudit.monitor import compare_snapshots
 
     result = compare_snapshots(snapshot, other)
-    words = {"PASS": ("NO SIGNIFICANT CHANGE", "none", "="), "WARN": ("CHANGED", "warn", "!"), "FAIL": ("WORSE", "fail", "✗")}
+    words = {
+        CheckStatus.PASS: ("NO SIGNIFICANT CHANGE", "none", "="),
+        CheckStatus.WARN: ("CHANGED", "warn", "!"),
+        CheckStatus.FAIL: ("WORSE", "fail", "✗"),
+    }
     rows, notes = [], []
     for check in result.checks:
         text, css, symbol = words.get(check.status, (check.status, "none", "–"))
@@ -231,7 +235,7 @@ def _compare_view(snapshot: Mapping[str, Any], other: Mapping[str, Any], label: 
             )
         else:
             notes.append({"badge": badge(check.status.lower()), "subject": check.subject, "message": check.message})
-    counts = {s: sum(c.status == s for c in result.checks if c.kind == "drift") for s in ("PASS", "WARN", "FAIL")}
+    counts = {s: sum(c.status == s for c in result.checks if c.kind == "drift") for s in CheckStatus}
     return {
         "ran": True,
         "label": label or get(other, "run", "id", default="the other run"),
