@@ -16,6 +16,7 @@ from specaudit._files import check_output_paths, json_clean, write_json_atomic
 from specaudit.config import AnalysisSettings
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
 from specaudit.contracts.snapshot import SNAPSHOT_FILE, SNAPSHOT_SCHEMA_VERSION
+from specaudit.contracts.status import CheckStatus, EquivalenceStatus
 from specaudit.errors import InputError
 from specaudit.records import RECORDS_FILE, read_manifest, read_records
 
@@ -137,7 +138,7 @@ def _equivalence(
             if not any(r["output_token_ids"] for r in outputs if r["engine"] == engine) and any(
                 r.get("verify_violations") for r in outputs if r["engine"] == engine
             ):
-                section["engines"][engine] = {"verdict": "fail"}  # nothing to test: its verify broke at the first call
+                section["engines"][engine] = {"verdict": CheckStatus.FAIL}  # nothing to test: its verify broke at the first call
                 continue
             engine_scores = scores.select(engine=engine)
             gof = eq.goodness_of_fit(engine_scores, outputs, engine=engine, by=dimensions, alpha=alpha, seed=seed)
@@ -150,8 +151,8 @@ def _equivalence(
             if engine != CONTROL_ENGINE and CONTROL_ENGINE in engines:
                 two = eq.two_sample(outputs, scores, engine=engine, reference=CONTROL_ENGINE, by=dimensions, alpha=alpha, seed=seed)
                 entry["two_sample"] = two.to_dict()
-                if two.verdict == "fail":
-                    entry["verdict"] = "fail"
+                if two.verdict == CheckStatus.FAIL:
+                    entry["verdict"] = CheckStatus.FAIL
             section["engines"][engine] = entry
     for engine in engines:
         if engine in section["engines"]:
@@ -159,19 +160,17 @@ def _equivalence(
     audited = [e for e in section["engines"] if e not in (CONTROL_ENGINE, SCREEN_ENGINE)]  # screen records are target samples
     control = section["engines"].get(CONTROL_ENGINE)
     judge_control(section, alpha)
-    for entry in section["engines"].values():
-        results = {name: entry.get(name) for name in ("greedy", "goodness_of_fit", "two_sample")}
-        status, reason = eq.engine_status(results, entry.get("tv_bound"), delta)
-        entry["status"], entry["status_reason"] = status.value, reason
-    if control is not None and control["verdict"] == "fail":
-        section["status"] = "error"
+    judge_statuses(section, delta)
+    if control is not None and control["verdict"] == CheckStatus.FAIL:
+        section["status"] = CheckStatus.FAIL
+        section["control_failed"] = True
         section["message"] = "the vanilla control failed its own goodness-of-fit: the audit cannot be trusted (scoring/warping mismatch?)"
     elif not audited:
-        section["status"] = "not run"
+        section["status"] = EquivalenceStatus.NOT_RUN
         section["message"] = "no speculative engine in the run"
     else:
         verdicts = [section["engines"][e]["verdict"] for e in audited]
-        section["status"] = "fail" if "fail" in verdicts else "pass"
+        section["status"] = CheckStatus.FAIL if CheckStatus.FAIL in verdicts else CheckStatus.PASS
     return section
 
 
@@ -184,7 +183,7 @@ def judge_verify_violations(entry: dict, outputs: list[dict], engine: str) -> No
         return
     first = found[0]
     entry["verify_violations"] = {"count": len(found), "records": len({f["record"] for f in found}), "first": first, "examples": found[:5]}
-    entry["verdict"] = "fail"
+    entry["verdict"] = CheckStatus.FAIL
     entry["message"] = (
         f"the verify function broke its contract in {len(found)} call(s); first: call {first['call']} of record "
         f"{first['record']}, it {first['problem']} (a proven bug of this sampler)"
@@ -192,15 +191,15 @@ def judge_verify_violations(entry: dict, outputs: list[dict], engine: str) -> No
 
 
 def judge_control(section: dict, alpha: float) -> None:
-    """Judge the vanilla control at alpha x CONTROL_ALPHA_FACTOR: "fail" (the audit is void) on a
-    gross rejection or an impossible token, "warn" (with `control_warning`) when only alpha rejects."""
+    """Judge the vanilla control at alpha x CONTROL_ALPHA_FACTOR: FAIL (the audit is void) on a
+    gross rejection or an impossible token, WARN (with `control_warning`) when only alpha rejects."""
     section["control_alpha"] = alpha * CONTROL_ALPHA_FACTOR
     control = section["engines"].get(CONTROL_ENGINE)
-    if control is None or control["verdict"] != "fail" or "goodness_of_fit" not in control:
+    if control is None or control["verdict"] != CheckStatus.FAIL or "goodness_of_fit" not in control:
         return
     gof = control["goodness_of_fit"]
     gross = gof.get("pvalue", 0.0) < section["control_alpha"] or bool((gof.get("impossible_tokens") or {}).get("statistic"))
-    control["verdict"] = "fail" if gross else "warn"
+    control["verdict"] = CheckStatus.FAIL if gross else CheckStatus.WARN
     if not gross:
         section["control_warning"] = (
             f"the vanilla control was rejected at alpha = {alpha:g} (Holm p = {gof['pvalue']:.3g}) but not at "
@@ -300,6 +299,20 @@ def predicted_speed(frame: pd.DataFrame, *, seed: int, dimensions: list[str] = (
     return frame, section
 
 
+def judge_statuses(section: dict, delta: float) -> None:
+    """Each engine's EquivalenceStatus and its reason, agreeing with its verdict: a control rejected
+    at alpha alone (verdict WARN) is judged at its own level, where nothing rejects, so it is
+    NO_VIOLATION_FOUND, not VIOLATION."""
+    from specaudit.stats import equivalence as eq
+
+    for name, entry in section["engines"].items():
+        results = {test: entry.get(test) for test in ("greedy", "goodness_of_fit", "two_sample")}
+        status, reason = eq.engine_status(results, entry.get("tv_bound"), delta)
+        if name == section.get("control") and entry.get("verdict") == CheckStatus.WARN:
+            status, reason = EquivalenceStatus.NO_VIOLATION_FOUND, section.get("control_warning", reason)
+        entry["status"], entry["status_reason"] = status, reason
+
+
 def analyze(
     run_dir: str | Path,
     *,
@@ -366,7 +379,7 @@ def analyze(
             "n_output_tokens": sum(len(r["output_token_ids"]) for r in records if not r.get("timing_only")),
             "dimensions": dims,
         },
-        "equivalence": {"status": "not run"},
+        "equivalence": {"status": EquivalenceStatus.NOT_RUN},
         "groups": {},
         "disparities": {},
         "recommendations": {},

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specaudit._validation import input_error, sentence_error
-from specaudit.contracts import DEFAULT_BAND
+from specaudit.contracts import DEFAULT_BAND, CheckStatus
 from specaudit.decoding import ENGINES, SamplingSpec
 from specaudit.errors import InputError
 
@@ -298,7 +298,7 @@ class GateThresholds(_SectionSettings):
     - ``disparity_metrics``: metrics whose ratios are gated (from the snapshot's pairwise tests).
     - ``min_speedup``: each group's measured speed-up should reach this (1.0: not slowed down).
     - ``min_group_size``: groups with fewer prompts give unreliable intervals and tests.
-    - ``*_severity``: "warn" or "fail" for a check that is not met.
+    - ``*_severity``: "warn" or "fail" (any case; held as CheckStatus) for a check that is not met.
     """
 
     _section: ClassVar[str] = "gate"
@@ -312,10 +312,10 @@ class GateThresholds(_SectionSettings):
         None, ge=1, strict=True, allow_inf_nan=False, description="the highest acceptable ratio of a group to the reference, e.g. 1.25"
     )
     disparity_metrics: tuple[str, ...] = DISPARITY_METRICS
-    disparity_severity: Literal["warn", "fail"] = "fail"
-    tv_severity: Literal["warn", "fail"] = "warn"
+    disparity_severity: Literal[CheckStatus.WARN, CheckStatus.FAIL] = CheckStatus.FAIL
+    tv_severity: Literal[CheckStatus.WARN, CheckStatus.FAIL] = CheckStatus.WARN
     min_speedup: float = Field(1.0, gt=0, strict=True, allow_inf_nan=False, description="the speed-up every group should reach, e.g. 1.0")
-    slowdown_severity: Literal["warn", "fail"] = "warn"
+    slowdown_severity: Literal[CheckStatus.WARN, CheckStatus.FAIL] = CheckStatus.WARN
     min_group_size: int = Field(20, ge=1, strict=True)
 
     @classmethod
@@ -327,6 +327,13 @@ class GateThresholds(_SectionSettings):
     @classmethod
     def _keys(cls, data: Any) -> Any:
         return _dashes_to_underscores(data)
+
+    @field_validator("disparity_severity", "tv_severity", "slowdown_severity", mode="before")
+    @classmethod
+    def _severity(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().upper() in (CheckStatus.WARN, CheckStatus.FAIL):
+            return CheckStatus(value.strip().upper())
+        raise sentence_error(f"must be one of 'warn' or 'fail', got {value!r}")
 
     @field_validator("disparity_metrics", mode="before")
     @classmethod

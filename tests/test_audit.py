@@ -36,8 +36,8 @@ def test_audit_writes_everything_and_exit_code_follows_the_gate(tmp_path, tiny_p
     snapshot = json.loads((out / "snapshot.json").read_text())
     assert snapshot["run"]["config"]["max_new_tokens"] == 12  # the flag beat the config file
     assert snapshot["run"]["analysis"]["tolerance"] == [0.5, 2.0]  # the config's analysis section was used
-    assert snapshot["gate"]["status"] in ("pass", "warn", "fail")
-    assert code == (1 if snapshot["gate"]["status"] == "fail" else 0)
+    assert snapshot["gate"]["status"] in ("PASS", "WARN", "FAIL")
+    assert code == (1 if snapshot["gate"]["status"] == "FAIL" else 0)
     assert "report.html" in printed and snapshot["gate"]["status"].upper() in printed
 
 

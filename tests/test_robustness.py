@@ -32,9 +32,23 @@ def _only_error_line(err: str) -> str:
 
 
 # ---------------------------------------------------------------------------- snapshot contract
+def _case_folded(value, key=None):
+    """Statuses and verdicts (and the gate's counts by status) in lower case, everything else as it is."""
+    if isinstance(value, dict):
+        return {(k.lower() if key == "counts" else k): _case_folded(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_case_folded(v, key) for v in value]
+    return value.lower() if key in ("status", "verdict") and isinstance(value, str) else value
+
+
 def test_todays_snapshot_loads():
+    """The example (written before the contracts' upper-case statuses) loads whole: only the
+    spelling of its statuses changes, to the contracts' own."""
     loaded = load_snapshot(EXAMPLE)
-    assert loaded["schema_version"] == SNAPSHOT_SCHEMA_VERSION and loaded == json.loads((EXAMPLE / "snapshot.json").read_text())
+    raw = json.loads((EXAMPLE / "snapshot.json").read_text())
+    assert loaded["schema_version"] == SNAPSHOT_SCHEMA_VERSION and loaded != raw
+    assert loaded["gate"]["status"] == raw["gate"]["status"].upper()
+    assert _case_folded(json.loads(json.dumps(loaded))) == _case_folded(raw)
 
 
 GARBAGE = {
@@ -373,7 +387,7 @@ def test_analyze_and_gate_fail_a_sampler_that_broke_its_contract(tmp_path, tiny_
     assert main(["analyze", str(out), "--n-boot", "50"]) == 0
     capsys.readouterr()
     entry = load_snapshot(out)["equivalence"]["engines"]["speculative"]
-    assert entry["verdict"] == "fail" and entry["verify_violations"]["count"] == 4  # one per prompt: each stops at call 1
+    assert entry["verdict"] == "FAIL" and entry["verify_violations"]["count"] == 4  # one per prompt: each stops at call 1
     assert "call 1 of record" in entry["message"] and "outside the vocabulary" in entry["message"]
     assert main(["gate", str(out)]) == 1
     assert "broke its contract in 4 call(s); first: call 1 of record" in capsys.readouterr().out

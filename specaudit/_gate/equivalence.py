@@ -9,7 +9,9 @@ from typing import Any
 
 from specaudit._gate.results import GateCheck, fmt, mapping, not_run
 from specaudit._gate.thresholds import FAIL, PASS, WARN, GateThresholds, finite
+from specaudit.contracts import CheckStatus, EquivalenceStatus
 from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.contracts.snapshot import control_failed
 
 
 def _rejections(table: Any, alpha: float) -> list[dict[str, Any]]:
@@ -29,7 +31,7 @@ def _impossible(entry: Mapping[str, Any]) -> dict[str, Any]:
 def equivalence_checks(section: Mapping[str, Any], t: GateThresholds) -> list[GateCheck]:
     status = section.get("status")
     engines = mapping(section.get("engines"))
-    if not section or status in (None, "not run") or not engines:
+    if not section or status in (None, EquivalenceStatus.NOT_RUN) or not engines:
         why = section.get("message") or "the snapshot has no equivalence results (run `specaudit analyze` without --no-equivalence)"
         return [
             not_run("equivalence", "Equivalence not rejected", why),
@@ -144,7 +146,8 @@ def _control_check(control: str, entry: Any, alpha: float, greedy: bool, section
         "rejected_at_alpha": [r.get("test") for r in chance],
         "impossible_tokens": offenders,
     }
-    if chance and not (rejected or offenders or section.get("status") == "error"):
+    failed = control_failed(section)
+    if chance and not (rejected or offenders or failed):
         listed = ", ".join(f"{r.get('test')} (Holm p = {fmt(r.get('holm_pvalue'))})" for r in chance)
         return GateCheck(
             name,
@@ -154,7 +157,7 @@ def _control_check(control: str, entry: Any, alpha: float, greedy: bool, section
             "chance in 1 audit of 20, or a small scoring mismatch; rerun with another --seed",
             details,
         )
-    if rejected or offenders or section.get("status") == "error":
+    if rejected or offenders or failed:
         why = ", ".join(f"{r.get('test')} (Holm p = {fmt(r.get('holm_pvalue'))})" for r in rejected) or (
             f"{offenders} impossible token(s)" if offenders else "the analysis marked it as failed"
         )
@@ -198,7 +201,7 @@ def _impossible_check(engines: Mapping[str, Any]) -> GateCheck:
     return GateCheck(name, title, PASS, f"every one of {tested} scored tokens is possible under the warped target", {"n_tokens": tested})
 
 
-def _tv_check(engine: str, bound: Mapping[str, Any], delta: float | None, severity: str) -> GateCheck:
+def _tv_check(engine: str, bound: Mapping[str, Any], delta: float | None, severity: CheckStatus) -> GateCheck:
     name, title = f"tv-bound[{engine}]", f"TV distance within the margin: {engine}"
     upper = bound.get("upper")
     if not finite(upper):

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specaudit._gate.thresholds import FAIL, PASS, WARN, GateThresholds, finite
-
-_RANK = {PASS: 0, WARN: 1, FAIL: 2}
+from specaudit.contracts import CheckStatus, worst
 
 
 # ============================================================================ results
@@ -18,7 +17,7 @@ class GateCheck:
 
     name: str
     title: str
-    status: str
+    status: CheckStatus
     message: str
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -32,8 +31,8 @@ class GateResult:
     thresholds: GateThresholds
 
     @property
-    def status(self) -> str:
-        return max((c.status for c in self.checks), key=_RANK.__getitem__, default=PASS)
+    def status(self) -> CheckStatus:
+        return worst(c.status for c in self.checks)
 
     @property
     def exit_code(self) -> int:

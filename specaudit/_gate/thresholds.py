@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from specaudit.config import RUN_OPTIONS, GateThresholds, load_config_file
+from specaudit.contracts import CheckStatus
 from specaudit.errors import InputError
 
-PASS, WARN, FAIL = "pass", "warn", "fail"
+PASS, WARN, FAIL = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL
 SEVERITIES = (WARN, FAIL)
 
 

@@ -6,17 +6,21 @@ sentence (InputError, exit 2) instead of being judged: a gate must never go gree
 
 The typed view (`Snapshot`) pins the sections consumers read and the types they rely on; inside
 them, keys it does not name are kept as they are, so a newer analysis may add fields freely.
+Statuses are the contracts' enums (specaudit.contracts.status), spelt one way on disk; a snapshot
+written before (lower-case "pass", an equivalence status "error") is read through their `parse`,
+and `load_snapshot` hands every consumer the one spelling.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
+from specaudit.contracts.status import CheckStatus, EquivalenceStatus
 from specaudit.errors import InputError
 
 SNAPSHOT_SCHEMA_VERSION = 1
@@ -64,11 +68,75 @@ class RunSection(_Section):
     seeds: dict[str, Any] | None = None
 
 
+SKIPPED = "skipped"  # a test with no data to test: not a check outcome, so no CheckStatus
+
+
+def parse_verdict(value: Any) -> CheckStatus | Literal["skipped", EquivalenceStatus.NOT_RUN]:
+    """A test's or an engine's verdict: a CheckStatus in any case, "skipped" (no data), or NOT_RUN
+    (a test that could not reject, e.g. two-sample tests with one sample per prompt)."""
+    text = str(value).strip().lower()
+    if text == SKIPPED:
+        return SKIPPED
+    return EquivalenceStatus.NOT_RUN if text == EquivalenceStatus.NOT_RUN else CheckStatus.parse(value)
+
+
+def parse_battery_status(value: Any) -> CheckStatus | Literal[EquivalenceStatus.NOT_RUN]:
+    """The equivalence section's status: PASS or FAIL when the battery ran, NOT_RUN when nothing was
+    audited. Snapshots before the contracts wrote "error" for a failed control: that is FAIL."""
+    text = str(value).strip().lower()
+    if text == "error":
+        return CheckStatus.FAIL
+    if text == EquivalenceStatus.NOT_RUN.value:
+        return EquivalenceStatus.NOT_RUN
+    return CheckStatus.parse(value)
+
+
+def spelt(value: Any, parse: Callable[[Any], str] = parse_battery_status) -> str:
+    """A status kept as text (a monitor history row, a summary), spelt as the contracts spell it;
+    a word no status type knows ("unknown", "skipped") stays as it is."""
+    try:
+        return str(parse(value))
+    except ValueError:
+        return str(value)
+
+
+def control_failed(section: Mapping[str, Any]) -> bool:
+    """Whether an equivalence section says its control failed (the audit is void): its flag, or
+    the status "error" that snapshots before the contracts wrote for it."""
+    return bool(section.get("control_failed")) or str(section.get("status")).strip().lower() == "error"
+
+
+def _parsed(parse):
+    return BeforeValidator(lambda value: value if value is None else parse(value))
+
+
+Verdict = Annotated[CheckStatus | Literal["skipped", EquivalenceStatus.NOT_RUN], _parsed(parse_verdict)]
+Check = Annotated[CheckStatus, _parsed(CheckStatus.parse)]
+
+
+class ResultVerdict(_Section):
+    """A test's result in the snapshot (goodness of fit, two-sample, greedy): its verdict, if any."""
+
+    verdict: Verdict | None = None
+
+
+class EngineEquivalence(_Section):
+    """One engine's entry: its verdict (a CheckStatus; WARN only for a control rejected at alpha
+    alone) and its EquivalenceStatus, which agree (a WARN control is NO_VIOLATION_FOUND)."""
+
+    verdict: Verdict | None = None
+    status: Annotated[EquivalenceStatus, _parsed(EquivalenceStatus.parse)] | None = None
+    goodness_of_fit: ResultVerdict | None = None
+    two_sample: ResultVerdict | None = None
+    greedy: ResultVerdict | None = None
+
+
 class EquivalenceSection(_Section):
     """`equivalence`: the battery's overall status and one entry per engine (verdict and tests)."""
 
-    status: str
-    engines: dict[str, dict[str, Any]] = {}
+    status: Annotated[CheckStatus | Literal[EquivalenceStatus.NOT_RUN], _parsed(parse_battery_status)]
+    control_failed: bool = False  # the control failed its own test: status is FAIL and the audit is void
+    engines: dict[str, EngineEquivalence] = {}
     control: str | None = None  # the engine judged as the control (plain decoding)
     mode: str | None = None  # "sampling" or "greedy"
     alpha: float | None = None
@@ -80,11 +148,17 @@ class DimensionDisparities(_Section):
     flags: list[Any] = []
 
 
+class GateCheckEntry(_Section):
+    name: str | None = None
+    status: Check
+
+
 class GateSection(_Section):
     """`gate`: the gate's status and its checks, as `specaudit gate` wrote them."""
 
-    status: str
-    checks: list[dict[str, Any]] = []
+    status: Check
+    counts: dict[Check, int] | None = None
+    checks: list[GateCheckEntry] = []
 
 
 class SpeedSection(_Section):
@@ -153,7 +227,7 @@ def _first_problem(err: ValidationError) -> str:
     got = type(problem.get("input")).__name__
     got = {"dict": "an object", "list": "a list", "str": "a string", "NoneType": "null", "bool": "a boolean"}.get(got, got)
     want = _EXPECTED.get(problem["type"].removesuffix("_parsing"), None)
-    return f"{field} must be {want}, got {got}" if want else f"{field}: {problem['msg']}"
+    return f"{field} must be {want}, got {got}" if want else f"{field}: {problem['msg'].removeprefix('Value error, ')}"
 
 
 def validate_snapshot(snapshot: Any, where: str = "snapshot") -> Snapshot:
@@ -177,17 +251,58 @@ def validate_snapshot(snapshot: Any, where: str = "snapshot") -> Snapshot:
         ) from None
 
 
+def _one_spelling(snapshot: dict[str, Any], typed: Snapshot) -> dict[str, Any]:
+    """The snapshot with every typed status as its enum member, whatever case the file used; the
+    sections changed are copies, so the caller's mapping is left as it was."""
+    old, section = snapshot["equivalence"], typed.equivalence
+    engines = {}
+    for name, raw in (old.get("engines") or {}).items():
+        entry, typed_entry = dict(raw), section.engines[name]
+        for key in ("verdict", "status"):
+            if getattr(typed_entry, key) is not None:
+                entry[key] = getattr(typed_entry, key)
+        for test in ("goodness_of_fit", "two_sample", "greedy"):
+            result = getattr(typed_entry, test)
+            if result is not None and result.verdict is not None:
+                entry[test] = {**raw[test], "verdict": result.verdict}
+        engines[name] = entry
+    respelt = {**snapshot, "equivalence": {**old, "status": section.status, "engines": engines}}
+    if control_failed(old):
+        respelt["equivalence"]["control_failed"] = True
+    if typed.gate is not None:
+        gate = snapshot["gate"]
+        respelt["gate"] = {
+            **gate,
+            "status": typed.gate.status,
+            "checks": [{**raw, "status": check.status} for raw, check in zip(gate.get("checks") or [], typed.gate.checks)],
+        }
+        if typed.gate.counts is not None:
+            respelt["gate"]["counts"] = typed.gate.counts
+    return respelt
+
+
 def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
-    """The validated snapshot (as the dict read from JSON) from a snapshot.json path, a run folder
-    holding one, or a mapping. Every command that reads a snapshot reads it here."""
+    """The validated snapshot (as the dict read from JSON, its statuses as the contracts' enums)
+    from a snapshot.json path, a run folder holding one, or a mapping. Every command that reads a
+    snapshot reads it here."""
     if isinstance(source, Mapping):
         snapshot, where = dict(source), "snapshot"
     elif isinstance(source, (str, Path)):
         snapshot, where = _read(source)
     else:
         raise InputError(f"a snapshot is a snapshot.json path, its run folder or a mapping, not {type(source).__name__}")
-    validate_snapshot(snapshot, where)
-    return snapshot
+    return _one_spelling(snapshot, validate_snapshot(snapshot, where))
 
 
-__all__ = ["SNAPSHOT_FILE", "SNAPSHOT_SCHEMA_VERSION", "Snapshot", "load_snapshot", "snapshot_path", "validate_snapshot"]
+__all__ = [
+    "SNAPSHOT_FILE",
+    "SNAPSHOT_SCHEMA_VERSION",
+    "Snapshot",
+    "control_failed",
+    "load_snapshot",
+    "parse_battery_status",
+    "parse_verdict",
+    "snapshot_path",
+    "spelt",
+    "validate_snapshot",
+]

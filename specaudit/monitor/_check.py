@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specaudit.contracts import CheckStatus
 from specaudit.errors import InputError
 from specaudit.monitor._drift import DEFAULT_METRICS, DEFAULT_WINDOW, MonitorResult, RunView, _context, compare
 from specaudit.monitor._store import HistoryStore, StoredRun
@@ -158,6 +159,6 @@ def describe_run(store: HistoryStore, run: StoredRun, *, metrics: Sequence[str] 
 def alert_counts(store: HistoryStore, runs: Sequence[StoredRun]) -> dict[int, int]:
     counts: dict[int, int] = {}
     for a in store.alerts(runs):
-        if a["status"] == "FAIL":
+        if a["status"] == CheckStatus.FAIL:
             counts[a["run_id"]] = counts.get(a["run_id"], 0) + 1
     return counts

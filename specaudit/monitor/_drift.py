@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specaudit.contracts import CheckStatus, EquivalenceStatus, worst
 from specaudit.errors import InputError
 from specaudit.monitor._drift_tests import (
     ConfidenceInterval,
@@ -41,8 +42,7 @@ from specaudit.monitor._drift_tests import (
 from specaudit.monitor._snapshot import OVERALL, MetricPoint, config_context, load_snapshot, summarize
 from specaudit.stats._results import holm
 
-PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
-_RANK = {PASS: 0, WARN: 1, FAIL: 2}
+PASS, WARN, FAIL = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL
 DEFAULT_METRICS = ("acceptance_rate", "speedup")
 DEFAULT_WINDOW = 5
 # +1: higher is better, −1: lower is better. A metric not listed alerts on a change either way.
@@ -67,7 +67,7 @@ class Check:
     """One monitoring check: PASS, WARN (look, exit 0) or FAIL (alert, exit 1)."""
 
     kind: str  # baseline | drift | cusum | equivalence | context | coverage
-    status: str
+    status: CheckStatus
     subject: str
     message: str
     dimension: str | None = None
@@ -103,8 +103,8 @@ class MonitorResult:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
-    def status(self) -> str:
-        return max((c.status for c in self.checks), key=_RANK.__getitem__, default=PASS)
+    def status(self) -> CheckStatus:
+        return worst(c.status for c in self.checks)
 
     @property
     def exit_code(self) -> int:
@@ -113,7 +113,7 @@ class MonitorResult:
     @property
     def alerts(self) -> tuple[Check, ...]:
         """The non-PASS checks, FAIL first."""
-        return tuple(sorted((c for c in self.checks if c.status != PASS), key=lambda c: -_RANK[c.status]))
+        return tuple(sorted((c for c in self.checks if c.status != PASS), key=lambda c: -c.status.rank))
 
     def to_dict(self) -> dict[str, Any]:
         counts = {s: sum(c.status == s for c in self.checks) for s in (PASS, WARN, FAIL)}
@@ -282,10 +282,11 @@ def _cusum_checks(
 
 
 def _equivalence_checks(current: RunView, reference: RunView) -> list[Check]:
-    unknown = {"not run", "skipped", "unknown", ""}
+    unknown = {EquivalenceStatus.NOT_RUN, "skipped", "unknown", ""}
+    # both spelt by the contracts (RunView's sources pass them through `spelt`), so old and new rows compare
     now, before = current.equivalence_status, reference.equivalence_status
     checks = []
-    if now in ("fail", "error"):
+    if now == FAIL:
         checks.append(Check("equivalence", FAIL, "equivalence", f"status {now} (baseline run {reference.label}: {before})"))
     elif now != before and now not in unknown and before not in unknown:
         checks.append(Check("equivalence", FAIL, "equivalence", f"verdict changed {before} → {now} since baseline run {reference.label}"))

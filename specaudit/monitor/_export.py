@@ -123,18 +123,16 @@ def prometheus_text(
             families.add(
                 f"{PREFIX}group_prompts", "Prompts in the group", {"dimension": point.dimension, "group": point.group}, point.n_prompts
             )
-    status = run.equivalence_status
-    if status in ("pass", "fail", "error"):
-        families.add(
-            f"{PREFIX}equivalence_pass", "1 when the equivalence battery passed, 0 when it failed", {}, 1 if status == "pass" else 0
-        )
+    status = run.equivalence_status  # spelt by the contracts (the store reads it through `spelt`)
+    if status in (PASS, FAIL):
+        families.add(f"{PREFIX}equivalence_pass", "1 when the equivalence battery passed, 0 when it failed", {}, int(status == PASS))
     for engine, verdict in sorted((engine_verdicts or {}).items()):
-        if verdict in ("pass", "fail"):
+        if verdict in (PASS, FAIL):
             families.add(
                 f"{PREFIX}equivalence_engine_pass",
                 "1 when the engine passed the equivalence battery",
                 {"engine": engine},
-                1 if verdict == "pass" else 0,
+                int(verdict == PASS),
             )
     if result is not None:
         families.add(f"{PREFIX}monitor_status", "Monitoring check of this run: 0 PASS, 1 WARN, 2 FAIL", {}, _STATUS_VALUE[result.status])

@@ -17,7 +17,8 @@ from functools import cached_property, lru_cache
 from statistics import NormalDist
 from typing import Any
 
-from specaudit.contracts.snapshot import load_snapshot, validate_snapshot  # noqa: F401 (one loader for every consumer)
+from specaudit.contracts import EquivalenceStatus
+from specaudit.contracts.snapshot import load_snapshot, parse_verdict, spelt, validate_snapshot  # noqa: F401 (one loader for every consumer)
 
 # The row label of each dimension's "all prompts" metrics (the snapshot's `overall` block).
 OVERALL = "_overall"
@@ -184,11 +185,14 @@ def summarize(snapshot: Mapping[str, Any]) -> SnapshotSummary:
     draft, draft_hash = _model_context(models, "draft")
     prompt_set = run.get("prompt_set") or {}
     equivalence = snapshot.get("equivalence") or {}
-    verdicts = {str(engine): str((entry or {}).get("verdict", "unknown")) for engine, entry in (equivalence.get("engines") or {}).items()}
+    verdicts = {
+        str(engine): spelt((entry or {}).get("verdict", "unknown"), parse_verdict)
+        for engine, entry in (equivalence.get("engines") or {}).items()
+    }
     return SnapshotSummary(
         name=str(run.get("id") or "run"),
         created=_utc_iso(run.get("created")) or utc_now(),
-        equivalence_status=str(equivalence.get("status", "not run")),
+        equivalence_status=spelt(equivalence.get("status", EquivalenceStatus.NOT_RUN)),
         engine_verdicts=verdicts,
         target=target,
         target_hash=target_hash,

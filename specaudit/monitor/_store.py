@@ -22,6 +22,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 
 import specaudit.monitor._schema as _schema
+from specaudit.contracts import CheckStatus
+from specaudit.contracts.snapshot import parse_verdict, spelt
 from specaudit.errors import InputError
 from specaudit.monitor._snapshot import MetricPoint, canonical_json, load_snapshot, snapshot_digest, summarize, utc_now
 
@@ -404,7 +406,7 @@ class HistoryStore:
                 checked=now,
                 baseline=baseline,
                 kind=c.kind,
-                status=c.status,
+                status=str(c.status),
                 subject=c.subject,
                 dimension=c.dimension,
                 group_name=c.group,
@@ -412,7 +414,7 @@ class HistoryStore:
                 message=c.message,
             )
             for c in checks
-            if c.status != "PASS"
+            if c.status != CheckStatus.PASS
         ]
         with self._write() as conn:
             conn.execute(delete(table).where(table.c.run_id == run.id))
@@ -435,7 +437,8 @@ class HistoryStore:
                 select(tags.c.run_id, tags.c.key, tags.c.value).where(tags.c.run_id.in_(ids[chunk : chunk + 500]))
             ):
                 tag_map[run_id][key] = value
-        return [StoredRun(**dict(r), tags=tag_map[r["id"]]) for r in rows]
+        # rows written before the contracts spell the equivalence status in lower case ("pass")
+        return [StoredRun(**{**r, "equivalence_status": spelt(r["equivalence_status"])}, tags=tag_map[r["id"]]) for r in rows]
 
     def runs(
         self,
@@ -550,7 +553,7 @@ class HistoryStore:
             for run_id, engine, verdict in conn.execute(
                 select(table.c.run_id, table.c.engine, table.c.verdict).where(table.c.run_id.in_(list(out)))
             ):
-                out[run_id][engine] = verdict
+                out[run_id][engine] = spelt(verdict, parse_verdict)
         return out
 
     def alerts(self, runs: Sequence[StoredRun] | None = None) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
+from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.report._format import MISSING, finite, get
 
 # ============================================================================ summary.md
@@ -180,13 +181,19 @@ def _xml_text(value: Any) -> str:
     return _XML_INVALID.sub("\ufffd", str(value))
 
 
-def _junit_status(check: Mapping[str, Any]) -> str:
-    """pass / warn / fail, or "insufficient" for a check that could not judge (it says it was not
-    run, or its comparisons are INSUFFICIENT): CI shows those as skipped, with the reason."""
-    status = str(check.get("status", "")).lower()
+INSUFFICIENT = DisparityStatus.INSUFFICIENT
+
+
+def _junit_status(check: Mapping[str, Any]) -> CheckStatus | DisparityStatus:
+    """The check's CheckStatus, or INSUFFICIENT for a check that could not judge (it says it was
+    not run, or its comparisons are INSUFFICIENT): CI shows those as skipped, with the reason."""
+    try:
+        status = CheckStatus.parse(check.get("status", ""))
+    except ValueError:
+        return INSUFFICIENT
     details = check.get("details") if isinstance(check.get("details"), Mapping) else {}
-    if status not in ("pass", "warn", "fail") or details.get("not_run") or str(details.get("status", "")).upper() == "INSUFFICIENT":
-        return "fail" if status == "fail" else "insufficient"
+    if status is not CheckStatus.FAIL and (details.get("not_run") or str(details.get("status", "")).upper() == INSUFFICIENT):
+        return INSUFFICIENT
     return status
 
 
@@ -202,8 +209,8 @@ def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str
     run = get(snapshot, "run", default={})
     root = ET.Element("testsuites", name="specaudit")
     statuses = [_junit_status(c) for c in checks]
-    failures = statuses.count("fail")
-    skipped = statuses.count("insufficient") if checks else 1
+    failures = statuses.count(CheckStatus.FAIL)
+    skipped = statuses.count(INSUFFICIENT) if checks else 1
     tests = len(checks) or 1
     seconds = get(run, "analysis", "seconds")
     suite_el = ET.SubElement(
@@ -228,7 +235,7 @@ def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str
         ("draft", draft),
         ("seed", about.get("Seed")),
         ("commit", about.get("specaudit")),
-        ("gate_status", gate.get("status") if isinstance(gate, Mapping) else "not run"),
+        ("gate_status", gate.get("status") if isinstance(gate, Mapping) else EquivalenceStatus.NOT_RUN),
     ):
         ET.SubElement(properties, "property", name=name, value=_xml_text(value if value is not None else MISSING))
     if not checks:
@@ -244,15 +251,13 @@ def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str
             ET.SubElement(case, "properties"),
             "property",
             name="status",
-            value=str(check.get("status", "")).upper() if status != "insufficient" else "INSUFFICIENT",
+            value=status,
         )
-        if status == "fail":
-            failure = ET.SubElement(case, "failure", message=message, type="FAIL")
+        if status is CheckStatus.FAIL:
+            failure = ET.SubElement(case, "failure", message=message, type=CheckStatus.FAIL)
             failure.text = _xml_text(f"{title}: {message}")
-        elif status == "warn":
-            ET.SubElement(case, "system-out").text = _xml_text(f"WARN {title}: {message}")
-        elif status == "pass":
-            ET.SubElement(case, "system-out").text = _xml_text(f"PASS {title}: {message}")
+        elif status in (CheckStatus.WARN, CheckStatus.PASS):
+            ET.SubElement(case, "system-out").text = _xml_text(f"{status} {title}: {message}")
         else:
             ET.SubElement(case, "skipped", message=_xml_text(f"INSUFFICIENT: {message}"))
             ET.SubElement(case, "system-out").text = _xml_text(f"INSUFFICIENT {title}: {message}")

@@ -10,15 +10,18 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from specaudit.contracts import CheckStatus, EquivalenceStatus
+
 MISSING = "—"
 
-# Badge vocabulary of the report: the gate's pass/warn/fail plus the states a section can be in.
+# Badge vocabulary of the report, by lower-case key (the key is also the CSS class): the check
+# statuses (specaudit.contracts.CheckStatus) plus the states a section can be in.
 BADGES = {
-    "pass": ("PASS", "pass", "✓"),
-    "warn": ("WARN", "warn", "!"),
-    "fail": ("FAIL", "fail", "✗"),
+    CheckStatus.PASS.lower(): ("PASS", "pass", "✓"),
+    CheckStatus.WARN.lower(): ("WARN", "warn", "!"),
+    CheckStatus.FAIL.lower(): ("FAIL", "fail", "✗"),
     "error": ("ERROR", "fail", "✗"),
-    "not run": ("NOT RUN", "none", "–"),
+    EquivalenceStatus.NOT_RUN.value: ("NOT RUN", "none", "–"),
 }
 
 # Metric families: the per-group tables are split by family so each fits a printed page.
@@ -167,6 +170,14 @@ def metric_label(metric: str) -> str:
 
 def test_label(name: str) -> str:
     return TEST_LABELS.get(name, str(name).replace("_", " "))
+
+
+def is_status(value: Any, status: CheckStatus) -> bool:
+    """Whether a snapshot value is this check status, in whatever case the snapshot spelt it."""
+    try:
+        return value is not None and CheckStatus.parse(value) is status
+    except ValueError:
+        return False
 
 
 def badge(status: Any) -> dict[str, str]:

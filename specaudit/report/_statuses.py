@@ -12,8 +12,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from specaudit.contracts import DEFAULT_BAND, DisparityStatus, EquivalenceStatus
-from specaudit.report._format import MISSING, finite, fixed, get, integer, mapping, triple
+from specaudit.contracts import DEFAULT_BAND, CheckStatus, DisparityStatus, EquivalenceStatus
+from specaudit.report._format import MISSING, finite, fixed, get, integer, is_status, mapping, triple
 from specaudit.report._subject import hardware_text
 
 DECIDED = (DisparityStatus.FLAG, DisparityStatus.WITHIN)
@@ -71,7 +71,7 @@ def engine_status(entry: Mapping[str, Any]) -> EquivalenceStatus:
     if not (gof or two or greedy):
         return EquivalenceStatus.NOT_RUN
     impossible = get(gof, "impossible_tokens", "statistic", default=0)
-    if entry.get("verdict") == "fail" or (finite(impossible) and impossible > 0):
+    if is_status(entry.get("verdict"), CheckStatus.FAIL) or (finite(impossible) and impossible > 0):
         return EquivalenceStatus.VIOLATION
     if get(entry, "tv_bound", "verdict") == "equivalent within delta":
         return EquivalenceStatus.EQUIVALENT

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specaudit.contracts import DEFAULT_BAND, CheckStatus, DisparityStatus, EquivalenceStatus
-from specaudit.report._format import finite, get, mapping
+from specaudit.report._format import finite, get, is_status, mapping
 from specaudit.report._glossary import GLOSSARY, Terms, glossary_rows
 from specaudit.report._statuses import (
     DECIDED,
@@ -53,7 +53,7 @@ def decide(
     gate_status = CheckStatus.parse(gate["status"]) if judged else None
     reasons: list[str] = []
     violations = [name for name, status in engines if status == EquivalenceStatus.VIOLATION]
-    failing = [c for c in checks if str(c.get("status")).lower() == "fail"]
+    failing = [c for c in checks if is_status(c.get("status"), CheckStatus.FAIL)]
     decided = [c for c in comps if c["status"] in DECIDED]
     flagged = [c for c in comps if c["status"] == DisparityStatus.FLAG]
     if gate_status is None:
@@ -105,7 +105,7 @@ def decide(
     if key == "conditions":
         families: dict[str, int] = {}
         for check in checks:
-            if str(check.get("status")).lower() == "warn":
+            if is_status(check.get("status"), CheckStatus.WARN):
                 family = str(check.get("name", "")).split("[", 1)[0]
                 families[family] = families.get(family, 0) + 1
         reasons.insert(0, "Conditions (the gate's warnings): " + ", ".join(f"{family} ({n})" for family, n in families.items()) + ".")
@@ -160,7 +160,7 @@ def actions(
     gate_checks = [c for c in (get(snapshot, "gate", "checks", default=[]) or []) if isinstance(c, Mapping)]
     for check in gate_checks:
         name = str(check.get("name", ""))
-        if str(check.get("status")).lower() == "fail" and not name.startswith(("equivalence[", "disparity[")):
+        if is_status(check.get("status"), CheckStatus.FAIL) and not name.startswith(("equivalence[", "disparity[")):
             add("fail", f"Gate check {name} fails: {check.get('message', '')}", "gate")
     flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == DisparityStatus.FLAG})
     if flagged:

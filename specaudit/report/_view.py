@@ -14,12 +14,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import specaudit.report._verdicts as verdicts
+from specaudit.contracts import CheckStatus
 from specaudit.report._format import (
     MISSING,
     badge,
     finite,
     get,
     integer,
+    is_status,
     metric_label,
     setting,
 )
@@ -138,7 +140,7 @@ def _gate_view(gate: Any) -> dict[str, Any]:
         "status": gate.get("status", NOT_RUN),
         "badge": badge(gate.get("status")),
         "checks": checks,
-        "counts": {s: sum(c["status"] == s for c in checks) for s in ("pass", "warn", "fail")},
+        "counts": {s.lower(): sum(is_status(c["status"], s) for c in checks) for s in CheckStatus},
         "thresholds": [
             {"name": k, "value": ("analysis value" if v is None else ", ".join(map(str, v)) if isinstance(v, list) else str(v))}
             for k, v in thresholds.items()
@@ -215,7 +217,11 @@ def _compare_view(snapshot: Mapping[str, Any], other: Mapping[str, Any], label: 
     from specaudit.monitor import compare_snapshots
 
     result = compare_snapshots(snapshot, other)
-    words = {"PASS": ("NO SIGNIFICANT CHANGE", "none", "="), "WARN": ("CHANGED", "warn", "!"), "FAIL": ("WORSE", "fail", "✗")}
+    words = {
+        CheckStatus.PASS: ("NO SIGNIFICANT CHANGE", "none", "="),
+        CheckStatus.WARN: ("CHANGED", "warn", "!"),
+        CheckStatus.FAIL: ("WORSE", "fail", "✗"),
+    }
     rows, notes = [], []
     for check in result.checks:
         text, css, symbol = words.get(check.status, (check.status, "none", "–"))
@@ -231,7 +237,7 @@ def _compare_view(snapshot: Mapping[str, Any], other: Mapping[str, Any], label: 
             )
         else:
             notes.append({"badge": badge(check.status.lower()), "subject": check.subject, "message": check.message})
-    counts = {s: sum(c.status == s for c in result.checks if c.kind == "drift") for s in ("PASS", "WARN", "FAIL")}
+    counts = {s: sum(c.status == s for c in result.checks if c.kind == "drift") for s in CheckStatus}
     return {
         "ran": True,
         "label": label or get(other, "run", "id", default="the other run"),

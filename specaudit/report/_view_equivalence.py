@@ -8,12 +8,15 @@ from typing import Any
 
 import specaudit.report._charts as charts
 import specaudit.report._verdicts as verdicts
+from specaudit.contracts import CheckStatus
+from specaudit.contracts.snapshot import control_failed
 from specaudit.report._format import (
     MISSING,
     badge,
     finite,
     get,
     integer,
+    is_status,
     num,
     percent,
     pvalue,
@@ -25,7 +28,8 @@ from specaudit.report._view_base import MAX_ROWS, NOT_RUN, Ids, generic_rows
 
 
 def equivalence_view(section: Mapping[str, Any], ids: Ids, samples: Any = None) -> dict[str, Any]:
-    status = get(section, "status", default=NOT_RUN)
+    # a failed control voids the audit: the section shows ERROR, not the battery's FAIL
+    status = "error" if control_failed(section) else get(section, "status", default=NOT_RUN)
     engines = get(section, "engines", default={})
     if status == NOT_RUN or not isinstance(engines, Mapping) or not engines:
         return {
@@ -95,10 +99,10 @@ def _test_row(
 ) -> dict[str, Any]:
     verdict = test.get("verdict")
     if gated is not None:  # the gate's decision is the Holm-corrected one
-        verdict = "fail" if gated.get("reject") else "pass"
+        verdict = CheckStatus.FAIL if gated.get("reject") else CheckStatus.PASS
     if reason:
         shown = TEST_BADGES["not_run"]
-    elif verdict == "fail":
+    elif is_status(verdict, CheckStatus.FAIL):
         shown = TEST_BADGES["rejected_control" if control else "rejected"]
     else:
         shown = TEST_BADGES["not_rejected"]
@@ -178,10 +182,10 @@ def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids:
 def _control_badge(verdict: Any) -> dict[str, str]:
     """The control either behaves as a correct sampler must, or says why the audit is suspect."""
     text, css, symbol = {
-        "pass": ("CONTROL OK", "pass", "✓"),
-        "warn": ("CONTROL WARN", "warn", "!"),
-        "fail": ("CONTROL FAILED", "fail", "✗"),
-    }.get(str(verdict).lower(), ("NOT RUN", "none", "–"))
+        CheckStatus.PASS: ("CONTROL OK", "pass", "✓"),
+        CheckStatus.WARN: ("CONTROL WARN", "warn", "!"),
+        CheckStatus.FAIL: ("CONTROL FAILED", "fail", "✗"),
+    }.get(next((s for s in CheckStatus if is_status(verdict, s)), None), ("NOT RUN", "none", "–"))
     return {"text": text, "css": css, "symbol": symbol, "key": str(verdict).lower()}
 
 
@@ -189,7 +193,7 @@ def _two_sample_badge(two: Mapping[str, Any], samples: Any) -> dict[str, str]:
     tests = [t for t in (get(two, "tests", default={}) or {}).values() if isinstance(t, Mapping)]
     if tests and all(verdicts.not_run_reason(t, two_sample=True, samples=samples) for t in tests):
         return TEST_BADGES["not_run"]
-    return TEST_BADGES["rejected"] if get(two, "verdict") == "fail" else TEST_BADGES["not_rejected"]
+    return TEST_BADGES["rejected"] if is_status(get(two, "verdict"), CheckStatus.FAIL) else TEST_BADGES["not_rejected"]
 
 
 def _tv_view(tv: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import pandas as pd
 from scipy import stats
 
 from specaudit.config import RunConfig
+from specaudit.contracts.status import CheckStatus
 from specaudit.errors import InputError
 from specaudit.selftest.mutants import MUTANTS
 
@@ -60,7 +61,7 @@ def end_to_end_audit(
     return {
         "sampler": sampler,
         "seed": seed,
-        "rejected": engine["verdict"] == "fail",
+        "rejected": CheckStatus.parse(engine["verdict"]) is CheckStatus.FAIL,
         "tokens": gof.get("n_tokens", 0),
         "pvalue": 0.0 if impossible else gof.get("pvalue"),
         "seconds": seconds,
@@ -111,7 +112,7 @@ def subsampled_detection(
             gof = goodness_of_fit(
                 frame[frame["key"].isin(keys)], [record_of[k] for k in keys], engine="speculative", by=(), alpha=alpha, seed=draw
             )
-            verdicts.append(gof.verdict == "fail")
+            verdicts.append(gof.verdict == CheckStatus.FAIL)
             pvalues.append(0.0 if gof.impossible.statistic else gof.pvalue)
             tokens.append(int(tokens_of.reindex(keys).sum()))
         rate, disjoint = float(np.mean(verdicts)), smallest // budget

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 from scipy import stats as _scipy_stats
 
+from specaudit.contracts.status import CheckStatus
 from specaudit.decoding.verify import VerifyFn
 from specaudit.errors import InputError
 from specaudit.selftest.mutants import MUTANTS
@@ -75,7 +76,7 @@ def _rejection_rate(verify: VerifyFn | str, seeds: Iterable[int], audit_kwargs: 
     started = time.perf_counter()
     for seed in seeds:
         result = audit_sampler(function, seed=seed, **audit_kwargs)
-        rejections += result.verdict == "fail"
+        rejections += result.verdict == CheckStatus.FAIL
         samples += result.samples
         trials += result.trials
     elapsed = time.perf_counter() - started

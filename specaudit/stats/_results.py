@@ -1,8 +1,9 @@
 """Small frozen result objects shared by the equivalence statistics (scipy.stats style).
 
 Every hypothesis test returns an object with `statistic`, `pvalue` and a `verdict`; where an
-interval is meaningful there is a `confidence_interval()`. Verdicts use the gate's vocabulary:
-"pass" (not rejected at `alpha`), "fail" (rejected), "skipped" (no data to test).
+interval is meaningful there is a `confidence_interval()`. Verdicts use the gate's vocabulary
+(specaudit.contracts.CheckStatus): PASS (not rejected at `alpha`), FAIL (rejected), and "skipped"
+(no data to test).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats as _st
 
-# Verdict words, in one place so report/gate code can compare against them.
-PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
+from specaudit.contracts.status import CheckStatus
+
+# Verdict words: the check statuses, so a test's verdict is spelt as the gate spells it.
+PASS, FAIL, SKIPPED = CheckStatus.PASS, CheckStatus.FAIL, "skipped"
 
 
 def _verdict(pvalue: float, n: int, alpha: float) -> str:

@@ -48,6 +48,7 @@ import pandas as pd
 import torch
 from scipy import stats as _scipy_stats
 
+from specaudit.contracts.status import CheckStatus
 from specaudit.decoding.verify import VerifyFn
 from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.errors import InputError
@@ -93,7 +94,7 @@ class SamplerAuditResult:
     pvalue:     family-wise adjusted p-value of the whole audit (smallest Holm-adjusted p-value;
                 0 when an impossible or out-of-vocabulary token was emitted, or a draft with
                 p >= q was rejected).
-    verdict:    "fail" when pvalue <= alpha (or any impossible token or rejection), else "pass".
+    verdict:    CheckStatus.FAIL when pvalue <= alpha (or any impossible token or rejection), else PASS.
     table:      one row per test: family, vocab, position (1..k drafted, k+1 bonus), kind, test
                 ("tokens", "ratio", "impossible", "forced-accept"), n, bins, statistic, df, pvalue, pvalue_holm,
                 impossible, out_of_vocab, beta (acceptance probability Σ min(p, q) there). The
@@ -107,7 +108,7 @@ class SamplerAuditResult:
 
     statistic: float
     pvalue: float
-    verdict: str
+    verdict: CheckStatus
     alpha: float
     table: pd.DataFrame = field(repr=False)
     worst: dict = field(repr=False)
@@ -120,7 +121,7 @@ class SamplerAuditResult:
 
     @property
     def passed(self) -> bool:
-        return self.verdict == "pass"
+        return self.verdict is CheckStatus.PASS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,7 +561,7 @@ def audit_sampler(
     worst_index = int(np.lexsort((-table["statistic"].abs().to_numpy(), pvalues))[0])
     proof = impossible > 0 or impossible_rejections > 0
     pvalue = 0.0 if proof else float(table["pvalue_holm"].min())
-    verdict = "fail" if (proof or pvalue <= alpha) else "pass"
+    verdict = CheckStatus.FAIL if (proof or pvalue <= alpha) else CheckStatus.PASS
     return SamplerAuditResult(
         statistic=float(pvalues.min()),
         pvalue=pvalue,

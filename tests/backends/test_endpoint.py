@@ -165,13 +165,13 @@ def test_audit_passes_correct_server_and_fails_always_accept_mutant(tmp_path, pa
     for snapshot in (correct, mutant):
         eq = snapshot["equivalence"]
         assert eq["scoring"]["source"].startswith("logprobs returned")
-        assert eq["engines"]["vanilla"]["verdict"] == "pass"  # the control passes on both runs
+        assert eq["engines"]["vanilla"]["verdict"] == "PASS"  # the control passes on both runs
         assert snapshot["run"]["n_output_tokens"] > 900  # both engines; measured 978 (correct) and 1433 (mutant)
-    assert correct["equivalence"]["status"] == "pass"
+    assert correct["equivalence"]["status"] == "PASS"
     spec = correct["equivalence"]["engines"]["speculative"]
     assert spec["goodness_of_fit"]["tests"]["pit"]["pvalue"] > 0.1
     assert min(t["pvalue"] for t in spec["two_sample"]["tests"].values()) > 0.1
-    assert mutant["equivalence"]["status"] == "fail"
+    assert mutant["equivalence"]["status"] == "FAIL"
     bad = mutant["equivalence"]["engines"]["speculative"]
     assert bad["goodness_of_fit"]["tests"]["pit"]["pvalue"] < 1e-6  # the draft's choices show in the target's PIT
     assert bad["two_sample"]["tests"]["loglik"]["pvalue"] < 0.01  # black-box too: the log-likelihoods the server returned

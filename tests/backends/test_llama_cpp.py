@@ -224,7 +224,7 @@ def test_analyze_scores_with_llama_cpps_own_logits(tmp_path, tiny_prompts_file, 
     engines = snapshot["equivalence"]["engines"]
     assert set(engines) == {"vanilla", "speculative"}
     assert engines["vanilla"]["goodness_of_fit"]["impossible_tokens"]["statistic"] == 0  # every emitted token has p > 0 under llama.cpp
-    assert snapshot["equivalence"]["status"] in ("pass", "fail")
+    assert snapshot["equivalence"]["status"] in ("PASS", "FAIL")
 
 
 # ----------------------------------------------------------------------------- the OpenAI server (llama.cpp needed)

@@ -118,4 +118,4 @@ def test_martingale_is_left_out_without_entropy():
     tokens, dists = _draws(rng, 300, 30)
     scores = scores_from_logprobs([_record("a", "p", tokens, dists, top_n=5)])
     result = goodness_of_fit(scores, by=[], alpha=0.05)
-    assert set(result.tests) == {"pit"} and result.verdict == "pass"
+    assert set(result.tests) == {"pit"} and result.verdict == "PASS"

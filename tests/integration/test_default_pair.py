@@ -21,7 +21,7 @@ def test_greedy_engines_match_vanilla_or_diverge_only_at_near_ties(tmp_path, def
     for engine in ("speculative", "hf-assisted"):
         result = greedy_exactness(records, default_pair.target, engine=engine, reference="vanilla")
         print(engine, result.to_dict())
-        assert result.verdict == "pass", result.to_dict()  # every divergence is a near-tie of the top-2 logits
+        assert result.verdict == "PASS", result.to_dict()  # every divergence is a near-tie of the top-2 logits
         assert result.match_rate >= 0.8
 
 
@@ -35,8 +35,8 @@ def test_sampling_audit_passes_for_vanilla_and_reference_engine(tmp_path, defaul
     # by chance; "fail" would mean scoring and decoding disagree. With the weight-only int8 draft the
     # control warned in this test and in reports/example (draft affinity, Holm p = 0.037 there): its
     # normal approximation deserves the Monte Carlo null the surprisal test got.
-    assert engines["vanilla"]["verdict"] in ("pass", "warn"), engines["vanilla"]["goodness_of_fit"]
-    assert engines["speculative"]["verdict"] == "pass"
+    assert engines["vanilla"]["verdict"] in ("PASS", "WARN"), engines["vanilla"]["goodness_of_fit"]
+    assert engines["speculative"]["verdict"] == "PASS"
     assert engines["speculative"]["goodness_of_fit"]["n_tokens"] >= 400
     assert snapshot["groups"]["language"]["by_group"]["en"]["metrics"]["acceptance_rate"]["value"] > 0
 

@@ -220,7 +220,7 @@ def test_mitigate_writes_a_loadable_draft_card_policy_and_before_after(mitigated
     # assumed); at 2 prompts x 2 samples the battery's 5% false-alarm rate applies, so the test
     # holds the summary to the snapshot rather than to one outcome
     reaudit = json.loads((out / "reaudit-run" / "snapshot.json").read_text())
-    assert summary["equivalence"]["status"] == reaudit["equivalence"]["status"] in ("pass", "fail")
+    assert summary["equivalence"]["status"] == reaudit["equivalence"]["status"] in ("PASS", "FAIL")
     assert summary["equivalence"]["records"] == reaudit["run"]["n_records"] > 0
     assert "speculative" in reaudit["equivalence"]["engines"]
     assert set(summary["weightings"]) == {"inverse-acceptance", "unweighted"}

@@ -48,7 +48,7 @@ def base_snapshot(run_id: str = "run-0", created: str = "2026-01-01T00:00:00+00:
         "n_prompts": N_PROMPTS * len(GROUPS),
         "metrics": {m: _triple(v, SE[m] / math.sqrt(len(GROUPS)), N_PROMPTS * len(GROUPS), 15200) for m, v in overall_values.items()},
     }
-    engines = {e: {"verdict": "pass", "goodness_of_fit": {"verdict": "pass", "pvalue": 0.5}} for e in ("vanilla", "speculative")}
+    engines = {e: {"verdict": "PASS", "goodness_of_fit": {"verdict": "PASS", "pvalue": 0.5}} for e in ("vanilla", "speculative")}
     return {
         "schema_version": 1,
         "run": {
@@ -106,7 +106,7 @@ def base_snapshot(run_id: str = "run-0", created: str = "2026-01-01T00:00:00+00:
                 "seconds": 3.2,
             },
         },
-        "equivalence": {"mode": "sampling", "alpha": 0.05, "control": "vanilla", "engines": engines, "status": "pass"},
+        "equivalence": {"mode": "sampling", "alpha": 0.05, "control": "vanilla", "engines": engines, "status": "PASS"},
         "groups": {"dialect": {"dimension": ["dialect"], "reference": "sae", "overall": overall, "by_group": by_group}},
         "disparities": {},
         "recommendations": {},

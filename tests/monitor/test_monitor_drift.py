@@ -187,8 +187,13 @@ def test_equivalence_verdict_changes_always_alert():
     result = compare_snapshots(failing, base)
     kinds = {(c.subject, c.status) for c in result.checks if c.kind == "equivalence"}
     assert ("equivalence", FAIL) in kinds and ("equivalence speculative", FAIL) in kinds and result.exit_code == 1
-    recovered = compare_snapshots(base, failing)  # fail → pass is a change too: look at it
-    assert any(c.kind == "equivalence" and c.status == FAIL and "fail → pass" in c.message for c in recovered.checks)
+    recovered = compare_snapshots(base, failing)  # FAIL → PASS is a change too: look at it
+    assert any(c.kind == "equivalence" and c.status == FAIL and "FAIL → PASS" in c.message for c in recovered.checks)
+    # a snapshot from before the contracts spells the same statuses in lower case: not a change
+    old_spelling = edited(base, **{"equivalence.status": "pass", "equivalence.engines.speculative.verdict": "pass"})
+    for a, b in ((old_spelling, base), (base, old_spelling)):
+        same = [c for c in compare_snapshots(a, b).checks if c.kind == "equivalence"]
+        assert [c.status for c in same] == [PASS] and "status PASS (baseline run" in same[0].message
     untested = compare_snapshots(edited(base, **{"equivalence": {"status": "not run"}}), base)
     assert [c.status for c in untested.checks if c.kind == "equivalence"] == [WARN] and untested.exit_code == 0
 

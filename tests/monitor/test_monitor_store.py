@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from monitor_factory import GROUPS, base_snapshot, edited, history, write
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, func, select, text, update
 
+from specaudit.contracts import CheckStatus
 from specaudit.errors import InputError
 from specaudit.monitor import OVERALL, _schema, metric_points, open_store
 from specaudit.monitor._store import HistoryStore, _configure_sqlite
@@ -31,7 +32,7 @@ def test_add_stores_run_metrics_tags_and_verdicts_once(store_url, snapshot_file)
         assert first.added and not again.added and again.run.id == first.run.id
         run = first.run
         assert store.count() == 1
-        assert (run.name, run.environment, run.equivalence_status) == ("run-0", "prod", "pass")
+        assert (run.name, run.environment, run.equivalence_status) == ("run-0", "prod", "PASS")
         assert run.tags == {"model": "default", "draft": "int8", "environment": "prod", "prompt_set": "core@1", "region": "eu"}
         points = store.points([run])[run.id]
         expected = metric_points(base_snapshot())
@@ -42,9 +43,24 @@ def test_add_stores_run_metrics_tags_and_verdicts_once(store_url, snapshot_file)
         assert aave["acceptance_rate"].value == pytest.approx(0.312)
         assert aave["per_position_acceptance"].value is None
         assert {p.group for p in points} == {*GROUPS, OVERALL}
-        assert store.engine_verdicts([run])[run.id] == {"vanilla": "pass", "speculative": "pass"}
+        assert store.engine_verdicts([run])[run.id] == {"vanilla": "PASS", "speculative": "PASS"}
         assert store.snapshot(run) == base_snapshot()  # stored verbatim
         assert store.integrity_problems() == []
+
+
+def test_history_rows_from_before_the_contracts_read_in_the_contracts_spelling(store_url, snapshot_file):
+    """Rows written when analyze spelt statuses in lower case ("pass") read back as CheckStatus
+    values, so a status never changes between two runs only because its spelling did."""
+    with open_store(store_url) as store:
+        run = store.add(snapshot_file, environment="prod").run
+        runs, verdicts = store._t["runs"], store._t["equivalence"]
+        with store._write() as conn:
+            conn.execute(update(runs).where(runs.c.id == run.id).values(equivalence_status="pass"))
+            conn.execute(update(verdicts).where(verdicts.c.run_id == run.id).values(verdict=func.lower(verdicts.c.verdict)))
+            assert conn.execute(select(verdicts.c.verdict)).scalars().all() == ["pass", "pass"]
+        (again,) = store.runs()
+        assert again.equivalence_status == CheckStatus.PASS
+        assert store.engine_verdicts([again])[again.id] == {"vanilla": CheckStatus.PASS, "speculative": CheckStatus.PASS}
 
 
 def test_runs_are_ordered_by_creation_and_found_by_id_name_digest(store_url, tmp_path):

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from specaudit.cli import main
+from specaudit.contracts import EquivalenceStatus
 from specaudit.errors import InputError
 from specaudit.gate import FAIL, PASS, WARN, GateThresholds, evaluate_gate, load_thresholds
 
@@ -134,11 +135,11 @@ def test_bad_gate_config_is_one_clear_error(tmp_path, text, message):
 def _passing(snapshot):
     """The real snapshot with every equivalence test made non-rejecting (as a clean run would be)."""
     for entry in snapshot["equivalence"]["engines"].values():
-        entry["verdict"] = "pass"
+        entry["verdict"] = PASS
         for battery in ("goodness_of_fit", "two_sample"):
             for row in (entry.get(battery) or {}).get("gate", []):
                 row.update(holm_pvalue=max(row["holm_pvalue"], 0.5), reject=False)
-    snapshot["equivalence"]["status"] = "pass"
+    snapshot["equivalence"]["status"] = PASS
     return snapshot
 
 
@@ -147,9 +148,9 @@ def test_gate_agrees_with_the_snapshots_own_verdicts(snapshot):
     engines = snapshot["equivalence"]["engines"]
     for engine, entry in engines.items():
         if engine != "vanilla":
-            expected = FAIL if entry["verdict"] == "fail" else PASS
+            expected = FAIL if entry["verdict"] == FAIL else PASS
             assert _check(result, f"equivalence[{engine}]").status == expected
-    assert _check(result, "control[vanilla]").status == (FAIL if engines["vanilla"]["verdict"] == "fail" else PASS)
+    assert _check(result, "control[vanilla]").status == (FAIL if engines["vanilla"]["verdict"] == FAIL else PASS)
     assert result.exit_code == (1 if result.status == FAIL else 0)
 
 
@@ -184,9 +185,9 @@ def test_passing_snapshot_exits_0_with_warnings_and_without(snapshot):
     payload = json.loads(json.dumps(result.to_dict()))  # what goes into snapshot["gate"]
     assert payload["status"] == WARN and payload["exit_code"] == 0 and len(payload["checks"]) == len(names)
     assert payload["counts"] == {
-        "pass": sum(c.status == PASS for c in result.checks),
-        "warn": sum(c.status == WARN for c in result.checks),
-        "fail": 0,
+        "PASS": sum(c.status == PASS for c in result.checks),
+        "WARN": sum(c.status == WARN for c in result.checks),
+        "FAIL": 0,
     }
 
 
@@ -368,19 +369,21 @@ def test_gate_cli_exit_codes_and_write(tmp_path, snapshot, capsys):
 def test_control_rejected_only_at_alpha_warns_and_a_gross_rejection_voids_the_audit(snapshot):
     """The control is judged at alpha x 0.02 (analysis.judge_control): a rejection at alpha alone is chance
     in 1 audit of 20 and warns; a gross one (or an impossible token) makes the audit invalid."""
-    from specaudit.analysis import judge_control
+    from specaudit.analysis import judge_control, judge_statuses
 
-    for holm_p, verdict, status in ((0.03, "warn", WARN), (1e-5, "fail", FAIL)):
+    for holm_p, status, equivalence in ((0.03, WARN, EquivalenceStatus.NO_VIOLATION_FOUND), (1e-5, FAIL, EquivalenceStatus.VIOLATION)):
         section = json.loads(json.dumps(snapshot["equivalence"]))
         control = section["engines"]["vanilla"]
         control["goodness_of_fit"]["gate"][0].update(holm_pvalue=holm_p, reject=True)
         control["goodness_of_fit"]["pvalue"] = holm_p
-        control["verdict"] = "fail"
+        control["goodness_of_fit"]["verdict"] = control["verdict"] = FAIL
         judge_control(section, 0.05)
-        assert control["verdict"] == verdict and section["control_alpha"] == pytest.approx(0.001)
-        assert ("control_warning" in section) == (verdict == "warn")
-        if verdict == "fail":
-            section["status"] = "error"
+        assert control["verdict"] == status and section["control_alpha"] == pytest.approx(0.001)
+        assert ("control_warning" in section) == (status == WARN)
+        judge_statuses(section, 0.05)
+        assert control["status"] == equivalence  # one status: a WARN control is not a VIOLATION
+        if status == FAIL:
+            section.update(status=FAIL, control_failed=True)
         check = _check(evaluate_gate({**snapshot, "equivalence": section}, GateThresholds(**LOOSE)), "control[vanilla]")
         assert check.status == status, check.message
         assert ("rerun with another --seed" in check.message) == (status == WARN)

@@ -15,7 +15,7 @@ import pytest
 from report_inputs import HOSTILE_GROUP, HOSTILE_ID, HOSTILE_TOKEN
 
 from specaudit.cli import main
-from specaudit.contracts import DisparityStatus, EquivalenceStatus
+from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.errors import InputError
 from specaudit.gate import GateThresholds, evaluate_gate
 from specaudit.report import OUTPUT_FILES, groups_rows, junit_xml, load_snapshot, render_html, render_report, render_summary
@@ -87,7 +87,7 @@ def test_report_shows_every_required_part(snapshot):
     # the decision first, from the gate: the fixture's hf-assisted engine violates the target distribution
     assert summary.startswith("Decision ")
     engines = snapshot["equivalence"]["engines"]
-    assert engines["hf-assisted"]["verdict"] == "fail" and snapshot["gate"]["status"] == "fail"
+    assert engines["hf-assisted"]["verdict"] == CheckStatus.FAIL and snapshot["gate"]["status"] == CheckStatus.FAIL
     assert "Do not enable" in summary and "Gate: FAIL (exit 1)" in summary
     assert "hf-assisted: its output is not distributed as the target's" in summary
     for card in ("Correctness", "Fairness", "Speed", "Timed under:", "CPU thread"):
@@ -387,7 +387,7 @@ def test_junit_has_one_case_per_gate_check(tmp_path, snapshot):
     status = {c.get("name"): c.find("properties/property[@name='status']").get("value") for c in cases}
     warned = [c for c in cases if status[c.get("name")] == "WARN"]
     not_run = [c for c in result.checks if c.details.get("not_run")]
-    assert len(failed) == result.counts["fail"] >= 1 and len(warned) == result.counts["warn"] >= 1
+    assert len(failed) == result.counts[CheckStatus.FAIL] >= 1 and len(warned) == result.counts[CheckStatus.WARN] >= 1
     # a warning is a passed test case (CI must not read it as "not run"); only a check that could not judge is skipped
     assert all(
         c.find("skipped") is None and c.find("failure") is None and c.find("system-out").text.startswith("WARN")

@@ -148,12 +148,12 @@ def test_impossible_token_is_a_hard_failure_naming_the_record():
     row = frame.index[17]
     frame.loc[row, ["p", "surprisal"]] = [0.0, math.inf]
     found = eq.impossible_tokens(frame)
-    assert found.verdict == "fail" and found.statistic == 1
+    assert found.verdict == "FAIL" and found.statistic == 1
     assert found.offenders == ((frame.loc[row, "key"], int(frame.loc[row, "position"]), int(frame.loc[row, "token"])),)
     battery = eq.goodness_of_fit(frame, by=())
-    assert battery.verdict == "fail"
+    assert battery.verdict == "FAIL"
     assert battery.gate["reject"].sum() == 0  # the rest of the battery sees nothing wrong
-    assert eq.impossible_tokens(simulate_tokens(1, 400, spec=SPECS[0], seed=4)).verdict == "pass"
+    assert eq.impossible_tokens(simulate_tokens(1, 400, spec=SPECS[0], seed=4)).verdict == "PASS"
 
 
 # ============================================================ acceptance calibration
@@ -372,7 +372,7 @@ def test_battery_family_wise_false_alarms_and_groups():
     for r, sub in frame.groupby("rep", sort=True):
         battery = eq.goodness_of_fit(sub, [records[r]], by=(), seed=int(r))
         assert set(battery.gate["test"]) == {"pit", "surprisal", "draft_affinity", "acceptance"}
-        fails.append(battery.verdict == "fail")
+        fails.append(battery.verdict == "FAIL")
     # Holm over correlated tests keeps the family-wise rate at or below α
     assert np.mean(fails) <= HIGH
 
@@ -383,12 +383,12 @@ def test_battery_family_wise_false_alarms_and_groups():
         part["key"] = f"p{g}|speculative|0"
         part["attr.domain"] = "code" if g == 2 else "chat"
     battery = eq.goodness_of_fit(pd.concat(parts, ignore_index=True))
-    assert battery.verdict == "fail"
+    assert battery.verdict == "FAIL"
     flagged = battery.flagged
     assert set(flagged["group"]) <= {"p2", "code"} and "p2" in set(flagged["group"])
     assert {"prompt_id", "domain"} == set(battery.by_group["dimension"])
     summary = json.loads(json.dumps(battery.to_dict()))  # snapshot-ready: plain JSON types
-    assert summary["verdict"] == "fail" and summary["flagged_groups"]
+    assert summary["verdict"] == "FAIL" and summary["flagged_groups"]
 
 
 def test_battery_refuses_greedy_and_mixed_engines():
@@ -462,11 +462,11 @@ def test_model_based_h0_calibration_and_power():
         sur_fail.append(eq.surprisal_martingale(sub).pvalue < ALPHA)
     assert LOW <= np.mean(pit_fail) <= HIGH
     assert LOW <= np.mean(sur_fail) <= HIGH
-    assert eq.goodness_of_fit(scores, by=["parity"]).verdict == "pass"
+    assert eq.goodness_of_fit(scores, by=["parity"]).verdict == "PASS"
 
     biased = ancestral_records(model, spec, n_prompts=8, n_samples=40, n_tokens=12, seed=2, sampler=sharpened(2.0))
     battery = eq.goodness_of_fit(score_records(model, biased, batch_size=400), by=())
-    assert battery.verdict == "fail" and battery.tests["surprisal"].statistic < 0
+    assert battery.verdict == "FAIL" and battery.tests["surprisal"].statistic < 0
 
 
 def speculative_records(target, draft, spec, verify, *, n_samples, n_tokens, k, seed):
@@ -531,7 +531,7 @@ def test_speculative_loop_passes_and_an_always_accept_mutant_fails():
     good = speculative_records(target, draft, spec, reference_verify, n_samples=16, n_tokens=16, k=3, seed=3)
     scores = score_records(target, good, draft_model=draft, batch_size=32)
     battery = eq.goodness_of_fit(scores, good, by=())
-    assert battery.verdict == "pass", battery.gate
+    assert battery.verdict == "PASS", battery.gate
     # the scored β (independent of the engine) agrees with the engine's own β
     table = eq.acceptance_indicators(good)
     table_scored = eq.acceptance_indicators(good, scores)
@@ -540,7 +540,7 @@ def test_speculative_loop_passes_and_an_always_accept_mutant_fails():
 
     bad = speculative_records(target, draft, spec, always_accept, n_samples=16, n_tokens=16, k=3, seed=3)
     battery = eq.goodness_of_fit(score_records(target, bad, draft_model=draft, batch_size=32), bad, by=())
-    assert battery.verdict == "fail"
+    assert battery.verdict == "FAIL"
     assert battery.tests["acceptance"].statistic > 3 and battery.tests["draft_affinity"].statistic > 0
 
 
@@ -635,7 +635,7 @@ def test_two_sample_tests_catch_a_sharpened_sampler():
     for seed in range(30):
         records, frame = two_sample_data(1000 + seed, n=30, gamma=2.0)
         result = eq.two_sample(records, frame, n_resamples=199, seed=seed, by=["half"])
-        verdicts.append(result.verdict == "fail")
+        verdicts.append(result.verdict == "FAIL")
         for name in eq.TWO_SAMPLE_TESTS:
             power[name].append(result.tests[name].pvalue < ALPHA)
     # measured: verdict 1.0, loglik 1.0, ngram 1.0, first_token 0.6, length 0.5 (30 samples/arm)
@@ -644,7 +644,7 @@ def test_two_sample_tests_catch_a_sharpened_sampler():
     assert np.mean(power["first_token"]) >= 0.4
     assert {"prompt_id", "test", "pvalue", "qvalue", "flagged"} <= set(result.by_prompt.columns)
     assert set(result.by_group["group"]) == {0, 1}
-    assert json.loads(json.dumps(result.to_dict()))["verdict"] in ("pass", "fail")
+    assert json.loads(json.dumps(result.to_dict()))["verdict"] in ("PASS", "FAIL")
 
 
 def test_two_sample_needs_both_engines():
@@ -660,7 +660,7 @@ def test_two_sample_with_one_sample_per_prompt_is_not_run_never_a_pass():
     must then read "not run", with the reason, and never "pass"."""
     records, frame = two_sample_data(0, n_prompts=40, n=1, gamma=4.0)
     result = eq.two_sample(records, frame, n_resamples=99)
-    assert result.verdict == eq.NOT_RUN and result.verdict != "pass"
+    assert result.verdict == eq.NOT_RUN and result.verdict != "PASS"
     assert "one sample per prompt and engine" in result.not_run_reason
     assert result.tests == {} and len(result.gate) == 0 and len(result.by_prompt) == 0
     payload = json.loads(json.dumps(result.to_dict()))
@@ -738,14 +738,14 @@ def test_greedy_exactness_classifies_divergences():
     assert by_key.loc["p|speculative|2", "classification"] == "clear"
     assert by_key.loc["p|speculative|2", "position"] == d
     assert by_key.loc["p|speculative|3", "classification"] == "length"
-    assert result.verdict == "fail"
+    assert result.verdict == "FAIL"
     ci = result.confidence_interval()
     assert ci.low < 0.25 < ci.high
 
     benign = eq.greedy_exactness(records[:3], model)
-    assert benign.verdict == "pass" and benign.match_rate == 0.5
+    assert benign.verdict == "PASS" and benign.match_rate == 0.5
     blind = eq.greedy_exactness(records[:3])  # no model: divergences cannot be explained
-    assert blind.divergences["classification"].tolist() == ["unexplained"] and blind.verdict == "fail"
+    assert blind.divergences["classification"].tolist() == ["unexplained"] and blind.verdict == "FAIL"
     assert json.loads(json.dumps(result.to_dict()))["n_pairs"] == 4
     sampled = [dict(r, sampling={"temperature": 0.7, "top_k": 0, "top_p": 1.0}) for r in records[:2]]
     with pytest.raises(InputError, match="temperature"):

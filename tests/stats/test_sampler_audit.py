@@ -18,7 +18,7 @@ from specaudit.stats.sampler_audit import FAMILIES, _large_vocab, _pooled_test
 def test_reference_sampler_passes_default_audit():
     result = audit_sampler(reference_verify, seed=1)
     assert isinstance(result, SamplerAuditResult)
-    assert result.verdict == "pass" and result.passed
+    assert result.verdict == "PASS" and result.passed
     assert result.pvalue > result.alpha == 0.05
     assert result.impossible == 0 and result.out_of_vocab == 0 and result.impossible_rejections == 0
     table = result.table
@@ -66,7 +66,7 @@ def _uniform_on_rejection(draft_tokens, draft_probs, target_probs, generator):
 def test_impossible_tokens_are_a_hard_failure():
     # top-k/top-p masks make most tokens impossible; one emitted masked token fails the audit
     result = audit_sampler(_uniform_on_rejection, seed=0, trials=100, families=["top-k", "top-p"])
-    assert result.verdict == "fail"
+    assert result.verdict == "FAIL"
     assert result.impossible > 0 and result.out_of_vocab == 0
     assert result.pvalue == 0.0
     assert math.isinf(result.worst["statistic"]) and result.worst["impossible"] > 0
@@ -78,7 +78,7 @@ def test_rejecting_a_draft_with_p_at_least_q_is_a_hard_failure():
     # bf16 q in the ratio, fp32 q sampled: with identical p and q a correct verifier never
     # rejects, this one rejects ~1.5% of drafts, long before the emitted distribution shows it
     result = audit_sampler(MUTANTS["bf16_draft_logits"], seed=0, families=["identical"])
-    assert result.verdict == "fail" and result.pvalue == 0.0 and result.impossible == 0
+    assert result.verdict == "FAIL" and result.pvalue == 0.0 and result.impossible == 0
     assert result.impossible_rejections > 0
     rows = result.table[result.table["test"] == "forced-accept"]
     assert rows["statistic"].sum() == result.impossible_rejections and (rows["pvalue"] == 0).all()
@@ -96,14 +96,14 @@ def _emits_vocab_size(draft_tokens, draft_probs, target_probs, generator):
 @pytest.mark.parametrize("vocab", [8193, 151936])
 def test_out_of_vocab_id_detected_at_large_vocab(vocab):
     result = audit_sampler(_emits_vocab_size, seed=0, trials=40, families="large-vocab", large_vocab_sizes=(vocab,), large_vocab_trials=40)
-    assert result.verdict == "fail"
+    assert result.verdict == "FAIL"
     assert result.out_of_vocab > 0 and result.impossible >= result.out_of_vocab
     assert result.worst["vocab"] == vocab and result.worst["kind"] == "bonus"
 
 
 def test_large_vocab_151936_correct_sampler_passes():
     result = audit_sampler(reference_verify, seed=2, families="large-vocab", large_vocab_sizes=(151936,), large_vocab_trials=150)
-    assert result.verdict == "pass"
+    assert result.verdict == "PASS"
     rows = result.table[result.table["vocab"] == 151936]
     assert len(rows) >= 5 and rows["n"].iloc[0] == 150
     # the cases put mass on the last id, where padding bugs live, and a real top-p zero tail
@@ -115,7 +115,7 @@ def test_large_vocab_151936_correct_sampler_passes():
 def test_user_vocab_above_256_uses_scattered_support():
     result = audit_sampler(reference_verify, seed=3, vocab_size=32000, trials=60, families=["dirichlet", "q-zero"])
     assert set(result.table["vocab"]) == {32000, 0}
-    assert result.verdict == "pass"
+    assert result.verdict == "PASS"
 
 
 def test_draft_leaning_sampler_caught_by_pooled_ratio_pit():
@@ -133,7 +133,7 @@ def test_draft_leaning_sampler_caught_by_pooled_ratio_pit():
     result = audit_sampler(lean_to_draft, seed=0)
     pooled = result.table[result.table["test"] == "ratio-pit"].iloc[0]
     assert pooled["statistic"] > 3.5  # toward the draft: positive z
-    assert result.verdict == "fail" and result.impossible == 0
+    assert result.verdict == "FAIL" and result.impossible == 0
 
 
 def test_pooled_test_is_calibrated_in_the_far_tail():

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from specaudit.contracts import EquivalenceStatus
 from specaudit.errors import InputError
 from specaudit.stats.scoring import TokenScores
 
@@ -16,7 +17,7 @@ TWO_SAMPLE_TESTS = ("first_token", "length", "loglik", "ngram")
 # Verdicts of an equivalence bound against a user's margin δ.
 EQUIVALENT, NOT_SHOWN, DIFFERENT = "equivalent within delta", "not shown", "different"
 # A test that could not reject whatever the data (see TwoSample): never reported as a pass.
-NOT_RUN = "not run"
+NOT_RUN = EquivalenceStatus.NOT_RUN
 
 
 # ============================================================================ helpers

@@ -79,7 +79,7 @@ class GoodnessOfFit(HolmBattery):
     `tests` holds the overall results by name (see GATE_TESTS; absent when not applicable),
     `gate` the Holm-adjusted decision table, `by_group` the per-prompt / per-group diagnostics
     with BH q-values. `pvalue` is the smallest Holm-adjusted p-value (the battery's family-wise
-    p-value); `verdict` is "fail" on any impossible token or any Holm rejection.
+    p-value); `verdict` is FAIL on any impossible token or any Holm rejection.
     """
 
     engine: str

@@ -39,7 +39,7 @@ class GreedyExactness:
     the reference prefix, the top-2 gap, the tolerance, and `classification`: "near-tie"
     (benign, explained by float non-associativity), "clear" (a bug), "length" (one output is a
     strict prefix of the other) or "unexplained" (no model to compute the gap).
-    Verdict: "pass" iff every divergence is a near-tie.
+    Verdict: PASS iff every divergence is a near-tie.
     """
 
     engine: str

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specaudit.contracts import EquivalenceStatus
+from specaudit.contracts.snapshot import parse_verdict, spelt
 from specaudit.stats._results import FAIL, PASS
 
 __all__ = ["engine_status"]
@@ -24,10 +25,10 @@ def _get(result: Any, name: str) -> Any:
 
 def engine_status(verdicts: Mapping[str, Any], bound: Any = None, delta: float | None = None) -> tuple[EquivalenceStatus, str]:
     """The status and a one-line reason, from the verdicts of the tests that were run (name →
-    "pass"/"fail"/"skipped"/"not run", or a result with a ``verdict``) and an optional TV bound
-    (``TVBound`` or its dict)."""
+    PASS/FAIL/"skipped"/"not run" in any case, or a result with a ``verdict``) and an optional TV
+    bound (``TVBound`` or its dict)."""
     results = {name: v for name, v in verdicts.items() if v is not None}
-    verdicts = {name: (v if isinstance(v, str) else _get(v, "verdict")) for name, v in results.items()}
+    verdicts = {name: spelt(v if isinstance(v, str) else _get(v, "verdict"), parse_verdict) for name, v in results.items()}
     rejected = [name for name, v in verdicts.items() if v == FAIL]
     if rejected:
         return EquivalenceStatus.VIOLATION, f"rejected by {', '.join(rejected)}"
