@@ -15,7 +15,7 @@ steps, D drafted tokens):
     speculative draft = a_d + b_d·P + c_d·D           (draft prefill, then one draft pass per token)
     speculative rest  = a_s + b_s·P + c_s·S           (target prefill, one verification per step, overhead)
 
-Each line is an ordinary least-squares fit over the timed records (draft_s and wall_s − draft_s of
+Each line is a least-squares fit, with costs constrained to be ≥ 0, over the timed records (draft_s and wall_s − draft_s of
 the speculative engine; wall_s of vanilla). D and S enter separate lines because the engines time
 drafting and verification apart: within one line they are nearly collinear (D ≈ k·S). The model is
 linear in S and D, so the expected counts of the screen give the expected wall time.
@@ -93,7 +93,11 @@ def timed_prompts(records: pd.DataFrame, engine: str = "speculative") -> pd.Data
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, ...]:
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    """Least squares with every coefficient ≥ 0: each is a cost (seconds per thing), and an
+    unconstrained fit on a few noisy timings can go negative and predict negative wall times."""
+    from scipy.optimize import nnls
+
+    coef, _ = nnls(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
     return tuple(float(c) for c in coef)
 
 
@@ -102,7 +106,7 @@ def fit_cost_model(timed: pd.DataFrame) -> CostModel:
     intercepts are multiplied by the number of runs)."""
     rv, rs = timed["runs_v"].to_numpy(float), timed["runs_s"].to_numpy(float)
     after_first = (timed["wall_s_v"] - timed["ttft_s"]).to_numpy(float)
-    per_token = float(np.dot(timed["T_v"] - rv, after_first) / max(float(np.dot(timed["T_v"] - rv, timed["T_v"] - rv)), 1e-12))
+    per_token = max(_line(np.column_stack([timed["T_v"] - rv]), after_first)[0], 0.0)
     first = _line(np.column_stack([rv, timed["P_v"]]), timed["ttft_s"].to_numpy(float) - per_token * rv)
     vanilla = (first[0], first[1], per_token)
     draft = _line(np.column_stack([rs, timed["P_s"], timed["proposed"]]), timed["draft_s"].to_numpy(float))
