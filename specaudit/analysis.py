@@ -79,27 +79,27 @@ def server_scored(records: list[dict]) -> bool:
     return bool(outputs) and float(outputs[0]["sampling"]["temperature"]) != 0.0 and carries_sampling_logprobs(outputs)
 
 
-def score_sampled(outputs: list[dict], pair, draft_noise: str | None = None):
+def score_sampled(outputs: list[dict], pair, plant_disparity: str | None = None):
     """Teacher-forced target scores of sampled outputs, with the draft's only where teacher forcing
-    reproduces the q decoding used; returns (TokenScores, the draft-scoring note)."""
+    reproduces the q decoding used (a planted disparity is mixed in on its group's records, as
+    decoding did); returns (TokenScores, the draft-scoring note)."""
+    from specaudit.models import DisparityPlant
     from specaudit.stats.scoring import score_records
 
     invariance = draft_batch_invariance(pair, outputs)
-    draft_model = pair.draft if pair.draft_is_model and invariance.get("batch_invariant") and not draft_noise else None
-    if draft_noise:  # the planted noise is not reproducible by teacher forcing the clean draft
-        invariance["note"] = (
-            f"draft noise planted ({draft_noise}): draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded"
-        )
-    elif pair.draft_is_model and draft_model is None and invariance.get("checked"):  # unchecked: no draft in the run
+    draft_model = pair.draft if pair.draft_is_model and invariance.get("batch_invariant") else None
+    plant = DisparityPlant.parse(plant_disparity) if plant_disparity else None
+    if pair.draft_is_model and draft_model is None and invariance.get("checked"):  # unchecked: no draft in the run
         invariance["note"] = (
             f"teacher-forced draft distributions differ from the ones decoding used (TV up to {invariance['max_tv']:.2f}); "
             "draft-affinity is skipped; acceptance calibration and the step PIT use what the engine recorded at run time"
         )
-    return score_records(pair.target, outputs, draft_model=draft_model, device=pair.device), invariance
+    scores = score_records(pair.target, outputs, draft_model=draft_model, draft_plant=plant, device=pair.device)
+    return scores, invariance
 
 
 def _equivalence(
-    records: list[dict], pair, *, alpha: float, delta: float, dimensions: list[str], seed: int, draft_noise: str | None = None
+    records: list[dict], pair, *, alpha: float, delta: float, dimensions: list[str], seed: int, plant_disparity: str | None = None
 ) -> dict:
     from specaudit.stats import equivalence as eq
     from specaudit.stats.power import minimum_detectable_effects
@@ -131,7 +131,7 @@ def _equivalence(
             "where the top-N does not hold all of it; no draft, so no draft affinity or acceptance calibration",
         }
     else:
-        scores, section["draft_scoring"] = score_sampled(outputs, pair, draft_noise)
+        scores, section["draft_scoring"] = score_sampled(outputs, pair, plant_disparity)
     if not greedy:
         n_prompts = len({r["prompt_id"] for r in outputs})
         for engine in engines:
@@ -404,7 +404,7 @@ def analyze(
         # would cost as much as the screen).
         judged = [r for r in records if r["engine"] != SCREEN_ENGINE] if len(engines) > 1 else records
         snapshot["equivalence"] = _equivalence(
-            judged, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed, draft_noise=config.get("draft_noise")
+            judged, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed, plant_disparity=config.get("plant_disparity")
         )
     speculative_engines = [e for e in engines if e != CONTROL_ENGINE]
     # Acceptance per group comes from the screen when the run has one (every prompt, exact in

@@ -63,7 +63,7 @@ class RunConfig(BaseModel):
     timing_repeats: int = Field(0, ge=0, strict=True)
     warmup: int = Field(1, ge=0, strict=True)
     verify: str | None = None  # "module:function" of a user's rejection step, for the speculative engine
-    draft_noise: str | None = None  # "dimension=group:sigma": plant a disparity (NoisyDraft) to check an audit's power
+    plant_disparity: str | None = None  # "dimension=group:factor": plant a known disparity (models.DisparityPlant) to check an audit's power
     chat_template: bool = Field(True, strict=True)
     endpoint: dict | None = None  # settings of `--engines endpoint` (specaudit.backends.endpoint.EndpointSettings)
     extra: dict = Field(default_factory=dict)
@@ -113,12 +113,14 @@ class RunConfig(BaseModel):
         SamplingSpec(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)  # its checks: temperature, top-k, top-p
         if isinstance(self.draft, str) and self.draft.startswith("early-exit") and not self.draft.partition(":")[2].isdigit():
             raise InputError(f"--draft {self.draft!r}: write early-exit:N with N the number of layers to keep, e.g. early-exit:8")
-        if self.draft_noise:
-            from specaudit.models import parse_draft_noise
+        if self.plant_disparity:
+            from specaudit.models import DisparityPlant
 
-            parse_draft_noise(self.draft_noise)
+            DisparityPlant.parse(self.plant_disparity)
             if "hf-assisted" in self.engines:
-                raise InputError("--draft-noise applies to the speculative engine only; drop hf-assisted from --engines")
+                raise InputError("--plant-disparity applies to the speculative engine and the screen only; drop hf-assisted from --engines")
+            if self.draft == "ngram":
+                raise InputError("--plant-disparity mixes a draft model's distribution, and the ngram draft has none; use a model draft")
         if self.draft is None and not backends and any(e != "vanilla" for e in self.engines):
             raise InputError("the speculative engines need a --draft (int8, early-exit:N, ngram, or a model)")
         return self
@@ -155,7 +157,7 @@ class RunConfig(BaseModel):
             "dtype",
             "verify",
             "chat_template",
-            "draft_noise",
+            "plant_disparity",
         )
         identity = {name: getattr(self, name) for name in keep}
         if self.endpoint:

@@ -9,23 +9,24 @@ from collections.abc import Mapping
 from specaudit.errors import InputError
 
 
-def check_draft_noise_targets(draft_noise: str | None, prompt_set) -> None:
-    """--draft-noise dimension=group:sigma must name a dimension and a group some prompt has."""
-    if not draft_noise:
+def check_plant_targets(plant_disparity: str | None, prompt_set) -> None:
+    """--plant-disparity dimension=group:factor must name a dimension and a group some prompt has."""
+    if not plant_disparity:
         return
-    from specaudit.models import parse_draft_noise
+    from specaudit.models import DisparityPlant
 
-    dimension, group, _ = parse_draft_noise(draft_noise)
+    plant = DisparityPlant.parse(plant_disparity)
+    dimension, group = plant.dimension, plant.group
     groups = {p.attributes[dimension] for p in prompt_set.prompts if dimension in p.attributes}
     if not groups:
         dimensions = sorted({d for p in prompt_set.prompts for d in p.attributes})
         raise InputError(
-            f"--draft-noise {draft_noise!r}: no prompt has the dimension {dimension!r} "
+            f"--plant-disparity {plant_disparity!r}: no prompt has the dimension {dimension!r} "
             f"(the prompts have {', '.join(dimensions) or 'no dimensions'})"
         )
     if group not in groups:
         raise InputError(
-            f"--draft-noise {draft_noise!r}: no prompt is in group {group!r} of {dimension!r} (its groups: {', '.join(sorted(groups))})"
+            f"--plant-disparity {plant_disparity!r}: no prompt is in group {group!r} of {dimension!r} (its groups: {', '.join(sorted(groups))})"
         )
 
 

@@ -54,13 +54,13 @@ def test_audit_config_errors_exit_2_before_any_decoding(tmp_path, tiny_pair_dir,
 def test_monitor_run_audits_stores_and_checks(tmp_path, tiny_pair_dir, tiny_prompts_file, capsys):
     """`monitor run` = the audit of `audit` (same config file and flags) + store + drift check.
     Three runs: the first starts the history, the second re-runs with another seed, the third
-    plants noise in group b's draft; every run lands in the store with per-prompt values."""
+    plants a disparity in group b's draft; every run lands in the store with per-prompt values."""
     import sqlite3
 
     config = _config(tmp_path, tiny_pair_dir, tiny_prompts_file)
     store = f"sqlite:///{tmp_path / 'history.db'}"
     codes, outputs = [], []
-    for i, extra in enumerate([[], ["--seed", "1"], ["--seed", "2", "--draft-noise", "group=b:6.0"]]):
+    for i, extra in enumerate([[], ["--seed", "1"], ["--seed", "2", "--plant-disparity", "group=b:0.2"]]):
         code = main(
             [
                 "monitor",
@@ -91,7 +91,7 @@ def test_monitor_run_audits_stores_and_checks(tmp_path, tiny_pair_dir, tiny_prom
         assert db.execute("select count(*) from specaudit_runs where environment = 'ci'").fetchone()[0] == 3
     snapshot = json.loads((tmp_path / "run2" / "snapshot.json").read_text())
     assert {row["id"] for row in snapshot["prompts"]} == {"p1", "p2", "p3", "p4"}
-    assert snapshot["run"]["config"]["draft_noise"] == "group=b:6.0"
+    assert snapshot["run"]["config"]["plant_disparity"] == "group=b:0.2"
 
 
 def test_monitor_run_refuses_a_foreign_store_before_decoding(tmp_path, tiny_pair_dir, tiny_prompts_file, capsys):

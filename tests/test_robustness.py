@@ -229,8 +229,8 @@ def _run_argv(tiny_pair_dir, prompts, out, *extra):
     "extra, message",
     [
         (["--verify", "os:sep"], "--verify 'os:sep' names a str, not a function"),
-        (["--draft-noise", "group=zzz:1.0"], "no prompt is in group 'zzz' of 'group' (its groups: a, b)"),
-        (["--draft-noise", "language=fr:1.0"], "no prompt has the dimension 'language' (the prompts have group)"),
+        (["--plant-disparity", "group=zzz:0.5"], "no prompt is in group 'zzz' of 'group' (its groups: a, b)"),
+        (["--plant-disparity", "language=fr:0.5"], "no prompt has the dimension 'language' (the prompts have group)"),
     ],
 )
 def test_run_refuses_settings_that_cannot_apply(tmp_path, tiny_pair_dir, tiny_prompts_file, capsys, extra, message):

@@ -36,9 +36,9 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup", type=int, help="warm-up rounds before timing (default 1)")
     g.add_argument("--verify", help="module:function of your own rejection step, run inside the speculative engine")
     g.add_argument(
-        "--draft-noise",
-        help="dimension=group:sigma: add N(0, sigma^2) noise to the draft's logits on that group's "
-        "prompts, planting a known disparity to check the audit finds it",
+        "--plant-disparity",
+        help="dimension=group:factor (0 < factor < 1): on that group's prompts the draft's distribution becomes "
+        "factor*q + (1-factor)*uniform, planting a known disparity (acceptance about factor x) to check the audit finds it",
     )
     g.add_argument(
         "--no-chat-template",

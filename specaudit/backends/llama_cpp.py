@@ -153,9 +153,9 @@ def check_config(cfg) -> None:
             "--verify plugs a rejection step into specaudit's speculative engine; llama.cpp uses its own, so drop --verify "
             "with --engines llama-cpp"
         )
-    if getattr(cfg, "draft_noise", None):
+    if getattr(cfg, "plant_disparity", None):
         raise InputError(
-            "--draft-noise changes specaudit's draft; llama.cpp's draft cannot be changed, so drop it with --engines llama-cpp"
+            "--plant-disparity changes specaudit's draft; llama.cpp's draft cannot be changed, so drop it with --engines llama-cpp"
         )
     draft = str(cfg.draft)
     if draft != "ngram" and not draft.endswith(".gguf"):

@@ -80,8 +80,8 @@ def llm_kwargs(cfg, target: str, *, speculative: bool) -> dict:
         raise InputError(
             "--verify plugs a rejection step into specaudit's speculative engine; vLLM uses its own, so drop --verify with --engines vllm"
         )
-    if getattr(cfg, "draft_noise", None):
-        raise InputError("--draft-noise changes specaudit's draft; vLLM's draft cannot be changed, so drop it with --engines vllm")
+    if getattr(cfg, "plant_disparity", None):
+        raise InputError("--plant-disparity changes specaudit's draft; vLLM's draft cannot be changed, so drop it with --engines vllm")
     if cfg.dtype not in DTYPES:
         raise InputError(f"--dtype {cfg.dtype!r}: with --engines vllm choose one of {', '.join(DTYPES)}")
     extra = (cfg.extra or {}).get("vllm") or {}

@@ -109,14 +109,14 @@ def generate_one(
     if engine == CONTROL_ENGINE:
         return vanilla_generate(pair.target, prompt_ids, **common)
     draft = pair.draft
-    if cfg.draft_noise:
-        from specaudit.models import NoisyDraft, parse_draft_noise
+    if cfg.plant_disparity:
+        from specaudit.models import DisparityPlant, PlantedDraft
 
-        dimension, group, sigma = parse_draft_noise(cfg.draft_noise)
-        if (attributes or {}).get(dimension) == group:
+        plant = DisparityPlant.parse(cfg.plant_disparity)
+        if plant.applies_to(attributes):
             if not pair.draft_is_model:
-                raise InputError(f"--draft-noise needs a model draft, not {cfg.draft!r}")
-            draft = NoisyDraft(draft, sigma, seed)
+                raise InputError(f"--plant-disparity needs a model draft, not {cfg.draft!r}")
+            draft = PlantedDraft(draft, plant, pair.vocab_size)
     return speculative_generate(pair.target, draft, prompt_ids, k=cfg.k, verify=verify, **common)
 
 

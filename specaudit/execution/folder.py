@@ -36,7 +36,7 @@ from specaudit.contracts.run import (
 )
 from specaudit.errors import InputError
 from specaudit.execution.plan import SEED_DERIVATION, engine_subset, plan_items, shard_prompts
-from specaudit.preflight import check_draft_noise_targets
+from specaudit.preflight import check_plant_targets
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
@@ -144,7 +144,7 @@ def load_run_prompts(cfg: RunConfig, prompt_set=None):
         )
     if not prompt_set.prompts:
         raise InputError(f"prompt set {cfg.prompts!r} selected no prompts (check --dimensions / --per-group)")
-    check_draft_noise_targets(cfg.draft_noise, prompt_set)
+    check_plant_targets(cfg.plant_disparity, prompt_set)
     return prompt_set
 
 

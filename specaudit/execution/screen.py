@@ -7,7 +7,8 @@ the run's k (specaudit.screen._acceptance): `proposed`, `accepted`, `steps` (exp
 the path; exact counts for n-gram), `expected_reached`, and per output position `position_beta`
 (Σ min(p_t, q_t)) and `position_accept` (min(1, q_t(x_t)/p_t(x_t)); 1/0 for n-gram). No engine
 latency is measured: `wall_s` / `ttft_s` stay null and the record's share of its batch's time
-goes under `screen`. Records are written batch by batch, so a run resumes.
+goes under `screen`. Records are written batch by batch, so a run resumes. A planted disparity
+(`--plant-disparity`) mixes the draft's q on the rows of its group only, as the engine does.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import math
 
 from specaudit.contracts.run import SCREEN_ENGINE, PlanItem
 from specaudit.decoding import Generation
-from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
 from specaudit.execution.decode import device_entry, eos_token_ids, library_versions, make_record, pad_token_id
 from specaudit.execution.folder import RunFolder
@@ -43,13 +43,6 @@ class ScreenExecutor(Executor):
 
     def record_engines(self) -> tuple[str, ...]:
         return (SCREEN_ENGINE, *(e for e in self.cfg.engines if e != SCREEN_ENGINE))
-
-    def check(self, folder: RunFolder) -> None:
-        if self.cfg.draft_noise:
-            raise InputError(
-                f"--engines screen cannot reproduce a planted --draft-noise ({self.cfg.draft_noise}): its noise depends on "
-                "how the draft is called; run the engines instead"
-            )
 
     def start(self, folder: RunFolder) -> dict:
         import torch
@@ -84,9 +77,11 @@ class ScreenExecutor(Executor):
             self.engines.execute(folder, engine_items, emit)
 
     def screen(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
+        from specaudit.models import DisparityPlant
         from specaudit.screen import screen_paths
 
         pair, cfg = self.pair, self.cfg
+        plant = DisparityPlant.parse(cfg.plant_disparity) if cfg.plant_disparity else None
         eos_ids = eos_token_ids(pair)
         pad_id = pad_token_id(pair, eos_ids)
         encoded = {p.id: prompt_token_ids(pair.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
@@ -112,6 +107,8 @@ class ScreenExecutor(Executor):
                 pad_id=pad_id,
                 batch_size=batch_size,
                 check_draft=begin == 0,
+                plant=plant,
+                planted=[plant is not None and plant.applies_to(item.prompt.attributes) for item in chunk],
             )
             for item, seed, prompt_ids, path in zip(chunk, seeds, prompts, paths, strict=True):
                 emit(screen_record(cfg, item, seed, prompt_ids, path, pair.tokenizer.decode(path.tokens, skip_special_tokens=True)))

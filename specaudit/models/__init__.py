@@ -8,9 +8,10 @@ from specaudit._lazy import lazy_exports
 from specaudit.models._hub import DEFAULT_TARGET
 
 _LAZY = {
+    "DisparityPlant": "specaudit.models._plant",
     "ModelPair": "specaudit.models._loading",
     "NgramDraft": "specaudit.models._loading",
-    "NoisyDraft": "specaudit.models._loading",
+    "PlantedDraft": "specaudit.models._plant",
     "Stopwatch": "specaudit.models._device",
     "check_same_vocabulary": "specaudit.models._loading",
     "default_target_folder": "specaudit.models._loading",
@@ -19,7 +20,6 @@ _LAZY = {
     "int8_draft": "specaudit.models._loading",
     "load_pair": "specaudit.models._loading",
     "load_tokenizer": "specaudit.models._loading",
-    "parse_draft_noise": "specaudit.models._loading",
     "resolve_device": "specaudit.models._device",
     "resolve_dtype": "specaudit.models._device",
     "save_tiny_pair": "specaudit.models._tiny",

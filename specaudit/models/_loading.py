@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
-import inspect
 import json
 import os
 import shutil
@@ -188,44 +187,6 @@ def early_exit_draft(target: torch.nn.Module, layers: int) -> torch.nn.Module:
     if getattr(draft.config, "layer_types", None):
         draft.config.layer_types = draft.config.layer_types[:layers]
     return draft.eval()
-
-
-class NoisyDraft(torch.nn.Module):
-    """A draft made deliberately worse: Gaussian noise of scale `sigma` added to its logits.
-
-    The speculative sampler stays exact (it verifies against the noisy q it sampled from); only
-    acceptance drops. Applied to one group's prompts it plants a known disparity, so an audit's
-    power to find one can be checked on a real pair (`--draft-noise language=fr:2.0`).
-    """
-
-    def __init__(self, draft: torch.nn.Module, sigma: float, seed: int):
-        super().__init__()
-        self.draft = draft
-        self.config = draft.config
-        self.sigma = float(sigma)
-        device = next(draft.parameters()).device
-        self.generator = torch.Generator(device=device).manual_seed(seed)
-        # forward_cached picks the cache keyword from the wrapped model's signature, not ours.
-        self._specaudit_cache_keyword = "cache" if "cache" in inspect.signature(draft.forward).parameters else "past_key_values"
-
-    def forward(self, input_ids, **kwargs):
-        output = self.draft(input_ids=input_ids, **kwargs)
-        noise = torch.randn(output.logits.shape, generator=self.generator, device=output.logits.device, dtype=torch.float32)
-        output.logits = output.logits + self.sigma * noise.to(output.logits.dtype)
-        return output
-
-
-def parse_draft_noise(text: str) -> tuple[str, str, float]:
-    """'dimension=group:sigma' -> (dimension, group, sigma)."""
-    where, _, sigma = text.rpartition(":")
-    dimension, _, group = where.partition("=")
-    try:
-        scale = float(sigma)
-    except ValueError:
-        scale = -1.0
-    if not (dimension and group and scale > 0):
-        raise InputError(f"--draft-noise {text!r}: write dimension=group:sigma with sigma > 0, e.g. language=fr:2.0")
-    return dimension, group, scale
 
 
 class NgramDraft:

@@ -9,7 +9,7 @@ import torch
 
 from specaudit.decoding.warping import SamplingSpec
 from specaudit.errors import InputError
-from specaudit.models import NgramDraft, NoisyDraft
+from specaudit.models import DisparityPlant, NgramDraft, PlantedDraft
 from specaudit.screen._acceptance import (
     PathAcceptance,
     model_draft_acceptance,
@@ -35,8 +35,6 @@ class ScreenedPath:
 
 
 def draft_kind(draft) -> str:
-    if isinstance(draft, NoisyDraft):
-        raise InputError("the screen cannot reproduce a planted --draft-noise (its noise depends on the call); run the engines instead")
     if isinstance(draft, NgramDraft):
         return "ngram"
     if isinstance(draft, torch.nn.Module):
@@ -76,10 +74,16 @@ def screen_paths(
     pad_id: int,
     batch_size: int = 32,
     check_draft: bool = True,
+    plant: DisparityPlant | None = None,
+    planted: list[bool] | None = None,
 ) -> list[ScreenedPath]:
     """Screen every (prompt, seed) row; rows come back in input order. Batches group prompts of
-    similar length (less padding); no row's result depends on which batch it landed in."""
+    similar length (less padding); no row's result depends on which batch it landed in.
+    `plant` mixes the draft's q on the rows where `planted` is true (the planted group's prompts),
+    as the speculative engine does for those prompts."""
     kind = draft_kind(draft)
+    if plant is not None and kind != "model":
+        raise InputError("--plant-disparity mixes a draft model's distribution, and the ngram draft has none; use a model draft")
     device = next(target.parameters()).device
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     results: list[ScreenedPath | None] = [None] * len(prompts)
@@ -103,7 +107,11 @@ def screen_paths(
                 longest = max(range(len(rows)), key=lambda r: len(batch.tokens[r]))
                 check_call_invariance(draft, prompts[rows[longest]], batch.tokens[longest], device)
                 checked = True
-            q = teacher_forced_probs(draft, batch, spec=spec, vocab_size=vocab_size)
+            rows_draft = draft
+            if plant is not None and planted is not None and any(planted[i] for i in rows):
+                mask = torch.tensor([planted[i] for i in rows], device=device)
+                rows_draft = PlantedDraft(draft, plant, vocab_size, rows=mask)
+            q = teacher_forced_probs(rows_draft, batch, spec=spec, vocab_size=vocab_size)
             path_ids = batch.input_ids[:, batch.prompt_width :]
             # row by row: float64 copies of [B, T, V] would cost gigabytes at the default vocabulary
             parts = [position_acceptance(batch.probs[r], q[r], path_ids[r]) for r in range(len(rows))]

@@ -100,7 +100,7 @@ def subsampled_detection(
     smallest = int(by_prompt.map(len).min()) if len(by_prompt) else 0
     if max(budgets) > smallest:
         raise InputError(f"the pool holds {smallest} sequences of some prompt, fewer than the {max(budgets)} per prompt of one audit")
-    frame = score_sampled(pooled, pair, setting["draft_noise"])[0].tokens
+    frame = score_sampled(pooled, pair, setting["plant_disparity"])[0].tokens
     record_of = {r["key"]: r for r in pooled}
     tokens_of = frame.groupby("key").size()
     rng = np.random.default_rng(seed)
@@ -142,7 +142,7 @@ _SAME_IN_A_POOL = (
     "top_p",
     "max_new_tokens",
     "verify",
-    "draft_noise",
+    "plant_disparity",
     "chat_template",
     "dtype",
 )

@@ -296,6 +296,7 @@ def score_records(
     spec: SamplingSpec | None = None,
     *,
     draft_model: torch.nn.Module | None = None,
+    draft_plant: Any = None,
     batch_size: int = 8,
     device: str | torch.device | None = None,
     max_mass_position: int = 64,
@@ -304,7 +305,9 @@ def score_records(
     """Teacher-force `model` over each record's prompt + output and score every emitted token.
 
     `spec` is the warping the run used (None: read it from the records, which must agree).
-    With `draft_model`, the draft is scored under the same spec (q_t, E_p[q], Var_p(q), β_t).
+    With `draft_model`, the draft is scored under the same spec (q_t, E_p[q], Var_p(q), β_t);
+    `draft_plant` (a models.DisparityPlant) mixes its logits on the records of the planted group,
+    as the engine and the screen did.
     Records flagged `timing_only` are skipped. `position_mass` is collected for positions
     < `max_mass_position` (its size grows with samples² per prompt and position).
     `null_draws` draws of the surprisal statistic's null are kept per record (0: none, and the
@@ -351,7 +354,12 @@ def score_records(
                 f"[0, {rows_logits[0].shape[-1]}); score it with the model that produced it"
             )
         target = warp(rows_logits[0], spec)
-        draft = warp(rows_logits[1], spec) if draft_model is not None else None
+        draft = None
+        if draft_model is not None:
+            draft_logits = rows_logits[1]
+            if draft_plant is not None and draft_plant.applies_to(_field(rows[i], "attributes")):
+                draft_logits = draft_plant.mix(draft_logits, draft_logits.shape[-1])
+            draft = warp(draft_logits, spec)
         columns[i] = token_statistics(target, tokens, draft)
         if null_draws:
             key = str(_field(rows[i], "key"))

@@ -177,29 +177,34 @@ def test_four_shards_merged_equal_the_unsplit_run(tmp_path, tiny_pair_dir, tiny_
         merge_runs(tmp_path / "mixed", [shards[0], tmp_path / "other"])
 
 
-def test_draft_noise_lowers_acceptance_on_its_group_only(tmp_path, tiny_pair_dir, tiny_prompts_file):
-    """A planted disparity: noise on group b's draft logits changes nothing for group a."""
+def test_plant_disparity_lowers_acceptance_on_its_group_only(tmp_path, tiny_pair_dir, tiny_prompts_file):
+    """A planted disparity: group b's draft mixed toward uniform changes nothing for group a."""
     common = dict(engines="speculative", samples=3, max_new_tokens=24)
     run(_config(tiny_pair_dir, tiny_prompts_file, **common), tmp_path / "clean", progress=False)
-    run(_config(tiny_pair_dir, tiny_prompts_file, draft_noise="group=b:4.0", **common), tmp_path / "noisy", progress=False)
-    clean, noisy = (read_records(tmp_path / name / "records.jsonl") for name in ("clean", "noisy"))
+    run(_config(tiny_pair_dir, tiny_prompts_file, plant_disparity="group=b:0.3", **common), tmp_path / "planted", progress=False)
+    clean, planted = (read_records(tmp_path / name / "records.jsonl") for name in ("clean", "planted"))
 
     def rate(records, group):
         chosen = [r for r in records if r["attributes"]["group"] == group]
         return sum(r["accepted"] for r in chosen) / sum(r["proposed"] for r in chosen)
 
     assert _outputs([r for r in clean if r["attributes"]["group"] == "a"]) == _outputs(
-        [r for r in noisy if r["attributes"]["group"] == "a"]
+        [r for r in planted if r["attributes"]["group"] == "a"]
     )
-    assert rate(noisy, "b") < 0.6 * rate(clean, "b")
-    manifest = json.loads((tmp_path / "noisy" / "manifest.json").read_text())
-    assert manifest["decoding"]["draft_noise"] == "group=b:4.0"
+    assert rate(planted, "b") < 0.6 * rate(clean, "b")
+    manifest = json.loads((tmp_path / "planted" / "manifest.json").read_text())
+    assert manifest["decoding"]["plant_disparity"] == "group=b:0.3"
 
 
-@pytest.mark.parametrize("text", ["group=b", "group:2", "=b:1.0", "group=b:-1"])
-def test_malformed_draft_noise_is_an_input_error(tiny_pair_dir, tiny_prompts_file, text):
-    with pytest.raises(InputError, match="dimension=group:sigma"):
-        _config(tiny_pair_dir, tiny_prompts_file, draft_noise=text)
+@pytest.mark.parametrize("text", ["group=b", "group:0.5", "=b:0.5", "group=b:-1", "group=b:1"])
+def test_malformed_plant_disparity_is_an_input_error(tiny_pair_dir, tiny_prompts_file, text):
+    with pytest.raises(InputError, match="dimension=group:factor"):
+        _config(tiny_pair_dir, tiny_prompts_file, plant_disparity=text)
+
+
+def test_plant_disparity_refuses_the_ngram_draft(tiny_pair_dir, tiny_prompts_file):
+    with pytest.raises(InputError, match="ngram draft has none"):
+        _config(tiny_pair_dir, tiny_prompts_file, engines="speculative", draft="ngram", plant_disparity="group=b:0.5")
 
 
 def test_a_conversation_reaches_the_model_through_the_chat_template(tmp_path, tiny_pair_dir):

@@ -68,9 +68,39 @@ def test_analyze_reads_acceptance_per_group_from_screen_records(tiny_pair_dir, t
     assert all(sum(r["accepted_per_step"]) == r["accepted"] for r in records)  # n-gram: exact simulated steps
 
 
-def test_planted_draft_noise_is_refused(tiny_pair_dir, tiny_prompts_file, tmp_path, capsys):
-    assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "run", "screen", "--draft-noise", "group=a:2.0") == 2
-    assert "draft-noise" in capsys.readouterr().err
+def test_planted_disparity_in_the_screen_is_scored_as_screened(tiny_pair, tiny_pair_dir, tiny_prompts_file, tmp_path):
+    """The screen mixes group b's q only; analysis teacher-forces the same planted q, so its β per
+    token equals the screen's `position_beta` on every record, planted or not."""
+    from specaudit.analysis import score_sampled
+
+    assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "clean", "screen") == 0
+    assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "run", "screen", "--plant-disparity", "group=b:0.3") == 0
+    clean = {r["key"]: r for r in read_records(tmp_path / "clean" / "records.jsonl")}
+    records = read_records(tmp_path / "run" / "records.jsonl")
+    for record in records:
+        same = record["position_beta"] == clean[record["key"]]["position_beta"]
+        assert same == (record["attributes"]["group"] == "a"), record["key"]
+    scores, note = score_sampled(records, tiny_pair, "group=b:0.3")
+    assert note["batch_invariant"] and scores.has_draft
+    for record in records:
+        beta = scores.tokens.loc[scores.tokens["key"] == record["key"], "beta"].to_numpy()
+        assert beta == pytest.approx(record["position_beta"], abs=1e-5)
+    assert main(["analyze", str(tmp_path / "run")]) == 0
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--plant-disparity", "group=b:1"], "write dimension=group:factor with 0 < factor < 1"),
+        (["--plant-disparity", "group=b:0.5", "--draft", "ngram"], "the ngram draft has none"),
+        (["--plant-disparity", "group=zzz:0.5"], "no prompt is in group 'zzz' of 'group'"),
+    ],
+)
+def test_a_plant_that_cannot_apply_exits_2(tiny_pair_dir, tiny_prompts_file, tmp_path, capsys, extra, message):
+    assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "run", "screen", *extra) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "run" / "records.jsonl").exists()
 
 
 def test_int8_draft_is_call_invariant_and_dynamic_int8_is_refused():

@@ -12,14 +12,14 @@ import torch
 from specaudit.decoding import SamplingSpec, speculative_generate, vanilla_generate
 from specaudit.errors import InputError
 from specaudit.models import (
+    DisparityPlant,
     NgramDraft,
-    NoisyDraft,
+    PlantedDraft,
     tiny_draft_of,
     tiny_model,
     tiny_tokenizer,
 )
-from specaudit.screen import expected_counts, sample_batch, screen_paths
-from specaudit.screen._sampling import teacher_forced_probs
+from specaudit.screen import check_call_invariance, expected_counts, sample_batch, screen_paths, teacher_forced_probs
 
 TEXTS = ["Hello there, how are you?", "List three fruits.", "Hi", "Write a short poem about rain, please now."]
 
@@ -156,18 +156,94 @@ def test_screen_agrees_with_the_speculative_engine(models, draft_name):
         assert np.var([r.acceptance.accepted for r in rows]) < np.var([g.accepted for g in engine])
 
 
-def test_screen_refuses_drafts_it_cannot_reproduce(models):
+def test_planted_draft_is_call_invariant_and_mixes_only_its_rows(models):
     target, model_draft, tokenizer = models
-    common = {
-        "spec": SamplingSpec(1.0),
-        "k": 3,
-        "max_new_tokens": 12,
-        "eos_ids": set(),
-        "vocab_size": target.config.vocab_size,
-        "pad_id": 0,
-    }
-    with pytest.raises(InputError, match="draft-noise"):
-        screen_paths(target, NoisyDraft(model_draft, 1.0, 0), _prompts(tokenizer), [1, 2, 3, 4], **common)
+    vocab, plant = target.config.vocab_size, DisparityPlant("group", "b", 0.4)
+    prompt, path = tokenizer("Explain why the sky is blue.")["input_ids"], tokenizer(" Because of scattering light.")["input_ids"]
+    planted = PlantedDraft(model_draft, plant, vocab)
+    assert check_call_invariance(planted, prompt, path, torch.device("cpu")) < 1e-5  # teacher-forced vs step by step
+
+    batch = sample_batch(
+        target, _prompts(tokenizer)[:2], [5, 6], spec=SamplingSpec(1.0), max_new_tokens=10, eos_ids=set(), vocab_size=vocab, pad_id=0
+    )
+    clean = teacher_forced_probs(model_draft, batch, spec=SamplingSpec(1.0), vocab_size=vocab)
+    everywhere = teacher_forced_probs(planted, batch, spec=SamplingSpec(1.0), vocab_size=vocab)
+    second_only = PlantedDraft(model_draft, plant, vocab, rows=torch.tensor([False, True]))
+    mixed = teacher_forced_probs(second_only, batch, spec=SamplingSpec(1.0), vocab_size=vocab)
+    torch.testing.assert_close(everywhere, 0.4 * clean + 0.6 / vocab)  # the mixture, on the probabilities
+    torch.testing.assert_close(mixed[0], clean[0])
+    torch.testing.assert_close(mixed[1], everywhere[1])
+
+
+@pytest.mark.parametrize("text", ["group=b", "group:0.5", "=b:0.5", "group=b:-1", "group=b:0", "group=b:1", "group=b:1.5", "group=b:x"])
+def test_malformed_plant_is_one_sentence(text):
+    with pytest.raises(InputError, match=r"dimension=group:factor with 0 < factor < 1"):
+        DisparityPlant.parse(text)
+
+
+def test_screen_acceptance_of_a_planted_group_matches_the_engine(models):
+    """The same prompt screened as an unplanted and a planted row (in one batch) and decoded by the
+    engine with the clean and the planted draft: each arm agrees within 4 standard errors, and
+    planting lowers acceptance."""
+    target, model_draft, tokenizer = models
+    prompt, vocab, k, budget, n = _prompts(tokenizer)[0], target.config.vocab_size, 3, 16, 150
+    plant = DisparityPlant("group", "b", 0.5)
+    rows = screen_paths(
+        target,
+        model_draft,
+        [prompt] * (2 * n),
+        list(range(2 * n)),
+        spec=SamplingSpec(1.0),
+        k=k,
+        max_new_tokens=budget,
+        eos_ids=set(),
+        vocab_size=vocab,
+        pad_id=0,
+        batch_size=100,
+        plant=plant,
+        planted=[i % 2 == 1 for i in range(2 * n)],
+    )
+    means = {}
+    for arm, draft in ((0, model_draft), (1, PlantedDraft(model_draft, plant, vocab))):
+        engine = [
+            speculative_generate(
+                target,
+                draft,
+                prompt,
+                spec=SamplingSpec(1.0),
+                k=k,
+                max_new_tokens=budget,
+                generator=torch.Generator().manual_seed(10_000 + s),
+                eos_ids=set(),
+                vocab_size=vocab,
+            ).accepted
+            for s in range(n)
+        ]
+        screen = np.array([r.acceptance.accepted for r in rows[arm::2]])
+        real = np.array(engine, dtype=float)
+        z = (screen.mean() - real.mean()) / np.sqrt(screen.var(ddof=1) / n + real.var(ddof=1) / n)
+        assert abs(z) < 4, (arm, screen.mean(), real.mean())
+        means[arm] = screen.mean()
+    assert means[1] < 0.8 * means[0]
+
+
+def test_plant_needs_a_model_draft(models):
+    target, _, tokenizer = models
+    with pytest.raises(InputError, match="ngram draft has none"):
+        screen_paths(
+            target,
+            NgramDraft(),
+            _prompts(tokenizer),
+            [1, 2, 3, 4],
+            spec=SamplingSpec(1.0),
+            k=3,
+            max_new_tokens=12,
+            eos_ids=set(),
+            vocab_size=target.config.vocab_size,
+            pad_id=0,
+            plant=DisparityPlant("group", "b", 0.5),
+            planted=[True, False, True, False],
+        )
 
 
 class _CallDependentDraft(torch.nn.Module):
