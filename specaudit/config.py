@@ -63,7 +63,9 @@ class RunConfig(BaseModel):
     timing_repeats: int = Field(0, ge=0, strict=True)
     warmup: int = Field(1, ge=0, strict=True)
     verify: str | None = None  # "module:function" of a user's rejection step, for the speculative engine
-    plant_disparity: str | None = None  # "dimension=group:factor": plant a known disparity (models.DisparityPlant) to check an audit's power
+    plant_disparity: str | None = (
+        None  # "dimension=group:factor": plant a known disparity (models.DisparityPlant) to check an audit's power
+    )
     chat_template: bool = Field(True, strict=True)
     endpoint: dict | None = None  # settings of `--engines endpoint` (specaudit.backends.endpoint.EndpointSettings)
     extra: dict = Field(default_factory=dict)
