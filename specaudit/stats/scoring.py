@@ -59,16 +59,17 @@ class TokenScores:
     and `n_records`. That is all the equivalence bounds need to compare the empirical
     distribution at a position with the target's, without storing whole p_t vectors.
 
-    `surprisal_null` maps each record key to draws of Σ_t (−log p_t(X_t) − H_t) over the record's
-    possible tokens, X_t drawn afresh from each scored p_t: the Monte Carlo null of the surprisal
-    statistic (`surprisal_null_draws`), summed per record so that any union of records (a prompt,
-    a group, everything) gets its null by adding rows. None where the full p_t was not available.
+    `monte_carlo_null` maps a statistic's name ("surprisal"; "draft_affinity" with a draft) to,
+    per record key, draws of that statistic's numerator over the record's possible tokens with
+    every X_t drawn afresh from its scored p_t (`monte_carlo_null_draws`): Σ_t (−log p_t(X_t) − H_t)
+    and Σ_t (q_t(X_t) − E_{p_t}[q_t]). Summed per record, so that any union of records (a prompt, a
+    group, everything) gets its null by adding rows. None where the full p_t was not available.
     """
 
     tokens: pd.DataFrame
     position_mass: pd.DataFrame
     spec: SamplingSpec | None = None
-    surprisal_null: Mapping[str, np.ndarray] | None = None
+    monte_carlo_null: Mapping[str, Mapping[str, np.ndarray]] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -90,10 +91,10 @@ class TokenScores:
             wanted = set(prompt_ids)
             tokens = tokens[tokens["prompt_id"].isin(wanted)]
             mass = mass[mass["prompt_id"].isin(wanted)]
-        null = self.surprisal_null
+        null = self.monte_carlo_null
         if null is not None:
             keys = set(tokens["key"])
-            null = {key: draws for key, draws in null.items() if key in keys}
+            null = {name: {key: draws for key, draws in per_record.items() if key in keys} for name, per_record in null.items()}
         return TokenScores(tokens.reset_index(drop=True), mass.reset_index(drop=True), self.spec, null)
 
 
@@ -134,33 +135,38 @@ def token_statistics(
     return {name: (np.concatenate(parts[name]) if parts[name] else np.zeros(0)) for name in columns}
 
 
-# Draws of the surprisal statistic's Monte Carlo null per record: the smallest attainable p-value
-# is 1 / (NULL_DRAWS + 1) ≈ 5e-4, below the Holm thresholds of the battery at alpha = 0.05.
+# Draws of the Monte Carlo nulls per record: the smallest attainable p-value is
+# 1 / (NULL_DRAWS + 1) ≈ 5e-4, below the Holm thresholds of the battery at alpha = 0.05.
 NULL_DRAWS = 2000
 
 
-def surprisal_null_draws(
+def monte_carlo_null_draws(
     target_probs: torch.Tensor | np.ndarray,
     tokens: torch.Tensor | np.ndarray | Sequence[int],
     n_draws: int = NULL_DRAWS,
     *,
+    draft_probs: torch.Tensor | np.ndarray | None = None,
     seed: int = 0,
     chunk_elements: int = 1 << 22,
-) -> np.ndarray:
-    """``n_draws`` draws of Σ_t (−log p_t(X_t) − H_t), X_t ~ p_t independently at every row of
-    ``target_probs`` [N, V] whose emitted token is possible (p_t(x_t) > 0; impossible tokens are
-    left out of the statistic, so out of its null too).
+) -> dict[str, np.ndarray]:
+    """``n_draws`` draws of the per-token sums the surprisal and draft-affinity tests are built
+    on, X_t ~ p_t independently at every row of ``target_probs`` [N, V] whose emitted token is
+    possible (p_t(x_t) > 0; impossible tokens are left out of the statistics, so out of their
+    nulls too): "surprisal" Σ_t (−log p_t(X_t) − H_t) and, with ``draft_probs`` [N, V],
+    "draft_affinity" Σ_t (q_t(X_t) − E_{p_t}[q_t]), both from the same X draws.
 
-    Under H0 each emitted x_t is a draw from p_t, so this is the distribution of the observed sum
-    given the scored distributions: it keeps the heavy right tail that rare tokens give each term,
-    which the normal approximation loses. The rows' prefixes are held at the observed ones (the
-    sum's conditional law; the martingale CLT conditions the same way). Seeded, one generator per
-    call, so a record's draws never depend on its batch-mates.
+    Under H0 each emitted x_t is a draw from p_t, so these are the distributions of the observed
+    sums given the scored distributions: they keep the heavy tails that rare tokens give each
+    term (a surprisal of 14 nats; a near-certain draft token missed), which the normal
+    approximation loses. The rows' prefixes, hence p_t and q_t, are held at the observed ones
+    (the sums' conditional law; the martingale CLT conditions the same way). Seeded, one
+    generator per call, so a record's draws never depend on its batch-mates.
     """
     target = torch.as_tensor(target_probs)
     index = torch.as_tensor(tokens, dtype=torch.long, device=target.device).reshape(-1)
+    draft = None if draft_probs is None else torch.as_tensor(draft_probs, device=target.device)
     generator = torch.Generator(device=target.device).manual_seed(int(seed))
-    total = torch.zeros(n_draws, dtype=torch.float64, device=target.device)
+    totals = {name: torch.zeros(n_draws, dtype=torch.float64, device=target.device) for name in ("surprisal", "draft_affinity")}
     chunk_rows = max(1, chunk_elements // max(1, target.shape[-1]))
     for lo in range(0, target.shape[0], chunk_rows):
         p = _normalise(target[lo : lo + chunk_rows])
@@ -170,8 +176,13 @@ def surprisal_null_draws(
         p = p[possible]
         entropy = -torch.xlogy(p, p).sum(dim=1)
         draws = torch.multinomial(p, n_draws, replacement=True, generator=generator)  # [rows, n_draws]
-        total += (-torch.log(p.gather(1, draws)) - entropy[:, None]).sum(dim=0)
-    return total.cpu().numpy()
+        totals["surprisal"] += (-torch.log(p.gather(1, draws)) - entropy[:, None]).sum(dim=0)
+        if draft is not None:
+            q = _normalise(draft[lo : lo + chunk_rows])[possible]
+            q_mean = (p * q).sum(dim=1)
+            totals["draft_affinity"] += (q.gather(1, draws) - q_mean[:, None]).sum(dim=0)
+    names = ("surprisal", "draft_affinity") if draft is not None else ("surprisal",)
+    return {name: totals[name].cpu().numpy() for name in names}
 
 
 def _normalise(probs: torch.Tensor) -> torch.Tensor:
@@ -310,8 +321,9 @@ def score_records(
     as the engine and the screen did.
     Records flagged `timing_only` are skipped. `position_mass` is collected for positions
     < `max_mass_position` (its size grows with samples² per prompt and position).
-    `null_draws` draws of the surprisal statistic's null are kept per record (0: none, and the
-    surprisal test falls back to its normal approximation).
+    `null_draws` draws of the surprisal (and, with a draft, draft-affinity) statistic's Monte
+    Carlo null are kept per record (0: none, and those tests fall back to their normal
+    approximation).
     """
     rows = _audited(records)
     if not rows:
@@ -337,7 +349,7 @@ def score_records(
     sequences = [prompts[i] + outputs[i][:-1] for i in todo]
     vocab_sizes: set[int] = set()
     columns: dict[int, dict[str, np.ndarray]] = {}
-    null: dict[str, np.ndarray] = {}
+    null: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
     for j, logits in _batched_logits(models, sequences, batch_size=batch_size, device=device):
         i = todo[j]
         start = len(prompts[i]) - 1
@@ -363,12 +375,14 @@ def score_records(
         columns[i] = token_statistics(target, tokens, draft)
         if null_draws:
             key = str(_field(rows[i], "key"))
-            # float32 storage: 8 kB per record at 2,000 draws; the sums need no more precision.
-            null[key] = surprisal_null_draws(target, tokens, null_draws, seed=zlib.crc32(key.encode())).astype(np.float32)
+            # float32 storage: 8 kB per record and statistic at 2,000 draws; the sums need no more precision.
+            draws = monte_carlo_null_draws(target, tokens, null_draws, draft_probs=draft, seed=zlib.crc32(key.encode()))
+            for name, values in draws.items():
+                null[name][key] = values.astype(np.float32)
         mass_plan.add(i, target)
 
     tokens_frame = _token_frame(rows, outputs, columns, has_draft=draft_model is not None)
-    return TokenScores(tokens_frame, mass_plan.frame(), spec, null if null_draws else None)
+    return TokenScores(tokens_frame, mass_plan.frame(), spec, dict(null) if null_draws else None)
 
 
 def _token_frame(

@@ -8,8 +8,10 @@ White-box conditional goodness-of-fit (exact under H0 for any model, one test ov
     (Brockwell 2007). Tested with Anderson–Darling against the fully specified U(0,1) (gated:
     more weight in the tails, where a sharpened or flattened sampler moves the PIT) and
     Kolmogorov–Smirnov (reported alongside: the statistic the power planner speaks in);
-  - surprisal martingale z = Σ(s_t − H_t) / sqrt(Σ Var_t) ~ N(0,1), two-sided;
-  - draft affinity z = Σ(q_t(x_t) − E_p[q_t]) / sqrt(Σ Var_p(q_t)) ~ N(0,1), two-sided;
+  - surprisal martingale z = Σ(s_t − H_t) / sqrt(Σ Var_t), two-sided;
+  - draft affinity z = Σ(q_t(x_t) − E_p[q_t]) / sqrt(Σ Var_p(q_t)), two-sided;
+    both with p-values from their exact Monte Carlo null where the scores carry one (tokens
+    redrawn from the scored p_t, `scoring.monte_carlo_null_draws`), else from N(0, 1);
   - acceptance calibration z = Σ(a_i − β_i) / sqrt(Σ β_i(1−β_i)) over drafted positions reached,
     β_i the probability a correct verifier accepts: min(1, p/q) of the drafted token where the
     engine recorded it, else Σ min(p, q);
@@ -159,7 +161,7 @@ def goodness_of_fit(
     grouping columns ("prompt_id" or attribute names); default: prompt_id and every attribute.
     """
     _check_not_greedy(scores)
-    null = scores.surprisal_null if isinstance(scores, TokenScores) else None
+    null = (scores.monte_carlo_null or {}) if isinstance(scores, TokenScores) else {}
     frame, engine = _one_engine(_frame(scores), engine)
     frame = frame.reset_index(drop=True)
     u = pit_values(frame, seed)
@@ -182,10 +184,12 @@ def goodness_of_fit(
         if has_step.any():  # every token of the engine's records, impossible ones included (u = 1)
             out["step_pit"] = _pit_test(step_u[mask & has_step], alpha, bins, name="step_pit")
         if has_entropy:
-            out["surprisal"] = surprisal_martingale(sub, alpha=alpha, null=null)
+            out["surprisal"] = surprisal_martingale(sub, alpha=alpha, null=null.get("surprisal"))
         if has_draft:
             out["draft_affinity"] = (
-                draft_affinity(sub, alpha=alpha) if sub["q"].notna().any() else ZTestResult("draft_affinity", math.nan, math.nan, 0, alpha)
+                draft_affinity(sub, alpha=alpha, null=null.get("draft_affinity"))
+                if sub["q"].notna().any()
+                else ZTestResult("draft_affinity", math.nan, math.nan, 0, alpha)
             )
         if accept_rows is not None and len(accept_rows):
             out["acceptance"] = acceptance_calibration(accept_rows, alpha=alpha)

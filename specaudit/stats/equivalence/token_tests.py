@@ -130,6 +130,33 @@ def _z_test(name: str, deviations: np.ndarray, variances: np.ndarray, alpha: flo
     return ZTestResult(name, z, float(2 * _st.norm.sf(abs(z))), n, alpha, "normal (martingale CLT)")
 
 
+def _monte_carlo_null(
+    scores: TokenScores | pd.DataFrame, name: str, null: Mapping[str, np.ndarray] | None
+) -> Mapping[str, np.ndarray] | None:
+    """The null draws of test `name` per record key: `null` as given, else the TokenScores' own."""
+    if null is None and isinstance(scores, TokenScores) and scores.monte_carlo_null is not None:
+        return scores.monte_carlo_null.get(name)
+    return null
+
+
+def _with_monte_carlo_pvalue(result: ZTestResult, frame: pd.DataFrame, variance: str, null: Mapping[str, np.ndarray] | None) -> ZTestResult:
+    """`result` with its two-sided p-value from the Monte Carlo null of every record in `frame`
+    (draws of the z numerator per record key, summed over the records, scaled like z):
+    (1 + #{|z_b| ≥ |z|}) / (1 + B), exact for that null. Unchanged (the normal approximation)
+    where there is no null or some record of the frame has none."""
+    if null is None or result.n == 0 or "key" not in frame:
+        return result
+    keys = frame["key"].unique()
+    if any(key not in null for key in keys):
+        return result
+    draws = np.sum([np.asarray(null[key], dtype=float) for key in keys], axis=0)
+    total_var = float(frame[variance][frame[variance] > 0].sum())
+    null_z = draws / math.sqrt(total_var)
+    tolerance = 1e-9 * max(1.0, abs(result.statistic))
+    pvalue = float((1 + np.sum(np.abs(null_z) >= abs(result.statistic) - tolerance)) / (1 + null_z.size))
+    return ZTestResult(result.name, result.statistic, pvalue, result.n, result.alpha, f"Monte Carlo null ({null_z.size} draws per token)")
+
+
 def surprisal_martingale(
     scores: TokenScores | pd.DataFrame,
     *,
@@ -139,38 +166,41 @@ def surprisal_martingale(
     """z = Σ(−log p_t(x_t) − H_t) / sqrt(Σ Var_t) over possible tokens; negative z = output more
     predictable than the target's (e.g. pulled toward a lower-entropy draft).
 
-    The p-value is two-sided. With the Monte Carlo null of every record in the frame (``null``,
-    or the TokenScores' own ``surprisal_null``: draws of the same sum with each token drawn afresh
-    from its p_t) it is (1 + #{|z_b| ≥ |z|}) / (1 + B): exact for that null and faithful to the
-    heavy right tail that tokens of p ≈ 1e-6 give the sum. Without it, the normal approximation
-    of the martingale CLT, which such tails break at audit sizes (docs/statistics.md).
+    The p-value is two-sided. With the Monte Carlo null of every record in the frame (``null``:
+    record key → draws, or the TokenScores' own ``monte_carlo_null["surprisal"]``: draws of the
+    same sum with each token drawn afresh from its p_t) it is (1 + #{|z_b| ≥ |z|}) / (1 + B):
+    exact for that null and faithful to the heavy right tail that tokens of p ≈ 1e-6 give the
+    sum. Without it, the normal approximation of the martingale CLT, which such tails break at
+    audit sizes (docs/statistics.md).
     """
-    if null is None and isinstance(scores, TokenScores):
-        null = scores.surprisal_null
+    null = _monte_carlo_null(scores, "surprisal", null)
     frame = _frame(scores)
     frame = frame[frame["p"] > 0]
     result = _z_test("surprisal", frame["surprisal"] - frame["entropy"], frame["surprisal_var"], alpha)
-    if null is None or result.n == 0 or "key" not in frame:
-        return result
-    keys = frame["key"].unique()
-    if any(key not in null for key in keys):
-        return result
-    draws = np.sum([np.asarray(null[key], dtype=float) for key in keys], axis=0)
-    total_var = float(frame["surprisal_var"][frame["surprisal_var"] > 0].sum())
-    null_z = draws / math.sqrt(total_var)
-    tolerance = 1e-9 * max(1.0, abs(result.statistic))
-    pvalue = float((1 + np.sum(np.abs(null_z) >= abs(result.statistic) - tolerance)) / (1 + null_z.size))
-    return ZTestResult("surprisal", result.statistic, pvalue, result.n, alpha, f"Monte Carlo null ({null_z.size} draws per token)")
+    return _with_monte_carlo_pvalue(result, frame, "surprisal_var", null)
 
 
-def draft_affinity(scores: TokenScores | pd.DataFrame, *, alpha: float = 0.05) -> ZTestResult:
+def draft_affinity(
+    scores: TokenScores | pd.DataFrame,
+    *,
+    alpha: float = 0.05,
+    null: Mapping[str, np.ndarray] | None = None,
+) -> ZTestResult:
     """z = Σ(q_t(x_t) − E_{p_t}[q_t]) / sqrt(Σ Var_{p_t}(q_t)); positive z = output pulled toward
-    the draft. Needs scores computed with `draft_model=`."""
+    the draft. Needs scores computed with `draft_model=`.
+
+    The p-value is two-sided, from the Monte Carlo null where every record has one (``null``, or
+    the TokenScores' own ``monte_carlo_null["draft_affinity"]``), as for `surprisal_martingale`:
+    q_t(X_t) is heavy-tailed too (a near-certain position whose rare token the draft gives q ≈ 0
+    moves the sum by about −1 against a variance of about 1e-3). Else the normal approximation.
+    """
+    null = _monte_carlo_null(scores, "draft_affinity", null)
     frame = _frame(scores)
     if "q" not in frame or frame["q"].isna().all():
         raise InputError("draft affinity needs draft scores; call score_records(..., draft_model=draft)")
     frame = frame[(frame["p"] > 0) & frame["q"].notna()]
-    return _z_test("draft_affinity", frame["q"] - frame["q_mean"], frame["q_var"], alpha)
+    result = _z_test("draft_affinity", frame["q"] - frame["q_mean"], frame["q_var"], alpha)
+    return _with_monte_carlo_pvalue(result, frame, "q_var", null)
 
 
 def impossible_tokens(scores: TokenScores | pd.DataFrame) -> ImpossibleTokens:
