@@ -403,8 +403,9 @@ def analyze(
         # own records are what the equivalence tests judge (and scoring every screened path again
         # would cost as much as the screen).
         judged = [r for r in records if r["engine"] != SCREEN_ENGINE] if len(engines) > 1 else records
+        judged_dims = [d for d in dims if any(d in r.get("attributes", {}) for r in judged)]  # the subset may miss some
         snapshot["equivalence"] = _equivalence(
-            judged, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed, plant_disparity=config.get("plant_disparity")
+            judged, pair, alpha=alpha, delta=delta, dimensions=judged_dims, seed=seed, plant_disparity=config.get("plant_disparity")
         )
     speculative_engines = [e for e in engines if e != CONTROL_ENGINE]
     # Acceptance per group comes from the screen when the run has one (every prompt, exact in

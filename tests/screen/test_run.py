@@ -179,3 +179,15 @@ def test_analysis_checks_the_screen_against_the_engine_on_shared_prompts(tiny_pa
         assert check["agrees"] and ratio["ci_low"] <= 1.0 <= ratio["ci_high"]
     else:  # an engine that accepts every draft token is not what the screen predicts
         assert not check["agrees"] and ratio["ci_low"] > 1.0 and "does not reproduce" in check["finding"]
+
+
+def test_equivalence_runs_when_the_engine_subset_misses_a_dimension(tiny_pair_dir, tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    with open(path, "w") as handle:
+        for i, text in enumerate(["Name a river.", "Name a stone.", "Name a song.", "Name a bird.", "Name a tree.", "Name a town."]):
+            handle.write(json.dumps({"id": f"p{i}", "text": text, "attributes": {"topic" if i < 3 else "style": f"g{i % 3}"}}) + "\n")
+    out = tmp_path / "run"
+    assert _run(tiny_pair_dir, path, out, "screen,vanilla,speculative", "--samples", "2", "--engine-prompts", "1") == 0
+    assert main(["analyze", str(out)]) == 0  # the one decoded prompt has one of the two dimensions
+    snapshot = json.loads((out / "snapshot.json").read_text())
+    assert set(snapshot["equivalence"]["engines"]) == {"vanilla", "speculative"}
