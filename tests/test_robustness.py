@@ -41,14 +41,16 @@ def _case_folded(value, key=None):
     return value.lower() if key in ("status", "verdict") and isinstance(value, str) else value
 
 
-def test_todays_snapshot_loads():
-    """The example (written before the contracts' upper-case statuses) loads whole: only the
-    spelling of its statuses changes, to the contracts' own."""
+def test_todays_snapshot_loads_and_an_old_spelling_reads_the_same():
+    """The example loads whole and unchanged; a copy with the lower-case statuses snapshots had
+    before the contracts' own spelling loads to the same values."""
     loaded = load_snapshot(EXAMPLE)
     raw = json.loads((EXAMPLE / "snapshot.json").read_text())
-    assert loaded["schema_version"] == SNAPSHOT_SCHEMA_VERSION and loaded != raw
-    assert loaded["gate"]["status"] == raw["gate"]["status"].upper()
-    assert _case_folded(json.loads(json.dumps(loaded))) == _case_folded(raw)
+    assert loaded["schema_version"] == SNAPSHOT_SCHEMA_VERSION
+    assert json.loads(json.dumps(loaded)) == raw
+    old = {**raw, "gate": {**raw["gate"], "status": raw["gate"]["status"].lower()}}
+    assert load_snapshot(old)["gate"]["status"] == raw["gate"]["status"]
+    assert _case_folded(json.loads(json.dumps(load_snapshot(old)))) == _case_folded(raw)
 
 
 GARBAGE = {
