@@ -88,8 +88,7 @@ def timed_prompts(records: pd.DataFrame, engine: str = "speculative") -> pd.Data
     vanilla["runs"] = df[df["engine"] == CONTROL_ENGINE].groupby("prompt_id").size()
     spec = df[df["engine"] == engine].groupby("prompt_id")[["P", "T", "wall_s", "draft_s", "steps", "proposed"]].sum()
     spec["runs"] = df[df["engine"] == engine].groupby("prompt_id").size()
-    both = vanilla.join(spec, lsuffix="_v", rsuffix="_s", how="inner")
-    return both
+    return vanilla.join(spec, lsuffix="_v", rsuffix="_s", how="inner").dropna()  # a run without ttft cannot be fitted
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, ...]:
@@ -112,12 +111,6 @@ def fit_cost_model(timed: pd.DataFrame) -> CostModel:
     draft = _line(np.column_stack([rs, timed["P_s"], timed["proposed"]]), timed["draft_s"].to_numpy(float))
     rest = _line(np.column_stack([rs, timed["P_s"], timed["steps"]]), (timed["wall_s_s"] - timed["draft_s"]).to_numpy(float))
     return CostModel(vanilla, draft, rest, len(timed))
-
-
-def per_token_speedup(model: CostModel, prompt_tokens, output_tokens, steps, drafted) -> np.ndarray:
-    vanilla, speculative = model.predict(prompt_tokens, output_tokens, steps, drafted)
-    with np.errstate(all="ignore"):
-        return np.where(speculative > 0, vanilla / speculative, np.nan)
 
 
 @dataclass(frozen=True)

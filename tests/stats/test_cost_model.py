@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specaudit.stats.cost_model import fit_cost_model, per_token_speedup, timed_prompts, validate_cost_model
+from specaudit.stats.cost_model import fit_cost_model, timed_prompts, validate_cost_model
 
 VANILLA = (0.05, 0.002, 0.08)  # intercept, per prompt token, per output token (s)
 DRAFT = (0.01, 0.001, 0.03)  # intercept, per prompt token, per drafted token
@@ -51,7 +51,8 @@ def test_fit_recovers_the_costs_that_made_the_timings():
     assert model.rest == pytest.approx(REST, rel=1e-6)
     assert model.cost_ratio == pytest.approx(DRAFT[2] / REST[2])
     vanilla, speculative = model.predict(50, 32, 8, 32)
-    assert per_token_speedup(model, 50, 32, 8, 32) == pytest.approx(vanilla / speculative)
+    assert vanilla == pytest.approx(VANILLA[0] + VANILLA[1] * 50 + VANILLA[2] * 32)
+    assert speculative == pytest.approx(DRAFT[0] + DRAFT[1] * 50 + DRAFT[2] * 32 + REST[0] + REST[1] * 50 + REST[2] * 8)
 
 
 def test_validation_covers_one_for_a_right_model_and_excludes_it_for_a_wrong_one():
