@@ -242,7 +242,7 @@ def screen_agreement(frame: pd.DataFrame) -> dict:
     return result
 
 
-def predicted_speed(frame: pd.DataFrame, *, seed: int, dimensions: list[str] = ()) -> tuple[pd.DataFrame, dict]:
+def predicted_speed(frame: pd.DataFrame, *, dimensions: list[str] = ()) -> tuple[pd.DataFrame, dict]:
     """The screen's speed columns from a cost model fitted on the engines' timed subset
     (specaudit.stats.cost_model); the snapshot's `speed` section says how it was made and how
     well it predicted the timed prompts. Without enough timed prompts the columns stay empty."""
@@ -271,8 +271,8 @@ def predicted_speed(frame: pd.DataFrame, *, seed: int, dimensions: list[str] = (
     for dimension in dimensions:
         groups = validation.per_prompt.groupby(lambda pid: (attributes.get(pid) or {}).get(dimension))
         by_group[dimension] = {
-            str(group): {"n_timed_prompts": len(rows), "measured_over_predicted": float(rows["measured"].sum() / rows["predicted"].sum())}
-            for group, rows in groups
+            str(group): {"n_timed_prompts": len(part), "measured_over_predicted": float(part["measured"].sum() / part["predicted"].sum())}
+            for group, part in groups
         }
     section = {
         "source": "cost model",
@@ -416,7 +416,7 @@ def analyze(
         engine = SCREEN_ENGINE if SCREEN_ENGINE in engines else "speculative" if "speculative" in engines else speculative_engines[0]
         frame = pd.DataFrame(records)
         if engine == SCREEN_ENGINE:
-            frame, snapshot["speed"] = predicted_speed(frame, seed=seed, dimensions=dims)
+            frame, snapshot["speed"] = predicted_speed(frame, dimensions=dims)
             if "speculative" in engines:
                 snapshot["screen"] = screen_agreement(frame)
         decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None
