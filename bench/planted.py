@@ -19,8 +19,8 @@ set's language prompts (13 groups x 10 parallel pairs = 130 prompts, prompt samp
 `--engines screen`, then `specaudit analyze` without equivalence. Per factor and decoding seed,
 counts whether the planted group is FLAGged on acceptance_rate against the reference (en), and
 how many of the 11 unplanted non-reference groups are. Clopper-Pearson intervals. Cost measured
-on a shared 2-core machine: 221-349 s wall per screen run, so 10 seeds x 2 factors take 1.5 h
-(docs/screen.md reports the 7 runs that fitted in 36 min).
+on the idle 2-core machine: 77-85 s wall per screen run, 10 seeds x 2 factors in 27 min
+(docs/screen.md, "Planted disparities").
 
 drift: a monitoring history in a fresh SQLite store through `specaudit monitor run`, on one
 fixed sample of the vocabulary prompts (common vs rare technical words): `--history` runs with different
