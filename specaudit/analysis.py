@@ -214,13 +214,10 @@ def screen_agreement(frame: pd.DataFrame) -> dict:
     and the engine's counts estimate the same rate, so an interval excluding 1 means the screen does
     not reproduce this engine (a draft whose q depends on the call, an engine that accepts by
     another rule)."""
+    from specaudit.stats.disparity import per_prompt_metrics
     from specaudit.stats.disparity.intervals import ratio_interval
 
-    rates = {}
-    for engine in (SCREEN_ENGINE, "speculative"):
-        rows = frame[(frame["engine"] == engine) & ~frame.get("timing_only", False).fillna(False).astype(bool)]
-        sums = rows.groupby("prompt_id")[["accepted", "proposed"]].sum()
-        rates[engine] = (sums["accepted"] / sums["proposed"])[sums["proposed"] > 0]
+    rates = {engine: per_prompt_metrics(frame, engine=engine)["acceptance_rate"].dropna() for engine in (SCREEN_ENGINE, "speculative")}
     both = pd.concat(rates, axis=1, join="inner")
     if len(both) < 2:
         return {"n_prompts": len(both), "note": "fewer than 2 prompts ran in both the screen and the speculative engine"}

@@ -113,6 +113,24 @@ def test_dynamic_programme_extremes():
     assert expected_counts([0.0] * 10, 4, 10)[:3] == (10.0, 4 * 6 + 3 + 2 + 1 + 0, 0.0)  # starts 0..5 draft 4, then the budget
 
 
+def _engine_runs(target, draft, prompt, *, k, budget, n):
+    """n speculative runs of one prompt with independent seeds (10,000 + s)."""
+    return [
+        speculative_generate(
+            target,
+            draft,
+            prompt,
+            spec=SamplingSpec(1.0),
+            k=k,
+            max_new_tokens=budget,
+            generator=torch.Generator().manual_seed(10_000 + s),
+            eos_ids=set(),
+            vocab_size=target.config.vocab_size,
+        )
+        for s in range(n)
+    ]
+
+
 @pytest.mark.parametrize("draft_name", ["model", "ngram"])
 def test_screen_agrees_with_the_speculative_engine(models, draft_name):
     """Per-prompt mean accepted tokens, screen (expected given path) vs engine (realised), over
@@ -133,20 +151,7 @@ def test_screen_agrees_with_the_speculative_engine(models, draft_name):
         pad_id=0,
         batch_size=100,
     )
-    engine = [
-        speculative_generate(
-            target,
-            draft,
-            prompt,
-            spec=SamplingSpec(1.0),
-            k=k,
-            max_new_tokens=budget,
-            generator=torch.Generator().manual_seed(10_000 + s),
-            eos_ids=set(),
-            vocab_size=vocab,
-        )
-        for s in range(n)
-    ]
+    engine = _engine_runs(target, draft, prompt, k=k, budget=budget, n=n)
     for field in ("accepted", "steps"):
         screen = np.array([getattr(r.acceptance, field) for r in rows])
         real = np.array([getattr(g, field) for g in engine], dtype=float)
@@ -205,20 +210,7 @@ def test_screen_acceptance_of_a_planted_group_matches_the_engine(models):
     )
     means = {}
     for arm, draft in ((0, model_draft), (1, PlantedDraft(model_draft, plant, vocab))):
-        engine = [
-            speculative_generate(
-                target,
-                draft,
-                prompt,
-                spec=SamplingSpec(1.0),
-                k=k,
-                max_new_tokens=budget,
-                generator=torch.Generator().manual_seed(10_000 + s),
-                eos_ids=set(),
-                vocab_size=vocab,
-            ).accepted
-            for s in range(n)
-        ]
+        engine = [g.accepted for g in _engine_runs(target, draft, prompt, k=k, budget=budget, n=n)]
         screen = np.array([r.acceptance.accepted for r in rows[arm::2]])
         real = np.array(engine, dtype=float)
         z = (screen.mean() - real.mean()) / np.sqrt(screen.var(ddof=1) / n + real.var(ddof=1) / n)
