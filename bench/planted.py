@@ -1,7 +1,7 @@
 """Planted disparities and drifts on the real default pair: does the audit find what we plant?
 
     python bench/planted.py calibrate [--factors 0.5,0.7,0.8,0.9,0.95]
-    python bench/planted.py disparity [--seeds 10] [--factors 0.7,0.5] [--group fr]
+    python bench/planted.py disparity [--seeds 10] [--factors 0.7,0.5] [--group fr] [--band 0.8]
     python bench/planted.py drift [--history 5] [--reruns 3] [--per-group 10] [--factor 0.7]
 
 All plant a known effect with `--plant-disparity DIM=GROUP:FACTOR`: on that group's prompts the
@@ -133,6 +133,7 @@ def disparity(args: argparse.Namespace) -> None:
     pair = _pair(_config(args))
     work = Path(tempfile.mkdtemp(prefix="planted-disparity-"))
     factors = [float(f) for f in args.factors.split(",")]
+    band = (args.band, 1 / args.band)
     started = time.perf_counter()
     table = []
     for factor in factors:
@@ -143,7 +144,7 @@ def disparity(args: argparse.Namespace) -> None:
             out = work / f"run-{factor}-{seed}"
             began = time.perf_counter()
             run(cfg, out, pair=pair, progress=False)
-            snapshot = analyze(out, equivalence=False, seed=seed)
+            snapshot = analyze(out, equivalence=False, seed=seed, tolerance=band)
             pairwise = snapshot["disparities"][DIMENSION]["metrics"]["acceptance_rate"]["pairwise"]
             planted = pairwise[args.group]
             flagged_others = sorted(g for g, row in pairwise.items() if g != args.group and row["status"] == "FLAG")
@@ -160,7 +161,8 @@ def disparity(args: argparse.Namespace) -> None:
         table.append((factor, sum(ratios) / len(ratios), hits, false_flags, tested))
     print(
         f"\n{args.seeds} decoding seed(s) per factor, {args.per_group} pairs per group of {DIMENSION} "
-        f"(reference {REFERENCE}, planted {args.group}), {args.max_new_tokens} tokens, k {args.k}: "
+        f"(reference {REFERENCE}, planted {args.group}), {args.max_new_tokens} tokens, k {args.k}, "
+        f"band [{band[0]:.2f}, {band[1]:.2f}]: "
         f"{time.perf_counter() - started:.0f} s"
     )
     print(f"{'factor':>6}  {'mean ratio':>10}  {'planted group FLAGged':<28}  unplanted groups FLAGged")
@@ -241,6 +243,7 @@ def main() -> None:
     d.add_argument("--seeds", type=int, default=10)
     d.add_argument("--factors", default="0.7,0.5")
     d.add_argument("--group", default="fr", help="the planted (non-reference) language group")
+    d.add_argument("--band", type=float, default=0.8, help="lower edge of the parity band (the upper is its inverse)")
     for p in (c, d):
         p.add_argument("--per-group", type=int, default=10)
         p.add_argument("--max-new-tokens", type=int, default=32)

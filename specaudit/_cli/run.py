@@ -22,15 +22,15 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("decoding")
     g.add_argument(
         "--engines",
-        help="comma list of vanilla, speculative, hf-assisted (default vanilla,speculative); "
-        "or a backend alone: endpoint (live servers, config `endpoint:`), vllm (GPU) or llama-cpp (GGUF on CPU)",
+        help="comma list of screen, vanilla, speculative, hf-assisted (default: run vanilla,speculative; "
+        "audit screen,vanilla,speculative); or a backend alone: endpoint (live servers, config `endpoint:`), vllm (GPU) or llama-cpp (GGUF on CPU)",
     )
     g.add_argument("--k", type=int, help="draft tokens per verification step (default 4)")
     g.add_argument("--temperature", type=float, help="0 = greedy (default 1.0)")
     g.add_argument("--top-k", type=int, help="0 = off")
     g.add_argument("--top-p", type=float, help="1.0 = off")
     g.add_argument("--samples", type=int, help="samples per prompt and engine (default 1)")
-    g.add_argument("--max-new-tokens", type=int, help="default 48")
+    g.add_argument("--max-new-tokens", type=int, help="default: run 48, audit 32")
     g.add_argument("--seed", type=int, help="run seed (default 0)")
     g.add_argument("--timing-repeats", type=int, help="extra interleaved runs per prompt used only for latency")
     g.add_argument("--warmup", type=int, help="warm-up rounds before timing (default 1)")
@@ -50,7 +50,7 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("prompts")
     g.add_argument("--prompts", help="prompt set name (core), folder, JSONL/CSV/Parquet file or HF dataset id")
     g.add_argument("--column-map", help="for files and HF datasets: text=COL,id=COL,group:DIM=COL")
-    g.add_argument("--per-group", type=int, help="stratified sample of N prompts per group (parallel dimensions: N pairs)")
+    g.add_argument("--per-group", type=int, help="stratified sample of N prompts per group (parallel dimensions: N pairs; audit default 10)")
     g.add_argument("--sample-seed", type=int, help="seed of the --per-group sample (default 0; independent of --seed)")
     g.add_argument("--dimensions", help="comma list of prompt dimensions to keep, e.g. dialect,language")
     g.add_argument(

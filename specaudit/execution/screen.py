@@ -40,6 +40,8 @@ class ScreenExecutor(Executor):
         super().__init__(cfg)
         self.pair = pair
         self.engines = None
+        if len(self.record_engines()) > 1:
+            self.label = "screening, then decoding"  # the progress bar's: one bar for both parts
 
     def record_engines(self) -> tuple[str, ...]:
         return (SCREEN_ENGINE, *(e for e in self.cfg.engines if e != SCREEN_ENGINE))

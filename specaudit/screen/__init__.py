@@ -1,12 +1,13 @@
 """The screen: acceptance on every prompt from batched target samples (see _acceptance for the math).
 
 Public face: `screen_paths` (decode-free acceptance along target paths), the math helpers
-`expected_counts` / `position_acceptance`, and the batched sampler `sample_batch`.
+`expected_counts` / `expected_run_rate` / `position_acceptance`, and the batched sampler `sample_batch`.
 """
 
 from specaudit.screen._acceptance import (
     PathAcceptance,
     expected_counts,
+    expected_run_rate,
     ngram_counts,
     position_acceptance,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "ScreenedPath",
     "check_call_invariance",
     "expected_counts",
+    "expected_run_rate",
     "ngram_counts",
     "position_acceptance",
     "sample_batch",

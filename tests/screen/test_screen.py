@@ -19,7 +19,7 @@ from specaudit.models import (
     tiny_model,
     tiny_tokenizer,
 )
-from specaudit.screen import check_call_invariance, expected_counts, sample_batch, screen_paths, teacher_forced_probs
+from specaudit.screen import check_call_invariance, expected_counts, expected_run_rate, sample_batch, screen_paths, teacher_forced_probs
 
 TEXTS = ["Hello there, how are you?", "List three fruits.", "Hi", "Write a short poem about rain, please now."]
 
@@ -84,8 +84,9 @@ def test_rows_stop_at_their_own_end_of_sequence(models):
 
 
 def _brute_force(accept, k, max_new_tokens):
-    """Expected (steps, proposed, accepted) by enumerating every accept/reject pattern of the path."""
-    totals = np.zeros(3)
+    """Expected (steps, proposed, accepted) and E[accepted / proposed] by enumerating every
+    accept/reject pattern of the path."""
+    totals, rate = np.zeros(3), 0.0
     for pattern in itertools.product([0, 1], repeat=len(accept)):
         weight = np.prod([a if bit else 1 - a for a, bit in zip(accept, pattern)])
         start, steps, proposed, accepted = 0, 0, 0, 0
@@ -96,21 +97,28 @@ def _brute_force(accept, k, max_new_tokens):
                 n += 1
             steps, proposed, accepted, start = steps + 1, proposed + drafted, accepted + n, start + n + 1
         totals += weight * np.array([steps, proposed, accepted])
-    return totals
+        rate += weight * accepted / proposed
+    return totals, rate
 
 
 @pytest.mark.parametrize("k,max_new_tokens", [(1, 9), (3, 9), (4, 12)])
-def test_dynamic_programme_equals_brute_force(k, max_new_tokens):
+def test_dynamic_programmes_equal_brute_force(k, max_new_tokens):
     rng = np.random.default_rng(k)
     accept = rng.uniform(size=9).tolist()
     steps, proposed, accepted, reached = expected_counts(accept, k, max_new_tokens)
-    np.testing.assert_allclose([steps, proposed, accepted], _brute_force(accept, k, max_new_tokens), rtol=1e-12)
+    totals, rate = _brute_force(accept, k, max_new_tokens)
+    np.testing.assert_allclose([steps, proposed, accepted], totals, rtol=1e-12)
     assert accepted <= reached <= proposed
+    # One run's rate is not the ratio of expectations (Jensen); the forward programme gets it exactly.
+    assert expected_run_rate(accept, k, max_new_tokens) == pytest.approx(rate, rel=1e-12)
+    assert abs(rate - accepted / proposed) > 1e-3
 
 
 def test_dynamic_programme_extremes():
     assert expected_counts([1.0] * 10, 4, 10)[:3] == (2.0, 8.0, 8.0)  # 4 accepted + bonus, 4 + bonus, then budget
     assert expected_counts([0.0] * 10, 4, 10)[:3] == (10.0, 4 * 6 + 3 + 2 + 1 + 0, 0.0)  # starts 0..5 draft 4, then the budget
+    assert (expected_run_rate([1.0] * 10, 4, 10), expected_run_rate([0.0] * 10, 4, 10)) == (1.0, 0.0)
+    assert np.isnan(expected_run_rate([0.5], 4, 1))  # a one-token budget drafts nothing
 
 
 def _engine_runs(target, draft, prompt, *, k, budget, n):
