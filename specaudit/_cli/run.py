@@ -50,7 +50,9 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("prompts")
     g.add_argument("--prompts", help="prompt set name (core), folder, JSONL/CSV/Parquet file or HF dataset id")
     g.add_argument("--column-map", help="for files and HF datasets: text=COL,id=COL,group:DIM=COL")
-    g.add_argument("--per-group", type=int, help="stratified sample of N prompts per group (parallel dimensions: N pairs; audit default 10)")
+    g.add_argument(
+        "--per-group", type=int, help="stratified sample of N prompts per group (parallel dimensions: N pairs; audit default 10)"
+    )
     g.add_argument("--sample-seed", type=int, help="seed of the --per-group sample (default 0; independent of --seed)")
     g.add_argument("--dimensions", help="comma list of prompt dimensions to keep, e.g. dialect,language")
     g.add_argument(
