@@ -246,11 +246,15 @@ def per_prompt_metrics(
         steps_of = _draft_steps(df)
         reached_sum = np.bincount(steps_of.row, weights=_n_reached(steps_of.accepted, steps_of.drafted), minlength=n_rows)
         reached = np.where(steps_of.consistent, reached_sum, np.nan)
+    # The screen's records carry expectations instead of per-step lists: positions reached in
+    # expectation, and β at every position of the path.
+    reached = np.where(np.isnan(reached), _numeric(df, "expected_reached"), reached)
     beta_sum = beta_n = np.zeros(n_rows)
-    if "beta" in df.columns:
-        beta_values, row_of_beta = _flatten(df["beta"], depth=2)
-        beta_sum = np.bincount(row_of_beta, weights=beta_values, minlength=n_rows)
-        beta_n = np.bincount(row_of_beta, minlength=n_rows).astype(float)
+    for column, depth in (("beta", 2), ("position_beta", 1)):
+        if column in df.columns:
+            beta_values, row_of_beta = _flatten(df[column], depth=depth)
+            beta_sum = beta_sum + np.bincount(row_of_beta, weights=beta_values, minlength=n_rows)
+            beta_n = beta_n + np.bincount(row_of_beta, minlength=n_rows).astype(float)
 
     ok = sampled & (proposed > 0)
     # Columns are built as arrays and framed once: inserting pandas columns one by one costs
