@@ -1,13 +1,14 @@
 """Planted disparities and drifts on the real default pair: does the audit find what we plant?
 
     python bench/planted.py calibrate [--factors 0.5,0.7,0.8,0.9,0.95]
-    python bench/planted.py disparity [--seeds 10] [--factors 0.7,0.5] [--group fr] [--band 0.8]
+    python bench/planted.py disparity [--seeds 10] [--first-seed 0] [--factors 0.7,0.5] [--group fr] [--band 0.8]
     python bench/planted.py drift [--history 5] [--reruns 3] [--per-group 10] [--factor 0.7]
 
 All plant a known effect with `--plant-disparity DIM=GROUP:FACTOR`: on that group's prompts the
 int8 draft's distribution becomes factor*q + (1 - factor)*uniform (call-invariant, so the screen
 reproduces it; sampling stays exact, acceptance drops). SmolLM2-135M-Instruct and its int8
-self-draft, CPU, T = 1, k = 4, 32 new tokens, one torch thread.
+self-draft, CPU, T = 1, k = 4, 32 new tokens. The screen uses every core (as in an audit), so
+run one bench at a time: two at once on 2 cores oversubscribe the threads (each run took 5x longer).
 
 calibrate: one screen pass over the 130 prompts of `disparity` (decoding seed 0) with the clean
 draft, then the same paths with every prompt's q mixed at each factor. Prints mean beta
@@ -139,7 +140,7 @@ def disparity(args: argparse.Namespace) -> None:
     for factor in factors:
         hits = false_flags = tested = 0
         ratios = []
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             cfg = _config(args, seed=seed, plant_disparity=f"{DIMENSION}={args.group}:{factor}")
             out = work / f"run-{factor}-{seed}"
             began = time.perf_counter()
@@ -241,6 +242,7 @@ def main() -> None:
     c.add_argument("--factors", default="0.5,0.7,0.8,0.9,0.95")
     d = sub.add_parser("disparity")
     d.add_argument("--seeds", type=int, default=10)
+    d.add_argument("--first-seed", type=int, default=0, help="decoding seeds first-seed .. first-seed + seeds - 1")
     d.add_argument("--factors", default="0.7,0.5")
     d.add_argument("--group", default="fr", help="the planted (non-reference) language group")
     d.add_argument("--band", type=float, default=0.8, help="lower edge of the parity band (the upper is its inverse)")
