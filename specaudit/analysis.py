@@ -39,36 +39,6 @@ def _dimensions(records: list[dict], manifest: dict, requested: list[str] | None
     return [d for d in declared if d in present] or present
 
 
-def draft_batch_invariance(pair, records: list[dict], positions: int = 6) -> dict:
-    """Whether teacher-forcing the draft reproduces the q it sampled from during decoding.
-
-    Scoring recomputes q in one batched pass; decoding computed it one cached step at a time.
-    For most drafts the two agree to float noise. Drafts with dynamic activation quantisation
-    (torch's int8 dynamic linear: one scale per call over all tokens in it) do not: their q
-    depends on how they were called, so q-based tests must use the q the engine recorded.
-    """
-    import torch
-    from transformers import DynamicCache
-
-    from specaudit.decoding import SamplingSpec, warp
-    from specaudit.models import forward_cached
-
-    record = next((r for r in records if r["engine"] != CONTROL_ENGINE and len(r["output_token_ids"]) > positions), None)
-    if record is None or not pair.draft_is_model:
-        return {"checked": False}
-    ids = torch.tensor([record["prompt_token_ids"] + record["output_token_ids"]], device=pair.device)
-    split = ids.shape[1] - positions
-    with torch.inference_mode():
-        whole = pair.draft(input_ids=ids).logits[0, split:, : pair.vocab_size]
-        cache = DynamicCache(config=pair.draft.config)
-        forward_cached(pair.draft, ids[:, :split], cache)
-        stepwise = torch.cat([forward_cached(pair.draft, ids[:, i : i + 1], cache)[0] for i in range(split, ids.shape[1])])
-    spec = SamplingSpec(1.0)
-    tv = 0.5 * (warp(whole, spec) - warp(stepwise[:, : pair.vocab_size], spec)).abs().sum(-1)
-    max_tv = float(tv.max())
-    return {"checked": True, "batch_invariant": max_tv < 1e-3, "max_tv": max_tv, "positions": positions, "record": record["key"]}
-
-
 def server_scored(records: list[dict]) -> bool:
     """Sampled records that carry the logprobs of the distribution they were sampled from (an
     endpoint run) are scored from those, without a local model: the server's own distribution is
@@ -84,6 +54,7 @@ def score_sampled(outputs: list[dict], pair, plant_disparity: str | None = None)
     reproduces the q decoding used (a planted disparity is mixed in on its group's records, as
     decoding did); returns (TokenScores, the draft-scoring note)."""
     from specaudit.models import DisparityPlant
+    from specaudit.screen import draft_batch_invariance
     from specaudit.stats.scoring import score_records
 
     invariance = draft_batch_invariance(pair, outputs)

@@ -96,7 +96,12 @@ def _screen_line(snapshot: Mapping[str, Any]) -> str | None:
         line += (
             f" On the {integer(check.get('n_prompts'))} prompts the speculative engine also ran, its acceptance is "
             f"{triple(ratio, fixed, '×')} the screen's"
-            + (" (agrees)." if check.get("agrees") else ": the interval excludes 1, so the screen may not reproduce this engine.")
+            + (
+                " (agrees)."
+                if check.get("agrees")
+                else ": the interval excludes 1, so the screen may not reproduce this engine "
+                "(a correct one does this in about 1 audit in 20)."
+            )
         )
     return line
 

@@ -16,6 +16,7 @@ from specaudit.screen._screen import (
     CALL_INVARIANCE_TV,
     ScreenedPath,
     check_call_invariance,
+    draft_batch_invariance,
     screen_paths,
 )
 
@@ -25,6 +26,7 @@ __all__ = [
     "SampledBatch",
     "ScreenedPath",
     "check_call_invariance",
+    "draft_batch_invariance",
     "expected_counts",
     "expected_run_rate",
     "ngram_counts",

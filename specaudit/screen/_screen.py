@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 import torch
 
-from specaudit.decoding.warping import SamplingSpec
+from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.errors import InputError
-from specaudit.models import DisparityPlant, NgramDraft, PlantedDraft
+from specaudit.models import DisparityPlant, NgramDraft, PlantedDraft, forward_cached
 from specaudit.screen._acceptance import (
     PathAcceptance,
     model_draft_acceptance,
@@ -42,12 +43,42 @@ def draft_kind(draft) -> str:
     raise InputError(f"the screen needs a draft model or ngram, got {type(draft).__name__}")
 
 
+def draft_batch_invariance(pair, records: list[dict], positions: int = 6) -> dict:
+    """Whether teacher-forcing the draft reproduces the q it sampled from during decoding.
+
+    Scoring recomputes q in one batched pass; decoding computed it one cached step at a time.
+    For most drafts the two agree to float noise. Drafts with dynamic activation quantisation
+    (torch's int8 dynamic linear: one scale per call over all tokens in it) do not: their q
+    depends on how they were called, so q-based tests must use the q the engine recorded.
+    """
+    from transformers import DynamicCache
+
+    record = next((r for r in records if r["engine"] != CONTROL_ENGINE and len(r["output_token_ids"]) > positions), None)
+    if record is None or not pair.draft_is_model:
+        return {"checked": False}
+    ids = torch.tensor([record["prompt_token_ids"] + record["output_token_ids"]], device=pair.device)
+    split = ids.shape[1] - positions
+    with torch.inference_mode():
+        whole = pair.draft(input_ids=ids).logits[0, split:, : pair.vocab_size]
+        cache = DynamicCache(config=pair.draft.config)
+        forward_cached(pair.draft, ids[:, :split], cache)
+        stepwise = torch.cat([forward_cached(pair.draft, ids[:, i : i + 1], cache)[0] for i in range(split, ids.shape[1])])
+    spec = SamplingSpec(1.0)
+    tv = 0.5 * (warp(whole, spec) - warp(stepwise[:, : pair.vocab_size], spec)).abs().sum(-1)
+    max_tv = float(tv.max())
+    return {
+        "checked": True,
+        "batch_invariant": max_tv < CALL_INVARIANCE_TV,
+        "max_tv": max_tv,
+        "positions": positions,
+        "record": record["key"],
+    }
+
+
 def check_call_invariance(draft, prompt: list[int], path: list[int], device) -> float | None:
-    """Refuse a draft whose teacher-forced q differs from its step-by-step q (analysis.draft_batch_invariance);
+    """Refuse a draft whose teacher-forced q differs from its step-by-step q (draft_batch_invariance);
     return the TV measured (None when the path is too short to check)."""
     from types import SimpleNamespace
-
-    from specaudit.analysis import draft_batch_invariance
 
     record = {"engine": "screen", "key": "screen-guard", "prompt_token_ids": prompt, "output_token_ids": path}
     probe = SimpleNamespace(draft=draft, draft_is_model=True, device=device, vocab_size=draft.config.vocab_size)
