@@ -68,6 +68,21 @@ def test_analyze_reads_acceptance_per_group_from_screen_records(tiny_pair_dir, t
     assert all(sum(r["accepted_per_step"]) == r["accepted"] for r in records)  # n-gram: exact simulated steps
 
 
+def test_screened_model_draft_gives_per_position_acceptance_and_beta(tiny_pair_dir, tiny_prompts_file, tmp_path):
+    """A model draft's screen records hold expectations, not per-step lists: per-position acceptance
+    reads expected_reached and mean β reads position_beta."""
+    assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "run", "screen") == 0
+    assert main(["analyze", str(tmp_path / "run"), "--no-equivalence"]) == 0
+    metrics = json.loads((tmp_path / "run" / "snapshot.json").read_text())["groups"]["group"]["overall"]["metrics"]
+    records = read_records(tmp_path / "run" / "records.jsonl")
+    assert not any(r["accepted_per_step"] for r in records)
+    accepted, reached = sum(r["accepted"] for r in records), sum(r["expected_reached"] for r in records)
+    assert metrics["per_position_acceptance"]["value"] == pytest.approx(accepted / reached)
+    betas = [b for r in records for b in r["position_beta"]]
+    assert 0 < metrics["mean_beta"]["value"] < 1
+    assert min(betas) <= metrics["mean_beta"]["value"] <= max(betas)
+
+
 def test_planted_disparity_in_the_screen_is_scored_as_screened(tiny_pair, tiny_pair_dir, tiny_prompts_file, tmp_path):
     """The screen mixes group b's q only; analysis teacher-forces the same planted q, so its β per
     token equals the screen's `position_beta` on every record, planted or not."""
