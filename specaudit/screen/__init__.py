@@ -10,6 +10,7 @@ from specaudit.screen._acceptance import (
     expected_run_rate,
     ngram_counts,
     position_acceptance,
+    sample_run,
 )
 from specaudit.screen._sampling import SampledBatch, sample_batch, teacher_forced_probs
 from specaudit.screen._screen import (
@@ -32,6 +33,7 @@ __all__ = [
     "ngram_counts",
     "position_acceptance",
     "sample_batch",
+    "sample_run",
     "screen_paths",
     "teacher_forced_probs",
 ]

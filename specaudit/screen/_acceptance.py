@@ -130,6 +130,19 @@ def expected_run_rate(accept_cond: list[float], k: int, max_new_tokens: int) -> 
     return mean / mass if mass > 0.0 else float("nan")
 
 
+def sample_run(accept_cond: list[float], k: int, max_new_tokens: int, rng) -> tuple[int, int]:
+    """(accepted, proposed) of one speculative run that produced this path, drawn from the law the
+    programmes above average over (`rng`: a numpy Generator). For simulations of the engine."""
+    start = accepted = proposed = 0
+    while start < len(accept_cond):
+        drafted = max(0, min(k, max_new_tokens - start - 1))
+        n = 0
+        while n < drafted and start + n < len(accept_cond) and rng.random() < accept_cond[start + n]:
+            n += 1
+        accepted, proposed, start = accepted + n, proposed + drafted, start + n + 1
+    return accepted, proposed
+
+
 def model_draft_acceptance(beta: list[float], accept_cond: list[float], k: int, max_new_tokens: int) -> PathAcceptance:
     steps, proposed, accepted, reached = expected_counts(accept_cond, k, max_new_tokens)
     return PathAcceptance(steps, proposed, accepted, reached, beta=beta, accept_cond=accept_cond)

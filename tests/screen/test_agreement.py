@@ -8,21 +8,9 @@ import numpy as np
 import pandas as pd
 
 from specaudit.analysis import screen_agreement
-from specaudit.screen import expected_counts
+from specaudit.screen import expected_counts, expected_run_rate, sample_run
 
 K, BUDGET, PROMPTS = 4, 16, 60
-
-
-def _one_run(accept, rng):
-    """(accepted, proposed) of one speculative run along a path: acceptances ~ Bernoulli(a_t)."""
-    start = accepted = proposed = 0
-    while start < len(accept):
-        drafted = max(0, min(K, BUDGET - start - 1))
-        n = 0
-        while n < drafted and start + n < len(accept) and rng.random() < accept[start + n]:
-            n += 1
-        accepted, proposed, start = accepted + n, proposed + drafted, start + n + 1
-    return accepted, proposed
 
 
 def _records(paths, rng):
@@ -32,7 +20,7 @@ def _records(paths, rng):
         base = {"prompt_id": f"p{i}", "k": K, "timing_only": False}
         rows.append({**base, "engine": "screen", "accepted": accepted, "proposed": proposed, "steps": steps,
                      "position_accept": accept, "screen": {"counts": "expected"}})  # fmt: skip
-        run_accepted, run_proposed = _one_run(accept, rng)
+        run_accepted, run_proposed = sample_run(accept, K, BUDGET, rng)
         rows.append({**base, "engine": "speculative", "accepted": run_accepted, "proposed": run_proposed})
     return pd.DataFrame(rows)
 
@@ -55,3 +43,15 @@ def test_screen_agreement_compares_one_run_with_one_run():
     # audits), and the check is calibrated (5% nominal; 99.9% binomial range for 200 audits: 1-21).
     assert abs(np.mean(ratios) - 1.0) < 4 * np.std(ratios) / np.sqrt(len(ratios))
     assert alarms <= 21
+
+
+def test_sample_run_follows_the_law_the_programmes_average():
+    rng = np.random.default_rng(1)
+    accept = rng.uniform(0.2, 1.0, size=BUDGET).tolist()
+    runs = np.array([sample_run(accept, K, BUDGET, rng) for _ in range(20_000)], dtype=float)
+    _, proposed, accepted, _ = expected_counts(accept, K, BUDGET)
+    rates = runs[:, 0] / runs[:, 1]
+    se = lambda x: x.std() / np.sqrt(len(x))  # noqa: E731
+    assert abs(runs[:, 0].mean() - accepted) < 4 * se(runs[:, 0])
+    assert abs(runs[:, 1].mean() - proposed) < 4 * se(runs[:, 1])
+    assert abs(rates.mean() - expected_run_rate(accept, K, BUDGET)) < 4 * se(rates)
