@@ -75,28 +75,38 @@ def position_acceptance(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor) 
     return beta, accept
 
 
+def _drafted(start: int, k: int, max_new_tokens: int) -> int:
+    """k_s: positions a step starting at s drafts (the engine never drafts past its budget)."""
+    return max(0, min(k, max_new_tokens - start - 1))
+
+
+def _step_outcomes(accept_cond: list[float], start: int, k: int, max_new_tokens: int) -> tuple[int, list[tuple[int, float]]]:
+    """(k_s, [(n, P(n | s))]) of a step starting at s: the first n drafts accepted and the next
+    rejected, or all k_s accepted (a_t = 0 beyond the path); outcomes of probability 0 left out."""
+    drafted = _drafted(start, k, max_new_tokens)
+    outcomes, survive = [], 1.0  # survive: P(the first n drafted positions were all accepted)
+    for n in range(drafted + 1):
+        a = accept_cond[start + n] if n < drafted and start + n < len(accept_cond) else 0.0
+        chance = survive * (1.0 - a)
+        if chance > 0.0:
+            outcomes.append((n, chance))
+        survive *= a
+    return drafted, outcomes
+
+
 def expected_counts(accept_cond: list[float], k: int, max_new_tokens: int) -> tuple[float, float, float, float]:
     """(steps, proposed, accepted, reached) expected for a path with these conditional acceptances."""
     length = len(accept_cond)
-    value = [(0.0, 0.0, 0.0, 0.0)] * (length + k + 2)
+    value = [(0.0, 0.0, 0.0, 0.0)] * length
     for start in range(length - 1, -1, -1):
-        drafted = max(0, min(k, max_new_tokens - start - 1))
+        drafted, outcomes = _step_outcomes(accept_cond, start, k, max_new_tokens)
         steps, proposed, accepted, reached = 1.0, float(drafted), 0.0, 0.0
-        survive = 1.0  # P(the first n drafted positions were all accepted)
-        for n in range(drafted + 1):
-            if n < drafted:
-                a = accept_cond[start + n] if start + n < length else 0.0
-                chance = survive * (1.0 - a)
-            else:
-                chance = survive
-            if chance > 0.0:
-                later = value[start + n + 1] if start + n + 1 < length else (0.0, 0.0, 0.0, 0.0)
-                steps += chance * later[0]
-                proposed += chance * later[1]
-                accepted += chance * (n + later[2])
-                reached += chance * (min(n + 1, drafted) + later[3])
-            if n < drafted:
-                survive *= a
+        for n, chance in outcomes:
+            later = value[start + n + 1] if start + n + 1 < length else (0.0, 0.0, 0.0, 0.0)
+            steps += chance * later[0]
+            proposed += chance * later[1]
+            accepted += chance * (n + later[2])
+            reached += chance * (min(n + 1, drafted) + later[3])
         value[start] = (steps, proposed, accepted, reached)
     return value[0] if length else (0.0, 0.0, 0.0, 0.0)
 
@@ -110,14 +120,7 @@ def expected_run_rate(accept_cond: list[float], k: int, max_new_tokens: int) -> 
         at_start[0][(0, 0)] = 1.0
     mean = mass = 0.0
     for start in range(length):
-        drafted = max(0, min(k, max_new_tokens - start - 1))
-        outcomes, survive = [], 1.0  # (n accepted in this step, its probability)
-        for n in range(drafted + 1):
-            a = (accept_cond[start + n] if start + n < length else 0.0) if n < drafted else 0.0
-            chance = survive * (1.0 - a)
-            if chance > 0.0:
-                outcomes.append((n, chance))
-            survive *= a
+        drafted, outcomes = _step_outcomes(accept_cond, start, k, max_new_tokens)
         for (accepted, proposed), weight in at_start[start].items():
             for n, chance in outcomes:
                 state = (accepted + n, proposed + drafted)
@@ -135,7 +138,7 @@ def sample_run(accept_cond: list[float], k: int, max_new_tokens: int, rng) -> tu
     programmes above average over (`rng`: a numpy Generator). For simulations of the engine."""
     start = accepted = proposed = 0
     while start < len(accept_cond):
-        drafted = max(0, min(k, max_new_tokens - start - 1))
+        drafted = _drafted(start, k, max_new_tokens)
         n = 0
         while n < drafted and start + n < len(accept_cond) and rng.random() < accept_cond[start + n]:
             n += 1
@@ -153,7 +156,7 @@ def ngram_counts(lookup, prompt: list[int], path: list[int], k: int, max_new_tok
     start, per_step_accepted, per_step_proposed = 0, [], []
     accept_cond = [0.0] * len(path)
     while start < len(path):
-        drafted = min(k, max_new_tokens - start - 1)
+        drafted = _drafted(start, k, max_new_tokens)
         proposal = lookup.propose(prompt + path[:start], drafted) if drafted > 0 else []
         n = 0
         while n < len(proposal) and start + n < len(path) and proposal[n] == path[start + n]:
