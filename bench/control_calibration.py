@@ -3,7 +3,7 @@
     python bench/control_calibration.py [--audits 100] [--prompts 12] [--new-tokens 32] [--batch 48]
 
 Each simulated audit draws `--prompts` prompts of the core set at random, samples their
-continuations from the target itself (SmolLM2-135M-Instruct, float32, T = 1, no top-k/top-p:
+continuations from the target itself (SmolLM2-135M-Instruct, float32 or --dtype, T = 1, no top-k/top-p:
 exactly the distribution the control claims), scores them as `specaudit analyze` does (teacher
 forcing of the target and of the weight-only int8 self-draft, with the Monte Carlo nulls of the
 surprisal and draft-affinity statistics), and runs the goodness-of-fit battery on them at alpha:
@@ -83,11 +83,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=48, help="sequences sampled per generate call")
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--dtype", default="float32", help="float32 (the CPU default) or bfloat16 (sampling and scoring differ by its rounding)"
+    )
     parser.add_argument("--json", type=Path, help="also write the per-audit results here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    pair = load_pair("default", "int8")
+    pair = load_pair("default", "int8", dtype=args.dtype)
     eos = eos_token_ids(pair)
     core = load_prompts("core").prompts
     encoded = {p.id: prompt_token_ids(pair.tokenizer, p) for p in core}

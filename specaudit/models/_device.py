@@ -22,7 +22,9 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """`auto` is bf16 on CUDA (what people deploy) and float32 on CPU (bf16 matmuls are slow there)."""
+    """`auto` is bf16 on CUDA (what people deploy) and float32 on CPU, where not every CPU has native
+    bf16 and float32 keeps the screen's rows equal to batch-1 decoding token for token (docs/screen.md,
+    "bfloat16", has the figures for a CPU that does)."""
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if dtype not in _DTYPES:

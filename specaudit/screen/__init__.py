@@ -15,6 +15,7 @@ from specaudit.screen._acceptance import (
 from specaudit.screen._sampling import SampledBatch, sample_batch, teacher_forced_probs
 from specaudit.screen._screen import (
     CALL_INVARIANCE_TV,
+    FLOAT_NOISE_FACTOR,
     ScreenedPath,
     check_call_invariance,
     draft_batch_invariance,
@@ -23,6 +24,7 @@ from specaudit.screen._screen import (
 
 __all__ = [
     "CALL_INVARIANCE_TV",
+    "FLOAT_NOISE_FACTOR",
     "PathAcceptance",
     "SampledBatch",
     "ScreenedPath",

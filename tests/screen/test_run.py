@@ -121,14 +121,14 @@ def test_a_plant_that_cannot_apply_exits_2(tiny_pair_dir, tiny_prompts_file, tmp
 def test_int8_draft_is_call_invariant_and_dynamic_int8_is_refused():
     target, tokenizer = tiny_model(), tiny_tokenizer()
     prompt, path = tokenizer("Explain why the sky is blue.")["input_ids"], tokenizer(" Because of scattering light.")["input_ids"]
-    assert check_call_invariance(int8_draft(target), prompt, path, torch.device("cpu")) < 1e-3
+    assert check_call_invariance(target, int8_draft(target), prompt, path, torch.device("cpu"))["max_tv"] < 1e-3
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dynamic = quantize_dynamic(copy.deepcopy(target), {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
     with pytest.raises(InputError, match=r"TV up to"):
-        check_call_invariance(dynamic, prompt, path, torch.device("cpu"))
+        check_call_invariance(target, dynamic, prompt, path, torch.device("cpu"))
 
 
 def _grouped_prompts(path, groups: int, per_group: int):

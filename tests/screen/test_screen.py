@@ -174,7 +174,7 @@ def test_planted_draft_is_call_invariant_and_mixes_only_its_rows(models):
     vocab, plant = target.config.vocab_size, DisparityPlant("group", "b", 0.4)
     prompt, path = tokenizer("Explain why the sky is blue.")["input_ids"], tokenizer(" Because of scattering light.")["input_ids"]
     planted = PlantedDraft(model_draft, plant, vocab)
-    assert check_call_invariance(planted, prompt, path, torch.device("cpu")) < 1e-5  # teacher-forced vs step by step
+    assert check_call_invariance(target, planted, prompt, path, torch.device("cpu"))["max_tv"] < 1e-5  # teacher-forced vs step by step
 
     batch = sample_batch(
         target, _prompts(tokenizer)[:2], [5, 6], spec=SamplingSpec(1.0), max_new_tokens=10, eos_ids=set(), vocab_size=vocab, pad_id=0
@@ -246,26 +246,12 @@ def test_plant_needs_a_model_draft(models):
         )
 
 
-class _CallDependentDraft(torch.nn.Module):
-    """A draft whose logits depend on how many tokens the call holds (as a per-call activation scale does)."""
-
-    def __init__(self, draft):
-        super().__init__()
-        self.draft, self.config = draft, draft.config
-        self._specaudit_cache_keyword = getattr(draft, "_specaudit_cache_keyword", None) or "past_key_values"
-
-    def forward(self, input_ids, **kwargs):
-        output = self.draft(input_ids=input_ids, **kwargs)
-        output.logits = output.logits * (1.0 + 0.5 * (input_ids.shape[-1] > 1))
-        return output
-
-
-def test_screen_refuses_a_call_dependent_draft_naming_the_tv(models):
+def test_screen_refuses_a_call_dependent_draft_naming_the_tv(models, call_dependent):
     target, model_draft, tokenizer = models
     with pytest.raises(InputError, match=r"not call-invariant .*TV up to \d\.\d\d"):
         screen_paths(
             target,
-            _CallDependentDraft(model_draft),
+            call_dependent(model_draft),
             _prompts(tokenizer),
             [1, 2, 3, 4],
             spec=SamplingSpec(1.0),
