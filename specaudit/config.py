@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specaudit._validation import input_error, sentence_error
-from specaudit.contracts import DEFAULT_BAND, CheckStatus
+from specaudit.contracts import DEFAULT_BAND, MIN_CHECKED_PROMPTS, CheckStatus
 from specaudit.decoding import ENGINES, SamplingSpec
 from specaudit.errors import InputError
 
@@ -301,7 +301,8 @@ class GateThresholds(_SectionSettings):
       with only ``band_low`` given, ``band_high`` = 1 / ``band_low`` (Aequitas' τ ≤ r ≤ 1/τ).
     - ``disparity_metrics``: metrics whose ratios are gated (from the snapshot's pairwise tests).
     - ``min_speedup``: each group's measured speed-up should reach this (1.0: not slowed down).
-    - ``min_group_size``: groups with fewer prompts give unreliable intervals and tests.
+    - ``min_group_size``: groups with fewer prompts warn (their ratio interval's coverage is unchecked
+      below 4; power is judged per comparison by its status and minimum detectable ratio).
     - ``*_severity``: "warn" or "fail" (any case; held as CheckStatus) for a check that is not met.
     """
 
@@ -320,7 +321,7 @@ class GateThresholds(_SectionSettings):
     tv_severity: Literal[CheckStatus.WARN, CheckStatus.FAIL] = CheckStatus.WARN
     min_speedup: float = Field(1.0, gt=0, strict=True, allow_inf_nan=False, description="the speed-up every group should reach, e.g. 1.0")
     slowdown_severity: Literal[CheckStatus.WARN, CheckStatus.FAIL] = CheckStatus.WARN
-    min_group_size: int = Field(20, ge=1, strict=True)
+    min_group_size: int = Field(MIN_CHECKED_PROMPTS, ge=1, strict=True)
 
     @classmethod
     def _input_error(cls, err: ValidationError, name: Callable[[str], str]) -> InputError:

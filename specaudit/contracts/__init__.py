@@ -9,6 +9,7 @@ may import it without making a circle.
 from specaudit.contracts.metrics import INTERSECTION, METRICS, MetricSpec, group_label
 from specaudit.contracts.status import (
     DEFAULT_BAND,
+    MIN_CHECKED_PROMPTS,
     CheckStatus,
     DisparityStatus,
     EquivalenceStatus,
@@ -18,6 +19,7 @@ from specaudit.contracts.status import (
 __all__ = [
     "DEFAULT_BAND",
     "INTERSECTION",
+    "MIN_CHECKED_PROMPTS",
     "METRICS",
     "CheckStatus",
     "DisparityStatus",

@@ -170,6 +170,11 @@ class SpeedSection(_Section):
     reason: str | None = None
     cost_model: dict[str, Any] | None = None
     validation: dict[str, Any] | None = None
+    # dimension -> group -> n_timed_prompts, measured_over_predicted, others, pvalue, pvalue_holm
+    validation_by_group: dict[str, dict[str, dict[str, Any]]] | None = None
+    validation_by_group_tested: int | None = None  # groups tested
+    validation_by_group_smallest_pvalue_holm: float | None = None
+    validation_by_group_method: str | None = None
     finding: str | None = None
 
 

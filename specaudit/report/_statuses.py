@@ -228,8 +228,14 @@ def speed_summary(snapshot: Mapping[str, Any]) -> dict[str, Any]:
             f"Predicted for every screened prompt by a cost model fitted on {integer(get(model, 'cost_model', 'n_prompts'))} "
             f"prompts timed by both engines; out of sample, measured / predicted = {triple(check, fixed, '×')}."
         )
+        smallest = model.get("validation_by_group_smallest_pvalue_holm")
         if model.get("finding"):
             model_lines.append(f"Finding: {model['finding']}.")
+        elif finite(smallest):
+            model_lines.append(
+                f"Per group, no group's timed prompts differ from the other timed prompts' measured / predicted "
+                f"({integer(model.get('validation_by_group_tested'))} groups; smallest Holm-adjusted p = {smallest:.2g})."
+            )
     elif model.get("source") == "none":
         model_lines.append(f"No speed-up: {model.get('reason')}.")
     return {

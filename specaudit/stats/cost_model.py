@@ -25,6 +25,12 @@ prompt (leave one prompt out) and compared with its measured paired speed-up. Th
 predicted, with a paired Fieller interval over prompts (stats.disparity.intervals), says how far to trust the predictions; an
 interval that excludes 1 is a finding in itself (the cost model misses something, e.g. a context
 length the subset did not cover).
+
+Per group (`validate_groups`), each group's timed prompts are compared with all the other timed
+prompts: a group whose log(measured / predicted) lies outside the others' spread is a finding
+(the model misses something about that group). The others' variance alone scales the test, so a
+group with one timed prompt is tested too (a prediction interval for a new prompt); Holm runs
+over every group of every dimension.
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.stats._results import holm
 from specaudit.stats.disparity.intervals import ratio_interval
 
 # A line needs more records than coefficients to be fitted at all; below this it is not.
@@ -159,3 +167,51 @@ def validate_cost_model(timed: pd.DataFrame) -> CostModelValidation:
     interval = ratio_interval(m, p, x_pairs=ids, y_pairs=ids)
     table = pd.DataFrame({"measured": m, "predicted": p}, index=timed.index)
     return CostModelValidation(interval.ratio, *interval.confidence_interval(), len(m), table)
+
+
+@dataclass(frozen=True)
+class GroupValidation:
+    """One group's timed prompts against the other timed prompts (terms: r = log(measured /
+    predicted) per prompt; the group's n_g prompts against the rest's n_r)."""
+
+    dimension: str
+    group: str
+    n_prompts: int  # n_g
+    statistic: float  # exp(mean r over the group): its measured / predicted
+    others: float  # exp(mean r over the rest)
+    pvalue: float  # two-sided t of mean r_g − mean r_r, scaled by the rest's sd · sqrt(1/n_g + 1/n_r), df n_r − 1
+    pvalue_holm: float = float("nan")
+
+    def to_dict(self) -> dict:
+        return {
+            "n_timed_prompts": self.n_prompts,
+            "measured_over_predicted": self.statistic,
+            "others": self.others,
+            "pvalue": self.pvalue,
+            "pvalue_holm": self.pvalue_holm,
+        }
+
+
+def validate_groups(validation: CostModelValidation, groups: dict[str, dict[str, str]]) -> list[GroupValidation]:
+    """Each group's measured / predicted against the other timed prompts'; `groups` maps a
+    dimension to {prompt_id: group}. Holm-adjusted over every group of every dimension. A group
+    needs the rest to hold at least 3 prompts (2 degrees of freedom); otherwise it is left out."""
+    table = validation.per_prompt
+    r = np.log(table["measured"].to_numpy(float) / table["predicted"].to_numpy(float))
+    ids = table.index.to_numpy(dtype=object)
+    results = []
+    for dimension, labels in groups.items():
+        label_of = np.array([labels.get(pid) for pid in ids], dtype=object)
+        for group in sorted({g for g in label_of if g is not None}, key=str):
+            inside = label_of == group
+            mine, rest = r[inside], r[~inside]
+            if rest.size < 3:
+                continue
+            se = rest.std(ddof=1) * np.sqrt(1 / mine.size + 1 / rest.size)
+            t = (mine.mean() - rest.mean()) / se if se > 0 else 0.0
+            p = float(2 * stats.t.sf(abs(t), df=rest.size - 1))
+            results.append(
+                GroupValidation(dimension, str(group), int(mine.size), float(np.exp(mine.mean())), float(np.exp(rest.mean())), p)
+            )
+    adjusted = holm([g.pvalue for g in results]) if results else []
+    return [GroupValidation(**{**g.__dict__, "pvalue_holm": float(p)}) for g, p in zip(results, adjusted, strict=True)]

@@ -93,7 +93,7 @@ def test_the_default_band_is_the_contracts_one():
 
 def test_threshold_defaults_and_band():
     t = GateThresholds()
-    assert (t.alpha, t.tv_delta, t.disparity_severity, t.tv_severity, t.min_speedup, t.min_group_size) == (None, None, FAIL, WARN, 1.0, 20)
+    assert (t.alpha, t.tv_delta, t.disparity_severity, t.tv_severity, t.min_speedup, t.min_group_size) == (None, None, FAIL, WARN, 1.0, 4)
     assert t.band([0.9, 1.1]) == (0.9, 1.1)  # None: the analysis's band
     assert t.band(None) == (0.8, 1.25)
     assert GateThresholds(band_low=0.8).band([0.9, 1.1]) == pytest.approx((0.8, 1.25))  # Aequitas τ ≤ r ≤ 1/τ
@@ -171,7 +171,7 @@ def test_passing_snapshot_exits_0_with_warnings_and_without(snapshot):
     } <= set(names)
     assert _check(result, "equivalence[speculative]").status == PASS
     assert _check(result, "impossible-tokens").status == PASS
-    assert _check(result, f"group-size[{dim}]").status == WARN  # 3 prompts per group < 20
+    assert _check(result, f"group-size[{dim}]").status == WARN  # 3 prompts per group < 4
     assert result.status == WARN and result.exit_code == 0
     # 3 prompts a group cannot show parity even in a loose band (the intervals reach 0); once every
     # interval lies inside it, the loose gate passes without a warning.
@@ -410,3 +410,15 @@ def test_screen_and_cost_model_checks_follow_their_intervals(snapshot):
     result = evaluate_gate(snapshot)
     assert _check(result, "screen-agreement").status == WARN and "does not reproduce" in _check(result, "screen-agreement").message
     assert _check(result, "cost-model").status == WARN and "misses" in _check(result, "cost-model").message
+    # the overall interval covers 1, but one group's timed prompts differ from the others'
+    group = {"n_timed_prompts": 1, "measured_over_predicted": 0.7, "others": 1.0, "pvalue": 1e-4, "pvalue_holm": 4e-3}
+    snapshot["speed"].update(
+        validation_by_group={"language": {"ja": group}},
+        validation_by_group_smallest_pvalue_holm=group["pvalue_holm"],
+        finding="measured / predicted speed-up differs for 1 group(s)",
+    )
+    snapshot["speed"]["validation"]["holds"] = True
+    assert _check(evaluate_gate(snapshot), "cost-model").status == WARN
+    del snapshot["speed"]["finding"]
+    check = _check(evaluate_gate(snapshot), "cost-model")
+    assert check.status == PASS and "smallest Holm p = 0.004" in check.message

@@ -156,6 +156,8 @@ def test_screen_with_engines_decodes_a_stratified_subset_and_predicts_speed(tiny
     snapshot = json.loads((out / "snapshot.json").read_text())
     assert snapshot["run"]["disparity_engine"] == "screen"
     assert snapshot["speed"]["source"] == "cost model" and snapshot["speed"]["cost_model"]["n_prompts"] == 5
+    by_group = snapshot["speed"]["validation_by_group"]["topic"]  # each group's one timed prompt against the other four
+    assert len(by_group) == 5 and all(g["n_timed_prompts"] == 1 and 0 <= g["pvalue"] <= g["pvalue_holm"] <= 1 for g in by_group.values())
     assert "screen" not in snapshot["equivalence"]["engines"]  # the engines' records are the ones judged
     for entry in snapshot["groups"]["topic"]["by_group"].values():
         speedup = entry["metrics"]["speedup"]

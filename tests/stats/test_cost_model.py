@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specaudit.stats.cost_model import fit_cost_model, timed_prompts, validate_cost_model
+from specaudit.stats.cost_model import fit_cost_model, timed_prompts, validate_cost_model, validate_groups
 
 VANILLA = (0.05, 0.002, 0.08)  # intercept, per prompt token, per output token (s)
 DRAFT = (0.01, 0.001, 0.03)  # intercept, per prompt token, per drafted token
@@ -64,3 +64,29 @@ def test_validation_covers_one_for_a_right_model_and_excludes_it_for_a_wrong_one
     ratio = validate_cost_model(wrong).per_prompt.eval("measured / predicted")
     slow = ratio.index.map(lambda pid: int(pid[1:]) % 3 == 0)
     assert ratio[slow].max() < ratio[~slow].min()
+
+
+def _groups(n_prompts: int) -> dict[str, dict[str, str]]:
+    """Two dimensions as the default audit has them: one timed prompt per group (a parallel
+    dimension's single pair) and every third prompt in one group (the slow one in _records)."""
+    return {
+        "single": {f"p{i}": f"s{i}" for i in range(n_prompts)},
+        "third": {f"p{i}": f"t{i % 3}" for i in range(n_prompts)},
+    }
+
+
+def test_group_validation_keeps_its_level_and_finds_a_group_the_model_cannot_know():
+    """Right model, 5% timing noise: some group is called mispredicted (Holm p < 0.05 over 43 groups) in at
+    most about 5% of subsets. Every third prompt verifying 50% slower is found, below the model."""
+    n, alarms = 40, 0
+    for seed in range(200):
+        validation = validate_cost_model(timed_prompts(_records(n, np.random.default_rng(seed), noise=0.05)))
+        alarms += any(g.pvalue_holm < 0.05 for g in validate_groups(validation, _groups(n)))
+    assert alarms <= 20  # 5% of 200 is 10; binomial sd 3.1
+    for seed in range(10):
+        wrong = validate_cost_model(timed_prompts(_records(n, np.random.default_rng(seed), noise=0.05, slow_group=0.5)))
+        third = {g.group: g for g in validate_groups(wrong, _groups(n)) if g.dimension == "third"}
+        # The slow group is found, below the model. (The other two can be found too, above it: the
+        # slow prompts pulled the fitted costs up, so the model mispredicts them the other way.)
+        assert third["t0"].pvalue_holm < 0.05 and third["t0"].statistic < third["t0"].others
+        assert third["t0"].statistic < min(third["t1"].statistic, third["t2"].statistic)

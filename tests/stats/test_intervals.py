@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from specaudit.contracts import DisparityStatus
+from specaudit.contracts import MIN_CHECKED_PROMPTS, DisparityStatus
 from specaudit.stats._bootstrap import cluster_bootstrap
 from specaudit.stats.disparity import GroupFrame, simulate_records
 from specaudit.stats.disparity.intervals import (
@@ -153,6 +153,15 @@ def test_welch_fieller_keeps_each_tail_where_the_percentile_bootstrap_does_not()
     boot = _tails(rng, 20, 400, lambda x, y: _bootstrap(x, y, rng))
     assert max(fieller) <= 0.045 and sum(fieller) <= 0.075
     assert sum(boot) > sum(fieller)
+
+
+def test_welch_fieller_keeps_each_tail_from_the_smallest_checked_group():
+    """MIN_CHECKED_PROMPTS, the group size below which analysis and gate warn, is where the
+    interval's level is checked; 10 is the default audit's group size."""
+    rng = np.random.default_rng(13)
+    for n in (MIN_CHECKED_PROMPTS, 10):
+        below, above = _tails(rng, n, 2000, lambda x, y: ratio_interval(x, y).confidence_interval())
+        assert max(below, above) <= 0.035, (n, below, above)  # nominal 0.025; binomial sd 0.0035
 
 
 def test_group_frame_uses_pairs_and_flags_a_planted_half_ratio():

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specaudit.contracts import DEFAULT_BAND, INTERSECTION, METRICS, group_label
+from specaudit.contracts import DEFAULT_BAND, INTERSECTION, METRICS, MIN_CHECKED_PROMPTS, group_label
 from specaudit.errors import InputError
 from specaudit.stats._bootstrap import Method, Replicates, cluster_replicates
 from specaudit.stats._results import holm
@@ -445,7 +445,7 @@ class GroupFrame:
         tolerance: tuple[float, float] = DEFAULT_BAND,
         alpha: float = 0.05,
         power: float = 0.8,
-        min_prompts: int = 20,
+        min_prompts: int = MIN_CHECKED_PROMPTS,
     ) -> pd.DataFrame:
         """Per (metric, group): the ratio to the reference with its interval, status and power, all
         from one method (``specaudit.stats.disparity.intervals``: paired Fieller on parallel
@@ -468,9 +468,10 @@ class GroupFrame:
         frame.attrs["tolerance"] = tolerance
         return frame
 
-    def warnings(self, min_prompts: int = 20) -> list[str]:
-        """Plain-language warnings: groups with fewer than ``min_prompts`` prompts (intervals and
-        tests are unreliable there), groups without data for a metric, prompts without a group."""
+    def warnings(self, min_prompts: int = MIN_CHECKED_PROMPTS) -> list[str]:
+        """Plain-language warnings: groups with fewer than ``min_prompts`` prompts (smaller than the
+        smallest group at which the ratio interval was checked), groups without data for a metric,
+        prompts without a group."""
         messages = []
         acceptance = self.metrics.index("acceptance_rate") if "acceptance_rate" in self.metrics else 0
         dimension = INTERSECTION.join(self.sensitive)
@@ -478,8 +479,8 @@ class GroupFrame:
             n = int(self._n_prompts[i, acceptance])
             if n < min_prompts:
                 messages.append(
-                    f"{dimension}={group_label(group)} has {n} prompts (< {min_prompts}): its intervals and tests "
-                    "are unreliable; add prompts or merge groups."
+                    f"{dimension}={group_label(group)} has {n} prompts (< {min_prompts}): its ratio interval's coverage "
+                    "is unchecked at that size; add prompts or merge groups."
                 )
             empty = [m for j, m in enumerate(self.metrics) if self._n_prompts[i, j] == 0]
             if empty:

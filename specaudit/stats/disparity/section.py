@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specaudit.contracts import DEFAULT_BAND, INTERSECTION, DisparityStatus, group_label
+from specaudit.contracts import DEFAULT_BAND, INTERSECTION, MIN_CHECKED_PROMPTS, DisparityStatus, group_label
 from specaudit.errors import InputError
 from specaudit.stats import advice  # advice imports nothing of disparity: no circle
 from specaudit.stats.disparity._grouping import _as_list
@@ -67,7 +67,7 @@ def disparity_section(
     tolerance: tuple[float, float] = DEFAULT_BAND,
     alpha: float = 0.05,
     power: float = 0.8,
-    min_prompts: int = 20,
+    min_prompts: int = MIN_CHECKED_PROMPTS,
     n_boot: int = 1000,
     ci: float = 0.95,
     seed: int = 0,
