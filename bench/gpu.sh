@@ -14,6 +14,12 @@ python bench/engines.py --device cuda --dtype bfloat16 --prompts 16 --repeats 2 
 python bench/engines.py --device cuda --dtype float32 --prompts 16 --repeats 2 --max-new-tokens 128
 python bench/engines.py --device cuda --dtype bfloat16 --temperature 0 --prompts 16 --repeats 2 --max-new-tokens 128
 
+# The default audit's path on CUDA (bf16 by --dtype auto): the screen's guard must pass the int8
+# draft against bf16's own rounding, and the screen must agree with the engine (gate check
+# screen-agreement). Never run on a GPU yet; on this project's CPU in bf16 it passed (docs/screen.md).
+specaudit audit --quick --out "${OUT:-/tmp}/audit-gpu" --quiet || echo "gpu.sh: the quick audit on CUDA exited $?"
+grep -E "screen-agreement|cost-model|control" "${OUT:-/tmp}/audit-gpu/summary.md" || true
+
 # Ray executor on the GPU: one actor per GPU (here one), records as a local run's.
 specaudit run --executor ray --device cuda --prompts core --per-group 1 --dimensions domain --max-new-tokens 32 \
   --out "${OUT:-/tmp}/ray-gpu" --quiet
