@@ -190,5 +190,7 @@ def measurement_checks(snapshot: Mapping[str, Any]) -> list[GateCheck]:
         smallest = speed.get("validation_by_group_smallest_pvalue_holm")
         per_group = f"; no group's timed prompts differ from the others' (smallest Holm p = {fmt(smallest, 2)})" if finite(smallest) else ""
         message = f"measured / predicted speed-up {interval} out of sample covers 1{per_group}" if holds else str(speed.get("finding"))
+        if holds and speed.get("single_prompt_outliers"):
+            message = f"measured / predicted speed-up {interval} out of sample covers 1; {speed['single_prompt_outliers']}"
         checks.append(GateCheck(name, title, PASS if holds else WARN, message, dict(check)))
     return checks

@@ -176,6 +176,7 @@ class SpeedSection(_Section):
     validation_by_group_smallest_pvalue_holm: float | None = None
     validation_by_group_method: str | None = None
     finding: str | None = None
+    single_prompt_outliers: str | None = None  # groups off their prediction on one timed prompt: re-time, not a finding
 
 
 class Snapshot(_Section):

@@ -231,6 +231,8 @@ def speed_summary(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         smallest = model.get("validation_by_group_smallest_pvalue_holm")
         if model.get("finding"):
             model_lines.append(f"Finding: {model['finding']}.")
+        elif model.get("single_prompt_outliers"):
+            model_lines.append(f"Note: {model['single_prompt_outliers']}.")
         elif finite(smallest):
             model_lines.append(
                 f"Per group, no group's timed prompts differ from the other timed prompts' measured / predicted "

@@ -30,7 +30,8 @@ Per group (`validate_groups`), each group's timed prompts are compared with all 
 prompts: a group whose log(measured / predicted) lies outside the others' spread is a finding
 (the model misses something about that group). The others' variance alone scales the test, so a
 group with one timed prompt is tested too (a prediction interval for a new prompt); Holm runs
-over every group of every dimension.
+over every group of every dimension. A group with one timed prompt is only reported: that one
+timing's glitch and a group effect look the same.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ from specaudit.stats.disparity.intervals import ratio_interval
 
 # A line needs more records than coefficients to be fitted at all; below this it is not.
 MIN_TIMED_PROMPTS = 4
+# A group's misprediction is a finding only over this many timed prompts: one prompt's timing can
+# be off by itself (validate_groups).
+MIN_TIMED_PER_GROUP = 2
 
 
 @dataclass(frozen=True)

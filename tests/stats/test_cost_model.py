@@ -90,3 +90,22 @@ def test_group_validation_keeps_its_level_and_finds_a_group_the_model_cannot_kno
         # slow prompts pulled the fitted costs up, so the model mispredicts them the other way.)
         assert third["t0"].pvalue_holm < 0.05 and third["t0"].statistic < third["t0"].others
         assert third["t0"].statistic < min(third["t1"].statistic, third["t2"].statistic)
+
+
+def test_analysis_makes_a_finding_of_replicated_groups_only():
+    """A group of many timed prompts off its prediction is a finding; one prompt's timing off by 40%
+    (as one timing's glitch can be) is reported with how to re-time it, and is not a finding."""
+    from specaudit.analysis import predicted_speed
+
+    def frame(records):
+        labels = _groups(40)
+        records["attributes"] = records["prompt_id"].map(lambda pid: {dim: labels[dim][pid] for dim in labels})
+        return records
+
+    _, slow = predicted_speed(frame(_records(40, np.random.default_rng(3), noise=0.02, slow_group=0.5)), dimensions=["third"])
+    assert "third=t0" in slow["finding"] and "single_prompt_outliers" not in slow
+    glitch = _records(40, np.random.default_rng(3), noise=0.02)
+    glitch.loc[(glitch["prompt_id"] == "p7") & (glitch["engine"] == "vanilla"), "wall_s"] *= 1.4
+    _, speed = predicted_speed(frame(glitch), dimensions=["single"])
+    assert "finding" not in speed and "single=s7" in speed["single_prompt_outliers"]
+    assert speed["validation_by_group"]["single"]["s7"]["pvalue_holm"] < 0.05
