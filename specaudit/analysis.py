@@ -303,10 +303,7 @@ def predicted_speed(frame: pd.DataFrame, *, dimensions: list[str] = (), alpha: f
             "per group are off by about this factor"
         )
     if mispredicted:
-        listed = "; ".join(
-            f"{c.dimension}={c.group} {c.statistic:.2f} against {c.others:.2f} ({c.n_prompts} timed, Holm p = {c.pvalue_holm:.2g})"
-            for c in mispredicted
-        )
+        listed = "; ".join(c.describe() for c in mispredicted)
         findings.append(
             f"measured / predicted speed-up differs for {len(mispredicted)} group(s) from the other timed prompts: {listed}; "
             "the cost model misses something about these groups, so their predicted speed-ups are off by about that factor"
@@ -314,12 +311,9 @@ def predicted_speed(frame: pd.DataFrame, *, dimensions: list[str] = (), alpha: f
     if findings:
         section["finding"] = "; and ".join(findings)
     if single:
-        listed = "; ".join(
-            f"{c.dimension}={c.group} {c.statistic:.2f} against {c.others:.2f} (Holm p = {c.pvalue_holm:.2g})" for c in single
-        )
         section["single_prompt_outliers"] = (
-            f"the one timed prompt of {len(single)} group(s) is off its prediction: {listed}; one timing's glitch looks the "
-            "same, so this is not a finding: re-time with --timing-repeats 2 to tell"
+            f"the one timed prompt of {len(single)} group(s) is off its prediction: {'; '.join(c.describe() for c in single)}; "
+            "one timing's glitch looks the same, so this is not a finding: re-time with --timing-repeats 2 to tell"
         )
     return frame, section
 

@@ -188,9 +188,12 @@ def measurement_checks(snapshot: Mapping[str, Any]) -> list[GateCheck]:
         holds = bool(mapping(speed.get("validation")).get("holds")) and not speed.get("finding")
         interval = f"{fixed(check.get('value'))} [{fixed(check.get('ci_low'))}, {fixed(check.get('ci_high'))}]"
         smallest = speed.get("validation_by_group_smallest_pvalue_holm")
-        per_group = f"; no group's timed prompts differ from the others' (smallest Holm p = {fmt(smallest, 2)})" if finite(smallest) else ""
+        if speed.get("single_prompt_outliers"):
+            per_group = f"; {speed['single_prompt_outliers']}"
+        elif finite(smallest):
+            per_group = f"; no group's timed prompts differ from the others' (smallest Holm p = {fmt(smallest, 2)})"
+        else:
+            per_group = ""
         message = f"measured / predicted speed-up {interval} out of sample covers 1{per_group}" if holds else str(speed.get("finding"))
-        if holds and speed.get("single_prompt_outliers"):
-            message = f"measured / predicted speed-up {interval} out of sample covers 1; {speed['single_prompt_outliers']}"
         checks.append(GateCheck(name, title, PASS if holds else WARN, message, dict(check)))
     return checks

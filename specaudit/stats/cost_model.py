@@ -36,7 +36,7 @@ timing's glitch and a group effect look the same.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -186,6 +186,12 @@ class GroupValidation:
     pvalue: float  # two-sided t of mean r_g − mean r_r, scaled by the rest's sd · sqrt(1/n_g + 1/n_r), df n_r − 1
     pvalue_holm: float = float("nan")
 
+    def describe(self) -> str:
+        return (
+            f"{self.dimension}={self.group} {self.statistic:.2f} against {self.others:.2f} "
+            f"({self.n_prompts} timed, Holm p = {self.pvalue_holm:.2g})"
+        )
+
     def to_dict(self) -> dict:
         return {
             "n_timed_prompts": self.n_prompts,
@@ -218,4 +224,4 @@ def validate_groups(validation: CostModelValidation, groups: dict[str, dict[str,
                 GroupValidation(dimension, str(group), int(mine.size), float(np.exp(mine.mean())), float(np.exp(rest.mean())), p)
             )
     adjusted = holm([g.pvalue for g in results]) if results else []
-    return [GroupValidation(**{**g.__dict__, "pvalue_holm": float(p)}) for g, p in zip(results, adjusted, strict=True)]
+    return [replace(g, pvalue_holm=float(p)) for g, p in zip(results, adjusted, strict=True)]
