@@ -170,14 +170,15 @@ def measurement_checks(snapshot: Mapping[str, Any]) -> list[GateCheck]:
     ratio = mapping(screen.get("engine_over_screen_acceptance"))
     if ratio:
         name, title = "screen-agreement", "The screen reproduces the engine's acceptance"
-        details = {**ratio, "n_prompts": screen.get("n_prompts")}
-        status, message = (
-            (
-                PASS,
-                f"engine / screen acceptance {fixed(ratio.get('value'))} [{fixed(ratio.get('ci_low'))}, {fixed(ratio.get('ci_high'))}] covers 1",
+        given = mapping(screen.get("given_engine_paths"))
+        details = {**ratio, "n_prompts": screen.get("n_prompts"), "given_engine_paths": dict(given)}
+        message = f"engine / screen acceptance {fixed(ratio.get('value'))} [{fixed(ratio.get('ci_low'))}, {fixed(ratio.get('ci_high'))}] on the same prompts"
+        if "value" in given:
+            message += (
+                f", {fixed(given.get('value'))} [{fixed(given.get('ci_low'))}, {fixed(given.get('ci_high'))}] given the engine's own paths"
             )
-            if screen.get("agrees")
-            else (WARN, str(screen.get("finding")))
+        status, message = (
+            (PASS, f"{message}: no difference at Holm-adjusted α") if screen.get("agrees") else (WARN, str(screen.get("finding")))
         )
         checks.append(GateCheck(name, title, status, message, details))
     speed = mapping(snapshot.get("speed"))

@@ -179,6 +179,21 @@ class SpeedSection(_Section):
     single_prompt_outliers: str | None = None  # groups off their prediction on one timed prompt: re-time, not a finding
 
 
+class ScreenSection(_Section):
+    """`screen`: does the screen reproduce the speculative engine on the prompts both ran
+    (analysis.screen_agreement)? Two tests, Holm over them: `engine_over_screen_acceptance` on the
+    same prompts and `given_engine_paths` (the acceptance model along the engine's own paths), each
+    {value, ci_low, ci_high, pvalue, pvalue_holm}, or `note` where a test could not run."""
+
+    n_prompts: int
+    method: str | None = None
+    engine_over_screen_acceptance: dict[str, Any] | None = None
+    given_engine_paths: dict[str, Any] | None = None
+    agrees: bool | None = None
+    finding: str | None = None
+    note: str | None = None
+
+
 class Snapshot(_Section):
     """The typed view of snapshot.json (schema version SNAPSHOT_SCHEMA_VERSION)."""
 
@@ -191,6 +206,7 @@ class Snapshot(_Section):
     prompts: list[dict[str, Any]] = []
     gate: GateSection | None = None
     speed: SpeedSection | None = None  # only for runs with the screen (stats.cost_model)
+    screen: ScreenSection | None = None  # only for runs with the screen and the speculative engine
     mitigation: dict[str, Any] | None = None  # `specaudit mitigate`'s before/after (its before_after.json), on a re-audit
 
 

@@ -286,8 +286,8 @@ def _group_size_issues(
                         where.get(dim, "?"),
                         None,
                         f"attributes.{dim}",  # type: ignore[arg-type]
-                        f"group '{group}' has {n} prompt(s), fewer than the minimum of {least}; "
-                        "add prompts (comparisons on smaller groups are too uncertain to report)",
+                        f"group '{group}' has {n} prompt(s), fewer than the set's minimum of {least} (min_group_size); "
+                        "add prompts (a small group's intervals are wide, and audits cannot sample more of it than it holds)",
                     )
                 )
     return issues

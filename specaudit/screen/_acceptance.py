@@ -111,14 +111,25 @@ def expected_counts(accept_cond: list[float], k: int, max_new_tokens: int) -> tu
     return value[0] if length else (0.0, 0.0, 0.0, 0.0)
 
 
-def expected_run_rate(accept_cond: list[float], k: int, max_new_tokens: int) -> float:
-    """E[accepted / proposed] of one speculative run that produced this path (runs that propose
-    nothing excluded); nan when no run proposes anything."""
+def accepted_on_path(accepted_per_step: list[int], length: int) -> int:
+    """Accepted drafts of an engine run at positions inside its `length` emitted tokens. A step can
+    accept drafts past an end-of-sequence token it also accepted; the run's tokens stop at that
+    token, and so does the path the screen's programmes see (a_t = 0 beyond it)."""
+    start = inside = 0
+    for accepted in accepted_per_step:
+        inside += max(0, min(accepted, length - start))
+        start += accepted + 1
+    return inside
+
+
+def run_rate_moments(accept_cond: list[float], k: int, max_new_tokens: int) -> tuple[float, float]:
+    """(mean, variance) of accepted / proposed of one speculative run that produced this path (runs
+    that propose nothing excluded); (nan, nan) when no run proposes anything."""
     length = len(accept_cond)
     at_start: list[dict[tuple[int, int], float]] = [{} for _ in range(length)]  # s -> {(accepted, proposed): P}
     if length:
         at_start[0][(0, 0)] = 1.0
-    mean = mass = 0.0
+    first = second = mass = 0.0
     for start in range(length):
         drafted, outcomes = _step_outcomes(accept_cond, start, k, max_new_tokens)
         for (accepted, proposed), weight in at_start[start].items():
@@ -127,22 +138,36 @@ def expected_run_rate(accept_cond: list[float], k: int, max_new_tokens: int) -> 
                 if start + n + 1 < length:
                     at_start[start + n + 1][state] = at_start[start + n + 1].get(state, 0.0) + weight * chance
                 elif state[1] > 0:  # the run ends here
-                    mean += weight * chance * state[0] / state[1]
+                    rate = state[0] / state[1]
+                    first += weight * chance * rate
+                    second += weight * chance * rate * rate
                     mass += weight * chance
         at_start[start] = {}
-    return mean / mass if mass > 0.0 else float("nan")
+    if mass <= 0.0:
+        return float("nan"), float("nan")
+    mean = first / mass
+    return mean, max(second / mass - mean * mean, 0.0)
 
 
-def sample_run(accept_cond: list[float], k: int, max_new_tokens: int, rng) -> tuple[int, int]:
-    """(accepted, proposed) of one speculative run that produced this path, drawn from the law the
-    programmes above average over (`rng`: a numpy Generator). For simulations of the engine."""
-    start = accepted = proposed = 0
+def expected_run_rate(accept_cond: list[float], k: int, max_new_tokens: int) -> float:
+    """E[accepted / proposed] of one speculative run that produced this path (runs that propose
+    nothing excluded); nan when no run proposes anything."""
+    return run_rate_moments(accept_cond, k, max_new_tokens)[0]
+
+
+def sample_run(accept_cond: list[float], k: int, max_new_tokens: int, rng) -> tuple[list[int], list[int]]:
+    """(accepted_per_step, proposed_per_step) of one speculative run that produced this path, drawn
+    from the law the programmes above average over (`rng`: a numpy Generator). For simulations of
+    the engine."""
+    start, accepted, proposed = 0, [], []
     while start < len(accept_cond):
         drafted = _drafted(start, k, max_new_tokens)
         n = 0
         while n < drafted and start + n < len(accept_cond) and rng.random() < accept_cond[start + n]:
             n += 1
-        accepted, proposed, start = accepted + n, proposed + drafted, start + n + 1
+        accepted.append(n)
+        proposed.append(drafted)
+        start += n + 1
     return accepted, proposed
 
 

@@ -115,7 +115,7 @@ def test_validate_user_file_with_column_map(tmp_path, capsys):
     path.write_text("".join(json.dumps({"q": f"question {i}", "cat": "a" if i % 2 else "b"}) + "\n" for i in range(4)))
     assert main(["prompts", "validate", str(path), "--column-map", "text=q,group:topic=cat"]) == 0
     out = capsys.readouterr().out
-    assert "group 'a' has 2 prompt(s), fewer than the minimum of 30" in out and "4 valid prompts" in out
+    assert "group 'a' has 2 prompt(s), fewer than the set's minimum of 30" in out and "4 valid prompts" in out
 
 
 @pytest.mark.integration

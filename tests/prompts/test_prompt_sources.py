@@ -49,7 +49,7 @@ def check_mapped(prompt_set, n_per_category=4):
 
 def test_saved_dataset_through_column_map(tmp_path):
     qa_dataset().save_to_disk(str(tmp_path / "qa"))
-    with pytest.warns(PromptSetWarning, match="fewer than the minimum of 30"):
+    with pytest.warns(PromptSetWarning, match="fewer than the set's minimum of 30"):
         prompt_set = load_prompts(tmp_path / "qa", column_map=MAP)
     check_mapped(prompt_set)
     assert prompt_set.name == "qa"

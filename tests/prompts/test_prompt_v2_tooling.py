@@ -324,6 +324,6 @@ def test_json_rows_round_trip(tmp_path):
     }
     path = tmp_path / "one.jsonl"
     path.write_text(json.dumps(row) + "\n")
-    with pytest.warns(PromptSetWarning, match="fewer than the minimum"):
+    with pytest.warns(PromptSetWarning, match="fewer than the set's minimum"):
         loaded = load_prompts(path)
     assert loaded.prompts[0].metadata["rare_word"] == "firmament" and loaded.prompts[0].metadata["zipf"] == 4.72

@@ -147,7 +147,7 @@ def test_group_below_minimum_is_an_error(tmp_path):
     folder = make_set(tmp_path / "s", n=6, min_group_size=7)
     errors = validate_prompt_set(folder).errors
     assert len(errors) == 2 + 2 + 3  # every group has 6 < 7
-    assert all("fewer than the minimum of 7" in e.message for e in errors)
+    assert all("fewer than the set's minimum of 7" in e.message for e in errors)
     assert {e.field for e in errors} == {"attributes.vocabulary", "attributes.domain", "attributes.dialect"}
 
 

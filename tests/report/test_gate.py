@@ -395,6 +395,7 @@ def test_screen_and_cost_model_checks_follow_their_intervals(snapshot):
     assert not {"screen-agreement", "cost-model"} & {c.name for c in evaluate_gate(snapshot).checks}  # no screen: no checks
     snapshot["screen"] = {
         "engine_over_screen_acceptance": {"value": 1.01, "ci_low": 0.95, "ci_high": 1.07},
+        "given_engine_paths": {"value": 1.004, "ci_low": 0.98, "ci_high": 1.03},
         "n_prompts": 40,
         "agrees": True,
     }
@@ -404,6 +405,7 @@ def test_screen_and_cost_model_checks_follow_their_intervals(snapshot):
     }
     result = evaluate_gate(snapshot)
     assert _check(result, "screen-agreement").status == PASS and _check(result, "cost-model").status == PASS
+    assert "1.00 [0.98, 1.03] given the engine's own paths" in _check(result, "screen-agreement").message
     snapshot["screen"].update(agrees=False, finding="the screen does not reproduce this engine")
     snapshot["speed"]["validation"]["holds"] = False
     snapshot["speed"]["finding"] = "the cost model misses something"

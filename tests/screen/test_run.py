@@ -188,14 +188,21 @@ def test_analysis_checks_the_screen_against_the_engine_on_shared_prompts(tiny_pa
     out = tmp_path / "run"
     extra = ["--verify", verify] if verify else []
     assert _run(tiny_pair_dir, prompts, out, "screen,vanilla,speculative", "--samples", "4", *extra) == 0
-    assert main(["analyze", str(out), "--no-equivalence"]) == 0
+    assert main(["analyze", str(out)]) in (0, 1)  # 1: the mutant fails equivalence too
     check = json.loads((out / "snapshot.json").read_text())["screen"]
     assert check["n_prompts"] == 6
-    ratio = check["engine_over_screen_acceptance"]
+    ratio, given = check["engine_over_screen_acceptance"], check["given_engine_paths"]
+    assert given["n_runs"] == 24  # every engine run, scored along its own path
     if verify is None:  # the same rate, estimated two ways
-        assert check["agrees"] and ratio["ci_low"] <= 1.0 <= ratio["ci_high"]
-    else:  # an engine that accepts every draft token is not what the screen predicts
-        assert not check["agrees"] and ratio["ci_low"] > 1.0 and "does not reproduce" in check["finding"]
+        assert check["agrees"] and ratio["ci_low"] <= 1.0 <= ratio["ci_high"] and given["ci_low"] <= 1.0 <= given["ci_high"]
+    else:  # an engine that accepts every draft token is not what the screen predicts, along its own paths either
+        assert not check["agrees"] and ratio["ci_low"] > 1.0 and given["ci_low"] > 1.0
+        assert "given the engine's own paths" in check["finding"] and "does not reproduce" in check["finding"]
+    # without teacher-forced scores only the same-prompts test runs, and says so
+    assert main(["analyze", str(out), "--no-equivalence"]) == 0
+    check = json.loads((out / "snapshot.json").read_text())["screen"]
+    assert check["given_engine_paths"]["note"].startswith("not run")
+    assert check["agrees"] == (verify is None)
 
 
 def test_equivalence_runs_when_the_engine_subset_misses_a_dimension(tiny_pair_dir, tmp_path):
