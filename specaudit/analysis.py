@@ -195,15 +195,25 @@ def path_acceptance(scores) -> dict[str, list[float]]:
     return {str(key): list(values) for key, values in pd.Series(accept, index=tokens.index).groupby(tokens["key"])}
 
 
+def _engine_run_rate(run: dict) -> float:
+    """accepted / proposed of one engine run, counting accepted drafts only inside its emitted
+    tokens: a step can accept drafts past an end-of-sequence token it also accepted, and the path
+    (with the screen's a_t) ends there."""
+    from specaudit.screen import accepted_on_path
+
+    steps = run.get("accepted_per_step")
+    accepted = accepted_on_path(steps, len(run["output_token_ids"])) if isinstance(steps, list) and steps else run["accepted"]
+    return accepted / run["proposed"]
+
+
 def _given_engine_paths(engine: pd.DataFrame, path_accept: dict[str, list[float]], max_new_tokens: int) -> dict:
     """Each engine run's acceptance rate against what the screen's programme gives one run along
-    that run's own path: the same a_t and step structure with the path held fixed, so the paths'
-    chance (most of the variance between one run and another) drops out. Given its path a run's
-    rate has a known mean and variance (screen.run_rate_moments) and runs are independent, so the
-    sum of their differences is normal to good accuracy."""
+    that run's own path: the same a_t and step structure with the path held fixed. Given its path
+    a run's rate has a known mean and variance (screen.run_rate_moments) and runs are independent,
+    so the sum of their differences is normal to good accuracy."""
     from scipy import stats
 
-    from specaudit.screen import accepted_on_path, run_rate_moments
+    from specaudit.screen import run_rate_moments
 
     observed, expected, variance = [], [], []
     for run in engine.to_dict("records"):
@@ -212,8 +222,7 @@ def _given_engine_paths(engine: pd.DataFrame, path_accept: dict[str, list[float]
             continue
         mean, var = run_rate_moments(path, int(run["k"]), max_new_tokens)
         if math.isfinite(mean):
-            # accepted drafts past an end-of-sequence token lie beyond the path, where the programme has a_t = 0
-            observed.append(accepted_on_path(run["accepted_per_step"], len(run["output_token_ids"])) / run["proposed"])
+            observed.append(_engine_run_rate(run))
             expected.append(mean)
             variance.append(var)
     if not observed or sum(variance) <= 0:
@@ -240,7 +249,7 @@ def screen_agreement(
     over them (WARN when either is rejected at alpha):
 
     - same prompts: the engine's acceptance rate over the screen's, per prompt the mean of one
-      run's rate (accepted / proposed), paired Fieller interval (stats.disparity.intervals) and the
+      run's rate (accepted / proposed, the engine's accepted drafts counted inside its output), paired Fieller interval (stats.disparity.intervals) and the
       paired t-test it inverts. One engine run's rate averages above the ratio of expected counts
       (screen._acceptance, Jensen), so the screen's side is the same quantity: E[accepted /
       proposed] of one run along each screened path (`expected_run_rate`; exact counts for
@@ -272,7 +281,9 @@ def screen_agreement(
     shared = set(engine["prompt_id"]) & set(screen["prompt_id"])
     screen, engine = screen[screen["prompt_id"].isin(shared)], engine[engine["prompt_id"].isin(shared)]
     rates = {
-        "speculative": (engine["accepted"] / engine["proposed"]).groupby(engine["prompt_id"]).mean(),
+        "speculative": pd.Series([_engine_run_rate(row) for row in engine.to_dict("records")], index=engine.index, dtype=float)
+        .groupby(engine["prompt_id"])
+        .mean(),
         SCREEN_ENGINE: pd.Series([screen_rate(row) for row in screen.to_dict("records")], index=screen.index, dtype=float)
         .groupby(screen["prompt_id"])
         .mean(),

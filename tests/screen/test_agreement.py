@@ -107,3 +107,22 @@ def test_the_check_given_the_engine_paths_is_calibrated_and_tells_the_model_from
     easier = [_audit(rng, easier=0.08) for _ in range(50)]
     assert rejects(easier, "engine_over_screen_acceptance") >= 30 and rejects(easier, "given_engine_paths") <= 8
     assert any("no error of the acceptance model is shown" in c.get("finding", "") for c in easier)
+
+
+def test_drafts_accepted_past_the_end_of_sequence_are_not_counted_for_the_engine():
+    # Each run ended at an end-of-sequence token at position 6 (7 tokens); its second step drafted
+    # positions 5-8 and accepted 3, one of them past the end, where the screen's path has no a_t.
+    rows, path_accept = [], {}
+    for prompt, level in (("p0", 0.9), ("p1", 0.8)):
+        accept = [level] * 7
+        base = {"prompt_id": prompt, "k": K, "timing_only": False, "output_token_ids": [0] * 7}
+        steps, proposed, accepted, _ = expected_counts(accept, K, BUDGET)
+        rows.append({**base, "engine": "screen", "accepted": accepted, "proposed": proposed, "steps": steps,
+                     "position_accept": accept, "screen": {"counts": "expected"}})  # fmt: skip
+        rows.append({**base, "engine": "speculative", "key": f"{prompt}|s", "accepted": 7, "proposed": 8,
+                     "accepted_per_step": [4, 3], "proposed_per_step": [4, 4]})  # fmt: skip
+        path_accept[f"{prompt}|s"] = accept
+    check = screen_agreement(pd.DataFrame(rows), BUDGET, path_accept)
+    means = [run_rate_moments(path_accept[f"{p}|s"], K, BUDGET)[0] for p in ("p0", "p1")]
+    assert check["engine_over_screen_acceptance"]["value"] == pytest.approx(0.75 / np.mean(means))  # 6 of 8, not 7 of 8
+    assert check["given_engine_paths"]["value"] == pytest.approx(1.5 / sum(means))
