@@ -249,18 +249,18 @@ def screen_agreement(
     over them (WARN when either is rejected at alpha):
 
     - same prompts: the engine's acceptance rate over the screen's, per prompt the mean of one
-      run's rate (accepted / proposed, the engine's accepted drafts counted inside its output), paired Fieller interval (stats.disparity.intervals) and the
-      paired t-test it inverts. One engine run's rate averages above the ratio of expected counts
-      (screen._acceptance, Jensen), so the screen's side is the same quantity: E[accepted /
-      proposed] of one run along each screened path (`expected_run_rate`; exact counts for
-      deterministic drafts). It covers the whole claim (target-distributed paths and acceptance
-      along them): about ±2.5% on the default audit's 44 prompts.
+      run's rate accepted / proposed (the engine's accepted drafts counted inside its output),
+      paired Fieller interval (stats.disparity.intervals) and the paired t-test it inverts. One
+      run's rate averages above the ratio of expected counts (screen._acceptance, Jensen), so the
+      screen's side is the same quantity: E[accepted / proposed] of one run along each screened
+      path (`expected_run_rate`; exact counts for deterministic drafts). It covers the whole claim
+      (target-distributed paths and acceptance along them): about ±2.5% on the default audit.
     - given the engine's paths (`path_accept`: a_t along each engine run from the teacher-forced
-      scores): the acceptance model alone, with each run's path held fixed and its rate's mean and
+      scores): the acceptance model alone, each run's path held fixed and its rate's mean and
       variance given the path computed exactly. About ±2.7% on the default audit: one run's own
       chance, which is most of the first test's noise too. A rejection here points at the model (a
-      draft whose q depends on the call, an engine that accepts by another rule); a rejection of the
-      first test alone points at the paths, whose law the equivalence battery tests for the engine."""
+      draft whose q depends on the call, an engine that accepts by another rule); the first test
+      rejected alone shows no error of the model (the paths differ, or the runs were lucky)."""
     from scipy import stats as scipy_stats
 
     from specaudit.screen import expected_run_rate
