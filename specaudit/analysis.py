@@ -300,16 +300,17 @@ def screen_agreement(
     tests = [test for test in (same, given) if "pvalue" in test]
     for test, adjusted in zip(tests, holm([t["pvalue"] for t in tests]), strict=True):
         test["pvalue_holm"] = float(adjusted)
+        test["rejected"] = bool(adjusted < alpha)
     result = {
         "engine_over_screen_acceptance": same,
         "method": interval.method,
         "n_prompts": len(both),
         "given_engine_paths": given,
-        "agrees": all(t["pvalue_holm"] >= alpha for t in tests),
+        "agrees": not any(t["rejected"] for t in tests),
     }
     if not result["agrees"]:
         same_text = f"the speculative engine's acceptance is {interval.ratio:.2f}× [{low:.2f}, {high:.2f}] the screen's on the {len(both)} prompts both ran"
-        if given.get("pvalue_holm", 1.0) < alpha:
+        if given.get("rejected"):
             result["finding"] = (
                 f"given the engine's own paths its acceptance is {given['value']:.3f}× [{given['ci_low']:.3f}, {given['ci_high']:.3f}] "
                 f"what the screen's model gives those paths ({given['n_runs']} runs): the screen does not reproduce this engine, so "

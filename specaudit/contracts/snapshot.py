@@ -183,7 +183,7 @@ class ScreenSection(_Section):
     """`screen`: does the screen reproduce the speculative engine on the prompts both ran
     (analysis.screen_agreement)? Two tests, Holm over them: `engine_over_screen_acceptance` on the
     same prompts and `given_engine_paths` (the acceptance model along the engine's own paths), each
-    {value, ci_low, ci_high, pvalue, pvalue_holm}, or `note` where a test could not run."""
+    {value, ci_low, ci_high, pvalue, pvalue_holm, rejected}, or `note` where a test could not run."""
 
     n_prompts: int
     method: str | None = None

@@ -101,7 +101,7 @@ def _screen_line(snapshot: Mapping[str, Any]) -> str | None:
         )
         if check.get("agrees"):
             line += " (agrees)."
-        elif finite(given.get("pvalue_holm")) and given["pvalue_holm"] < get(snapshot, "run", "analysis", "alpha", default=0.05):
+        elif given.get("rejected"):
             line += ": the screen may not reproduce this engine (see the gate's screen-agreement check)."
         else:
             line += (
