@@ -31,10 +31,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from specaudit import load_pair
-from specaudit.analysis import CONTROL_ALPHA_FACTOR
+from specaudit.analysis.equivalence import CONTROL_ALPHA_FACTOR
+from specaudit.engines.decode import eos_token_ids
+from specaudit.engines.screen import draft_batch_invariance
 from specaudit.prompts import load_prompts, prompt_token_ids
-from specaudit.runner import eos_token_ids
-from specaudit.screen import draft_batch_invariance
 from specaudit.stats.equivalence import draft_affinity, goodness_of_fit, surprisal_martingale
 from specaudit.stats.scoring import score_records
 

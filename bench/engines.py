@@ -4,7 +4,7 @@
 
 Each prompt is decoded by vanilla, speculative (ours) and hf-assisted in rotating order, after a
 warm-up, so drift of a noisy machine lands on all three alike. `--llama-cpp` adds llama.cpp's
-vanilla and speculative decoding (specaudit.backends.llama_cpp: the embedded GGUF as it is, draft
+vanilla and speculative decoding (specaudit.engines.llama_cpp.client: the embedded GGUF as it is, draft
 `--llama-draft`, default prompt lookup, same k, prompts, seeds and thread count) to the rotation. Prints tokens/s per engine, the
 ratios speculative/vanilla and speculative/hf-assisted, the acceptance rate, and the draft/target
 cost ratio c measured on single cached decoding steps. Ratios are the result; absolute tokens/s
@@ -21,9 +21,9 @@ import torch
 from transformers import DynamicCache
 
 from specaudit.config import RunConfig
+from specaudit.engines.decode import eos_token_ids, generate_one
 from specaudit.models import Stopwatch, forward_cached, load_pair
 from specaudit.prompts import load_prompts, prompt_token_ids
-from specaudit.runner import eos_token_ids, generate_one
 
 
 def step_cost(model, prompt_ids, device, steps=40) -> float:
@@ -78,7 +78,7 @@ def main() -> None:
     engines = list(cfg.engines)
     decode = {engine: (lambda engine, ids, seed, n: generate_one(engine, pair, ids, cfg, seed, verify, eos, n)) for engine in engines}
     if args.llama_cpp:
-        from specaudit.backends import llama_cpp
+        from specaudit.engines.llama_cpp import client as llama_cpp
 
         llama_cfg = RunConfig(
             target=args.target,

@@ -24,7 +24,7 @@ grep -E "screen-agreement|cost-model|control" "${OUT:-/tmp}/audit-gpu/summary.md
 specaudit run --executor ray --device cuda --prompts core --per-group 1 --dimensions domain --max-new-tokens 32 \
   --out "${OUT:-/tmp}/ray-gpu" --quiet
 
-# vLLM backend (`--engines vllm`, specaudit/backends/vllm.py). Written and unit-tested without a
+# vLLM backend (`--engines vllm`, specaudit/engines/vllm/client.py). Written and unit-tested without a
 # GPU (none was lent to the task that built it), so this step is its first real run. It needs a
 # vLLM build for this machine's CUDA and is skipped when vLLM cannot be installed or imported.
 pip install -q -e '.[vllm]' || echo "gpu.sh: vLLM could not be installed here; skipping the vLLM step"
@@ -35,7 +35,7 @@ if python -c "import vllm" 2>/dev/null; then
   # Per-request acceptance (counter deltas of batch-1 requests) must add up to the run's counters.
   python - "$VLLM_RUN" <<'PY'
 import collections, json, sys
-from specaudit.records import check_invariants, read_records
+from specaudit.execution.records import check_invariants, read_records
 run = sys.argv[1]
 records = read_records(f"{run}/records.jsonl")
 manifest = json.load(open(f"{run}/manifest.json"))

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 def audit_run(run_dir: Path, draft: str, per_group: int, max_new_tokens: int) -> float:
     from specaudit.analysis import analyze
     from specaudit.config import RunConfig
-    from specaudit.runner import run
+    from specaudit.engines import run
 
     started = time.perf_counter()
     cfg = RunConfig(draft=draft, prompts="core", dimensions=("language",), per_group=per_group, max_new_tokens=max_new_tokens)

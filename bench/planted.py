@@ -77,11 +77,12 @@ def _pair(cfg):
 
 
 def calibrate(args: argparse.Namespace) -> None:
-    from specaudit.execution.decode import eos_token_ids
+    from specaudit.engines.decode import eos_token_ids
+    from specaudit.engines.screen import sample_batch, teacher_forced_probs
     from specaudit.execution.plan import derive_seed
     from specaudit.models import DisparityPlant
     from specaudit.prompts import load_prompts, prompt_token_ids
-    from specaudit.screen import expected_counts, position_acceptance, sample_batch, teacher_forced_probs
+    from specaudit.stats.acceptance import expected_counts, position_acceptance
 
     cfg = _config(args, seed=0)
     pair = _pair(cfg)
@@ -129,7 +130,7 @@ def calibrate(args: argparse.Namespace) -> None:
 
 def disparity(args: argparse.Namespace) -> None:
     from specaudit.analysis import analyze
-    from specaudit.execution import run
+    from specaudit.engines import run
 
     pair = _pair(_config(args))
     work = Path(tempfile.mkdtemp(prefix="planted-disparity-"))

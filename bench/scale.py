@@ -35,11 +35,11 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 
 from specaudit.config import RunConfig  # noqa: E402
+from specaudit.engines import run  # noqa: E402
+from specaudit.engines.ray import DecodeWorker  # noqa: E402
+from specaudit.execution.records import read_records  # noqa: E402
 from specaudit.models import save_tiny_pair  # noqa: E402
 from specaudit.prompts._model import Prompt, PromptSet, rows_checksum  # noqa: E402
-from specaudit.ray_executor import DecodeWorker, run_on_ray  # noqa: E402
-from specaudit.records import read_records  # noqa: E402
-from specaudit.runner import run  # noqa: E402
 
 TIMING_FIELDS = {"wall_s", "ttft_s", "draft_s", "verify_s", "step_s"}
 WORDS = "the rain falls on quiet hills while rivers carry stories of old towns to the sea".split()
@@ -129,7 +129,7 @@ def main() -> None:
             watch = Arrivals(scratch / "ray" / "records.jsonl")
             watch.start()
             start = time.perf_counter()
-            run_on_ray(cfg, scratch / "ray", workers=args.workers, prompt_set=prompts, progress=False)
+            run(cfg.replace(executor="ray", workers=args.workers), scratch / "ray", prompt_set=prompts, progress=False)
             ray_s = time.perf_counter() - start
             ray_decoding = watch.rate()
         finally:

@@ -28,14 +28,11 @@ from specaudit.decoding import (
     vanilla_generate,
     warp,
 )
+from specaudit.engines.decode import eos_token_ids
+from specaudit.engines.screen import sample_batch, screen_paths, teacher_forced_probs
+from specaudit.execution.plan import derive_seed
 from specaudit.models import NgramDraft, forward_cached, load_pair
 from specaudit.prompts import load_prompts, prompt_token_ids
-from specaudit.runner import derive_seed, eos_token_ids
-from specaudit.screen import (
-    sample_batch,
-    screen_paths,
-    teacher_forced_probs,
-)
 from specaudit.stats._bootstrap import cluster_bootstrap
 
 

@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binomtest
 
-from specaudit.analysis import screen_agreement
-from specaudit.records import read_manifest, read_records
-from specaudit.screen import sample_run
+from specaudit.execution.records import read_manifest, read_records
+from specaudit.stats.acceptance import sample_run
+from specaudit.stats.screen_agreement import screen_agreement
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Pydantic validation errors as the one-sentence InputError every command gives for bad input.
 
 Settings models (specaudit.config: RunConfig, AnalysisSettings, GateThresholds;
-specaudit.backends.endpoint.EndpointSettings) are pydantic models; this module turns their first
+specaudit.engines.endpoint.settings.EndpointSettings) are pydantic models; this module turns their first
 error into "NAME must be WHAT, got VALUE" with the name as the user wrote it (a CLI flag or a config
 key), and unknown keys into one list. A field's `description` is added in brackets as the hint; a
 validator with its own sentence raises `sentence_error`, which follows the name as written.

@@ -6,14 +6,19 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specaudit.config import AnalysisSettings, RunConfig
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from specaudit.models import ModelPair
 
 # Budgets for the embedded default on a 2-core CPU. The screen measures acceptance on every
 # sampled prompt (per_group of each group; whole pairs in parallel dimensions); the engines decode
 # a stratified subset for exactness and the timings behind the cost model (docs/screen.md).
-AUDIT_ENGINES = ("screen", "vanilla", "speculative")
+AUDIT_ENGINES = ("screen", CONTROL_ENGINE, SPECULATIVE_ENGINE)
 DEFAULT_BUDGET = {"engines": AUDIT_ENGINES, "per_group": 10, "max_new_tokens": 32}
 QUICK_BUDGET = {"engines": AUDIT_ENGINES, "per_group": 3, "max_new_tokens": 32, "engine_prompts": 8}
 
@@ -39,14 +44,15 @@ def audit(
     *,
     analysis: dict | None = None,
     gate: dict | None = None,
-    pair=None,
+    pair: ModelPair | None = None,
     progress: bool = True,
     command: str | None = None,
 ) -> AuditResult:
     from specaudit._files import check_output_folder, write_json_atomic
-    from specaudit.analysis import SNAPSHOT_FILE, analyze
-    from specaudit.execution import run
-    from specaudit.execution.decode import load_pair_for
+    from specaudit.analysis import analyze
+    from specaudit.contracts.snapshot import SNAPSHOT_FILE
+    from specaudit.engines import run
+    from specaudit.engines.decode import load_pair_for
     from specaudit.gate import evaluate_gate, load_thresholds
     from specaudit.report import render_report
 

@@ -2,7 +2,7 @@
 
 RunConfig (what a run decodes), AnalysisSettings (what `analyze` tests and measures, an audit
 config's `analysis:` section) and GateThresholds (what the gate demands, its `gate:` section); the
-endpoint backend's settings are specaudit.backends.endpoint.EndpointSettings. Bad values are the
+endpoint backend's settings are specaudit.engines.endpoint.settings.EndpointSettings. Bad values are the
 one-sentence InputError of specaudit._validation.input_error, naming the field as the user wrote it.
 """
 
@@ -19,7 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specaudit._validation import input_error, sentence_error
 from specaudit.contracts import DEFAULT_BAND, MIN_CHECKED_PROMPTS, CheckStatus
-from specaudit.decoding import ENGINES, SamplingSpec
+from specaudit.contracts.engines import BACKENDS, ENGINES, LOCAL_ENGINES, LOCAL_EXECUTORS, backend_of, resolve
+from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
+from specaudit.decoding import SamplingSpec
 from specaudit.errors import InputError
 
 
@@ -35,7 +37,7 @@ class RunConfig(BaseModel):
 
     target: str = "default"
     draft: str | None = "int8"
-    engines: tuple[str, ...] = ("vanilla", "speculative")
+    engines: tuple[str, ...] = (CONTROL_ENGINE, SPECULATIVE_ENGINE)
     k: int = Field(4, ge=1, strict=True)
     temperature: float = Field(1.0, strict=True)
     top_k: int = Field(0, strict=True)
@@ -53,7 +55,7 @@ class RunConfig(BaseModel):
     device: str = "auto"
     dtype: str = "auto"
     threads: int = Field(1, ge=1, strict=True)  # CPU threads for torch; see execution.decode.load_pair_for
-    executor: str = "local"  # local | ray (specaudit.execution.ray); how the plan runs, not what it decodes
+    executor: str = "local"  # local | ray (specaudit.engines.ray); how the plan runs, not what it decodes
     workers: int | None = Field(None, ge=1, strict=True)  # Ray actors (default: one per GPU, else one per `threads` CPUs)
     ray_address: str | None = None  # an existing Ray cluster ("auto", "ray://host:10001"); default: start one here
     # With the screen and engines in one run (`--engines screen,vanilla,speculative`) the engines
@@ -67,7 +69,7 @@ class RunConfig(BaseModel):
         None  # "dimension=group:factor": plant a known disparity (models.DisparityPlant) to check an audit's power
     )
     chat_template: bool = Field(True, strict=True)
-    endpoint: dict | None = None  # settings of `--engines endpoint` (specaudit.backends.endpoint.EndpointSettings)
+    endpoint: dict | None = None  # settings of `--engines endpoint` (specaudit.engines.endpoint.settings.EndpointSettings)
     extra: dict = Field(default_factory=dict)
 
     def __init__(self, **options: Any) -> None:
@@ -85,33 +87,30 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _rules(self) -> RunConfig:
-        from specaudit.backends import BACKENDS
-
-        unknown = [e for e in self.engines if e not in ENGINES and e not in BACKENDS]
+        unknown = [e for e in self.engines if e not in ENGINES]
         if unknown or not self.engines:
             raise InputError(
-                f"unknown engine(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(ENGINES)}, "
+                f"unknown engine(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(LOCAL_ENGINES)}, "
                 f"or one backend alone ({', '.join(BACKENDS)})"
             )
-        backends = [e for e in self.engines if e in BACKENDS and e != "screen"]
-        if "screen" in self.engines and (backends or self.executor != "local"):
+        backend = backend_of(self.engines)
+        if SCREEN_ENGINE in self.engines and (backend or self.executor != "local"):
             raise InputError(
                 f"--engines {','.join(self.engines)}: the screen runs with the local engines "
-                f"({', '.join(ENGINES)}) only, and with --executor local"
+                f"({', '.join(LOCAL_ENGINES)}) only, and with --executor local"
             )
-        if backends and len(self.engines) > 1:
+        if backend and len(self.engines) > 1:
             raise InputError(
-                f"--engines {','.join(self.engines)}: the {backends[0]} backend runs alone (it records vanilla and "
-                f"speculative itself); write --engines {backends[0]}"
+                f"--engines {','.join(self.engines)}: the {backend.name} backend runs alone (it records vanilla and "
+                f"speculative itself); write --engines {backend.name}"
             )
-        if self.endpoint is not None or self.engines == ("endpoint",):
-            from specaudit.backends.endpoint import validate_settings
-
-            self.endpoint = validate_settings(self.endpoint, self.engines)
-        if self.executor not in ("local", "ray"):
-            raise InputError(f"--executor {self.executor!r}: choose local or ray")
-        if self.executor == "ray" and any(e not in ENGINES for e in self.engines):
-            raise InputError(f"--executor ray runs the local engines ({', '.join(ENGINES)}); a backend in --engines runs on its own")
+        endpoint = ENGINES["endpoint"]
+        if self.endpoint is not None or self.engines == (endpoint.name,):
+            self.endpoint = resolve(endpoint.settings).validate_settings(self.endpoint, self.engines)
+        if self.executor not in LOCAL_EXECUTORS:
+            raise InputError(f"--executor {self.executor!r}: choose {' or '.join(LOCAL_EXECUTORS)}")
+        if self.executor == "ray" and any(e not in LOCAL_ENGINES for e in self.engines):
+            raise InputError(f"--executor ray runs the local engines ({', '.join(LOCAL_ENGINES)}); a backend in --engines runs on its own")
         SamplingSpec(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)  # its checks: temperature, top-k, top-p
         if isinstance(self.draft, str) and self.draft.startswith("early-exit") and not self.draft.partition(":")[2].isdigit():
             raise InputError(f"--draft {self.draft!r}: write early-exit:N with N the number of layers to keep, e.g. early-exit:8")
@@ -123,7 +122,7 @@ class RunConfig(BaseModel):
                 raise InputError("--plant-disparity applies to the speculative engine and the screen only; drop hf-assisted from --engines")
             if self.draft == "ngram":
                 raise InputError("--plant-disparity mixes a draft model's distribution, and the ngram draft has none; use a model draft")
-        if self.draft is None and not backends and any(e != "vanilla" for e in self.engines):
+        if self.draft is None and not backend and any(e != CONTROL_ENGINE for e in self.engines):
             raise InputError("the speculative engines need a --draft (int8, early-exit:N, ngram, or a model)")
         return self
 
@@ -140,9 +139,7 @@ class RunConfig(BaseModel):
         payload["engines"] = list(self.engines)
         payload["dimensions"] = list(self.dimensions) if self.dimensions else None
         if self.endpoint:  # never write an API key into a manifest
-            from specaudit.backends.endpoint import public_settings
-
-            payload["endpoint"] = public_settings(self.endpoint)
+            payload["endpoint"] = resolve(ENGINES["endpoint"].settings).public_settings(self.endpoint)
         return payload
 
     def decoding_identity(self) -> dict:
@@ -163,9 +160,7 @@ class RunConfig(BaseModel):
         )
         identity = {name: getattr(self, name) for name in keep}
         if self.endpoint:
-            from specaudit.backends.endpoint import settings_identity
-
-            identity["endpoint"] = settings_identity(self.endpoint)
+            identity["endpoint"] = resolve(ENGINES["endpoint"].settings).settings_identity(self.endpoint)
         return identity
 
     def load_verify(self):

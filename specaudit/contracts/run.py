@@ -21,7 +21,8 @@ SCHEMA_VERSION = 1  # of records.jsonl and manifest.json
 RECORDS_FILE = "records.jsonl"
 MANIFEST_FILE = "manifest.json"
 CONTROL_ENGINE = "vanilla"  # the engine every other one is compared with: plain decoding by the target
-SCREEN_ENGINE = "screen"  # specaudit.screen: target samples with the acceptance expected along them
+SPECULATIVE_ENGINE = "speculative"  # the reference speculative engine, and a backend's spec-ON records
+SCREEN_ENGINE = "screen"  # specaudit.engines.screen: target samples with the acceptance expected along them
 
 
 def record_key(prompt_id: str, engine: str, sample: int | str) -> str:

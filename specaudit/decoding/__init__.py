@@ -1,11 +1,11 @@
 """Decoding engines under one SamplingSpec and one warping implementation.
 
-The engines import torch; `ENGINES` and `SamplingSpec` do not, so the names below are imported on
+The engines import torch; `SamplingSpec` does not, so the names below are imported on
 first use and `from specaudit.decoding import SamplingSpec` stays light.
 """
 
 from specaudit._lazy import lazy_exports
-from specaudit.decoding._spec import ENGINES, SamplingSpec
+from specaudit.decoding._spec import SamplingSpec
 
 _LAZY = {
     "Generation": "specaudit.decoding._generation",
@@ -20,6 +20,6 @@ _LAZY = {
     "warp": "specaudit.decoding.warping",
 }
 
-__all__ = ["ENGINES", "SamplingSpec", *sorted(_LAZY)]
+__all__ = ["SamplingSpec", *sorted(_LAZY)]
 
 __getattr__, __dir__ = lazy_exports(globals(), _LAZY)

@@ -7,8 +7,6 @@ from dataclasses import asdict, dataclass
 
 from specaudit.errors import InputError
 
-ENGINES = ("vanilla", "speculative", "hf-assisted")  # the engines specaudit runs in this process
-
 
 @dataclass(frozen=True)
 class SamplingSpec:

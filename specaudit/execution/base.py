@@ -3,7 +3,7 @@
 An executor only turns plan items into records; the run loop (`execute`) does the rest, the
 same way for all: the run folder (prompts, lock, resume check), the manifest, the record writer
 and progress bar, the summary. To add one (a batched screen, llama.cpp, ...), subclass
-`Executor`, fill in `start` and `execute`, and name it in specaudit.execution.EXECUTORS:
+`Executor`, fill in `start` and `execute`, and name it in the registry, specaudit.contracts.engines:
 
     class MyExecutor(Executor):
         label = "decoding (mine)"

@@ -36,7 +36,7 @@ from specaudit.contracts.run import (
 )
 from specaudit.errors import InputError
 from specaudit.execution.plan import SEED_DERIVATION, engine_subset, plan_items, shard_prompts
-from specaudit.preflight import check_plant_targets
+from specaudit.execution.preflight import check_plant_targets
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
@@ -176,7 +176,7 @@ class RunFolder:
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> RunFolder:
-        from specaudit.records import load_records, read_manifest
+        from specaudit.execution.records import load_records, read_manifest
 
         self.prompt_set = load_run_prompts(self.cfg, self._prompt_set)
         created = not self.out_dir.exists()
@@ -250,7 +250,7 @@ class RunFolder:
         in the file is never written twice (a re-run shard may decode an item again)."""
         from tqdm.auto import tqdm
 
-        from specaudit.records import RecordWriter
+        from specaudit.execution.records import RecordWriter
 
         with (
             RecordWriter(self.out_dir / RECORDS_FILE) as writer,

@@ -81,7 +81,7 @@ def shard_of(prompt_id: str, count: int) -> int:
 
 
 def shard_prompts(prompts: Sequence, shard: tuple[int, int] | None) -> list:
-    """The prompts of shard i of N (`shard=(i, N)`, see specaudit.shards); all of them without one."""
+    """The prompts of shard i of N (`shard=(i, N)`, see specaudit.execution.merge); all of them without one."""
     if shard is None:
         return list(prompts)
     return [p for p in prompts if shard_of(p.id, shard[1]) == shard[0]]

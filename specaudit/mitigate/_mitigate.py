@@ -17,6 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -28,6 +29,9 @@ from specaudit.errors import InputError
 from specaudit.mitigate._reaudit import REAUDIT_FOLDER, compare_groups, equivalence_check, measured_speedup
 from specaudit.mitigate._report import before_after_markdown, training_card_markdown
 from specaudit.mitigate._run_folder import attach_texts, choose_dimension, group_alphas, prompts_from_run, read_run, split_by_pair
+
+if TYPE_CHECKING:
+    from specaudit.models import ModelPair
 
 # Budgets: the demonstration one fits about 15 minutes of a 2-core CPU on the default pair.
 DEMO_BUDGET = {"samples": 2, "max_new_tokens": 32, "steps": 60, "batch_size": 4, "equivalence_prompts": 4, "timing_prompts": 1}
@@ -72,7 +76,7 @@ def mitigate(
     """Distil a better draft, derive per-group k and routing policies, and re-audit on held-out
     prompts; writes DIR/{draft/, training_card.*, policy.*, before_after.*, report.html, reaudit-run/}."""
     from specaudit.decoding import SamplingSpec
-    from specaudit.execution.decode import eos_token_ids, pad_token_id
+    from specaudit.engines.decode import eos_token_ids, pad_token_id
     from specaudit.models import load_pair
 
     started = time.perf_counter()
@@ -259,7 +263,7 @@ def _write_outputs(
     work: Path,
     out_dir: Path,
     *,
-    pair,
+    pair: ModelPair,
     main,
     trained,
     comparisons,

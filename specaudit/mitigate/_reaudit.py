@@ -5,13 +5,17 @@ speed-up."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 import specaudit.mitigate._acceptance as acc
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.mitigate._run_folder import Prompt
+
+if TYPE_CHECKING:
+    from specaudit.models import ModelPair
 
 REAUDIT_FOLDER = "reaudit-run"  # the real-engine run with the mitigated draft, inside the output folder
 
@@ -87,14 +91,14 @@ def compare_groups(groups: dict[str, list[str]], before: dict, after: dict, refe
 
 
 # ------------------------------------------------------------------ re-audit with the real engine
-def equivalence_check(pair, draft_folder: Path, prompts: list[Prompt], config: dict, work: Path, progress: bool) -> dict:
+def equivalence_check(pair: ModelPair, draft_folder: Path, prompts: list[Prompt], config: dict, work: Path, progress: bool) -> dict:
     """Decode a few held-out prompts with the real speculative engine and the distilled draft,
     then `analyze` the run: the equivalence battery decides whether sampling is still exact."""
     from specaudit.analysis import analyze
     from specaudit.config import run_config_from
+    from specaudit.engines import run
     from specaudit.models import load_pair
     from specaudit.prompts._model import Prompt, PromptSet, rows_checksum
-    from specaudit.runner import run
 
     chosen = [p for p in prompts if p.text is not None]
     if not chosen:
@@ -112,7 +116,7 @@ def equivalence_check(pair, draft_folder: Path, prompts: list[Prompt], config: d
         {
             **options,
             "draft": str(draft_folder),
-            "engines": ["vanilla", "speculative"],
+            "engines": [CONTROL_ENGINE, SPECULATIVE_ENGINE],
             "samples": 2,
             "device": str(pair.device),
             "warmup": 0,
@@ -124,7 +128,7 @@ def equivalence_check(pair, draft_folder: Path, prompts: list[Prompt], config: d
     run(cfg, run_dir, pair=new_pair, prompt_set=prompt_set, progress=progress, command="specaudit mitigate (equivalence re-audit)")
     snapshot = analyze(run_dir, pair=new_pair, dimensions=[])
     section = snapshot["equivalence"]
-    engine = (section.get("engines") or {}).get("speculative") or {}
+    engine = (section.get("engines") or {}).get(SPECULATIVE_ENGINE) or {}
     return {
         "status": section.get("status"),
         "verdict": engine.get("verdict"),
@@ -137,23 +141,23 @@ def equivalence_check(pair, draft_folder: Path, prompts: list[Prompt], config: d
     }
 
 
-def measured_speedup(pair, draft, prompts: list[Prompt], k: int, spec, eos_ids, max_new_tokens: int, seed: int) -> dict:
+def measured_speedup(pair: ModelPair, draft, prompts: list[Prompt], k: int, spec, eos_ids, max_new_tokens: int, seed: int) -> dict:
     """Wall-time speed-up of speculative decoding at draft length k over vanilla on `prompts`
     (interleaved, tokens per second of each)."""
     from specaudit.decoding import speculative_generate, vanilla_generate
-    from specaudit.runner import derive_seed
+    from specaudit.execution.plan import derive_seed
 
-    totals = {"vanilla": [0.0, 0], "speculative": [0.0, 0]}
+    totals = {CONTROL_ENGINE: [0.0, 0], SPECULATIVE_ENGINE: [0.0, 0]}
     for index, prompt in enumerate(prompts):
-        order = ("vanilla", "speculative") if index % 2 == 0 else ("speculative", "vanilla")
+        order = (CONTROL_ENGINE, SPECULATIVE_ENGINE) if index % 2 == 0 else (SPECULATIVE_ENGINE, CONTROL_ENGINE)
         for engine in order:
             generator = torch.Generator(device=pair.device).manual_seed(derive_seed(seed, prompt.id, 0))
             common = dict(spec=spec, max_new_tokens=max_new_tokens, generator=generator, eos_ids=eos_ids, vocab_size=pair.vocab_size)
-            if engine == "vanilla":
+            if engine == CONTROL_ENGINE:
                 out = vanilla_generate(pair.target, prompt.ids, **common)
             else:
                 out = speculative_generate(pair.target, draft, prompt.ids, k=k, **common)
             totals[engine][0] += out.wall_s
             totals[engine][1] += len(out.tokens)
     rate = {e: t[1] / t[0] if t[0] else float("nan") for e, t in totals.items()}
-    return {"k": k, "prompts": len(prompts), "speedup": rate["speculative"] / rate["vanilla"], "tokens_per_s": rate}
+    return {"k": k, "prompts": len(prompts), "speedup": rate[SPECULATIVE_ENGINE] / rate[CONTROL_ENGINE], "tokens_per_s": rate}

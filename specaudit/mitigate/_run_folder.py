@@ -22,8 +22,8 @@ class Prompt:
 
 # ---------------------------------------------------------------- the run folder
 def read_run(run_dir: Path) -> tuple[dict, list[dict], dict]:
-    from specaudit.analysis import SNAPSHOT_FILE
-    from specaudit.records import RECORDS_FILE, read_manifest, read_records
+    from specaudit.contracts.snapshot import SNAPSHOT_FILE
+    from specaudit.execution.records import RECORDS_FILE, read_manifest, read_records
 
     manifest = read_manifest(run_dir)
     records = [r for r in read_records(run_dir / RECORDS_FILE) if not r.get("timing_only")]

@@ -31,7 +31,7 @@ from specaudit.monitor._drift import (
     drift_test,
 )
 from specaudit.monitor._export import alert_lines, append_alerts, metrics_text, prometheus_text, write_atomic
-from specaudit.monitor._snapshot import OVERALL, MetricPoint, load_snapshot, metric_points
+from specaudit.monitor._snapshot import OVERALL, MetricPoint, metric_points
 from specaudit.monitor._store import AddResult, HistoryStore, StoredRun, default_store_url, open_store
 from specaudit.monitor._trend import TrendReport, trend_frame, trend_rows, write_trend_report
 
@@ -56,7 +56,6 @@ __all__ = [
     "PASS",
     "WARN",
     "FAIL",
-    "load_snapshot",
     "metric_points",
     "MetricPoint",
     "OVERALL",

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specaudit.contracts import CheckStatus, EquivalenceStatus, worst
+from specaudit.contracts.snapshot import load_snapshot
 from specaudit.errors import InputError
 from specaudit.monitor._drift_tests import (
     ConfidenceInterval,
@@ -39,7 +40,7 @@ from specaudit.monitor._drift_tests import (
     drift_test,
     prompt_drift_test,
 )
-from specaudit.monitor._snapshot import OVERALL, MetricPoint, config_context, load_snapshot, summarize
+from specaudit.monitor._snapshot import OVERALL, MetricPoint, config_context, summarize
 from specaudit.stats._results import holm
 
 PASS, WARN, FAIL = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL

@@ -18,7 +18,7 @@ from statistics import NormalDist
 from typing import Any
 
 from specaudit.contracts import EquivalenceStatus
-from specaudit.contracts.snapshot import load_snapshot, parse_verdict, spelt, validate_snapshot  # noqa: F401 (one loader for every consumer)
+from specaudit.contracts.snapshot import parse_verdict, spelt
 
 # The row label of each dimension's "all prompts" metrics (the snapshot's `overall` block).
 OVERALL = "_overall"

@@ -23,9 +23,9 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQL
 
 import specaudit.monitor._schema as _schema
 from specaudit.contracts import CheckStatus
-from specaudit.contracts.snapshot import parse_verdict, spelt
+from specaudit.contracts.snapshot import load_snapshot, parse_verdict, spelt
 from specaudit.errors import InputError
-from specaudit.monitor._snapshot import MetricPoint, canonical_json, load_snapshot, snapshot_digest, summarize, utc_now
+from specaudit.monitor._snapshot import MetricPoint, canonical_json, snapshot_digest, summarize, utc_now
 
 STORE_ENV = "SPECAUDIT_STORE"
 DEFAULT_STORE = "sqlite:///specaudit-history.db"

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specaudit.charts import OKABE_ITO, nice_ticks
 from specaudit.monitor._drift import DEFAULT_METRICS, FAIL, WARN
 from specaudit.monitor._export import write_atomic
 from specaudit.monitor._snapshot import OVERALL, utc_now
 from specaudit.monitor._store import HistoryStore, StoredRun
-from specaudit.report._charts import OKABE_ITO, nice_ticks
 
 CSV_COLUMNS = (
     "run_id",

@@ -3,7 +3,8 @@
 The report reads only the snapshot (docs/ARCHITECTURE.md, Contracts). Any section may be missing or
 "not run": it then says so, and the rest still renders.
 
-    from specaudit.report import load_snapshot, render_report
+    from specaudit.contracts.snapshot import load_snapshot
+    from specaudit.report import render_report
     paths = render_report(load_snapshot("reports/run-1"), "reports/run-1")
     paths["html"]  # reports/run-1/report.html
 """
@@ -16,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from specaudit._files import check_output_paths, write_all_atomic
-from specaudit.contracts.snapshot import load_snapshot, snapshot_path
 from specaudit.errors import InputError
-from specaudit.report._exports import groups_csv, groups_rows, junit_xml, summary_markdown
-from specaudit.report._view import build_view
+from specaudit.report.exports import groups_csv, groups_rows, junit_xml, summary_markdown
+from specaudit.report.view import build_view
 
 OUTPUT_FILES = {"html": "report.html", "summary": "summary.md", "groups": "groups.csv", "junit": "junit.xml"}
 
@@ -87,9 +87,7 @@ __all__ = [
     "groups_csv",
     "groups_rows",
     "junit_xml",
-    "load_snapshot",
     "render_html",
     "render_report",
     "render_summary",
-    "snapshot_path",
 ]

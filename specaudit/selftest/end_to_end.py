@@ -9,19 +9,24 @@ import time
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from specaudit.config import RunConfig
+from specaudit.contracts.run import SPECULATIVE_ENGINE
 from specaudit.contracts.status import CheckStatus
 from specaudit.errors import InputError
 from specaudit.selftest.mutants import MUTANTS
 
+if TYPE_CHECKING:
+    from specaudit.models import ModelPair
+
 
 def end_to_end_audit(
-    pair,
+    pair: ModelPair,
     prompt_set,
     sampler: str,
     *,
@@ -36,10 +41,10 @@ def end_to_end_audit(
     """One audit of one sampler: decode with it, analyse, return verdict and budget. With `keep`,
     the run folder is written there and kept (a pool for `subsampled_detection`)."""
     from specaudit.analysis import analyze
-    from specaudit.runner import run
+    from specaudit.engines import run
 
     cfg = RunConfig(
-        engines=("speculative",),
+        engines=(SPECULATIVE_ENGINE,),
         k=k,
         temperature=temperature,
         samples=samples,
@@ -55,7 +60,7 @@ def end_to_end_audit(
         run(cfg, folder, pair=pair, prompt_set=prompt_set, progress=False)
         snapshot = analyze(folder, pair=pair, alpha=alpha, n_boot=10, seed=seed)
         seconds = time.perf_counter() - started
-    engine = snapshot["equivalence"]["engines"]["speculative"]
+    engine = snapshot["equivalence"]["engines"][SPECULATIVE_ENGINE]
     gof = engine.get("goodness_of_fit", {})
     impossible = bool(gof.get("impossible_tokens", {}).get("statistic"))
     return {
@@ -84,8 +89,8 @@ def subsampled_detection(
     disjoint audits (conservative). `p99_pvalue`: the 99th percentile of the picks' family-wise
     p-values; below α means at least 99% of the picks were rejected.
     """
-    from specaudit.analysis import score_sampled
-    from specaudit.records import iter_run_records
+    from specaudit.analysis.equivalence import score_sampled
+    from specaudit.execution.records import iter_run_records
     from specaudit.stats.equivalence import goodness_of_fit
 
     budgets = [samples] if isinstance(samples, int) else list(samples)
@@ -94,7 +99,7 @@ def subsampled_detection(
         {**record, "key": f"{index}/{record['key']}"}  # keys repeat across audits
         for index, folder in enumerate(run_dirs)
         for record in iter_run_records(folder, include_timing=False)
-        if record["engine"] == "speculative"
+        if record["engine"] == SPECULATIVE_ENGINE
     ]
     by_prompt = pd.Series([r["key"] for r in pooled]).groupby([r["prompt_id"] for r in pooled]).agg(list)
     smallest = int(by_prompt.map(len).min()) if len(by_prompt) else 0
@@ -110,7 +115,7 @@ def subsampled_detection(
         for draw in range(subsamples):
             keys = [key for group in by_prompt for key in rng.choice(group, budget, replace=False)]
             gof = goodness_of_fit(
-                frame[frame["key"].isin(keys)], [record_of[k] for k in keys], engine="speculative", by=(), alpha=alpha, seed=draw
+                frame[frame["key"].isin(keys)], [record_of[k] for k in keys], engine=SPECULATIVE_ENGINE, by=(), alpha=alpha, seed=draw
             )
             verdicts.append(gof.verdict == CheckStatus.FAIL)
             pvalues.append(0.0 if gof.impossible.statistic else gof.pvalue)
@@ -150,7 +155,7 @@ _SAME_IN_A_POOL = (
 
 def _pool_setting(run_dirs: Sequence[str | Path]) -> dict:
     """The sampling setting the runs share; an InputError names the first run that differs."""
-    from specaudit.records import read_manifest
+    from specaudit.execution.records import read_manifest
 
     if not run_dirs:
         raise InputError("no run folders to pool")
@@ -167,7 +172,7 @@ def _pool_setting(run_dirs: Sequence[str | Path]) -> dict:
 
 
 def end_to_end_selftest(
-    pair,
+    pair: ModelPair,
     prompt_set,
     *,
     samplers: Iterable[str] | None = None,

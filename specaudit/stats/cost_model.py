@@ -1,7 +1,7 @@
 """Speed-up predicted from a measured cost model, for prompts the engines did not time.
 
 The screen gives, for every prompt, the steps and draft proposals a speculative run would make
-(expected counts along a target sample, specaudit.screen). The engines time a stratified subset
+(expected counts along a target sample, specaudit.engines.screen). The engines time a stratified subset
 of those prompts. This module fits how long each kind of work takes on that subset and predicts
 the wall time of vanilla and speculative decoding for every screened prompt.
 
@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.stats._results import holm
 from specaudit.stats.disparity.intervals import ratio_interval
 
@@ -77,7 +77,7 @@ class CostModel:
     def to_dict(self) -> dict:
         names = ("intercept_s", "per_prompt_token_s")
         return {
-            "vanilla": {**dict(zip(names, self.vanilla[:2])), "per_output_token_s": self.vanilla[2]},
+            CONTROL_ENGINE: {**dict(zip(names, self.vanilla[:2])), "per_output_token_s": self.vanilla[2]},
             "draft": {**dict(zip(names, self.draft[:2])), "per_drafted_token_s": self.draft[2]},
             "verify_and_overhead": {**dict(zip(names, self.rest[:2])), "per_step_s": self.rest[2]},
             "cost_ratio": self.cost_ratio,
@@ -85,7 +85,7 @@ class CostModel:
         }
 
 
-def timed_prompts(records: pd.DataFrame, engine: str = "speculative") -> pd.DataFrame:
+def timed_prompts(records: pd.DataFrame, engine: str = SPECULATIVE_ENGINE) -> pd.DataFrame:
     """One row per prompt decoded and timed by both `engine` and vanilla: counts and seconds summed
     over its records (timing-only repeats included: they are timed runs of the same prompt)."""
     df = records[records["engine"].isin([engine, CONTROL_ENGINE])].copy()

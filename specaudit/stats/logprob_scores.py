@@ -1,6 +1,6 @@
 """White-box scores from the logprobs a server returned with its output: no local model needed.
 
-An endpoint run (`specaudit.backends.endpoint`) stores per emitted token x_t its logprob and the
+An endpoint run (`specaudit.engines.endpoint.client`) stores per emitted token x_t its logprob and the
 top-N `[token_id, logprob]` of the distribution p_t the server sampled from. That is enough for
 an exact randomised PIT:
 

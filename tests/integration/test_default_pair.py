@@ -4,9 +4,9 @@ import pytest
 
 from specaudit.analysis import analyze
 from specaudit.config import RunConfig
+from specaudit.engines import run
+from specaudit.execution.records import check_invariants, read_records
 from specaudit.prompts import load_prompts
-from specaudit.records import check_invariants, read_records
-from specaudit.runner import run
 from specaudit.stats.equivalence import greedy_exactness
 
 pytestmark = pytest.mark.integration

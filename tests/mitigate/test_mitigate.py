@@ -43,7 +43,7 @@ def audited_run(tmp_path_factory, tiny_pair_dir):
     """A vanilla + speculative run of 8 parallel pairs in two groups, analysed (no equivalence)."""
     from specaudit.analysis import analyze
     from specaudit.config import RunConfig
-    from specaudit.runner import run
+    from specaudit.engines import run
 
     root = tmp_path_factory.mktemp("mitigate-run")
     rows = [
@@ -108,8 +108,8 @@ def test_acceptance_of_the_target_against_itself_is_one(tiny_pair):
 def test_acceptance_is_the_screens_on_the_same_paths(tiny_pair):
     """The mitigation's samples are the screen's rows for the runner's seeds, and its counts are
     the screen's: one implementation of the sampling and the acceptance maths."""
+    from specaudit.engines.screen import screen_paths
     from specaudit.execution.plan import derive_seed
-    from specaudit.screen import screen_paths
 
     samples = _samples(tiny_pair, [0, 1, 2], seed=3, samples=1)
     measured = measure_acceptance(tiny_pair.draft, samples, spec=SPEC, vocab_size=tiny_pair.vocab_size, k=3)
@@ -292,7 +292,7 @@ def _report_text(path) -> str:
 
 def test_mitigate_writes_a_report_with_the_before_after_section(mitigated, tmp_path):
     from specaudit.contracts import EquivalenceStatus
-    from specaudit.report._statuses import engine_status
+    from specaudit.report.view.statuses import engine_status
 
     out, summary = mitigated.out_dir, mitigated.summary
     assert mitigated.files["report"] == out / "report.html"

@@ -21,7 +21,7 @@ def audit_run(tmp_path_factory, tiny_pair_dir) -> Path:
     """A run folder with records.jsonl, manifest.json and snapshot.json (gate not yet run)."""
     from specaudit.analysis import analyze
     from specaudit.config import RunConfig
-    from specaudit.runner import run
+    from specaudit.engines import run
 
     base = tmp_path_factory.mktemp("report_run")
     prompts = base / "prompts.jsonl"

@@ -369,7 +369,7 @@ def test_gate_cli_exit_codes_and_write(tmp_path, snapshot, capsys):
 def test_control_rejected_only_at_alpha_warns_and_a_gross_rejection_voids_the_audit(snapshot):
     """The control is judged at alpha x 0.02 (analysis.judge_control): a rejection at alpha alone is chance
     in 1 audit of 20 and warns; a gross one (or an impossible token) makes the audit invalid."""
-    from specaudit.analysis import judge_control, judge_statuses
+    from specaudit.analysis.equivalence import judge_control, judge_statuses
 
     for holm_p, status, equivalence in ((0.03, WARN, EquivalenceStatus.NO_VIOLATION_FOUND), (1e-5, FAIL, EquivalenceStatus.VIOLATION)):
         section = json.loads(json.dumps(snapshot["equivalence"]))

@@ -186,7 +186,7 @@ def _pdf_pages(pdf: Path) -> int:
 def example_report(tmp_path_factory) -> Path:
     if not EXAMPLE.is_file():
         pytest.skip("reports/example/snapshot.json is not in this checkout")
-    from specaudit.report import load_snapshot
+    from specaudit.contracts.snapshot import load_snapshot
 
     return render_report(load_snapshot(EXAMPLE), tmp_path_factory.mktemp("example"))["html"]
 

@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 from report_inputs import HOSTILE_GROUP, HOSTILE_ID, HOSTILE_TOKEN
 
+from specaudit.charts import GROUP_COLOURS, STATUS_STYLE, contrast_ratio
 from specaudit.cli import main
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
+from specaudit.contracts.snapshot import load_snapshot
 from specaudit.errors import InputError
 from specaudit.gate import GateThresholds, evaluate_gate
-from specaudit.report import OUTPUT_FILES, groups_rows, junit_xml, load_snapshot, render_html, render_report, render_summary
-from specaudit.report._charts import GROUP_COLOURS, STATUS_STYLE, contrast_ratio
-from specaudit.report._exports import CSV_COLUMNS, md_escape
-from specaudit.report._verdicts import comparison_status, engine_status, not_run_reason, with_flags
+from specaudit.report import OUTPUT_FILES, groups_rows, junit_xml, render_html, render_report, render_summary
+from specaudit.report.exports import CSV_COLUMNS, md_escape
+from specaudit.report.view.verdicts import comparison_status, engine_status, not_run_reason, with_flags
 
 MAX_BYTES = 2 * 1024 * 1024
 
@@ -634,7 +635,7 @@ def test_junit_marks_checks_that_could_not_judge_as_skipped_with_the_reason():
 
 
 def test_decision_follows_the_gate_and_the_evidence(snapshot):
-    from specaudit.report._verdicts import comparisons, decide, speed_summary
+    from specaudit.report.view.verdicts import comparisons, decide, speed_summary
 
     snapshot = _gated(snapshot)
     for part in snapshot["groups"].values():  # a draft that pays off everywhere, measured precisely

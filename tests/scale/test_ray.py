@@ -11,10 +11,9 @@ import ray  # the test extra installs it
 
 from specaudit.cli import main
 from specaudit.config import RunConfig
+from specaudit.engines import run
 from specaudit.errors import InputError
-from specaudit.ray_executor import run_on_ray
-from specaudit.records import check_invariants, read_records
-from specaudit.runner import run
+from specaudit.execution.records import check_invariants, read_records
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +74,7 @@ def local_run(tmp_path_factory, tiny_pair_dir, tiny_prompts_file):
 
 def test_two_workers_write_the_local_runs_records(tmp_path, tiny_pair_dir, tiny_prompts_file, local_run, ray_cluster):
     cfg = _config(tiny_pair_dir, tiny_prompts_file, executor="ray", workers=2)
-    summary = run(cfg, tmp_path / "ray", progress=False)  # run() hands the plan to run_on_ray
+    summary = run(cfg, tmp_path / "ray", progress=False)  # run() hands the plan to the Ray executor
     records = read_records(tmp_path / "ray" / "records.jsonl")
     assert summary.written == summary.records == len(records) == len(local_run) == 4 * 2 * 3
     assert len({r["key"] for r in records}) == len(records)
@@ -85,7 +84,7 @@ def test_two_workers_write_the_local_runs_records(tmp_path, tiny_pair_dir, tiny_
     assert manifest["executor"] == {"kind": "ray", "workers": 2, "shards": 8, "actor_failures": 0}
     assert manifest["models"]["target"]["sha256"] and manifest["decoding"]["seed"] == 5
     # a second invocation resumes: nothing is decoded again
-    again = run_on_ray(cfg, tmp_path / "ray", workers=2, progress=False)
+    again = run(cfg, tmp_path / "ray", progress=False)
     assert again.written == 0 and again.skipped == again.records == len(records)
 
 
@@ -96,7 +95,7 @@ def test_a_killed_worker_loses_and_duplicates_nothing(tmp_path, tiny_pair_dir, t
 
     def execute():
         try:
-            outcome["summary"] = run_on_ray(cfg, out, workers=2, progress=False)
+            outcome["summary"] = run(cfg.replace(executor="ray", workers=2), out, progress=False)
         except BaseException as err:  # noqa: BLE001 - reported by the assertion below
             outcome["error"] = err
 
@@ -151,5 +150,5 @@ def test_missing_ray_and_shard_are_one_sentence_errors(tmp_path, tiny_pair_dir, 
 def test_a_model_that_does_not_load_on_the_workers_is_an_input_error(tmp_path, tiny_pair_dir, tiny_prompts_file, ray_cluster):
     cfg = _config(tiny_pair_dir, tiny_prompts_file, target=str(tmp_path / "no-such-model"))
     with pytest.raises(InputError, match="no-such-model") as caught:
-        run_on_ray(cfg, tmp_path / "bad", workers=1, progress=False)
+        run(cfg.replace(executor="ray", workers=1), tmp_path / "bad", progress=False)
     assert "Traceback" not in str(caught.value) and not (tmp_path / "bad" / "records.jsonl").exists()

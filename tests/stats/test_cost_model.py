@@ -95,7 +95,7 @@ def test_group_validation_keeps_its_level_and_finds_a_group_the_model_cannot_kno
 def test_analysis_makes_a_finding_of_replicated_groups_only():
     """A group of many timed prompts off its prediction is a finding; one prompt's timing off by 40%
     (as one timing's glitch can be) is reported with how to re-time it, and is not a finding."""
-    from specaudit.analysis import predicted_speed
+    from specaudit.stats.predicted_speed import predicted_speed
 
     def frame(records):
         labels = _groups(40)

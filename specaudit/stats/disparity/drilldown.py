@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from specaudit.contracts.run import SPECULATIVE_ENGINE
 from specaudit.errors import InputError
 from specaudit.stats._bootstrap import cluster_replicates
 from specaudit.stats.disparity._grouping import _as_list, _group_codes, _group_sums
@@ -125,7 +126,7 @@ def drilldown(
     records: pd.DataFrame,
     sensitive: str | Sequence[str],
     *,
-    engine: str = "speculative",
+    engine: str = SPECULATIVE_ENGINE,
     token_rank: np.ndarray | Mapping[int, int] | None = None,
     rarity_edges: Sequence[float] = (100, 1_000, 10_000),
     fallback_threshold: float = 0.5,

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from specaudit.contracts import DEFAULT_BAND, INTERSECTION, METRICS, MIN_CHECKED_PROMPTS, group_label
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.errors import InputError
 from specaudit.stats._bootstrap import Method, Replicates, cluster_replicates
 from specaudit.stats._results import holm
@@ -49,8 +50,8 @@ class GroupFrame:
         sensitive: str | Sequence[str],
         metrics: Sequence[str] | None = None,
         *,
-        engine: str = "speculative",
-        baseline: str = "vanilla",
+        engine: str = SPECULATIVE_ENGINE,
+        baseline: str = CONTROL_ENGINE,
         n_boot: int = 1000,
         ci: float = 0.95,
         seed: int = 0,

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from specaudit.contracts.run import SCREEN_ENGINE
+from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 from specaudit.errors import InputError
 
 # Record fields; every other column of the record table is read as a prompt attribute.
@@ -195,8 +195,8 @@ def _attribute_values(records: pd.DataFrame, name: str) -> pd.Series:
 def per_prompt_metrics(
     records: pd.DataFrame,
     *,
-    engine: str = "speculative",
-    baseline: str = "vanilla",
+    engine: str = SPECULATIVE_ENGINE,
+    baseline: str = CONTROL_ENGINE,
 ) -> pd.DataFrame:
     """One row per prompt: the sums behind every metric, the per-prompt metric values, pair_id
     and every prompt attribute (columns not among the record fields, and keys of ``attributes``).

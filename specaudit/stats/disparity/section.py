@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from specaudit.contracts import DEFAULT_BAND, INTERSECTION, MIN_CHECKED_PROMPTS, DisparityStatus, group_label
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.errors import InputError
 from specaudit.stats import advice  # advice imports nothing of disparity: no circle
 from specaudit.stats.disparity._grouping import _as_list
@@ -60,8 +61,8 @@ def disparity_section(
     *,
     dimensions: Sequence[str | Sequence[str]],
     reference: Any = "largest",
-    engine: str = "speculative",
-    baseline: str = "vanilla",
+    engine: str = SPECULATIVE_ENGINE,
+    baseline: str = CONTROL_ENGINE,
     metrics: Sequence[str] | None = None,
     test_metrics: Sequence[str] = ("acceptance_rate", "speedup"),
     tolerance: tuple[float, float] = DEFAULT_BAND,

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.errors import InputError
 
 
@@ -70,7 +71,7 @@ def simulate_records(
                 {
                     **common,
                     "key": f"{prompt_id}|speculative|0",
-                    "engine": "speculative",
+                    "engine": SPECULATIVE_ENGINE,
                     "k": k,
                     "output_token_ids": rng.integers(0, vocab_size, n_out).tolist(),
                     "wall_s": n_steps * step_s * (k * cost_ratio + 1) * rng.lognormal(0.0, timing_noise),
@@ -90,7 +91,7 @@ def simulate_records(
                     {
                         **common,
                         "key": f"{prompt_id}|vanilla|0",
-                        "engine": "vanilla",
+                        "engine": CONTROL_ENGINE,
                         "k": 0,
                         "output_token_ids": rng.integers(0, vocab_size, n_out).tolist(),
                         "wall_s": n_out * step_s * rng.lognormal(0.0, timing_noise),

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.errors import InputError
 from specaudit.stats._results import (
     SKIPPED,
@@ -162,8 +163,8 @@ def tv_bound(
 def tv_bound_two_sample(
     records: Iterable[Any],
     *,
-    engine: str = "speculative",
-    reference: str = "vanilla",
+    engine: str = SPECULATIVE_ENGINE,
+    reference: str = CONTROL_ENGINE,
     position: int = 0,
     delta: float | None = None,
     alpha: float = 0.05,

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 from scipy import stats as _st
 
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.errors import InputError
 from specaudit.stats._results import (
     FAIL,
@@ -97,8 +98,8 @@ def greedy_exactness(
     records: Iterable[Any],
     model: Any = None,
     *,
-    engine: str = "speculative",
-    reference: str = "vanilla",
+    engine: str = SPECULATIVE_ENGINE,
+    reference: str = CONTROL_ENGINE,
     rel_tolerance: float | None = None,
     batch_size: int = 8,
     device: Any = None,

@@ -14,6 +14,7 @@ import pandas as pd
 from scipy import special as _sp
 from scipy import stats as _st
 
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.errors import InputError
 from specaudit.stats._results import (
     FAIL,
@@ -217,8 +218,8 @@ def two_sample(
     records: Iterable[Any],
     scores: TokenScores | pd.DataFrame | None = None,
     *,
-    engine: str = "speculative",
-    reference: str = "vanilla",
+    engine: str = SPECULATIVE_ENGINE,
+    reference: str = CONTROL_ENGINE,
     by: Sequence[str] | None = None,
     alpha: float = 0.05,
     n_resamples: int = 999,

@@ -1,0 +1,91 @@
+"""Command line: the parser and `main`; one module per command group, one thin function per
+subcommand. Parsing only; the work lives in the package."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+from specaudit.cli.gate import add_gate
+from specaudit.cli.mitigate import add_mitigate
+from specaudit.cli.monitor import add_monitor
+from specaudit.cli.prompts import add_prompts
+from specaudit.cli.report import add_report
+from specaudit.cli.run import add_analyze, add_audit, add_merge, add_run
+from specaudit.cli.selftest import add_selftest
+from specaudit.errors import InputError
+
+
+# -------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specaudit",
+        description="Audit speculative decoding for correctness and fairness.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_run(sub)
+    add_merge(sub)
+    add_analyze(sub)
+    add_audit(sub)
+    add_selftest(sub)
+    add_mitigate(sub)
+    add_prompts(sub)
+    add_report(sub)
+    add_gate(sub)
+    add_monitor(sub)
+    return parser
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> str:
+    return f"specaudit: warning: {message}\n"
+
+
+# Exit codes, one meaning each: scripts and CI tell "the gate failed" from "the tool broke".
+EXIT_PASS = 0
+EXIT_FAILED = 1  # a gate, monitor check or self-test failed
+EXIT_BAD_INPUT = 2  # bad input or usage (argparse uses 2 as well)
+EXIT_INTERNAL_ERROR = 70  # EX_SOFTWARE: an unexpected error, a bug of specaudit
+EXIT_INTERRUPTED = 130
+
+
+def _internal_error(command: str, err: BaseException) -> int:
+    """One line for an unexpected error; the traceback only when SPECAUDIT_DEBUG asks for it."""
+    import os
+    import traceback
+
+    if os.environ.get("SPECAUDIT_DEBUG"):
+        traceback.print_exc()
+    what = " ".join(str(err).split())[:300]
+    print(
+        f"specaudit: internal error: `specaudit {command}` failed with {type(err).__name__}: {what}; this is a bug of "
+        "specaudit, please report it with the command and the traceback that SPECAUDIT_DEBUG=1 prints",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL_ERROR
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse itself exits 2 on bad flags
+    warnings.formatwarning = _one_line_warning  # users get sentences, not source lines
+    try:
+        return int(args.func(args) or 0)
+    except InputError as err:
+        print(f"specaudit: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:  # output piped into `head`: not an error of ours
+        sys.stderr.close()
+        return EXIT_PASS
+    except KeyboardInterrupt:
+        print("specaudit: interrupted; completed records are kept, re-run to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except OSError as err:
+        if err.filename is None:
+            return _internal_error(args.command, err)
+        # The system refused a file the user named or holds (full disk, read-only folder): their
+        # environment, not a bug, and the stage writes atomically, so nothing is half-written.
+        print(f"specaudit: error: cannot use {err.filename}: {err.strerror or err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as err:  # noqa: BLE001 (anything else is our bug: exit 70, never 1, the code of a failed gate)
+        return _internal_error(args.command, err)

@@ -1,0 +1,7 @@
+"""`python -m specaudit.cli`: the `specaudit` command."""
+
+import sys
+
+from specaudit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,27 @@
+"""`specaudit gate`: judge a snapshot against thresholds, exit 0 pass (warnings allowed) or 1 fail."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_gate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("gate", help="judge a snapshot against thresholds: exit 0 pass (warnings allowed), 1 fail")
+    p.add_argument("snapshot", metavar="RUN_DIR|SNAPSHOT", help="run folder holding snapshot.json, or the snapshot file")
+    p.add_argument("--config", help="YAML config whose `gate:` section holds the thresholds (default thresholds otherwise)")
+    p.add_argument("--write", action="store_true", help="store the verdict in the snapshot's `gate` section")
+    p.set_defaults(func=cmd_gate)
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from specaudit._files import write_json_atomic
+    from specaudit.contracts.snapshot import load_snapshot, snapshot_path
+    from specaudit.gate import evaluate_gate, load_thresholds
+
+    snapshot = load_snapshot(args.snapshot)
+    result = evaluate_gate(snapshot, load_thresholds(args.config) if args.config else None)
+    print(result.format())
+    if args.write:
+        snapshot["gate"] = result.to_dict()
+        write_json_atomic(snapshot_path(args.snapshot), snapshot)
+    return result.exit_code

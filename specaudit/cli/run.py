@@ -1,0 +1,258 @@
+"""`specaudit run`, `merge`, `analyze` and `audit`: the decoding, executor and analysis options they
+share, and the audit that `monitor run` reuses."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specaudit.contracts import DEFAULT_BAND
+from specaudit.errors import InputError
+
+
+# --------------------------------------------------------------------------- run
+def _add_decoding_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by `run` and `audit`; defaults live in RunConfig, so unset flags stay None."""
+    g = p.add_argument_group("models")
+    g.add_argument("--target", help="HF hub id, local folder, .gguf file, or 'default' (embedded SmolLM2-135M-Instruct)")
+    g.add_argument("--draft", help="int8 | early-exit:N | ngram | HF hub id | folder | .gguf file (default int8)")
+    g.add_argument("--device", help="auto | cpu | cuda[:N] (default auto)")
+    g.add_argument("--dtype", help="auto | float32 | bfloat16 | float16 (auto: bf16 on CUDA, float32 on CPU)")
+    g.add_argument("--threads", type=int, help="CPU threads for torch (default 1: batch-1 decoding gains little from more)")
+    g = p.add_argument_group("decoding")
+    g.add_argument(
+        "--engines",
+        help="comma list of screen, vanilla, speculative, hf-assisted (default: run vanilla,speculative; "
+        "audit screen,vanilla,speculative); or a backend alone: endpoint (live servers, config `endpoint:`), vllm (GPU) or llama-cpp (GGUF on CPU)",
+    )
+    g.add_argument("--k", type=int, help="draft tokens per verification step (default 4)")
+    g.add_argument("--temperature", type=float, help="0 = greedy (default 1.0)")
+    g.add_argument("--top-k", type=int, help="0 = off")
+    g.add_argument("--top-p", type=float, help="1.0 = off")
+    g.add_argument("--samples", type=int, help="samples per prompt and engine (default 1)")
+    g.add_argument("--max-new-tokens", type=int, help="default: run 48, audit 32")
+    g.add_argument("--seed", type=int, help="run seed (default 0)")
+    g.add_argument("--timing-repeats", type=int, help="extra interleaved runs per prompt used only for latency")
+    g.add_argument("--warmup", type=int, help="warm-up rounds before timing (default 1)")
+    g.add_argument("--verify", help="module:function of your own rejection step, run inside the speculative engine")
+    g.add_argument(
+        "--plant-disparity",
+        help="dimension=group:factor (0 < factor < 1): on that group's prompts the draft's distribution becomes "
+        "factor*q + (1-factor)*uniform, planting a known disparity (acceptance about factor x) to check the audit finds it",
+    )
+    g.add_argument(
+        "--no-chat-template",
+        dest="chat_template",
+        action="store_const",
+        const=False,
+        help="feed prompt text as is, not through the tokenizer's chat template",
+    )
+    g = p.add_argument_group("prompts")
+    g.add_argument("--prompts", help="prompt set name (core), folder, JSONL/CSV/Parquet file or HF dataset id")
+    g.add_argument("--column-map", help="for files and HF datasets: text=COL,id=COL,group:DIM=COL")
+    g.add_argument(
+        "--per-group", type=int, help="stratified sample of N prompts per group (parallel dimensions: N pairs; audit default 10)"
+    )
+    g.add_argument("--sample-seed", type=int, help="seed of the --per-group sample (default 0; independent of --seed)")
+    g.add_argument("--dimensions", help="comma list of prompt dimensions to keep, e.g. dialect,language")
+    g.add_argument(
+        "--engine-prompts",
+        type=int,
+        help="with --engines screen,vanilla,speculative: the engines decode at most N of the screened prompts "
+        "(default: one per group, whole pairs)",
+    )
+    p.add_argument("--config", help="YAML file of these options (flags given on the command line win)")
+
+
+def _flag_options(args: argparse.Namespace) -> dict:
+    """The RunConfig options actually given as flags (unset flags are None and fall through)."""
+    from specaudit.config import RUN_OPTIONS
+
+    return {name: getattr(args, name) for name in RUN_OPTIONS if getattr(args, name, None) is not None}
+
+
+def _config_file_sections(args: argparse.Namespace) -> tuple[dict, dict, dict, str]:
+    """(run options, analysis section, gate section, source name) of --config, empty without one."""
+    from specaudit.audit import split_audit_config
+    from specaudit.config import load_config_file
+
+    if not getattr(args, "config", None):
+        return {}, {}, {}, "options"
+    source = f"config file {args.config}"
+    return (*split_audit_config(load_config_file(args.config), source), source)
+
+
+def _run_config(args: argparse.Namespace):
+    from specaudit.config import run_config_from
+
+    run_options, analysis_options, gate_options, source = _config_file_sections(args)
+    run_options.pop("out", None)
+    # `run` uses neither section, but a typo in one must not wait for `analyze` or `gate` to surface
+    _analysis_kwargs(argparse.Namespace(), analysis_options, source)
+    if gate_options:
+        from specaudit.gate import load_thresholds
+
+        try:
+            load_thresholds({"gate": gate_options})
+        except InputError as err:
+            raise InputError(f"{source}: {err}") from None
+    return run_config_from({**run_options, **_flag_options(args)}, source)
+
+
+def _add_executor_options(p: argparse.ArgumentParser) -> None:
+    """Where the plan runs; RunConfig fields, so a --config file may set them too."""
+    g = p.add_argument_group("execution")
+    g.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        help="local (this process, default) or ray (one actor per GPU or CPU slot; needs specaudit[ray])",
+    )
+    g.add_argument("--workers", type=int, help="Ray actors (default: one per GPU, else one per --threads CPUs)")
+    g.add_argument("--ray-address", help="a running Ray cluster, e.g. auto or ray://head:10001 (default: start Ray here)")
+
+
+def add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="decode a prompt set with each engine and write records.jsonl")
+    _add_decoding_options(p)
+    _add_executor_options(p)
+    p.add_argument("--out", required=True, help="run folder (created; re-running the same command resumes)")
+    p.add_argument("--shard", help="i/N: run only shard i of N (stable by prompt id); combine with `specaudit merge`")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from specaudit.execution.preflight import check_model_sources
+
+    cfg = _run_config(args)
+    check_model_sources(cfg)  # before the runner and prompt loading: an unreachable model fails in seconds
+
+    from specaudit.engines import run
+    from specaudit.execution.merge import parse_shard
+
+    shard = parse_shard(args.shard) if args.shard else None
+    summary = run(cfg, args.out, progress=not args.quiet, command=" ".join(["specaudit", *sys.argv[1:]]), shard=shard)
+    print(
+        f"{summary.out_dir}/records.jsonl: {summary.records} records ({summary.written} new, {summary.skipped} resumed) in {summary.seconds:.1f} s"
+    )
+    return 0
+
+
+def add_merge(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("merge", help="combine shard run folders into one (settings must agree)")
+    p.add_argument("--out", required=True, help="new run folder for the merged records")
+    p.add_argument("run_dirs", nargs="+")
+    p.set_defaults(func=cmd_merge)
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from specaudit.execution.merge import merge_runs
+
+    count = merge_runs(args.out, args.run_dirs)
+    print(f"{args.out}/records.jsonl: {count} records from {len(args.run_dirs)} shard(s)")
+    return 0
+
+
+# ----------------------------------------------------------------------- analyze
+def _add_analysis_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("analysis")
+    g.add_argument("--alpha", type=float, help="family-wise error rate of the equivalence battery (default 0.05)")
+    g.add_argument("--delta", type=float, help="equivalence margin on total variation (default 0.05)")
+    g.add_argument("--analyze-dimensions", dest="analyze_dimensions", help="prompt attributes to analyse (default: all in the run)")
+    g.add_argument("--n-boot", type=int, help="bootstrap resamples of prompts (default 1000)")
+    g.add_argument("--band", help="tolerance band on the ratio to the reference group (default {},{})".format(*DEFAULT_BAND))
+    g.add_argument(
+        "--fallback-threshold", type=float, help="acceptance below which the fallback simulation routes to vanilla (default 0.5)"
+    )
+    g.add_argument(
+        "--no-equivalence", dest="equivalence", action="store_const", const=False, help="skip the equivalence tests (no model loading)"
+    )
+
+
+def _analysis_kwargs(args: argparse.Namespace, base: dict | None = None, source: str = "options") -> dict:
+    """analyze() keyword arguments: a config file's `analysis:` section overlaid with the flags given,
+    each checked by AnalysisSettings and named as the user wrote it (a config key, then a flag)."""
+    from specaudit.config import AnalysisSettings
+
+    try:
+        section = AnalysisSettings.parse(dict(base or {}), name=str)
+    except InputError as err:
+        raise InputError(f"{source}, `analysis:` section: {err}") from None
+    flags = {name: getattr(args, name, None) for name in ("alpha", "delta", "n_boot", "fallback_threshold", "equivalence", "band")}
+    flags["dimensions"] = getattr(args, "analyze_dimensions", None)
+    flags = {("tolerance" if name == "band" else name): value for name, value in flags.items() if value is not None}
+    spelled = {"dimensions": "--analyze-dimensions"}
+    settings = AnalysisSettings.parse(
+        {**section.model_dump(), **flags}, name=lambda field: spelled.get(field, f"--{field.replace('_', '-')}")
+    )
+    return settings.model_dump()
+
+
+def add_analyze(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("analyze", help="test equivalence and measure disparity: RUN_DIR/records.jsonl -> RUN_DIR/snapshot.json")
+    p.add_argument("run_dir")
+    p.add_argument("--device", help="device for scoring (default: the run's)")
+    _add_analysis_options(p)
+    p.set_defaults(func=cmd_analyze)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from specaudit.analysis import analyze
+
+    snapshot = analyze(args.run_dir, device=args.device, **_analysis_kwargs(args))
+    print(
+        f"{args.run_dir}/snapshot.json: equivalence {snapshot['equivalence']['status']}, "
+        f"{sum(len(v.get('by_group', {})) for v in snapshot['groups'].values())} groups in {len(snapshot['groups'])} dimension(s)"
+    )
+    return 0
+
+
+# ------------------------------------------------------------------------- audit
+def add_audit_options(p: argparse.ArgumentParser) -> None:
+    """What `audit` and `monitor run` share: they run the same audit."""
+    _add_decoding_options(p)
+    _add_executor_options(p)
+    _add_analysis_options(p)
+    p.add_argument(
+        "--quick", action="store_true", help="a smaller budget (screen 3 prompts per group, engines on 8: about 3 minutes on a 2-core CPU)"
+    )
+    p.add_argument("--out", help="output folder (default reports/<run-id>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_audit(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("audit", help="run -> analyze -> report -> gate in one command (default: the embedded pair on core)")
+    add_audit_options(p)
+    p.set_defaults(func=cmd_audit)
+
+
+def run_audit(args: argparse.Namespace):
+    from specaudit.audit import DEFAULT_BUDGET, QUICK_BUDGET, audit, default_run_id
+    from specaudit.config import run_config_from
+
+    run_options, analysis_options, gate_options, source = _config_file_sections(args)
+    out = args.out or run_options.pop("out", None)
+    budget = QUICK_BUDGET if args.quick else DEFAULT_BUDGET
+    cfg = run_config_from({**budget, **run_options, **_flag_options(args)}, source)
+    from specaudit.execution.preflight import check_model_sources
+
+    check_model_sources(cfg)
+    out = out or f"reports/{default_run_id(cfg)}"
+    result = audit(
+        cfg,
+        out,
+        analysis=_analysis_kwargs(args, analysis_options, source),
+        gate=gate_options,
+        progress=not args.quiet,
+        command=" ".join(["specaudit", *sys.argv[1:]]),
+    )
+    print(f"report: {result.files['html']}")
+    print(
+        f"equivalence: {result.snapshot['equivalence'].get('status', 'not run').upper()}  gate: {result.gate_status.upper()}"
+        f"  (snapshot: {result.out_dir}/snapshot.json)"
+    )
+    return result
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    return run_audit(args).exit_code

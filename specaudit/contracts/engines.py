@@ -1,0 +1,103 @@
+"""The engine registry: every name `--engines` takes, what kind of engine it is, what its records
+are called, and where its code lives. The one table of engine names in specaudit.
+
+It is data only ("module:name" strings, resolved by `resolve` when an engine is used), so the
+settings models, the CLI and analysis can read it without importing any engine or torch. Adding an
+engine is one folder under specaudit/engines/ and one entry here (docs/ARCHITECTURE.md, "Add an
+engine").
+
+Kinds:
+- local: decoded in this process by specaudit's own algorithms (specaudit.decoding); several run
+  side by side, on the executor `--executor` names (LOCAL_EXECUTORS).
+- screen: batched target samples and the acceptance expected along them; runs with local engines
+  on a subset of its prompts, or alone.
+- backend: another engine (a server, vLLM, llama.cpp) decoding elsewhere; runs alone and records
+  the control and the speculative engine itself (`records`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any, Literal
+
+from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    name: str
+    kind: Literal["local", "screen", "backend"]
+    summary: str
+    records: tuple[str, ...]  # the `engine` field of the records it writes
+    executor: str | None = None  # "module:Class" (specaudit.execution.base.Executor); local engines: LOCAL_EXECUTORS
+    # the module of its config section (RunConfig.endpoint): validate_settings(section, engines),
+    # public_settings(section) (what the manifest shows) and settings_identity(section) (what decides the records)
+    settings: str | None = None
+    scoring_pair: str | None = None  # "module:function(manifest) -> ModelPair": score its outputs with its own logits
+
+
+ENGINES: dict[str, EngineSpec] = {
+    spec.name: spec
+    for spec in (
+        EngineSpec(CONTROL_ENGINE, "local", "plain decoding of the target: the control", (CONTROL_ENGINE,)),
+        EngineSpec(SPECULATIVE_ENGINE, "local", "specaudit's reference speculative sampling", (SPECULATIVE_ENGINE,)),
+        EngineSpec("hf-assisted", "local", "transformers' assisted generation", ("hf-assisted",)),
+        EngineSpec(
+            SCREEN_ENGINE,
+            "screen",
+            "batched target samples and the acceptance expected along them",
+            (SCREEN_ENGINE,),
+            executor="specaudit.engines.screen.executor:ScreenExecutor",
+        ),
+        EngineSpec(
+            "endpoint",
+            "backend",
+            "two OpenAI-compatible servers, speculation off and on",
+            (CONTROL_ENGINE, SPECULATIVE_ENGINE),
+            executor="specaudit.engines.endpoint.executor:EndpointExecutor",
+            settings="specaudit.engines.endpoint.settings",
+        ),
+        EngineSpec(
+            "vllm",
+            "backend",
+            "vLLM's offline engine (GPU)",
+            (CONTROL_ENGINE, SPECULATIVE_ENGINE),
+            executor="specaudit.engines.vllm.executor:VllmExecutor",
+        ),
+        EngineSpec(
+            "llama-cpp",
+            "backend",
+            "llama.cpp's own plain and speculative decoding of a GGUF file",
+            (CONTROL_ENGINE, SPECULATIVE_ENGINE),
+            executor="specaudit.engines.llama_cpp.executor:LlamaCppExecutor",
+            scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
+        ),
+    )
+}
+
+LOCAL_EXECUTORS = {  # --executor: where the local engines run
+    "local": "specaudit.engines.local:LocalExecutor",
+    "ray": "specaudit.engines.ray:RayExecutor",
+}
+
+LOCAL_ENGINES = tuple(name for name, spec in ENGINES.items() if spec.kind == "local")
+BACKENDS = tuple(name for name, spec in ENGINES.items() if spec.kind != "local")  # run alone (the screen: or with local engines)
+
+
+def resolve(target: str) -> Any:
+    """The object a registry string "module:name" (or the module "module") names, imported on first use."""
+    module, _, name = target.partition(":")
+    return getattr(import_module(module), name) if name else import_module(module)
+
+
+def backend_of(engines: tuple[str, ...] | list[str]) -> EngineSpec | None:
+    """The backend an engine list runs on (it runs alone), or None for local engines and the screen."""
+    for name in engines:
+        spec = ENGINES.get(name)
+        if spec is not None and spec.kind == "backend":
+            return spec
+    return None
+
+
+__all__ = ["BACKENDS", "ENGINES", "LOCAL_ENGINES", "LOCAL_EXECUTORS", "EngineSpec", "backend_of", "resolve"]

@@ -1,0 +1,55 @@
+"""Engines: everything that turns plan items into records, one folder or module per engine.
+
+    local.py, ray.py     specaudit's own engines (specaudit.decoding) in this process, or on Ray actors
+    decode.py            decoding one plan item in this process (shared by local and Ray)
+    screen/              batched target samples and the acceptance expected along them
+    endpoint/ vllm/ llama_cpp/   other engines: each its settings and client (client.py) and its executor
+
+Which name is which engine is the registry, specaudit.contracts.engines (data only); this package
+resolves it. The run folder and the one run loop are specaudit.execution.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specaudit.contracts.engines import ENGINES, LOCAL_EXECUTORS, resolve
+
+if TYPE_CHECKING:
+    from specaudit.config import RunConfig
+    from specaudit.execution import Executor, RunSummary
+    from specaudit.models import ModelPair
+
+
+def executor_for(cfg: RunConfig, *, pair: ModelPair | None = None) -> Executor:
+    """The executor a config asks for: the screen's or a backend's (they run alone, the screen with
+    local engines beside it), else the one `--executor` names for the local engines."""
+    special = [ENGINES[name] for name in cfg.engines if ENGINES[name].kind != "local"]
+    if special:
+        executor_class = resolve(special[0].executor)
+        return executor_class(cfg, pair=pair) if special[0].kind == "screen" else executor_class(cfg)
+    executor_class = resolve(LOCAL_EXECUTORS[cfg.executor])
+    if cfg.executor == "ray":
+        return executor_class(cfg, workers=cfg.workers, address=cfg.ray_address)
+    return executor_class(cfg, pair=pair)
+
+
+def run(
+    cfg: RunConfig,
+    out_dir: str | Path,
+    *,
+    pair: ModelPair | None = None,
+    prompt_set=None,
+    progress: bool = True,
+    command: str | None = None,
+    shard: tuple[int, int] | None = None,
+) -> RunSummary:
+    """Execute the plan into `out_dir`, skipping records already there. `shard=(i, N)` runs only
+    the prompts whose stable hash falls in shard i of N (specaudit.execution.plan.shard_of)."""
+    from specaudit.execution import execute
+
+    return execute(executor_for(cfg, pair=pair), out_dir, prompt_set=prompt_set, progress=progress, command=command, shard=shard)
+
+
+__all__ = ["executor_for", "run"]

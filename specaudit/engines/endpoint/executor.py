@@ -1,0 +1,212 @@
+"""The endpoint executor (`--engines endpoint`): two live OpenAI-compatible servers answer the plan.
+
+The servers, their settings and the HTTP client are specaudit.engines.endpoint.client's; this module
+only turns plan items into requests and their answers into records (engine "vanilla" for the
+spec-OFF server, "speculative" for the spec-ON one), `concurrency` requests at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
+
+from specaudit.contracts.engines import ENGINES
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
+from specaudit.engines.decode import library_versions, make_record
+from specaudit.engines.endpoint.client import (
+    FINISH_REASONS,
+    Completion,
+    Endpoint,
+    output_tokens,
+    request_body,
+    resolve_model,
+)
+from specaudit.engines.endpoint.settings import api_key_of
+from specaudit.engines.spec_counters import SPEC_DECODE_COUNTERS, metrics_summary, parse_metrics
+from specaudit.errors import InputError
+from specaudit.execution.base import Emit, Executor
+from specaudit.execution.folder import RunFolder
+from specaudit.execution.plan import derive_seed
+from specaudit.prompts import prompt_token_ids
+
+RECORD_ENGINES = ENGINES["endpoint"].records  # the spec-OFF and spec-ON records
+
+
+class EndpointExecutor(Executor):
+    label, unit = "requests", "req"
+
+    def record_engines(self) -> tuple[str, ...]:
+        return RECORD_ENGINES
+
+    def start(self, folder: RunFolder) -> dict:
+        from specaudit.models import load_tokenizer
+
+        cfg, settings = self.cfg, self.cfg.endpoint
+        api_key = api_key_of(settings)
+        self.endpoints = {
+            engine: Endpoint(settings[f"{engine}_url"], setting=f"{engine}_url", api_key=api_key, timeout_s=settings["timeout_s"])
+            for engine in (SPECULATIVE_ENGINE, CONTROL_ENGINE)
+        }
+        self.models, served = {}, {}
+        for engine, endpoint in self.endpoints.items():  # also the health check: nothing is written if a server is down
+            self.models[engine], served[engine] = resolve_model(endpoint, settings[f"{engine}_model"], f"{engine}_model")
+        self.metrics = (
+            Endpoint(settings["metrics_url"], setting="metrics_url", api_key=api_key, timeout_s=settings["timeout_s"])
+            if settings["metrics_url"]
+            else None
+        )
+        tokenizer_name = settings["tokenizer"] or cfg.target
+        self.tokenizer = load_tokenizer(tokenizer_name)
+        self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
+        # A server whose completions API takes text only (llama-cpp-python's) gets the prompt ids
+        # decoded with their special tokens, which it tokenises back; decoded here, before any thread.
+        self.texts = (
+            {prompt_id: self.tokenizer.decode(ids, skip_special_tokens=False) for prompt_id, ids in self.encoded.items()}
+            if settings["prompt_as"] == "text"
+            else {}
+        )
+        self.notes = dict(folder.previous.get("endpoint") or {})
+        self.notes.update({"logprobs": settings["logprobs"], "logprobs_mode": settings["logprobs_mode"], "stream": settings["stream"]})
+        fields = {
+            "versions": library_versions(),
+            "models": {
+                "tokenizer": {"name": str(tokenizer_name)},
+                **{
+                    engine: {"url": self.endpoints[engine].base_url, "model": self.models[engine], "served": served[engine]}
+                    for engine in RECORD_ENGINES
+                },
+            },
+            "device": {
+                "type": "endpoint",
+                "name": f"{settings['speculative_url']} (speculative), {settings['vanilla_url']} (vanilla)",
+                "concurrency": settings["concurrency"],
+            },
+            "backend": "endpoint",
+            "endpoint": self.notes,
+        }
+        if folder.previous.get("server_metrics"):
+            fields["server_metrics"] = folder.previous["server_metrics"]
+        return fields
+
+    def _call(self, engine: str, prompt_id: str, seed: int, max_tokens: int) -> Completion:
+        body = request_body(self.cfg, self.cfg.endpoint, self.models[engine], self.encoded[prompt_id], seed, max_tokens)
+        if prompt_id in self.texts:
+            body["prompt"] = self.texts[prompt_id]
+        return self.endpoints[engine].complete(body)
+
+    def _record_of(self, item: PlanItem):
+        from specaudit.decoding import Generation
+
+        cfg, settings = self.cfg, self.cfg.endpoint
+        seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
+        prompt_ids = self.encoded[item.prompt.id]
+        completion = self._call(item.engine, item.prompt.id, seed, cfg.max_new_tokens)
+        finish = FINISH_REASONS.get(str(completion.finish_reason))
+        if finish is None:
+            raise InputError(
+                f"endpoint {self.endpoints[item.engine].setting} ended a completion with finish_reason "
+                f"{completion.finish_reason!r}, not stop or length; check the server log and re-run to resume"
+            )
+        ids, logprobs = output_tokens(completion, settings["logprobs"])
+        source = "server"
+        if ids is None:
+            with self._tokenizer_lock:  # a fast tokenizer must not be called from two threads at once
+                ids, source = list(self.tokenizer(completion.text, add_special_tokens=False)["input_ids"]), "re-tokenised text"
+        generation = Generation(
+            tokens=ids, finish_reason=finish, wall_s=completion.wall_s, ttft_s=completion.ttft_s, steps=0, draft_s=None, verify_s=None
+        )
+        record = make_record(cfg, item, seed, prompt_ids, generation, completion.text)
+        return record.with_extra(
+            backend="endpoint", token_ids_source=source, logprobs_mode=settings["logprobs_mode"], target_logprobs=logprobs
+        )
+
+    def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
+        cfg, settings = self.cfg, self.cfg.endpoint
+        self._tokenizer_lock = threading.Lock()
+        if items:
+            first = items[0].prompt.id
+            for _ in range(cfg.warmup):  # first requests pay for graph capture, caches, connection set-up
+                for engine in RECORD_ENGINES:
+                    self._call(engine, first, cfg.seed, min(8, cfg.max_new_tokens))
+        before = parse_metrics(self.metrics.get_text(settings["metrics_url"])) if self.metrics and items else None
+
+        sources, error = set(), None
+        finished: dict[int, object] = {}
+        next_index = 0
+
+        def flush(everything: bool = False) -> None:
+            """Write finished records in plan order (so the file, and every analysis of it, does not
+            depend on which request happened to finish first); `everything` also writes past a gap."""
+            nonlocal next_index
+            for index in sorted(finished):
+                if index != next_index and not everything:
+                    break
+                record = finished.pop(index)
+                emit(record)  # only this thread writes
+                sources.add(record.extra["token_ids_source"])
+                next_index = index + 1
+
+        try:
+            # Items are submitted in plan order (engines of one prompt and sample back to back, order
+            # alternating), so both sides of each pair run at about the same time and server load.
+            with ThreadPoolExecutor(max_workers=settings["concurrency"]) as pool:
+                futures = {pool.submit(self._record_of, item): index for index, item in enumerate(items)}
+                try:
+                    for future in as_completed(futures):
+                        try:
+                            finished[futures[future]] = future.result()
+                        except CancelledError:
+                            continue
+                        except InputError as err:
+                            if error is None:  # stop sending; requests already in flight still land in the file
+                                error = err
+                                for other in futures:
+                                    other.cancel()
+                            continue
+                        flush()
+                except BaseException:  # a bug or Ctrl-C: do not send the queued requests while unwinding
+                    for other in futures:
+                        other.cancel()
+                    raise
+                finally:
+                    flush(everything=True)  # whatever finished is kept, gaps and all: a re-run fills them
+        finally:
+            self._note_run(folder, sources, before)
+        if error is not None:
+            raise error
+
+    def _note_run(self, folder: RunFolder, sources: set, before: dict | None) -> None:
+        """The manifest's endpoint notes and server counter deltas, written even when the run stopped early."""
+        settings, manifest, notes = self.cfg.endpoint, folder.manifest, self.notes
+        if sources:
+            notes["token_ids"] = sorted(sources | set(notes.get("token_ids") or []))
+            if "re-tokenised text" in sources:
+                notes["token_ids_note"] = (
+                    "the server returned token text, not ids (vLLM: return_tokens_as_token_ids); outputs were "
+                    "re-tokenised, which may differ from what was sampled, and carry no logprobs"
+                )
+            manifest["endpoint"] = notes
+        if before is not None:
+            try:
+                after = parse_metrics(self.metrics.get_text(settings["metrics_url"]))
+            except InputError as err:
+                after = None
+                manifest["server_metrics"] = {**(manifest.get("server_metrics") or {}), "error": str(err)}
+            if after is not None:
+                summary = metrics_summary(before, after, folder.previous.get("server_metrics"))
+                summary.update(
+                    url=settings["metrics_url"],
+                    note=(
+                        "deltas of the server's cumulative counters over the run's requests; other traffic on that server in the meantime "
+                        "is counted too"
+                        if after
+                        else f"no {', '.join(SPEC_DECODE_COUNTERS)} counters found at the metrics URL"
+                    ),
+                )
+                manifest["server_metrics"] = summary
+        folder.save_manifest()
+
+    def close(self) -> None:
+        for endpoint in (*getattr(self, "endpoints", {}).values(), getattr(self, "metrics", None)):
+            if endpoint is not None and hasattr(endpoint, "close"):
+                endpoint.close()

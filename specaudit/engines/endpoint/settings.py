@@ -1,0 +1,123 @@
+"""The `endpoint:` section of a run config (`--engines endpoint`): its model, its checks, what of it
+the manifest may show and what of it decides the records' meaning. Pydantic only, so the run
+config checks it before any engine code loads (the registry names this module)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specaudit._validation import input_error
+from specaudit.errors import InputError
+
+LOGPROBS_MODES = ("processed", "raw")
+
+
+class EndpointSettings(BaseModel):
+    """The `endpoint:` section of a run config (`--engines endpoint`), shared by YAML and the API."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    speculative_url: str | None = None  # base URL of the server with speculative decoding on
+    vanilla_url: str | None = None  # ... and off
+    model: str | None = None  # default of both model names below
+    speculative_model: str | None = None
+    vanilla_model: str | None = None
+    api_key: str | None = None
+    api_key_env: str | None = None  # name of an environment variable holding the key
+    concurrency: int = Field(4, ge=1, strict=True)
+    timeout_s: float = Field(600.0, gt=0, strict=True)
+    metrics_url: str | None = None
+    logprobs: int = Field(20, ge=0, strict=True)
+    logprobs_mode: str = "processed"
+    tokenizer: str | None = None
+    stream: bool = Field(True, strict=True)
+    extra_body: dict = Field(default_factory=dict)
+    # token_ids, or text: the prompt ids decoded with special tokens kept, for servers whose
+    # completions API takes text only (llama-cpp-python's server; it tokenises special tokens).
+    prompt_as: Literal["token_ids", "text"] = "token_ids"
+
+    @model_validator(mode="after")
+    def _rules(self) -> EndpointSettings:
+        for name, role in (("speculative_url", "with speculative decoding on"), ("vanilla_url", "with speculative decoding off")):
+            if not getattr(self, name):
+                raise InputError(f"endpoint.{name} is missing; give the base URL of the server {role}, e.g. http://127.0.0.1:8000/v1")
+            setattr(self, name, _url(getattr(self, name), name))
+        if self.metrics_url is not None:
+            self.metrics_url = _url(self.metrics_url, "metrics_url")
+        self.speculative_model = self.speculative_model or self.model
+        self.vanilla_model = self.vanilla_model or self.model
+        if self.api_key is not None and self.api_key_env is not None:
+            raise InputError("endpoint: give either api_key or api_key_env (the name of an environment variable holding the key), not both")
+        if self.logprobs_mode not in LOGPROBS_MODES:
+            raise InputError(f"endpoint.logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}, got {self.logprobs_mode!r}")
+        return self
+
+
+DEFAULTS: dict[str, Any] = {name: info.get_default(call_default_factory=True) for name, info in EndpointSettings.model_fields.items()}
+# Settings that decide what the records mean: a resumed run must keep them.
+_IDENTITY = (
+    "speculative_url",
+    "vanilla_url",
+    "speculative_model",
+    "vanilla_model",
+    "logprobs",
+    "logprobs_mode",
+    "tokenizer",
+    "extra_body",
+    "prompt_as",
+)
+
+
+def _url(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise InputError(f"endpoint.{name} {value!r} is not an http(s) URL; write the server's base URL such as http://127.0.0.1:8000/v1")
+    return value.rstrip("/")
+
+
+def validate_settings(settings: dict | None, engines: tuple[str, ...]) -> dict:
+    """The `endpoint:` section of a run config, checked and completed with defaults (idempotent)."""
+    if tuple(engines) != ("endpoint",):
+        raise InputError(
+            f"the config has an endpoint section but --engines is {','.join(engines)}; write --engines endpoint to audit a live server"
+        )
+    if settings is None:
+        raise InputError(
+            "--engines endpoint needs an `endpoint:` section in the config file with speculative_url and vanilla_url "
+            "(see README, Auditing a live endpoint)"
+        )
+    if not isinstance(settings, dict):
+        raise InputError(f"endpoint: must be a mapping of setting: value ({', '.join(DEFAULTS)}), got {type(settings).__name__}")
+    settings = {str(key).replace("-", "_"): value for key, value in settings.items()}
+    try:
+        return EndpointSettings(**settings).model_dump()
+    except ValidationError as err:
+        raise input_error(
+            err,
+            EndpointSettings,
+            lambda field: f"endpoint.{field}",
+            lambda names: f"endpoint: unknown setting(s) {', '.join(names)}; known: {', '.join(DEFAULTS)}",
+        ) from None
+
+
+def public_settings(settings: dict) -> dict:
+    """The settings as written into manifest.json: an API key never is."""
+    return {**settings, "api_key": "<redacted>" if settings.get("api_key") else None}
+
+
+def settings_identity(settings: dict) -> dict:
+    return {name: settings.get(name) for name in _IDENTITY}
+
+
+def api_key_of(settings: dict) -> str | None:
+    if settings.get("api_key_env"):
+        key = os.environ.get(settings["api_key_env"])
+        if not key:
+            raise InputError(f"endpoint.api_key_env names {settings['api_key_env']!r} but that environment variable is not set")
+        return key
+    return settings.get("api_key")
+
+
+# ----------------------------------------------------------------------------- HTTP

@@ -1,0 +1,424 @@
+"""`--engines llama-cpp`: the plan decoded in process by llama.cpp (through llama-cpp-python).
+
+The target is a GGUF file (default: the embedded SmolLM2 file, as it is: Q4_1). Two llama.cpp
+contexts answer the plan, interleaved as local runs:
+- "vanilla": plain decoding (`Llama.generate` without a draft, logits for the last token only,
+  as llama.cpp users run it);
+- "speculative": `Llama.generate` with a draft hook (`draft_model=`): prompt lookup
+  (`--draft ngram`: the binding's `LlamaPromptLookupDecoding`, k tokens, n-grams up to 3 as
+  specaudit.models.NgramDraft) or a second GGUF file proposing k greedy tokens (`GgufDraft`,
+  ours; the binding has no draft-model class). Verification is always the binding's: the drafts
+  are evaluated in one batch, the sampler draws at each drafted position and keeps drafts while
+  its draw equals them. That keeps the target's distribution whatever the draft proposes,
+  provided the batched logits equal the single-token ones, which is what the audit tests.
+
+Sampling is llama.cpp's own chain, set explicitly: top-k, top-p and temperature from the run,
+every other stage neutral (min_p 0, typical_p 1, repeat/frequency/presence penalties off,
+mirostat off, no grammar, no logits processor); the manifest records the whole chain. llama.cpp
+applies top-p before temperature (transformers and specaudit after), so a run with both
+temperature != 1 and top-p < 1 is refused: llama.cpp would sample another distribution.
+Each record's seed is runner.derive_seed cut to llama.cpp's 32-bit seed (`llama_seed`).
+Every generation starts from an empty KV cache (no prefix reuse between records), so a record
+does not depend on the order of the plan.
+
+Per-step acceptance is observed by wrapping the draft callable: each call's proposal is compared
+with the tokens the target kept at those positions. `draft_s` is the time inside the draft,
+`verify_s` the rest of the generation (target evaluation and sampling).
+
+analyze scores these runs with llama.cpp's own logits (`scoring_pair`): the target GGUF
+teacher-forced over prompt + output with `logits_all`, warped with specaudit.decoding.warp.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.errors import InputError
+
+BACKEND = "llama-cpp"
+GGUF_MAGIC = b"GGUF"
+RANDOM_SEED = 0xFFFFFFFF  # llama.cpp seeds are uint32 and this one means "draw a random seed"
+NGRAM_MAX = 3  # as specaudit.models.NgramDraft
+DEFAULT_CONTEXT = 2048
+# The stages of llama.cpp's sampler chain that the run does not use, all neutral.
+NEUTRAL_SAMPLERS: dict[str, Any] = {
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "repeat_penalty": 1.0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "tfs_z": 1.0,
+    "mirostat_mode": 0,
+    "grammar": None,
+    "logits_processor": None,
+}
+_SETTINGS = ("n_ctx", "n_threads", "n_batch", "draft_threads")
+
+
+# ----------------------------------------------------------------------------- checks
+def import_llama_cpp():
+    try:
+        import llama_cpp
+    except ImportError:
+        raise InputError(
+            "--engines llama-cpp needs llama-cpp-python, which is not installed here; "
+            "install specaudit[llama-cpp] (it builds llama.cpp from source, ~12 CPU-minutes)"
+        ) from None
+    return llama_cpp
+
+
+def gguf_file(name: str, role: str = "--target") -> Path:
+    """The GGUF file a run names (`default`: the embedded SmolLM2 file), checked to be one."""
+    from specaudit.models._loading import DEFAULT_TARGET, embedded_gguf_path
+
+    path = embedded_gguf_path() if name == DEFAULT_TARGET else Path(name).expanduser()
+    if not path.is_file():
+        raise InputError(f"{role} {name!r}: no such file; with --engines llama-cpp name a GGUF file (or `default`)")
+    with open(path, "rb") as handle:
+        if handle.read(4) != GGUF_MAGIC:
+            raise InputError(
+                f"{role} {str(path)!r} is not a GGUF file (it does not start with the GGUF magic); llama.cpp reads GGUF models only"
+            )
+    return path
+
+
+def gguf_vocabulary(path: Path) -> list[str]:
+    """The token strings of a GGUF file, read from its metadata without loading the model."""
+    from gguf import GGUFReader
+
+    try:
+        tokens = GGUFReader(str(path)).fields.get("tokenizer.ggml.tokens")
+    except (ValueError, OSError) as error:
+        raise InputError(f"{str(path)!r} could not be read as GGUF ({error})") from None
+    if tokens is None:
+        raise InputError(f"{str(path)!r} has no tokenizer.ggml.tokens; it carries no vocabulary to check against the target's")
+    return [bytes(tokens.parts[index]).decode("utf-8", errors="replace") for index in tokens.data]
+
+
+def check_draft_vocabulary(target: Path, draft: Path) -> None:
+    target_vocab, draft_vocab = gguf_vocabulary(target), gguf_vocabulary(draft)
+    if target_vocab != draft_vocab:
+        differing = sum(1 for a, b in zip(target_vocab, draft_vocab) if a != b) + abs(len(target_vocab) - len(draft_vocab))
+        raise InputError(
+            f"draft {str(draft)!r} has another vocabulary than target {str(target)!r} ({len(draft_vocab)} vs "
+            f"{len(target_vocab)} tokens, {differing} differing); speculative decoding needs the same tokenizer"
+        )
+
+
+def sampler_settings(spec) -> dict:
+    """Keyword arguments of `Llama.generate` for a SamplingSpec: the whole chain, explicit."""
+    if spec.greedy:
+        return {"temp": 0.0, "top_k": 0, "top_p": 1.0, **NEUTRAL_SAMPLERS}  # temp 0: llama.cpp's greedy sampler
+    if spec.temperature != 1.0 and spec.top_p < 1.0:
+        raise InputError(
+            f"temperature {spec.temperature:g} with top-p {spec.top_p:g}: llama.cpp applies top-p before temperature "
+            "(specaudit after), so it would sample another distribution; use top-p 1 or temperature 1 with --engines llama-cpp"
+        )
+    return {"temp": float(spec.temperature), "top_k": int(spec.top_k), "top_p": float(spec.top_p), **NEUTRAL_SAMPLERS}
+
+
+def llama_seed(seed: int) -> int:
+    """The record's seed as llama.cpp's uint32: its low 32 bits, which is also what the binding's
+    server passes on for a request's 63-bit seed, so both give the same draws."""
+    low = int(seed) & 0xFFFFFFFF
+    return low if low != RANDOM_SEED else 0
+
+
+def backend_settings(cfg) -> dict:
+    """`extra.llama_cpp` of the run (n_ctx, n_threads, n_batch, draft_threads), with defaults:
+    threads = --threads, context = 2048 tokens."""
+    extra = (cfg.extra or {}).get("llama_cpp") or {}
+    if not isinstance(extra, dict):
+        raise InputError(f"extra.llama_cpp must be a mapping of setting: value ({', '.join(_SETTINGS)}), got {type(extra).__name__}")
+    unknown = sorted(set(extra) - set(_SETTINGS))
+    if unknown:
+        raise InputError(f"extra.llama_cpp: unknown setting(s) {', '.join(unknown)}; known: {', '.join(_SETTINGS)}")
+    settings = {"n_ctx": DEFAULT_CONTEXT, "n_threads": cfg.threads, "n_batch": 512, "draft_threads": cfg.threads, **extra}
+    for name, value in settings.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"extra.llama_cpp.{name} must be an integer >= 1, got {value!r}")
+    return settings
+
+
+def check_config(cfg) -> None:
+    """Everything llama.cpp cannot honour, said before anything loads."""
+    if cfg.verify:
+        raise InputError(
+            "--verify plugs a rejection step into specaudit's speculative engine; llama.cpp uses its own, so drop --verify "
+            "with --engines llama-cpp"
+        )
+    if getattr(cfg, "plant_disparity", None):
+        raise InputError(
+            "--plant-disparity changes specaudit's draft; llama.cpp's draft cannot be changed, so drop it with --engines llama-cpp"
+        )
+    draft = str(cfg.draft)
+    if draft != "ngram" and not draft.endswith(".gguf"):
+        raise InputError(
+            f"--draft {draft}: with --engines llama-cpp the draft is ngram (llama.cpp prompt lookup) or a GGUF file "
+            "sharing the target's vocabulary"
+        )
+    sampler_settings(cfg.sampling)
+    if cfg.max_new_tokens + cfg.k + 8 > backend_settings(cfg)["n_ctx"]:
+        raise InputError(
+            f"--max-new-tokens {cfg.max_new_tokens} does not fit llama.cpp's context of {backend_settings(cfg)['n_ctx']} "
+            "tokens; raise extra.llama_cpp.n_ctx"
+        )
+
+
+# ----------------------------------------------------------------------------- drafts
+class GgufDraft:
+    """A second GGUF model as llama-cpp-python's draft hook: k greedy tokens per call, its KV
+    cache kept across calls of one generation (reused up to the longest common prefix)."""
+
+    def __init__(self, path: Path, k: int, *, n_ctx: int, n_threads: int):
+        llama_cpp = import_llama_cpp()
+        self.k = k
+        self.model = llama_cpp.Llama(
+            model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, logits_all=True, verbose=False
+        )
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        model = self.model
+        ids = [int(t) for t in input_ids]
+        cached = model.input_ids[: model.n_tokens].tolist()
+        common = next((i for i, (a, b) in enumerate(zip(cached, ids)) if a != b), min(len(cached), len(ids)))
+        model.n_tokens = min(common, len(ids) - 1)  # at least one token is evaluated, so its logits are fresh
+        model.eval(ids[model.n_tokens :])
+        proposal = []
+        for _ in range(self.k):
+            token = int(np.argmax(model.scores[model.n_tokens - 1]))
+            proposal.append(token)
+            model.eval([token])
+        return np.asarray(proposal, dtype=np.intc)
+
+
+@dataclass
+class ObservedDraft:
+    """Wraps a draft callable: what it proposed at which sequence position, and its time."""
+
+    inner: Any
+    calls: list[tuple[int, list[int]]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        start = time.perf_counter()
+        proposal = self.inner(input_ids, **kwargs)
+        self.seconds += time.perf_counter() - start
+        self.calls.append((len(input_ids), [int(t) for t in proposal]))
+        return proposal
+
+    def reset(self) -> None:
+        self.calls, self.seconds = [], 0.0
+
+
+def acceptance_per_step(
+    calls: list[tuple[int, list[int]]], prompt_length: int, output: list[int], max_new_tokens: int
+) -> tuple[list[int], list[int]]:
+    """(proposed, accepted) per verification step, from the draft's calls. The first step is the
+    prompt pass, which the binding runs without a draft: (0, 0).
+
+    A call at sequence position n proposed the tokens for output positions j = n − prompt_length
+    onwards; the step it started emitted output[j] and the drafts the sampler kept, so accepted
+    = the length of the common prefix of the proposal and output[j:]. Proposals are counted up
+    to the length budget (drafts past it could never be emitted)."""
+    proposed, accepted = [0], [0]
+    for n, proposal in calls:
+        j = n - prompt_length
+        if j < 0 or j >= len(output):
+            continue  # a call whose step emitted nothing the record kept
+        offered = proposal[: max(max_new_tokens - j, 0)]
+        kept = 0
+        while kept < len(offered) and j + kept < len(output) and offered[kept] == output[j + kept]:
+            kept += 1
+        proposed.append(len(offered))
+        accepted.append(kept)
+    return proposed, accepted
+
+
+# ----------------------------------------------------------------------------- generation
+@dataclass
+class Engines:
+    """The two llama.cpp contexts of a run and what they need to decode."""
+
+    vanilla: Any
+    speculative: Any
+    draft: ObservedDraft
+    eos_ids: set[int]
+
+
+def load_engines(cfg, target: Path, settings: dict) -> Engines:
+    llama_cpp = import_llama_cpp()
+    common = dict(
+        model_path=str(target),
+        n_ctx=settings["n_ctx"],
+        n_batch=settings["n_batch"],
+        n_threads=settings["n_threads"],
+        n_threads_batch=settings["n_threads"],
+        verbose=False,
+    )
+    if str(cfg.draft) == "ngram":
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        inner = LlamaPromptLookupDecoding(max_ngram_size=NGRAM_MAX, num_pred_tokens=cfg.k)
+    else:
+        draft_path = gguf_file(str(cfg.draft), "--draft")
+        check_draft_vocabulary(target, draft_path)
+        inner = GgufDraft(draft_path, cfg.k, n_ctx=settings["n_ctx"], n_threads=settings["draft_threads"])
+    draft = ObservedDraft(inner)
+    vanilla = llama_cpp.Llama(logits_all=False, **common)
+    speculative = llama_cpp.Llama(draft_model=draft, **common)  # the binding turns logits_all on for drafts
+    eos_ids = {int(vanilla.token_eos())}
+    return Engines(vanilla, speculative, draft, eos_ids)
+
+
+def generate(engines: Engines, engine: str, prompt_ids: list[int], sampler: dict, seed: int, max_new_tokens: int, k: int):
+    """One record's decoding with llama.cpp: a specaudit.decoding.Generation."""
+    from specaudit.decoding import Generation
+
+    llm = engines.vanilla if engine == CONTROL_ENGINE else engines.speculative
+    llm.reset()  # an empty KV cache: no prefix reuse from the previous record
+    llm.set_seed(llama_seed(seed))
+    engines.draft.reset()
+    tokens: list[int] = []
+    finish, ttft = "length", None
+    start = time.perf_counter()
+    for token in llm.generate(prompt_ids, reset=True, **sampler):
+        if ttft is None:
+            ttft = time.perf_counter() - start
+        tokens.append(int(token))
+        if token in engines.eos_ids:
+            finish = "eos"
+            break
+        if len(tokens) >= max_new_tokens:
+            break
+    wall = time.perf_counter() - start
+    common = dict(tokens=tokens, finish_reason=finish, wall_s=wall, ttft_s=ttft if ttft is not None else wall)
+    if engine == CONTROL_ENGINE:
+        return Generation(steps=len(tokens), draft_s=0.0, verify_s=wall, **common)
+    proposed, accepted = acceptance_per_step(engines.draft.calls, len(prompt_ids), tokens, max_new_tokens)
+    return Generation(
+        steps=len(proposed),
+        proposed=sum(proposed),
+        accepted=sum(accepted),
+        proposed_per_step=proposed,
+        accepted_per_step=accepted,
+        draft_s=engines.draft.seconds,
+        verify_s=wall - engines.draft.seconds,
+        **common,
+    )
+
+
+def _system_info(llama_cpp) -> str | None:
+    try:
+        return llama_cpp.llama_print_system_info().decode()
+    except (AttributeError, UnicodeDecodeError):
+        return None
+
+
+# ----------------------------------------------------------------------------- scoring
+class LlamaCppLogits:
+    """llama.cpp's target as a scoring model: `model(input_ids=..., attention_mask=...).logits`
+    teacher-forces each row (its real length) through llama.cpp with `logits_all` and returns the
+    logits of every position, so specaudit.stats.scoring and greedy_exactness use llama.cpp's own
+    numbers. Rows are evaluated one at a time from an empty KV cache."""
+
+    training = False
+
+    def __init__(self, path: Path, *, n_ctx: int = DEFAULT_CONTEXT, n_threads: int = 1):
+        llama_cpp = import_llama_cpp()
+        self.path = path
+        self.llm = llama_cpp.Llama(
+            model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, logits_all=True, verbose=False
+        )
+
+    def eval(self):
+        return self
+
+    def train(self, mode: bool = True):
+        return self
+
+    def parameters(self):
+        return iter(())  # nothing for torch to move; scoring reads the device as CPU
+
+    def sequence_logits(self, ids: list[int]) -> np.ndarray:
+        """[len(ids), V] float32 logits, position t predicting token t + 1."""
+        if len(ids) > self.llm.n_ctx():
+            raise InputError(
+                f"a scored sequence of {len(ids)} tokens exceeds llama.cpp's context of {self.llm.n_ctx()}; raise extra.llama_cpp.n_ctx"
+            )
+        self.llm.reset()
+        self.llm.eval(ids)
+        return np.array(self.llm.scores[: len(ids)], copy=True)
+
+    def __call__(self, input_ids, attention_mask=None, use_cache: bool = False):
+        import torch
+
+        rows = input_ids.tolist()
+        lengths = attention_mask.sum(dim=1).tolist() if attention_mask is not None else [len(r) for r in rows]
+        vocab = self.llm.n_vocab()
+        out = torch.zeros((len(rows), len(rows[0]), vocab), dtype=torch.float32)
+        for i, (row, length) in enumerate(zip(rows, lengths)):
+            out[i, : int(length)] = torch.from_numpy(self.sequence_logits(row[: int(length)]))
+        return _Output(out)
+
+
+@dataclass(frozen=True)
+class _Output:
+    logits: Any
+
+
+@dataclass
+class ScoringPair:
+    """What analyze needs of a model pair, with llama.cpp's target and no draft model."""
+
+    target: LlamaCppLogits
+    tokenizer: Any
+    vocab_size: int
+    device: Any
+    draft: Any = None
+    draft_is_model: bool = False
+
+
+def scoring_pair(manifest: dict, device: str | None = None) -> ScoringPair:
+    """The scoring pair of a llama.cpp run folder: its target GGUF (checked against the sha256
+    the manifest recorded) and its tokenizer."""
+    import torch
+
+    from specaudit.models import load_tokenizer
+    from specaudit.models._loading import file_sha256
+
+    config = manifest.get("config") or {}
+    target_entry = (manifest.get("models") or {}).get("target") or {}
+    path = gguf_file(str(config.get("target", "default")))
+    if target_entry.get("gguf_sha256") and file_sha256(path) != target_entry["gguf_sha256"]:
+        raise InputError(
+            f"{str(path)!r} is not the GGUF file this run decoded with (its sha256 differs from the manifest's); "
+            "score the run with the same file"
+        )
+    settings = (manifest.get("llama_cpp") or {}).get("settings") or {}
+    target = LlamaCppLogits(path, n_ctx=int(settings.get("n_ctx", DEFAULT_CONTEXT)), n_threads=int(settings.get("n_threads", 1)))
+    return ScoringPair(
+        target=target,
+        tokenizer=load_tokenizer(str(config.get("target", "default"))),
+        vocab_size=target.llm.n_vocab(),
+        device=torch.device("cpu"),
+    )
+
+
+__all__ = [
+    "GgufDraft",
+    "LlamaCppLogits",
+    "NEUTRAL_SAMPLERS",
+    "ObservedDraft",
+    "acceptance_per_step",
+    "check_draft_vocabulary",
+    "gguf_file",
+    "sampler_settings",
+    "scoring_pair",
+]

@@ -1,0 +1,115 @@
+"""The llama.cpp executor (`--engines llama-cpp`): llama.cpp's own plain and speculative decoding.
+
+Settings, the sampler chain, the observed draft and scoring with llama.cpp's logits are
+specaudit.engines.llama_cpp.client's; this module turns plan items into records like every executor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specaudit.contracts.engines import ENGINES
+from specaudit.contracts.run import CONTROL_ENGINE, PlanItem
+from specaudit.engines.decode import library_versions, make_record
+from specaudit.engines.llama_cpp.client import (
+    BACKEND,
+    NGRAM_MAX,
+    _system_info,
+    backend_settings,
+    check_config,
+    check_draft_vocabulary,
+    generate,
+    gguf_file,
+    import_llama_cpp,
+    llama_seed,
+    load_engines,
+    sampler_settings,
+)
+from specaudit.errors import InputError
+from specaudit.execution.base import Emit, Executor
+from specaudit.execution.folder import RunFolder
+from specaudit.execution.plan import derive_seed
+from specaudit.prompts import prompt_token_ids
+
+RECORD_ENGINES = ENGINES["llama-cpp"].records  # the spec-OFF and spec-ON records
+
+
+class LlamaCppExecutor(Executor):
+    label = "decoding (llama.cpp)"
+
+    def record_engines(self) -> tuple[str, ...]:
+        return RECORD_ENGINES
+
+    def check(self, folder: RunFolder) -> None:
+        cfg = self.cfg
+        check_config(cfg)
+        self.target = gguf_file(str(cfg.target))
+        if str(cfg.draft) != "ngram":
+            check_draft_vocabulary(self.target, gguf_file(str(cfg.draft), "--draft"))
+        previous = folder.previous
+        if previous and previous.get("backend") != BACKEND:
+            made_by = f"by backend {previous['backend']!r}" if previous.get("backend") else "with local engines"
+            raise InputError(
+                f"{folder.out_dir} holds a run made {made_by}; llama.cpp records would be mixed with them under the same "
+                "keys; choose a new --out"
+            )
+
+    def start(self, folder: RunFolder) -> dict:
+        from specaudit.models import load_tokenizer
+        from specaudit.models._loading import file_sha256
+
+        cfg = self.cfg
+        llama_cpp = import_llama_cpp()
+        self.settings, self.sampler = backend_settings(cfg), sampler_settings(cfg.sampling)
+        self.tokenizer = load_tokenizer(str(cfg.target))
+        self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
+        self.engines = load_engines(cfg, self.target, self.settings)
+        if self.tokenizer.eos_token_id is not None:
+            self.engines.eos_ids.add(int(self.tokenizer.eos_token_id))
+        draft: dict[str, Any] = {"name": str(cfg.draft), "k": cfg.k}
+        if str(cfg.draft) == "ngram":
+            draft.update(implementation="llama_cpp.LlamaPromptLookupDecoding", max_ngram_size=NGRAM_MAX, num_pred_tokens=cfg.k)
+        else:
+            draft.update(implementation="specaudit GgufDraft (greedy, k tokens)", gguf_sha256=file_sha256(gguf_file(str(cfg.draft))))
+        chain = {k: v for k, v in self.sampler.items() if k not in ("grammar", "logits_processor")}
+        return {
+            "versions": {**library_versions(), "llama_cpp_python": llama_cpp.__version__},
+            "models": {
+                "target": {"name": str(cfg.target), "gguf": str(self.target), "gguf_sha256": file_sha256(self.target)},
+                "draft": draft,
+            },
+            "device": {"type": "cpu", "engine": "llama.cpp", "threads": self.settings["n_threads"], "system_info": _system_info(llama_cpp)},
+            "backend": BACKEND,
+            "llama_cpp": {
+                "settings": self.settings,
+                "sampler_chain": chain,
+                "sampler_order": "penalties (neutral) -> top_k -> typical (off) -> top_p -> min_p (off) -> temperature -> dist "
+                "(temperature 0: greedy)",
+                "seed": "llama_seed = low 32 bits of derive_seed(...) (0xFFFFFFFF, llama.cpp's random seed, becomes 0)",
+                "kv_cache": "cleared before every record",
+                "vanilla_logits_all": False,
+                "eos_ids": sorted(self.engines.eos_ids),
+            },
+        }
+
+    def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
+        cfg = self.cfg
+        if items:  # first calls pay for allocation: run them before anything is timed
+            for _ in range(cfg.warmup):
+                for engine in RECORD_ENGINES:
+                    generate(
+                        self.engines, engine, self.encoded[items[0].prompt.id], self.sampler, cfg.seed, min(8, cfg.max_new_tokens), cfg.k
+                    )
+        for item in items:
+            seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
+            prompt_ids = self.encoded[item.prompt.id]
+            generation = generate(self.engines, item.engine, prompt_ids, self.sampler, seed, cfg.max_new_tokens, cfg.k)
+            text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
+            record = make_record(cfg, item, seed, prompt_ids, generation, text)
+            emit(
+                record.with_extra(
+                    backend=BACKEND,
+                    llama_seed=llama_seed(seed),
+                    acceptance_source="none" if item.engine == CONTROL_ENGINE else "draft hook",
+                )
+            )

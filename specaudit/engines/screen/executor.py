@@ -1,0 +1,144 @@
+"""The screen executor (`--engines screen`): acceptance on every prompt, without the engines.
+
+Each plan item becomes a record of engine "screen" holding the target sample (`output_token_ids`,
+drawn with the run's derive_seed in batches of `extra.screen_batch` rows, so it is the vanilla
+engine's sample for that seed up to float ties) and the speculative counts expected along it at
+the run's k (specaudit.stats.acceptance): `proposed`, `accepted`, `steps` (expectations given
+the path; exact counts for n-gram), `expected_reached`, and per output position `position_beta`
+(Σ min(p_t, q_t)) and `position_accept` (min(1, q_t(x_t)/p_t(x_t)); 1/0 for n-gram). No engine
+latency is measured: `wall_s` / `ttft_s` stay null and the record's share of its batch's time
+goes under `screen`. Records are written batch by batch, so a run resumes. A planted disparity
+(`--plant-disparity`) mixes the draft's q on the rows of its group only, as the engine does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from specaudit.contracts.run import SCREEN_ENGINE, PlanItem
+from specaudit.decoding import Generation
+from specaudit.engines.decode import device_entry, eos_token_ids, library_versions, make_record, pad_token_id
+from specaudit.execution.base import Emit, Executor
+from specaudit.execution.folder import RunFolder
+from specaudit.execution.plan import derive_seed
+from specaudit.execution.preflight import check_prompt_lengths
+from specaudit.prompts import prompt_token_ids
+
+if TYPE_CHECKING:
+    from specaudit.models import ModelPair
+
+DEFAULT_BATCH = 32
+
+
+class ScreenExecutor(Executor):
+    """The screen, and with `--engines screen,vanilla,speculative` also the local engines on the
+    subset of prompts the plan gives them (execution.plan.engine_subset), with the same models.
+    The screen is batched and uses every core (`extra: {screen_threads: N}` to change it); the
+    engines decode at batch 1 with `--threads`, as in any run, so their timings mean the same."""
+
+    label = "screening"
+    unit = "record"
+
+    def __init__(self, cfg, *, pair: ModelPair | None = None):
+        super().__init__(cfg)
+        self.pair = pair
+        self.engines = None
+        if len(self.record_engines()) > 1:
+            self.label = "screening, then decoding"  # the progress bar's: one bar for both parts
+
+    def record_engines(self) -> tuple[str, ...]:
+        return (SCREEN_ENGINE, *(e for e in self.cfg.engines if e != SCREEN_ENGINE))
+
+    def start(self, folder: RunFolder) -> dict:
+        import torch
+
+        from specaudit.models import load_pair
+
+        if self.pair is None:
+            torch.set_num_threads(self.cfg.threads)
+            self.pair = load_pair(self.cfg.target, self.cfg.draft, device=self.cfg.device, dtype=self.cfg.dtype)
+        if len(self.record_engines()) > 1:
+            from specaudit.engines.local import LocalExecutor
+
+            self.engines = LocalExecutor(self.cfg, pair=self.pair)
+            self.engines.start(folder)
+        return {"models": self.pair.manifest(), "device": device_entry(self.pair), "versions": library_versions()}
+
+    def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
+        import os
+
+        import torch
+
+        screen_items = [item for item in items if item.engine == SCREEN_ENGINE]
+        threads = int(self.cfg.extra.get("screen_threads") or os.cpu_count() or 1)
+        if screen_items:
+            torch.set_num_threads(threads if self.pair.device.type == "cpu" else self.cfg.threads)
+            try:
+                self.screen(folder, screen_items, emit)
+            finally:
+                torch.set_num_threads(self.cfg.threads)
+        engine_items = [item for item in items if item.engine != SCREEN_ENGINE]
+        if engine_items:
+            self.engines.execute(folder, engine_items, emit)
+
+    def screen(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
+        from specaudit.engines.screen import screen_paths
+        from specaudit.models import DisparityPlant
+
+        pair, cfg = self.pair, self.cfg
+        plant = DisparityPlant.parse(cfg.plant_disparity) if cfg.plant_disparity else None
+        eos_ids = eos_token_ids(pair)
+        pad_id = pad_token_id(pair, eos_ids)
+        encoded = {p.id: prompt_token_ids(pair.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
+        check_prompt_lengths(encoded, pair.target, cfg.max_new_tokens)
+        batch_size = int(cfg.extra.get("screen_batch", DEFAULT_BATCH))
+        # Timing repeats mean nothing without an engine to time. Similar lengths share a batch
+        # (less padding); a row's tokens do not depend on its batch-mates.
+        todo = sorted((item for item in items if not item.timing_only), key=lambda item: len(encoded[item.prompt.id]))
+        for begin in range(0, len(todo), batch_size):
+            chunk = todo[begin : begin + batch_size]
+            seeds = [derive_seed(cfg.seed, item.prompt.id, item.sample) for item in chunk]
+            prompts = [encoded[item.prompt.id] for item in chunk]
+            paths = screen_paths(
+                pair.target,
+                pair.draft,
+                prompts,
+                seeds,
+                spec=cfg.sampling,
+                k=cfg.k,
+                max_new_tokens=cfg.max_new_tokens,
+                eos_ids=eos_ids,
+                vocab_size=pair.vocab_size,
+                pad_id=pad_id,
+                batch_size=batch_size,
+                check_draft=begin == 0,
+                plant=plant,
+                planted=[plant is not None and plant.applies_to(item.prompt.attributes) for item in chunk],
+            )
+            for item, seed, prompt_ids, path in zip(chunk, seeds, prompts, paths, strict=True):
+                emit(screen_record(cfg, item, seed, prompt_ids, path, pair.tokenizer.decode(path.tokens, skip_special_tokens=True)))
+
+
+def screen_record(cfg, item: PlanItem, seed: int, prompt_ids: list[int], path, text: str):
+    acceptance = path.acceptance
+    generation = Generation(
+        tokens=path.tokens,
+        finish_reason=path.finish_reason,
+        wall_s=math.nan,
+        ttft_s=math.nan,
+        steps=acceptance.steps,
+        proposed=acceptance.proposed,
+        accepted=acceptance.accepted,
+        accepted_per_step=acceptance.accepted_per_step,
+        proposed_per_step=acceptance.proposed_per_step,
+    )
+    record = make_record(cfg, item, seed, prompt_ids, generation, text)
+    row_s = path.batch_s / path.batch_rows
+    counts = "exact" if acceptance.accepted_per_step else "expected"
+    return record.replace(wall_s=None, ttft_s=None).with_extra(
+        expected_reached=acceptance.reached,
+        position_beta=acceptance.beta,
+        position_accept=acceptance.accept_cond,
+        screen={"batch_rows": path.batch_rows, "batch_s": path.batch_s, "row_s": row_s, "counts": counts},
+    )

@@ -1,0 +1,256 @@
+"""`--engines vllm`: the plan decoded by vLLM's offline engine (`vllm.LLM`) on a CUDA GPU.
+
+Two engines in turn, never at once (each takes most of the GPU's memory): a plain `LLM` for the
+"vanilla" records, then one with `speculative_config` (a draft model, or vLLM's n-gram prompt
+lookup for `--draft ngram`) for the "speculative" records. Records are the local runs' records
+plus `backend: "vllm"`, so every analysis applies unchanged. Prompts go in as token ids from the
+target's tokenizer and chat template, as local runs; every request carries the run's sampling
+settings and its own seed (runner.derive_seed), and stops on the same end-of-sequence ids.
+
+Requests run one at a time (batch 1, as the local engines), which makes two things exact:
+- timings: `wall_s` / `ttft_s` come from the request's own engine timestamps
+  (RequestOutput.metrics) when vLLM gives them, else `wall_s` is measured around the call;
+- acceptance: vLLM keeps its speculative-decoding counters per engine, not per request, but with
+  one request in flight the counters' change over the call is that request's. It is used only
+  when the generation-token counter moved by exactly the request's output length (the counters
+  are in step with it); otherwise proposed / accepted stay 0 (not observed), as for endpoints.
+  Per-step lists and β are not exposed by vLLM and stay empty.
+The run-level counter deltas go into manifest.json under `server_metrics`.
+
+Not run on this project's CPU machines (vLLM needs a GPU): the data layer below is unit-tested
+with plain objects shaped like vLLM's, and bench/gpu.sh holds the check for a GPU machine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.engines.spec_counters import PER_POSITION_COUNTER, SPEC_DECODE_COUNTERS
+from specaudit.errors import InputError
+
+GENERATION_COUNTER = "vllm:generation_tokens"
+NGRAM_LOOKUP = {"prompt_lookup_max": 3, "prompt_lookup_min": 1}  # as specaudit.models.NgramDraft
+DTYPES = {"auto": "bfloat16", "bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}  # auto: bf16 on CUDA, as local runs
+_RESERVED = ("model", "tokenizer", "speculative_config", "seed", "dtype", "disable_log_stats")
+_FINISH = {"stop": "eos", "length": "length"}
+
+
+# ----------------------------------------------------------------------------- checks
+def import_vllm():
+    try:
+        import vllm
+    except ImportError:
+        raise InputError("--engines vllm needs vLLM, which is not installed here; install specaudit[vllm] on a CUDA machine") from None
+    return vllm
+
+
+def require_gpu(cuda_available: bool | None = None) -> None:
+    """vLLM's engine needs a CUDA GPU; say so in one sentence rather than in vLLM's traceback."""
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    if not cuda_available:
+        raise InputError("--engines vllm needs a CUDA GPU and none is visible here; run it on a GPU machine or use the local engines")
+
+
+# ----------------------------------------------------------------------------- configuration
+def speculative_config(cfg) -> dict:
+    """vLLM's `speculative_config` for the run's draft: a real model, or n-gram prompt lookup."""
+    draft = str(cfg.draft)
+    if draft == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": cfg.k, **NGRAM_LOOKUP}
+    if draft == "int8" or draft.startswith("early-exit"):
+        raise InputError(
+            f"--draft {draft} is derived by specaudit and vLLM cannot load it; with --engines vllm name a draft model "
+            "(HF id or folder sharing the target's tokenizer) or ngram"
+        )
+    return {"model": draft, "num_speculative_tokens": cfg.k}
+
+
+def llm_kwargs(cfg, target: str, *, speculative: bool) -> dict:
+    """Keyword arguments of `vllm.LLM` for one of the two engines. `cfg.extra["vllm"]` may add
+    engine settings (gpu_memory_utilization, max_model_len, enforce_eager, ...), not override ours."""
+    if cfg.verify:
+        raise InputError(
+            "--verify plugs a rejection step into specaudit's speculative engine; vLLM uses its own, so drop --verify with --engines vllm"
+        )
+    if getattr(cfg, "plant_disparity", None):
+        raise InputError("--plant-disparity changes specaudit's draft; vLLM's draft cannot be changed, so drop it with --engines vllm")
+    if cfg.dtype not in DTYPES:
+        raise InputError(f"--dtype {cfg.dtype!r}: with --engines vllm choose one of {', '.join(DTYPES)}")
+    extra = (cfg.extra or {}).get("vllm") or {}
+    if not isinstance(extra, dict):
+        raise InputError(f"extra.vllm must be a mapping of vllm.LLM setting: value, got {type(extra).__name__}")
+    clashes = sorted(set(extra) & set(_RESERVED))
+    if clashes:
+        raise InputError(
+            f"extra.vllm sets {', '.join(clashes)}, which the run decides (--target, --draft, --k, --seed, --dtype); remove them"
+        )
+    kwargs = {
+        **extra,
+        "model": target,
+        "tokenizer": target,
+        "dtype": DTYPES[cfg.dtype],
+        "seed": cfg.seed,
+        "disable_log_stats": False,
+    }  # statistics on: LLM.get_metrics() and RequestOutput.metrics need them
+    if speculative:
+        kwargs["speculative_config"] = speculative_config(cfg)
+    return kwargs
+
+
+def sampling_kwargs(cfg, seed: int, stop_token_ids: list[int], max_tokens: int | None = None) -> dict:
+    """Keyword arguments of `vllm.SamplingParams` for one request: every setting explicit, so the
+    model's generation_config defaults cannot change what was asked for."""
+    return {
+        "n": 1,
+        "temperature": cfg.temperature,
+        "top_p": cfg.top_p,
+        "top_k": cfg.top_k if cfg.top_k > 0 else -1,  # vLLM: -1 (or 0) = off
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "max_tokens": max_tokens or cfg.max_new_tokens,
+        "seed": seed,
+        "stop_token_ids": list(stop_token_ids),
+    }
+
+
+def stop_ids(tokenizer_eos: int | None, generation_eos: int | list[int] | None) -> list[int]:
+    """End-of-sequence ids as runner.eos_token_ids picks them: the generation config's and the tokenizer's."""
+    ids = set()
+    for value in generation_eos if isinstance(generation_eos, list) else [generation_eos]:
+        if value is not None:
+            ids.add(int(value))
+    if tokenizer_eos is not None:
+        ids.add(int(tokenizer_eos))
+    return sorted(ids)
+
+
+# ----------------------------------------------------------------------------- data layer
+def spec_counters(metrics: list) -> dict:
+    """`LLM.get_metrics()` (Counter / Vector objects) → the speculative-decoding counters and the
+    generation-token counter, summed over label sets (one per engine), in the shape of
+    specaudit.engines.spec_counters.parse_metrics."""
+    totals: dict[str, Any] = {}
+    per_position: list[float] = []
+    for metric in metrics:
+        name = str(getattr(metric, "name", "")).removesuffix("_total")
+        if name == PER_POSITION_COUNTER and hasattr(metric, "values"):
+            values = [float(v) for v in metric.values]
+            width = max(len(per_position), len(values))
+            per_position = [
+                (per_position[i] if i < len(per_position) else 0.0) + (values[i] if i < len(values) else 0.0) for i in range(width)
+            ]
+        elif name in (*SPEC_DECODE_COUNTERS, GENERATION_COUNTER) and hasattr(metric, "value"):
+            totals[name] = totals.get(name, 0.0) + float(metric.value)
+    if per_position:
+        totals["per_position"] = per_position
+    return totals
+
+
+def request_counters(before: dict, after: dict, n_tokens: int) -> dict | None:
+    """One batch-1 request's share of the counters, or None when they cannot be its own: the
+    generation-token counter did not move by exactly its output length, or the counts are
+    impossible for it (more accepted than drafted, or than tokens emitted after the first)."""
+    if GENERATION_COUNTER not in after or SPEC_DECODE_COUNTERS[0] not in after:
+        return None
+    if after[GENERATION_COUNTER] - before.get(GENERATION_COUNTER, 0.0) != n_tokens:
+        return None
+    drafts, drafted, accepted = (int(after.get(name, 0.0) - before.get(name, 0.0)) for name in SPEC_DECODE_COUNTERS)
+    if min(drafts, drafted, accepted) < 0 or accepted > drafted or accepted > max(n_tokens - 1, 0):
+        return None
+    old, new = before.get("per_position", []), after.get("per_position", [])
+    per_position = [int(new[i] - (old[i] if i < len(old) else 0.0)) for i in range(len(new))]
+    return {"num_drafts": drafts, "num_draft_tokens": drafted, "num_accepted_tokens": accepted, "accepted_per_position": per_position}
+
+
+def request_timings(metrics, measured_wall_s: float) -> tuple[float, float | None, str]:
+    """(wall_s, ttft_s, source): from the request's engine timestamps (RequestStateStats, one
+    monotonic clock) when present, else the wall time measured around the call (no TTFT)."""
+    start = getattr(metrics, "queued_ts", 0.0) or getattr(metrics, "scheduled_ts", 0.0) or 0.0
+    first = getattr(metrics, "first_token_ts", 0.0) or 0.0
+    last = getattr(metrics, "last_token_ts", 0.0) or 0.0
+    if start > 0 and last >= first >= start:
+        return last - start, first - start, "engine"
+    return measured_wall_s, None, "measured"
+
+
+def generation_of(output, engine: str, *, measured_wall_s: float, counters: dict | None):
+    """A `vllm.RequestOutput` (or anything shaped like it) → (Generation, extra record fields)."""
+    from specaudit.decoding import Generation
+
+    completion = output.outputs[0]
+    tokens = [int(t) for t in completion.token_ids]
+    finish = _FINISH.get(str(completion.finish_reason))
+    if finish is None:
+        raise InputError(
+            f"vLLM ended a request with finish_reason {completion.finish_reason!r}, not stop or length; "
+            "check the vLLM log and re-run to resume"
+        )
+    wall_s, ttft_s, timing_source = request_timings(getattr(output, "metrics", None), measured_wall_s)
+    common = dict(tokens=tokens, finish_reason=finish, wall_s=wall_s, ttft_s=ttft_s, draft_s=None, verify_s=None)
+    if engine == CONTROL_ENGINE:
+        generation = Generation(steps=len(tokens), **common)  # one target forward pass per token
+    elif counters is not None:
+        # Every target pass emits its accepted drafts plus one token of its own.
+        generation = Generation(
+            steps=len(tokens) - counters["num_accepted_tokens"],
+            proposed=counters["num_draft_tokens"],
+            accepted=counters["num_accepted_tokens"],
+            **common,
+        )
+    else:
+        generation = Generation(steps=0, **common)  # not observed
+    extra = {
+        "backend": "vllm",
+        "timing_source": timing_source,
+        "acceptance_source": "vllm counters (batch 1)"
+        if counters is not None
+        else ("none" if engine == CONTROL_ENGINE else "not observed"),
+        "server_counters": counters,
+    }
+    return generation, extra
+
+
+# ----------------------------------------------------------------------------- the run
+def counter_snapshot(llm) -> dict:
+    try:
+        return spec_counters(llm.get_metrics())
+    except (AttributeError, AssertionError, NotImplementedError):  # an engine without the metrics API
+        return {}
+
+
+def generate_alone(vllm, llm, prompt_ids: list[int], params: dict):
+    """One request alone (batch 1): (its RequestOutput, seconds around the call)."""
+    start = time.perf_counter()
+    [output] = llm.generate([{"prompt_token_ids": prompt_ids}], vllm.SamplingParams(**params), use_tqdm=False)
+    return output, time.perf_counter() - start
+
+
+def shutdown_engine(llm) -> None:
+    """Stop an engine's core process, so its GPU memory is free before the next engine loads."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    shutdown = getattr(core, "shutdown", None)
+    if callable(shutdown):
+        shutdown()
+
+
+def target_path(name: str) -> str:
+    from specaudit.models import DEFAULT_TARGET, default_target_folder
+
+    return str(default_target_folder()) if name == DEFAULT_TARGET else name
+
+
+__all__ = [
+    "generation_of",
+    "llm_kwargs",
+    "request_counters",
+    "request_timings",
+    "sampling_kwargs",
+    "spec_counters",
+    "speculative_config",
+    "stop_ids",
+]

@@ -1,0 +1,128 @@
+"""The vLLM executor (`--engines vllm`): vLLM's offline engine decodes the plan on a CUDA GPU.
+
+vLLM's settings, counters and request data layer are specaudit.engines.vllm.client's; this module only
+runs the two engines in turn (each takes most of the GPU's memory) and turns their outputs into
+records, one request at a time (batch 1).
+"""
+
+from __future__ import annotations
+
+import gc
+
+from specaudit.contracts.engines import ENGINES
+from specaudit.contracts.run import SPECULATIVE_ENGINE, PlanItem
+from specaudit.engines.decode import library_versions, make_record
+from specaudit.engines.spec_counters import metrics_summary
+from specaudit.engines.vllm.client import (
+    counter_snapshot,
+    generate_alone,
+    generation_of,
+    import_vllm,
+    llm_kwargs,
+    request_counters,
+    require_gpu,
+    sampling_kwargs,
+    shutdown_engine,
+    stop_ids,
+    target_path,
+)
+from specaudit.errors import InputError
+from specaudit.execution.base import Emit, Executor
+from specaudit.execution.folder import RunFolder
+from specaudit.execution.plan import derive_seed
+from specaudit.prompts import prompt_token_ids
+
+RECORD_ENGINES = ENGINES["vllm"].records  # the spec-OFF and spec-ON records
+
+
+class VllmExecutor(Executor):
+    label = "decoding (vllm)"
+
+    def record_engines(self) -> tuple[str, ...]:
+        return RECORD_ENGINES
+
+    def check(self, folder: RunFolder) -> None:
+        previous = folder.previous
+        if previous and previous.get("backend") != "vllm":
+            made_by = f"by backend {previous['backend']!r}" if previous.get("backend") else "with local engines"
+            raise InputError(
+                f"{folder.out_dir} holds a run made {made_by}; vLLM records would be mixed with them under the same keys; "
+                "choose a new --out"
+            )
+        llm_kwargs(self.cfg, "-", speculative=True)  # a setting vLLM cannot honour fails before vLLM loads
+        self.vllm = import_vllm()
+        require_gpu()
+
+    def start(self, folder: RunFolder) -> dict:
+        import torch
+        from transformers import GenerationConfig
+
+        from specaudit.models import load_tokenizer
+
+        cfg = self.cfg
+        target = target_path(cfg.target)
+        self.tokenizer = load_tokenizer(target)
+        try:
+            generation_eos = GenerationConfig.from_pretrained(target).eos_token_id
+        except (OSError, ValueError):
+            generation_eos = None
+        self.stops = stop_ids(self.tokenizer.eos_token_id, generation_eos)
+        self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
+        self.kwargs = {engine: llm_kwargs(cfg, target, speculative=engine == SPECULATIVE_ENGINE) for engine in RECORD_ENGINES}
+        fields = {
+            "versions": {**library_versions(), "vllm": self.vllm.__version__},
+            "models": {
+                "target": {"name": cfg.target, "source": target},
+                "draft": {"name": cfg.draft, "speculative_config": self.kwargs[SPECULATIVE_ENGINE]["speculative_config"]},
+            },
+            "device": {"type": "cuda", "name": torch.cuda.get_device_name(0), "engine": "vllm"},
+            "backend": "vllm",
+            "vllm": {"llm_kwargs": self.kwargs, "stop_token_ids": self.stops, "batch": 1},
+        }
+        if folder.previous.get("server_metrics"):
+            fields["server_metrics"] = folder.previous["server_metrics"]
+        return fields
+
+    def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
+        import torch
+
+        vllm, cfg, stops = self.vllm, self.cfg, self.stops
+        for engine in RECORD_ENGINES:  # one engine at a time: two would not fit in GPU memory together
+            engine_items = [item for item in items if item.engine == engine]
+            if not engine_items:
+                continue
+            llm = vllm.LLM(**self.kwargs[engine])
+            try:
+                for _ in range(cfg.warmup):  # CUDA graphs, caches and compilation come before anything is timed
+                    generate_alone(
+                        vllm,
+                        llm,
+                        self.encoded[engine_items[0].prompt.id],
+                        sampling_kwargs(cfg, cfg.seed, stops, min(8, cfg.max_new_tokens)),
+                    )
+                run_before = counter_snapshot(llm)
+                for item in engine_items:
+                    seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
+                    prompt_ids = self.encoded[item.prompt.id]
+                    before = counter_snapshot(llm)
+                    output, wall = generate_alone(vllm, llm, prompt_ids, sampling_kwargs(cfg, seed, stops))
+                    n_tokens = len(output.outputs[0].token_ids)
+                    counters = request_counters(before, counter_snapshot(llm), n_tokens) if engine == SPECULATIVE_ENGINE else None
+                    generation, extra = generation_of(output, engine, measured_wall_s=wall, counters=counters)
+                    text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
+                    emit(make_record(cfg, item, seed, prompt_ids, generation, text).with_extra(**extra))
+                if engine == SPECULATIVE_ENGINE:
+                    after = counter_snapshot(llm)
+                    summary = metrics_summary(run_before, after, folder.previous.get("server_metrics"))
+                    summary["note"] = (
+                        "deltas of vLLM's speculative-decoding counters (LLM.get_metrics) over this invocation's timed requests"
+                        if after
+                        else "this vLLM exposes no speculative-decoding counters through LLM.get_metrics()"
+                    )
+                    folder.manifest["server_metrics"] = summary
+                    folder.save_manifest()
+            finally:
+                shutdown_engine(llm)
+                llm = None  # the last reference to the engine
+                gc.collect()
+                torch.cuda.empty_cache()

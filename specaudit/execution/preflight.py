@@ -1,0 +1,67 @@
+"""Checks of a run's inputs against each other, made before any decoding: a setting that cannot
+apply to these prompts or this model is refused in one sentence, not discovered minutes later
+(or never: a planted disparity on a group with no prompts plants nothing)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from specaudit.errors import InputError
+
+
+def check_plant_targets(plant_disparity: str | None, prompt_set) -> None:
+    """--plant-disparity dimension=group:factor must name a dimension and a group some prompt has."""
+    if not plant_disparity:
+        return
+    from specaudit.models import DisparityPlant
+
+    plant = DisparityPlant.parse(plant_disparity)
+    dimension, group = plant.dimension, plant.group
+    groups = {p.attributes[dimension] for p in prompt_set.prompts if dimension in p.attributes}
+    if not groups:
+        dimensions = sorted({d for p in prompt_set.prompts for d in p.attributes})
+        raise InputError(
+            f"--plant-disparity {plant_disparity!r}: no prompt has the dimension {dimension!r} "
+            f"(the prompts have {', '.join(dimensions) or 'no dimensions'})"
+        )
+    if group not in groups:
+        raise InputError(
+            f"--plant-disparity {plant_disparity!r}: no prompt is in group {group!r} of {dimension!r} (its groups: {', '.join(sorted(groups))})"
+        )
+
+
+def context_length(model) -> int | None:
+    """The longest sequence a model's position encoding allows, when its config says."""
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def check_prompt_lengths(encoded: Mapping[str, list[int]], model, max_new_tokens: int) -> None:
+    """Every prompt plus the tokens to generate must fit in the model's context."""
+    limit = context_length(model)
+    if limit is None:
+        return
+    for prompt_id, ids in encoded.items():
+        if len(ids) + max_new_tokens > limit:
+            raise InputError(
+                f"prompt {prompt_id!r} is {len(ids)} tokens; with --max-new-tokens {max_new_tokens} it exceeds the "
+                f"model's context of {limit} tokens; shorten or drop it"
+            )
+
+
+def check_model_sources(cfg) -> None:
+    """Hub ids among the target and draft: offline and uncached fails now, naming the model,
+    before prompts are read or anything else is loaded (models._hub.hub_options)."""
+    from specaudit.contracts.engines import LOCAL_ENGINES
+    from specaudit.models._hub import DEFAULT_TARGET, _is_local, hub_options
+
+    if any(engine not in LOCAL_ENGINES for engine in cfg.engines):  # a backend: the server holds the models
+        return
+    derived = ("int8", "ngram", "early-exit")
+    for name in (cfg.target, cfg.draft):
+        if isinstance(name, str) and name != DEFAULT_TARGET and not name.startswith(derived) and not _is_local(name):
+            hub_options(name)

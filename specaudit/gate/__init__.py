@@ -1,0 +1,39 @@
+"""The deployment gate: thresholds → PASS / WARN / FAIL checks on a snapshot → exit code.
+
+The gate reads only snapshot.json (docs/ARCHITECTURE.md, Contracts) and re-judges it: Holm-adjusted
+p-values, TV upper bounds and ratios to the reference do not depend on the thresholds, so a
+stricter or looser gate can be applied to an existing snapshot without re-running anything.
+
+Each check is PASS, WARN or FAIL (Evidently's vocabulary, with non-critical checks warning);
+the gate fails when any check fails. A check whose input is missing ("not run") warns: a gate
+must not pass silently on evidence it never saw.
+
+The parts live in `specaudit/gate/`: thresholds, the check and result types, the equivalence
+checks and the disparity checks; every name below is importable from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from specaudit.errors import InputError
+from specaudit.gate.disparity import disparity_checks, measurement_checks
+from specaudit.gate.equivalence import equivalence_checks
+from specaudit.gate.results import GateCheck, GateResult, mapping
+from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds, load_thresholds
+
+
+def evaluate_gate(snapshot: Mapping[str, Any], thresholds: GateThresholds | None = None) -> GateResult:
+    """Judge a snapshot (the dict of snapshot.json) against ``thresholds`` (defaults if None)."""
+    if not isinstance(snapshot, Mapping):
+        raise InputError("the gate needs a snapshot (the mapping read from snapshot.json)")
+    thresholds = thresholds or GateThresholds()
+    checks: list[GateCheck] = []
+    checks += equivalence_checks(mapping(snapshot.get("equivalence")), thresholds)
+    checks += disparity_checks(snapshot, thresholds)
+    checks += measurement_checks(snapshot)
+    return GateResult(tuple(checks), thresholds)
+
+
+__all__ = ["FAIL", "PASS", "WARN", "GateCheck", "GateResult", "GateThresholds", "evaluate_gate", "load_thresholds"]

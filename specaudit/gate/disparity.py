@@ -1,0 +1,200 @@
+"""The gate's disparity checks: each group's ratio to its reference against the band, the speed-up
+floor and the group size."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from specaudit.contracts import DisparityStatus
+from specaudit.gate.results import GateCheck, fixed, fmt, mapping, not_run
+from specaudit.gate.thresholds import PASS, WARN, GateThresholds, finite
+
+
+def disparity_checks(snapshot: Mapping[str, Any], t: GateThresholds) -> list[GateCheck]:
+    disparities = mapping(snapshot.get("disparities"))
+    groups = mapping(snapshot.get("groups"))
+    if not disparities and not groups:
+        why = "the snapshot has no disparity results (the run needs vanilla, a speculative engine and a prompt attribute)"
+        return [
+            not_run("disparity", "Groups within the tolerance band", why),
+            not_run("min-speedup", "No group slowed down", why),
+            not_run("group-size", "Groups large enough", why),
+        ]
+    checks: list[GateCheck] = []
+    for dimension in dict.fromkeys([*disparities, *groups]):
+        part = mapping(disparities.get(dimension))
+        alpha = t.alpha if t.alpha is not None else (part.get("alpha") if finite(part.get("alpha")) else 0.05)
+        low, high = t.band(part.get("tolerance"))
+        reference = part.get("reference") or mapping(groups.get(dimension)).get("reference")
+        for metric in t.disparity_metrics:
+            checks.append(
+                _band_check(
+                    dimension,
+                    metric,
+                    mapping(mapping(part.get("metrics")).get(metric)),
+                    reference,
+                    alpha,
+                    low,
+                    high,
+                    t.disparity_severity,
+                )
+            )
+        by_group = mapping(mapping(groups.get(dimension)).get("by_group"))
+        checks.append(_speedup_check(dimension, by_group, t.min_speedup, t.slowdown_severity))
+        checks.append(_size_check(dimension, by_group, t.min_group_size))
+    return checks
+
+
+def _comparison_status(row: Mapping[str, Any], low: float, high: float, alpha: float) -> DisparityStatus | None:
+    """The status of one comparison under the gate's band, from the ratio interval the analysis
+    chose for it (the flag and the interval come from one method). Snapshots written before the
+    intervals (no ``interval_method``) keep their rule: outside the band and Holm-significant.
+    None: inside the band by the old rule."""
+    ratio = mapping(row.get("ratio"))
+    if "interval_method" not in row:
+        value = ratio.get("value")
+        if not finite(value) or low <= value <= high:
+            return None
+        significant = finite(row.get("pvalue_holm")) and row["pvalue_holm"] < alpha
+        return DisparityStatus.FLAG if significant else DisparityStatus.INCONCLUSIVE
+    lo, hi = ratio.get("ci_low"), ratio.get("ci_high")
+    if not (finite(lo) and finite(hi)):
+        return DisparityStatus.INSUFFICIENT
+    return DisparityStatus.from_interval(lo, hi, (low, high), decidable=not (lo < low and hi > high))
+
+
+def _band_check(dimension, metric, block, reference, alpha, low, high, severity) -> GateCheck:
+    name, title = f"disparity[{dimension}/{metric}]", f"{dimension}: {metric} ratio to the reference within the band"
+    pairwise = mapping(block.get("pairwise"))
+    if not pairwise:
+        return not_run(name, title, f"no pairwise test of {metric} across {dimension} groups")
+    by_status: dict[DisparityStatus, list[dict]] = {s: [] for s in DisparityStatus}
+    for group, row in pairwise.items():
+        row = mapping(row)
+        status = _comparison_status(row, low, high, alpha)
+        if status is None:
+            continue
+        ratio = mapping(row.get("ratio"))
+        by_status[status].append(
+            {
+                "group": group,
+                "ratio": ratio.get("value"),
+                "ci_low": ratio.get("ci_low"),
+                "ci_high": ratio.get("ci_high"),
+                "method": row.get("interval_method") or f"Holm p = {fmt(row.get('pvalue_holm'), 2)}",
+                "n_prompts": row.get("n_prompts"),
+                "min_detectable_ratio": row.get("min_detectable_ratio_low"),
+            }
+        )
+    flagged, inconclusive = by_status[DisparityStatus.FLAG], by_status[DisparityStatus.INCONCLUSIVE]
+    insufficient = by_status[DisparityStatus.INSUFFICIENT]
+    details = {
+        "reference": reference,
+        "band": [low, high],
+        "alpha": alpha,
+        "flagged": flagged,
+        "inconclusive": inconclusive,
+        "insufficient": insufficient,
+    }
+
+    def describe(rows):
+        return "; ".join(
+            f"{r['group']} {fixed(r['ratio'])}× [{fixed(r['ci_low'])}, {fixed(r['ci_high'])}] (n = {r['n_prompts']}, {r['method']})"
+            for r in rows
+        )
+
+    band = f"[{low:.3g}, {high:.3g}]"
+    undecided = []
+    if inconclusive:
+        undecided.append(f"interval across a band edge (inconclusive): {describe(inconclusive)}")
+    if insufficient:
+        undecided.append(f"too few prompts to decide (insufficient): {describe(insufficient)}")
+    if flagged:
+        message = f"{metric} ratio to {reference}: interval wholly outside {band}: {describe(flagged)}"
+        if undecided:
+            message += "; " + "; ".join(undecided)
+        return GateCheck(name, title, severity, message, details)
+    if undecided:
+        return GateCheck(name, title, WARN, f"{metric} ratio to {reference} not shown within {band}: " + "; ".join(undecided), details)
+    return GateCheck(name, title, PASS, f"every {dimension} group's {metric} is within {band} of {reference}", details)
+
+
+def _speedup_check(dimension, by_group, minimum, severity) -> GateCheck:
+    name, title = f"min-speedup[{dimension}]", f"{dimension}: no group below the minimum speed-up"
+    measured = {g: mapping(mapping(mapping(e).get("metrics")).get("speedup")) for g, e in by_group.items()}
+    measured = {g: m for g, m in measured.items() if finite(m.get("value"))}
+    if not measured:
+        return not_run(name, title, f"no speed-up measured for {dimension} groups")
+    slow = {g: m for g, m in measured.items() if m["value"] < minimum}
+    details = {
+        "min_speedup": minimum,
+        "groups": {g: {k: m.get(k) for k in ("value", "ci_low", "ci_high", "n_prompts")} for g, m in slow.items()},
+    }
+    if slow:
+        listed = "; ".join(
+            f"{g} {fixed(m['value'])}× [{fixed(m.get('ci_low'))}, {fixed(m.get('ci_high'))}]"
+            + (" (interval below)" if finite(m.get("ci_high")) and m["ci_high"] < minimum else "")
+            for g, m in sorted(slow.items(), key=lambda item: item[1]["value"])
+        )
+        return GateCheck(
+            name, title, severity, f"{len(slow)} of {len(measured)} groups measure a speed-up below {minimum:g}×: {listed}", details
+        )
+    slowest = min(measured.items(), key=lambda item: item[1]["value"])
+    return GateCheck(name, title, PASS, f"every group reaches {minimum:g}× (slowest: {slowest[0]} {fixed(slowest[1]['value'])}×)", details)
+
+
+def _size_check(dimension, by_group, minimum) -> GateCheck:
+    name, title = f"group-size[{dimension}]", f"{dimension}: groups large enough to judge"
+    sizes = {g: mapping(e).get("n_prompts") for g, e in by_group.items()}
+    if not sizes:
+        return not_run(name, title, f"no {dimension} groups")
+    small = {g: n for g, n in sizes.items() if not finite(n) or n < minimum}
+    if small:
+        listed = ", ".join(f"{g} ({n})" for g, n in sorted(small.items(), key=lambda item: (item[1] or 0, item[0])))
+        return GateCheck(
+            name,
+            title,
+            WARN,
+            f"{len(small)} of {len(sizes)} groups have fewer than {minimum} prompts, below the size at which the ratio intervals were checked: {listed}",
+            {"min_group_size": minimum, "small": small},
+        )
+    return GateCheck(name, title, PASS, f"every group has at least {minimum} prompts", {"min_group_size": minimum})
+
+
+def measurement_checks(snapshot: Mapping[str, Any]) -> list[GateCheck]:
+    """Where the screen measured acceptance and the cost model predicted speed-ups: did each agree
+    with what the engines measured on the prompts they ran? (Absent for runs without the screen.)"""
+    checks = []
+    screen = mapping(snapshot.get("screen"))
+    ratio = mapping(screen.get("engine_over_screen_acceptance"))
+    if ratio:
+        name, title = "screen-agreement", "The screen reproduces the engine's acceptance"
+        given = mapping(screen.get("given_engine_paths"))
+        details = {**ratio, "n_prompts": screen.get("n_prompts"), "given_engine_paths": dict(given)}
+        message = f"engine / screen acceptance {fixed(ratio.get('value'))} [{fixed(ratio.get('ci_low'))}, {fixed(ratio.get('ci_high'))}] on the same prompts"
+        if "value" in given:
+            message += (
+                f", {fixed(given.get('value'))} [{fixed(given.get('ci_low'))}, {fixed(given.get('ci_high'))}] given the engine's own paths"
+            )
+        status, message = (
+            (PASS, f"{message}: no difference at Holm-adjusted α") if screen.get("agrees") else (WARN, str(screen.get("finding")))
+        )
+        checks.append(GateCheck(name, title, status, message, details))
+    speed = mapping(snapshot.get("speed"))
+    check = mapping(mapping(speed.get("validation")).get("measured_over_predicted"))
+    if speed.get("source") == "cost model" and check:
+        name, title = "cost-model", "Predicted speed-ups match the timed prompts"
+        # A finding: the overall interval excludes 1, or a group's timed prompts differ from the rest.
+        holds = bool(mapping(speed.get("validation")).get("holds")) and not speed.get("finding")
+        interval = f"{fixed(check.get('value'))} [{fixed(check.get('ci_low'))}, {fixed(check.get('ci_high'))}]"
+        smallest = speed.get("validation_by_group_smallest_pvalue_holm")
+        if speed.get("single_prompt_outliers"):
+            per_group = f"; {speed['single_prompt_outliers']}"
+        elif finite(smallest):
+            per_group = f"; no group's timed prompts differ from the others' (smallest Holm p = {fmt(smallest, 2)})"
+        else:
+            per_group = ""
+        message = f"measured / predicted speed-up {interval} out of sample covers 1{per_group}" if holds else str(speed.get("finding"))
+        checks.append(GateCheck(name, title, PASS if holds else WARN, message, dict(check)))
+    return checks

@@ -1,0 +1,79 @@
+"""A gate check and the gate's result, with the small helpers every check uses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from specaudit.contracts import CheckStatus, worst
+from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds, finite
+
+
+# ============================================================================ results
+@dataclass(frozen=True)
+class GateCheck:
+    """One check: ``name`` is stable across runs (a JUnit test case), ``message`` says why."""
+
+    name: str
+    title: str
+    status: CheckStatus
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "status": self.status, "message": self.message, "details": self.details}
+
+
+@dataclass(frozen=True)
+class GateResult:
+    checks: tuple[GateCheck, ...]
+    thresholds: GateThresholds
+
+    @property
+    def status(self) -> CheckStatus:
+        return worst(c.status for c in self.checks)
+
+    @property
+    def exit_code(self) -> int:
+        """0: pass (warnings allowed), 1: at least one check failed."""
+        return 1 if self.status == FAIL else 0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s: sum(c.status == s for c in self.checks) for s in (PASS, WARN, FAIL)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The snapshot's ``gate`` section."""
+        return {
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "counts": self.counts,
+            "thresholds": self.thresholds.to_dict(),
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+    def format(self) -> str:
+        """Plain text for a terminal: one line per check, then the verdict."""
+        width = max((len(c.name) for c in self.checks), default=0)
+        lines = [f"{c.status.upper():4}  {c.name:<{width}}  {c.message}" for c in self.checks]
+        c = self.counts
+        lines.append(f"gate: {self.status.upper()} ({c[PASS]} pass, {c[WARN]} warn, {c[FAIL]} fail)")
+        return "\n".join(lines)
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    return f"{value:.{digits}g}" if finite(value) else "n/a"
+
+
+def fixed(value: Any) -> str:
+    """Ratios and speed-ups: two decimals read better than significant digits (0.31, 1.00)."""
+    return f"{value:.2f}" if finite(value) else "n/a"
+
+
+def not_run(name: str, title: str, what: str) -> GateCheck:
+    return GateCheck(name, title, WARN, f"not run: {what}", {"not_run": True})

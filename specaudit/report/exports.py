@@ -1,0 +1,268 @@
+"""summary.md, groups.csv and junit.xml: the report's headline for pull requests, its numbers
+for spreadsheets, and the gate's checks for CI systems."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from typing import Any
+
+from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
+from specaudit.report.view.format import MISSING, finite, get
+
+# ============================================================================ summary.md
+# Only what can start markup inside running text or a table cell: links need "[", emphasis "*"/"_",
+# code "`", tables "|", strikethrough "~"; "<", ">" and "&" become entities first.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def md_escape(text: Any) -> str:
+    """Markdown-safe text: HTML specials become entities (a `<script>` group name stays text on
+    any renderer) and Markdown punctuation is backslash-escaped; newlines become spaces."""
+    text = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = " ".join(text.split())
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def summary_markdown(view: Mapping[str, Any]) -> str:
+    """The decision first, then the gate line, the cards, what to do (with commands) and the checks."""
+    run, summary = view["run"], view["summary"]
+    if summary.get("broken"):
+        return "\n".join([f"# specaudit: {md_escape(run.get('id', 'run'))}", "", md_escape(summary.get("reason")), ""])
+    decision = summary["decision"]
+    lines = [f"# Decision: {decision['title']}", "", f"**{decision['gate']}**", ""]
+    lines += [f"- {md_escape(r)}" for r in decision["reasons"]]
+    lines += [
+        "",
+        f"Run `{_code(run.get('id', 'run'))}`: target `{_code(run.get('target'))}`, draft `{_code(run.get('draft'))}`; "
+        f"{md_escape(run.get('n_prompts'))} prompts, {md_escape(run.get('n_output_tokens'))} output tokens; "
+        f"{md_escape(run.get('sampling'))}, k = {md_escape(run.get('k'))}.",
+        "",
+    ]
+    lines += ["| | status | finding |", "|---|---|---|"]
+    for card in summary["cards"]:
+        finding = " ".join(card["lines"]) + (f" Timed under: {'; '.join(card['conditions'])}." if card.get("conditions") else "")
+        lines.append(f"| {card['label']} | **{card['badge']['symbol']} {card['badge']['text']}** | {md_escape(finding)} |")
+    lines += ["", "## What to do", ""]
+    for action in summary["actions"]:
+        word = {"fail": "MUST", "warn": "SHOULD", "pass": "OK"}.get(action["level"], action["level"].upper())
+        lines.append(f"1. **{word}**: {md_escape(action['text'])}")
+        if action.get("command"):
+            lines.append(f"   `{_code(action['command'])}`")
+    lines += ["", "## Audit subject", "", "| | |", "|---|---|"]
+    lines += [f"| {md_escape(label)} | {md_escape(text)} |" for label, text in summary["subject"]]
+    compare = view.get("compare") or {}
+    if compare.get("ran") and not compare.get("broken"):
+        c = compare["counts"]
+        lines += [
+            "",
+            f"## Compared with {md_escape(compare['label'])}",
+            "",
+            f"{c['FAIL']} worse, {c['WARN']} changed, {c['PASS']} without a significant change (per group and metric).",
+        ]
+    gate = view["gate"]
+    if gate.get("ran"):
+        lines += ["", "## Gate checks", "", "| status | check | finding |", "|---|---|---|"]
+        for check in gate["checks"]:
+            lines.append(f"| {check['badge']['text']} | `{_code(check['name'])}` | {md_escape(check['message'])} |")
+    lines += ["", "Full report: `report.html` (self-contained; open it in a browser or print it to PDF).", ""]
+    return "\n".join(lines)
+
+
+def _code(text: Any) -> str:
+    """Inside backticks only a backtick needs care; newlines would end the span."""
+    return " ".join(str(text).replace("`", "'").split())
+
+
+# ============================================================================ groups.csv
+CSV_COLUMNS = (
+    "run_id",
+    "target",
+    "draft",
+    "dimension",
+    "group",
+    "is_reference",
+    "kind",
+    "metric",
+    "value",
+    "ci_low",
+    "ci_high",
+    "n_prompts",
+    "n_tokens",
+    "ratio",
+    "ratio_ci_low",
+    "ratio_ci_high",
+    "pvalue",
+    "pvalue_holm",
+    "status",
+)
+
+
+def _csv_text(value: Any) -> str:
+    # A cell starting with = + - @ is run as a formula by spreadsheets (CSV injection): quote it.
+    text = str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def _csv_number(value: Any) -> str:
+    return repr(float(value)) if finite(value) else ""
+
+
+def groups_rows(snapshot: Mapping[str, Any]) -> list[dict[str, str]]:
+    """One row per dimension × group × metric (the overall population has kind 'overall'), with the
+    group's ratio to its reference, the test's p and Holm p and its DisparityStatus where compared."""
+    from specaudit.report.view.verdicts import band_of, comparison_status, subject_ids
+
+    run = get(snapshot, "run", default={})
+    target, draft = (_csv_text(text) for text in subject_ids(snapshot))
+    run_id = _csv_text(get(run, "id", default=""))
+    rows = []
+    for dimension, part in (get(snapshot, "groups", default={}) or {}).items():
+        disparity = get(snapshot, "disparities", dimension, default={})
+        reference = get(disparity, "reference", default=get(part, "reference"))
+        band = band_of(disparity)
+        entries = [("overall", "overall", get(part, "overall", default={}))]
+        entries += [(group, "group", entry) for group, entry in (get(part, "by_group", default={}) or {}).items()]
+        for group, kind, entry in entries:
+            for metric, block in (get(entry, "metrics", default={}) or {}).items():
+                compared = get(disparity, "metrics", metric, "pairwise", group) if kind == "group" else None
+                is_reference = kind == "group" and str(group) == str(reference)
+                ratio = get(compared, "ratio", default={}) if isinstance(compared, Mapping) else {}
+                status = (
+                    comparison_status(compared, band).value
+                    if isinstance(compared, Mapping)
+                    else "reference"
+                    if is_reference and get(disparity, "metrics", metric)
+                    else ""
+                )
+                rows.append(
+                    {
+                        "run_id": run_id,
+                        "target": target,
+                        "draft": draft,
+                        "dimension": _csv_text(dimension),
+                        "group": _csv_text(group),
+                        "is_reference": "true" if is_reference else "false",
+                        "kind": kind,
+                        "metric": _csv_text(metric),
+                        "value": _csv_number(get(block, "value")),
+                        "ci_low": _csv_number(get(block, "ci_low")),
+                        "ci_high": _csv_number(get(block, "ci_high")),
+                        "n_prompts": str(int(block["n_prompts"])) if finite(get(block, "n_prompts")) else "",
+                        "n_tokens": str(int(block["n_tokens"])) if finite(get(block, "n_tokens")) else "",
+                        "ratio": _csv_number(get(ratio, "value")),
+                        "ratio_ci_low": _csv_number(get(ratio, "ci_low")),
+                        "ratio_ci_high": _csv_number(get(ratio, "ci_high")),
+                        "pvalue": _csv_number(get(compared, "pvalue")),
+                        "pvalue_holm": _csv_number(get(compared, "pvalue_holm")),
+                        "status": status,
+                    }
+                )
+    return rows
+
+
+def groups_csv(snapshot: Mapping[str, Any]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(groups_rows(snapshot))
+    return buffer.getvalue()
+
+
+# ============================================================================ junit.xml
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _xml_text(value: Any) -> str:
+    """XML 1.0 cannot carry most control characters even escaped; token strings can hold them."""
+    return _XML_INVALID.sub("\ufffd", str(value))
+
+
+INSUFFICIENT = DisparityStatus.INSUFFICIENT
+
+
+def _junit_status(check: Mapping[str, Any]) -> CheckStatus | DisparityStatus:
+    """The check's CheckStatus, or INSUFFICIENT for a check that could not judge (it says it was
+    not run, or its comparisons are INSUFFICIENT): CI shows those as skipped, with the reason."""
+    try:
+        status = CheckStatus.parse(check.get("status", ""))
+    except ValueError:
+        return INSUFFICIENT
+    details = check.get("details") if isinstance(check.get("details"), Mapping) else {}
+    if status is not CheckStatus.FAIL and (details.get("not_run") or str(details.get("status", "")).upper() == INSUFFICIENT):
+        return INSUFFICIENT
+    return status
+
+
+def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str, Any] | None = None) -> str:
+    """One test case per gate check. FAIL → <failure>; WARN → a passed case (CI must not read a
+    warning as "not run") with a `status` property and the finding in system-out; a check that
+    could not judge (INSUFFICIENT, not run) → <skipped> with its reason; PASS → a plain case.
+    The suite carries target, draft, seed and commit as properties, a timestamp and a time."""
+    from specaudit.report.view.verdicts import subject, subject_ids
+
+    checks = [c for c in (gate.get("checks") or []) if isinstance(c, Mapping)] if isinstance(gate, Mapping) else []
+    snapshot = snapshot or {}
+    run = get(snapshot, "run", default={})
+    root = ET.Element("testsuites", name="specaudit")
+    statuses = [_junit_status(c) for c in checks]
+    failures = statuses.count(CheckStatus.FAIL)
+    skipped = statuses.count(INSUFFICIENT) if checks else 1
+    tests = len(checks) or 1
+    seconds = get(run, "analysis", "seconds")
+    suite_el = ET.SubElement(
+        root,
+        "testsuite",
+        name=suite,
+        tests=str(tests),
+        failures=str(failures),
+        errors="0",
+        skipped=str(skipped),
+        timestamp=_xml_text(get(run, "created", default="")),
+        time=f"{float(seconds):.3f}" if finite(seconds) else "0",
+    )
+    root.set("tests", str(tests))
+    root.set("failures", str(failures))
+    about = dict(subject(snapshot)) if run else {}
+    target, draft = subject_ids(snapshot) if run else (None, None)
+    properties = ET.SubElement(suite_el, "properties")
+    for name, value in (
+        ("run_id", get(run, "id")),
+        ("target", target),
+        ("draft", draft),
+        ("seed", about.get("Seed")),
+        ("commit", about.get("specaudit")),
+        ("gate_status", gate.get("status") if isinstance(gate, Mapping) else EquivalenceStatus.NOT_RUN),
+    ):
+        ET.SubElement(properties, "property", name=name, value=_xml_text(value if value is not None else MISSING))
+    if not checks:
+        case = ET.SubElement(suite_el, "testcase", classname="specaudit.gate", name="gate")
+        ET.SubElement(case, "skipped", message="gate not run: run `specaudit gate SNAPSHOT --write` to judge this snapshot")
+    for check, status in zip(checks, statuses):
+        name = str(check.get("name", MISSING))
+        family = name.split("[", 1)[0]
+        case = ET.SubElement(suite_el, "testcase", classname=_xml_text(f"specaudit.gate.{family}"), name=_xml_text(name), time="0")
+        message = _xml_text(check.get("message", ""))
+        title = check.get("title", name)
+        ET.SubElement(
+            ET.SubElement(case, "properties"),
+            "property",
+            name="status",
+            value=status,
+        )
+        if status is CheckStatus.FAIL:
+            failure = ET.SubElement(case, "failure", message=message, type=CheckStatus.FAIL)
+            failure.text = _xml_text(f"{title}: {message}")
+        elif status in (CheckStatus.WARN, CheckStatus.PASS):
+            ET.SubElement(case, "system-out").text = _xml_text(f"{status} {title}: {message}")
+        else:
+            ET.SubElement(case, "skipped", message=_xml_text(f"INSUFFICIENT: {message}"))
+            ET.SubElement(case, "system-out").text = _xml_text(f"INSUFFICIENT {title}: {message}")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+__all__ = ["CSV_COLUMNS", "groups_csv", "groups_rows", "junit_xml", "md_escape", "summary_markdown"]

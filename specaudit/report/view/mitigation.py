@@ -1,0 +1,148 @@
+"""The before/after section of the report: what `specaudit mitigate` changed, from the snapshot's
+`mitigation` part (the re-audit's before_after.json), and the equivalence verdict of the
+mitigated draft read from the snapshot's own equivalence section (checked by `analyze` on the
+real engine's run, never taken from the summary's word)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import specaudit.report.view.verdicts as verdicts
+from specaudit.contracts import EquivalenceStatus
+from specaudit.report.view.base import NOT_RUN
+from specaudit.report.view.format import MISSING, badge, finite, fixed, get, integer, mapping, num, triple
+
+OVERALL = "(overall)"
+LOSS_LIMIT = -0.05  # a group losing more than 5% of its acceptance is named
+
+
+def mitigation_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    part = get(snapshot, "mitigation")
+    if not isinstance(part, Mapping):
+        return {"ran": False}
+    comparison = mapping(part.get("comparison"))
+    rows = mapping(comparison.get("groups"))
+    lowest = part.get("lowest_group_by_audit")
+    reference = comparison.get("reference", MISSING)
+    groups = [_row(str(g), r, g == lowest, g == reference) for g, r in rows.items() if g != OVERALL and isinstance(r, Mapping)]
+    overall = _row("overall", mapping(rows.get(OVERALL)), False, False)
+    worst = mapping(comparison.get("worst_ratio"))
+    lowest_row = mapping(rows.get(lowest))
+    losers = [g["group"] for g in groups if finite(g["relative"]) and g["relative"] < LOSS_LIMIT]
+    return {
+        "ran": True,
+        "dimension": part.get("dimension", MISSING),
+        "source_run": part.get("source_run", MISSING),
+        "weighting": part.get("weighting", MISSING),
+        "measurement": part.get("measurement", ""),
+        "reference": reference,
+        "lowest": lowest or MISSING,
+        "lowest_badge": _change_badge(lowest_row.get("change")),
+        "lowest_text": f"{triple(get(lowest_row, 'before'), _three)} → {triple(get(lowest_row, 'after'), _three)}"
+        if lowest_row
+        else MISSING,
+        "worst_ratio": f"{fixed(worst.get('before'))} → {fixed(worst.get('after'))}",
+        "overall_speedup": f"{triple(get(overall['raw'], 'speedup', 'before'), fixed, '×')} → "
+        f"{triple(get(overall['raw'], 'speedup', 'after'), fixed, '×')}",
+        "losers": losers,
+        "run_k": part.get("run_k", MISSING),
+        "cost_ratio": fixed(comparison.get("cost_ratio", get(part, "cost", "cost_ratio")), 3),
+        "groups": groups,
+        "overall": overall,
+        "weightings": [
+            {
+                "name": str(name),
+                "overall": triple(get(entry, "overall_after"), _three),
+                "lowest": triple(get(entry, "lowest_group_after"), _three),
+                "change": triple(get(entry, "lowest_group_change"), _three),
+                "worst": fixed(get(entry, "worst_ratio", "after")),
+            }
+            for name, entry in mapping(part.get("weightings")).items()
+        ],
+        "policies": [_policy(str(g), p) for g, p in mapping(part.get("policies")).items() if isinstance(p, Mapping)],
+        "equivalence": _equivalence(snapshot, mapping(part.get("equivalence"))),
+    }
+
+
+def _three(value: Any) -> str:
+    """Acceptance to three decimals (as before_after.md), so a column of intervals lines up."""
+    return fixed(value, 3)
+
+
+def _row(label: str, row: Mapping[str, Any], lowest: bool, reference: bool) -> dict[str, Any]:
+    ratio = mapping(row.get("ratio_to_reference"))
+    speed = mapping(row.get("speedup"))
+    return {
+        "group": label,
+        "raw": row,
+        "lowest": lowest,
+        "reference": reference,
+        "n": integer(get(row, "before", "n_prompts")),
+        "before": triple(row.get("before"), _three),
+        "after": triple(row.get("after"), _three),
+        "change": triple(row.get("change"), _three),
+        "change_badge": _change_badge(row.get("change")),
+        "relative": row.get("relative_change"),
+        "relative_text": f"{100 * row['relative_change']:+.0f}%" if finite(row.get("relative_change")) else MISSING,
+        "ratio": f"{fixed(ratio.get('before'))} → {fixed(ratio.get('after'))}" if ratio else "",
+        "speed_before": triple(speed.get("before"), fixed, "×"),
+        "speed_after": triple(speed.get("after"), fixed, "×"),
+        "speed_change": triple(speed.get("change"), _three),
+    }
+
+
+def _change_badge(change: Any) -> dict[str, str]:
+    """A paired change whose whole interval lies above 0 gained, below 0 lost, else unclear."""
+    low, high = get(change, "ci_low"), get(change, "ci_high")
+    if not (finite(low) and finite(high)):
+        return badge(NOT_RUN)
+    if low > 0:
+        return {"text": "GAINED", "css": "pass", "symbol": "↑", "key": "gained"}
+    if high < 0:
+        return {"text": "LOST", "css": "fail", "symbol": "↓", "key": "lost"}
+    return {"text": "NO CLEAR CHANGE", "css": "warn", "symbol": "=", "key": "unclear"}
+
+
+def _policy(group: str, entry: Mapping[str, Any]) -> dict[str, str]:
+    predicted = mapping(entry.get("predicted_speedup_held_out"))
+    measured = mapping(entry.get("measured_speedup_held_out"))
+    return {
+        "group": group,
+        "k": str(entry.get("k", MISSING)),
+        "route": "yes" if entry.get("route_to_vanilla") else "no",
+        "predicted": f"{fixed(predicted.get('run_k'))}× / {fixed(predicted.get('policy'))}×" if predicted else MISSING,
+        "measured": f"{fixed(measured.get('policy_k'))}× ({integer(measured.get('prompts'))} prompt(s))" if measured else "not measured",
+    }
+
+
+def _equivalence(snapshot: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The verdict on the mitigated draft: the snapshot's own equivalence result for its
+    speculative engine(s); 'not run' (with the summary's reason) when the re-audit did not run."""
+    section = get(snapshot, "equivalence", default={})
+    control = get(section, "control")
+    engines = [
+        (str(n), verdicts.engine_status(e)) for n, e in mapping(get(section, "engines")).items() if n != control and isinstance(e, Mapping)
+    ]
+    if not engines or all(status == EquivalenceStatus.NOT_RUN for _, status in engines):
+        return {
+            "ran": False,
+            "badge": badge(NOT_RUN),
+            "reason": str(summary.get("reason") or "the re-audit run with the mitigated draft has no equivalence result"),
+        }
+    order = [EquivalenceStatus.VIOLATION, EquivalenceStatus.NO_VIOLATION_FOUND, EquivalenceStatus.EQUIVALENT, EquivalenceStatus.NOT_RUN]
+    worst_first = sorted(engines, key=lambda e: order.index(e[1]))
+    name, status = worst_first[0]
+    return {
+        "ran": True,
+        "badge": verdicts.status_badge(status),
+        "engine": name,
+        "prompts": len(summary.get("prompts") or []) or MISSING,
+        "records": integer(get(snapshot, "run", "n_records")),
+        "tokens": integer(get(snapshot, "run", "n_output_tokens")),
+        "gof_p": num(summary.get("goodness_of_fit_p")),
+        "tv_upper": num(summary.get("tv_bound")),
+    }
+
+
+__all__ = ["mitigation_view"]

@@ -1,0 +1,334 @@
+"""The top of the report view: the decision, the cards (correctness, fairness, speed), the
+headline numbers and the speed chart."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import specaudit.charts as charts
+import specaudit.report.view.verdicts as verdicts
+from specaudit.report.view.base import FOREST_METRICS, NOT_RUN, Ids
+from specaudit.report.view.disparity import dimension_summary
+from specaudit.report.view.format import (
+    badge,
+    finite,
+    fixed,
+    get,
+    integer,
+    mapping,
+    metric_label,
+    triple,
+)
+
+
+def summary_view(view: dict[str, Any], snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    eq, disp, gate = view["equivalence"], view["disparity"], view["gate"]
+    engines = [(e["name"], e["status"]) for e in eq.get("engines", []) if not e["is_control"]] if eq.get("ran") else []
+    comps = verdicts.comparisons(snapshot)
+    speed = verdicts.speed_summary(snapshot)
+    badges = [
+        {"label": "Equivalence", "badge": eq.get("badge", badge(NOT_RUN)), "anchor": "equivalence", "line": _equivalence_line(eq)},
+        {"label": "Disparity", "badge": disp.get("badge", badge(NOT_RUN)), "anchor": "disparity", "line": _disparity_line(disp)},
+        {"label": "Gate", "badge": gate.get("badge", badge(NOT_RUN)), "anchor": "gate", "line": _gate_line(gate)},
+    ]
+    return {
+        "ran": True,
+        "badges": badges,
+        "headline": _headline(eq, disp, snapshot),
+        "decision": verdicts.decide(snapshot, engines, comps, speed),
+        "cards": [_correctness_card(eq, engines), _fairness_card(comps, disp, snapshot), _speed_card(speed)],
+        "subject": verdicts.subject(snapshot),
+        "actions": verdicts.actions(snapshot, engines, comps, speed, eq),
+    }
+
+
+def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
+    if not eq.get("ran"):
+        return {
+            "label": "Correctness",
+            "anchor": "equivalence",
+            "badge": verdicts.status_badge(verdicts.EquivalenceStatus.NOT_RUN),
+            "lines": [eq.get("reason", "not run")],
+        }
+    order = [
+        verdicts.EquivalenceStatus.VIOLATION,
+        verdicts.EquivalenceStatus.NOT_RUN,
+        verdicts.EquivalenceStatus.NO_VIOLATION_FOUND,
+        verdicts.EquivalenceStatus.EQUIVALENT,
+    ]
+    worst_status = min((s for _, s in engines), key=order.index, default=verdicts.EquivalenceStatus.NOT_RUN)
+    lines = []
+    for e in eq["engines"]:
+        if e["is_control"]:
+            lines.append(
+                f"Control ({e['name']}): {e['badge']['text']}"
+                + (
+                    f": {eq['warning'].split(': a correct')[0]}"
+                    if eq.get("warning")
+                    else " (plain decoding passes the same tests, so the audit can be trusted)"
+                    if e["badge"]["key"] == "pass"
+                    else ""
+                )
+            )
+            continue
+        if e["mode"] == "greedy":
+            lines.append(f"{e['name']}: greedy output equals vanilla on {e['n_matches']} of {e['n_pairs']} prompts ({e['match_rate']}).")
+            continue
+        text = f"{e['name']}: {e['status'].value} in {e['n_tokens']} tokens (smallest Holm-adjusted p = {e['battery_p']})"
+        if e["tv"].get("ran"):
+            text += f"; TV upper bound {e['tv']['upper']} against δ = {e['tv']['delta']}: {e['tv']['verdict']}"
+        pit = next((p for p in e["power"] if p["label"].startswith("PIT")), None)
+        if pit:
+            text += f"; a PIT distortion of {pit['value']} or more would have been found (80% power)"
+        lines.append(text + ".")
+    return {"label": "Correctness", "anchor": "equivalence", "badge": verdicts.status_badge(worst_status), "lines": lines}
+
+
+def _screen_line(snapshot: Mapping[str, Any]) -> str | None:
+    """Where acceptance per group came from, when the screen measured it, and its check against the engine."""
+    if get(snapshot, "run", "disparity_engine") != "screen":
+        return None
+    check = mapping(get(snapshot, "screen"))
+    line = "Acceptance per group is the screen's: the expected acceptance along target samples of every prompt."
+    ratio = get(check, "engine_over_screen_acceptance")
+    if isinstance(ratio, Mapping):
+        given = mapping(get(check, "given_engine_paths"))
+        line += (
+            f" On the {integer(check.get('n_prompts'))} prompts the speculative engine also ran, its acceptance is "
+            f"{triple(ratio, fixed, '×')} the screen's"
+            + (f", and {triple(given, fixed, '×')} what the screen's model gives its own paths" if "value" in given else "")
+        )
+        if check.get("agrees"):
+            line += " (agrees)."
+        elif given.get("rejected"):
+            line += ": the screen may not reproduce this engine (see the gate's screen-agreement check)."
+        else:
+            line += (
+                ": the same-prompts interval excludes 1; along the engine's own paths no error of the screen's model is shown "
+                "(a correct screen differs like this in about 1 audit in 20)."
+            )
+    return line
+
+
+def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    if not comps:
+        return {"label": "Fairness", "anchor": "disparity", "badge": badge(NOT_RUN), "lines": [disp.get("reason", "no group comparisons")]}
+    headline = dimension_summary([c["status"] for c in comps])
+    counts = {s: sum(c["status"] == s for c in comps) for s in verdicts.DisparityStatus}
+    groups = {(c["dimension"], c["group"]) for c in comps}
+    dims = {c["dimension"] for c in comps}
+    sizes = [c["n_prompts"] for c in comps if finite(c.get("n_prompts"))]
+    lows = [c["mdr_low"] for c in comps if c["mdr_low"] is not None]
+    lines = [
+        f"{len(comps)} comparisons of {len(groups)} groups with their reference in {len(dims)} dimension(s): "
+        + ", ".join(f"{counts[s]} {s.value}" for s in verdicts.DisparityStatus)
+        + "."
+    ]
+    if sizes:
+        lines.append(
+            f"Groups hold {min(sizes)}"
+            + (f"–{max(sizes)}" if max(sizes) != min(sizes) else "")
+            + " prompts"
+            + (f"; at that size a ratio must fall below about {fixed(max(lows))} to be detected" if lows else "")
+            + "."
+        )
+    flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == verdicts.DisparityStatus.FLAG})
+    if flagged:
+        lines.append("Outside the band: " + ", ".join(flagged) + ".")
+    screen = _screen_line(snapshot)
+    if screen:
+        lines.append(screen)
+    return {"label": "Fairness", "anchor": "disparity", "badge": verdicts.status_badge(headline), "lines": lines}
+
+
+def speed_chart(snapshot: Mapping[str, Any], ids: Ids) -> Any:
+    """Every group's measured speed-up against vanilla (not a ratio to a reference group): the
+    decisive fact when speculation slows groups down."""
+    rows, described = [], []
+    for dimension, part in (get(snapshot, "groups", default={}) or {}).items():
+        if not isinstance(part, Mapping):
+            continue
+        for index, (group, entry) in enumerate((get(part, "by_group", default={}) or {}).items()):
+            block = get(entry, "metrics", "speedup")
+            if not isinstance(block, Mapping) or not finite(block.get("value")):
+                continue
+            low, high = block.get("ci_low"), block.get("ci_high")
+            status = "SLOWER" if finite(high) and high < 1 else "FASTER" if finite(low) and low > 1 else "UNCLEAR"
+            text = triple(block, fixed, "×")
+            rows.append(
+                charts.RatioRow(
+                    f"{dimension}={group}",
+                    get(entry, "n_prompts"),
+                    charts.group_colour(index),
+                    [charts.RatioCell(block["value"], low, high, status, text)],
+                )
+            )
+            described.append(f"{dimension}={group} {text} {status}")
+    if not rows:
+        return None
+    counts = {s: sum(r.cells[0].status == s for r in rows) for s in ("SLOWER", "UNCLEAR", "FASTER")}
+    word = "Predicted" if get(snapshot, "speed", "source") == "cost model" else "Measured"
+    desc = (
+        f"{word} speed-up of speculative over vanilla decoding for each of {len(rows)} groups, log scale, with 95% intervals; "
+        f"{counts['SLOWER']} slower (interval below 1×), {counts['UNCLEAR']} unclear, {counts['FASTER']} faster. " + "; ".join(described)
+    )
+    return charts.ratio_forest(
+        rows,
+        ["Speed-up against vanilla"],
+        band=None,
+        chart_id=ids("speed"),
+        title="Speed-up per group",
+        desc=desc,
+        axis_label="speed-up (log scale; 1× = as fast as vanilla)",
+        value_header="speed-up [95% CI]",
+    )
+
+
+def _speed_card(speed: dict[str, Any]) -> dict[str, Any]:
+    if not speed["ran"]:
+        return {
+            "label": "Speed",
+            "anchor": "speed",
+            "badge": badge(NOT_RUN),
+            "lines": speed["model_lines"] or ["no speed-up measured (needs the vanilla engine)"],
+            "conditions": speed["conditions"],
+        }
+    shown = (
+        {"text": "SLOWER", "css": "fail", "symbol": "▼", "key": "slower"}
+        if speed["below_one"]
+        else {"text": "FASTER", "css": "pass", "symbol": "▲", "key": "faster"}
+        if speed["above_one"]
+        else {"text": "UNCLEAR", "css": "warn", "symbol": "?", "key": "unclear"}
+    )
+    lines = [
+        f"{speed['word']} overall speed-up {speed['overall']} over {speed['overall_scope']}.",
+        (
+            f"{len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla "
+            f"({len(speed['slower_sig'])} with the whole interval below 1×); range {speed['range']}."
+        ),
+        *speed["model_lines"],
+    ]
+    return {"label": "Speed", "anchor": "speed", "badge": shown, "lines": lines, "conditions": speed["conditions"]}
+
+
+def _equivalence_line(eq: dict[str, Any]) -> str:
+    if not eq.get("ran"):
+        return eq.get("reason", "not run")
+    audited = [e for e in eq.get("engines", []) if not e["is_control"]]
+    if eq["status"] == "error":
+        return eq.get("message") or "the vanilla control failed: the audit cannot be trusted"
+    failing = [e["name"] for e in audited if e["badge"]["key"] == "fail"]
+    if failing:
+        return f"{', '.join(failing)}: output is NOT distributed as the target's"
+    if eq["mode"] == "greedy":
+        return "greedy output matches vanilla (divergences, if any, are floating-point near-ties)"
+    return (
+        f"no test rejects that {', '.join(e['name'] for e in audited) or 'the engines'} sample exactly from the target "
+        f"(α = {eq.get('alpha')}, Holm-corrected); not rejected is not proven: see the TV bound"
+    )
+
+
+def _disparity_line(disp: dict[str, Any]) -> str:
+    if not disp.get("ran"):
+        return disp.get("reason", "not run")
+    parts = []
+    for d in disp["dimensions"]:
+        if not d.get("ran"):
+            parts.append(f"{d.get('name')}: {d.get('reason', 'not run')}")
+            continue
+        counts = ", ".join(f"{n} {s}" for s, n in d.get("counts", {}).items() if n)
+        parts.append(f"{d['name']}: {counts or 'no comparisons'}")
+    return "; ".join(parts)
+
+
+def _gate_line(gate: dict[str, Any]) -> str:
+    if not gate.get("ran"):
+        return gate.get("reason", "not run")
+    c = gate["counts"]
+    return f"{c['pass']} pass, {c['warn']} warn, {c['fail']} fail"
+
+
+def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Mapping[str, Any]) -> list[dict[str, str]]:
+    rows: list[dict[str, str]] = []
+    for engine in eq.get("engines", []) if eq.get("ran") else []:
+        if engine["is_control"]:
+            continue
+        if engine["mode"] == "greedy":
+            rows.append(
+                {
+                    "what": f"greedy exact-match rate, {engine['name']}",
+                    "value": engine["match_rate"],
+                    "note": f"{engine['n_matches']} of {engine['n_pairs']} prompts",
+                }
+            )
+            continue
+        tv = engine["tv"]
+        rows.append(
+            {
+                "what": f"tokens tested, {engine['name']}",
+                "value": engine["n_tokens"],
+                "note": f"smallest Holm-adjusted p over its tests = {engine['battery_p']}",
+            }
+        )
+        if tv.get("ran"):
+            rows.append(
+                {
+                    "what": f"TV distance upper bound (first token), {engine['name']}",
+                    "value": tv["upper"],
+                    "note": f"margin δ = {tv['delta']}: {tv['verdict']}",
+                }
+            )
+        pit = next((p for p in engine["power"] if p["label"].startswith("PIT")), None)
+        if pit:
+            rows.append(
+                {
+                    "what": f"smallest PIT distortion detectable (80% power), {engine['name']}",
+                    "value": pit["value"],
+                    "note": "distortions smaller than this could pass unseen",
+                }
+            )
+    groups = get(snapshot, "groups", default={})
+    for d in disp.get("dimensions", []) if disp.get("ran") else []:
+        name = d.get("name")
+        dim = get(groups, name, default={})
+        overall = get(dim, "overall", "metrics", default={})
+        n = integer(get(dim, "overall", "n_prompts"))
+        if get(overall, "acceptance_rate"):
+            rows.append(
+                {"what": f"acceptance rate, all prompts ({name})", "value": triple(get(overall, "acceptance_rate")), "note": f"{n} prompts"}
+            )
+        if get(overall, "speedup"):
+            rows.append(
+                {
+                    "what": f"speed-up, all prompts ({name})",
+                    "value": triple(get(overall, "speedup"), fixed, "×"),
+                    "note": f"{n} prompts, "
+                    + (
+                        "predicted by the cost model"
+                        if get(snapshot, "speed", "source") == "cost model"
+                        else "paired vanilla vs speculative"
+                    ),
+                }
+            )
+        for metric in FOREST_METRICS:
+            lowest = _lowest_group(get(dim, "by_group", default={}), metric)
+            if lowest:
+                group, block, size = lowest
+                rows.append(
+                    {
+                        "what": f"lowest {metric_label(metric)}: {name}={group}",
+                        "value": triple(block, fixed, "×") if metric == "speedup" else triple(block),
+                        "note": f"{size} prompts; reference {d.get('reference')}",
+                    }
+                )
+    return rows
+
+
+def _lowest_group(by_group: Mapping[str, Any], metric: str):
+    candidates = [(g, get(e, "metrics", metric), get(e, "n_prompts")) for g, e in (by_group or {}).items()]
+    candidates = [(g, b, n) for g, b, n in candidates if finite(get(b, "value"))]
+    if len(candidates) < 2:
+        return None
+    group, block, n = min(candidates, key=lambda c: c[1]["value"])
+    return group, block, integer(n)

@@ -1,0 +1,293 @@
+"""What the report concludes: the decision banner and the deduplicated "What to do" list. Layout
+lives in the templates; this module only decides what is said.
+
+What it builds on lives beside it and is importable from here too: statuses, badges, group
+comparisons and the speed summary in `_statuses.py`, the audit subject and rerun commands in
+`_subject.py`, the glossary in `_glossary.py`. Statuses come from specaudit.contracts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from specaudit.contracts import DEFAULT_BAND, CheckStatus, DisparityStatus, EquivalenceStatus
+from specaudit.report.view.format import finite, get, is_status, mapping
+from specaudit.report.view.glossary import GLOSSARY, Terms, glossary_rows
+from specaudit.report.view.statuses import (
+    DECIDED,
+    band_of,
+    comparison_status,
+    comparisons,
+    detectable_ratios,
+    engine_status,
+    not_run_reason,
+    prompts_to_decide,
+    speed_summary,
+    status_badge,
+)
+from specaudit.report.view.subject import describe_draft, hardware_text, model_hash, subject, subject_ids, with_flags
+
+# ============================================================================ decision
+DECISIONS = {
+    "enable": ("Enable", "pass"),
+    "conditions": ("Enable with conditions", "warn"),
+    "do_not": ("Do not enable", "fail"),
+    "insufficient": ("Insufficient evidence", "none"),
+}
+
+
+def decide(
+    snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceStatus]], comps: list[dict[str, Any]], speed: dict[str, Any]
+) -> dict[str, Any]:
+    """The banner: derived from the gate, with the evidence that decides it.
+
+    Order: no gate → insufficient; a failing gate check or an equivalence violation → do not
+    enable; equivalence not tested → insufficient; speculation slower than vanilla overall (the
+    gate's min-speed-up checks) → do not enable; no disparity comparison decidable → insufficient;
+    warnings → enable with conditions; else enable."""
+    gate = get(snapshot, "gate", default={})
+    checks = [c for c in (get(gate, "checks", default=[]) or []) if isinstance(c, Mapping)]
+    judged = isinstance(gate, Mapping) and isinstance(gate.get("checks"), list) and gate.get("status")
+    gate_status = CheckStatus.parse(gate["status"]) if judged else None
+    reasons: list[str] = []
+    violations = [name for name, status in engines if status == EquivalenceStatus.VIOLATION]
+    failing = [c for c in checks if is_status(c.get("status"), CheckStatus.FAIL)]
+    decided = [c for c in comps if c["status"] in DECIDED]
+    flagged = [c for c in comps if c["status"] == DisparityStatus.FLAG]
+    if gate_status is None:
+        key = "insufficient"
+        reasons.append("No deployment gate has judged this snapshot.")
+    elif failing or violations:
+        key = "do_not"
+        reasons += [f"{name}: its output is not distributed as the target's." for name in violations]
+        reasons += [
+            f"Gate check {c.get('name')} fails: {c.get('message', '')}"
+            for c in failing
+            if not any(str(c.get("name", "")).endswith(f"[{v}]") for v in violations)
+        ]
+    elif not engines or all(status == EquivalenceStatus.NOT_RUN for _, status in engines):
+        key = "insufficient"
+        reasons.append("Equivalence with the target was not tested.")
+    elif speed.get("below_one"):
+        key = "do_not"
+        reasons.append(
+            f"Speculation is slower than vanilla: overall speed-up {speed['overall']} ({speed['overall_scope']}); "
+            f"{len(speed['slower'])} of {speed['n_groups']} groups below 1×."
+        )
+    elif comps and not decided:
+        key = "insufficient"
+    else:
+        key = "conditions" if gate_status != CheckStatus.PASS else "enable"
+    # what else the reader must know, whatever the decision
+    if engines and key != "insufficient" and not violations:
+        no_proof = [name for name, status in engines if status == EquivalenceStatus.NO_VIOLATION_FOUND]
+        if no_proof:
+            reasons.append(f"Correctness: no test found a violation for {', '.join(no_proof)}, but equivalence within δ is not shown.")
+    if comps:
+        undecided = len(comps) - len(decided)
+        if flagged:
+            reasons.append(
+                f"Fairness: {len(flagged)} group comparison(s) outside the band: "
+                + ", ".join(sorted({f"{c['dimension']}={c['group']}" for c in flagged}))
+                + "."
+            )
+        if undecided:
+            reasons.append(
+                f"Fairness: {undecided} of {len(comps)} group comparisons cannot be decided with these prompts "
+                "(INCONCLUSIVE or INSUFFICIENT)."
+            )
+    elif key != "insufficient" and gate_status is not None:
+        reasons.append("Fairness: no group comparisons in this snapshot.")
+    if speed.get("ran") and not speed.get("below_one") and speed.get("slower"):
+        reasons.append(f"Speed: {len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla.")
+    if key == "conditions":
+        families: dict[str, int] = {}
+        for check in checks:
+            if is_status(check.get("status"), CheckStatus.WARN):
+                family = str(check.get("name", "")).split("[", 1)[0]
+                families[family] = families.get(family, 0) + 1
+        reasons.insert(0, "Conditions (the gate's warnings): " + ", ".join(f"{family} ({n})" for family, n in families.items()) + ".")
+    title, css = DECISIONS[key]
+    exit_code = get(gate, "exit_code")
+    return {
+        "key": key,
+        "title": title,
+        "css": css,
+        "reasons": reasons,
+        "gate": f"Gate: {gate_status.value} (exit {exit_code if finite(exit_code) else int(gate_status == CheckStatus.FAIL)})"
+        if gate_status
+        else "Gate: not run",
+    }
+
+
+# ============================================================================ what to do
+def actions(
+    snapshot: Mapping[str, Any],
+    engines: list[tuple[str, EquivalenceStatus]],
+    comps: list[dict[str, Any]],
+    speed: dict[str, Any],
+    equivalence_view: Mapping[str, Any],
+) -> list[dict[str, str]]:
+    """One item per problem (never one per dimension), MUST before SHOULD, each with a command."""
+    run = get(snapshot, "run", default={})
+    command = get(run, "command")
+    config = mapping(get(run, "config"))
+    run_dir = get(run, "dir", default="RUN_DIR")
+    items: list[dict[str, str]] = []
+
+    def add(level: str, text: str, anchor: str, cmd: str | None = None) -> None:
+        items.append({"level": level, "text": text, "anchor": anchor, "command": cmd or ""})
+
+    if equivalence_view.get("ran") and equivalence_view.get("status") == "error":
+        add(
+            "fail",
+            "Fix the audit before reading it: plain decoding fails its own goodness-of-fit, so scoring (model, dtype, "
+            "warping) does not match the decoder.",
+            "equivalence",
+            with_flags(command, {}),
+        )
+    for name, status in engines:
+        if status == EquivalenceStatus.VIOLATION:
+            add(
+                "fail",
+                f"Do not ship {name}: its output does not follow the target distribution. Check the acceptance rule, the "
+                "residual distribution and that temperature/top-k/top-p reach both draft and target.",
+                "equivalence",
+                "specaudit selftest --quick",
+            )
+    gate_checks = [c for c in (get(snapshot, "gate", "checks", default=[]) or []) if isinstance(c, Mapping)]
+    for check in gate_checks:
+        name = str(check.get("name", ""))
+        if is_status(check.get("status"), CheckStatus.FAIL) and not name.startswith(("equivalence[", "disparity[")):
+            add("fail", f"Gate check {name} fails: {check.get('message', '')}", "gate")
+    flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == DisparityStatus.FLAG})
+    if flagged:
+        add(
+            "fail",
+            f"{len(flagged)} group(s) get a ratio to their reference outside the band: {', '.join(flagged)}. Route them to "
+            "vanilla decoding or train the draft on them; the fallback simulation shows the effect of routing.",
+            "disparity",
+        )
+    if speed.get("slower"):
+        best_k = _common_best_k(snapshot)
+        level = "fail" if speed.get("below_one") else "warn"
+        text = (
+            f"Speculation is slower than vanilla for {len(speed['slower'])} of {speed['n_groups']} groups "
+            f"({len(speed['slower_sig'])} with the whole interval below 1×; range {speed['range']}). "
+            + ("Do not enable it with this draft on this hardware; " if level == "fail" else "Route those groups to vanilla; ")
+            + (
+                f"the cost model's best draft length is k = {best_k}, so re-audit with it, or use a cheaper or better-matched draft."
+                if best_k and best_k != get(config, "k")
+                else "use a cheaper or better-matched draft."
+            )
+        )
+        add(level, text, "speed", with_flags(command, {"--k": best_k}) if best_k and best_k != get(config, "k") else None)
+    undecided = [c for c in comps if c["status"] not in DECIDED]
+    if undecided:
+        planned = prompts_to_decide(undecided)
+        need = planned[0] if planned else None
+        minimum = get(snapshot, "gate", "thresholds", "min_group_size")
+        per_group = max([n for n in (need, int(minimum) if finite(minimum) else None) if n] or [0]) or None
+        groups = sorted({f"{c['dimension']}={c['group']}" for c in undecided})
+        text = (
+            f"{len(undecided)} of {len(comps)} group comparisons ({len(groups)} groups) cannot be decided: their intervals "
+            "cross a band edge or the design cannot detect a ratio at the band's edges."
+        )
+        if need:
+            text += (
+                f" About {need} prompts per group would make a ratio of {comps[0]['band'][0]:g} detectable for half of them, "
+                f"{planned[1]} for all (each comparison's detectable ratio scaled by 1/√prompts)"
+                + (f"; the gate asks for {int(minimum)}" if finite(minimum) and minimum > need else "")
+                + "."
+            )
+        add("warn", text, "disparity", with_flags(command, {"--per-group": per_group}) if per_group else None)
+    if equivalence_view.get("ran"):
+        audited = [e for e in equivalence_view.get("engines", []) if not e.get("is_control")]
+        not_shown = [e for e in audited if e.get("tv", {}).get("verdict") == "not shown"]
+        not_run = [e for e in audited if any(r.get("not_run") for r in e.get("two_sample", {}).get("rows", []) or [])]
+        if not_shown or not_run:
+            samples = get(config, "samples", default=1)
+            wanted = _samples_for_delta(not_shown[0]) if not_shown else None
+            wanted = max(wanted or 0, 2 if not_run else 0, (samples or 1) + 1)
+            parts = []
+            if not_shown:
+                parts.append(
+                    f"equivalence within δ = {not_shown[0]['tv']['delta']} is not shown (TV upper bound {not_shown[0]['tv']['upper']})"
+                )
+            if not_run:
+                parts.append("the two-sample tests cannot reject with one sample per prompt")
+            add(
+                "warn",
+                "Correctness is not proven: " + " and ".join(parts) + f". Sample more outputs per prompt "
+                f"(about {wanted} would make a first-token distance of δ detectable).",
+                "equivalence",
+                with_flags(command, {"--samples": wanted}),
+            )
+        if equivalence_view.get("warning"):
+            add(
+                "warn",
+                f"Rerun with another seed: {str(equivalence_view['warning']).split(': a correct')[0]}.",
+                "equivalence",
+                with_flags(command, {"--seed": (get(config, "seed", default=0) or 0) + 1}),
+            )
+    else:
+        add(
+            "warn",
+            "Equivalence was not tested: run the analysis with equivalence on before relying on this report.",
+            "equivalence",
+            f"specaudit analyze {run_dir}",
+        )
+    if not gate_checks:
+        add("warn", "No deployment gate has judged this snapshot.", "gate", f"specaudit gate {run_dir} --write")
+    if not items:
+        add("pass", "Nothing to fix: no violation found, and every group comparison is within the band.", "summary")
+    order = {"fail": 0, "warn": 1, "pass": 2}
+    return sorted(items, key=lambda a: order[a["level"]])  # stable: within a level, the order above is the impact order
+
+
+def _common_best_k(snapshot: Mapping[str, Any]) -> int | None:
+    counts: dict[int, int] = {}
+    for part in mapping(get(snapshot, "recommendations")).values():
+        for row in mapping(get(part, "by_group")).values():
+            k = get(row, "best_k")
+            if isinstance(k, int):
+                counts[k] = counts.get(k, 0) + 1
+    return max(counts, key=lambda k: (counts[k], -k)) if counts else None
+
+
+def _samples_for_delta(engine: Mapping[str, Any]) -> int | None:
+    """Samples per prompt at which the first-token test detects a TV of δ: this run's detectable
+    TV scaled by 1/√samples (the power planner's law for that test)."""
+    power = {p["label"]: p.get("raw") for p in engine.get("power", [])}
+    mde, delta = power.get("first-token TV"), engine.get("tv", {}).get("delta_value")
+    samples = engine.get("samples")
+    if not (finite(mde) and finite(delta) and delta > 0 and finite(samples)):
+        return None
+    return max(2, math.ceil(samples * (mde / delta) ** 2))
+
+
+__all__ = [
+    "DEFAULT_BAND",
+    "GLOSSARY",
+    "Terms",
+    "actions",
+    "band_of",
+    "comparison_status",
+    "comparisons",
+    "decide",
+    "describe_draft",
+    "detectable_ratios",
+    "engine_status",
+    "glossary_rows",
+    "hardware_text",
+    "model_hash",
+    "not_run_reason",
+    "prompts_to_decide",
+    "speed_summary",
+    "status_badge",
+    "subject",
+    "subject_ids",
+    "with_flags",
+]

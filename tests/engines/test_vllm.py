@@ -1,0 +1,275 @@
+"""The vLLM backend's data layer, with plain objects shaped like vLLM's outputs (vLLM needs a GPU
+and is not installed on the machines that run this suite; bench/gpu.sh runs it for real), and
+the one-sentence errors a user gets without vLLM or a GPU."""
+
+import sys
+from dataclasses import dataclass, field
+
+import pytest
+
+from specaudit.cli import main
+from specaudit.config import RunConfig
+from specaudit.contracts.run import PlanItem
+from specaudit.engines import run
+from specaudit.engines.decode import make_record
+from specaudit.engines.vllm import client as backend
+from specaudit.errors import InputError
+from specaudit.execution.plan import derive_seed
+from specaudit.prompts._model import Prompt
+
+
+# Shapes of vllm.outputs.CompletionOutput / RequestOutput, vllm.v1.metrics.stats.RequestStateStats
+# and vllm.v1.metrics.reader.Counter / Vector / Gauge: the fields this backend reads.
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list
+    cumulative_logprob: float | None = None
+    logprobs: list | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+@dataclass
+class RequestStateStats:
+    num_generation_tokens: int = 0
+    arrival_time: float = 0.0
+    queued_ts: float = 0.0
+    scheduled_ts: float = 0.0
+    first_token_ts: float = 0.0
+    last_token_ts: float = 0.0
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list
+    outputs: list
+    finished: bool = True
+    metrics: RequestStateStats | None = None
+
+
+@dataclass
+class Counter:
+    name: str
+    labels: dict
+    value: int
+
+
+@dataclass
+class Vector:
+    name: str
+    labels: dict
+    values: list
+
+
+@dataclass
+class Gauge:
+    name: str
+    labels: dict
+    value: float
+
+
+@dataclass
+class Histogram:
+    name: str
+    labels: dict
+    count: int
+    sum: float
+    buckets: dict = field(default_factory=dict)
+
+
+def _cfg(**overrides) -> RunConfig:
+    options = dict(
+        target="/models/target", draft="/models/draft", engines="vllm", k=3, temperature=0.7, top_k=0, top_p=0.9, max_new_tokens=16, seed=11
+    )
+    options.update(overrides)
+    return RunConfig(**options)
+
+
+def _metrics(drafts, drafted, accepted, per_position, generated, engines=1):
+    """A get_metrics() list as vLLM returns it, split over `engines` label sets (data parallel)."""
+    out = [Gauge("vllm:num_requests_running", {}, 0.0), Histogram("vllm:e2e_request_latency_seconds", {}, 3, 1.5)]
+    for e in range(engines):
+        labels = {"engine": str(e)}
+        share = lambda v: v // engines + (v % engines if e == 0 else 0)
+        out += [
+            Counter("vllm:spec_decode_num_drafts", labels, share(drafts)),
+            Counter("vllm:spec_decode_num_draft_tokens", labels, share(drafted)),
+            Counter("vllm:spec_decode_num_accepted_tokens", labels, share(accepted)),
+            Counter("vllm:generation_tokens", labels, share(generated)),
+            Vector("vllm:spec_decode_num_accepted_tokens_per_pos", labels, [share(v) for v in per_position]),
+        ]
+    return out
+
+
+# ---------------------------------------------------------------------------- configuration
+def test_speculative_config_for_a_draft_model_and_ngram_and_refusals():
+    assert backend.speculative_config(_cfg()) == {"model": "/models/draft", "num_speculative_tokens": 3}
+    assert backend.speculative_config(_cfg(draft="ngram", k=5)) == {
+        "method": "ngram",
+        "num_speculative_tokens": 5,
+        "prompt_lookup_max": 3,
+        "prompt_lookup_min": 1,
+    }
+    for derived in ("int8", "early-exit:4"):
+        with pytest.raises(InputError, match=f"--draft {derived} is derived by specaudit and vLLM cannot load it"):
+            backend.speculative_config(_cfg(draft=derived))
+
+
+def test_llm_kwargs():
+    vanilla = backend.llm_kwargs(_cfg(extra={"vllm": {"gpu_memory_utilization": 0.4}}), "/models/target", speculative=False)
+    assert vanilla == {
+        "gpu_memory_utilization": 0.4,
+        "model": "/models/target",
+        "tokenizer": "/models/target",
+        "dtype": "bfloat16",
+        "seed": 11,
+        "disable_log_stats": False,
+    }
+    spec = backend.llm_kwargs(_cfg(dtype="float16"), "/models/target", speculative=True)
+    assert spec["dtype"] == "float16" and spec["speculative_config"] == {"model": "/models/draft", "num_speculative_tokens": 3}
+    with pytest.raises(InputError, match="extra.vllm sets seed, speculative_config"):
+        backend.llm_kwargs(_cfg(extra={"vllm": {"speculative_config": {}, "seed": 1}}), "t", speculative=True)
+    with pytest.raises(InputError, match="vLLM uses its own, so drop --verify"):
+        backend.llm_kwargs(_cfg(verify="mymodule:verify"), "t", speculative=True)
+
+
+def test_sampling_kwargs_are_explicit_and_seeded_per_prompt_and_sample():
+    cfg = _cfg()
+    seeds = {(p, s): derive_seed(cfg.seed, p, s) for p in ("a", "b") for s in (0, 1, "t0")}
+    assert len(set(seeds.values())) == 6  # every (prompt, sample) its own stream; both engines share it
+    params = backend.sampling_kwargs(cfg, seeds["a", 0], [2, 7])
+    assert params == {
+        "n": 1,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": -1,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "max_tokens": 16,
+        "seed": seeds["a", 0],
+        "stop_token_ids": [2, 7],
+    }
+    greedy = backend.sampling_kwargs(_cfg(temperature=0.0, top_k=20), 5, [2], max_tokens=8)
+    assert (greedy["temperature"], greedy["top_k"], greedy["max_tokens"]) == (0.0, 20, 8)
+
+
+def test_stop_ids_follow_the_local_runner():
+    assert backend.stop_ids(2, [2, 49152]) == [2, 49152]
+    assert backend.stop_ids(None, 7) == [7]
+    assert backend.stop_ids(3, None) == [3]
+
+
+# ---------------------------------------------------------------------------- counters
+def test_spec_counters_sum_label_sets_and_ignore_other_metrics():
+    one = backend.spec_counters(_metrics(10, 30, 17, [8, 6, 3], 40))
+    two = backend.spec_counters(_metrics(10, 30, 17, [8, 6, 3], 40, engines=2))
+    expected = {
+        "vllm:spec_decode_num_drafts": 10.0,
+        "vllm:spec_decode_num_draft_tokens": 30.0,
+        "vllm:spec_decode_num_accepted_tokens": 17.0,
+        "vllm:generation_tokens": 40.0,
+        "per_position": [8, 6, 3],
+    }
+    assert one == expected and two == expected
+    assert backend.spec_counters([Gauge("vllm:num_requests_running", {}, 1.0)]) == {}
+    per_pos = "vllm:spec_decode_num_accepted_tokens_per_pos"
+    ragged = [Vector(per_pos, {"engine": "0"}, [1, 2]), Vector(per_pos, {"engine": "1"}, [1, 1, 1])]
+    assert backend.spec_counters(ragged) == {"per_position": [2.0, 3.0, 1.0]}
+
+
+def test_request_counters_are_the_requests_share_or_nothing():
+    before = backend.spec_counters(_metrics(10, 30, 17, [8, 6, 3], 40))
+    after = backend.spec_counters(_metrics(14, 42, 24, [11, 9, 4], 52))
+    assert backend.request_counters(before, after, 12) == {
+        "num_drafts": 4,
+        "num_draft_tokens": 12,
+        "num_accepted_tokens": 7,
+        "accepted_per_position": [3, 3, 1],
+    }
+    assert backend.request_counters(before, after, 11) is None  # counters not in step with this request's output
+    impossible = backend.spec_counters(_metrics(11, 31, 30, [8, 6, 3], 52))
+    assert backend.request_counters(before, impossible, 12) is None  # 13 accepted of 1 drafted
+    assert backend.request_counters({}, {"vllm:generation_tokens": 5.0}, 5) is None  # no spec-decode counters at all
+
+
+# ---------------------------------------------------------------------------- records
+def _output(tokens, finish="length", metrics=None):
+    return RequestOutput("0", None, [1, 2, 3], [CompletionOutput(0, "x", tokens, finish_reason=finish)], metrics=metrics)
+
+
+def test_timings_come_from_engine_timestamps_when_present():
+    stats = RequestStateStats(
+        num_generation_tokens=4, arrival_time=1.7e9, queued_ts=100.0, scheduled_ts=100.01, first_token_ts=100.05, last_token_ts=100.25
+    )
+    wall, ttft, source = backend.request_timings(stats, measured_wall_s=0.4)
+    assert source == "engine" and wall == pytest.approx(0.25) and ttft == pytest.approx(0.05)
+    assert backend.request_timings(None, 0.4) == (0.4, None, "measured")
+    assert backend.request_timings(RequestStateStats(), 0.4) == (0.4, None, "measured")  # stats off: all zero
+
+
+def test_records_of_both_engines_look_like_local_records():
+    cfg = _cfg()
+    prompt = Prompt(id="p1", text="hi", attributes={"group": "a"})
+    seed = derive_seed(cfg.seed, prompt.id, 0)
+    counters = {"num_drafts": 4, "num_draft_tokens": 12, "num_accepted_tokens": 7, "accepted_per_position": [3, 3, 1]}
+    tokens = list(range(10, 21)) + [2]  # 12 tokens ending in end-of-sequence
+    spec, extra = backend.generation_of(_output(tokens, "stop"), "speculative", measured_wall_s=0.3, counters=counters)
+    record = make_record(cfg, PlanItem(prompt, "speculative", 0), seed, [1, 2, 3], spec, "text").with_extra(**extra).to_json()
+    assert record["key"] == "p1|speculative|0" and record["k"] == 3 and record["finish_reason"] == "eos"
+    assert (record["proposed"], record["accepted"], record["steps"]) == (12, 7, 5)  # 5 target passes emit 7 + 5 tokens
+    assert len(record["output_token_ids"]) == record["accepted"] + record["steps"]
+    assert record["accepted_per_step"] == [] and record["beta"] == [] and record["draft_s"] is None
+    assert (record["backend"], record["timing_source"], record["acceptance_source"]) == ("vllm", "measured", "vllm counters (batch 1)")
+    unobserved, extra = backend.generation_of(_output(tokens[:5]), "speculative", measured_wall_s=0.1, counters=None)
+    assert (unobserved.steps, unobserved.proposed, unobserved.accepted, extra["acceptance_source"]) == (0, 0, 0, "not observed")
+    vanilla, extra = backend.generation_of(_output(tokens[:5]), "vanilla", measured_wall_s=0.1, counters=None)
+    local_like = make_record(cfg, PlanItem(prompt, "vanilla", 0), seed, [1, 2, 3], vanilla, "text").to_json()
+    assert (local_like["k"], local_like["steps"], local_like["finish_reason"], extra["server_counters"]) == (0, 5, "length", None)
+    with pytest.raises(InputError, match="finish_reason 'abort'"):
+        backend.generation_of(_output(tokens, "abort"), "vanilla", measured_wall_s=0.1, counters=None)
+
+
+# ---------------------------------------------------------------------------- errors
+def test_no_gpu_is_one_sentence():
+    with pytest.raises(InputError, match="needs a CUDA GPU and none is visible here"):
+        backend.require_gpu(False)
+    backend.require_gpu(True)
+
+
+def test_missing_vllm_comes_first_and_is_exit_2(tmp_path, tiny_pair_dir, tiny_prompts_file, monkeypatch, capsys):
+    target, draft = tiny_pair_dir
+    monkeypatch.setitem(sys.modules, "vllm", None)  # as where the vllm extra is not installed (it is not, on CPU machines)
+    cfg = RunConfig(target=str(target), draft=str(draft), engines="vllm", prompts=str(tiny_prompts_file), max_new_tokens=8)
+    with pytest.raises(InputError, match=r"needs vLLM, which is not installed here; install specaudit\[vllm\] on a CUDA machine"):
+        run(cfg, tmp_path / "a", progress=False)  # the runner hands `--engines vllm` to this backend
+    argv = [
+        "run",
+        "--engines",
+        "vllm",
+        "--target",
+        str(target),
+        "--prompts",
+        str(tiny_prompts_file),
+        "--out",
+        str(tmp_path / "b"),
+        "--quiet",
+    ]
+    assert main([*argv, "--draft", str(draft)]) == 2
+    err = capsys.readouterr().err
+    assert "install specaudit[vllm] on a CUDA machine" in err and "Traceback" not in err
+    assert main([*argv, "--draft", "int8"]) == 2  # a setting vLLM cannot honour is reported before vLLM is looked for
+    assert "vLLM cannot load it" in capsys.readouterr().err
+
+
+def test_a_folder_of_local_records_is_not_resumed_with_vllm(tmp_path, tiny_pair_dir, tiny_prompts_file):
+    target, draft = tiny_pair_dir
+    local = RunConfig(
+        target=str(target), draft=str(draft), engines="vanilla", prompts=str(tiny_prompts_file), max_new_tokens=4, device="cpu", warmup=0
+    )
+    run(local, tmp_path / "run", progress=False)
+    with pytest.raises(InputError, match="with local engines; vLLM records would be mixed"):
+        run(RunConfig(**{**local.to_dict(), "engines": "vllm"}), tmp_path / "run", progress=False)
