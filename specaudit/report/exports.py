@@ -114,7 +114,8 @@ def _csv_number(value: Any) -> str:
 def groups_rows(snapshot: Mapping[str, Any]) -> list[dict[str, str]]:
     """One row per dimension × group × metric (the overall population has kind 'overall'), with the
     group's ratio to its reference, the test's p and Holm p and its DisparityStatus where compared."""
-    from specaudit.report.view.verdicts import band_of, comparison_status, subject_ids
+    from specaudit.report.view.statuses import band_of, comparison_status
+    from specaudit.report.view.subject import subject_ids
 
     run = get(snapshot, "run", default={})
     target, draft = (_csv_text(text) for text in subject_ids(snapshot))
@@ -202,7 +203,7 @@ def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str
     warning as "not run") with a `status` property and the finding in system-out; a check that
     could not judge (INSUFFICIENT, not run) → <skipped> with its reason; PASS → a plain case.
     The suite carries target, draft, seed and commit as properties, a timestamp and a time."""
-    from specaudit.report.view.verdicts import subject, subject_ids
+    from specaudit.report.view.subject import subject, subject_ids
 
     checks = [c for c in (gate.get("checks") or []) if isinstance(c, Mapping)] if isinstance(gate, Mapping) else []
     snapshot = snapshot or {}

@@ -22,7 +22,8 @@ from specaudit.errors import InputError
 from specaudit.gate import GateThresholds, evaluate_gate
 from specaudit.report import OUTPUT_FILES, groups_rows, junit_xml, render_html, render_report, render_summary
 from specaudit.report.exports import CSV_COLUMNS, md_escape
-from specaudit.report.view.verdicts import comparison_status, engine_status, not_run_reason, with_flags
+from specaudit.report.view.statuses import comparison_status, engine_status, not_run_reason
+from specaudit.report.view.subject import with_flags
 
 MAX_BYTES = 2 * 1024 * 1024
 
@@ -635,7 +636,8 @@ def test_junit_marks_checks_that_could_not_judge_as_skipped_with_the_reason():
 
 
 def test_decision_follows_the_gate_and_the_evidence(snapshot):
-    from specaudit.report.view.verdicts import comparisons, decide, speed_summary
+    from specaudit.report.view.statuses import comparisons, speed_summary
+    from specaudit.report.view.verdicts import decide
 
     snapshot = _gated(snapshot)
     for part in snapshot["groups"].values():  # a draft that pays off everywhere, measured precisely

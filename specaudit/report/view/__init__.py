@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import specaudit.report.view.verdicts as verdicts
 from specaudit.contracts import CheckStatus
 from specaudit.contracts.run import SPECULATIVE_ENGINE
 from specaudit.report.view.base import NOT_RUN, Ids, guard
@@ -29,6 +28,7 @@ from specaudit.report.view.format import (
     metric_label,
     setting,
 )
+from specaudit.report.view.glossary import Terms, glossary_rows
 from specaudit.report.view.mitigation import mitigation_view
 from specaudit.report.view.summary import speed_chart, summary_view
 
@@ -53,8 +53,8 @@ def build_view(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = 
     view["speed_chart"] = guard("speed chart", lambda: {"chart": speed_chart(snapshot, ids)})
     view["mitigation"] = guard("before/after mitigation", mitigation_view, snapshot)
     view["compare"] = guard("comparison", _compare_view, snapshot, compare, compare_label) if compare is not None else {"ran": False}
-    view["terms"] = verdicts.Terms()
-    view["glossary"] = verdicts.glossary_rows()
+    view["terms"] = Terms()
+    view["glossary"] = glossary_rows()
     return view
 
 

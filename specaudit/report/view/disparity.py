@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import specaudit.charts as charts
-import specaudit.report.view.verdicts as verdicts
+from specaudit.contracts import DEFAULT_BAND, DisparityStatus
 from specaudit.contracts.run import SPECULATIVE_ENGINE
 from specaudit.report.view.base import FOREST_METRICS, MAX_ROWS, NOT_RUN, Ids, guard
 from specaudit.report.view.format import (
@@ -28,6 +28,7 @@ from specaudit.report.view.format import (
     with_ci,
     worst,
 )
+from specaudit.report.view.statuses import band_of, comparison_status, comparisons, detectable_ratios, status_badge
 
 
 def disparity_view(snapshot: Mapping[str, Any], ids: Ids) -> dict[str, Any]:
@@ -69,32 +70,32 @@ def disparity_view(snapshot: Mapping[str, Any], ids: Ids) -> dict[str, Any]:
     }
 
 
-def dimension_summary(statuses: list[verdicts.DisparityStatus]) -> verdicts.DisparityStatus | None:
+def dimension_summary(statuses: list[DisparityStatus]) -> DisparityStatus | None:
     """A dimension's headline status: FLAG if any comparison is flagged, WITHIN only if every one is."""
-    order = [verdicts.DisparityStatus.FLAG, verdicts.DisparityStatus.INCONCLUSIVE, verdicts.DisparityStatus.INSUFFICIENT]
+    order = [DisparityStatus.FLAG, DisparityStatus.INCONCLUSIVE, DisparityStatus.INSUFFICIENT]
     if not statuses:
         return None
     for status in order:
         if status in statuses:
             return status
-    return verdicts.DisparityStatus.WITHIN
+    return DisparityStatus.WITHIN
 
 
 def _dimension_view(name: str, groups: Mapping[str, Any], part: Mapping[str, Any], advice: Mapping[str, Any], ids: Ids) -> dict[str, Any]:
     by_group = get(groups, "by_group", default={})
     reference = get(part, "reference", default=get(groups, "reference", default="overall"))
-    band = verdicts.band_of(part)
+    band = band_of(part)
     metrics = get(part, "metrics", default={})
     colours = {str(g): charts.group_colour(i) for i, g in enumerate(by_group)}
-    comps = [c for c in verdicts.comparisons({"disparities": {name: part}})]
+    comps = [c for c in comparisons({"disparities": {name: part}})]
     headline = dimension_summary([c["status"] for c in comps])
     status = {"FLAG": "fail", "WITHIN": "pass"}.get(headline.value, "warn") if headline else NOT_RUN
-    counts = {s.value: sum(c["status"] == s for c in comps) for s in verdicts.DisparityStatus}
+    counts = {s.value: sum(c["status"] == s for c in comps) for s in DisparityStatus}
     view = {
         "ran": True,
         "name": name,
         "status": status,
-        "badge": verdicts.status_badge(headline) if headline else badge(NOT_RUN),
+        "badge": status_badge(headline) if headline else badge(NOT_RUN),
         "counts": counts,
         "reference": reference,
         "band": f"{band[0]:g}–{band[1]:g}",
@@ -111,12 +112,12 @@ def _dimension_view(name: str, groups: Mapping[str, Any], part: Mapping[str, Any
                 "metric": metric_label(c["metric"]),
                 "group": c["group"],
                 "status": c["status"].value,
-                "badge": verdicts.status_badge(c["status"]),
+                "badge": status_badge(c["status"]),
                 "ratio": triple(c["row"].get("ratio"), fixed),
                 "pvalue_holm": pvalue(c["row"].get("pvalue_holm")),
             }
             for c in comps
-            if c["status"] == verdicts.DisparityStatus.FLAG
+            if c["status"] == DisparityStatus.FLAG
         ],
         "warnings": [str(w) for w in (get(part, "warnings", default=[]) or [])],
         "drilldown": guard(f"drill-down ({name})", _drilldown_view, name, get(part, "drilldown", default={}), ids, colours),
@@ -142,7 +143,7 @@ def _ratio_forest(dimension, groups, metrics, reference, band, colours, ids) -> 
             if not isinstance(row, Mapping):
                 cells.append(charts.RatioCell(None, None, None, "INSUFFICIENT", "not compared"))
                 continue
-            status = verdicts.comparison_status(row, band)
+            status = comparison_status(row, band)
             ratio = get(row, "ratio", default={})
             cells.append(
                 charts.RatioCell(
@@ -212,7 +213,7 @@ def _group_tables(groups: Mapping[str, Any]) -> list[dict[str, Any]]:
     return tables
 
 
-def _pairwise_tables(metrics: Mapping[str, Any], reference: str, band: tuple[float, float] = verdicts.DEFAULT_BAND) -> list[dict[str, Any]]:
+def _pairwise_tables(metrics: Mapping[str, Any], reference: str, band: tuple[float, float] = DEFAULT_BAND) -> list[dict[str, Any]]:
     tables = []
     for metric, block in (metrics or {}).items():
         pairwise = get(block, "pairwise", default={})
@@ -221,8 +222,8 @@ def _pairwise_tables(metrics: Mapping[str, Any], reference: str, band: tuple[flo
         fmt = fixed if metric == "speedup" else num
         rows = []
         for group, row in pairwise.items():
-            status = verdicts.comparison_status(row, band)
-            mdr_low, mdr_high = verdicts.detectable_ratios(row)
+            status = comparison_status(row, band)
+            mdr_low, mdr_high = detectable_ratios(row)
             rows.append(
                 {
                     "group": group,
@@ -236,7 +237,7 @@ def _pairwise_tables(metrics: Mapping[str, Any], reference: str, band: tuple[flo
                     "mdr": _detectable(mdr_low, mdr_high),
                     "small": bool(row.get("small_group")),
                     "status": status.value,
-                    "badge": verdicts.status_badge(status),
+                    "badge": status_badge(status),
                 }
             )
         names = {str(row.get("effect_size_name", "")).replace("_", "-") for row in pairwise.values()} - {""}

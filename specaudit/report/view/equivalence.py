@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import specaudit.charts as charts
-import specaudit.report.view.verdicts as verdicts
 from specaudit.contracts import CheckStatus
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import control_failed
@@ -26,6 +25,7 @@ from specaudit.report.view.format import (
     test_label,
     with_ci,
 )
+from specaudit.report.view.statuses import engine_status, not_run_reason, status_badge
 
 
 def equivalence_view(section: Mapping[str, Any], ids: Ids, samples: Any = None) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def _test_rows(block: Mapping[str, Any], *, two_sample: bool = False, samples: A
         if not isinstance(test, Mapping):
             continue
         gated = holm.get(str(name))
-        reason = verdicts.not_run_reason(test, two_sample=two_sample, samples=samples)
+        reason = not_run_reason(test, two_sample=two_sample, samples=samples)
         rows.append(_test_row(str(name), test, gated, gated is not None, reason, control))
         ks = test.get("ks")
         if isinstance(ks, Mapping):
@@ -143,14 +143,14 @@ def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids:
     offenders = [o for o in (get(impossible, "offenders", default=[]) or []) if isinstance(o, Mapping)]
     gated = [r for block in (gof, two) for r in (get(block, "gate", default=[]) or []) if isinstance(r, Mapping)]
     holm_values = [r["holm_pvalue"] for r in gated if finite(r.get("holm_pvalue"))]
-    status = verdicts.engine_status(entry)
+    status = engine_status(entry)
     return {
         "name": name,
         "is_control": is_control,
         "mode": "sampling",
         "status": status,
         "samples": samples,
-        "badge": _control_badge(get(entry, "verdict")) if is_control else verdicts.status_badge(status),
+        "badge": _control_badge(get(entry, "verdict")) if is_control else status_badge(status),
         "n_tokens": integer(get(gof, "n_tokens")),
         "battery_p": pvalue(min(holm_values)) if holm_values else MISSING,  # over both batteries
         "rejected": [f"{test_label(str(r.get('test')))} (Holm p = {pvalue(r.get('holm_pvalue'))})" for r in gated if r.get("reject")],
@@ -192,7 +192,7 @@ def _control_badge(verdict: Any) -> dict[str, str]:
 
 def _two_sample_badge(two: Mapping[str, Any], samples: Any) -> dict[str, str]:
     tests = [t for t in (get(two, "tests", default={}) or {}).values() if isinstance(t, Mapping)]
-    if tests and all(verdicts.not_run_reason(t, two_sample=True, samples=samples) for t in tests):
+    if tests and all(not_run_reason(t, two_sample=True, samples=samples) for t in tests):
         return TEST_BADGES["not_run"]
     return TEST_BADGES["rejected"] if is_status(get(two, "verdict"), CheckStatus.FAIL) else TEST_BADGES["not_rejected"]
 
@@ -261,7 +261,7 @@ def _greedy_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids: I
     return {
         "name": name,
         "is_control": is_control,
-        "status": verdicts.engine_status(entry),
+        "status": engine_status(entry),
         "mode": "greedy",
         "badge": badge(get(entry, "verdict", default=NOT_RUN)),
         "match_rate": with_ci(get(result, "match_rate"), get(result, "ci_low"), get(result, "ci_high"), fmt=percent),

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import specaudit.report.view.verdicts as verdicts
 from specaudit.contracts import EquivalenceStatus
 from specaudit.report.view.base import NOT_RUN
 from specaudit.report.view.format import MISSING, badge, finite, fixed, get, integer, mapping, num, triple
+from specaudit.report.view.statuses import engine_status, status_badge
 
 OVERALL = "(overall)"
 LOSS_LIMIT = -0.05  # a group losing more than 5% of its acceptance is named
@@ -121,9 +121,7 @@ def _equivalence(snapshot: Mapping[str, Any], summary: Mapping[str, Any]) -> dic
     speculative engine(s); 'not run' (with the summary's reason) when the re-audit did not run."""
     section = get(snapshot, "equivalence", default={})
     control = get(section, "control")
-    engines = [
-        (str(n), verdicts.engine_status(e)) for n, e in mapping(get(section, "engines")).items() if n != control and isinstance(e, Mapping)
-    ]
+    engines = [(str(n), engine_status(e)) for n, e in mapping(get(section, "engines")).items() if n != control and isinstance(e, Mapping)]
     if not engines or all(status == EquivalenceStatus.NOT_RUN for _, status in engines):
         return {
             "ran": False,
@@ -135,7 +133,7 @@ def _equivalence(snapshot: Mapping[str, Any], summary: Mapping[str, Any]) -> dic
     name, status = worst_first[0]
     return {
         "ran": True,
-        "badge": verdicts.status_badge(status),
+        "badge": status_badge(status),
         "engine": name,
         "prompts": len(summary.get("prompts") or []) or MISSING,
         "records": integer(get(snapshot, "run", "n_records")),

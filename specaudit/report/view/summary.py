@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import specaudit.charts as charts
-import specaudit.report.view.verdicts as verdicts
+from specaudit.contracts import DisparityStatus, EquivalenceStatus
 from specaudit.report.view.base import FOREST_METRICS, NOT_RUN, Ids
 from specaudit.report.view.disparity import dimension_summary
 from specaudit.report.view.format import (
@@ -20,13 +20,16 @@ from specaudit.report.view.format import (
     metric_label,
     triple,
 )
+from specaudit.report.view.statuses import comparisons, speed_summary, status_badge
+from specaudit.report.view.subject import subject
+from specaudit.report.view.verdicts import actions, decide
 
 
 def summary_view(view: dict[str, Any], snapshot: Mapping[str, Any]) -> dict[str, Any]:
     eq, disp, gate = view["equivalence"], view["disparity"], view["gate"]
     engines = [(e["name"], e["status"]) for e in eq.get("engines", []) if not e["is_control"]] if eq.get("ran") else []
-    comps = verdicts.comparisons(snapshot)
-    speed = verdicts.speed_summary(snapshot)
+    comps = comparisons(snapshot)
+    speed = speed_summary(snapshot)
     badges = [
         {"label": "Equivalence", "badge": eq.get("badge", badge(NOT_RUN)), "anchor": "equivalence", "line": _equivalence_line(eq)},
         {"label": "Disparity", "badge": disp.get("badge", badge(NOT_RUN)), "anchor": "disparity", "line": _disparity_line(disp)},
@@ -36,10 +39,10 @@ def summary_view(view: dict[str, Any], snapshot: Mapping[str, Any]) -> dict[str,
         "ran": True,
         "badges": badges,
         "headline": _headline(eq, disp, snapshot),
-        "decision": verdicts.decide(snapshot, engines, comps, speed),
+        "decision": decide(snapshot, engines, comps, speed),
         "cards": [_correctness_card(eq, engines), _fairness_card(comps, disp, snapshot), _speed_card(speed)],
-        "subject": verdicts.subject(snapshot),
-        "actions": verdicts.actions(snapshot, engines, comps, speed, eq),
+        "subject": subject(snapshot),
+        "actions": actions(snapshot, engines, comps, speed, eq),
     }
 
 
@@ -48,16 +51,16 @@ def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
         return {
             "label": "Correctness",
             "anchor": "equivalence",
-            "badge": verdicts.status_badge(verdicts.EquivalenceStatus.NOT_RUN),
+            "badge": status_badge(EquivalenceStatus.NOT_RUN),
             "lines": [eq.get("reason", "not run")],
         }
     order = [
-        verdicts.EquivalenceStatus.VIOLATION,
-        verdicts.EquivalenceStatus.NOT_RUN,
-        verdicts.EquivalenceStatus.NO_VIOLATION_FOUND,
-        verdicts.EquivalenceStatus.EQUIVALENT,
+        EquivalenceStatus.VIOLATION,
+        EquivalenceStatus.NOT_RUN,
+        EquivalenceStatus.NO_VIOLATION_FOUND,
+        EquivalenceStatus.EQUIVALENT,
     ]
-    worst_status = min((s for _, s in engines), key=order.index, default=verdicts.EquivalenceStatus.NOT_RUN)
+    worst_status = min((s for _, s in engines), key=order.index, default=EquivalenceStatus.NOT_RUN)
     lines = []
     for e in eq["engines"]:
         if e["is_control"]:
@@ -82,7 +85,7 @@ def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
         if pit:
             text += f"; a PIT distortion of {pit['value']} or more would have been found (80% power)"
         lines.append(text + ".")
-    return {"label": "Correctness", "anchor": "equivalence", "badge": verdicts.status_badge(worst_status), "lines": lines}
+    return {"label": "Correctness", "anchor": "equivalence", "badge": status_badge(worst_status), "lines": lines}
 
 
 def _screen_line(snapshot: Mapping[str, Any]) -> str | None:
@@ -115,14 +118,14 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: 
     if not comps:
         return {"label": "Fairness", "anchor": "disparity", "badge": badge(NOT_RUN), "lines": [disp.get("reason", "no group comparisons")]}
     headline = dimension_summary([c["status"] for c in comps])
-    counts = {s: sum(c["status"] == s for c in comps) for s in verdicts.DisparityStatus}
+    counts = {s: sum(c["status"] == s for c in comps) for s in DisparityStatus}
     groups = {(c["dimension"], c["group"]) for c in comps}
     dims = {c["dimension"] for c in comps}
     sizes = [c["n_prompts"] for c in comps if finite(c.get("n_prompts"))]
     lows = [c["mdr_low"] for c in comps if c["mdr_low"] is not None]
     lines = [
         f"{len(comps)} comparisons of {len(groups)} groups with their reference in {len(dims)} dimension(s): "
-        + ", ".join(f"{counts[s]} {s.value}" for s in verdicts.DisparityStatus)
+        + ", ".join(f"{counts[s]} {s.value}" for s in DisparityStatus)
         + "."
     ]
     if sizes:
@@ -133,13 +136,13 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: 
             + (f"; at that size a ratio must fall below about {fixed(max(lows))} to be detected" if lows else "")
             + "."
         )
-    flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == verdicts.DisparityStatus.FLAG})
+    flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == DisparityStatus.FLAG})
     if flagged:
         lines.append("Outside the band: " + ", ".join(flagged) + ".")
     screen = _screen_line(snapshot)
     if screen:
         lines.append(screen)
-    return {"label": "Fairness", "anchor": "disparity", "badge": verdicts.status_badge(headline), "lines": lines}
+    return {"label": "Fairness", "anchor": "disparity", "badge": status_badge(headline), "lines": lines}
 
 
 def speed_chart(snapshot: Mapping[str, Any], ids: Ids) -> Any:

@@ -12,22 +12,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from specaudit.contracts import DEFAULT_BAND, CheckStatus, DisparityStatus, EquivalenceStatus
+from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.report.view.format import finite, get, is_status, mapping
-from specaudit.report.view.glossary import GLOSSARY, Terms, glossary_rows
 from specaudit.report.view.statuses import (
     DECIDED,
-    band_of,
-    comparison_status,
-    comparisons,
-    detectable_ratios,
-    engine_status,
-    not_run_reason,
     prompts_to_decide,
-    speed_summary,
-    status_badge,
 )
-from specaudit.report.view.subject import describe_draft, hardware_text, model_hash, subject, subject_ids, with_flags
+from specaudit.report.view.subject import with_flags
 
 # ============================================================================ decision
 DECISIONS = {
@@ -268,26 +259,4 @@ def _samples_for_delta(engine: Mapping[str, Any]) -> int | None:
     return max(2, math.ceil(samples * (mde / delta) ** 2))
 
 
-__all__ = [
-    "DEFAULT_BAND",
-    "GLOSSARY",
-    "Terms",
-    "actions",
-    "band_of",
-    "comparison_status",
-    "comparisons",
-    "decide",
-    "describe_draft",
-    "detectable_ratios",
-    "engine_status",
-    "glossary_rows",
-    "hardware_text",
-    "model_hash",
-    "not_run_reason",
-    "prompts_to_decide",
-    "speed_summary",
-    "status_badge",
-    "subject",
-    "subject_ids",
-    "with_flags",
-]
+__all__ = ["DECISIONS", "actions", "decide"]
