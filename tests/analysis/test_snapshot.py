@@ -1,0 +1,51 @@
+"""analyze validates the snapshot against the contract before writing it: a section that breaks
+the contract is one sentence, and the snapshot already in the folder is left as it was."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from specaudit.analysis import analyze
+from specaudit.config import RunConfig
+from specaudit.contracts.snapshot import SNAPSHOT_FILE, validate_snapshot
+from specaudit.contracts.status import CheckStatus, EquivalenceStatus
+from specaudit.engines import run
+from specaudit.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, tiny_pair_dir, tiny_prompts_file):
+    target, draft = tiny_pair_dir
+    cfg = RunConfig(target=str(target), draft=str(draft), prompts=str(tiny_prompts_file), max_new_tokens=8, device="cpu", seed=2)
+    out = tmp_path_factory.mktemp("analysis") / "run"
+    with warnings.catch_warnings():  # tiny groups: the prompt-set loader says so
+        warnings.simplefilter("ignore")
+        run(cfg, out, progress=False)
+    return out
+
+
+def test_the_snapshot_returned_and_written_is_the_contracts_view(run_dir):
+    snapshot = analyze(run_dir, n_boot=50)
+    on_disk = json.loads((run_dir / SNAPSHOT_FILE).read_text(encoding="utf-8"))
+    assert validate_snapshot(on_disk).schema_version == snapshot["schema_version"]
+    status = snapshot["equivalence"]["status"]  # statuses are the contracts' enum members, as every reader gets them
+    assert isinstance(status, (CheckStatus, EquivalenceStatus)) and on_disk["equivalence"]["status"] == str(status)
+
+
+def test_a_section_that_breaks_the_contract_is_refused_before_anything_is_written(run_dir, monkeypatch):
+    analyze(run_dir, n_boot=50)
+    before = (run_dir / SNAPSHOT_FILE).read_bytes()
+    import specaudit.stats.disparity as disparity
+
+    real = disparity.disparity_section
+
+    def groups_as_a_list(*args, **kwargs):  # a regression in a statistics module: `groups` of the wrong type
+        return {**real(*args, **kwargs), "groups": []}
+
+    monkeypatch.setattr(disparity, "disparity_section", groups_as_a_list)
+    with pytest.raises(InputError, match="groups must be an object, got a list"):
+        analyze(run_dir, n_boot=50)
+    assert (run_dir / SNAPSHOT_FILE).read_bytes() == before
