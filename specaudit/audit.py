@@ -50,7 +50,7 @@ def audit(
 ) -> AuditResult:
     from specaudit._files import check_output_folder, write_json_atomic
     from specaudit.analysis import analyze
-    from specaudit.contracts.snapshot import SNAPSHOT_FILE
+    from specaudit.contracts.snapshot import SNAPSHOT_FILE, load_snapshot
     from specaudit.engines import run
     from specaudit.engines.decode import load_pair_for
     from specaudit.gate import evaluate_gate, load_thresholds
@@ -62,9 +62,9 @@ def audit(
     check_output_folder(out_dir, create=False)  # an --out that cannot be written fails before the models load
     pair = pair or load_pair_for(cfg)
     run(cfg, out_dir, pair=pair, progress=progress, command=command)
-    snapshot = analyze(out_dir, pair=pair, settings=settings)
+    snapshot = analyze(out_dir, pair=pair, settings=settings)  # validated against the contract
     result = evaluate_gate(snapshot, thresholds)
-    snapshot["gate"] = result.to_dict()
+    snapshot = load_snapshot({**snapshot, "gate": result.to_dict()})  # gate and report get what every reader gets
     write_json_atomic(out_dir / SNAPSHOT_FILE, snapshot)
     files = render_report(snapshot, out_dir)
     return AuditResult(out_dir, snapshot, files, result.status, result.exit_code)
