@@ -13,7 +13,6 @@ from specaudit.backends.llama_cpp import (
     NGRAM_MAX,
     RECORD_ENGINES,
     _system_info,
-    backend_settings,
     check_config,
     check_draft_vocabulary,
     generate,
@@ -22,6 +21,7 @@ from specaudit.backends.llama_cpp import (
     llama_seed,
     load_engines,
     sampler_settings,
+    sized_settings,
 )
 from specaudit.contracts.run import CONTROL_ENGINE, PlanItem
 from specaudit.errors import InputError
@@ -58,9 +58,13 @@ class LlamaCppExecutor(Executor):
 
         cfg = self.cfg
         llama_cpp = import_llama_cpp()
-        self.settings, self.sampler = backend_settings(cfg), sampler_settings(cfg.sampling)
+        self.sampler = sampler_settings(cfg.sampling)
         self.tokenizer = load_tokenizer(str(cfg.target))
         self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
+        models = (
+            {"target": self.target} if str(cfg.draft) == "ngram" else {"target": self.target, "draft": gguf_file(str(cfg.draft), "--draft")}
+        )
+        self.settings = sized_settings(cfg, self.encoded, models)  # the context fits every prompt, or the run stops here
         self.engines = load_engines(cfg, self.target, self.settings)
         if self.tokenizer.eos_token_id is not None:
             self.engines.eos_ids.add(int(self.tokenizer.eos_token_id))
