@@ -26,6 +26,7 @@ from specaudit.report._format import (
     setting,
 )
 from specaudit.report._view_base import NOT_RUN, Ids, guard
+from specaudit.report._view_context import context_view
 from specaudit.report._view_disparity import disparity_view
 from specaudit.report._view_equivalence import equivalence_view
 from specaudit.report._view_mitigation import mitigation_view
@@ -50,6 +51,7 @@ def build_view(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = 
     }
     view["summary"] = guard("summary", summary_view, view, snapshot)
     view["speed_chart"] = guard("speed chart", lambda: {"chart": speed_chart(snapshot, ids)})
+    view["context"] = guard("long context", context_view, snapshot)
     view["mitigation"] = guard("before/after mitigation", mitigation_view, snapshot)
     view["compare"] = guard("comparison", _compare_view, snapshot, compare, compare_label) if compare is not None else {"ran": False}
     view["terms"] = verdicts.Terms()
