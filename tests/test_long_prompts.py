@@ -229,3 +229,38 @@ def test_llama_cpp_refuses_a_prompt_over_an_explicit_context_before_any_record(t
     line = _only_error_line(capsys.readouterr().err)
     assert f"prompt 'len-600' is {lengths['len-600']} tokens" in line and "exceeds extra.llama_cpp.n_ctx of 512 tokens" in line
     assert not (out / "records.jsonl").exists() or read_records(out / "records.jsonl") == []
+
+
+# ----------------------------------------------------------------------------- context as an audit axis
+def test_analysis_reports_acceptance_and_speed_up_per_prompt_length_band(tmp_path, long_tiny_pair_dir):
+    lengths = (60, 120, 180, 300, 500, 800, 1200, 1600, 2000)
+    prompts = _write_prompts(tmp_path / "p.jsonl", {f"p{n}": _tiny_text(n, seed=n) for n in lengths})
+    out = tmp_path / "o"
+    assert main(["run", "--target", str(long_tiny_pair_dir[0]), "--draft", str(long_tiny_pair_dir[1]), "--prompts", str(prompts), "--out", str(out), "--max-new-tokens", "24", "--quiet"]) == 0  # fmt: skip
+    assert main(["analyze", str(out), "--n-boot", "100"]) == 0
+    snapshot = json.loads((out / "snapshot.json").read_text())
+    bands = snapshot["groups"]["context"]["by_group"]  # added by itself: the prompts span three bands
+    assert set(bands) == {"<256", "256-1k", "1k-4k"} and {b["n_prompts"] for b in bands.values()} == {3}
+    speedup = bands["1k-4k"]["metrics"]["speedup"]
+    assert speedup["ci_low"] <= speedup["value"] <= speedup["ci_high"]
+    context = snapshot["context"]
+    assert context["prompt_bands"] == {"<256": 3, "256-1k": 3, "1k-4k": 3}
+    first = context["by_output_position"]["bands"][0]
+    assert first["band"] == "0-15" and first["n_prompts"] == 9 and first["ci_low"] <= first["value"] <= first["ci_high"]
+    assert [o["min_prompt_tokens"] for o in context["length_fallback"]["options"]] == [256, 1024]
+    assert any("prompt length" in f for f in context["findings"])
+    assert main(["report", str(out)]) == 0
+    html = (out / "report.html").read_text()
+    assert "Long context: acceptance by prompt length and output position" in html and "context=1k-4k" in html
+
+
+def test_dimensions_context_works_on_prompts_of_one_band(tmp_path, tiny_pair_dir, tiny_prompts_file, capsys):
+    out = tmp_path / "o"
+    assert _run(*tiny_pair_dir, tiny_prompts_file, out) == 0
+    assert main(["analyze", str(out), "--n-boot", "50", "--no-equivalence"]) == 0
+    assert "context" not in json.loads((out / "snapshot.json").read_text())["groups"]  # one band: not added by itself
+    assert main(["analyze", str(out), "--n-boot", "50", "--no-equivalence", "--analyze-dimensions", "context"]) == 0
+    groups = json.loads((out / "snapshot.json").read_text())["groups"]
+    assert list(groups) == ["context"] and list(groups["context"]["by_group"]) == ["<256"]
+    assert main(["analyze", str(out), "--no-equivalence", "--analyze-dimensions", "length"]) == 2
+    assert "they have group, and the derived context" in _only_error_line(capsys.readouterr().err)
