@@ -264,3 +264,14 @@ def test_dimensions_context_works_on_prompts_of_one_band(tmp_path, tiny_pair_dir
     assert list(groups) == ["context"] and list(groups["context"]["by_group"]) == ["<256"]
     assert main(["analyze", str(out), "--no-equivalence", "--analyze-dimensions", "length"]) == 2
     assert "they have group, and the derived context" in _only_error_line(capsys.readouterr().err)
+
+
+def test_vllm_checks_the_context_before_it_loads(tiny_pair_dir):
+    from specaudit.backends.vllm import check_context
+
+    encoded = {"short": [1] * 100, "long": [1] * 600}
+    with pytest.raises(InputError, match=r"prompt 'long' is 600 tokens; .* exceeds the model's context of 512 tokens"):
+        check_context(encoded, str(tiny_pair_dir[0]), {}, 16)  # the folder's config.json: 512 positions
+    with pytest.raises(InputError, match=r"exceeds extra.vllm.max_model_len of 256 tokens \(1 other prompt\(s\) too\)"):
+        check_context(encoded, str(tiny_pair_dir[0]), {"max_model_len": 256}, 160)
+    check_context(encoded, str(tiny_pair_dir[0]), {"max_model_len": 1024}, 16)

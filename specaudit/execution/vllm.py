@@ -12,6 +12,7 @@ import gc
 from specaudit.backends.endpoint import metrics_summary
 from specaudit.backends.vllm import (
     RECORD_ENGINES,
+    check_context,
     counter_snapshot,
     generate_alone,
     generation_of,
@@ -67,6 +68,7 @@ class VllmExecutor(Executor):
         self.stops = stop_ids(self.tokenizer.eos_token_id, generation_eos)
         self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
         self.kwargs = {engine: llm_kwargs(cfg, target, speculative=engine == "speculative") for engine in RECORD_ENGINES}
+        check_context(self.encoded, target, self.kwargs["vanilla"], cfg.max_new_tokens)
         fields = {
             "versions": {**library_versions(), "vllm": self.vllm.__version__},
             "models": {
