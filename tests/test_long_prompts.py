@@ -275,3 +275,19 @@ def test_vllm_checks_the_context_before_it_loads(tiny_pair_dir):
     with pytest.raises(InputError, match=r"exceeds extra.vllm.max_model_len of 256 tokens \(1 other prompt\(s\) too\)"):
         check_context(encoded, str(tiny_pair_dir[0]), {"max_model_len": 256}, 160)
     check_context(encoded, str(tiny_pair_dir[0]), {"max_model_len": 1024}, 16)
+
+
+def test_an_endpoint_that_advertises_its_context_is_checked_before_any_request(tmp_path, tiny_pair, tiny_pair_dir, capsys):
+    from specaudit.backends.server import ReferenceServer
+
+    prompts = _write_prompts(tmp_path / "p.jsonl", {"short": _tiny_text(50, 1), "long": _tiny_text(600, 2)})
+    with ReferenceServer(tiny_pair, speculative=True) as speculative, ReferenceServer(tiny_pair) as vanilla:
+        assert speculative.models()["data"][0]["max_model_len"] == 512  # as vLLM's /v1/models says it
+        config = tmp_path / "run.yaml"
+        config.write_text(json.dumps({"endpoint": {"speculative_url": speculative.url, "vanilla_url": vanilla.url}}))
+        out = tmp_path / "o"
+        argv = ["run", "--engines", "endpoint", "--target", str(tiny_pair_dir[0]), "--prompts", str(prompts), "--out", str(out)]
+        assert main([*argv, "--config", str(config), "--max-new-tokens", "8", "--quiet"]) == 2
+    line = _only_error_line(capsys.readouterr().err)
+    assert "prompt 'long' is 600 tokens" in line and "exceeds the max_model_len endpoint.speculative_url advertises of 512 tokens" in line
+    assert not (out / "records.jsonl").exists() or read_records(out / "records.jsonl") == []

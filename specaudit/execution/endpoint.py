@@ -29,6 +29,7 @@ from specaudit.execution.base import Emit, Executor
 from specaudit.execution.decode import library_versions, make_record
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
+from specaudit.preflight import check_fits
 from specaudit.prompts import prompt_token_ids
 
 
@@ -58,6 +59,10 @@ class EndpointExecutor(Executor):
         tokenizer_name = settings["tokenizer"] or cfg.target
         self.tokenizer = load_tokenizer(tokenizer_name)
         self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
+        for engine, endpoint in self.endpoints.items():  # a server that advertises its context: checked before any request
+            limit = endpoint.advertised_context(self.models[engine])
+            if limit is not None:
+                check_fits(self.encoded, limit, f"the max_model_len endpoint.{engine}_url advertises", cfg.max_new_tokens)
         # A server whose completions API takes text only (llama-cpp-python's) gets the prompt ids
         # decoded with their special tokens, which it tokenises back; decoded here, before any thread.
         self.texts = (
