@@ -24,16 +24,39 @@ if TYPE_CHECKING:
 
 
 def _dimensions(records: list[dict], manifest: dict, requested: list[str] | None) -> list[str]:
+    """The prompt attributes to analyse. `context` (the prompt-length band, stats.context) is
+    derived for every run: analysed when asked for, and by default when the prompts span two
+    bands or more."""
+    from specaudit.stats.context import CONTEXT_DIMENSION, has_own_context_attribute, spans_bands
+
     present = sorted({name for r in records for name in r.get("attributes", {})})
+    derived = [] if has_own_context_attribute(records) else [CONTEXT_DIMENSION]
     if requested:
-        missing = [d for d in requested if d not in present]
+        missing = [d for d in requested if d not in present and d not in derived]
         if missing:
             raise InputError(
-                f"--dimensions {', '.join(missing)}: the run's prompts have no such attribute (they have {', '.join(present) or 'none'})"
+                f"--dimensions {', '.join(missing)}: the run's prompts have no such attribute (they have "
+                f"{', '.join(present) or 'none'}, and the derived {CONTEXT_DIMENSION})"
             )
         return list(requested)
     declared = list((manifest.get("prompt_set") or {}).get("dimensions") or {})
-    return [d for d in declared if d in present] or present
+    chosen = [d for d in declared if d in present] or present
+    return chosen + [d for d in derived if spans_bands(records)]
+
+
+def _context_part(frame, records: list[dict], engine: str, recommendations: dict, **options) -> dict:
+    """snapshot.context (stats.context): acceptance by prompt length and output position, and the
+    prompt-length fallback, whose sentence also joins the context dimension's advice."""
+    from specaudit.stats.context import CONTEXT_DIMENSION, context_section
+    from specaudit.stats.disparity.per_prompt import per_prompt_metrics
+
+    paired = CONTROL_ENGINE in set(frame["engine"]) or engine == SCREEN_ENGINE
+    per_prompt = per_prompt_metrics(frame, engine=engine, baseline=CONTROL_ENGINE) if paired else None
+    part = context_section(records, engine, per_prompt=per_prompt, **options)
+    advice = recommendations.get(CONTEXT_DIMENSION)
+    if isinstance(advice, dict) and part["length_fallback"]:
+        advice.setdefault("messages", []).append(part["findings"][-1])
+    return part
 
 
 def analyze(
@@ -81,6 +104,10 @@ def analyze(
     if not records:
         raise InputError(f"{run_dir / RECORDS_FILE} has no records; run `specaudit run` first")
     dims = _dimensions(records, manifest, dimensions)
+    if "context" in dims:
+        from specaudit.stats.context import with_context_band
+
+        records = with_context_band(records)  # the prompt-length band as an attribute, in memory only
     engines = sorted({r["engine"] for r in records})
     config = manifest.get("config", {})
     snapshot: dict[str, Any] = {
@@ -166,6 +193,7 @@ def analyze(
         )
         snapshot.update({key: parts[key] for key in ("groups", "disparities", "recommendations", "prompts")})
         snapshot["run"]["disparity_engine"] = engine
+        snapshot["context"] = _context_part(frame, records, engine, snapshot["recommendations"], alpha=alpha, n_boot=n_boot, seed=seed)
     snapshot["run"]["analysis"] = {
         "alpha": alpha,
         "delta": delta,

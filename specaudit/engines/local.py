@@ -38,7 +38,7 @@ class LocalExecutor(Executor):
         pair, cfg = self.pair, self.cfg
         eos_ids = eos_token_ids(pair)
         encoded = {p.id: prompt_token_ids(pair.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
-        check_prompt_lengths(encoded, pair.target, cfg.max_new_tokens)
+        check_prompt_lengths(encoded, pair.target, cfg.max_new_tokens, draft=pair.draft)
         if items:
             warm_up(pair, cfg, encoded[items[0].prompt.id], self.verify, eos_ids)
         for item in items:

@@ -66,9 +66,13 @@ class DecodeWorker:
         except Exception as err:  # noqa: BLE001 - re-raised by describe(), in the driver's terms
             self.error = err
 
-    def describe(self) -> dict:
+    def describe(self, prompts=()) -> dict:
+        """The manifest's models, device and versions, once `prompts` are checked to fit the context
+        (all of them, before any actor decodes, so no record is written for a run that cannot finish)."""
         if self.error is not None:
             raise self.error
+        encoded = {p.id: prompt_token_ids(self.pair.tokenizer, p, self.cfg.chat_template) for p in prompts}
+        check_prompt_lengths(encoded, self.pair.target, self.cfg.max_new_tokens, draft=self.pair.draft)
         return {"models": self.pair.manifest(), "device": device_entry(self.pair), "versions": library_versions()}
 
     def decode(self, items: list[PlanItem]):
@@ -78,9 +82,8 @@ class DecodeWorker:
         encoded: dict[str, list[int]] = {}
         for item in items:
             prompt = item.prompt
-            if prompt.id not in encoded:
+            if prompt.id not in encoded:  # lengths were checked by describe()
                 encoded[prompt.id] = prompt_token_ids(self.pair.tokenizer, prompt, self.cfg.chat_template)
-                check_prompt_lengths({prompt.id: encoded[prompt.id]}, self.pair.target, self.cfg.max_new_tokens)
             if not self.warm:  # once per actor, before its first timed decoding
                 warm_up(self.pair, self.cfg, encoded[prompt.id], self.verify, self.eos_ids)
                 self.warm = True
@@ -164,7 +167,7 @@ class RayExecutor(Executor):
         self.spawn = spawn
         self.idle = deque(spawn() for _ in range(max(1, min(n_workers, len(self.shards)))))
         try:
-            info = ray.get(self.idle[0].describe.remote())
+            info = ray.get(self.idle[0].describe.remote(list(folder.prompt_set.prompts)))
         except ray.exceptions.RayTaskError as err:
             raise _task_error(ray, err) from None
         self.report = {"kind": "ray", "workers": len(self.idle), "shards": self.n_shards, "actor_failures": 0}

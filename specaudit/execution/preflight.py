@@ -40,17 +40,42 @@ def context_length(model) -> int | None:
     return None
 
 
-def check_prompt_lengths(encoded: Mapping[str, list[int]], model, max_new_tokens: int) -> None:
-    """Every prompt plus the tokens to generate must fit in the model's context."""
-    limit = context_length(model)
-    if limit is None:
+def longest_prompt(encoded: Mapping[str, list[int]]) -> tuple[str, int]:
+    """(id, length) of the longest encoded prompt; ties go to the first in the set's order."""
+    prompt_id = max(encoded, key=lambda i: len(encoded[i]))
+    return prompt_id, len(encoded[prompt_id])
+
+
+def context_needed(prompt_length: int, max_new_tokens: int, k: int = 0) -> int:
+    """Positions a generation can occupy: the prompt, every new token, and k drafted past the last."""
+    return prompt_length + max_new_tokens + k
+
+
+def check_fits(encoded: Mapping[str, list[int]], limit: int, where: str, max_new_tokens: int, k: int = 0) -> None:
+    """Refuse, naming the longest prompt, when it plus the tokens to generate (plus k drafts) exceeds `limit`."""
+    if not encoded:
         return
-    for prompt_id, ids in encoded.items():
-        if len(ids) + max_new_tokens > limit:
-            raise InputError(
-                f"prompt {prompt_id!r} is {len(ids)} tokens; with --max-new-tokens {max_new_tokens} it exceeds the "
-                f"model's context of {limit} tokens; shorten or drop it"
-            )
+    prompt_id, length = longest_prompt(encoded)
+    needed = context_needed(length, max_new_tokens, k)
+    if needed > limit:
+        over = sum(1 for ids in encoded.values() if context_needed(len(ids), max_new_tokens, k) > limit)
+        drafts = f" and k {k}" if k else ""
+        others = f" ({over - 1} other prompt(s) too)" if over > 1 else ""
+        raise InputError(
+            f"prompt {prompt_id!r} is {length} tokens; with --max-new-tokens {max_new_tokens}{drafts} it needs {needed} "
+            f"positions and exceeds {where} of {limit} tokens{others}; shorten or drop it, or lower --max-new-tokens"
+        )
+
+
+def check_prompt_lengths(encoded: Mapping[str, list[int]], model, max_new_tokens: int, *, draft=None, k: int = 0) -> None:
+    """Every prompt plus the tokens to generate (plus the k a speculative step drafts) must fit in
+    the target's context and, for a draft model with a context of its own, the draft's."""
+    limit = context_length(model)
+    if limit is not None:
+        check_fits(encoded, limit, "the model's context", max_new_tokens, k)
+    draft_limit = context_length(draft)
+    if draft_limit is not None and draft_limit != limit:
+        check_fits(encoded, draft_limit, "the draft's context", max_new_tokens, k)
 
 
 def check_model_sources(cfg) -> None:

@@ -24,7 +24,7 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<unk>")
 
 
-def tiny_config(vocab_size: int, layers: int = 2) -> LlamaConfig:
+def tiny_config(vocab_size: int, layers: int = 2, context: int = 512) -> LlamaConfig:
     return LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=32,
@@ -32,7 +32,7 @@ def tiny_config(vocab_size: int, layers: int = 2) -> LlamaConfig:
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=512,
+        max_position_embeddings=context,
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=0,
@@ -40,12 +40,12 @@ def tiny_config(vocab_size: int, layers: int = 2) -> LlamaConfig:
     )
 
 
-def tiny_model(seed: int = 0, vocab_size: int | None = None, layers: int = 2) -> LlamaForCausalLM:
+def tiny_model(seed: int = 0, vocab_size: int | None = None, layers: int = 2, context: int = 512) -> LlamaForCausalLM:
     """A randomly initialised 2-layer Llama. Logits are scaled up so distributions are peaked
     enough to look like a language model's (random init gives near-uniform outputs)."""
     vocab_size = vocab_size or len(tiny_tokenizer())
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(tiny_config(vocab_size, layers))
+    model = LlamaForCausalLM(tiny_config(vocab_size, layers, context))
     with torch.no_grad():
         model.lm_head.weight.mul_(40.0)
     return model.eval()
@@ -62,14 +62,15 @@ def tiny_draft_of(target: LlamaForCausalLM, noise: float = 0.3, seed: int = 1) -
     return draft.eval()
 
 
-def save_tiny_pair(folder: str | Path, seed: int = 0, noise: float = 0.3) -> tuple[Path, Path]:
-    """Write a tiny target and draft as HF folders (with tokenizer) under `folder`."""
+def save_tiny_pair(folder: str | Path, seed: int = 0, noise: float = 0.3, context: int = 512) -> tuple[Path, Path]:
+    """Write a tiny target and draft as HF folders (with tokenizer) under `folder`; `context` is
+    their max_position_embeddings (512 by default, so that prompts of a few hundred tokens are long)."""
     from specaudit.models._loading import _quiet_transformers
 
     _quiet_transformers()
     folder = Path(folder)
     tokenizer = tiny_tokenizer()
-    target = tiny_model(seed)
+    target = tiny_model(seed, context=context)
     draft = tiny_draft_of(target, noise=noise, seed=seed + 1)
     paths = []
     for name, model in (("target", target), ("draft", draft)):

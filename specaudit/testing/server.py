@@ -141,7 +141,12 @@ class ReferenceServer:
 
     # ------------------------------------------------------------------ the API
     def models(self) -> dict:
-        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "specaudit"}]}
+        from specaudit.execution.preflight import context_length
+
+        entry = {"id": self.model_name, "object": "model", "owned_by": "specaudit"}
+        if context_length(self.pair.target) is not None:
+            entry["max_model_len"] = context_length(self.pair.target)  # as vLLM advertises it
+        return {"object": "list", "data": [entry]}
 
     def _prompt_ids(self, body: dict) -> list[int]:
         prompt = body.get("prompt")

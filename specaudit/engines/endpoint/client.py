@@ -147,7 +147,16 @@ class Endpoint:
             raise InputError(
                 f"endpoint {self.setting} {url} did not list models (no `data` array); is it the OpenAI-compatible /v1 base URL?"
             )
-        return [str(entry.get("id")) for entry in data if isinstance(entry, dict) and entry.get("id") is not None]
+        self.model_entries = [entry for entry in data if isinstance(entry, dict) and entry.get("id") is not None]
+        return [str(entry["id"]) for entry in self.model_entries]
+
+    def advertised_context(self, model: str) -> int | None:
+        """The context the server says `model` has (`max_model_len` in vLLM's /v1/models), if it says."""
+        for entry in getattr(self, "model_entries", []):
+            value = entry.get("max_model_len")
+            if str(entry["id"]) == model and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
 
     def complete(self, body: dict) -> Completion:
         url = f"{self.base_url}/completions"

@@ -27,6 +27,7 @@ from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
+from specaudit.execution.preflight import check_fits
 from specaudit.prompts import prompt_token_ids
 
 RECORD_ENGINES = ENGINES["endpoint"].records  # the spec-OFF and spec-ON records
@@ -58,6 +59,10 @@ class EndpointExecutor(Executor):
         tokenizer_name = settings["tokenizer"] or cfg.target
         self.tokenizer = load_tokenizer(tokenizer_name)
         self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
+        for engine, endpoint in self.endpoints.items():  # a server that advertises its context: checked before any request
+            limit = endpoint.advertised_context(self.models[engine])
+            if limit is not None:
+                check_fits(self.encoded, limit, f"the max_model_len endpoint.{engine}_url advertises", cfg.max_new_tokens)
         # A server whose completions API takes text only (llama-cpp-python's) gets the prompt ids
         # decoded with their special tokens, which it tokenises back; decoded here, before any thread.
         self.texts = (

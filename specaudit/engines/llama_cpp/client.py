@@ -46,6 +46,7 @@ GGUF_MAGIC = b"GGUF"
 RANDOM_SEED = 0xFFFFFFFF  # llama.cpp seeds are uint32 and this one means "draw a random seed"
 NGRAM_MAX = 3  # as specaudit.models.NgramDraft
 DEFAULT_CONTEXT = 2048
+CONTEXT_STEP = 256  # a sized context is rounded up to this (llama.cpp pads its KV cache to 256 anyway)
 # The stages of llama.cpp's sampler chain that the run does not use, all neutral.
 NEUTRAL_SAMPLERS: dict[str, Any] = {
     "min_p": 0.0,
@@ -164,11 +165,59 @@ def check_config(cfg) -> None:
             "sharing the target's vocabulary"
         )
     sampler_settings(cfg.sampling)
-    if cfg.max_new_tokens + cfg.k + 8 > backend_settings(cfg)["n_ctx"]:
+    if context_is_explicit(cfg) and cfg.max_new_tokens + cfg.k + 8 > backend_settings(cfg)["n_ctx"]:
         raise InputError(
             f"--max-new-tokens {cfg.max_new_tokens} does not fit llama.cpp's context of {backend_settings(cfg)['n_ctx']} "
             "tokens; raise extra.llama_cpp.n_ctx"
         )
+
+
+def context_is_explicit(cfg) -> bool:
+    return "n_ctx" in ((cfg.extra or {}).get("llama_cpp") or {})
+
+
+def gguf_context_length(path: Path) -> int | None:
+    """The context a GGUF model was trained for (`<architecture>.context_length`), read without loading it."""
+    from gguf import GGUFReader
+
+    try:
+        fields = GGUFReader(str(path)).fields
+    except (ValueError, OSError) as error:
+        raise InputError(f"{str(path)!r} could not be read as GGUF ({error})") from None
+
+    def scalar(name):
+        field = fields.get(name)
+        return None if field is None or not field.data else field.parts[field.data[0]]
+
+    architecture = scalar("general.architecture")
+    if architecture is None:
+        return None
+    length = scalar(f"{bytes(architecture).decode('utf-8', errors='replace')}.context_length")
+    return int(length[0]) if length is not None else None
+
+
+def sized_settings(cfg, encoded: dict[str, list[int]], models: dict[str, Path]) -> dict:
+    """backend_settings with the context sized to the run, checked before anything loads.
+
+    A generation occupies the prompt, max_new_tokens and the k tokens the binding's draft hook
+    proposes past the last one (it does not know the budget). Without extra.llama_cpp.n_ctx the
+    context is that, for the longest prompt, rounded up to CONTEXT_STEP and at least
+    DEFAULT_CONTEXT; a context beyond what a model (`models`: role -> GGUF) was trained for, or
+    an explicit n_ctx too small, is refused naming the prompt, its length and the limit."""
+    from specaudit.execution.preflight import check_fits, context_needed, longest_prompt
+
+    settings = backend_settings(cfg)
+    k = cfg.k  # every run has the speculative context beside the vanilla one
+    for role, path in models.items():
+        trained = gguf_context_length(path)
+        if trained is not None:
+            check_fits(encoded, trained, f"the context {role} {path.name} was trained for", cfg.max_new_tokens, k)
+    if context_is_explicit(cfg):
+        check_fits(encoded, settings["n_ctx"], "extra.llama_cpp.n_ctx", cfg.max_new_tokens, k)
+    elif encoded:
+        needed = context_needed(longest_prompt(encoded)[1], cfg.max_new_tokens, k)
+        settings["n_ctx"] = max(DEFAULT_CONTEXT, -(-needed // CONTEXT_STEP) * CONTEXT_STEP)
+    return settings
 
 
 # ----------------------------------------------------------------------------- drafts
@@ -272,7 +321,10 @@ def load_engines(cfg, target: Path, settings: dict) -> Engines:
         inner = GgufDraft(draft_path, cfg.k, n_ctx=settings["n_ctx"], n_threads=settings["draft_threads"])
     draft = ObservedDraft(inner)
     vanilla = llama_cpp.Llama(logits_all=False, **common)
-    speculative = llama_cpp.Llama(draft_model=draft, **common)  # the binding turns logits_all on for drafts
+    # logits_all=True, though the binding turns it on itself for a draft: llama-cpp-python (0.3.x)
+    # sizes its score buffer from the argument (n_batch rows when False), so any prompt longer
+    # than n_batch overflowed it ("could not broadcast ... into shape (0,)").
+    speculative = llama_cpp.Llama(draft_model=draft, logits_all=True, **common)
     eos_ids = {int(vanilla.token_eos())}
     return Engines(vanilla, speculative, draft, eos_ids)
 

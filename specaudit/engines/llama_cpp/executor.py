@@ -15,7 +15,6 @@ from specaudit.engines.llama_cpp.client import (
     BACKEND,
     NGRAM_MAX,
     _system_info,
-    backend_settings,
     check_config,
     check_draft_vocabulary,
     generate,
@@ -24,6 +23,7 @@ from specaudit.engines.llama_cpp.client import (
     llama_seed,
     load_engines,
     sampler_settings,
+    sized_settings,
 )
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
@@ -60,9 +60,13 @@ class LlamaCppExecutor(Executor):
 
         cfg = self.cfg
         llama_cpp = import_llama_cpp()
-        self.settings, self.sampler = backend_settings(cfg), sampler_settings(cfg.sampling)
+        self.sampler = sampler_settings(cfg.sampling)
         self.tokenizer = load_tokenizer(str(cfg.target))
         self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
+        models = (
+            {"target": self.target} if str(cfg.draft) == "ngram" else {"target": self.target, "draft": gguf_file(str(cfg.draft), "--draft")}
+        )
+        self.settings = sized_settings(cfg, self.encoded, models)  # the context fits every prompt, or the run stops here
         self.engines = load_engines(cfg, self.target, self.settings)
         if self.tokenizer.eos_token_id is not None:
             self.engines.eos_ids.add(int(self.tokenizer.eos_token_id))

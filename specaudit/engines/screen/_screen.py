@@ -10,6 +10,7 @@ import torch
 
 from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.decoding.warping import SamplingSpec, warp
+from specaudit.engines.screen._batching import token_batches
 from specaudit.engines.screen._sampling import sample_batch, teacher_forced_probs
 from specaudit.errors import InputError
 from specaudit.models import DisparityPlant, NgramDraft, PlantedDraft, forward_cached
@@ -119,23 +120,24 @@ def screen_paths(
     vocab_size: int,
     pad_id: int,
     batch_size: int = 32,
+    batch_tokens: int | None = None,
     check_draft: bool = True,
     plant: DisparityPlant | None = None,
     planted: list[bool] | None = None,
 ) -> list[ScreenedPath]:
     """Screen every (prompt, seed) row; rows come back in input order. Batches group prompts of
-    similar length (less padding); no row's result depends on which batch it landed in.
+    similar length (less padding), at most `batch_size` rows and `batch_tokens` padded positions
+    (screen._batching.token_batches); no row's result depends on which batch it landed in.
     `plant` mixes the draft's q on the rows where `planted` is true (the planted group's prompts),
     as the speculative engine does for those prompts."""
     kind = draft_kind(draft)
     if plant is not None and kind != "model":
         raise InputError("--plant-disparity mixes a draft model's distribution, and the ngram draft has none; use a model draft")
     device = next(target.parameters()).device
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    batches = token_batches([len(p) for p in prompts], max_new_tokens, max_rows=batch_size, max_tokens=batch_tokens)
     results: list[ScreenedPath | None] = [None] * len(prompts)
     checked = not check_draft or kind != "model"
-    for begin in range(0, len(order), batch_size):
-        rows = order[begin : begin + batch_size]
+    for rows in batches:
         started = time.perf_counter()
         batch = sample_batch(
             target,

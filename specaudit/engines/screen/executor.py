@@ -1,8 +1,9 @@
 """The screen executor (`--engines screen`): acceptance on every prompt, without the engines.
 
 Each plan item becomes a record of engine "screen" holding the target sample (`output_token_ids`,
-drawn with the run's derive_seed in batches of `extra.screen_batch` rows, so it is the vanilla
-engine's sample for that seed up to float ties) and the speculative counts expected along it at
+drawn with the run's derive_seed in batches of at most `extra.screen_batch` rows (32) and
+`extra.screen_batch_tokens` padded positions (8192: rows x (longest prompt + max_new_tokens)),
+so it is the vanilla engine's sample for that seed up to float ties) and the speculative counts expected along it at
 the run's k (specaudit.stats.acceptance): `proposed`, `accepted`, `steps` (expectations given
 the path; exact counts for n-gram), `expected_reached`, and per output position `position_beta`
 (Σ min(p_t, q_t)) and `position_accept` (min(1, q_t(x_t)/p_t(x_t)); 1/0 for n-gram). No engine
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from specaudit.contracts.run import SCREEN_ENGINE, PlanItem
 from specaudit.decoding import Generation
 from specaudit.engines.decode import device_entry, eos_token_ids, library_versions, make_record, pad_token_id
+from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
@@ -27,8 +29,6 @@ from specaudit.prompts import prompt_token_ids
 
 if TYPE_CHECKING:
     from specaudit.models import ModelPair
-
-DEFAULT_BATCH = 32
 
 
 class ScreenExecutor(Executor):
@@ -84,6 +84,7 @@ class ScreenExecutor(Executor):
 
     def screen(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
         from specaudit.engines.screen import screen_paths
+        from specaudit.engines.screen._batching import DEFAULT_BATCH_ROWS, DEFAULT_BATCH_TOKENS, token_batches
         from specaudit.models import DisparityPlant
 
         pair, cfg = self.pair, self.cfg
@@ -91,13 +92,15 @@ class ScreenExecutor(Executor):
         eos_ids = eos_token_ids(pair)
         pad_id = pad_token_id(pair, eos_ids)
         encoded = {p.id: prompt_token_ids(pair.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
-        check_prompt_lengths(encoded, pair.target, cfg.max_new_tokens)
-        batch_size = int(cfg.extra.get("screen_batch", DEFAULT_BATCH))
+        check_prompt_lengths(encoded, pair.target, cfg.max_new_tokens, draft=pair.draft)
+        batch_size = _positive_setting(cfg.extra, "screen_batch", DEFAULT_BATCH_ROWS)
+        batch_tokens = _positive_setting(cfg.extra, "screen_batch_tokens", DEFAULT_BATCH_TOKENS)
         # Timing repeats mean nothing without an engine to time. Similar lengths share a batch
-        # (less padding); a row's tokens do not depend on its batch-mates.
-        todo = sorted((item for item in items if not item.timing_only), key=lambda item: len(encoded[item.prompt.id]))
-        for begin in range(0, len(todo), batch_size):
-            chunk = todo[begin : begin + batch_size]
+        # (less padding), long prompts fewer to a batch; a row's tokens do not depend on its batch-mates.
+        todo = [item for item in items if not item.timing_only]
+        lengths = [len(encoded[item.prompt.id]) for item in todo]
+        for number, indices in enumerate(token_batches(lengths, cfg.max_new_tokens, max_rows=batch_size, max_tokens=batch_tokens)):
+            chunk = [todo[i] for i in indices]
             seeds = [derive_seed(cfg.seed, item.prompt.id, item.sample) for item in chunk]
             prompts = [encoded[item.prompt.id] for item in chunk]
             paths = screen_paths(
@@ -111,13 +114,20 @@ class ScreenExecutor(Executor):
                 eos_ids=eos_ids,
                 vocab_size=pair.vocab_size,
                 pad_id=pad_id,
-                batch_size=batch_size,
-                check_draft=begin == 0,
+                batch_size=len(chunk),
+                check_draft=number == 0,
                 plant=plant,
                 planted=[plant is not None and plant.applies_to(item.prompt.attributes) for item in chunk],
             )
             for item, seed, prompt_ids, path in zip(chunk, seeds, prompts, paths, strict=True):
                 emit(screen_record(cfg, item, seed, prompt_ids, path, pair.tokenizer.decode(path.tokens, skip_special_tokens=True)))
+
+
+def _positive_setting(extra: dict, name: str, default: int) -> int:
+    value = extra.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"extra.{name} must be an integer >= 1, got {value!r}")
+    return value
 
 
 def screen_record(cfg, item: PlanItem, seed: int, prompt_ids: list[int], path, text: str):

@@ -102,6 +102,28 @@ def llm_kwargs(cfg, target: str, *, speculative: bool) -> dict:
     return kwargs
 
 
+def check_context(encoded: dict[str, list[int]], target: str, kwargs: dict, max_new_tokens: int) -> None:
+    """The longest prompt plus max_new_tokens must fit extra.vllm.max_model_len when set, else
+    the model's context (its config's max_position_embeddings), before vLLM loads anything:
+    vLLM refuses such a request only when it comes, after records of other prompts."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig
+
+    from specaudit.execution.preflight import check_fits, context_length
+
+    if kwargs.get("max_model_len"):
+        check_fits(encoded, int(kwargs["max_model_len"]), "extra.vllm.max_model_len", max_new_tokens)
+        return
+    try:
+        config = AutoConfig.from_pretrained(target)
+    except (OSError, ValueError):
+        return  # an unreadable config is vLLM's to report, in its words
+    limit = context_length(SimpleNamespace(config=config))
+    if limit is not None:
+        check_fits(encoded, limit, "the model's context", max_new_tokens)
+
+
 def sampling_kwargs(cfg, seed: int, stop_token_ids: list[int], max_tokens: int | None = None) -> dict:
     """Keyword arguments of `vllm.SamplingParams` for one request: every setting explicit, so the
     model's generation_config defaults cannot change what was asked for."""
@@ -245,6 +267,7 @@ def target_path(name: str) -> str:
 
 
 __all__ = [
+    "check_context",
     "generation_of",
     "llm_kwargs",
     "request_counters",

@@ -10,10 +10,11 @@ from __future__ import annotations
 import gc
 
 from specaudit.contracts.engines import ENGINES
-from specaudit.contracts.run import SPECULATIVE_ENGINE, PlanItem
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.spec_counters import metrics_summary
 from specaudit.engines.vllm.client import (
+    check_context,
     counter_snapshot,
     generate_alone,
     generation_of,
@@ -69,6 +70,7 @@ class VllmExecutor(Executor):
         self.stops = stop_ids(self.tokenizer.eos_token_id, generation_eos)
         self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
         self.kwargs = {engine: llm_kwargs(cfg, target, speculative=engine == SPECULATIVE_ENGINE) for engine in RECORD_ENGINES}
+        check_context(self.encoded, target, self.kwargs[CONTROL_ENGINE], cfg.max_new_tokens)
         fields = {
             "versions": {**library_versions(), "vllm": self.vllm.__version__},
             "models": {
