@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specaudit._validation import input_error, sentence_error
+from specaudit._validation import SETTINGS_CONFIG, input_error, seed_field, sentence_error
 from specaudit.contracts import DEFAULT_BAND, MIN_CHECKED_PROMPTS, CheckStatus
 from specaudit.decoding import ENGINES, SamplingSpec
 from specaudit.errors import InputError
@@ -31,7 +31,7 @@ class RunConfig(BaseModel):
     """The settings of a run, from flags or a YAML file alike: checked on construction (types and
     ranges by pydantic, the rules between settings below); bad values are an InputError."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
+    model_config = ConfigDict(**SETTINGS_CONFIG, arbitrary_types_allowed=False)
 
     target: str = "default"
     draft: str | None = "int8"
@@ -46,10 +46,10 @@ class RunConfig(BaseModel):
     per_group: int | None = Field(None, ge=1, strict=True)
     dimensions: tuple[str, ...] | None = None
     column_map: str | None = None
-    seed: int = Field(0, strict=True)
+    seed: int = seed_field(description="the run's decoding seed")
     # Which prompts --per-group draws; apart from the decoding seed, so re-runs with new decoding
     # seeds (a monitoring history) audit the same prompts.
-    sample_seed: int = Field(0, strict=True)
+    sample_seed: int = seed_field(description="the seed of the --per-group sample")
     device: str = "auto"
     dtype: str = "auto"
     threads: int = Field(1, ge=1, strict=True)  # CPU threads for torch; see execution.decode.load_pair_for
@@ -191,7 +191,7 @@ class _SectionSettings(BaseModel):
     """A settings section of an audit config: constructing one names a bad field `SECTION.field`;
     `parse` names it as the caller says (a flag, a bare key)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(**SETTINGS_CONFIG, frozen=True)
     _section: ClassVar[str]
 
     def __init__(self, **options: Any) -> None:
@@ -237,7 +237,7 @@ class AnalysisSettings(_SectionSettings):
     delta: float = Field(0.05, gt=0, lt=1, strict=True, description="the equivalence margin on total variation, e.g. 0.05")
     dimensions: tuple[str, ...] | None = None
     n_boot: int = Field(1000, ge=1, strict=True)
-    seed: int = Field(0, strict=True)
+    seed: int = seed_field(description="the seed of the bootstrap and Monte Carlo nulls")
     tolerance: tuple[float, float] = DEFAULT_BAND
     fallback_threshold: float = Field(0.5, strict=True)
     equivalence: bool = Field(True, strict=True)

@@ -31,9 +31,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from specaudit._validation import input_error
+from specaudit._validation import SETTINGS_CONFIG, input_error
 from specaudit.errors import InputError
 
 RECORD_ENGINES = ("vanilla", "speculative")
@@ -48,7 +48,7 @@ PER_POSITION_COUNTER = "vllm:spec_decode_num_accepted_tokens_per_pos"
 class EndpointSettings(BaseModel):
     """The `endpoint:` section of a run config (`--engines endpoint`), shared by YAML and the API."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = SETTINGS_CONFIG
 
     speculative_url: str | None = None  # base URL of the server with speculative decoding on
     vanilla_url: str | None = None  # ... and off
