@@ -32,7 +32,15 @@ _EXPECTED = {
     "dict_type": "a mapping of key: value",
     "tuple_type": "a list",
     "list_type": "a list",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+    "finite_number": "a finite number",
 }
+
+
+def expected(kind: str, message: str) -> str:
+    """What a pydantic error of type `kind` wanted, in words ("an integer"); its own message otherwise."""
+    return _EXPECTED.get(kind) or (message[:1].lower() + message[1:]).removeprefix("value error, ")
 
 
 _RANGE_ERRORS = ("greater_than_equal", "greater_than", "less_than_equal", "less_than", "finite_number")

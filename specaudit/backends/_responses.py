@@ -16,6 +16,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from specaudit._validation import expected
+
 # A logprob above 0 is a probability above 1; float32 rounding gives at most ~1e-6.
 LOGPROB_SLACK = 1e-4
 # Bounds of one answer, from the request's max_tokens: a token's text is a few bytes (a long
@@ -80,11 +82,11 @@ def problem(err: ValidationError) -> str:
     """The first thing wrong in a body, as `where: what, got VALUE` (VALUE shortened)."""
     first = err.errors(include_url=False)[0]
     where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"]).lstrip(".") or "the body"
-    what = first["msg"].removeprefix("Value error, ")
-    what = what[0].lower() + what[1:] if what else what
     shown = repr(first.get("input"))
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return f"{where}: {what}, got {shown}"
+    if first["type"] == "value_error":  # our own validators say what they want
+        return f"{where}: {first['msg'].removeprefix('Value error, ')}"
+    return f"{where} must be {expected(first['type'], first['msg'])}, got {shown}"
 
 
 __all__ = [
