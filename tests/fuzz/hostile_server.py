@@ -86,6 +86,7 @@ class HostileServer:
         text = "x" * n
         if fault == "oov":
             logprobs["tokens"][0] = "token_id:99999"
+            ids[0] = 99999
         elif fault == "string_logprobs":
             logprobs["token_logprobs"] = ["x"] * n
         elif fault == "list_top_logprobs":
@@ -98,7 +99,13 @@ class HostileServer:
             text = "y" * 20_000
         elif fault == "huge_body":
             text = "z" * (4 << 20)
-        choice = {"index": 0, "text": text, "logprobs": logprobs if body.get("logprobs") else None, "finish_reason": "length"}
+        choice = {
+            "index": 0,
+            "text": text,
+            "logprobs": logprobs if body.get("logprobs") else None,
+            "token_ids": ids,  # vLLM's return_token_ids
+            "finish_reason": "length",
+        }
         choices = ["oops"] if fault == "choices_oops" else [choice]
         return {"id": "cmpl-1", "object": "text_completion", "model": self.model, "choices": choices, "usage": {"completion_tokens": n}}
 
@@ -164,6 +171,7 @@ def _stream_parts(choices: list) -> list:
     parts = []
     for t in range(n):
         part = {name: logprobs[name][t : t + 1] for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
-        parts.append({"index": 0, "text": choice["text"] if t == 0 else "", "logprobs": part, "finish_reason": None})
+        text = choice["text"] if t == 0 else ""
+        parts.append({"index": 0, "text": text, "logprobs": part, "token_ids": choice["token_ids"][t : t + 1], "finish_reason": None})
     parts[-1]["finish_reason"] = choice["finish_reason"]
     return parts

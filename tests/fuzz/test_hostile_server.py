@@ -90,23 +90,30 @@ def test_malformed_answer_is_one_sentence_keeps_records_and_resumes(tmp_path, ca
     assert len(records) == 2 * N_PROMPTS and {r["key"] for r in kept} <= {r["key"] for r in records}
 
 
-def test_out_of_vocabulary_token_fails_the_audit_naming_the_record(tmp_path, capsys):
+@pytest.mark.parametrize("logprobs", [20, 0], ids=["server-logprobs", "local-scoring"])
+def test_out_of_vocabulary_token_fails_the_audit_naming_the_record(tmp_path, capsys, logprobs):
     with HostileServer(fault="oov", after=0) as speculative, HostileServer() as vanilla:
-        code, error = _run(tmp_path, capsys, speculative, vanilla, stream=False)
+        code, error = _run(tmp_path, capsys, speculative, vanilla, stream=False, logprobs=logprobs)
     assert code == 0, error  # the answers are well-formed: they are kept as evidence
     records = read_records(tmp_path / "out" / "records.jsonl")
     bad = [r for r in records if r.get("server_violations")]
     assert {r["engine"] for r in bad} == {"speculative"} and len(bad) == N_PROMPTS
-    assert bad[0]["output_token_ids"][0] == 99999 and bad[0]["target_logprobs"][0]["token_logprob"] is None
+    assert bad[0]["output_token_ids"][0] == 99999
     assert "outside the vocabulary [0, 78)" in bad[0]["server_violations"][0]["problem"]
+    if logprobs:
+        assert bad[0]["target_logprobs"][0]["token_logprob"] is None  # probability 0: an impossible token
     assert main(["analyze", str(tmp_path / "out")]) == 0
     capsys.readouterr()
     code = main(["gate", str(tmp_path / "out")])
     out = capsys.readouterr().out
     assert code == 1
-    impossible = next(line for line in out.splitlines() if "impossible-tokens" in line)
-    assert impossible.lstrip().startswith("FAIL") and "|speculative|" in impossible and "position 0" in impossible, out
+    equivalence = next(line for line in out.splitlines() if "equivalence[speculative]" in line)
+    assert equivalence.lstrip().startswith("FAIL") and "token id 99999, outside the vocabulary" in equivalence, out
+    assert "|speculative|0 position 0" in equivalence
     assert "PASS  impossible-tokens" not in out
+    if logprobs:
+        impossible = next(line for line in out.splitlines() if "impossible-tokens" in line)
+        assert impossible.lstrip().startswith("FAIL") and "position 0" in impossible, out
 
 
 def test_two_correct_hostile_servers_pass(tmp_path, capsys):
