@@ -370,12 +370,23 @@ def load_config_file(path: str | Path) -> dict:
         raise InputError(f"config file {path} does not exist")
     try:
         payload = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise InputError(
+            f"config file {path} is not UTF-8 text (byte {err.start} is {err.object[err.start]:#04x}); save it as UTF-8"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f", line {mark.line + 1}" if mark else ""
         raise InputError(f"config file {path}{where} is not valid YAML") from None
+    except RecursionError:
+        raise InputError(f"config file {path} is nested too deeply to be a config") from None
     if not isinstance(payload, dict):
         raise InputError(f"config file {path} must hold a mapping of option: value")
+    odd = next((key for key in payload if not isinstance(key, str)), None)
+    if odd is not None:
+        raise InputError(
+            f"config file {path}: option names are words, but {odd!r} is not a word ({type(odd).__name__}); quote it or fix the key"
+        )
     return {key.replace("-", "_"): value for key, value in payload.items()}
 
 
