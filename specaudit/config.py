@@ -108,6 +108,10 @@ class RunConfig(BaseModel):
             from specaudit.backends.endpoint import validate_settings
 
             self.endpoint = validate_settings(self.endpoint, self.engines)
+        if backends == ["endpoint"] and self.dtype != "auto":
+            raise InputError(
+                f"--dtype {self.dtype} cannot apply with --engines endpoint: the servers decode in their own dtype; drop --dtype"
+            )
         if self.executor not in ("local", "ray"):
             raise InputError(f"--executor {self.executor!r}: choose local or ray")
         if self.executor == "ray" and any(e not in ENGINES for e in self.engines):
@@ -115,10 +119,15 @@ class RunConfig(BaseModel):
         SamplingSpec(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)  # its checks: temperature, top-k, top-p
         if isinstance(self.draft, str) and self.draft.startswith("early-exit") and not self.draft.partition(":")[2].isdigit():
             raise InputError(f"--draft {self.draft!r}: write early-exit:N with N the number of layers to keep, e.g. early-exit:8")
-        if self.plant_disparity:
+        if self.plant_disparity is not None:  # "" is a mistake to name, not "no plant"
             from specaudit.models import DisparityPlant
 
             DisparityPlant.parse(self.plant_disparity)
+            if not {"speculative", "screen"} & set(self.engines):
+                raise InputError(
+                    f"--plant-disparity plants into the speculative engine and the screen, and --engines {','.join(self.engines)} "
+                    "runs neither; add speculative to --engines or drop --plant-disparity"
+                )
             if "hf-assisted" in self.engines:
                 raise InputError("--plant-disparity applies to the speculative engine and the screen only; drop hf-assisted from --engines")
             if self.draft == "ngram":
