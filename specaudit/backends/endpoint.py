@@ -34,6 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from specaudit._validation import SETTINGS_CONFIG, input_error
+from specaudit.backends._deadline import deadline_transport, total_deadline
 from specaudit.backends._responses import (
     ANSWER_BYTES_BASE,
     ANSWER_BYTES_PER_TOKEN,
@@ -214,7 +215,9 @@ class Endpoint:
         headers = {"Accept": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._client = httpx.Client(timeout=timeout_s, headers=headers, follow_redirects=True, max_redirects=self.MAX_REDIRECTS)
+        self._client = httpx.Client(
+            timeout=timeout_s, headers=headers, follow_redirects=True, max_redirects=self.MAX_REDIRECTS, transport=deadline_transport()
+        )
 
     def close(self) -> None:
         self._client.close()
@@ -237,7 +240,7 @@ class Endpoint:
         method = "POST" if body is not None else "GET"
         where = self._where(url, request)
         try:
-            with self._client.stream(method, url, json=body) as response:
+            with total_deadline(self.timeout_s), self._client.stream(method, url, json=body) as response:
                 if response.status_code >= 400:
                     message = _error_message(response.read()[:65536] or b"")
                     raise InputError(

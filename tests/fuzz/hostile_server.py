@@ -34,6 +34,7 @@ FAULTS = (
     "redirect_loop",  # 307 to itself, forever
     "bad_gzip",  # Content-Encoding: gzip on a body that is not gzip
     "drip",  # the answer one byte at a time, slower than any sane timeout
+    "drip_headers",  # the status line and headers one byte at a time
 )
 
 
@@ -121,6 +122,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
+    def _drip(self, payload: bytes) -> None:
+        for byte in payload[:DRIP_LIMIT]:  # bounded: the request ends by itself
+            try:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+            except OSError:  # the client gave up: what the test wants
+                return
+            time.sleep(DRIP_EVERY_S)
+        self.close_connection = True
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         app: HostileServer = self.server.app
         if self.path.rstrip("/") == "/v1/models":
@@ -134,6 +145,9 @@ class _Handler(BaseHTTPRequestHandler):
         fault = app.next_fault()
         if fault == "redirect_loop":
             self._send(307, b"", {"Location": self.path})
+            return
+        if fault == "drip_headers":
+            self._drip(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"s" * DRIP_LIMIT)
             return
         answer = app.answer(body, fault)
         if body.get("stream"):
@@ -150,13 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Type", content_type)
             self.end_headers()
-            for byte in payload[:DRIP_LIMIT]:  # bounded: the request ends by itself
-                try:
-                    self.wfile.write(bytes([byte]))
-                    self.wfile.flush()
-                except OSError:  # the client gave up: what the test wants
-                    return
-                time.sleep(DRIP_EVERY_S)
+            self._drip(payload)
         else:
             self._send(200, payload, {"Content-Type": content_type})
 

@@ -70,6 +70,7 @@ MALFORMED = [
     ("bad_gzip", False, "cannot be decoded"),
     ("drip", True, "did not finish streaming its answer within 1 s"),
     ("drip", False, "did not finish answering within 1 s"),
+    ("drip_headers", False, "did not finish answering within 1 s"),
 ]
 
 
