@@ -50,6 +50,7 @@ LOGPROBS_MODES = ("processed", "raw")
 # vLLM writes -inf logprobs as -9999.0 in its JSON: at or below it a token has zero probability.
 ZERO_LOGPROB = -9999.0
 TOKEN_ID_PREFIX = "token_id:"
+METRICS_PAGE_BYTES = 16 << 20  # a Prometheus page with many label sets is larger than any completion
 SPEC_DECODE_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens")
 PER_POSITION_COUNTER = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
@@ -302,7 +303,7 @@ class Endpoint:
 
     def get_text(self, url: str) -> str:
         with self._request(url, stage="stopped answering") as response:
-            return self._read(response, url).decode("utf-8", "replace")
+            return self._read(response, url, limit=METRICS_PAGE_BYTES).decode("utf-8", "replace")
 
     def served_models(self) -> list[str]:
         url = f"{self.base_url}/models"
