@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import yaml
@@ -20,12 +21,16 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from specaudit.backends._responses import CompletionPart, problem
+from specaudit.backends.endpoint import Endpoint
 from specaudit.cli import main
+from specaudit.errors import InputError
 from specaudit.records import read_records
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
 N_PROMPTS = 4  # tiny_prompts_file
+# Examples per property test; SPECAUDIT_FUZZ_EXAMPLES=1000 for a deeper search before a release.
+EXAMPLES = int(os.environ.get("SPECAUDIT_FUZZ_EXAMPLES", "150"))
 MAX_TOKENS = 6
 
 
@@ -154,7 +159,7 @@ choices = st.fixed_dictionaries(
 bodies = st.fixed_dictionaries({}, optional={"choices": st.lists(choices | json_any, max_size=2) | json_any, "usage": json_any})
 
 
-@settings(max_examples=300, deadline=None, database=None)
+@settings(max_examples=EXAMPLES, deadline=None, database=None)
 @given(bodies)
 def test_response_model_accepts_only_well_typed_finite_answers(body):
     """Whatever a server sends: the model either accepts it, and then every field specaudit reads has
@@ -182,3 +187,25 @@ def test_response_model_round_trips_a_correct_answer():
     server.httpd.server_close()
     part = CompletionPart.model_validate(answer)
     assert len(part.choices[0].logprobs.tokens) == 5 and part.choices[0].finish_reason == "length"
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None)
+@given(st.lists(bodies, min_size=1, max_size=3), st.integers(1, 6))
+def test_merged_answers_fit_the_request_or_are_one_sentence(chunks, max_tokens):
+    """The chunks of any stream: merged into a completion whose lists are aligned and no longer than
+    max_tokens, or refused with one InputError naming the URL (never another exception)."""
+    endpoint = Endpoint("http://127.0.0.1:9/v1", setting="speculative_url")
+    try:
+        merged = endpoint._merge(chunks, "http://127.0.0.1:9/v1/completions", "prompt p0, sample 0", max_tokens)
+    except InputError as err:
+        assert str(err).startswith("endpoint speculative_url http://127.0.0.1:9/v1/completions") and "\n" not in str(err)
+        return
+    finally:
+        endpoint.close()
+    if merged.tokens is not None:
+        assert len(merged.tokens) <= max_tokens
+        for name in ("token_logprobs", "top_logprobs"):
+            assert getattr(merged, name) is None or len(getattr(merged, name)) == len(merged.tokens)
+    if merged.token_ids is not None:
+        assert len(merged.token_ids) <= max_tokens and all(i >= 0 for i in merged.token_ids)
+    assert len(merged.text) <= 1024 * max_tokens
