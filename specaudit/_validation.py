@@ -5,6 +5,10 @@ specaudit.backends.endpoint.EndpointSettings) are pydantic models; this module t
 error into "NAME must be WHAT, got VALUE" with the name as the user wrote it (a CLI flag or a config
 key), and unknown keys into one list. A field's `description` is added in brackets as the hint; a
 validator with its own sentence raises `sentence_error`, which follows the name as written.
+
+Numbers are checked here once for every model and flag: SETTINGS_CONFIG (every settings model's
+config) refuses NaN and ±inf, `seed_field` bounds a seed to 0 .. 2**63 - 1, and the argparse types
+`finite_float` and `seed_int` do the same for flags before any command starts.
 """
 
 from __future__ import annotations
@@ -142,10 +146,3 @@ def seed_int(text: str) -> int:
     if not 0 <= value <= SEED_MAX:
         raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2**63 - 1 (what torch, numpy and servers accept), got {text}")
     return value
-
-
-def check_finite(name: str, value: Any) -> float:
-    """`value` as a float, or the InputError naming `name` when it is not a finite number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InputError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
