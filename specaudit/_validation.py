@@ -5,15 +5,21 @@ specaudit.engines.endpoint.settings.EndpointSettings) are pydantic models; this 
 error into "NAME must be WHAT, got VALUE" with the name as the user wrote it (a CLI flag or a config
 key), and unknown keys into one list. A field's `description` is added in brackets as the hint; a
 validator with its own sentence raises `sentence_error`, which follows the name as written.
+
+Numbers are checked here once for every model and flag: SETTINGS_CONFIG (every settings model's
+config) refuses NaN and ±inf, `seed_field` bounds a seed to 0 .. 2**63 - 1, and the argparse types
+`finite_float` and `seed_int` do the same for flags before any command starts.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 from collections.abc import Callable
 from typing import Any
 
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
 from specaudit.errors import InputError
@@ -30,7 +36,15 @@ _EXPECTED = {
     "dict_type": "a mapping of key: value",
     "tuple_type": "a list",
     "list_type": "a list",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+    "finite_number": "a finite number",
 }
+
+
+def expected(kind: str, message: str) -> str:
+    """What a pydantic error of type `kind` wanted, in words ("an integer"); its own message otherwise."""
+    return _EXPECTED.get(kind) or (message[:1].lower() + message[1:]).removeprefix("value error, ")
 
 
 _RANGE_ERRORS = ("greater_than_equal", "greater_than", "less_than_equal", "less_than", "finite_number")
@@ -56,9 +70,13 @@ def _bounds(model: type[BaseModel], field: str) -> str:
         elif isinstance(constraint, Lt):
             high = (")", "<", constraint.lt)
     if low and high:
-        return f" in {low[0]}{low[2]:g}, {high[2]:g}{high[0]}"
+        return f" in {low[0]}{_number(low[2])}, {_number(high[2])}{high[0]}"
     side = low or high
-    return f" {side[1]} {side[2]:g}" if side else ""
+    return f" {side[1]} {_number(side[2])}" if side else ""
+
+
+def _number(bound: Any) -> str:
+    return "2**63 - 1" if bound == SEED_MAX else f"{bound:g}"
 
 
 def _hint(model: type[BaseModel], field: str) -> str:
@@ -83,6 +101,7 @@ def input_error(
         return InputError(f"{name(field)} {first['msg']}")
     if kind in _RANGE_ERRORS or (kind in _EXPECTED and _bounds(model, field)):
         base = "an integer" if "int" in str(model.model_fields[field].annotation) else "a number"
+        base = "a finite number" if kind == "finite_number" else base
         return InputError(f"{name(field)} must be {base}{_bounds(model, field)}, got {value!r}{_hint(model, field)}")
     if kind == "literal_error":
         return InputError(f"{name(field)} must be one of {first['ctx']['expected']}, got {value!r}")
@@ -90,3 +109,40 @@ def input_error(
         return InputError(f"{name(field)} is missing")
     expected = _EXPECTED.get(kind, first["msg"].removeprefix("Value error, ").lower())
     return InputError(f"{name(field)} must be {expected}, got {value!r}{_hint(model, field)}")
+
+
+# ----------------------------------------------------------------------------- numbers, checked once
+# Every settings model shares this config: NaN and ±inf are refused ("finite_number") wherever a
+# float is read, so a flag or config value of nan cannot turn a comparison off silently. A field
+# where infinity means something says so itself (Field(allow_inf_nan=True) and a description).
+SETTINGS_CONFIG = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+# Seeds reach torch.Generator.manual_seed, numpy and the servers' int64 `seed` field: 0 .. 2**63 - 1.
+SEED_MAX = (1 << 63) - 1
+
+
+def seed_field(default: int = 0, description: str = "a seed, 0 to 2**63 - 1") -> Any:
+    """A seed setting of any settings model, bounded to what every engine accepts."""
+    return Field(default, ge=0, le=SEED_MAX, strict=True, description=description)
+
+
+def finite_float(text: str) -> float:
+    """The argparse type of every float flag: a finite number (argparse names the flag and exits 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def seed_int(text: str) -> int:
+    """The argparse type of every seed flag: an integer 0 .. 2**63 - 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2**63 - 1 (what torch, numpy and servers accept), got {text}")
+    return value

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specaudit._validation import input_error, sentence_error
+from specaudit._validation import SETTINGS_CONFIG, input_error, seed_field, sentence_error
 from specaudit.contracts import DEFAULT_BAND, MIN_CHECKED_PROMPTS, CheckStatus
 from specaudit.contracts.engines import BACKENDS, ENGINES, LOCAL_ENGINES, LOCAL_EXECUTORS, backend_of, resolve
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
@@ -33,7 +33,7 @@ class RunConfig(BaseModel):
     """The settings of a run, from flags or a YAML file alike: checked on construction (types and
     ranges by pydantic, the rules between settings below); bad values are an InputError."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
+    model_config = ConfigDict(**SETTINGS_CONFIG, arbitrary_types_allowed=False)
 
     target: str = "default"
     draft: str | None = "int8"
@@ -48,10 +48,10 @@ class RunConfig(BaseModel):
     per_group: int | None = Field(None, ge=1, strict=True)
     dimensions: tuple[str, ...] | None = None
     column_map: str | None = None
-    seed: int = Field(0, strict=True)
+    seed: int = seed_field(description="the run's decoding seed")
     # Which prompts --per-group draws; apart from the decoding seed, so re-runs with new decoding
     # seeds (a monitoring history) audit the same prompts.
-    sample_seed: int = Field(0, strict=True)
+    sample_seed: int = seed_field(description="the seed of the --per-group sample")
     device: str = "auto"
     dtype: str = "auto"
     threads: int = Field(1, ge=1, strict=True)  # CPU threads for torch; see execution.decode.load_pair_for
@@ -107,6 +107,10 @@ class RunConfig(BaseModel):
         endpoint = ENGINES["endpoint"]
         if self.endpoint is not None or self.engines == (endpoint.name,):
             self.endpoint = resolve(endpoint.settings).validate_settings(self.endpoint, self.engines)
+        if backend is endpoint and self.dtype != "auto":
+            raise InputError(
+                f"--dtype {self.dtype} cannot apply with --engines endpoint: the servers decode in their own dtype; drop --dtype"
+            )
         if self.executor not in LOCAL_EXECUTORS:
             raise InputError(f"--executor {self.executor!r}: choose {' or '.join(LOCAL_EXECUTORS)}")
         if self.executor == "ray" and any(e not in LOCAL_ENGINES for e in self.engines):
@@ -114,10 +118,15 @@ class RunConfig(BaseModel):
         SamplingSpec(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)  # its checks: temperature, top-k, top-p
         if isinstance(self.draft, str) and self.draft.startswith("early-exit") and not self.draft.partition(":")[2].isdigit():
             raise InputError(f"--draft {self.draft!r}: write early-exit:N with N the number of layers to keep, e.g. early-exit:8")
-        if self.plant_disparity:
+        if self.plant_disparity is not None:  # "" is a mistake to name, not "no plant"
             from specaudit.models import DisparityPlant
 
             DisparityPlant.parse(self.plant_disparity)
+            if not {"speculative", "screen"} & set(self.engines):
+                raise InputError(
+                    f"--plant-disparity plants into the speculative engine and the screen, and --engines {','.join(self.engines)} "
+                    "runs neither; add speculative to --engines or drop --plant-disparity"
+                )
             if "hf-assisted" in self.engines:
                 raise InputError("--plant-disparity applies to the speculative engine and the screen only; drop hf-assisted from --engines")
             if self.draft == "ngram":
@@ -186,7 +195,7 @@ class _SectionSettings(BaseModel):
     """A settings section of an audit config: constructing one names a bad field `SECTION.field`;
     `parse` names it as the caller says (a flag, a bare key)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(**SETTINGS_CONFIG, frozen=True)
     _section: ClassVar[str]
 
     def __init__(self, **options: Any) -> None:
@@ -232,7 +241,7 @@ class AnalysisSettings(_SectionSettings):
     delta: float = Field(0.05, gt=0, lt=1, strict=True, description="the equivalence margin on total variation, e.g. 0.05")
     dimensions: tuple[str, ...] | None = None
     n_boot: int = Field(1000, ge=1, strict=True)
-    seed: int = Field(0, strict=True)
+    seed: int = seed_field(description="the seed of the bootstrap and Monte Carlo nulls")
     tolerance: tuple[float, float] = DEFAULT_BAND
     fallback_threshold: float = Field(0.5, strict=True)
     equivalence: bool = Field(True, strict=True)
@@ -365,12 +374,23 @@ def load_config_file(path: str | Path) -> dict:
         raise InputError(f"config file {path} does not exist")
     try:
         payload = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise InputError(
+            f"config file {path} is not UTF-8 text (byte {err.start} is {err.object[err.start]:#04x}); save it as UTF-8"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f", line {mark.line + 1}" if mark else ""
         raise InputError(f"config file {path}{where} is not valid YAML") from None
+    except RecursionError:
+        raise InputError(f"config file {path} is nested too deeply to be a config") from None
     if not isinstance(payload, dict):
         raise InputError(f"config file {path} must hold a mapping of option: value")
+    odd = next((key for key in payload if not isinstance(key, str)), None)
+    if odd is not None:
+        raise InputError(
+            f"config file {path}: option names are words, but {odd!r} is not a word ({type(odd).__name__}); quote it or fix the key"
+        )
     return {key.replace("-", "_"): value for key, value in payload.items()}
 
 

@@ -254,7 +254,7 @@ def test_run_config_with_an_unknown_analysis_key(tmp_path, tiny_pair_dir, tiny_p
         ({"alpha": "0.01"}, "`analysis:` section: alpha must be a number in (0, 1), got '0.01'"),  # strict: a string is no number
         ({"n_boot": 10.5}, "`analysis:` section: n_boot must be an integer >= 1, got 10.5"),
         ({"band": [1.1, 2]}, "`analysis:` section: band must be two numbers low,high around 1"),
-        ({"seed": True}, "`analysis:` section: seed must be an integer, got True"),
+        ({"seed": True}, "`analysis:` section: seed must be an integer in [0, 2**63 - 1], got True"),
     ],
 )
 def test_run_config_with_a_bad_analysis_value_names_the_key(tmp_path, tiny_pair_dir, tiny_prompts_file, capsys, section, message):

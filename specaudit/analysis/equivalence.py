@@ -67,15 +67,20 @@ def equivalence_section(
         "engines": {},
     }
     scores = None
+    # Records a server proved broken (token ids outside the vocabulary) cannot be scored against a
+    # local model; judge_server_violations fails their engine. Server logprobs score them all: there
+    # the broken positions carry probability 0, impossible tokens.
+    scored = [r for r in outputs if not r.get("server_violations")]
     if greedy:
         for engine in engines:
             if engine == CONTROL_ENGINE:
                 continue
-            result = eq.greedy_exactness(outputs, pair.target, engine=engine, reference=CONTROL_ENGINE)
+            result = eq.greedy_exactness(scored, pair.target, engine=engine, reference=CONTROL_ENGINE)
             section["engines"][engine] = {"verdict": result.verdict, "greedy": result.to_dict()}
     elif server_scored(outputs):  # an endpoint run: the server's own logprobs, no local model
         from specaudit.stats.logprob_scores import scores_from_logprobs
 
+        scored = outputs
         scores = scores_from_logprobs(outputs)
         section["scoring"] = {
             "source": "logprobs returned by the servers (top-N per token)",
@@ -83,17 +88,17 @@ def equivalence_section(
             "where the top-N does not hold all of it; no draft, so no draft affinity or acceptance calibration",
         }
     else:
-        scores, section["draft_scoring"] = score_sampled(outputs, pair, plant_disparity)
+        scores, section["draft_scoring"] = score_sampled(scored, pair, plant_disparity)
     if not greedy:
         n_prompts = len({r["prompt_id"] for r in outputs})
         for engine in engines:
-            if not any(r["output_token_ids"] for r in outputs if r["engine"] == engine) and any(
-                r.get("verify_violations") for r in outputs if r["engine"] == engine
+            if not any(r["output_token_ids"] for r in scored if r["engine"] == engine) and any(
+                r.get("verify_violations") or r.get("server_violations") for r in outputs if r["engine"] == engine
             ):
-                section["engines"][engine] = {"verdict": CheckStatus.FAIL}  # nothing to test: its verify broke at the first call
+                section["engines"][engine] = {"verdict": CheckStatus.FAIL}  # nothing to test: its verify (or server) broke at once
                 continue
             engine_scores = scores.select(engine=engine)
-            gof = eq.goodness_of_fit(engine_scores, outputs, engine=engine, by=dimensions, alpha=alpha, seed=seed)
+            gof = eq.goodness_of_fit(engine_scores, scored, engine=engine, by=dimensions, alpha=alpha, seed=seed)
             entry: dict[str, Any] = {"verdict": gof.verdict, "goodness_of_fit": gof.to_dict()}
             entry["tv_bound"] = eq.tv_bound(engine_scores, engine=engine, delta=delta, alpha=alpha, seed=seed).to_dict()
             samples = sum(1 for r in outputs if r["engine"] == engine)
@@ -101,7 +106,7 @@ def equivalence_section(
                 gof.n_tokens, samples / max(n_prompts, 1), n_prompts=n_prompts, alpha=alpha, n_tests=max(len(gof.gate), 1)
             )
             if engine != CONTROL_ENGINE and CONTROL_ENGINE in engines:
-                two = eq.two_sample(outputs, scores, engine=engine, reference=CONTROL_ENGINE, by=dimensions, alpha=alpha, seed=seed)
+                two = eq.two_sample(scored, scores, engine=engine, reference=CONTROL_ENGINE, by=dimensions, alpha=alpha, seed=seed)
                 entry["two_sample"] = two.to_dict()
                 if two.verdict == CheckStatus.FAIL:
                     entry["verdict"] = CheckStatus.FAIL
@@ -109,6 +114,7 @@ def equivalence_section(
     for engine in engines:
         if engine in section["engines"]:
             judge_verify_violations(section["engines"][engine], outputs, engine)
+            judge_server_violations(section["engines"][engine], outputs, engine)
     audited = [e for e in section["engines"] if e not in (CONTROL_ENGINE, SCREEN_ENGINE)]  # screen records are target samples
     control = section["engines"].get(CONTROL_ENGINE)
     judge_control(section, alpha)
@@ -139,6 +145,21 @@ def judge_verify_violations(entry: dict, outputs: list[dict], engine: str) -> No
     entry["message"] = (
         f"the verify function broke its contract in {len(found)} call(s); first: call {first['call']} of record "
         f"{first['record']}, it {first['problem']} (a proven bug of this sampler)"
+    )
+
+
+def judge_server_violations(entry: dict, outputs: list[dict], engine: str) -> None:
+    """Fail an engine whose server returned what no correct server can (a token id outside the
+    vocabulary; the endpoint backend records each on the record): a proven bug of that server."""
+    found = [{"record": r["key"], **v} for r in outputs if r["engine"] == engine for v in r.get("server_violations") or []]
+    if not found:
+        return
+    first = found[0]
+    entry["server_violations"] = {"count": len(found), "records": len({f["record"] for f in found}), "first": first, "examples": found[:5]}
+    entry["verdict"] = CheckStatus.FAIL
+    entry["message"] = (
+        f"the {engine} server returned impossible output at {len(found)} position(s) of {entry['server_violations']['records']} "
+        f"record(s); first: record {first['record']} position {first['position']}: {first['problem']} (a proven bug of that server)"
     )
 
 

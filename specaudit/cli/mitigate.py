@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from specaudit._validation import finite_float, seed_int
+
 
 # ---------------------------------------------------------------------- mitigate
 def add_mitigate(sub: argparse._SubParsersAction) -> None:
@@ -27,10 +29,10 @@ def add_mitigate(sub: argparse._SubParsersAction) -> None:
         help="comma list of weightings also trained at the same budget for the comparison table ('' for none; default unweighted)",
     )
     p.add_argument("--objective", default="tv", help="tv (1 - acceptance per position, default) or kl (forward KL)")
-    p.add_argument("--held-out", type=float, default=0.5, help="fraction of prompts (whole pairs) held out (default 0.5)")
+    p.add_argument("--held-out", type=finite_float, default=0.5, help="fraction of prompts (whole pairs) held out (default 0.5)")
     p.add_argument("--per-group", type=int, help="draw N prompts per group from the run's prompt set instead of the run's prompts")
     p.add_argument("--train-layers", type=int, default=2, help="upper draft layers trained, with the final norm (default 2)")
-    p.add_argument("--learning-rate", type=float, default=3e-4, help="AdamW learning rate (default 3e-4)")
+    p.add_argument("--learning-rate", type=finite_float, default=3e-4, help="AdamW learning rate (default 3e-4)")
     p.add_argument("--steps", type=int, help="training steps (default 60; --quick 20)")
     p.add_argument("--batch-size", type=int, help="sequences per step (default 4)")
     p.add_argument("--samples", type=int, help="target samples per prompt (default 2; --quick 1)")
@@ -41,7 +43,7 @@ def add_mitigate(sub: argparse._SubParsersAction) -> None:
         help="held-out prompts decoded by the real engine for the equivalence check (default 4; --quick 2; 0 skips it)",
     )
     p.add_argument("--timing-prompts", type=int, help="held-out prompts per group timed for the measured speed-up (default 1; --quick 0)")
-    p.add_argument("--seed", type=int, default=0, help="split, sampling and training seed (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="split, sampling and training seed (default 0)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] (default auto)")
     p.add_argument("--quick", action="store_true", help="a smaller budget (1 sample, 16 tokens, 20 steps, no timing)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

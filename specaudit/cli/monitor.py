@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specaudit._validation import finite_float
 from specaudit.cli.run import add_audit_options, run_audit
 from specaudit.errors import InputError
 
@@ -41,10 +42,10 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
         "--metrics", default="acceptance_rate,speedup", help="comma list of metrics to compare (default acceptance_rate,speedup)"
     )
     checking.add_argument(
-        "--min-change", type=float, default=0.10, help="practical threshold: relative worsening that FAILs (default 0.10)"
+        "--min-change", type=finite_float, default=0.10, help="practical threshold: relative worsening that FAILs (default 0.10)"
     )
     checking.add_argument("--no-cusum", dest="cusum", action="store_false", help="skip the CUSUM slow-drift check over the history")
-    checking.add_argument("--cusum-h", type=float, help="CUSUM threshold (default ln(series / alpha) / (2k), k = 0.5)")
+    checking.add_argument("--cusum-h", type=finite_float, help="CUSUM threshold (default ln(series / alpha) / (2k), k = 0.5)")
     checking.add_argument("--format", choices=("text", "json"), default="text")
     checking.add_argument("--verbose", action="store_true", help="text: print PASS checks too")
     checking.add_argument("--alert-file", help="append non-PASS checks as JSON lines to this file")
@@ -57,7 +58,7 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
     check.add_argument("snapshot", nargs="?", help="store this snapshot first and check it (default: the latest stored run)")
     check.add_argument("--snapshot", dest="snapshot_option", metavar="PATH", help="the same as the positional SNAPSHOT")
     check.add_argument("--run", default="latest", help="stored run to check: id, name or 'latest' (default)")
-    check.add_argument("--alpha", type=float, default=0.05, help="family-wise error rate over groups x metrics, Holm (default 0.05)")
+    check.add_argument("--alpha", type=finite_float, default=0.05, help="family-wise error rate over groups x metrics, Holm (default 0.05)")
     run = actions.add_parser(
         "run", parents=[common, checking], help="run an audit (the flags and config of `specaudit audit`), store its snapshot and check it"
     )
@@ -89,16 +90,24 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     import os
 
     from specaudit import monitor
-    from specaudit.monitor._check import alert_counts, describe_run, history_table
+    from specaudit.monitor._check import alert_counts, check_baseline, describe_run, history_table
+    from specaudit.monitor._drift import check_settings
     from specaudit.monitor._store import parse_tags
 
     action = {"drift": "check"}.get(args.monitor_command, args.monitor_command)
     environment = args.environment if args.environment is not None else os.environ.get("SPECAUDIT_ENVIRONMENT")
+    if action in ("check", "run"):
+        # Every setting of the check is refused before anything is stored or decoded.
+        check_settings(alpha=args.alpha if args.alpha is not None else 0.05, min_change=args.min_change, cusum_h=args.cusum_h)
     if action == "check":
         args.snapshot = args.snapshot or args.snapshot_option
+        if args.snapshot:
+            with monitor.open_store(args.store, create=True) as store:
+                check_baseline(store, args.baseline, environment)
     elif action == "run":
         # Open the store before minutes of decoding: a foreign or damaged database fails first.
-        monitor.open_store(args.store, create=True).close()
+        with monitor.open_store(args.store, create=True) as store:
+            check_baseline(store, args.baseline, environment)
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the check (JSON with --format json)
             args.snapshot = str(run_audit(args).out_dir)
         args.run, args.alpha = "latest", args.alpha if args.alpha is not None else 0.05

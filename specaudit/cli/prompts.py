@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specaudit._validation import seed_int
+
 
 # ----------------------------------------------------------------------- prompts
 def add_prompts(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +24,7 @@ def add_prompts(sub: argparse._SubParsersAction) -> None:
     stats.add_argument("--tokenizer", default="default", help="'default' (embedded model), 'none' (count words) or a tokenizer path/HF id")
     stats.add_argument("--dimensions", help="comma-separated dimensions to keep")
     stats.add_argument("--per-group", type=int, help="stratified sample of N prompts per group, as a run would use")
-    stats.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    stats.add_argument("--seed", type=seed_int, default=0, help="sampling seed (default 0)")
     stats.add_argument("--intersect", help="comma-separated dimensions to cross, e.g. domain,dialect")
     for q in (validate, stats):
         q.add_argument("--column-map", help="e.g. text=question,id=qid,group:domain=category")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specaudit._validation import finite_float, seed_int
 from specaudit.contracts import DEFAULT_BAND
 from specaudit.errors import InputError
 
@@ -26,12 +27,12 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
         "audit screen,vanilla,speculative); or a backend alone: endpoint (live servers, config `endpoint:`), vllm (GPU) or llama-cpp (GGUF on CPU)",
     )
     g.add_argument("--k", type=int, help="draft tokens per verification step (default 4)")
-    g.add_argument("--temperature", type=float, help="0 = greedy (default 1.0)")
+    g.add_argument("--temperature", type=finite_float, help="0 = greedy (default 1.0)")
     g.add_argument("--top-k", type=int, help="0 = off")
-    g.add_argument("--top-p", type=float, help="1.0 = off")
+    g.add_argument("--top-p", type=finite_float, help="1.0 = off")
     g.add_argument("--samples", type=int, help="samples per prompt and engine (default 1)")
     g.add_argument("--max-new-tokens", type=int, help="default: run 48, audit 32")
-    g.add_argument("--seed", type=int, help="run seed (default 0)")
+    g.add_argument("--seed", type=seed_int, help="run seed (default 0)")
     g.add_argument("--timing-repeats", type=int, help="extra interleaved runs per prompt used only for latency")
     g.add_argument("--warmup", type=int, help="warm-up rounds before timing (default 1)")
     g.add_argument("--verify", help="module:function of your own rejection step, run inside the speculative engine")
@@ -53,7 +54,7 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--per-group", type=int, help="stratified sample of N prompts per group (parallel dimensions: N pairs; audit default 10)"
     )
-    g.add_argument("--sample-seed", type=int, help="seed of the --per-group sample (default 0; independent of --seed)")
+    g.add_argument("--sample-seed", type=seed_int, help="seed of the --per-group sample (default 0; independent of --seed)")
     g.add_argument("--dimensions", help="comma list of prompt dimensions to keep, e.g. dialect,language")
     g.add_argument(
         "--engine-prompts",
@@ -156,13 +157,13 @@ def cmd_merge(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------- analyze
 def _add_analysis_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("analysis")
-    g.add_argument("--alpha", type=float, help="family-wise error rate of the equivalence battery (default 0.05)")
-    g.add_argument("--delta", type=float, help="equivalence margin on total variation (default 0.05)")
+    g.add_argument("--alpha", type=finite_float, help="family-wise error rate of the equivalence battery (default 0.05)")
+    g.add_argument("--delta", type=finite_float, help="equivalence margin on total variation (default 0.05)")
     g.add_argument("--analyze-dimensions", dest="analyze_dimensions", help="prompt attributes to analyse (default: all in the run)")
     g.add_argument("--n-boot", type=int, help="bootstrap resamples of prompts (default 1000)")
     g.add_argument("--band", help="tolerance band on the ratio to the reference group (default {},{})".format(*DEFAULT_BAND))
     g.add_argument(
-        "--fallback-threshold", type=float, help="acceptance below which the fallback simulation routes to vanilla (default 0.5)"
+        "--fallback-threshold", type=finite_float, help="acceptance below which the fallback simulation routes to vanilla (default 0.5)"
     )
     g.add_argument(
         "--no-equivalence", dest="equivalence", action="store_const", const=False, help="skip the equivalence tests (no model loading)"

@@ -68,6 +68,9 @@ def _engine_equivalence(engine: str, entry: Mapping[str, Any], alpha: float, gre
             f"first: call {first.get('call')} of record {first.get('record')}, it {first.get('problem')}",
             {"verify_violations": dict(violations)},
         )
+    served = _server_violations(engine, entry)
+    if served is not None:
+        return served
     if greedy:
         result = mapping(entry.get("greedy"))
         if not result:
@@ -122,8 +125,27 @@ def _engine_equivalence(engine: str, entry: Mapping[str, Any], alpha: float, gre
     return GateCheck(name, title, PASS, message, details)
 
 
+def _server_violations(engine: str, entry: Any, name: str | None = None, title: str | None = None) -> GateCheck | None:
+    """FAIL for an engine whose server returned impossible output (analysis.judge_server_violations)."""
+    violations = mapping(mapping(entry).get("server_violations"))
+    if not violations:
+        return None
+    first = mapping(violations.get("first"))
+    return GateCheck(
+        name or f"equivalence[{engine}]",
+        title or f"Equivalence not rejected: {engine}",
+        FAIL,
+        f"the {engine} server returned impossible output at {violations.get('count')} position(s); first: record "
+        f"{first.get('record')} position {first.get('position')}: {first.get('problem')}",
+        {"server_violations": dict(violations)},
+    )
+
+
 def _control_check(control: str, entry: Any, alpha: float, greedy: bool, section: Mapping[str, Any]) -> GateCheck:
     name, title = f"control[{control}]", "Vanilla control passes"
+    served = _server_violations(control, entry, name, title)
+    if served is not None:  # the control's own server is broken: proven, whatever the tests say
+        return served
     if greedy:
         return GateCheck(
             name,
@@ -177,6 +199,11 @@ def _impossible_check(engines: Mapping[str, Any]) -> GateCheck:
     first = None
     for engine, entry in engines.items():
         block = _impossible(mapping(entry))
+        served = mapping(mapping(entry).get("server_violations"))
+        if served and not block.get("statistic"):  # ids outside the vocabulary, unscored: impossible all the same
+            found[engine] = int(served.get("count") or 0)
+            where = mapping(served.get("first"))
+            first = first or (engine, {"key": where.get("record"), "position": where.get("position")})
         if not block:
             continue
         tested += int(block.get("n") or 0)
@@ -186,7 +213,7 @@ def _impossible_check(engines: Mapping[str, Any]) -> GateCheck:
             offenders = block.get("offenders") or []
             if first is None and offenders and isinstance(offenders[0], Mapping):
                 first = (engine, offenders[0])
-    if not tested:
+    if not tested and not found:
         return not_run(name, title, "no scored tokens")
     if found:
         where = ", ".join(f"{n} from {e}" for e, n in found.items())

@@ -26,6 +26,7 @@ import specaudit.mitigate._acceptance as acc
 import specaudit.mitigate._distil as dst
 import specaudit.mitigate._policy as pol
 from specaudit.errors import InputError
+from specaudit.mitigate._options import check_options
 from specaudit.mitigate._reaudit import REAUDIT_FOLDER, compare_groups, equivalence_check, measured_speedup
 from specaudit.mitigate._report import before_after_markdown, training_card_markdown
 from specaudit.mitigate._run_folder import attach_texts, choose_dimension, group_alphas, prompts_from_run, read_run, split_by_pair
@@ -79,6 +80,19 @@ def mitigate(
     from specaudit.engines.decode import eos_token_ids, pad_token_id
     from specaudit.models import load_pair
 
+    check_options(
+        held_out=held_out,
+        train_layers=train_layers,
+        learning_rate=learning_rate,
+        per_group=per_group,
+        samples=samples,
+        max_new_tokens=max_new_tokens,
+        steps=steps,
+        batch_size=batch_size,
+        equivalence_prompts=equivalence_prompts,
+        timing_prompts=timing_prompts,
+        seed=seed,
+    )
     started = time.perf_counter()
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
@@ -93,9 +107,6 @@ def mitigate(
         "timing_prompts": timing_prompts,
     }
     budget.update({k: v for k, v in overrides.items() if v is not None})
-    for name in ("samples", "max_new_tokens", "steps", "batch_size"):
-        if int(budget[name]) < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be at least 1, got {budget[name]}")
     for name in [weighting, *compare]:
         if name not in dst.WEIGHTINGS:
             raise InputError(f"weighting {name!r}: choose one of {', '.join(dst.WEIGHTINGS)}")

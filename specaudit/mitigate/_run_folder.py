@@ -3,7 +3,6 @@ dimension whose groups weight the training mix, and the train / held-out split b
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ class Prompt:
 
 # ---------------------------------------------------------------- the run folder
 def read_run(run_dir: Path) -> tuple[dict, list[dict], dict]:
-    from specaudit.contracts.snapshot import SNAPSHOT_FILE
+    from specaudit.contracts.snapshot import SNAPSHOT_FILE, load_snapshot
     from specaudit.execution.records import RECORDS_FILE, read_manifest, read_records
 
     manifest = read_manifest(run_dir)
@@ -32,7 +31,7 @@ def read_run(run_dir: Path) -> tuple[dict, list[dict], dict]:
     path = run_dir / SNAPSHOT_FILE
     if not path.is_file():
         raise InputError(f"{run_dir} has no {SNAPSHOT_FILE}: mitigation needs the audit's groups; run `specaudit analyze {run_dir}` first")
-    snapshot = json.loads(path.read_text(encoding="utf-8"))
+    snapshot = load_snapshot(path)  # the contract's reader: a damaged snapshot is one sentence naming it
     if not any((section or {}).get("by_group") for section in (snapshot.get("groups") or {}).values()):
         raise InputError(
             f"{path} has no per-group acceptance (the run needs prompts with group attributes and both the vanilla and a "

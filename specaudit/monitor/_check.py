@@ -23,6 +23,29 @@ class Baseline:
     description: str
 
 
+def rolling_window(spec: str) -> int:
+    """N of a `rolling:N` baseline (`rolling` alone: the default window)."""
+    try:
+        window = int(spec.split(":", 1)[1]) if ":" in spec else DEFAULT_WINDOW
+    except ValueError:
+        window = 0
+    if window < 1:
+        raise InputError(f"--baseline {spec!r}: write rolling:N with N >= 1 runs, e.g. rolling:5")
+    return window
+
+
+def check_baseline(store: HistoryStore, spec: str = "auto", environment: str | None = None) -> None:
+    """Refuse a baseline that cannot resolve, before a check stores its snapshot or `monitor run`
+    decodes: rolling:N with N < 1, or a run id or name the store does not hold."""
+    spec = (spec or "auto").strip()
+    if spec in ("auto", "pinned"):
+        return  # resolved against the checked run's environment, which storing decides
+    if spec.startswith("rolling"):
+        rolling_window(spec)
+    else:
+        store.get(spec)
+
+
 def resolve_baseline(store: HistoryStore, current: StoredRun, spec: str = "auto") -> Baseline:
     """`spec`: auto (the environment's pinned run, else rolling:5), pinned, rolling:N, or a run reference."""
     spec = (spec or "auto").strip()
@@ -40,12 +63,7 @@ def resolve_baseline(store: HistoryStore, current: StoredRun, spec: str = "auto"
             return Baseline("none", (), "the pinned baseline (this run itself)")
         spec = f"rolling:{DEFAULT_WINDOW}"
     if spec.startswith("rolling"):
-        try:
-            window = int(spec.split(":", 1)[1]) if ":" in spec else DEFAULT_WINDOW
-        except ValueError:
-            window = 0
-        if window < 1:
-            raise InputError(f"--baseline {spec!r}: write rolling:N with N >= 1 runs, e.g. rolling:5")
+        window = rolling_window(spec)
         runs = store.runs(environment=env, before=current, limit=window)
         text = f"the last run {runs[0].label}" if len(runs) == 1 else f"the last {len(runs)} runs{where}"
         return Baseline("rolling" if runs else "none", tuple(runs), text if runs else f"no earlier run{where}")

@@ -371,6 +371,19 @@ def _context_checks(current: RunView, baseline: Sequence[RunView]) -> list[Check
     return checks
 
 
+def check_settings(*, alpha: float, min_change: float, cusum_k: float = 0.5, cusum_h: float | None = None) -> None:
+    """The one range check of a drift check's numbers (NaN compares false with everything, so each
+    bound is written to fail on it); `monitor check` and `monitor run` call it before storing anything."""
+    if not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
+        raise InputError(f"--alpha must be in (0, 1), got {alpha}")
+    if not (isinstance(min_change, (int, float)) and 0 <= min_change < math.inf):
+        raise InputError(f"--min-change must be a finite number >= 0 (a relative change such as 0.1), got {min_change}")
+    if not (0 < cusum_k < math.inf):
+        raise InputError(f"the CUSUM reference k must be a finite number > 0, got {cusum_k}")
+    if cusum_h is not None and not (0 < cusum_h < math.inf):
+        raise InputError(f"--cusum-h must be a finite number > 0 (the CUSUM threshold), got {cusum_h}")
+
+
 def compare(
     current: RunView,
     baseline: Sequence[RunView],
@@ -385,12 +398,7 @@ def compare(
     run_id: int | None = None,
 ) -> MonitorResult:
     """All checks of `current` against `baseline` views (oldest first); `history` (ending with current) feeds the CUSUM."""
-    if not 0 < alpha < 1:
-        raise InputError(f"--alpha must be in (0, 1), got {alpha}")
-    if min_change < 0:
-        raise InputError(f"--min-change must be >= 0 (a relative change such as 0.1), got {min_change}")
-    if cusum_k <= 0 or (cusum_h is not None and cusum_h <= 0):
-        raise InputError("CUSUM reference k and threshold h must be > 0")
+    check_settings(alpha=alpha, min_change=min_change, cusum_k=cusum_k, cusum_h=cusum_h)
     settings = {
         "metrics": list(metrics),
         "alpha": alpha,

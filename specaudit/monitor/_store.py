@@ -10,7 +10,9 @@ corrupted or from a newer specaudit.
 from __future__ import annotations
 
 import json
+import math
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -23,7 +25,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQL
 
 import specaudit.monitor._schema as _schema
 from specaudit.contracts import CheckStatus
-from specaudit.contracts.snapshot import load_snapshot, parse_verdict, spelt
+from specaudit.contracts.snapshot import load_snapshot, parse_verdict, spelt, validate_snapshot
 from specaudit.errors import InputError
 from specaudit.monitor._snapshot import MetricPoint, canonical_json, snapshot_digest, summarize, utc_now
 
@@ -75,6 +77,19 @@ class AddResult:
 
 class _Conflict(InputError):
     """A uniqueness conflict with a concurrent writer (PostgreSQL); callers may treat it as done."""
+
+
+def _damaged_metric(row: Mapping[str, Any]) -> str:
+    """What is wrong with a stored metric row ("" when nothing): numbers where numbers belong."""
+    for name in ("value", "ci_low", "ci_high"):
+        value = row[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)):
+            return f"{name} is {value!r}, not a number"
+    for name in ("n_prompts", "n_tokens"):
+        value = row[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            return f"{name} is {value!r}, not an integer"
+    return ""
 
 
 def parse_tags(items: Sequence[str] | None) -> dict[str, str]:
@@ -515,7 +530,17 @@ class HistoryStore:
         runs = self._t["runs"]
         with self._read() as conn:
             payload = conn.execute(select(runs.c.snapshot).where(runs.c.id == run.id)).scalar()
-        return json.loads(payload)
+        return self._stored_snapshot(run.id, payload)
+
+    def _stored_snapshot(self, run_id: int, payload: Any) -> dict:
+        """A stored snapshot read through the snapshot contract; a damaged one is one sentence naming the store and run."""
+        where = f"history store {self.url}, run #{run_id}: the stored snapshot"
+        try:
+            snapshot = json.loads(payload)
+        except (TypeError, ValueError, RecursionError):
+            raise InputError(f"{where} is not JSON (the database was edited or damaged); remove that run or restore the store") from None
+        validate_snapshot(snapshot, where)  # as stored, exactly; validated only
+        return snapshot
 
     def points(self, runs: Sequence[StoredRun]) -> dict[int, list[MetricPoint]]:
         """Metric points of each run, keyed by run id."""
@@ -531,6 +556,14 @@ class HistoryStore:
                     .order_by(table.c.run_id, table.c.dimension, table.c.group_name, table.c.metric)
                 )
                 for r in rows.mappings():
+                    damaged = _damaged_metric(r)
+                    if damaged:  # one bad row is named and skipped: the run's other rows still load
+                        warnings.warn(
+                            f"history store {self.url}, run #{r['run_id']}: metric row {r['dimension']}/{r['group_name']}/"
+                            f"{r['metric']} is damaged ({damaged}); it is left out",
+                            stacklevel=2,
+                        )
+                        continue
                     out[r["run_id"]].append(
                         MetricPoint(
                             r["dimension"],
@@ -574,7 +607,11 @@ class HistoryStore:
                 problems += [r[0] for r in conn.exec_driver_sql("PRAGMA integrity_check").all() if r[0] != "ok"]
                 problems += [f"foreign key: {tuple(r)}" for r in conn.exec_driver_sql("PRAGMA foreign_key_check").all()]
             for run_id, payload in conn.execute(select(runs.c.id, runs.c.snapshot)):
-                expected = len(summarize(json.loads(payload)).points)
+                try:
+                    expected = len(summarize(self._stored_snapshot(run_id, payload)).points)
+                except InputError as err:
+                    problems.append(str(err))
+                    continue
                 stored = conn.execute(select(func.count()).select_from(metrics).where(metrics.c.run_id == run_id)).scalar()
                 if stored != expected:
                     problems.append(f"run #{run_id}: {stored} metric rows, its snapshot has {expected}")

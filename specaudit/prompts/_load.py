@@ -29,6 +29,8 @@ from specaudit.prompts._select import (
     stratified_sample,
 )
 
+WARNINGS_SHOWN = 5  # warnings of a prompt set shown one by one; the rest are counted
+
 
 def load_prompts(
     source: str | Path,
@@ -61,8 +63,15 @@ def load_prompts(
     collected = collect(source, column_map=column_map, split=split)
     report = ValidationReport(str(source), tuple(collected.errors), tuple(collected.warnings), len(collected.prompts))
     report.raise_for_errors()
-    for issue in collected.warnings:
+    for issue in collected.warnings[:WARNINGS_SHOWN]:
         warnings.warn(str(issue), PromptSetWarning, stacklevel=2)
+    if len(collected.warnings) > WARNINGS_SHOWN:  # a set of 10,000 small groups gives one line, not 10,000
+        more = len(collected.warnings) - WARNINGS_SHOWN
+        warnings.warn(
+            f"{source}: {more} more warning(s) ({len(collected.warnings)} in all); `specaudit prompts validate {source}` lists them",
+            PromptSetWarning,
+            stacklevel=2,
+        )
     prompts, dims = select_dimensions(collected.prompts, collected.dimensions, dimensions, str(source))
     prompts, dims, intersection = add_intersection(prompts, dims, intersect, str(source))
     if per_group is not None:

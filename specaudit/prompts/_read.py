@@ -136,6 +136,24 @@ def _quiet_datasets() -> Iterator[None]:
             datasets.enable_progress_bars()
 
 
+BOM = "\ufeff"
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSON Lines text: split at \n only (str.splitlines also splits at U+2028,
+    U+2029 and other characters that JSON allows raw inside a string)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _bom_problem(text: str) -> str | None:
+    if text.startswith(BOM):
+        return "starts with a UTF-8 byte-order mark (BOM), which JSON does not allow; save the file as UTF-8 without BOM"
+    return None
+
+
 def _locate_json_failure(lines: list[str]) -> tuple[int | None, str]:
     """Find the first JSON Lines line that is not a JSON object, for a message that names it."""
     for number, line in enumerate(lines, start=1):
@@ -143,6 +161,8 @@ def _locate_json_failure(lines: list[str]) -> tuple[int | None, str]:
             continue
         try:
             value = json.loads(line)
+        except RecursionError:
+            return number, "is nested too deeply to be a prompt (JSON arrays or objects inside each other over ~1000 levels)"
         except json.JSONDecodeError as err:
             return number, f"is not valid JSON ({err.msg} at column {err.colno}); the line looks torn or truncated, fix or delete it"
         if not isinstance(value, dict):
@@ -156,10 +176,14 @@ def _json_document_problem(path: Path) -> tuple[int | None, str] | None:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         return None, f"is not UTF-8 text ({err.reason} at byte {err.start})"
+    if _bom_problem(text):
+        return 1, _bom_problem(text)
     try:
         document = json.loads(text)
+    except RecursionError:
+        return None, "is nested too deeply to be a prompt file (JSON arrays or objects inside each other over ~1000 levels)"
     except ValueError:  # datasets also reads JSON Lines from a .json file
-        line, message = _locate_json_failure(text.splitlines())
+        line, message = _locate_json_failure(jsonl_lines(text))
         return (line, message) if line is not None else None
     if not isinstance(document, (list, dict)):
         return None, f"holds a JSON {type(document).__name__}, not a list of prompt objects"
@@ -178,9 +202,12 @@ def read_file(path: Path, column_map: ColumnMap) -> ReadResult:
     lines: list[str] = []
     if path.suffix.lower() == ".jsonl":
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as err:
             return ReadResult([], (shown, None, f"is not UTF-8 text ({err.reason} at byte {err.start})"))
+        if _bom_problem(text):
+            return ReadResult([], (shown, 1, _bom_problem(text)))
+        lines = jsonl_lines(text)
         # datasets skips blank lines, so row i of the dataset is the i-th non-blank line of the file.
         line_numbers = [n for n, line in enumerate(lines, start=1) if line.strip()]
         if not line_numbers:

@@ -30,11 +30,23 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
+from specaudit.engines.endpoint._deadline import deadline_transport, total_deadline
+from specaudit.engines.endpoint._responses import (
+    ANSWER_BYTES_BASE,
+    ANSWER_BYTES_PER_TOKEN,
+    TEXT_CHARS_PER_TOKEN,
+    CompletionPart,
+    ModelList,
+    problem,
+)
 from specaudit.errors import InputError
 
 # vLLM writes -inf logprobs as -9999.0 in its JSON: at or below it a token has zero probability.
 ZERO_LOGPROB = -9999.0
 TOKEN_ID_PREFIX = "token_id:"
+METRICS_PAGE_BYTES = 16 << 20  # a Prometheus page with many label sets is larger than any completion
 
 
 def _error_message(body: bytes) -> str:
@@ -68,9 +80,18 @@ class Completion:
     usage: dict = field(default_factory=dict)
 
 
+class _DeadlinePassed(Exception):
+    """The request's total deadline passed between two pieces of its answer."""
+
+
 class Endpoint:
-    """One OpenAI-compatible server: an httpx client with the run's timeout, keeping connections
-    alive between requests (one pool per server, shared by the worker threads)."""
+    """One OpenAI-compatible server: an httpx client keeping connections alive between requests
+    (one pool per server, shared by the worker threads). Each request has a total deadline of
+    `timeout_s` from its start, checked at every piece of the answer (connect and each read are
+    bounded by it as well), at most MAX_REDIRECTS redirects, and a size bound; every answer is
+    validated against the response models of specaudit.engines.endpoint._responses."""
+
+    MAX_REDIRECTS = 5
 
     def __init__(self, base_url: str, *, setting: str, api_key: str | None = None, timeout_s: float = 600.0):
         import httpx
@@ -82,7 +103,9 @@ class Endpoint:
         headers = {"Accept": "application/json"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        self._client = httpx.Client(timeout=timeout_s, headers=headers, follow_redirects=True)
+        self._client = httpx.Client(
+            timeout=timeout_s, headers=headers, follow_redirects=True, max_redirects=self.MAX_REDIRECTS, transport=deadline_transport()
+        )
 
     def close(self) -> None:
         self._client.close()
@@ -93,62 +116,96 @@ class Endpoint:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _where(self, url: str, request: str) -> str:
+        return f"endpoint {self.setting} {url}" + (f" ({request})" if request else "")
+
     @contextmanager
-    def _request(self, url: str, body: dict | None = None, *, stage: str = "did not answer"):
+    def _request(self, url: str, body: dict | None = None, *, stage: str = "did not answer", request: str = ""):
         """The open response of one request; every transport failure becomes one InputError
-        sentence naming the setting and URL (`stage` says how far the answer got)."""
+        sentence naming the setting, URL and request (`stage` says how far the answer got)."""
         import httpx
 
         method = "POST" if body is not None else "GET"
+        where = self._where(url, request)
         try:
-            with self._client.stream(method, url, json=body) as response:
+            with total_deadline(self.timeout_s), self._client.stream(method, url, json=body) as response:
                 if response.status_code >= 400:
-                    message = _error_message(response.read() or b"")
+                    message = _error_message(response.read()[:65536] or b"")
                     raise InputError(
-                        f"endpoint {self.setting} {url} answered HTTP {response.status_code} "
+                        f"{where} answered HTTP {response.status_code} "
                         f"({message or response.reason_phrase}); check the server log and the endpoint settings"
                     )
                 yield response
-        except httpx.TimeoutException:
-            raise InputError(
-                f"endpoint {self.setting} {url} {stage} within {self.timeout_s:g} s; check the server or raise endpoint.timeout_s"
-            ) from None
+        except (httpx.TimeoutException, _DeadlinePassed):
+            raise InputError(f"{where} {stage} within {self.timeout_s:g} s; check the server or raise endpoint.timeout_s") from None
         except httpx.ConnectError as err:
-            raise InputError(f"endpoint {self.setting} {url} did not answer ({err}); start the server or fix the URL") from None
+            raise InputError(f"{where} did not answer ({err}); start the server or fix the URL") from None
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as err:
-            raise InputError(f"endpoint {self.setting} {url} is not a usable URL ({err}); fix the endpoint settings") from None
-        except httpx.TransportError as err:
+            raise InputError(f"{where} is not a usable URL ({err}); fix the endpoint settings") from None
+        except httpx.TooManyRedirects:
             raise InputError(
-                f"endpoint {self.setting} {url} dropped the connection ({err or type(err).__name__}); check the server log"
+                f"{where} redirected more than {self.MAX_REDIRECTS} times (a redirect loop?); point the endpoint settings at the server itself"
             ) from None
+        except httpx.DecodingError as err:
+            raise InputError(f"{where} sent a body that cannot be decoded ({err}); check the server or its proxy") from None
+        except httpx.TransportError as err:
+            raise InputError(f"{where} dropped the connection ({err or type(err).__name__}); check the server log") from None
+        except httpx.HTTPError as err:  # any other failure of the client is still the server's answer
+            raise InputError(f"{where} failed ({type(err).__name__}: {err}); check the server log") from None
 
-    def _json(self, raw: bytes | str, url: str) -> dict:
+    def _pieces(self, response, url: str, request: str, deadline: float, limit: int):
+        """The body's bytes as they arrive, within the request's deadline and size bound."""
+        size = 0
+        for piece in response.iter_bytes():
+            size += len(piece)
+            if size > limit:
+                raise InputError(
+                    f"{self._where(url, request)} sent more than {limit // (1 << 20)} MiB; an answer of that size is not a "
+                    "completion of the request (a server that does not stop?)"
+                )
+            if time.monotonic() > deadline:
+                raise _DeadlinePassed
+            yield piece
+
+    def _read(self, response, url: str, request: str = "", limit: int = ANSWER_BYTES_BASE) -> bytes:
+        return b"".join(self._pieces(response, url, request, time.monotonic() + self.timeout_s, limit))
+
+    def _json(self, raw: bytes | str, url: str, request: str = "") -> dict:
         try:
             payload = json.loads(raw)
-        except ValueError:
-            raise InputError(f"endpoint {self.setting} {url} did not return JSON; is it the OpenAI-compatible /v1 base URL?") from None
+        except (ValueError, RecursionError):
+            raise InputError(f"{self._where(url, request)} did not return JSON; is it the OpenAI-compatible /v1 base URL?") from None
         if not isinstance(payload, dict):
             raise InputError(
-                f"endpoint {self.setting} {url} returned {type(payload).__name__} JSON, not an object; "
+                f"{self._where(url, request)} returned {type(payload).__name__} JSON, not an object; "
                 "is it the OpenAI-compatible /v1 base URL?"
             )
         return payload
 
+    def _malformed(self, url: str, request: str, what: str) -> InputError:
+        return InputError(
+            f"{self._where(url, request)} answered with a malformed completion ({what}); check the server; "
+            "the finished records are kept and the same command resumes"
+        )
+
     def get_text(self, url: str) -> str:
         with self._request(url, stage="stopped answering") as response:
-            return response.read().decode("utf-8", "replace")
+            return self._read(response, url, limit=METRICS_PAGE_BYTES).decode("utf-8", "replace")
 
     def served_models(self) -> list[str]:
         url = f"{self.base_url}/models"
         with self._request(url, stage="stopped answering") as response:
-            payload = self._json(response.read(), url)
-        data = payload.get("data")
-        if not isinstance(data, list):
+            payload = self._json(self._read(response, url), url)
+        if not isinstance(payload.get("data"), list):
             raise InputError(
                 f"endpoint {self.setting} {url} did not list models (no `data` array); is it the OpenAI-compatible /v1 base URL?"
             )
-        self.model_entries = [entry for entry in data if isinstance(entry, dict) and entry.get("id") is not None]
-        return [str(entry["id"]) for entry in self.model_entries]
+        try:
+            listed = ModelList.model_validate(payload)
+        except ValidationError as err:
+            raise InputError(f"endpoint {self.setting} {url} listed models malformed ({problem(err)}); check the server") from None
+        self.model_entries = [entry for entry in payload["data"] if isinstance(entry, dict) and entry.get("id") is not None]
+        return [entry.id for entry in listed.data]
 
     def advertised_context(self, model: str) -> int | None:
         """The context the server says `model` has (`max_model_len` in vLLM's /v1/models), if it says."""
@@ -158,77 +215,120 @@ class Endpoint:
                 return value
         return None
 
-    def complete(self, body: dict) -> Completion:
+    def complete(self, body: dict, request: str = "") -> Completion:
+        """One completion of `body`; `request` names it in errors (e.g. "prompt p1, sample 0")."""
         url = f"{self.base_url}/completions"
+        max_tokens = body.get("max_tokens") if isinstance(body.get("max_tokens"), int) else 4096
+        limit = ANSWER_BYTES_BASE + ANSWER_BYTES_PER_TOKEN * max_tokens
         start = time.perf_counter()
+        deadline = time.monotonic() + self.timeout_s
         first = None
-        with self._request(url, body, stage="stopped streaming" if body.get("stream") else "stopped answering") as response:
+        stage = "did not finish streaming its answer" if body.get("stream") else "did not finish answering"
+        with self._request(url, body, stage=stage, request=request) as response:
+            pieces = self._pieces(response, url, request, deadline, limit)
             if body.get("stream"):
-                chunks, first = self._read_stream(response, url)
+                chunks, first = self._read_stream(pieces, url, request)
             else:
-                chunks = [self._json(response.read(), url)]
+                chunks = [self._json(b"".join(pieces), url, request)]
         wall = time.perf_counter() - start
-        completion = self._merge(chunks, url)
+        completion = self._merge(chunks, url, request, max_tokens)
         completion.wall_s = wall
         completion.ttft_s = None if first is None else first - start
         return completion
 
-    def _read_stream(self, response, url: str) -> tuple[list[dict], float | None]:
-        """Server-sent events (httpx splits the lines): `data: {chunk}` until `data: [DONE]`; the
-        time of the first chunk that carries output is the time to first token."""
+    def _read_stream(self, pieces, url: str, request: str) -> tuple[list[dict], float | None]:
+        """Server-sent events: `data: {chunk}` lines until `data: [DONE]`; the time of the first
+        chunk that carries output is the time to first token."""
         chunks, first = [], None
-        for line in response.iter_lines():
+        for line in _lines(pieces):
             if not line.startswith("data:"):
                 continue  # comments, event names, keep-alive blank lines
             data = line[len("data:") :].strip()
             if data == "[DONE]":
                 break
-            chunk = self._json(data, url)
-            choice = (chunk.get("choices") or [{}])[0]
-            if first is None and (choice.get("text") or (choice.get("logprobs") or {}).get("tokens")):
+            chunk = self._json(data, url, request)
+            choices = chunk.get("choices")
+            choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+            logprobs = choice.get("logprobs")
+            if first is None and (choice.get("text") or (isinstance(logprobs, dict) and logprobs.get("tokens"))):
                 first = time.perf_counter()
             chunks.append(chunk)
         return chunks, first
 
-    def _merge(self, chunks: list[dict], url: str) -> Completion:
-        """One Completion from a response (or the chunks of a stream, concatenated in order)."""
+    def _merge(self, chunks: list[dict], url: str, request: str = "", max_tokens: int = 4096) -> Completion:
+        """One Completion from a response (or the chunks of a stream, concatenated in order), each
+        part validated against CompletionPart and the whole against the request."""
         merged = Completion(text="", finish_reason=None)
         lists: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": []}
+        present: set[str] = set()
         has_logprobs, token_ids = False, None
         for chunk in chunks:
             if "error" in chunk:
                 raise InputError(
-                    f"endpoint {self.setting} {url} reported an error mid-answer ({_error_message(json.dumps(chunk).encode())}); "
+                    f"{self._where(url, request)} reported an error mid-answer ({_error_message(json.dumps(chunk).encode())}); "
                     "check the server log"
                 )
-            choices = chunk.get("choices")
-            if chunk.get("usage"):
-                merged.usage = chunk["usage"]
-            if not isinstance(choices, list):
-                if chunk.get("usage"):
+            try:
+                part = CompletionPart.model_validate(chunk)
+            except ValidationError as err:
+                raise self._malformed(url, request, problem(err)) from None
+            if part.usage:
+                merged.usage = part.usage
+            if part.choices is None:
+                if part.usage:
                     continue  # the stream's final usage chunk has no choices
-                raise InputError(
-                    f"endpoint {self.setting} {url} answered without `choices`; is it an OpenAI-compatible completions server?"
-                )
-            if not choices:
+                raise InputError(f"{self._where(url, request)} answered without `choices`; is it an OpenAI-compatible completions server?")
+            if not part.choices:
                 continue
-            choice = choices[0]
-            merged.text += choice.get("text") or ""
-            merged.finish_reason = choice.get("finish_reason") or merged.finish_reason
-            logprobs = choice.get("logprobs")
-            if isinstance(logprobs, dict):
+            choice = part.choices[0]
+            merged.text += choice.text
+            merged.finish_reason = choice.finish_reason or merged.finish_reason
+            if choice.logprobs is not None:
                 has_logprobs = True
                 for name in lists:
-                    lists[name].extend(logprobs.get(name) or [])
-            if isinstance(choice.get("token_ids"), list):
-                token_ids = (token_ids or []) + [int(t) for t in choice["token_ids"]]
+                    values = getattr(choice.logprobs, name)
+                    if values is not None:
+                        present.add(name)
+                        lists[name].extend(values)
+            if choice.token_ids is not None:
+                token_ids = (token_ids or []) + list(choice.token_ids)
+            if len(merged.text) > TEXT_CHARS_PER_TOKEN * max(max_tokens, 1):
+                raise self._malformed(
+                    url, request, f"over {len(merged.text)} characters of text for at most {max_tokens} tokens (max_tokens)"
+                )
         if has_logprobs:
             merged.tokens = [str(t) for t in lists["tokens"]]
             n = len(merged.tokens)
-            merged.token_logprobs = lists["token_logprobs"] if len(lists["token_logprobs"]) == n else None
-            merged.top_logprobs = lists["top_logprobs"] if len(lists["top_logprobs"]) == n else None
+            for name in ("token_logprobs", "top_logprobs"):
+                if name in present and len(lists[name]) != n:
+                    raise self._malformed(url, request, f"{len(lists[name])} {name} for {n} tokens; each token needs one")
+            merged.token_logprobs = lists["token_logprobs"] if "token_logprobs" in present else None
+            merged.top_logprobs = [None if t is None else dict(t) for t in lists["top_logprobs"]] if "top_logprobs" in present else None
+            if n > max_tokens:
+                raise self._malformed(url, request, f"{n} tokens for max_tokens {max_tokens}")
+            prefixed = [t.startswith(TOKEN_ID_PREFIX) for t in merged.tokens]
+            if any(prefixed) and not all(parse_token_id(t) is not None for t in merged.tokens):
+                bad = next(t for t in merged.tokens if parse_token_id(t) is None)
+                raise self._malformed(url, request, f"token {bad[:40]!r} among {TOKEN_ID_PREFIX}N tokens is not a token id")
+        if token_ids is not None:
+            if len(token_ids) > max_tokens:
+                raise self._malformed(url, request, f"{len(token_ids)} token_ids for max_tokens {max_tokens}")
+            if merged.tokens is not None and len(token_ids) != len(merged.tokens):
+                raise self._malformed(url, request, f"{len(token_ids)} token_ids for {len(merged.tokens)} logprobs tokens")
         merged.token_ids = token_ids
         return merged
+
+
+def _lines(pieces) -> Any:
+    """Text lines of a byte stream (\\n or \\r\\n), decoded as UTF-8 with bad bytes replaced."""
+    buffer = b""
+    for piece in pieces:
+        buffer += piece
+        *complete, buffer = buffer.split(b"\n")
+        for line in complete:
+            yield line.rstrip(b"\r").decode("utf-8", "replace")
+    if buffer:
+        yield buffer.rstrip(b"\r").decode("utf-8", "replace")
 
 
 # ----------------------------------------------------------------------------- token ids and logprobs
@@ -278,6 +378,24 @@ def output_tokens(completion: Completion, top_n: int) -> tuple[list[int] | None,
     return ids, per_position
 
 
+def out_of_vocabulary(ids: list[int], logprobs: list[dict] | None, vocab_size: int) -> list[dict]:
+    """Positions where the server emitted a token id outside [0, vocab_size), or ranked one in its
+    top-N: a correct server cannot, so each is a finding against it. The position's
+    `token_logprob` becomes null (probability 0 under the target), which the equivalence audit
+    reports as an impossible token: the audit FAILs, naming the record and position."""
+    found = []
+    for position, token in enumerate(ids):
+        entry = logprobs[position] if logprobs is not None and position < len(logprobs) else None
+        ranked = [int(i) for i, _ in (entry or {}).get("top") or [] if not 0 <= int(i) < vocab_size]
+        if 0 <= token < vocab_size and not ranked:
+            continue
+        where = f"token id {token}" if not 0 <= token < vocab_size else f"top-N id {ranked[0]}"
+        found.append({"position": position, "problem": f"the server returned {where}, outside the vocabulary [0, {vocab_size})"})
+        if entry is not None:
+            entry["token_logprob"] = None
+    return found
+
+
 FINISH_REASONS = {"stop": "eos", "eos": "eos", "eos_token": "eos", "length": "length", "max_tokens": "length"}
 
 
@@ -325,6 +443,7 @@ def request_body(cfg, settings: dict, model: str, prompt_ids: list[int], seed: i
 __all__ = [
     "Completion",
     "Endpoint",
+    "out_of_vocabulary",
     "output_tokens",
     "parse_token_id",
     "request_body",

@@ -17,6 +17,7 @@ from specaudit.engines.endpoint.client import (
     FINISH_REASONS,
     Completion,
     Endpoint,
+    out_of_vocabulary,
     output_tokens,
     request_body,
     resolve_model,
@@ -31,6 +32,20 @@ from specaudit.execution.preflight import check_fits
 from specaudit.prompts import prompt_token_ids
 
 RECORD_ENGINES = ENGINES["endpoint"].records  # the spec-OFF and spec-ON records
+
+
+def vocabulary_size(tokenizer, name: str) -> int:
+    """The target's vocabulary: its config's vocab_size (embedding rows, often padded past the
+    tokenizer) where the config can be read locally, else the tokenizer's length."""
+    size = len(tokenizer)
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(name), local_files_only=True)
+        size = max(size, int(getattr(config, "vocab_size", 0) or 0))
+    except (OSError, ValueError, TypeError, KeyError):
+        pass  # a GGUF file or hub id without a cached config: the tokenizer's length
+    return size
 
 
 class EndpointExecutor(Executor):
@@ -58,6 +73,7 @@ class EndpointExecutor(Executor):
         )
         tokenizer_name = settings["tokenizer"] or cfg.target
         self.tokenizer = load_tokenizer(tokenizer_name)
+        self.vocab_size = vocabulary_size(self.tokenizer, tokenizer_name)
         self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
         for engine, endpoint in self.endpoints.items():  # a server that advertises its context: checked before any request
             limit = endpoint.advertised_context(self.models[engine])
@@ -93,11 +109,11 @@ class EndpointExecutor(Executor):
             fields["server_metrics"] = folder.previous["server_metrics"]
         return fields
 
-    def _call(self, engine: str, prompt_id: str, seed: int, max_tokens: int) -> Completion:
+    def _call(self, engine: str, prompt_id: str, seed: int, max_tokens: int, request: str = "") -> Completion:
         body = request_body(self.cfg, self.cfg.endpoint, self.models[engine], self.encoded[prompt_id], seed, max_tokens)
         if prompt_id in self.texts:
             body["prompt"] = self.texts[prompt_id]
-        return self.endpoints[engine].complete(body)
+        return self.endpoints[engine].complete(body, request=request or f"warm-up request, prompt {prompt_id}")
 
     def _record_of(self, item: PlanItem):
         from specaudit.decoding import Generation
@@ -105,7 +121,8 @@ class EndpointExecutor(Executor):
         cfg, settings = self.cfg, self.cfg.endpoint
         seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
         prompt_ids = self.encoded[item.prompt.id]
-        completion = self._call(item.engine, item.prompt.id, seed, cfg.max_new_tokens)
+        request = f"prompt {item.prompt.id}, sample {item.sample}"
+        completion = self._call(item.engine, item.prompt.id, seed, cfg.max_new_tokens, request)
         finish = FINISH_REASONS.get(str(completion.finish_reason))
         if finish is None:
             raise InputError(
@@ -121,8 +138,13 @@ class EndpointExecutor(Executor):
             tokens=ids, finish_reason=finish, wall_s=completion.wall_s, ttft_s=completion.ttft_s, steps=0, draft_s=None, verify_s=None
         )
         record = make_record(cfg, item, seed, prompt_ids, generation, completion.text)
+        extra = {}
+        if source == "server":  # kept as evidence: the equivalence audit fails these positions as impossible tokens
+            violations = out_of_vocabulary(ids, logprobs, self.vocab_size)
+            if violations:
+                extra["server_violations"] = violations
         return record.with_extra(
-            backend="endpoint", token_ids_source=source, logprobs_mode=settings["logprobs_mode"], target_logprobs=logprobs
+            backend="endpoint", token_ids_source=source, logprobs_mode=settings["logprobs_mode"], target_logprobs=logprobs, **extra
         )
 
     def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:

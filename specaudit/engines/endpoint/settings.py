@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from specaudit._validation import input_error
+from specaudit._validation import SETTINGS_CONFIG, input_error
 from specaudit.errors import InputError
 
 LOGPROBS_MODES = ("processed", "raw")
@@ -18,7 +18,7 @@ LOGPROBS_MODES = ("processed", "raw")
 class EndpointSettings(BaseModel):
     """The `endpoint:` section of a run config (`--engines endpoint`), shared by YAML and the API."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = SETTINGS_CONFIG
 
     speculative_url: str | None = None  # base URL of the server with speculative decoding on
     vanilla_url: str | None = None  # ... and off
