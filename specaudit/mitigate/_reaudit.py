@@ -1,6 +1,6 @@
 """Re-measuring on the held-out prompts: before/after acceptance with bootstrap intervals, the
-equivalence check with the real speculative engine and the distilled draft, and the measured
-speed-up."""
+equivalence check with the real speculative engine and the distilled draft (the policies' timed
+re-audit is specaudit.mitigate._routing)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 import specaudit.mitigate._acceptance as acc
 from specaudit.mitigate._run_folder import Prompt
@@ -135,25 +134,3 @@ def equivalence_check(pair, draft_folder: Path, prompts: list[Prompt], config: d
         "tv_bound": (engine.get("tv_bound") or {}).get("upper"),
         "run_dir": REAUDIT_FOLDER,
     }
-
-
-def measured_speedup(pair, draft, prompts: list[Prompt], k: int, spec, eos_ids, max_new_tokens: int, seed: int) -> dict:
-    """Wall-time speed-up of speculative decoding at draft length k over vanilla on `prompts`
-    (interleaved, tokens per second of each)."""
-    from specaudit.decoding import speculative_generate, vanilla_generate
-    from specaudit.runner import derive_seed
-
-    totals = {"vanilla": [0.0, 0], "speculative": [0.0, 0]}
-    for index, prompt in enumerate(prompts):
-        order = ("vanilla", "speculative") if index % 2 == 0 else ("speculative", "vanilla")
-        for engine in order:
-            generator = torch.Generator(device=pair.device).manual_seed(derive_seed(seed, prompt.id, 0))
-            common = dict(spec=spec, max_new_tokens=max_new_tokens, generator=generator, eos_ids=eos_ids, vocab_size=pair.vocab_size)
-            if engine == "vanilla":
-                out = vanilla_generate(pair.target, prompt.ids, **common)
-            else:
-                out = speculative_generate(pair.target, draft, prompt.ids, k=k, **common)
-            totals[engine][0] += out.wall_s
-            totals[engine][1] += len(out.tokens)
-    rate = {e: t[1] / t[0] if t[0] else float("nan") for e, t in totals.items()}
-    return {"k": k, "prompts": len(prompts), "speedup": rate["speculative"] / rate["vanilla"], "tokens_per_s": rate}
