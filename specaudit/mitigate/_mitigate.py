@@ -339,10 +339,7 @@ def _policies_only(
     training prompts (any draft, screened audits included), re-audited by timing on held-out ones."""
     group_of = {pid: prompts[pid].attributes.get(dimension) for pid in prompts}
     evidence = audit_evidence(records, train_ids, group_of, seed)  # timing-only repeats included: they are timings
-    cost = {
-        "cost_ratio": evidence["cost_ratio"],
-        "source": "the audit's speculative records (draft time per proposed token / verification time per step)",
-    }
+    cost = {"cost_ratio": evidence["cost_ratio"], "source": evidence["cost_source"]}
     if not np.isfinite(cost["cost_ratio"]) and isinstance(pair.draft, torch.nn.Module):
         cost = {**pol.measure_cost_ratio(pair.target, pair.draft, prompts[held_ids[0]].ids), "source": "measured here (measure_cost_ratio)"}
     held_groups = {}

@@ -52,6 +52,8 @@ def training_card_markdown(card: dict) -> str:
 def _speed(entry: dict | None) -> str:
     if not entry or entry.get("value") is None:
         return "–"
+    if entry.get("ci_low") is None:
+        return f"{entry['value']:.2f}× (one prompt, no interval)"
     return f"{entry['value']:.2f}× [{entry['ci_low']:.2f}, {entry['ci_high']:.2f}]"
 
 

@@ -34,9 +34,12 @@ OVERALL = "(overall)"
 
 
 def _ratio_of_sums(numerator: np.ndarray, denominator: np.ndarray, seed: int) -> dict | None:
-    """Σ numerator / Σ denominator over prompts with its prompt-bootstrap interval (None for no prompts)."""
+    """Σ numerator / Σ denominator over prompts with its prompt-bootstrap interval (None for no
+    prompts; no interval from one prompt, whose resamples are all that prompt)."""
     if not len(numerator) or denominator.sum() <= 0:
         return None
+    if len(numerator) < 2:
+        return {"value": float(numerator.sum() / denominator.sum()), "ci_low": None, "ci_high": None, "n_prompts": 1}
     entry = _bootstrap(lambda w: (w @ numerator) / np.maximum(w @ denominator, 1e-300), len(numerator), seed)
     return {**entry, "n_prompts": int(len(numerator))}
 
@@ -56,14 +59,15 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
     if engine is None:
         others = sorted(e for e in engines if e != "vanilla")
         engine = others[0] if others else None
-    speed_source = "none"
+    speed_source, model_cost_ratio = "none", float("nan")
     if engine == SCREEN_ENGINE:
         frame, speed = predicted_speed(frame)
-        speed_source = "the audit's cost model (screen)" if speed.get("source") == "cost model" else "none"
+        if speed.get("source") == "cost model":
+            speed_source, model_cost_ratio = "the audit's cost model (screen)", float(speed["cost_model"]["cost_ratio"])
     elif engine is not None and "vanilla" in engines:
         speed_source = "measured (engines)"
     groups: dict[str, dict] = {}
-    cost_ratio = float("nan")
+    cost_ratio, cost_source = model_cost_ratio, "the audit's cost model (draft time per drafted token / verification time per step)"
     if engine is not None:
         table = per_prompt_metrics(frame, engine=engine)
         train = table.loc[[p for p in train_ids if p in table.index]]
@@ -78,13 +82,14 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
                     paired["vanilla_latency_per_token_s"].to_numpy(float), paired["latency_per_token_s"].to_numpy(float), seed
                 )
             groups[group] = {"alpha": alpha, "n_prompts": int(len(rows)), "speedup_run_k": speedup}
-        if "speculative" in engines:
+        if "speculative" in engines and not np.isfinite(cost_ratio):
             timed = per_prompt_metrics(frame, engine="speculative")
             draft_s, verify_s = timed["draft_s"].sum(), timed["verify_s"].sum()
             proposed, steps = timed["latency_proposed"].sum(), timed["latency_steps"].sum()
             if proposed > 0 and steps > 0 and verify_s > 0:
                 cost_ratio = float((draft_s / proposed) / (verify_s / steps))
-    return {"engine": engine, "speed_source": speed_source, "cost_ratio": cost_ratio, "groups": groups}
+                cost_source = "the audit's speculative records (draft time per proposed token / verification time per step)"
+    return {"engine": engine, "speed_source": speed_source, "cost_ratio": cost_ratio, "cost_source": cost_source, "groups": groups}
 
 
 # ------------------------------------------------------------------ re-audit on held-out prompts

@@ -27,13 +27,14 @@ def _audit(root, target, draft: str, engines: tuple[str, ...]):
     from specaudit.config import RunConfig
     from specaudit.runner import run
 
-    # `topic` gives the screened run's engines one pair per topic to time (4 pairs): enough for a cost model
+    # `topic` (8 groups, the two prompts of a pair in different ones) makes the screened run's
+    # engines time one pair per topic group, 4 pairs: enough for a cost model
     rows = [
         {
             "id": f"p{i}-{g}",
             "text": text if g == "lower" else text.upper(),
             "pair_id": f"p{i}",
-            "attributes": {"case": g, "topic": f"t{i % 4}"},
+            "attributes": {"case": g, "topic": f"t{(2 * i + (g == 'upper')) % 8}"},
         }
         for i, text in enumerate(TEXTS)
         for g in ("lower", "upper")
