@@ -151,6 +151,7 @@ def _policy_reaudit(part: Mapping[str, Any]) -> dict[str, Any]:
         "ran": True,
         "rows": rows,
         "run_k": part.get("run_k", MISSING),
+        "timed": integer(get(part, "groups", OVERALL, "n_prompts")),
         "max_new_tokens": part.get("max_new_tokens", MISSING),
         "routed": ", ".join(str(g) for g in part.get("routed") or []) or "none",
         "slower": ", ".join(slower) or "none",
