@@ -9,7 +9,8 @@ import argparse
 def add_mitigate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "mitigate",
-        help="distil a better draft and derive per-group k / routing policies from an audited run, then re-audit on held-out prompts",
+        help="per-group k / routing policies from an audited run (any draft), and a distilled draft where it is trainable, "
+        "re-audited on held-out prompts",
     )
     p.add_argument("run_dir", help="an analysed run folder (records.jsonl, manifest.json, snapshot.json)")
     p.add_argument(

@@ -4,8 +4,10 @@ Reads an audited run folder (records, manifest, snapshot), splits its prompts in
 held-out sides by pair (a parallel prompt never on both), distils the draft on the target's own
 samples of the training prompts with the training mix weighted toward the groups the audit
 found disadvantaged, derives the per-group k and routing policies, and re-measures everything
-on the held-out prompts. Everything is written into a temporary folder renamed into place at the
-end, so a failure leaves no half-written output.
+on the held-out prompts. A draft that cannot be trained (int8, ngram, a quantised model) gets the
+policies alone, fitted on the audit's records and re-audited by timing (`_policies_only`,
+specaudit.mitigate._routing). Everything is written into a temporary folder renamed into place
+at the end, so a failure leaves no half-written output.
 """
 
 from __future__ import annotations
