@@ -11,13 +11,18 @@ from specaudit._validation import finite_float, seed_int
 def add_mitigate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "mitigate",
-        help="distil a better draft and derive per-group k / routing policies from an audited run, then re-audit on held-out prompts",
+        help="per-group k / routing policies from an audited run (any draft), and a distilled draft where it is trainable, "
+        "re-audited on held-out prompts",
     )
     p.add_argument("run_dir", help="an analysed run folder (records.jsonl, manifest.json, snapshot.json)")
     p.add_argument(
         "--out", required=True, help="new output folder (draft/, training_card.*, policy.*, before_after.*, report.html, reaudit-run/)"
     )
-    p.add_argument("--draft", help="trainable draft to start from: early-exit:N or a model folder (default: the run's draft)")
+    p.add_argument(
+        "--draft",
+        help="trainable draft to start from: early-exit:N or a model folder (default: the run's draft; an untrainable "
+        "one such as int8 or ngram gets policies without training)",
+    )
     p.add_argument(
         "--dimension",
         help="prompt attribute whose groups weight the training mix (default: the one with the lowest group relative to its reference)",
@@ -42,10 +47,15 @@ def add_mitigate(sub: argparse._SubParsersAction) -> None:
         type=int,
         help="held-out prompts decoded by the real engine for the equivalence check (default 4; --quick 2; 0 skips it)",
     )
-    p.add_argument("--timing-prompts", type=int, help="held-out prompts per group timed for the measured speed-up (default 1; --quick 0)")
+    p.add_argument(
+        "--timing-prompts",
+        type=int,
+        help="held-out prompts per group timed to re-audit the policies: plain vs speculative decoding, "
+        "with and without the policy (default 3; --quick 2; 0 skips it)",
+    )
     p.add_argument("--seed", type=seed_int, default=0, help="split, sampling and training seed (default 0)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] (default auto)")
-    p.add_argument("--quick", action="store_true", help="a smaller budget (1 sample, 16 tokens, 20 steps, no timing)")
+    p.add_argument("--quick", action="store_true", help="a smaller budget (1 sample, 16 tokens, 20 steps, 2 timed prompts per group)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_mitigate)
 
@@ -78,12 +88,28 @@ def cmd_mitigate(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     summary = result.summary
+    reaudit = summary.get("policy_reaudit") or {}
+    overall = (reaudit.get("groups") or {}).get("(overall)")
+    if overall:
+        without, with_policy = overall["speedup_without_policy"], overall["speedup_with_policy"]
+        policy_line = (
+            f"policy re-audit ({overall['n_prompts']} held-out prompts, timed): overall speed-up {without['value']:.2f}x without the "
+            f"policy -> {with_policy['value']:.2f}x with it; routed to plain decoding: {', '.join(reaudit['routed']) or 'none'}"
+        )
+    else:
+        policy_line = f"policy re-audit not run ({reaudit.get('reason', 'no timing')})"
+    if not summary.get("trained", True):
+        print(summary["not_trained"])
+        print(f"{result.out_dir}/before_after.md: {policy_line}")
+        print(f"policy: {result.out_dir / 'policy.yaml'}; report: {result.files['report']}")
+        return 0
     worst = summary["lowest_group_by_audit"]
     row = summary["comparison"]["groups"].get(worst) or summary["comparison"]["groups"]["(overall)"]
     print(
         f"{result.out_dir}/before_after.md: {summary['dimension']}={worst} acceptance {row['before']['value']:.3f} -> "
         f"{row['after']['value']:.3f}; equivalence {str(summary['equivalence'].get('status')).upper()}"
     )
+    print(policy_line)
     print(f"draft: {result.out_dir / 'draft'} (use with --draft); policy: {result.out_dir / 'policy.yaml'}")
     print(f"report: {result.files['report']} (before/after section; `specaudit report {result.out_dir / 'reaudit-run'}` renders it again)")
     return 0

@@ -1,6 +1,8 @@
-"""Close the gap an audit finds: distil a better draft on the target's own samples (weighted
-toward disadvantaged groups), derive per-group draft length and routing policies, re-audit on
-held-out prompts. `measure_acceptance` is the single acceptance measurement all of it uses."""
+"""Close the gap an audit finds: per-group draft length and routing policies for any draft,
+a better draft distilled on the target's own samples (weighted toward disadvantaged groups)
+where the draft is trainable, and a re-audit on held-out prompts. `measure_acceptance` is the
+one acceptance measurement of a draft before and after training; without training the
+policies read the audit's own records (specaudit.mitigate._routing)."""
 
 import sys
 import types

@@ -49,19 +49,22 @@ class DistilResult:
     seconds: float = 0.0
 
 
-def trainable_layers(draft, train_layers: int) -> tuple[int, int]:
-    """(first trained layer, layer count) of a draft that can be distilled; InputError otherwise."""
+def untrainable_reason(draft) -> str | None:
+    """Why a loaded draft cannot be distilled (no weights, quantised, not a decoder), or None."""
     if not isinstance(draft, torch.nn.Module):
-        raise InputError(
-            f"the draft ({type(draft).__name__}) has no weights to train; distil an early-exit:N draft or a model folder instead"
-        )
+        return f"the draft ({type(draft).__name__}) has no weights to train"
     layers = getattr(getattr(draft, "model", None), "layers", None)
     if layers is None or not any(p.dtype.is_floating_point for p in draft.parameters()):
-        raise InputError(
-            f"the draft ({type(draft).__name__}) cannot be trained (quantised or not a decoder with model.layers); "
-            "distil an early-exit:N draft or a float model folder instead"
-        )
-    count = len(layers)
+        return f"the draft ({type(draft).__name__}) cannot be trained (quantised or not a decoder with model.layers)"
+    return None
+
+
+def trainable_layers(draft, train_layers: int) -> tuple[int, int]:
+    """(first trained layer, layer count) of a draft that can be distilled; InputError otherwise."""
+    reason = untrainable_reason(draft)
+    if reason:
+        raise InputError(f"{reason}; distil an early-exit:N draft or a float model folder instead")
+    count = len(draft.model.layers)
     if not 1 <= train_layers <= count:
         raise InputError(f"--train-layers {train_layers}: the draft has {count} layers; choose 1..{count}")
     return count - train_layers, count

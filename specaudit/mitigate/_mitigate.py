@@ -4,8 +4,10 @@ Reads an audited run folder (records, manifest, snapshot), splits its prompts in
 held-out sides by pair (a parallel prompt never on both), distils the draft on the target's own
 samples of the training prompts with the training mix weighted toward the groups the audit
 found disadvantaged, derives the per-group k and routing policies, and re-measures everything
-on the held-out prompts. Everything is written into a temporary folder renamed into place at the
-end, so a failure leaves no half-written output.
+on the held-out prompts. A draft that cannot be trained (int8, ngram, a quantised model) gets the
+policies alone, fitted on the audit's records and re-audited by timing (`_policies_only`,
+specaudit.mitigate._routing). Everything is written into a temporary folder renamed into place
+at the end, so a failure leaves no half-written output.
 """
 
 from __future__ import annotations
@@ -27,17 +29,22 @@ import specaudit.mitigate._distil as dst
 import specaudit.mitigate._policy as pol
 from specaudit.errors import InputError
 from specaudit.mitigate._options import check_options
-from specaudit.mitigate._reaudit import REAUDIT_FOLDER, compare_groups, equivalence_check, measured_speedup
+from specaudit.mitigate._reaudit import REAUDIT_FOLDER, compare_groups, equivalence_check
 from specaudit.mitigate._report import before_after_markdown, training_card_markdown
+from specaudit.mitigate._routing import audit_evidence, reaudit_policies
 from specaudit.mitigate._run_folder import attach_texts, choose_dimension, group_alphas, prompts_from_run, read_run, split_by_pair
 
 if TYPE_CHECKING:
     from specaudit.models import ModelPair
 
 # Budgets: the demonstration one fits about 15 minutes of a 2-core CPU on the default pair.
-DEMO_BUDGET = {"samples": 2, "max_new_tokens": 32, "steps": 60, "batch_size": 4, "equivalence_prompts": 4, "timing_prompts": 1}
-QUICK_BUDGET = {"samples": 1, "max_new_tokens": 16, "steps": 20, "batch_size": 4, "equivalence_prompts": 2, "timing_prompts": 0}
-UNTRAINABLE_DRAFTS = ("ngram", "int8")
+DEMO_BUDGET = {"samples": 2, "max_new_tokens": 32, "steps": 60, "batch_size": 4, "equivalence_prompts": 4, "timing_prompts": 3}
+QUICK_BUDGET = {"samples": 1, "max_new_tokens": 16, "steps": 20, "batch_size": 4, "equivalence_prompts": 2, "timing_prompts": 2}
+# Derived drafts that distillation cannot improve, and why (the one line mitigate prints for them).
+UNTRAINABLE_DRAFTS = {
+    "ngram": "a prompt-lookup table with no weights",
+    "int8": "the target's weights rounded to int8, which training would move off the int8 grid",
+}
 
 
 @dataclass(frozen=True)
@@ -115,10 +122,20 @@ def mitigate(
 
     manifest, records, snapshot = read_run(run_dir)
     config = manifest.get("config") or {}
-    draft_name = draft or config.get("draft")
-    if draft_name is None or draft_name in UNTRAINABLE_DRAFTS:
+    run_draft = config.get("draft")
+    draft_name = draft or run_draft
+    if draft_name is None:
+        raise InputError(f"{run_dir} has no draft in its manifest; give --draft early-exit:N or a model folder")
+    if draft is not None and draft != run_draft and draft in UNTRAINABLE_DRAFTS:
         raise InputError(
-            f"draft {draft_name!r} cannot be trained (no float weights to distil); give --draft early-exit:N or a model folder"
+            f"--draft {draft!r} cannot be trained (no float weights to distil); give early-exit:N or a model folder, or omit "
+            f"--draft to fit policies for the run's draft {run_draft!r} without training"
+        )
+    not_trained = UNTRAINABLE_DRAFTS.get(draft_name)
+    if not_trained and per_group is not None:
+        raise InputError(
+            f"--per-group needs a trainable draft: without training the policies are fitted on the audit's own prompts, "
+            f"and draft {draft_name!r} cannot be trained"
         )
     dimension, worst_group = choose_dimension(snapshot, dimension)
     dimensions = [d for d, s in snapshot["groups"].items() if s.get("by_group")]
@@ -134,13 +151,42 @@ def mitigate(
     if per_group is None:  # a split that cannot work fails before any model loads
         split_by_pair(prompts, held_out, seed, dimensions)
     pair = load_pair(config.get("target", "default"), draft_name, device=device)
-    dst.trainable_layers(pair.draft, train_layers)  # an untrainable draft fails before any sampling
+    if not not_trained and dst.untrainable_reason(pair.draft):
+        if draft is not None and draft != run_draft or per_group is not None:
+            dst.trainable_layers(pair.draft, train_layers)  # raises: the draft asked for cannot be trained
+        not_trained = dst.untrainable_reason(pair.draft)
+    if not not_trained:
+        dst.trainable_layers(pair.draft, train_layers)  # an impossible --train-layers fails before any sampling
+    eos_ids = eos_token_ids(pair)
+    pad_id = pad_token_id(pair, eos_ids)
+    if not_trained:
+        train_ids, held_ids = split_by_pair(prompts, held_out, seed, dimensions)
+        from specaudit.execution.records import RECORDS_FILE, read_records
+
+        return _policies_only(
+            pair,
+            read_records(run_dir / RECORDS_FILE),
+            prompts,
+            train_ids,
+            held_ids,
+            note=f"draft {draft_name!r} was not trained ({not_trained}); policies fitted and re-audited without training",
+            run_dir=run_dir,
+            out_dir=out_dir,
+            draft_name=draft_name,
+            dimension=dimension,
+            worst_group=worst_group,
+            config=config,
+            budget=budget,
+            run_k=run_k,
+            spec=spec,
+            eos_ids=eos_ids,
+            seed=seed,
+            progress=progress,
+            started=started,
+        )
     prompts, text_note = attach_texts(prompts, config, pair.tokenizer, per_group)
     train_ids, held_ids = split_by_pair(prompts, held_out, seed, dimensions)
     group_of = {pid: prompts[pid].attributes.get(dimension) for pid in prompts}
-
-    eos_ids = eos_token_ids(pair)
-    pad_id = pad_token_id(pair, eos_ids)
 
     def draw(ids: list[str]) -> list[acc.TargetSample]:  # one side at a time: a sampling batch never mixes the sides
         return acc.sample_target(
@@ -214,16 +260,8 @@ def mitigate(
             "policy_k": float(pol.expected_speedup(held_alpha, fitted["k"], cost["cost_ratio"])),
             "policy": 1.0 if fitted["route_to_vanilla"] else float(pol.expected_speedup(held_alpha, fitted["k"], cost["cost_ratio"])),
         }
-        if int(budget["timing_prompts"]) > 0:
-            timed = [prompts[p] for p in held_groups[group][: int(budget["timing_prompts"])]]
-            measured = measured_speedup(pair, main_draft.draft, timed, fitted["k"], spec, eos_ids, int(budget["max_new_tokens"]), seed)
-            fitted["measured_speedup_held_out"] = {
-                "policy_k": measured["speedup"],
-                "policy": 1.0 if fitted["route_to_vanilla"] else measured["speedup"],
-                "prompts": measured["prompts"],
-                "tokens_per_s": measured["tokens_per_s"],
-            }
         policies[group] = fitted
+    policy_reaudit = _time_policies(pair, main_draft.draft, prompts, held_groups, policies, budget, run_k, spec, eos_ids, seed, progress)
 
     parent = out_dir.parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -259,6 +297,7 @@ def mitigate(
             progress=progress,
             started=started,
             held_groups=held_groups,
+            policy_reaudit=policy_reaudit,
         )
         if out_dir.exists():  # an empty folder (checked at the start)
             out_dir.rmdir()
@@ -267,6 +306,117 @@ def mitigate(
         shutil.rmtree(work, ignore_errors=True)
         raise
     summary = json.loads((out_dir / "before_after.json").read_text(encoding="utf-8"))
+    return MitigationResult(out_dir, summary, {k: out_dir / v.relative_to(work) for k, v in files.items()})
+
+
+def _time_policies(pair, draft, prompts, held_groups, policies, budget, run_k, spec, eos_ids, seed, progress) -> dict:
+    """The policy re-audit on up to --timing-prompts held-out prompts per group ('not run' at 0)."""
+    count = int(budget["timing_prompts"])
+    if count <= 0:
+        return {"status": "not run", "reason": "--timing-prompts 0"}
+    timed = {g: [prompts[p] for p in ids[:count]] for g, ids in held_groups.items()}
+    result = reaudit_policies(
+        pair,
+        draft,
+        timed,
+        policies,
+        run_k=run_k,
+        spec=spec,
+        eos_ids=eos_ids,
+        max_new_tokens=int(budget["max_new_tokens"]),
+        seed=seed,
+        progress=progress,
+    )
+    return {"status": "run", **result}
+
+
+def _policies_only(
+    pair,
+    records,
+    prompts,
+    train_ids,
+    held_ids,
+    *,
+    note,
+    run_dir,
+    out_dir,
+    draft_name,
+    dimension,
+    worst_group,
+    config,
+    budget,
+    run_k,
+    spec,
+    eos_ids,
+    seed,
+    progress,
+    started,
+) -> MitigationResult:
+    """Mitigation without training: per-group k and routing fitted on the audit's records of the
+    training prompts (any draft, screened audits included), re-audited by timing on held-out ones."""
+    group_of = {pid: prompts[pid].attributes.get(dimension) for pid in prompts}
+    evidence = audit_evidence(records, train_ids, group_of, seed)  # timing-only repeats included: they are timings
+    cost = {"cost_ratio": evidence["cost_ratio"], "source": evidence["cost_source"]}
+    if not np.isfinite(cost["cost_ratio"]) and isinstance(pair.draft, torch.nn.Module):
+        cost = {**pol.measure_cost_ratio(pair.target, pair.draft, prompts[held_ids[0]].ids), "source": "measured here (measure_cost_ratio)"}
+    held_groups = {}
+    for pid in held_ids:
+        if group_of[pid] is not None:
+            held_groups.setdefault(group_of[pid], []).append(pid)
+    held_groups = dict(sorted(held_groups.items()))
+    policies = {}
+    for group in held_groups:
+        fit = evidence["groups"].get(group) or {}
+        policies[group] = pol.group_policy(fit.get("alpha", float("nan")), cost["cost_ratio"], run_k, fit.get("speedup_run_k"))
+        policies[group]["fit_prompts"] = fit.get("n_prompts", 0)
+    policy_reaudit = _time_policies(pair, pair.draft, prompts, held_groups, policies, budget, run_k, spec, eos_ids, seed, progress)
+    summary = {
+        "kind": "specaudit.before_after",
+        "source_run": str(run_dir),
+        "dimension": dimension,
+        "lowest_group_by_audit": worst_group,
+        "trained": False,
+        "not_trained": note,
+        "draft": draft_name,
+        "train_prompts": len(train_ids),
+        "held_out_prompts": len(held_ids),
+        "policy_fit": {
+            "engine": evidence["engine"],
+            "speed_source": evidence["speed_source"],
+            "method": "per group of the training prompts: alpha = sum accepted / sum positions reached, speed-up at the run's k = "
+            "sum plain time per token / sum speculative time per token (95% prompt bootstrap), from the audit's records",
+        },
+        "cost": cost,
+        "policies": policies,
+        "policy_reaudit": policy_reaudit,
+        "run_k": run_k,
+        "equivalence": {
+            "status": "not run",
+            "reason": "no draft was trained: the draft and the engine are the audit's, so the audit's own equivalence verdict stands",
+        },
+        "budget": budget,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    summary = _finite(summary)
+    parent = out_dir.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=parent))
+    try:
+        files = {}
+        document = pol.policy_document(
+            dimension, policies, default_k=run_k, cost_ratio=cost["cost_ratio"], draft=draft_name, source_run=str(run_dir)
+        )
+        files.update({f"policy_{k}": v for k, v in pol.write_policy_files(work, document).items()})
+        (work / "before_after.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        (work / "before_after.md").write_text(before_after_markdown(summary), encoding="utf-8")
+        files["before_after"] = work / "before_after.json"
+        files["report"] = _write_report(work, out_dir, summary, config, draft=draft_name)
+        if out_dir.exists():  # an empty folder (checked at the start)
+            out_dir.rmdir()
+        os.replace(work, out_dir)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     return MitigationResult(out_dir, summary, {k: out_dir / v.relative_to(work) for k, v in files.items()})
 
 
@@ -301,6 +451,7 @@ def _write_outputs(
     progress,
     started,
     held_groups,
+    policy_reaudit,
 ) -> dict[str, Path]:
     files: dict[str, Path] = {}
     draft_folder = work / "draft"
@@ -408,8 +559,10 @@ def _write_outputs(
             }
             for name, c in comparisons.items()
         },
+        "trained": True,
         "cost": cost,
         "policies": policies,
+        "policy_reaudit": policy_reaudit,
         "run_k": run_k,
         "equivalence": equivalence,
         "budget": budget,
@@ -422,7 +575,7 @@ def _write_outputs(
     return files
 
 
-def _write_report(work: Path, out_dir: Path, summary: dict, config: dict) -> Path:
+def _write_report(work: Path, out_dir: Path, summary: dict, config: dict, draft: str = "draft") -> Path:
     """DIR/report.html: the re-audit's snapshot (the mitigated draft's equivalence, checked) with
     the before/after stored in it as its `mitigation` part, so `specaudit report DIR/reaudit-run`
     renders the same section. Without a re-audit run the report holds the before/after alone."""
@@ -440,7 +593,11 @@ def _write_report(work: Path, out_dir: Path, summary: dict, config: dict) -> Pat
         settings = {key: config[key] for key in ("target", "k", "temperature", "top_k", "top_p", "max_new_tokens") if key in config}
         snapshot = {
             "schema_version": SNAPSHOT_SCHEMA_VERSION,
-            "run": {"id": "mitigation (no re-audit run)", "config": {**settings, "draft": "draft"}, "dir": str(out_dir)},
+            "run": {
+                "id": "mitigation (no re-audit run)" if summary.get("trained", True) else "mitigation (policies, no training)",
+                "config": {**settings, "draft": draft},
+                "dir": str(out_dir),
+            },
             "equivalence": {"status": "not run"},
             "groups": {},
             "mitigation": summary,

@@ -10,6 +10,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from specaudit.models import Stopwatch, forward_cached
@@ -52,20 +53,39 @@ def measure_cost_ratio(target: torch.nn.Module, draft: torch.nn.Module, prompt_i
     }
 
 
-def group_policy(alpha: float, cost_ratio: float, run_k: int) -> dict:
+def group_policy(alpha: float, cost_ratio: float, run_k: int, measured: dict | None = None) -> dict:
     """The k maximising a group's expected speed-up, whether to route it to plain decoding, and
-    the expected speed-up under the run's k, the best k, and the policy."""
-    best_k, _ = best_draft_length(alpha, cost_ratio, K_MAX)
-    speedups = {k: float(expected_speedup(alpha, k, cost_ratio)) for k in range(1, K_MAX + 1)}
-    argmax_k = max(speedups, key=speedups.get)
-    route = best_k == 0
+    the expected speed-up under the run's k, the best k, and the policy.
+
+    `measured` is the group's speed-up at the run's k on the fitting prompts ({value, ci_low,
+    ci_high}); it overrides the model where its interval excludes 1: a group measured slower
+    than plain decoding is never sent to speculation, and one measured faster is never routed
+    away from it on the model's word alone."""
+    known = bool(np.isfinite(alpha) and np.isfinite(cost_ratio))
+    best_k, _ = best_draft_length(alpha, cost_ratio, K_MAX) if known else (0, float("nan"))
+    speedups = {k: float(expected_speedup(alpha, k, cost_ratio)) if known else float("nan") for k in range(1, K_MAX + 1)}
+    argmax_k = max(speedups, key=lambda k: speedups[k] if np.isfinite(speedups[k]) else -1.0) if known else run_k
+    low, high = ((measured or {}).get(key) for key in ("ci_low", "ci_high"))
+    if high is not None and np.isfinite(high) and high < 1.0:
+        route, reason = True, "measured slower than plain decoding (speed-up interval below 1)"
+    elif low is not None and np.isfinite(low) and low > 1.0:
+        route, reason = False, "measured faster than plain decoding (speed-up interval above 1)"
+        argmax_k = argmax_k if best_k else run_k  # the model's k where it pays, else the k that was measured
+    elif known and best_k > 0:
+        route, reason = False, f"the model expects k = {best_k} to pay (measurement undecided)"
+    else:
+        route = True
+        reason = "no draft length pays under the model (measurement undecided)" if known else "no acceptance or cost measured"
+    expected = speedups.get(argmax_k, float("nan"))
     return {
         "alpha": alpha,
         "k": argmax_k,
         "route_to_vanilla": route,
-        "expected_speedup_run_k": speedups.get(run_k, float(expected_speedup(alpha, run_k, cost_ratio))),
-        "expected_speedup_best_k": speedups[argmax_k],
-        "expected_speedup_policy": 1.0 if route else speedups[argmax_k],
+        "reason": reason,
+        "measured_speedup_fit": measured,
+        "expected_speedup_run_k": speedups.get(run_k, float(expected_speedup(alpha, run_k, cost_ratio)) if known else float("nan")),
+        "expected_speedup_best_k": expected,
+        "expected_speedup_policy": 1.0 if route else expected,
     }
 
 

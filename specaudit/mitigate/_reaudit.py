@@ -1,6 +1,6 @@
 """Re-measuring on the held-out prompts: before/after acceptance with bootstrap intervals, the
-equivalence check with the real speculative engine and the distilled draft, and the measured
-speed-up."""
+equivalence check with the real speculative engine and the distilled draft (the policies' timed
+re-audit is specaudit.mitigate._routing)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 import specaudit.mitigate._acceptance as acc
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
@@ -139,25 +138,3 @@ def equivalence_check(pair: ModelPair, draft_folder: Path, prompts: list[Prompt]
         "tv_bound": (engine.get("tv_bound") or {}).get("upper"),
         "run_dir": REAUDIT_FOLDER,
     }
-
-
-def measured_speedup(pair: ModelPair, draft, prompts: list[Prompt], k: int, spec, eos_ids, max_new_tokens: int, seed: int) -> dict:
-    """Wall-time speed-up of speculative decoding at draft length k over vanilla on `prompts`
-    (interleaved, tokens per second of each)."""
-    from specaudit.decoding import speculative_generate, vanilla_generate
-    from specaudit.execution.plan import derive_seed
-
-    totals = {CONTROL_ENGINE: [0.0, 0], SPECULATIVE_ENGINE: [0.0, 0]}
-    for index, prompt in enumerate(prompts):
-        order = (CONTROL_ENGINE, SPECULATIVE_ENGINE) if index % 2 == 0 else (SPECULATIVE_ENGINE, CONTROL_ENGINE)
-        for engine in order:
-            generator = torch.Generator(device=pair.device).manual_seed(derive_seed(seed, prompt.id, 0))
-            common = dict(spec=spec, max_new_tokens=max_new_tokens, generator=generator, eos_ids=eos_ids, vocab_size=pair.vocab_size)
-            if engine == CONTROL_ENGINE:
-                out = vanilla_generate(pair.target, prompt.ids, **common)
-            else:
-                out = speculative_generate(pair.target, draft, prompt.ids, k=k, **common)
-            totals[engine][0] += out.wall_s
-            totals[engine][1] += len(out.tokens)
-    rate = {e: t[1] / t[0] if t[0] else float("nan") for e, t in totals.items()}
-    return {"k": k, "prompts": len(prompts), "speedup": rate[SPECULATIVE_ENGINE] / rate[CONTROL_ENGINE], "tokens_per_s": rate}

@@ -49,7 +49,73 @@ def training_card_markdown(card: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _speed(entry: dict | None) -> str:
+    if not entry or entry.get("value") is None:
+        return "–"
+    if entry.get("ci_low") is None:
+        return f"{entry['value']:.2f}× (one prompt, no interval)"
+    return f"{entry['value']:.2f}× [{entry['ci_low']:.2f}, {entry['ci_high']:.2f}]"
+
+
+def policy_reaudit_markdown(summary: dict) -> list[str]:
+    """The policies' timed re-audit on held-out prompts: speed-up without and with the policy."""
+    reaudit = summary.get("policy_reaudit") or {}
+    lines = ["", "## Policies re-audited on held-out prompts (timed here)", ""]
+    if reaudit.get("status") != "run":
+        return [*lines, f"Not run: {reaudit.get('reason', 'no timing')}.", ""]
+    lines += [
+        f"Method: {reaudit['method']}. Run k = {reaudit['run_k']}, up to {reaudit['max_new_tokens']} new tokens.",
+        "",
+        "| group | policy | held-out prompts | speed-up without policy (run k) | speed-up with policy | with / without |",
+        "|---|---|---|---|---|---|",
+    ]
+    for group, row in reaudit["groups"].items():
+        policy = "all" if group == "(overall)" else "plain decoding" if row["route_to_vanilla"] else f"speculate, k = {row['k']}"
+        lines.append(
+            f"| {group} | {policy} | {row['n_prompts']} | {_speed(row['speedup_without_policy'])} | "
+            f"{_speed(row['speedup_with_policy'])} | {_speed(row['gain_with_policy'])} |"
+        )
+    slower = reaudit.get("slower_than_vanilla_with_policy") or []
+    lines += [
+        "",
+        f"Groups routed to plain decoding: {', '.join(reaudit['routed']) or 'none'}. Groups measured slower than plain decoding "
+        f"under the policy (interval below 1): {', '.join(slower) or 'none'}.",
+        "",
+    ]
+    return lines
+
+
+def policies_only_markdown(summary: dict) -> str:
+    """before_after.md when no draft was trained: the fitted policies and their re-audit."""
+    cost = summary["cost"]
+    fit = summary["policy_fit"]
+    lines = [
+        f"# Mitigation by policy (`{summary['dimension']}`), no training",
+        "",
+        f"{summary['not_trained']}.",
+        "",
+        f"Fitted on the audit `{summary['source_run']}`'s records of {summary['train_prompts']} training prompts "
+        f"(engine `{fit['engine']}`, speed-up from {fit['speed_source']}); re-audited on {summary['held_out_prompts']} held-out prompts "
+        f"(whole pairs). Cost ratio c = {_num(cost.get('cost_ratio'))} ({cost.get('source')}). Lowest group by the audit: "
+        f"`{summary['lowest_group_by_audit']}`.",
+        "",
+        "## Policies (fitted on the training prompts)",
+        "",
+        "| group | α (train) | speed-up at run k (train) | k | route to plain decoding | why |",
+        "|---|---|---|---|---|---|",
+    ]
+    for group, entry in summary["policies"].items():
+        lines.append(
+            f"| {group} | {_num(entry['alpha'])} | {_speed(entry.get('measured_speedup_fit'))} | "
+            f"{0 if entry['route_to_vanilla'] else entry['k']} | {'yes' if entry['route_to_vanilla'] else 'no'} | {entry['reason']} |"
+        )
+    lines += policy_reaudit_markdown(summary)
+    return "\n".join(lines)
+
+
 def before_after_markdown(summary: dict) -> str:
+    if not summary.get("trained", True):
+        return policies_only_markdown(summary)
     comparison = summary["comparison"]
     lines = [
         f"# Before / after mitigation (`{summary['dimension']}`)",
@@ -93,17 +159,16 @@ def before_after_markdown(summary: dict) -> str:
         "",
         f"## Policies (distilled draft, cost ratio c = {cost['cost_ratio']:.3f} measured here; run k = {summary['run_k']})",
         "",
-        "| group | α train | k | route to vanilla | predicted speed-up (run k / policy) | measured speed-up at policy k |",
-        "|---|---|---|---|---|---|",
+        "| group | α train | k | route to vanilla | predicted speed-up (run k / policy) |",
+        "|---|---|---|---|---|",
     ]
     for group, entry in summary["policies"].items():
         predicted = entry["predicted_speedup_held_out"]
-        measured = entry.get("measured_speedup_held_out")
         lines.append(
             f"| {group} | {_num(entry['alpha'])} | {entry['k']} | {'yes' if entry['route_to_vanilla'] else 'no'} | "
-            f"{_num(predicted['run_k'], 2)} / {_num(predicted['policy'], 2)} | "
-            f"{_num(measured['policy_k'], 2) + ' (' + str(measured['prompts']) + ' prompt(s))' if measured else 'not measured'} |"
+            f"{_num(predicted['run_k'], 2)} / {_num(predicted['policy'], 2)} |"
         )
+    lines += policy_reaudit_markdown(summary)
     equivalence = summary["equivalence"]
     lines += ["", "## Equivalence of the distilled draft (real speculative engine, `specaudit analyze`)", ""]
     if equivalence.get("status") == "not run":

@@ -231,6 +231,13 @@ def test_mitigate_writes_a_loadable_draft_card_policy_and_before_after(mitigated
             assert 0 < speed["ci_low"] <= speed["value"] <= speed["ci_high"]
         change = row["speedup"]["after"]["value"] - row["speedup"]["before"]["value"]
         assert change == pytest.approx(row["speedup"]["change"]["value"])
+    # the policies of the distilled draft are re-audited by timing (1 held-out prompt per group: no interval)
+    reaudit = summary["policy_reaudit"]
+    assert reaudit["status"] == "run" and set(reaudit["groups"]) == {"lower", "upper", "(overall)"}
+    for group in ("lower", "upper"):
+        row = reaudit["groups"][group]
+        assert row["n_prompts"] == 1 and row["speedup_without_policy"]["value"] > 0 and row["speedup_without_policy"]["ci_low"] is None
+        assert row["route_to_vanilla"] == summary["policies"][group]["route_to_vanilla"]
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".out-")]  # the staging folder was renamed
 
 

@@ -32,6 +32,12 @@ def mitigation_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     losers = [g["group"] for g in groups if finite(g["relative"]) and g["relative"] < LOSS_LIMIT]
     return {
         "ran": True,
+        "trained": bool(part.get("trained", True)),
+        "not_trained": str(part.get("not_trained") or ""),
+        "fit_source": get(part, "policy_fit", "speed_source", default=MISSING),
+        "fit_prompts": integer(part.get("train_prompts")),
+        "held_prompts": integer(part.get("held_out_prompts")),
+        "policy_reaudit": _policy_reaudit(mapping(part.get("policy_reaudit"))),
         "dimension": part.get("dimension", MISSING),
         "source_run": part.get("source_run", MISSING),
         "weighting": part.get("weighting", MISSING),
@@ -106,13 +112,55 @@ def _change_badge(change: Any) -> dict[str, str]:
 
 def _policy(group: str, entry: Mapping[str, Any]) -> dict[str, str]:
     predicted = mapping(entry.get("predicted_speedup_held_out"))
-    measured = mapping(entry.get("measured_speedup_held_out"))
     return {
         "group": group,
-        "k": str(entry.get("k", MISSING)),
+        "k": "0" if entry.get("route_to_vanilla") else str(entry.get("k", MISSING)),
         "route": "yes" if entry.get("route_to_vanilla") else "no",
+        "alpha": _three(entry.get("alpha")),
+        "fit_speed": triple(entry.get("measured_speedup_fit"), fixed, "×") if entry.get("measured_speedup_fit") else MISSING,
         "predicted": f"{fixed(predicted.get('run_k'))}× / {fixed(predicted.get('policy'))}×" if predicted else MISSING,
-        "measured": f"{fixed(measured.get('policy_k'))}× ({integer(measured.get('prompts'))} prompt(s))" if measured else "not measured",
+        "reason": str(entry.get("reason") or MISSING),
+    }
+
+
+def _policy_reaudit(part: Mapping[str, Any]) -> dict[str, Any]:
+    """The policies' timed re-audit on held-out prompts: per group and overall, speed-up without
+    the policy (speculation at the run's k everywhere), with it, and with / without."""
+    if part.get("status") != "run":
+        return {"ran": False, "reason": str(part.get("reason") or "not timed")}
+    rows = []
+    for group, row in mapping(part.get("groups")).items():
+        if not isinstance(row, Mapping):
+            continue
+        overall = group == OVERALL
+        with_policy = mapping(row.get("speedup_with_policy"))
+        rows.append(
+            {
+                "group": "overall" if overall else str(group),
+                "overall": overall,
+                "policy": "—" if overall else "plain decoding" if row.get("route_to_vanilla") else f"speculate, k = {row.get('k')}",
+                "n": integer(row.get("n_prompts")),
+                "without": triple(row.get("speedup_without_policy"), fixed, "×"),
+                "with": triple(with_policy, fixed, "×"),
+                "gain": triple(row.get("gain_with_policy"), fixed, "×"),
+                "slower": bool(row.get("slower_than_vanilla_with_policy")),
+            }
+        )
+    slower = [str(g) for g in part.get("slower_than_vanilla_with_policy") or []]
+    return {
+        "ran": True,
+        "rows": rows,
+        "run_k": part.get("run_k", MISSING),
+        "timed": integer(get(part, "groups", OVERALL, "n_prompts")),
+        "max_new_tokens": part.get("max_new_tokens", MISSING),
+        "routed": ", ".join(str(g) for g in part.get("routed") or []) or "none",
+        "slower": ", ".join(slower) or "none",
+        "slower_badge": badge(NOT_RUN)
+        if not rows
+        else {"text": "SLOWER", "css": "fail", "symbol": "↓", "key": "slower"}
+        if slower
+        else {"text": "NONE SLOWER", "css": "pass", "symbol": "✓", "key": "none-slower"},
+        "method": str(part.get("method") or ""),
     }
 
 

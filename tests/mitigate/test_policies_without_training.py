@@ -1,0 +1,163 @@
+"""specaudit mitigate with drafts that cannot be trained (int8, ngram) and on screened audits:
+policies fitted on the audit's records, re-audited by timing held-out prompts, no training."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specaudit.mitigate import group_policy, mitigate
+
+TEXTS = [
+    "Hello there, how are you?",
+    "Write a short poem about rain.",
+    "Explain why the sky is blue.",
+    "List three fruits.",
+    "Name a color.",
+    "Count to five.",
+    "Say something nice.",
+    "What is two plus two?",
+]
+
+
+def _audit(root, target, draft: str, engines: tuple[str, ...]):
+    """An analysed run of 8 parallel pairs in two groups on the tiny target (no equivalence)."""
+    from specaudit.analysis import analyze
+    from specaudit.config import RunConfig
+    from specaudit.engines import run
+
+    # `topic` (8 groups, the two prompts of a pair in different ones) makes the screened run's
+    # engines time one pair per topic group, 4 pairs: enough for a cost model
+    rows = [
+        {
+            "id": f"p{i}-{g}",
+            "text": text if g == "lower" else text.upper(),
+            "pair_id": f"p{i}",
+            "attributes": {"case": g, "topic": f"t{(2 * i + (g == 'upper')) % 8}"},
+        }
+        for i, text in enumerate(TEXTS)
+        for g in ("lower", "upper")
+    ]
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = RunConfig(
+        target=str(target),
+        draft=draft,
+        prompts=str(prompts),
+        max_new_tokens=10,
+        device="cpu",
+        warmup=0,
+        engines=engines,
+        dimensions=("case", "topic"),
+    )
+    with pytest.warns(UserWarning):  # groups below the prompt set's minimum size
+        run(cfg, root / "run", progress=False)
+        analyze(root / "run", equivalence=False)
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def screened_int8_run(tmp_path_factory, tiny_pair_dir):
+    return _audit(tmp_path_factory.mktemp("int8-run"), tiny_pair_dir[0], "int8", ("screen", "vanilla", "speculative"))
+
+
+@pytest.fixture(scope="module")
+def ngram_run(tmp_path_factory, tiny_pair_dir):
+    return _audit(tmp_path_factory.mktemp("ngram-run"), tiny_pair_dir[0], "ngram", ("vanilla", "speculative"))
+
+
+def _cli(*args) -> int:
+    from specaudit.cli import main
+
+    return main(list(map(str, args)))
+
+
+def test_a_group_measured_slower_is_never_sent_to_speculation():
+    # the model alone would speculate at high acceptance and cheap drafting ...
+    assert not group_policy(0.95, 0.05, 4)["route_to_vanilla"]
+    # ... but a speed-up interval wholly below 1 on the fitting prompts routes the group away, at any α and c
+    for alpha in (0.3, 0.9, 0.99):
+        for cost_ratio in (0.0, 0.05, 0.5):
+            policy = group_policy(alpha, cost_ratio, 4, {"value": 0.8, "ci_low": 0.7, "ci_high": 0.99})
+            assert policy["route_to_vanilla"] and policy["expected_speedup_policy"] == 1.0
+    # an interval wholly above 1 keeps speculation even where the model expects no gain
+    kept = group_policy(0.1, 0.9, 4, {"value": 1.3, "ci_low": 1.1, "ci_high": 1.5})
+    assert not kept["route_to_vanilla"] and kept["k"] == 4
+    # an interval across 1 leaves the decision to the model
+    assert group_policy(0.1, 0.9, 4, {"value": 1.0, "ci_low": 0.8, "ci_high": 1.2})["route_to_vanilla"]
+    assert not group_policy(0.95, 0.05, 4, {"value": 1.0, "ci_low": 0.8, "ci_high": 1.2})["route_to_vanilla"]
+
+
+def test_int8_screened_audit_gets_policies_and_a_timed_reaudit(screened_int8_run, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _cli("mitigate", screened_int8_run, "--out", out, "--quick", "--dimension", "case", "--device", "cpu", "--quiet") == 0
+    printed = capsys.readouterr().out
+    assert "draft 'int8' was not trained" in printed.splitlines()[0]
+    assert "overall speed-up" in printed
+    summary = json.loads((out / "before_after.json").read_text())
+    assert summary["trained"] is False and "int8" in summary["not_trained"]
+    assert summary["policy_fit"]["engine"] == "screen" and summary["policy_fit"]["speed_source"].startswith("the audit's cost model")
+    assert not (out / "draft").exists() and not (out / "training_card.json").exists()
+    policy = json.loads((out / "policy.json").read_text())
+    assert set(policy["groups"]) == {"lower", "upper"} and policy["draft"] == "int8"
+    for group, entry in summary["policies"].items():
+        fit = entry["measured_speedup_fit"]
+        assert fit["ci_low"] <= fit["value"] <= fit["ci_high"] and fit["n_prompts"] == entry["fit_prompts"] > 0
+        if fit["ci_high"] < 1:
+            assert entry["route_to_vanilla"] and not policy["groups"][group]["speculate"]
+    reaudit = summary["policy_reaudit"]
+    assert reaudit["status"] == "run"
+    held = set(reaudit["per_prompt_time_per_token_s"])
+    assert held and not held & set(_train_ids(screened_int8_run, summary))  # timed prompts were held out
+    for group, row in reaudit["groups"].items():
+        assert row["n_prompts"] == (len(held) if group == "(overall)" else 2)
+        for key in ("speedup_without_policy", "speedup_with_policy", "gain_with_policy"):
+            assert 0 < row[key]["ci_low"] <= row[key]["value"] <= row[key]["ci_high"], (group, key)
+        if group != "(overall)" and row["route_to_vanilla"]:
+            # a routed group decodes plainly: its speed-up with the policy is exactly 1, and the
+            # policy's gain is the inverse of its speed-up without it
+            assert row["speedup_with_policy"]["value"] == pytest.approx(1.0)
+            assert row["gain_with_policy"]["value"] == pytest.approx(1 / row["speedup_without_policy"]["value"])
+    # the report shows the policy's before/after per group without a trained draft
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert 'id="mitigation"' in page and "The policy re-audited on held-out prompts" in page
+    overall = reaudit["groups"]["(overall)"]["speedup_without_policy"]
+    assert f"{overall['value']:.2f}× [{overall['ci_low']:.2f}, {overall['ci_high']:.2f}]" in page
+    assert "was not trained" in page and "Acceptance per group (mean β per position), before → after" not in page
+    assert "Policies re-audited on held-out prompts" in (out / "before_after.md").read_text()
+
+
+def _train_ids(run_dir, summary) -> list[str]:
+    from specaudit.mitigate._run_folder import prompts_from_run, read_run
+
+    _, records, _ = read_run(run_dir)
+    prompts = prompts_from_run(records)
+    from specaudit.mitigate import split_by_pair
+
+    train, _ = split_by_pair(prompts, 0.5, 0, ["case", "topic"])
+    assert len(train) == summary["train_prompts"]
+    return train
+
+
+def test_ngram_engine_audit_gets_policies_from_measured_speed(ngram_run, tmp_path):
+    result = mitigate(ngram_run, tmp_path / "out", quick=True, dimension="case", device="cpu", progress=False)
+    summary = result.summary
+    assert summary["trained"] is False and "prompt-lookup" in summary["not_trained"]
+    assert summary["policy_fit"] == {**summary["policy_fit"], "engine": "speculative", "speed_source": "measured (engines)"}
+    assert summary["policy_reaudit"]["status"] == "run" and set(summary["policy_reaudit"]["groups"]) == {"lower", "upper", "(overall)"}
+    assert result.files["report"].is_file()
+
+
+def test_untrainable_bad_inputs_exit_2_with_one_sentence(screened_int8_run, tmp_path, capsys):
+    cases = [
+        ((screened_int8_run, "--out", tmp_path / "o1", "--per-group", "2"), "--per-group needs a trainable draft"),
+        ((screened_int8_run, "--out", tmp_path / "o2", "--draft", "ngram"), "cannot be trained"),
+        ((screened_int8_run, "--out", tmp_path / "o3", "--dimension", "colour"), "--dimension"),
+    ]
+    for args, message in cases:
+        assert _cli("mitigate", *args) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert not args[2].exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o")]
