@@ -25,7 +25,6 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
             "exit codes: 0 no FAIL, 1 a check FAILed, 2 bad input or unusable store"
         ),
     )
-    p.set_defaults(func=cmd_monitor)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store", help="sqlite:///path.db (default $SPECAUDIT_STORE, else sqlite:///specaudit-history.db) or postgresql://user@host/db"
@@ -82,109 +81,172 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
     baseline = actions.add_parser("baseline", parents=[common], help="pin, show or clear the baseline run of an environment")
     baseline.add_argument("action", choices=("set", "show", "clear"))
     baseline.add_argument("run", nargs="?", help="for set: run id or name")
+    add.set_defaults(func=cmd_add)
+    check.set_defaults(func=cmd_check)
+    run.set_defaults(func=cmd_run)
+    report.set_defaults(func=cmd_report)
+    export.set_defaults(func=cmd_export)
+    listing.set_defaults(func=cmd_list)
+    show.set_defaults(func=cmd_show)
+    baseline.set_defaults(func=cmd_baseline)
 
 
-def cmd_monitor(args: argparse.Namespace) -> int:
-    import contextlib
-    import json
+def _environment(args: argparse.Namespace) -> str | None:
     import os
 
-    from specaudit import monitor
-    from specaudit.monitor._check import alert_counts, check_baseline, describe_run, history_table
+    return args.environment if args.environment is not None else os.environ.get("SPECAUDIT_ENVIRONMENT")
+
+
+def _check_settings(args: argparse.Namespace) -> None:
+    """Every setting of a check is refused before anything is stored or decoded."""
     from specaudit.monitor._drift import check_settings
+
+    check_settings(alpha=args.alpha if args.alpha is not None else 0.05, min_change=args.min_change, cusum_h=args.cusum_h)
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    from specaudit import monitor
     from specaudit.monitor._store import parse_tags
 
-    action = {"drift": "check"}.get(args.monitor_command, args.monitor_command)
-    environment = args.environment if args.environment is not None else os.environ.get("SPECAUDIT_ENVIRONMENT")
-    if action in ("check", "run"):
-        # Every setting of the check is refused before anything is stored or decoded.
-        check_settings(alpha=args.alpha if args.alpha is not None else 0.05, min_change=args.min_change, cusum_h=args.cusum_h)
-    if action == "check":
-        args.snapshot = args.snapshot or args.snapshot_option
-        if args.snapshot:
-            with monitor.open_store(args.store, create=True) as store:
-                check_baseline(store, args.baseline, environment)
-    elif action == "run":
-        # Open the store before minutes of decoding: a foreign or damaged database fails first.
+    with monitor.open_store(args.store, create=True) as store:
+        added = store.add(args.snapshot, environment=_environment(args) or "", tags=parse_tags(args.tag))
+        verb = "stored" if added.added else "already stored (same snapshot)"
+        print(f"{verb}: run {added.run.label} created {added.run.created}, environment {added.run.environment or '-'}, in {store.url}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Compare a run with its baseline (storing SNAPSHOT first when given); exit 1 on FAIL."""
+    import json
+
+    from specaudit import monitor
+    from specaudit.monitor._check import check_baseline
+    from specaudit.monitor._store import parse_tags
+
+    _check_settings(args)
+    environment = _environment(args)
+    snapshot = args.snapshot or getattr(args, "snapshot_option", None)
+    if snapshot:
         with monitor.open_store(args.store, create=True) as store:
             check_baseline(store, args.baseline, environment)
-        with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the check (JSON with --format json)
-            args.snapshot = str(run_audit(args).out_dir)
-        args.run, args.alpha = "latest", args.alpha if args.alpha is not None else 0.05
-        action = "check"
-    creating = action == "add" or (action == "check" and args.snapshot)
-    with monitor.open_store(args.store, create=bool(creating)) as store:
-        if action == "add":
-            added = store.add(args.snapshot, environment=environment or "", tags=parse_tags(args.tag))
-            verb = "stored" if added.added else "already stored (same snapshot)"
-            print(f"{verb}: run {added.run.label} created {added.run.created}, environment {added.run.environment or '-'}, in {store.url}")
-        elif action == "check":
-            run = args.run
-            if args.snapshot:
-                run = store.add(args.snapshot, environment=environment or "", tags=parse_tags(args.tag)).run.id
-            metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
-            result = monitor.check(
-                store,
-                run,
-                baseline=args.baseline,
-                environment=environment,
-                metrics=metrics,
-                alpha=args.alpha,
-                min_change=args.min_change,
-                cusum=args.cusum,
-                cusum_h=args.cusum_h,
+    with monitor.open_store(args.store, create=bool(snapshot)) as store:
+        run = args.run
+        if snapshot:
+            run = store.add(snapshot, environment=environment or "", tags=parse_tags(args.tag)).run.id
+        metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+        result = monitor.check(
+            store,
+            run,
+            baseline=args.baseline,
+            environment=environment,
+            metrics=metrics,
+            alpha=args.alpha,
+            min_change=args.min_change,
+            cusum=args.cusum,
+            cusum_h=args.cusum_h,
+        )
+        print(json.dumps(result.to_dict(), indent=2) if args.format == "json" else result.format_text(verbose=args.verbose))
+        checked = store.get(result.run_id)
+        if args.alert_file:
+            monitor.append_alerts(args.alert_file, monitor.alert_lines(result, environment=checked.environment))
+        if args.metrics_file:
+            monitor.write_atomic(args.metrics_file, monitor.metrics_text(store, checked, result=result))
+        return result.exit_code
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Audit (the flags and config of `specaudit audit`), then store and check the snapshot."""
+    import contextlib
+
+    from specaudit import monitor
+    from specaudit.monitor._check import check_baseline
+
+    _check_settings(args)
+    # Open the store before minutes of decoding: a foreign or damaged database fails first.
+    with monitor.open_store(args.store, create=True) as store:
+        check_baseline(store, args.baseline, _environment(args))
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the check (JSON with --format json)
+        args.snapshot = str(run_audit(args).out_dir)
+    args.run, args.alpha = "latest", args.alpha if args.alpha is not None else 0.05
+    return cmd_check(args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from specaudit import monitor
+
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    dims = [d.strip() for d in args.dimensions.split(",")] if args.dimensions else None
+    with monitor.open_store(args.store, create=False) as store:
+        report = monitor.write_trend_report(
+            store, args.out, environment=_environment(args), last=args.last or None, metrics=metrics, dimensions=dims, title=args.title
+        )
+    print(f"{report.html_path} and {report.csv_path}: {report.n_runs} run(s), {report.n_charts} chart(s)")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from specaudit import monitor
+
+    with monitor.open_store(args.store, create=False) as store:
+        text = monitor.metrics_text(store, args.run, environment=_environment(args))
+    if args.metrics_file:
+        print(f"{monitor.write_atomic(args.metrics_file, text)}: {text.count(chr(10))} lines")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    import json
+
+    from specaudit import monitor
+    from specaudit.monitor._check import alert_counts, history_table
+    from specaudit.monitor._store import parse_tags
+
+    if args.limit < 0:
+        raise InputError(f"--limit must be >= 0 (0 shows all runs), got {args.limit}")
+    environment, tags = _environment(args), parse_tags(args.tag)
+    with monitor.open_store(args.store, create=False) as store:
+        runs = store.runs(environment=environment, tags=tags, limit=args.limit or None)
+        if args.format == "json":
+            print(json.dumps([r.to_dict() for r in runs], indent=2))
+            return 0
+        print(history_table(runs, pins=store.baselines(), alerts=alert_counts(store, runs)) if runs else f"no runs in {store.url}")
+        total = len(store.runs(environment=environment, tags=tags)) if args.limit and len(runs) == args.limit else len(runs)
+        if total > len(runs):
+            print(f"{len(runs)} of {total} shown (--limit 0 for all)")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    import json
+
+    from specaudit import monitor
+    from specaudit.monitor._check import describe_run
+
+    with monitor.open_store(args.store, create=False) as store:
+        run = store.get(args.run, environment=_environment(args))
+        print(json.dumps(store.snapshot(run), indent=2) if args.format == "json" else describe_run(store, run))
+    return 0
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from specaudit import monitor
+
+    environment = _environment(args)
+    env = environment or ""
+    with monitor.open_store(args.store, create=False) as store:
+        if args.action == "set":
+            if not args.run:
+                raise InputError("`monitor baseline set` needs a RUN (id or name; `specaudit monitor list` shows them)")
+            run = store.set_baseline(args.run, environment=environment)
+            print(f"baseline of environment {(environment if environment is not None else run.environment) or '-'}: run {run.label}")
+        elif args.action == "clear":
+            print(f"baseline of environment {env or '-'} " + ("cleared" if store.clear_baseline(env) else "was not set"))
+        else:
+            pin = store.baseline(env)
+            print(
+                f"baseline of environment {env or '-'}: "
+                + (f"run {pin.label} created {pin.created}" if pin else "none (checks use rolling:5)")
             )
-            print(json.dumps(result.to_dict(), indent=2) if args.format == "json" else result.format_text(verbose=args.verbose))
-            checked = store.get(result.run_id)
-            if args.alert_file:
-                monitor.append_alerts(args.alert_file, monitor.alert_lines(result, environment=checked.environment))
-            if args.metrics_file:
-                monitor.write_atomic(args.metrics_file, monitor.metrics_text(store, checked, result=result))
-            return result.exit_code
-        elif action == "report":
-            metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
-            dims = [d.strip() for d in args.dimensions.split(",")] if args.dimensions else None
-            report = monitor.write_trend_report(
-                store, args.out, environment=environment, last=args.last or None, metrics=metrics, dimensions=dims, title=args.title
-            )
-            print(f"{report.html_path} and {report.csv_path}: {report.n_runs} run(s), {report.n_charts} chart(s)")
-        elif action == "export":
-            text = monitor.metrics_text(store, args.run, environment=environment)
-            if args.metrics_file:
-                print(f"{monitor.write_atomic(args.metrics_file, text)}: {text.count(chr(10))} lines")
-            else:
-                sys.stdout.write(text)
-        elif action == "list":
-            if args.limit < 0:
-                raise InputError(f"--limit must be >= 0 (0 shows all runs), got {args.limit}")
-            runs = store.runs(environment=environment, tags=parse_tags(args.tag), limit=args.limit or None)
-            if args.format == "json":
-                print(json.dumps([r.to_dict() for r in runs], indent=2))
-            else:
-                print(history_table(runs, pins=store.baselines(), alerts=alert_counts(store, runs)) if runs else f"no runs in {store.url}")
-                total = (
-                    len(store.runs(environment=environment, tags=parse_tags(args.tag)))
-                    if args.limit and len(runs) == args.limit
-                    else len(runs)
-                )
-                if total > len(runs):
-                    print(f"{len(runs)} of {total} shown (--limit 0 for all)")
-        elif action == "show":
-            run = store.get(args.run, environment=environment)
-            print(json.dumps(store.snapshot(run), indent=2) if args.format == "json" else describe_run(store, run))
-        elif action == "baseline":
-            env = environment or ""
-            if args.action == "set":
-                if not args.run:
-                    raise InputError("`monitor baseline set` needs a RUN (id or name; `specaudit monitor list` shows them)")
-                run = store.set_baseline(args.run, environment=environment)
-                print(f"baseline of environment {(environment if environment is not None else run.environment) or '-'}: run {run.label}")
-            elif args.action == "clear":
-                print(f"baseline of environment {env or '-'} " + ("cleared" if store.clear_baseline(env) else "was not set"))
-            else:
-                pin = store.baseline(env)
-                print(
-                    f"baseline of environment {env or '-'}: "
-                    + (f"run {pin.label} created {pin.created}" if pin else "none (checks use rolling:5)")
-                )
     return 0
