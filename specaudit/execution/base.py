@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specaudit.contracts.engines import backend_of
 from specaudit.contracts.run import PlanItem, Record
 from specaudit.execution.folder import RunFolder, RunSummary
 
@@ -44,8 +45,11 @@ class Executor:
         self.cfg = cfg
 
     def record_engines(self) -> tuple[str, ...]:
-        """The engine names of the records this executor writes (plan order follows them)."""
-        return tuple(self.cfg.engines)
+        """The engine names of the records this executor writes (plan order follows them): a
+        backend's from the registry (it records the control and the speculative engine itself),
+        else the engines the config names."""
+        backend = backend_of(self.cfg.engines)
+        return backend.records if backend else tuple(self.cfg.engines)
 
     def check(self, folder: RunFolder) -> None:
         """Refuse settings or a folder this executor cannot honour, before anything loads."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
 
-from specaudit.contracts.engines import ENGINES
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.endpoint.client import (
@@ -31,8 +30,6 @@ from specaudit.execution.plan import derive_seed
 from specaudit.execution.preflight import check_fits
 from specaudit.prompts import prompt_token_ids
 
-RECORD_ENGINES = ENGINES["endpoint"].records  # the spec-OFF and spec-ON records
-
 
 def vocabulary_size(tokenizer, name: str) -> int:
     """The target's vocabulary: its config's vocab_size (embedding rows, often padded past the
@@ -50,9 +47,6 @@ def vocabulary_size(tokenizer, name: str) -> int:
 
 class EndpointExecutor(Executor):
     label, unit = "requests", "req"
-
-    def record_engines(self) -> tuple[str, ...]:
-        return RECORD_ENGINES
 
     def start(self, folder: RunFolder) -> dict:
         from specaudit.models import load_tokenizer
@@ -94,7 +88,7 @@ class EndpointExecutor(Executor):
                 "tokenizer": {"name": str(tokenizer_name)},
                 **{
                     engine: {"url": self.endpoints[engine].base_url, "model": self.models[engine], "served": served[engine]}
-                    for engine in RECORD_ENGINES
+                    for engine in self.record_engines()
                 },
             },
             "device": {
@@ -153,7 +147,7 @@ class EndpointExecutor(Executor):
         if items:
             first = items[0].prompt.id
             for _ in range(cfg.warmup):  # first requests pay for graph capture, caches, connection set-up
-                for engine in RECORD_ENGINES:
+                for engine in self.record_engines():
                     self._call(engine, first, cfg.seed, min(8, cfg.max_new_tokens))
         before = parse_metrics(self.metrics.get_text(settings["metrics_url"])) if self.metrics and items else None
 

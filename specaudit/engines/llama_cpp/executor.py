@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from specaudit.contracts.engines import ENGINES
 from specaudit.contracts.run import CONTROL_ENGINE, PlanItem
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.llama_cpp.client import (
@@ -31,14 +30,9 @@ from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
 from specaudit.prompts import prompt_token_ids
 
-RECORD_ENGINES = ENGINES["llama-cpp"].records  # the spec-OFF and spec-ON records
-
 
 class LlamaCppExecutor(Executor):
     label = "decoding (llama.cpp)"
-
-    def record_engines(self) -> tuple[str, ...]:
-        return RECORD_ENGINES
 
     def check(self, folder: RunFolder) -> None:
         cfg = self.cfg
@@ -100,7 +94,7 @@ class LlamaCppExecutor(Executor):
         cfg = self.cfg
         if items:  # first calls pay for allocation: run them before anything is timed
             for _ in range(cfg.warmup):
-                for engine in RECORD_ENGINES:
+                for engine in self.record_engines():
                     generate(
                         self.engines, engine, self.encoded[items[0].prompt.id], self.sampler, cfg.seed, min(8, cfg.max_new_tokens), cfg.k
                     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 
-from specaudit.contracts.engines import ENGINES
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.spec_counters import metrics_summary
@@ -33,14 +32,9 @@ from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
 from specaudit.prompts import prompt_token_ids
 
-RECORD_ENGINES = ENGINES["vllm"].records  # the spec-OFF and spec-ON records
-
 
 class VllmExecutor(Executor):
     label = "decoding (vllm)"
-
-    def record_engines(self) -> tuple[str, ...]:
-        return RECORD_ENGINES
 
     def check(self, folder: RunFolder) -> None:
         previous = folder.previous
@@ -69,7 +63,7 @@ class VllmExecutor(Executor):
             generation_eos = None
         self.stops = stop_ids(self.tokenizer.eos_token_id, generation_eos)
         self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
-        self.kwargs = {engine: llm_kwargs(cfg, target, speculative=engine == SPECULATIVE_ENGINE) for engine in RECORD_ENGINES}
+        self.kwargs = {engine: llm_kwargs(cfg, target, speculative=engine == SPECULATIVE_ENGINE) for engine in self.record_engines()}
         check_context(self.encoded, target, self.kwargs[CONTROL_ENGINE], cfg.max_new_tokens)
         fields = {
             "versions": {**library_versions(), "vllm": self.vllm.__version__},
@@ -89,7 +83,7 @@ class VllmExecutor(Executor):
         import torch
 
         vllm, cfg, stops = self.vllm, self.cfg, self.stops
-        for engine in RECORD_ENGINES:  # one engine at a time: two would not fit in GPU memory together
+        for engine in self.record_engines():  # one engine at a time: two would not fit in GPU memory together
             engine_items = [item for item in items if item.engine == engine]
             if not engine_items:
                 continue
