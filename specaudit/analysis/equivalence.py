@@ -132,34 +132,45 @@ def equivalence_section(
     return section, scores
 
 
-def judge_verify_violations(entry: dict, outputs: list[dict], engine: str) -> None:
-    """Fail an engine whose verify function broke its contract at any call (the engine records
-    each such call): an impossible return value is a proven bug of the sampler, whatever the
-    statistical tests say about the tokens it did emit."""
-    found = [{"record": r["key"], **v} for r in outputs if r["engine"] == engine for v in r.get("verify_violations") or []]
+def _judge_proven_violations(entry: dict, outputs: list[dict], engine: str, field: str, sentence) -> None:
+    """Fail the engine on what its records list under `field`: each item is a proven bug, whatever
+    the statistical tests say about the tokens emitted. `sentence(found, summary)` words the finding."""
+    found = [{"record": r["key"], **v} for r in outputs if r["engine"] == engine for v in r.get(field) or []]
     if not found:
         return
-    first = found[0]
-    entry["verify_violations"] = {"count": len(found), "records": len({f["record"] for f in found}), "first": first, "examples": found[:5]}
+    entry[field] = {"count": len(found), "records": len({f["record"] for f in found}), "first": found[0], "examples": found[:5]}
     entry["verdict"] = CheckStatus.FAIL
-    entry["message"] = (
-        f"the verify function broke its contract in {len(found)} call(s); first: call {first['call']} of record "
-        f"{first['record']}, it {first['problem']} (a proven bug of this sampler)"
+    entry["message"] = sentence(found, entry[field])
+
+
+def judge_verify_violations(entry: dict, outputs: list[dict], engine: str) -> None:
+    """Fail an engine whose verify function broke its contract at any call (the engine records
+    each such call): an impossible return value is a proven bug of the sampler."""
+    _judge_proven_violations(
+        entry,
+        outputs,
+        engine,
+        "verify_violations",
+        lambda found, summary: (
+            f"the verify function broke its contract in {len(found)} call(s); first: call {summary['first']['call']} of record "
+            f"{summary['first']['record']}, it {summary['first']['problem']} (a proven bug of this sampler)"
+        ),
     )
 
 
 def judge_server_violations(entry: dict, outputs: list[dict], engine: str) -> None:
     """Fail an engine whose server returned what no correct server can (a token id outside the
     vocabulary; the endpoint backend records each on the record): a proven bug of that server."""
-    found = [{"record": r["key"], **v} for r in outputs if r["engine"] == engine for v in r.get("server_violations") or []]
-    if not found:
-        return
-    first = found[0]
-    entry["server_violations"] = {"count": len(found), "records": len({f["record"] for f in found}), "first": first, "examples": found[:5]}
-    entry["verdict"] = CheckStatus.FAIL
-    entry["message"] = (
-        f"the {engine} server returned impossible output at {len(found)} position(s) of {entry['server_violations']['records']} "
-        f"record(s); first: record {first['record']} position {first['position']}: {first['problem']} (a proven bug of that server)"
+    _judge_proven_violations(
+        entry,
+        outputs,
+        engine,
+        "server_violations",
+        lambda found, summary: (
+            f"the {engine} server returned impossible output at {len(found)} position(s) of {summary['records']} record(s); "
+            f"first: record {summary['first']['record']} position {summary['first']['position']}: {summary['first']['problem']} "
+            "(a proven bug of that server)"
+        ),
     )
 
 
