@@ -41,7 +41,8 @@ def cli(tree: Path, *argv, timeout: float = 240) -> tuple[int, str, str, float]:
     except subprocess.TimeoutExpired:
         return 124, "", "(killed at the time limit)", time.perf_counter() - start
     lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("specaudit: warning:")]
-    return done.returncode, done.stdout, lines[-1] if lines else "", time.perf_counter() - start
+    errors = [line for line in lines if "error" in line]  # the sentence, not a summary line after it
+    return done.returncode, done.stdout, (errors or lines or [""])[0], time.perf_counter() - start
 
 
 def setup() -> dict:
@@ -127,7 +128,7 @@ def main() -> None:
                 "--prompts",
                 inputs["prompts"],
                 "--out",
-                WORK / f"{tree.name}-flag",
+                WORK / f"{tree.name}-flag-{flags[0]}",
                 "--max-new-tokens",
                 4,
                 "--quiet",

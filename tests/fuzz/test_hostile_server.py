@@ -120,6 +120,8 @@ def test_out_of_vocabulary_token_fails_the_audit_naming_the_record(tmp_path, cap
     if logprobs:
         impossible = next(line for line in out.splitlines() if "impossible-tokens" in line)
         assert impossible.lstrip().startswith("FAIL") and "position 0" in impossible, out
+    assert main(["report", str(tmp_path / "out")]) == 0  # the report names the server's bug too
+    assert "the server returned token id 99999, outside the vocabulary" in (tmp_path / "out" / "summary.md").read_text()
 
 
 def test_two_correct_hostile_servers_pass(tmp_path, capsys):

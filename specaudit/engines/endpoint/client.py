@@ -294,7 +294,10 @@ class Endpoint:
                 token_ids = (token_ids or []) + list(choice.token_ids)
             if len(merged.text) > TEXT_CHARS_PER_TOKEN * max(max_tokens, 1):
                 raise self._malformed(
-                    url, request, f"over {len(merged.text)} characters of text for at most {max_tokens} tokens (max_tokens)"
+                    url,
+                    request,
+                    f"{len(merged.text)} characters of text for at most {max_tokens} tokens (max_tokens); "
+                    f"at most {TEXT_CHARS_PER_TOKEN} per token are taken",
                 )
         if has_logprobs:
             merged.tokens = [str(t) for t in lists["tokens"]]

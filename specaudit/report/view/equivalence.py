@@ -153,6 +153,8 @@ def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids:
         "badge": _control_badge(get(entry, "verdict")) if is_control else status_badge(status),
         "n_tokens": integer(get(gof, "n_tokens")),
         "battery_p": pvalue(min(holm_values)) if holm_values else MISSING,  # over both batteries
+        # a proven bug that needs no test: the sampler's verify contract, or a server's impossible output
+        "proof": get(entry, "message") if (get(entry, "server_violations") or get(entry, "verify_violations")) else None,
         "rejected": [f"{test_label(str(r.get('test')))} (Holm p = {pvalue(r.get('holm_pvalue'))})" for r in gated if r.get("reject")],
         "tests": _test_rows(gof, control=is_control),
         "two_sample": {
