@@ -50,13 +50,6 @@ def context_band(prompt_tokens: int) -> str:
     return PROMPT_BANDS[band_index(prompt_tokens, PROMPT_BANDS)][1]
 
 
-def band_floor(label: str) -> int:
-    """The first prompt length of a prompt band (0 for the first)."""
-    labels = [name for _, name in PROMPT_BANDS]
-    index = labels.index(label)
-    return 0 if index == 0 else int(PROMPT_BANDS[index - 1][0])  # type: ignore[arg-type]
-
-
 def has_own_context_attribute(records: list[dict]) -> bool:
     return any(CONTEXT_DIMENSION in (r.get("attributes") or {}) for r in records)
 
@@ -297,7 +290,6 @@ __all__ = [
     "PROMPT_BANDS",
     "acceptance_by_output_position",
     "acceptance_by_prompt_length",
-    "band_floor",
     "context_band",
     "context_section",
     "length_fallback",

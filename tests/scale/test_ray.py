@@ -152,3 +152,16 @@ def test_a_model_that_does_not_load_on_the_workers_is_an_input_error(tmp_path, t
     with pytest.raises(InputError, match="no-such-model") as caught:
         run(cfg.replace(executor="ray", workers=1), tmp_path / "bad", progress=False)
     assert "Traceback" not in str(caught.value) and not (tmp_path / "bad" / "records.jsonl").exists()
+
+
+def test_a_prompt_over_the_context_is_refused_before_any_worker_decodes(tmp_path, tiny_pair_dir, ray_cluster):
+    prompts = tmp_path / "p.jsonl"
+    rows = [
+        {"id": "short", "text": "Hello there.", "attributes": {"group": "a"}},
+        {"id": "long-one", "text": "word " * 200, "attributes": {"group": "a"}},
+    ]
+    prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(InputError, match=r"prompt 'long-one' is 1000 tokens; .* exceeds the model's context of 512 tokens"):
+        run_on_ray(_config(tiny_pair_dir, prompts), tmp_path / "o", workers=1, progress=False)
+    records = tmp_path / "o" / "records.jsonl"
+    assert not records.exists() or read_records(records) == []  # not even the short prompt's
