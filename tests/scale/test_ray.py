@@ -162,6 +162,6 @@ def test_a_prompt_over_the_context_is_refused_before_any_worker_decodes(tmp_path
     ]
     prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
     with pytest.raises(InputError, match=r"prompt 'long-one' is 1000 tokens; .* exceeds the model's context of 512 tokens"):
-        run_on_ray(_config(tiny_pair_dir, prompts), tmp_path / "o", workers=1, progress=False)
+        run(_config(tiny_pair_dir, prompts, executor="ray", workers=1), tmp_path / "o", progress=False)
     records = tmp_path / "o" / "records.jsonl"
     assert not records.exists() or read_records(records) == []  # not even the short prompt's
