@@ -85,6 +85,12 @@ def decide(
         no_proof = [name for name, status in engines if status == EquivalenceStatus.NO_VIOLATION_FOUND]
         if no_proof:
             reasons.append(f"Correctness: no test found a violation for {', '.join(no_proof)}, but equivalence within δ is not shown.")
+    if engines and any(status != EquivalenceStatus.NOT_RUN for _, status in engines):
+        from specaudit.report._view_sampling import sampling_view
+
+        blind = sampling_view(snapshot).get("sentence")
+        if blind:  # a pass holds for the setting tested; say which real bug classes it cannot cover
+            reasons.append(blind)
     if comps:
         undecided = len(comps) - len(decided)
         if flagged:

@@ -20,6 +20,7 @@ from specaudit.report._format import (
 )
 from specaudit.report._view_base import FOREST_METRICS, NOT_RUN, Ids
 from specaudit.report._view_disparity import dimension_summary
+from specaudit.report._view_sampling import sampling_view
 
 
 def summary_view(view: dict[str, Any], snapshot: Mapping[str, Any]) -> dict[str, Any]:
@@ -40,6 +41,7 @@ def summary_view(view: dict[str, Any], snapshot: Mapping[str, Any]) -> dict[str,
         "cards": [_correctness_card(eq, engines), _fairness_card(comps, disp, snapshot), _speed_card(speed)],
         "subject": verdicts.subject(snapshot),
         "actions": verdicts.actions(snapshot, engines, comps, speed, eq),
+        "sampling": sampling_view(snapshot),
     }
 
 
