@@ -224,17 +224,23 @@ def actions(
                 )
             if not_run:
                 parts.append("the two-sample tests cannot reject with one sample per prompt")
+            from specaudit.report._costs import samples_cost
+
+            cost = samples_cost(snapshot, wanted)
             add(
                 "warn",
                 "Correctness is not proven: " + " and ".join(parts) + f". Sample more outputs per prompt "
-                f"(about {wanted} would make a first-token distance of δ detectable).",
+                f"(about {wanted} would make a first-token distance of δ detectable)." + (f" {cost}" if cost else ""),
                 "equivalence",
                 with_flags(command, {"--samples": wanted}),
             )
         if equivalence_view.get("warning"):
+            from specaudit.report._costs import samples_cost
+
+            cost = samples_cost(snapshot, get(config, "samples", default=1) or 1)
             add(
                 "warn",
-                f"Rerun with another seed: {str(equivalence_view['warning']).split(': a correct')[0]}.",
+                f"Rerun with another seed: {str(equivalence_view['warning']).split(': a correct')[0]}." + (f" {cost}" if cost else ""),
                 "equivalence",
                 with_flags(command, {"--seed": (get(config, "seed", default=0) or 0) + 1}),
             )
