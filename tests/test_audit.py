@@ -101,3 +101,40 @@ def test_monitor_run_refuses_a_foreign_store_before_decoding(tmp_path, tiny_pair
     code = main(["monitor", "run", "--config", str(config), "--out", str(tmp_path / "r"), "--quiet", "--store", f"sqlite:///{foreign}"])
     assert code == 2 and not (tmp_path / "r").exists()
     assert foreign.read_bytes() == b"this is not sqlite" * 100
+
+
+def test_audit_over_sampling_settings_fails_if_any_setting_fails(tmp_path, tiny_pair_dir, tiny_prompts_file, capsys):
+    """`--sampling` runs one whole audit per setting. A verifier that is silently greedy (SGLang
+    PR #31214) is right at greedy decoding and wrong at t=1: the audit fails, the greedy setting
+    passes and says it cannot show that class."""
+    config = _config(tmp_path, tiny_pair_dir, tiny_prompts_file, verify="specaudit.selftest.mutants:greedy_verification")
+    out = tmp_path / "settings"
+    code = main(["audit", "--config", str(config), "--out", str(out), "--quiet", "--sampling", "greedy", "t=1"])
+    printed = capsys.readouterr().out
+    rows = {r["setting"]: r for r in json.loads((out / "settings.json").read_text())["settings"]}
+    assert set(rows) == {"greedy", "t=1"}
+    for row in rows.values():
+        assert (out / row["folder"] / "report.html").is_file()
+    assert json.loads((out / "greedy" / "snapshot.json").read_text())["run"]["config"]["temperature"] == 0.0
+    assert rows["t=1"]["correctness"] == "violation" and rows["t=1"]["exit_code"] == 1
+    assert rows["greedy"]["correctness"] != "violation" and "verification silently greedy" in rows["greedy"]["blind_to"]
+    assert code == 1 and "over 2 settings: gate FAIL" in printed
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# specaudit over 2 sampling settings: FAIL at t=1")
+    assert "| verification silently greedy: " in summary and "SGLang PR #31214 | **no** | yes |" in summary
+    # the greedy report's banner says the class was not tested there
+    assert "verification silently greedy (SGLang PR #31214)" in (out / "greedy" / "summary.md").read_text()
+
+
+def test_sampling_flag_errors_exit_2_before_any_decoding(tmp_path, tiny_pair_dir, tiny_prompts_file, capsys):
+    config = _config(tmp_path, tiny_pair_dir, tiny_prompts_file)
+    out = tmp_path / "o"
+    for flags, message in (
+        (["--sampling", "t=0.7,top_q=0.9"], "'top_q=0.9' is not key=value"),
+        (["--sampling", "greedy", "--top-p", "0.9"], "drop --top-p"),
+        (["--sampling", "t=1", "temperature=1"], "repeats the setting t=1"),
+    ):
+        assert main(["audit", "--config", str(config), "--out", str(out), "--quiet", *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.count("specaudit: error:") == 1 and message in err and "Traceback" not in err
+        assert not out.exists()

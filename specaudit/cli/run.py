@@ -224,7 +224,33 @@ def add_audit_options(p: argparse.ArgumentParser) -> None:
 def add_audit(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("audit", help="run -> analyze -> report -> gate in one command (default: the embedded pair on core)")
     add_audit_options(p)
+    p.add_argument(
+        "--sampling",
+        nargs="+",
+        metavar="SETTING",
+        help="sampling settings to audit, each a whole audit in OUT/<setting>/: greedy, t=0.7,top_p=0.9, t=1,top_k=50 "
+        "(config key `sampling:`); the gate fails if any setting fails. One setting is the same as --temperature/--top-k/--top-p",
+    )
     p.set_defaults(func=cmd_audit)
+
+
+def _sampling_settings(args: argparse.Namespace, run_options: dict, source: str):
+    """The settings of `--sampling` (or the config's `sampling:`), None without either. Mixing them
+    with --temperature/--top-k/--top-p would leave one of the two unused, so it is refused."""
+    from specaudit.decoding.settings import parse_settings
+
+    given = getattr(args, "sampling", None)
+    from_file = run_options.pop("sampling", None)
+    if given is None and from_file is None:
+        return None
+    values = given if given is not None else ([from_file] if isinstance(from_file, str) else from_file)
+    if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) for v in values):
+        raise InputError(f"{source}: `sampling:` must be a setting or a list of settings such as greedy, t=0.7,top_p=0.9")
+    single = [f"--{name.replace('_', '-')}" for name in ("temperature", "top_k", "top_p") if getattr(args, name, None) is not None]
+    single += [f"`{name}:`" for name in ("temperature", "top_k", "top_p") if name in run_options]
+    if single:
+        raise InputError(f"--sampling sets the sampling; drop {', '.join(single)} (write it into a --sampling setting instead)")
+    return parse_settings(values)
 
 
 def run_audit(args: argparse.Namespace):
@@ -233,12 +259,19 @@ def run_audit(args: argparse.Namespace):
 
     run_options, analysis_options, gate_options, source = _config_file_sections(args)
     out = args.out or run_options.pop("out", None)
+    specs = _sampling_settings(args, run_options, source)
     budget = QUICK_BUDGET if args.quick else DEFAULT_BUDGET
     cfg = run_config_from({**budget, **run_options, **_flag_options(args)}, source)
+    if specs is not None and len(specs) == 1:  # one setting: an ordinary audit at it
+        from specaudit.sampling_audit import with_setting
+
+        cfg, specs = with_setting(cfg, specs[0]), None
     from specaudit.execution.preflight import check_model_sources
 
     check_model_sources(cfg)
     out = out or f"reports/{default_run_id(cfg)}"
+    if specs is not None:
+        return _run_settings_audit(args, cfg, out, specs, analysis_options, gate_options, source)
     result = audit(
         cfg,
         out,
@@ -252,6 +285,26 @@ def run_audit(args: argparse.Namespace):
         f"equivalence: {result.snapshot['equivalence'].get('status', 'not run').upper()}  gate: {result.gate_status.upper()}"
         f"  (snapshot: {result.out_dir}/snapshot.json)"
     )
+    return result
+
+
+def _run_settings_audit(args, cfg, out, specs, analysis_options, gate_options, source):
+    from specaudit.sampling_audit import audit_settings
+
+    result = audit_settings(
+        cfg,
+        out,
+        specs,
+        analysis=_analysis_kwargs(args, analysis_options, source),
+        gate=gate_options,
+        progress=not args.quiet,
+        command=" ".join(["specaudit", *sys.argv[1:]]),
+    )
+    for row in result.rows:
+        print(
+            f"{row['setting']}: equivalence {row['correctness'].upper()}  gate: {row['gate']}  (report: {out}/{row['folder']}/report.html)"
+        )
+    print(f"over {len(result.rows)} settings: gate {result.gate_status}  (summary: {result.files['summary']})")
     return result
 
 

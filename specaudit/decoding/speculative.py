@@ -13,6 +13,7 @@ from transformers import DynamicCache
 from specaudit.decoding._generation import Generation, finish
 from specaudit.decoding.verify import (
     VerifyFn,
+    VerifyLogits,
     acceptance_probabilities,
     contract_problem,
     reference_verify,
@@ -38,15 +39,17 @@ class _DraftModel:
         self.model = model
         self.cache = DynamicCache(config=model.config)
         self.cached = 0  # tokens of the context already in the cache
+        self.logits: list[torch.Tensor] = []  # the last proposal's raw logits, for a verifier that asks (VerifyLogits)
 
     def propose(self, context, k, spec, generator, vocab_size):
         feed = context[self.cached :]
-        tokens, probs = [], []
+        tokens, probs, self.logits = [], [], []
         for _ in range(k):
             ids = torch.tensor([feed], device=generator.device)
             logits = forward_cached(self.model, ids, self.cache)
             self.cached += len(feed)
-            q = warp(logits[0, -1, :vocab_size], spec)
+            self.logits.append(logits[0, -1, :vocab_size])
+            q = warp(self.logits[-1], spec)
             token = sample_from(q, generator)
             tokens.append(token)
             probs.append(q)
@@ -64,6 +67,7 @@ class _DraftLookup:
 
     def __init__(self, lookup: NgramDraft):
         self.lookup = lookup
+        self.logits: list[torch.Tensor] = []  # a lookup has none
 
     def propose(self, context, k, spec, generator, vocab_size):
         tokens = self.lookup.propose(context, k)
@@ -91,6 +95,7 @@ def speculative_generate(
     device = generator.device
     clock = Stopwatch(device)
     drafter = _DraftLookup(draft) if isinstance(draft, NgramDraft) else _DraftModel(draft)
+    wants_logits = bool(getattr(verify, "wants_logits", False))
     target_cache = DynamicCache(config=target.config)
     target_cached = 0
     context = list(prompt_ids)
@@ -112,7 +117,11 @@ def speculative_generate(
         q = torch.stack(draft_probs) if draft_probs else target_probs.new_zeros((0, vocab_size))
         drafted_ids = torch.tensor(drafted, dtype=torch.long, device=device)
         try:
-            emitted_ids = verify(drafted_ids, q, target_probs, generator)
+            if wants_logits:  # a verifier modelling a bug in the engine's own warping (specaudit.selftest.field_mutants)
+                raw = VerifyLogits(spec, torch.stack(drafter.logits) if drafter.logits else None, logits[0, :, :vocab_size])
+                emitted_ids = verify(drafted_ids, q, target_probs, generator, logits=raw)
+            else:
+                emitted_ids = verify(drafted_ids, q, target_probs, generator)
             problem, unusable = contract_problem(emitted_ids, drafted_ids, vocab_size)
         except Exception as err:  # noqa: BLE001 (a user's sampler failing is a finding of the audit, not a crash)
             problem, unusable = f"raised {type(err).__name__}: {' '.join(str(err).split())[:200]}", True

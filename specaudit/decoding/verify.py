@@ -14,15 +14,31 @@ A verify function has the signature
 
 So `len(emitted) - 1` drafted tokens were accepted. Users plug their own sampler in here, and
 the self-test's mutants are verify functions with one real bug each.
+
+A verify function with the attribute `wants_logits = True` is also given `logits=VerifyLogits(...)`:
+the sampling setting and the raw logits behind q and p. Only bugs in an engine's own warping need
+them (the self-test's field mutants: a q or p computed with other sampling parameters than used).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
+from specaudit.decoding._spec import SamplingSpec
+
 VerifyFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class VerifyLogits:
+    """What q and p were warped from, for a verify function with `wants_logits = True`."""
+
+    spec: SamplingSpec  # the run's sampling setting
+    draft: torch.Tensor | None  # [k, V] raw draft logits (None for a lookup draft, which has none)
+    target: torch.Tensor  # [k+1, V] raw target logits
 
 
 def sample_from(probs: torch.Tensor, generator: torch.Generator) -> int:

@@ -52,6 +52,13 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
         lines.append(f"1. **{word}**: {md_escape(action['text'])}")
         if action.get("command"):
             lines.append(f"   `{_code(action['command'])}`")
+    sampling = summary.get("sampling") or {}
+    if sampling.get("ran"):
+        lines += ["", f"## Sampling setting tested: {md_escape(sampling['label'])}", ""]
+        lines += ["| bug class | reported in | can this setting show it? |", "|---|---|---|"]
+        for row in sampling["rows"]:
+            answer = "yes" if row["visible"] else f"**no**: {md_escape(row['blind_when'])}"
+            lines.append(f"| {md_escape(row['class'])}: {md_escape(row['example'])} | {md_escape(row['reports'])} | {answer} |")
     lines += ["", "## Audit subject", "", "| | |", "|---|---|"]
     lines += [f"| {md_escape(label)} | {md_escape(text)} |" for label, text in summary["subject"]]
     compare = view.get("compare") or {}

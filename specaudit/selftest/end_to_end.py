@@ -16,13 +16,30 @@ import pandas as pd
 from scipy import stats
 
 from specaudit.config import RunConfig
-from specaudit.contracts.run import SPECULATIVE_ENGINE
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.status import CheckStatus
+from specaudit.decoding._spec import SamplingSpec
+from specaudit.decoding.settings import BUG_CLASSES, setting_label
 from specaudit.errors import InputError
 from specaudit.selftest.mutants import MUTANTS
 
 if TYPE_CHECKING:
     from specaudit.models import ModelPair
+
+# Mutants the quick end-to-end budget (3 seeds on the tiny pair: 8 prompts x 8 samples x 32
+# tokens) does not catch reliably, with the measured reason (docs/selftest.md). There a miss is
+# reported as out of reach, not failed; the full self-test still requires them.
+BELOW_QUICK_BUDGET = {
+    "bf16_draft_logits": "moves the output by < 1% TV; caught only through a rare impossible rejection",
+}
+
+
+def e2e_samplers() -> dict:
+    """Every sampler the end-to-end self-test runs: the unit mutants and the field mutants,
+    which need the engine's logits (specaudit.selftest.field_mutants)."""
+    from specaudit.selftest.field_mutants import FIELD_MUTANTS
+
+    return {**MUTANTS, **FIELD_MUTANTS}
 
 
 def end_to_end_audit(
@@ -37,21 +54,28 @@ def end_to_end_audit(
     temperature: float = 1.0,
     alpha: float = 0.05,
     keep: str | Path | None = None,
+    spec: SamplingSpec | None = None,
 ) -> dict:
     """One audit of one sampler: decode with it, analyse, return verdict and budget. With `keep`,
-    the run folder is written there and kept (a pool for `subsampled_detection`)."""
+    the run folder is written there and kept (a pool for `subsampled_detection`). `spec`, when
+    given, is the whole sampling setting (it overrides `temperature`)."""
     from specaudit.analysis import analyze
     from specaudit.engines import run
 
+    spec = spec or SamplingSpec(temperature=temperature)
+    function = e2e_samplers()[sampler]
     cfg = RunConfig(
-        engines=(SPECULATIVE_ENGINE,),
+        # greedy runs are judged against vanilla's argmax path, one sample per prompt being all there is
+        engines=(CONTROL_ENGINE, SPECULATIVE_ENGINE) if spec.greedy else (SPECULATIVE_ENGINE,),
         k=k,
-        temperature=temperature,
-        samples=samples,
+        temperature=spec.temperature,
+        top_k=spec.top_k,
+        top_p=spec.top_p,
+        samples=1 if spec.greedy else samples,
         max_new_tokens=max_new_tokens,
         seed=seed,
         warmup=0,
-        verify=f"specaudit.selftest.mutants:{MUTANTS[sampler].__name__}",
+        verify=f"{function.__module__}:{function.__name__}",
         target=pair.target_name,
         draft=pair.draft_name,
     )
@@ -61,6 +85,17 @@ def end_to_end_audit(
         snapshot = analyze(folder, pair=pair, alpha=alpha, n_boot=10, seed=seed)
         seconds = time.perf_counter() - started
     engine = snapshot["equivalence"]["engines"][SPECULATIVE_ENGINE]
+    if spec.greedy:  # greedy runs are judged token for token against the target's own argmax path
+        greedy = engine.get("greedy", {})
+        return {
+            "sampler": sampler,
+            "seed": seed,
+            "rejected": CheckStatus.parse(engine["verdict"]) is CheckStatus.FAIL,
+            "tokens": greedy.get("n_pairs", 0),  # here: outputs compared with vanilla's
+            "pvalue": np.nan,
+            "seconds": seconds,
+            "failed_tests": ["greedy_exactness"] if CheckStatus.parse(engine["verdict"]) is CheckStatus.FAIL else [],
+        }
     gof = engine.get("goodness_of_fit", {})
     impossible = bool(gof.get("impossible_tokens", {}).get("statistic"))
     return {
@@ -183,11 +218,15 @@ def end_to_end_selftest(
     temperature: float = 1.0,
     alpha: float = 0.05,
     subsamples: int = 200,
+    spec: SamplingSpec | None = None,
+    quick: bool = False,
 ) -> pd.DataFrame:
     """Rejection rate per sampler over seeds, with a Clopper–Pearson 95% interval; the same rate
     estimated from `subsamples` audits re-drawn from the seeds' pooled sequences (a lower-variance
     estimate, see `subsampled_detection`); and the median family-wise (Holm) p-value of the
-    audits: how far from the line a sampler sits."""
+    audits: how far from the line a sampler sits. `spec` is the sampling setting (default: T =
+    `temperature`, no truncation); `quick` marks a quick budget (see `_verdict`)."""
+    spec = spec or SamplingSpec(temperature=temperature)
     rows = []
     seeds = list(seeds)
     for sampler in samplers or list(MUTANTS):
@@ -202,19 +241,21 @@ def end_to_end_selftest(
                     samples=samples,
                     max_new_tokens=max_new_tokens,
                     k=k,
-                    temperature=temperature,
                     alpha=alpha,
                     keep=folder,
+                    spec=spec,
                 )
                 for s, folder in zip(seeds, folders)
             ]
-            pooled = subsampled_detection(folders, pair, samples=samples, subsamples=subsamples, alpha=alpha) if len(seeds) > 1 else None
+            redraw = len(seeds) > 1 and not spec.greedy  # greedy audits have no sampled tokens to re-draw
+            pooled = subsampled_detection(folders, pair, samples=samples, subsamples=subsamples, alpha=alpha) if redraw else None
         rejected = sum(r["rejected"] for r in runs)
         interval = stats.binomtest(rejected, len(runs)).proportion_ci(0.95)
         caught_by = pd.Series([t for r in runs for t in r["failed_tests"]]).value_counts()
         rows.append(
             {
                 "sampler": sampler,
+                "sampling": setting_label(spec),
                 "seeds": len(runs),
                 "rejection_rate": rejected / len(runs),
                 "ci_low": interval.low,
@@ -224,16 +265,39 @@ def end_to_end_selftest(
                 "tokens_per_audit": sum(r["tokens"] for r in runs) / len(runs),
                 "seconds_per_audit": sum(r["seconds"] for r in runs) / len(runs),
                 "caught_by": ", ".join(f"{name} {count}" for name, count in caught_by.items()),
-                **_verdict(sampler, interval.low, interval.high, alpha),
+                **_verdict(sampler, interval.low, interval.high, alpha, spec=spec, quick=quick),
             }
         )
     return pd.DataFrame(rows)
 
 
-def _verdict(sampler: str, ci_low: float, ci_high: float, alpha: float) -> dict:
-    """Whether a row met its target: the correct sampler rejected at a rate whose 95% interval
-    holds alpha (no excess false alarms), a mutant at a rate whose interval lies above alpha
-    (the audit sees it at all at this budget; the sharper rate is `subsampled_rate`)."""
-    if MUTANTS.get(sampler) is MUTANTS["correct"]:
-        return {"target": "alpha in CI", "ok": bool(ci_low <= alpha <= ci_high)}
-    return {"target": "> alpha", "ok": bool(ci_low > alpha)}
+def blind_class(sampler: str, spec: SamplingSpec):
+    """The bug class (decoding.settings.BUG_CLASSES) whose mutant `sampler` is and which `spec`
+    cannot show, or None."""
+    for bug in BUG_CLASSES:
+        if sampler in [m.strip() for m in bug.mutant.split(",")] and not bug.visible(spec):
+            return bug
+    return None
+
+
+def _verdict(sampler: str, ci_low: float, ci_high: float, alpha: float, *, spec: SamplingSpec | None = None, quick: bool = False) -> dict:
+    """Whether a row met its target, and whether a detection was expected of it at all.
+
+    - The correct sampler, and a mutant at a setting where its bug cannot change the output (it
+      is then distributed exactly as the correct sampler): rejected at a rate whose 95% interval
+      holds alpha (no excess false alarms).
+    - A mutant the quick budget is measured not to reach (`BELOW_QUICK_BUDGET`), with `quick`:
+      reported, never failed; the full self-test holds it to the next rule.
+    - Any other mutant: rejected at a rate whose interval lies above alpha (the audit sees it at
+      all at this budget; the sharper rate is `subsampled_rate`).
+    """
+    calibrated = bool(ci_low <= alpha <= ci_high)
+    spec = spec or SamplingSpec()
+    if e2e_samplers().get(sampler) is MUTANTS["correct"]:
+        return {"target": "alpha in CI", "ok": calibrated, "expected": "calibrated"}
+    blind = blind_class(sampler, spec)
+    if blind is not None:
+        return {"target": "alpha in CI", "ok": calibrated, "expected": f"blind at {setting_label(spec)}: {blind.blind_when}"}
+    if quick and sampler in BELOW_QUICK_BUDGET:
+        return {"target": "none (quick)", "ok": True, "expected": f"out of the quick budget's reach: {BELOW_QUICK_BUDGET[sampler]}"}
+    return {"target": "> alpha", "ok": bool(ci_low > alpha), "expected": "caught"}

@@ -180,6 +180,17 @@ def deterministic_accept(draft_tokens, draft_probs, target_probs, generator):
     return _finish(draft_tokens, draft_probs, target_probs, generator, p_draft >= q_draft)
 
 
+def greedy_verification(draft_tokens, draft_probs, target_probs, generator):
+    """Verification silently greedy: accept a draft iff it is the target's argmax, emit the argmax
+    at the first mismatch or as the bonus, whatever the temperature and top-p (SGLang PR #31214:
+    EAGLE verification fell back to argmax on some hardware). At greedy decoding this is the
+    correct rule; at any T > 0 the output is the target's argmax path."""
+    k = draft_tokens.shape[0]
+    best = target_probs.argmax(dim=-1)
+    n_accepted = _leading_accepts(draft_tokens == best[:k])
+    return _emit(draft_tokens, n_accepted, int(best[n_accepted]))
+
+
 def vocab_padding_off_by_one(draft_tokens, draft_probs, target_probs, generator):
     """Correction token drawn over V + 1 slots (vLLM GHSA-8wr5-jm2h-8r4f: a padded slot past
     the vocabulary won, recovered id >= vocab size).
@@ -246,6 +257,7 @@ MUTANTS: dict[str, VerifyFn] = {
     "bonus_wrong_position": bonus_wrong_position,
     "bf16_draft_logits": bf16_draft_logits,
     "deterministic_accept": deterministic_accept,
+    "greedy_verification": greedy_verification,
     "vocab_padding_off_by_one": vocab_padding_off_by_one,
     "shared_uniform": shared_uniform,
     "q_floor": q_floor,

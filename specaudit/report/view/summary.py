@@ -20,6 +20,7 @@ from specaudit.report.view.format import (
     metric_label,
     triple,
 )
+from specaudit.report.view.sampling import sampling_view
 from specaudit.report.view.statuses import comparisons, speed_summary, status_badge
 from specaudit.report.view.subject import subject
 from specaudit.report.view.verdicts import actions, decide
@@ -43,6 +44,7 @@ def summary_view(view: dict[str, Any], snapshot: Mapping[str, Any]) -> dict[str,
         "cards": [_correctness_card(eq, engines), _fairness_card(comps, disp, snapshot), _speed_card(speed)],
         "subject": subject(snapshot),
         "actions": actions(snapshot, engines, comps, speed, eq),
+        "sampling": sampling_view(snapshot),
     }
 
 

@@ -76,6 +76,12 @@ def decide(
         no_proof = [name for name, status in engines if status == EquivalenceStatus.NO_VIOLATION_FOUND]
         if no_proof:
             reasons.append(f"Correctness: no test found a violation for {', '.join(no_proof)}, but equivalence within δ is not shown.")
+    if engines and any(status != EquivalenceStatus.NOT_RUN for _, status in engines):
+        from specaudit.report.view.sampling import sampling_view
+
+        blind = sampling_view(snapshot).get("sentence")
+        if blind:  # a pass holds for the setting tested; say which real bug classes it cannot cover
+            reasons.append(blind)
     if comps:
         undecided = len(comps) - len(decided)
         if flagged:
@@ -209,17 +215,23 @@ def actions(
                 )
             if not_run:
                 parts.append("the two-sample tests cannot reject with one sample per prompt")
+            from specaudit.report.view.costs import samples_cost
+
+            cost = samples_cost(snapshot, wanted)
             add(
                 "warn",
                 "Correctness is not proven: " + " and ".join(parts) + f". Sample more outputs per prompt "
-                f"(about {wanted} would make a first-token distance of δ detectable).",
+                f"(about {wanted} would make a first-token distance of δ detectable)." + (f" {cost}" if cost else ""),
                 "equivalence",
                 with_flags(command, {"--samples": wanted}),
             )
         if equivalence_view.get("warning"):
+            from specaudit.report.view.costs import samples_cost
+
+            cost = samples_cost(snapshot, get(config, "samples", default=1) or 1)
             add(
                 "warn",
-                f"Rerun with another seed: {str(equivalence_view['warning']).split(': a correct')[0]}.",
+                f"Rerun with another seed: {str(equivalence_view['warning']).split(': a correct')[0]}." + (f" {cost}" if cost else ""),
                 "equivalence",
                 with_flags(command, {"--seed": (get(config, "seed", default=0) or 0) + 1}),
             )

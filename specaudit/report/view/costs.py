@@ -1,0 +1,60 @@
+"""What a recommended rerun costs, from the audit's own fitted cost model (specaudit.stats.cost_model).
+
+The snapshot holds, for every screened prompt, the cost model's predicted speculative time per
+output token (`tokens_per_s`) and its predicted speed-up over vanilla; one sample of a prompt
+therefore costs n_tokens / tokens_per_s seconds speculative and `speedup` times that vanilla.
+The engines decode the cost model's timed subset (`speed.cost_model.n_prompts` prompts) with
+`samples` samples each, so their part of an audit is predicted as samples x that many prompts x
+the mean per-sample time over the screened prompts. The screen and the analysis are not in the
+model and come on top.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from specaudit.report.view.format import finite, get
+
+
+def engine_seconds_per_sample(snapshot: Mapping[str, Any]) -> float | None:
+    """Predicted seconds of one vanilla + one speculative sample of the engines' prompts, summed
+    over those prompts; None when the snapshot has no cost model."""
+    prompts = get(snapshot, "prompts", default=[]) or []
+    n_engine = get(snapshot, "speed", "cost_model", "n_prompts")
+    if get(snapshot, "speed", "source") != "cost model" or not finite(n_engine) or not prompts:
+        return None
+    per_prompt = []
+    for row in prompts:
+        tokens, rate, speedup = (get(row, key) for key in ("n_tokens", "tokens_per_s", "speedup"))
+        if finite(tokens) and finite(rate) and finite(speedup) and rate > 0:
+            speculative = tokens / rate
+            per_prompt.append(speculative * (1.0 + speedup))
+    if not per_prompt:
+        return None
+    return float(n_engine) * sum(per_prompt) / len(per_prompt)
+
+
+def duration(seconds: float) -> str:
+    """3 min, 1.4 h, 2.1 days: a rerun's cost at the precision a prediction has."""
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def samples_cost(snapshot: Mapping[str, Any], samples: int) -> str | None:
+    """' Predicted cost: ...' for a rerun with `samples` samples per prompt, or None without a cost model."""
+    per_sample = engine_seconds_per_sample(snapshot)
+    if per_sample is None or not math.isfinite(per_sample):
+        return None
+    current = get(snapshot, "run", "config", "samples", default=1) or 1
+    return (
+        f"Predicted cost on this hardware (the audit's cost model): about {duration(samples * per_sample)} of engine decoding "
+        f"({samples} samples on each of {int(get(snapshot, 'speed', 'cost_model', 'n_prompts'))} prompts, "
+        f"{samples / current:.0f}× this audit's {duration(current * per_sample)}), plus the screen and the analysis."
+    )

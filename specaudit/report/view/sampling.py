@@ -1,0 +1,41 @@
+"""Which sampling setting the audit tested and which real bug classes that setting cannot show
+(specaudit.decoding.settings): the banner's blind-spot sentence and the report's small table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from specaudit.decoding.settings import BUG_CLASSES, blind_spot_sentence, setting_label
+from specaudit.errors import InputError
+from specaudit.report.view.format import finite, get
+
+
+def snapshot_setting(snapshot: Mapping[str, Any]):
+    """The SamplingSpec of the snapshot's run, or None where its config does not say (an old or hand-made snapshot)."""
+    from specaudit.decoding import SamplingSpec
+
+    config = get(snapshot, "run", "config", default={})
+    temperature, top_k, top_p = (get(config, name) for name in ("temperature", "top_k", "top_p"))
+    if not finite(temperature):
+        return None
+    try:
+        return SamplingSpec(
+            temperature=float(temperature),
+            top_k=int(top_k) if finite(top_k) else 0,
+            top_p=float(top_p) if finite(top_p) else 1.0,
+        )
+    except InputError:
+        return None
+
+
+def sampling_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    """{ran, label, sentence, rows}: one row per bug class, whether this setting can show it."""
+    spec = snapshot_setting(snapshot)
+    if spec is None:
+        return {"ran": False}
+    rows = [
+        {"class": c.name, "example": c.example, "reports": c.reports, "visible": c.visible(spec), "blind_when": c.blind_when}
+        for c in BUG_CLASSES
+    ]
+    return {"ran": True, "label": setting_label(spec), "sentence": blind_spot_sentence(spec), "rows": rows}

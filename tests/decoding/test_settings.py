@@ -1,0 +1,63 @@
+"""`--sampling` settings: parsing, labels, and the bug classes each setting cannot show."""
+
+import pytest
+
+from specaudit.decoding import SamplingSpec
+from specaudit.decoding.settings import BUG_CLASSES, blind_spot_sentence, blind_spots, parse_setting, parse_settings, setting_label
+from specaudit.errors import InputError
+
+
+@pytest.mark.parametrize(
+    ("text", "spec", "label"),
+    [
+        ("greedy", SamplingSpec(0.0), "greedy"),
+        ("t=0.7,top_p=0.9", SamplingSpec(0.7, 0, 0.9), "t=0.7,top_p=0.9"),
+        ("T=1, top-k=50", SamplingSpec(1.0, 50, 1.0), "t=1,top_k=50"),
+        ("temperature=1", SamplingSpec(), "t=1"),
+    ],
+)
+def test_settings_parse_and_label_round_trip(text, spec, label):
+    assert parse_setting(text) == spec
+    assert setting_label(spec) == label
+    assert parse_setting(label) == spec
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("t=0.7,top_q=0.9", "'top_q=0.9' is not key=value with key t, top_k or top_p"),
+        ("t=hot", "t must be a number, got 'hot'"),
+        ("top_k=2.5", "top_k must be an integer"),
+        ("t=1,t=0.5", "sets temperature twice"),
+        ("top_p=1.5", "top-p must be in \\(0, 1\\]"),
+    ],
+)
+def test_bad_settings_name_what_is_wrong(text, message):
+    with pytest.raises(InputError, match=message):
+        parse_setting(text)
+
+
+def test_several_settings_and_repeats():
+    assert [setting_label(s) for s in parse_settings("greedy; t=0.7,top_p=0.9")] == ["greedy", "t=0.7,top_p=0.9"]
+    with pytest.raises(InputError, match="repeats the setting t=1"):
+        parse_settings(["t=1", "temperature=1.0"])
+    with pytest.raises(InputError, match="names no setting"):
+        parse_settings([])
+
+
+def test_blind_spots_follow_what_warping_does():
+    names = lambda spec: {c.name for c in blind_spots(spec)}  # noqa: E731
+    # T = 1 without truncation: warped == raw, so warping mix-ups cannot show; sampling ones can.
+    assert names(SamplingSpec()) == {"one-sided warping", "q before truncation"}
+    assert names(SamplingSpec(0.7)) == {"q before truncation"}  # temperature alone truncates nothing
+    assert names(SamplingSpec(0.7, 0, 0.9)) == set() and names(SamplingSpec(1.0, 50)) == set()
+    assert names(SamplingSpec(0.0)) == {
+        "q before truncation",
+        "greedy draft, soft q",
+        "verification silently greedy",
+        "randomised acceptance rule",
+    }
+    assert blind_spot_sentence(SamplingSpec(0.7, 0, 0.9)) is None
+    sentence = blind_spot_sentence(SamplingSpec())
+    assert sentence.startswith("Sampling: tested at t=1 only") and "transformers #47932" in sentence and "vLLM #9834" in sentence
+    assert all(c.reports and c.mutant for c in BUG_CLASSES)
