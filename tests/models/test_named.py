@@ -202,3 +202,15 @@ def test_the_real_draft_fetches_verifies_and_is_the_qwen_coder_gguf(tmp_path):
     assert text("general.architecture") == "qwen2"
     assert text("general.name") == "Qwen2.5 Coder 0.5B Instruct AWQ"
     assert len(fields["tokenizer.ggml.tokens"].data) == 151_936
+
+
+def test_a_run_on_a_server_never_fetches_the_named_models(tmp_path, monkeypatch):
+    """The endpoint's servers hold their own models: naming the pair there fetches nothing here."""
+    from types import SimpleNamespace
+
+    from specaudit.execution.preflight import check_model_sources
+
+    monkeypatch.setenv("SPECAUDIT_CACHE", str(tmp_path))
+    cfg = SimpleNamespace(engines=["endpoint"], target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b")
+    check_model_sources(cfg)
+    assert not (tmp_path / "models").exists()
