@@ -1,10 +1,11 @@
 """Peak memory and throughput of the screen, the engines and scoring: the named Qwen2.5-Coder pair
 against the default pair, side by side.
 
-    PYTHONPATH=. python bench/real_pair.py [--per-group 1] [--max-new-tokens 16] [--engine-prompts 2]
+    PYTHONPATH=. python bench/real_pair.py [--per-group 1] [--prompts N] [--max-new-tokens 16] [--engine-prompts 2]
 
-Each (pair, stage) runs in a fresh process, so its peak RSS (ru_maxrss) is that stage's alone
-(model loading included; the RSS right after loading is printed too). Prompts: the core set's
+Each pair runs in a fresh process that loads the models once; before each stage the kernel's
+peak-RSS counter is reset (`echo 5 > /proc/self/clear_refs`), so a stage's peak RSS (VmHWM) is
+its own, models included (the RSS right after loading is printed too). Prompts: the core set's
 language dimension, `--per-group` per language, with the chat template. Stages:
 
 - screen:  `screen_paths` on every prompt (one batch), k = 4; tokens/s = sampled target tokens / wall s;
@@ -22,7 +23,6 @@ import json
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,11 +34,19 @@ STAGES = ("screen", "engines", "scoring")
 
 
 def peak_rss() -> int:
+    """VmHWM: the peak resident set since the process started or since `reset_peak_rss`."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def stage(args: argparse.Namespace) -> dict:
-    """One stage on one pair, in this process."""
+def reset_peak_rss() -> None:
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def stages(args: argparse.Namespace) -> dict:
+    """Every stage on one pair, in this process."""
     import torch
 
     from specaudit.decoding import SamplingSpec, speculative_generate, vanilla_generate
@@ -52,73 +60,78 @@ def stage(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     pair = load_pair(args.target, args.draft, device="cpu", dtype=args.dtype)
-    result = {"load_s": time.perf_counter() - started, "rss_after_load": peak_rss(), "vocab": pair.vocab_size}
-    prompts = load_prompts("core", dimensions=["language"], per_group=args.per_group, seed=0).prompts
+    loaded = {"load_s": time.perf_counter() - started, "rss_after_load": peak_rss(), "vocab": pair.vocab_size}
+    prompts = load_prompts("core", dimensions=["language"], per_group=args.per_group, seed=0).prompts[: args.prompts]
     encoded = [prompt_token_ids(pair.tokenizer, p) for p in prompts]
     spec, eos = SamplingSpec(1.0), eos_token_ids(pair)
     seeds = [derive_seed(0, p.id, 0) for p in prompts]
-    paths_file = Path(args.paths)
-    started = time.perf_counter()
-    if args.stage == "screen":
-        paths = screen_paths(
-            pair.target,
-            pair.draft,
-            encoded,
-            seeds,
-            spec=spec,
-            k=4,
-            max_new_tokens=args.max_new_tokens,
-            eos_ids=eos,
-            vocab_size=pair.vocab_size,
-            pad_id=pad_token_id(pair, eos),
-            batch_size=len(encoded),
-        )
-        tokens = sum(len(p.tokens) for p in paths)
-        accepted, proposed = sum(p.acceptance.accepted for p in paths), sum(p.acceptance.proposed for p in paths)
-        result.update(prompts=len(paths), tokens=tokens, acceptance=accepted / proposed if proposed else None)
-        paths_file.write_text(json.dumps([p.tokens for p in paths]))
-    elif args.stage == "engines":
-        tokens = {"vanilla": 0, "speculative": 0}
-        seconds = {"vanilla": 0.0, "speculative": 0.0}
-        for ids, seed in list(zip(encoded, seeds))[: args.engine_prompts]:
-            common = dict(spec=spec, max_new_tokens=args.max_new_tokens, eos_ids=eos, vocab_size=pair.vocab_size)
-            for name in ("vanilla", "speculative"):
-                generator = torch.Generator().manual_seed(seed)
-                t0 = time.perf_counter()
-                if name == "vanilla":
-                    out = vanilla_generate(pair.target, ids, generator=generator, **common)
-                else:
-                    out = speculative_generate(pair.target, pair.draft, ids, k=4, generator=generator, **common)
-                seconds[name] += time.perf_counter() - t0
-                tokens[name] += len(out.tokens)
-        result.update(
-            prompts=args.engine_prompts,
-            tokens=tokens["vanilla"] + tokens["speculative"],
-            vanilla_tokens_per_s=tokens["vanilla"] / seconds["vanilla"],
-            speculative_tokens_per_s=tokens["speculative"] / seconds["speculative"],
-        )
-    else:
-        outputs = json.loads(paths_file.read_text())
-        records = [
-            {
-                "key": f"{p.id}|speculative|0",
-                "prompt_id": p.id,
-                "engine": "speculative",
-                "sample": 0,
-                "attributes": dict(p.attributes),
-                "prompt_token_ids": ids,
-                "output_token_ids": out,
-                "sampling": spec.to_dict(),
-            }
-            for p, ids, out in zip(prompts, encoded, outputs)
-            if out
-        ]
-        scores = score_records(pair.target, records, spec, draft_model=pair.draft, batch_size=8)
-        result.update(prompts=len(records), tokens=len(scores))
-    result["stage_s"] = time.perf_counter() - started
-    result["tokens_per_s"] = result["tokens"] / result["stage_s"]
-    result["peak_rss"] = peak_rss()
-    return result
+    results: dict[str, dict] = {}
+    outputs: list[list[int]] = []
+    for name in STAGES:
+        reset_peak_rss()
+        result = dict(loaded)
+        started = time.perf_counter()
+        if name == "screen":
+            paths = screen_paths(
+                pair.target,
+                pair.draft,
+                encoded,
+                seeds,
+                spec=spec,
+                k=4,
+                max_new_tokens=args.max_new_tokens,
+                eos_ids=eos,
+                vocab_size=pair.vocab_size,
+                pad_id=pad_token_id(pair, eos),
+                batch_size=len(encoded),
+            )
+            tokens = sum(len(p.tokens) for p in paths)
+            accepted, proposed = sum(p.acceptance.accepted for p in paths), sum(p.acceptance.proposed for p in paths)
+            result.update(prompts=len(paths), tokens=tokens, acceptance=accepted / proposed if proposed else None)
+            outputs = [p.tokens for p in paths]
+        elif name == "engines":
+            tokens = {"vanilla": 0, "speculative": 0}
+            seconds = {"vanilla": 0.0, "speculative": 0.0}
+            for ids, seed in list(zip(encoded, seeds))[: args.engine_prompts]:
+                common = dict(spec=spec, max_new_tokens=args.max_new_tokens, eos_ids=eos, vocab_size=pair.vocab_size)
+                for engine in ("vanilla", "speculative"):
+                    generator = torch.Generator().manual_seed(seed)
+                    t0 = time.perf_counter()
+                    if engine == "vanilla":
+                        out = vanilla_generate(pair.target, ids, generator=generator, **common)
+                    else:
+                        out = speculative_generate(pair.target, pair.draft, ids, k=4, generator=generator, **common)
+                    seconds[engine] += time.perf_counter() - t0
+                    tokens[engine] += len(out.tokens)
+            result.update(
+                prompts=args.engine_prompts,
+                tokens=tokens["vanilla"] + tokens["speculative"],
+                vanilla_tokens_per_s=tokens["vanilla"] / seconds["vanilla"],
+                speculative_tokens_per_s=tokens["speculative"] / seconds["speculative"],
+            )
+        else:
+            records = [
+                {
+                    "key": f"{p.id}|speculative|0",
+                    "prompt_id": p.id,
+                    "engine": "speculative",
+                    "sample": 0,
+                    "attributes": dict(p.attributes),
+                    "prompt_token_ids": ids,
+                    "output_token_ids": out,
+                    "sampling": spec.to_dict(),
+                }
+                for p, ids, out in zip(prompts, encoded, outputs)
+                if out
+            ]
+            scores = score_records(pair.target, records, spec, draft_model=pair.draft, batch_size=8)
+            result.update(prompts=len(records), tokens=len(scores))
+        result["stage_s"] = time.perf_counter() - started
+        result["tokens_per_s"] = result["tokens"] / result["stage_s"]
+        result["peak_rss"] = peak_rss()
+        results[name] = result
+        print(json.dumps({name: result}), file=sys.stderr, flush=True)
+    return results
 
 
 def main() -> None:
@@ -126,32 +139,38 @@ def main() -> None:
     parser.add_argument("--per-group", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--engine-prompts", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=None, help="keep only the first N prompts (default: all)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: waiting OpenMP threads crawl on a busy machine)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--pairs", default=",".join(PAIRS), help="comma-separated pair labels (default: both)")
-    parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # the child process
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one pair, in a fresh process
     parser.add_argument("--target", help=argparse.SUPPRESS)
     parser.add_argument("--draft", help=argparse.SUPPRESS)
-    parser.add_argument("--paths", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.stage:
-        print(json.dumps(stage(args)))
+    if args.child:
+        print(json.dumps(stages(args)))
         return
     table: dict[str, dict[str, dict]] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        for label in args.pairs.split(","):
-            target, draft = PAIRS[label]
-            paths = str(Path(scratch) / f"{target}.json")
-            for name in STAGES:
-                command = [sys.executable, __file__, "--stage", name, "--target", target, "--draft", draft, "--paths", paths]
-                command += ["--per-group", str(args.per_group), "--max-new-tokens", str(args.max_new_tokens)]
-                command += ["--engine-prompts", str(args.engine_prompts), "--threads", str(args.threads), "--dtype", args.dtype]
-                done = subprocess.run(command, capture_output=True, text=True)
-                if done.returncode != 0:
-                    sys.exit(f"{label} / {name} failed:\n{done.stderr[-3000:]}")
-                table.setdefault(label, {})[name] = json.loads(done.stdout.strip().splitlines()[-1])
-                print(f"{label:<32} {name:<8} {json.dumps(table[label][name])}", flush=True)
-    labels = list(table)
+    for label in args.pairs.split(","):
+        target, draft = PAIRS[label]
+        command = [sys.executable, __file__, "--child", "--target", target, "--draft", draft]
+        command += ["--per-group", str(args.per_group), "--max-new-tokens", str(args.max_new_tokens)]
+        command += [
+            *(["--prompts", str(args.prompts)] if args.prompts else []),
+            "--engine-prompts",
+            str(args.engine_prompts),
+            "--threads",
+            str(args.threads),
+            "--dtype",
+            args.dtype,
+        ]
+        done = subprocess.run(command, stdout=subprocess.PIPE, text=True)  # the child's stages print to stderr as they end
+        if done.returncode != 0:
+            sys.exit(f"{label} failed")
+        table[label] = json.loads(done.stdout.strip().splitlines()[-1])
+        for name in STAGES:
+            print(f"{label:<32} {name:<8} {json.dumps(table[label][name])}", flush=True)
+    labels = [label for label in PAIRS if label in table]  # the default first: ratios are real / default
     print(f"\n{'stage':<26}" + "".join(f"{label:>32}" for label in labels) + ("   ratio" if len(labels) == 2 else ""))
     rows = [
         ("screen peak RSS (GB)", "screen", lambda r: r["peak_rss"] / 1e9),
