@@ -9,6 +9,7 @@ import warnings
 
 from specaudit.cli.gate import add_gate
 from specaudit.cli.mitigate import add_mitigate
+from specaudit.cli.models import add_models
 from specaudit.cli.monitor import add_monitor
 from specaudit.cli.prompts import add_prompts
 from specaudit.cli.report import add_report
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report(sub)
     add_gate(sub)
     add_monitor(sub)
+    add_models(sub)
     return parser
 
 

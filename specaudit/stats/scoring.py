@@ -28,6 +28,7 @@ import torch
 from specaudit.decoding.verify import mass_before
 from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.errors import InputError
+from specaudit.models._chunked import head_logits, last_hidden_states, plain_head
 
 TARGET_COLUMNS = ("p", "cdf_below", "surprisal", "entropy", "surprisal_var", "p_min")
 DRAFT_COLUMNS = ("q", "q_mean", "q_var", "beta")
@@ -270,10 +271,16 @@ def _batched_logits(
     *,
     batch_size: int,
     device: torch.device,
+    starts: Sequence[int] | None = None,
+    chunked: bool = True,
 ) -> Iterator[tuple[int, list[torch.Tensor]]]:
-    """Yield (sequence index, [logits [len, V] of each model]) for every sequence.
+    """Yield (sequence index, [logits [len - start, V] of each model]) for every sequence, from
+    position `starts[i]` on (default 0).
 
-    Longest first, so each batch pads little; right padding, so positions are untouched.
+    Longest first, so each batch pads little; right padding, so positions are untouched. With
+    `starts` and models whose logits are a plain output layer of their hidden states, each model's
+    hidden states are kept for the batch and the logits made one sequence at a time (`chunked`):
+    at a real vocabulary a batch's logits of both models at once are gigabytes.
     """
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
@@ -293,9 +300,14 @@ def _batched_logits(
                     input_ids[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
                     attention[row, : len(seq)] = 1
                 input_ids, attention = input_ids.to(device), attention.to(device)
+                if starts is not None and chunked and all(plain_head(m) for m in models):
+                    hidden = [last_hidden_states(m, input_ids, attention_mask=attention, use_cache=False) for m in models]
+                    for row, i in enumerate(batch):
+                        yield i, [head_logits(m, h[row, starts[i] : len(sequences[i])]) for m, h in zip(models, hidden)]
+                    continue
                 logits = [m(input_ids=input_ids, attention_mask=attention, use_cache=False).logits for m in models]
                 for row, i in enumerate(batch):
-                    yield i, [out[row, : len(sequences[i])] for out in logits]
+                    yield i, [out[row, (starts[i] if starts is not None else 0) : len(sequences[i])] for out in logits]
     finally:
         for m, mode in zip(models, modes):
             m.train(mode)
@@ -312,6 +324,7 @@ def score_records(
     device: str | torch.device | None = None,
     max_mass_position: int = 64,
     null_draws: int = NULL_DRAWS,
+    chunked: bool = True,
 ) -> TokenScores:
     """Teacher-force `model` over each record's prompt + output and score every emitted token.
 
@@ -323,7 +336,8 @@ def score_records(
     < `max_mass_position` (its size grows with samples² per prompt and position).
     `null_draws` draws of the surprisal (and, with a draft, draft-affinity) statistic's Monte
     Carlo null are kept per record (0: none, and those tests fall back to their normal
-    approximation).
+    approximation). `chunked` (default) makes each model's logits one record at a time from its
+    hidden states, where the model allows it; the scores are the same (tests/stats check it).
     """
     rows = _audited(records)
     if not rows:
@@ -350,10 +364,9 @@ def score_records(
     vocab_sizes: set[int] = set()
     columns: dict[int, dict[str, np.ndarray]] = {}
     null: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
-    for j, logits in _batched_logits(models, sequences, batch_size=batch_size, device=device):
+    starts = [len(prompts[i]) - 1 for i in todo]
+    for j, rows_logits in _batched_logits(models, sequences, batch_size=batch_size, device=device, starts=starts, chunked=chunked):
         i = todo[j]
-        start = len(prompts[i]) - 1
-        rows_logits = [out[start:] for out in logits]
         vocab_sizes.update(int(out.shape[-1]) for out in rows_logits)
         if len(vocab_sizes) > 1:
             raise InputError(

@@ -75,10 +75,15 @@ def import_llama_cpp():
 
 
 def gguf_file(name: str, role: str = "--target") -> Path:
-    """The GGUF file a run names (`default`: the embedded SmolLM2 file), checked to be one."""
+    """The GGUF file a run names (`default`: the embedded SmolLM2 file; a named model: its file,
+    fetched on first use), checked to be one."""
     from specaudit.models._loading import DEFAULT_TARGET, embedded_gguf_path
+    from specaudit.models._named import is_named, resolve
 
-    path = embedded_gguf_path() if name == DEFAULT_TARGET else Path(name).expanduser()
+    if name == DEFAULT_TARGET:
+        path = embedded_gguf_path()
+    else:
+        path = resolve(name) if is_named(name) else Path(name).expanduser()
     if not path.is_file():
         raise InputError(f"{role} {name!r}: no such file; with --engines llama-cpp name a GGUF file (or `default`)")
     with open(path, "rb") as handle:
@@ -158,11 +163,13 @@ def check_config(cfg) -> None:
         raise InputError(
             "--plant-disparity changes specaudit's draft; llama.cpp's draft cannot be changed, so drop it with --engines llama-cpp"
         )
+    from specaudit.models._named import is_named
+
     draft = str(cfg.draft)
-    if draft != "ngram" and not draft.endswith(".gguf"):
+    if draft != "ngram" and not draft.endswith(".gguf") and not is_named(draft):
         raise InputError(
-            f"--draft {draft}: with --engines llama-cpp the draft is ngram (llama.cpp prompt lookup) or a GGUF file "
-            "sharing the target's vocabulary"
+            f"--draft {draft}: with --engines llama-cpp the draft is ngram (llama.cpp prompt lookup), a GGUF file "
+            "sharing the target's vocabulary, or a named model (`specaudit models list`)"
         )
     sampler_settings(cfg.sampling)
     if context_is_explicit(cfg) and cfg.max_new_tokens + cfg.k + 8 > backend_settings(cfg)["n_ctx"]:

@@ -26,7 +26,9 @@ from transformers import DynamicCache
 from specaudit.decoding._generation import finish
 from specaudit.decoding.verify import sample_from
 from specaudit.decoding.warping import SamplingSpec, warp
-from specaudit.models import forward_cached
+from specaudit.models import PlantedDraft, forward_cached
+from specaudit.models._chunked import CHUNK_ELEMENTS, head_logits, last_hidden_states, plain_head, positions_per_chunk
+from specaudit.stats.acceptance import position_acceptance
 
 
 @dataclass
@@ -106,7 +108,9 @@ def sample_batch(
     generators = [torch.Generator(device=device).manual_seed(int(seed)) for seed in seeds]
     tokens: list[list[int]] = [[] for _ in range(rows)]
     reasons: list[str | None] = [None] * rows
-    kept: list[torch.Tensor] = []
+    # Filled in place, step by step: stacking a list of steps would hold every step twice.
+    kept = torch.empty((rows, max_new_tokens, vocab_size), dtype=torch.float32, device=device) if keep_probs else None
+    steps = 0
     columns = [shared, ids]
     masks = [torch.ones_like(shared), mask]
     feed, feed_positions = ids, position_ids_of(torch.cat(masks, dim=1))[:, prefix:]
@@ -114,8 +118,9 @@ def sample_batch(
         full_mask = torch.cat(masks, dim=1)
         logits = forward_cached(model, feed, cache, attention_mask=full_mask, position_ids=feed_positions)
         probs = warp(logits[:, -1, :vocab_size], spec)
-        if keep_probs:
-            kept.append(probs)
+        if kept is not None:
+            kept[:, steps] = probs
+        steps += 1
         step_tokens = torch.full((rows,), pad_id, dtype=torch.long, device=device)
         alive = torch.zeros((rows,), dtype=torch.long, device=device)
         for row in range(rows):
@@ -137,7 +142,7 @@ def sample_batch(
         input_ids=torch.cat(columns, dim=1),
         attention_mask=torch.cat(masks, dim=1),
         prompt_width=prefix + ids.shape[1],
-        probs=torch.stack(kept, dim=1) if keep_probs else None,
+        probs=kept[:, :steps] if kept is not None else None,
         prefix=prefix,
     )
 
@@ -158,3 +163,58 @@ def teacher_forced_probs(model: torch.nn.Module, batch: SampledBatch, *, spec: S
         position_ids=position_ids_of(batch.attention_mask)[:, batch.prefix :],
     )
     return warp(logits[:, :outputs, :vocab_size], spec)
+
+
+@torch.inference_mode()
+def teacher_forced_acceptance(
+    draft: torch.nn.Module,
+    batch: SampledBatch,
+    *,
+    spec: SamplingSpec,
+    vocab_size: int,
+    plant=None,
+    planted_rows: torch.Tensor | None = None,
+    chunk_elements: int | None = CHUNK_ELEMENTS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(beta, accept_cond), each [B, T']: position_acceptance of the batch's kept target
+    distributions against the draft's teacher-forced ones along the batch's paths.
+
+    The draft's logits are made a few positions at a time from its last hidden states (about
+    `chunk_elements` entries per chunk), so the draft's [B, T', V] never exists beside the
+    target's: at a 151,936-token vocabulary that is what decides whether a batch fits in memory.
+    `plant` mixes the draft's logits on `planted_rows` (bool [B]) as PlantedDraft does. Equal to
+    the whole-batch computation (`chunk_elements=None`, also taken for a draft whose logits are
+    not a plain output layer of its hidden states) bit for bit, and to float32 rounding (~1e-8)
+    on planted rows; tests/engines/screen/test_chunked_logits.py checks both."""
+    path_ids = batch.input_ids[:, batch.prompt_width :]
+    if chunk_elements is None or not plain_head(draft):
+        rows_draft = draft if plant is None else PlantedDraft(draft, plant, vocab_size, rows=planted_rows)
+        q = teacher_forced_probs(rows_draft, batch, spec=spec, vocab_size=vocab_size)
+        # row by row: float64 copies of [B, T, V] would cost gigabytes at a real vocabulary
+        parts = [position_acceptance(batch.probs[r], q[r], path_ids[r]) for r in range(q.shape[0])]
+        return torch.stack([b for b, _ in parts]), torch.stack([a for _, a in parts])
+    outputs = path_ids.shape[1]
+    device = batch.input_ids.device
+    cache = cached_prefix(draft, batch.input_ids[0, : batch.prefix].tolist(), batch.input_ids.shape[0], device)
+    hidden = last_hidden_states(
+        draft,
+        batch.input_ids[:, batch.prefix :],
+        cache,
+        attention_mask=batch.attention_mask,
+        position_ids=position_ids_of(batch.attention_mask)[:, batch.prefix :],
+    )
+    hidden = hidden[:, hidden.shape[1] - outputs - 1 : hidden.shape[1] - 1]  # the positions that predict each output token
+    del cache
+    rows = path_ids.shape[0]
+    beta = torch.zeros((rows, outputs), dtype=torch.float64, device=device)
+    accept = torch.zeros((rows, outputs), dtype=torch.float64, device=device)
+    step = positions_per_chunk(rows, vocab_size, chunk_elements)
+    for lo in range(0, outputs, step):
+        hi = min(lo + step, outputs)
+        logits = head_logits(draft, hidden[:, lo:hi])
+        if plant is not None:
+            logits = plant.mix(logits, vocab_size, planted_rows)
+        q = warp(logits[..., :vocab_size], spec)
+        for r in range(rows):  # row by row, as the whole-batch path: the same sums in the same order
+            beta[r, lo:hi], accept[r, lo:hi] = position_acceptance(batch.probs[r, lo:hi], q[r], path_ids[r, lo:hi])
+    return beta, accept

@@ -11,10 +11,11 @@ import torch
 from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.engines.screen._batching import token_batches
-from specaudit.engines.screen._sampling import sample_batch, teacher_forced_probs
+from specaudit.engines.screen._sampling import sample_batch, teacher_forced_acceptance
 from specaudit.errors import InputError
-from specaudit.models import DisparityPlant, NgramDraft, PlantedDraft, forward_cached
-from specaudit.stats.acceptance import PathAcceptance, model_draft_acceptance, ngram_counts, position_acceptance
+from specaudit.models import DisparityPlant, NgramDraft, forward_cached
+from specaudit.models._chunked import CHUNK_ELEMENTS
+from specaudit.stats.acceptance import PathAcceptance, model_draft_acceptance, ngram_counts
 
 if TYPE_CHECKING:
     from specaudit.models import ModelPair
@@ -124,12 +125,14 @@ def screen_paths(
     check_draft: bool = True,
     plant: DisparityPlant | None = None,
     planted: list[bool] | None = None,
+    chunk_elements: int | None = CHUNK_ELEMENTS,
 ) -> list[ScreenedPath]:
     """Screen every (prompt, seed) row; rows come back in input order. Batches group prompts of
     similar length (less padding), at most `batch_size` rows and `batch_tokens` padded positions
     (screen._batching.token_batches); no row's result depends on which batch it landed in.
     `plant` mixes the draft's q on the rows where `planted` is true (the planted group's prompts),
-    as the speculative engine does for those prompts."""
+    as the speculative engine does for those prompts. The draft's logits are made `chunk_elements`
+    entries at a time (None: the whole batch at once; the results are equal)."""
     kind = draft_kind(draft)
     if plant is not None and kind != "model":
         raise InputError("--plant-disparity mixes a draft model's distribution, and the ngram draft has none; use a model draft")
@@ -155,16 +158,19 @@ def screen_paths(
                 longest = max(range(len(rows)), key=lambda r: len(batch.tokens[r]))
                 check_call_invariance(target, draft, prompts[rows[longest]], batch.tokens[longest], device)
                 checked = True
-            rows_draft = draft
+            mask = None
             if plant is not None and planted is not None and any(planted[i] for i in rows):
                 mask = torch.tensor([planted[i] for i in rows], device=device)
-                rows_draft = PlantedDraft(draft, plant, vocab_size, rows=mask)
-            q = teacher_forced_probs(rows_draft, batch, spec=spec, vocab_size=vocab_size)
-            path_ids = batch.input_ids[:, batch.prompt_width :]
-            # row by row: float64 copies of [B, T, V] would cost gigabytes at the default vocabulary
-            parts = [position_acceptance(batch.probs[r], q[r], path_ids[r]) for r in range(len(rows))]
-            beta, accept = torch.stack([b for b, _ in parts]), torch.stack([a for _, a in parts])
-            del q, batch.probs
+            beta, accept = teacher_forced_acceptance(
+                draft,
+                batch,
+                spec=spec,
+                vocab_size=vocab_size,
+                plant=plant if mask is not None else None,
+                planted_rows=mask,
+                chunk_elements=chunk_elements,
+            )
+            del batch.probs
         elapsed = time.perf_counter() - started
         for r, index in enumerate(rows):
             path = batch.tokens[r]
