@@ -8,6 +8,7 @@ import sys
 import warnings
 
 from specaudit.cli.gate import add_gate
+from specaudit.cli.llama_server import add_llama_server
 from specaudit.cli.mitigate import add_mitigate
 from specaudit.cli.monitor import add_monitor
 from specaudit.cli.prompts import add_prompts
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report(sub)
     add_gate(sub)
     add_monitor(sub)
+    add_llama_server(sub)
     return parser
 
 

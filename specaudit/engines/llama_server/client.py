@@ -1,0 +1,164 @@
+"""Talking to llama-server: the command lines of the two processes, the request of one plan item,
+and its answer as a specaudit.decoding.Generation.
+
+Requests go to llama-server's native `/completion` (prompt as token ids, `return_tokens` for the
+output ids, streamed so the time to the first token is the client's own), over the endpoint
+engine's HTTP client (specaudit.engines.endpoint.client.Endpoint: its timeouts and its one-sentence
+transport errors). Its OpenAI route `/v1/completions` takes the same sampling fields but returns
+no token ids, so the endpoint engine's token-id path cannot be used on it unchanged.
+
+Sampling is set explicitly on every request, as the in-process llama-cpp engine does: the chain is
+`samplers: [temperature, top_k, top_p]` (temperature first, as transformers and specaudit apply
+it; llama-server takes the order per request, so temperature with top-p is allowed here, unlike in
+the in-process engine), then llama.cpp's `dist`; every other stage neutral (min_p 0, typical_p 1,
+penalties off, DRY off, XTC off, top-n-sigma off, mirostat off, dynamic temperature off).
+`cache_prompt: false`: no prefix reuse between requests, so a record does not depend on which
+request ran before it on the slot. The seed is the record's seed cut to llama.cpp's uint32
+(engines.llama_cpp.client.llama_seed), the same draws the in-process engine makes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from specaudit.engines.endpoint.client import Endpoint
+from specaudit.engines.llama_cpp.client import llama_seed
+from specaudit.engines.llama_server.settings import NGRAM_LOOKUP, NGRAM_TYPES, LlamaServerSettings
+from specaudit.engines.request_acceptance import RequestAcceptance, llama_server_acceptance
+from specaudit.errors import InputError
+
+SAMPLER_ORDER = ["temperature", "top_k", "top_p"]
+NEUTRAL_SAMPLING: dict[str, Any] = {
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "repeat_penalty": 1.0,
+    "repeat_last_n": 0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "dry_multiplier": 0.0,
+    "xtc_probability": 0.0,
+    "top_n_sigma": -1.0,
+    "mirostat": 0,
+    "dynatemp_range": 0.0,
+}
+STOP_TYPES = {"eos": "eos", "limit": "length"}  # llama-server's stop_type -> the record's finish_reason
+
+
+def server_args(model: Path, settings: LlamaServerSettings, *, spec_type: str | None, draft: Path | None, k: int) -> list[str]:
+    """llama-server's flags for one side: spec_type None is the spec-OFF server."""
+    args = [
+        "-m", str(model),
+        "-np", str(settings.slots),
+        "-c", str(settings.ctx_per_slot * settings.slots),
+        "-t", str(settings.threads),
+        "-tb", str(settings.threads),
+        "--no-webui",
+        "--no-warmup",
+    ]  # fmt: skip
+    if spec_type is not None:
+        args += ["--spec-type", spec_type, "--spec-draft-n-max", str(k)]
+        if spec_type == "draft-simple":
+            if draft is None:
+                raise InputError("llama-server's draft-simple speculation needs a GGUF --draft")
+            args += ["--spec-draft-model", str(draft), "--spec-draft-n-min", "0", "-td", str(settings.threads)]
+        elif spec_type == "ngram-simple":
+            args += ["--spec-ngram-simple-size-n", str(NGRAM_LOOKUP), "--spec-ngram-simple-size-m", str(k)]
+        elif spec_type not in NGRAM_TYPES:
+            raise InputError(f"unknown llama-server --spec-type {spec_type!r}")
+    return [*args, *settings.extra_args]
+
+
+def request_body(cfg, prompt_ids: list[int], seed: int, max_tokens: int) -> dict:
+    """The /completion request of one plan item: every sampling stage set, none left to the server."""
+    return {
+        "prompt": list(prompt_ids),
+        "n_predict": max_tokens,
+        "temperature": cfg.temperature,
+        "top_k": cfg.top_k,  # 0: off (llama.cpp's top-k keeps everything for k <= 0)
+        "top_p": cfg.top_p,
+        "samplers": SAMPLER_ORDER,
+        **NEUTRAL_SAMPLING,
+        "seed": llama_seed(seed),
+        "cache_prompt": False,
+        "return_tokens": True,
+        "n_probs": 0,
+        "stream": True,
+    }
+
+
+def complete(endpoint: Endpoint, body: dict) -> tuple[dict, list[int], float, float | None]:
+    """POST /completion and read the stream: (the final chunk, the output ids, wall seconds, seconds
+    to the first chunk with a token)."""
+    url = f"{endpoint.base_url}/completion"
+    start, first = time.perf_counter(), None
+    tokens: list[int] = []
+    final: dict | None = None
+    with endpoint._request(url, body, stage="stopped streaming") as response:
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[len("data:") :].strip()
+            if data == "[DONE]":
+                break
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                raise InputError(f"llama-server {url} streamed a line that is not JSON: {data[:80]!r}") from None
+            if not isinstance(chunk, dict):
+                raise InputError(f"llama-server {url} streamed {type(chunk).__name__} JSON, not an object")
+            if "error" in chunk:
+                raise InputError(f"llama-server {url} reported an error mid-answer: {json.dumps(chunk['error'])[:200]}")
+            ids = chunk.get("tokens") or []
+            if ids and first is None:
+                first = time.perf_counter()
+            tokens.extend(int(t) for t in ids)
+            if chunk.get("stop"):
+                final = chunk
+                break
+    wall = time.perf_counter() - start
+    if final is None:
+        raise InputError(f"llama-server {url} ended its stream without a final chunk (stop: true); see its log")
+    return final, tokens, wall, None if first is None else first - start
+
+
+def generation_of(final: dict, tokens: list[int], wall: float, ttft: float | None, eos_ids: set[int], max_tokens: int):
+    """(a Generation, the server's RequestAcceptance or None) from one streamed answer.
+
+    Where llama-server's tokens stop short of the end-of-sequence token it stopped on, the
+    tokenizer's eos id is appended: the records of every engine end with it."""
+    from specaudit.decoding import Generation
+
+    stop = final.get("stop_type")
+    finish = STOP_TYPES.get(str(stop))
+    if finish is None:
+        raise InputError(f"llama-server stopped a completion with stop_type {stop!r}, not eos or limit; check its log")
+    if finish == "eos" and (not tokens or tokens[-1] not in eos_ids):
+        if not eos_ids:
+            raise InputError("llama-server stopped at an end-of-sequence token but the tokenizer names none; cannot record it")
+        tokens = [*tokens, min(eos_ids)]
+    if len(tokens) > max_tokens:
+        raise InputError(f"llama-server returned {len(tokens)} tokens for n_predict {max_tokens}")
+    acceptance = llama_server_acceptance(final)
+    timings = final.get("timings") or {}
+    steps = len(tokens)
+    if acceptance is not None and acceptance.proposed:
+        steps = max(len(tokens) - acceptance.accepted, 0)  # each step emits its accepted drafts plus one token
+    generation = Generation(
+        tokens=tokens,
+        finish_reason=finish,
+        wall_s=wall,
+        ttft_s=ttft if ttft is not None else wall,
+        steps=steps,
+        proposed=acceptance.proposed if acceptance else 0,
+        accepted=acceptance.accepted if acceptance else 0,
+        draft_s=None,
+        verify_s=None,
+    )
+    server_times = {key: timings[key] for key in ("prompt_ms", "predicted_ms", "predicted_n", "prompt_n") if key in timings}
+    return generation, acceptance, server_times
+
+
+__all__ = ["RequestAcceptance", "complete", "generation_of", "request_body", "server_args"]
