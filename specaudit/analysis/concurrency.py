@@ -72,7 +72,7 @@ def group_metrics(records: list[dict], *, n_boot: int, seed: int) -> dict[str, A
     out: dict[str, Any] = {
         "n_records": len(spec),
         "acceptance": _interval(
-            _sums([r for r in spec if not r.get("timing_only")], lambda r: r["accepted"], lambda r: r["proposed"]), n_boot, seed
+            _sums([r for r in spec if not r.get("timing_only")], lambda r: r.get("accepted"), lambda r: r.get("proposed")), n_boot, seed
         ),
     }
     for engine, rows in ((CONTROL_ENGINE, list(control.values())), (SPECULATIVE_ENGINE, spec)):
