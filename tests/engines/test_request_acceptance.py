@@ -115,3 +115,16 @@ def test_sglang_without_speculation_reports_nothing():
 def test_impossible_fields_are_one_sentence(body, message):
     with pytest.raises(InputError, match=message):
         request_acceptance(body)
+
+
+def test_the_endpoint_client_keeps_a_streamed_answers_acceptance():
+    from specaudit.engines.endpoint.client import Endpoint
+
+    chunks = [
+        {"choices": [{"text": "a", "finish_reason": None}]},
+        {"choices": [{"text": "b", "finish_reason": "length"}]},
+        {"choices": [], "usage": {"completion_tokens": 2}, "metrics": VLLM_BODY["metrics"]},
+    ]
+    with Endpoint("http://127.0.0.1:9", setting="speculative_url") as endpoint:
+        merged = endpoint._merge(chunks, "http://127.0.0.1:9/completions")
+    assert merged.text == "ab" and (merged.acceptance.proposed, merged.acceptance.accepted) == (129, 10)

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from specaudit.engines.request_acceptance import RequestAcceptance, request_acceptance
 from specaudit.errors import InputError
 
 # vLLM writes -inf logprobs as -9999.0 in its JSON: at or below it a token has zero probability.
@@ -66,6 +67,8 @@ class Completion:
     wall_s: float = 0.0
     ttft_s: float | None = None
     usage: dict = field(default_factory=dict)
+    # The server's own per-request acceptance (llama-server timings, vLLM metrics, SGLang meta_info), if it reports one.
+    acceptance: RequestAcceptance | None = None
 
 
 class Endpoint:
@@ -192,6 +195,7 @@ class Endpoint:
                     f"endpoint {self.setting} {url} reported an error mid-answer ({_error_message(json.dumps(chunk).encode())}); "
                     "check the server log"
                 )
+            merged.acceptance = request_acceptance(chunk) or merged.acceptance  # a stream reports it on its last chunk
             choices = chunk.get("choices")
             if chunk.get("usage"):
                 merged.usage = chunk["usage"]
