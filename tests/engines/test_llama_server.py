@@ -250,3 +250,106 @@ def test_lifetime_bounds_a_forgotten_server(stand_in):
         time.sleep(0.1)
     assert not server.alive() and _gone(pid)
     stop_all()
+
+
+# ----------------------------------------------------------------------------- the real llama-server
+def _binary_or_skip() -> Path:
+    binary = build_module.find_binary()
+    if binary is None:
+        pytest.skip(f"llama-server is not built for llama-cpp-python {build_module.binding_version()}: run `specaudit llama-server build`")
+    return binary
+
+
+def _children_named(name: str) -> list[int]:
+    """Live child processes of this test process whose command line names `name`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        parent = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), None)
+        if parent == str(os.getpid()) and name in cmdline and "State:\tZ" not in status:
+            found.append(int(entry.name))
+    return found
+
+
+REPEATING = "Repeat this line three times exactly: the red fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module")
+def llama_server_run(tmp_path_factory):
+    """A real --engines llama-server run: the embedded GGUF, ngram drafting, greedy, 8 tokens,
+    three prompts in two groups, at concurrency 1 and 2."""
+    _binary_or_skip()
+    from specaudit.engines import run
+    from tests.conftest import make_prompt_set
+
+    prompts = make_prompt_set(
+        {"rep": REPEATING, "poem": "Write a short poem about rain.", "list": "List the days of the week, separated by commas."},
+        {"rep": {"group": "a"}, "poem": {"group": "a"}, "list": {"group": "b"}},
+    )
+    cfg = RunConfig(
+        engines="llama-server",
+        temperature=0.0,
+        max_new_tokens=8,
+        k=3,
+        warmup=0,
+        extra={"llama_server": {"concurrency_levels": [1, 2], "threads": 1, "ctx_per_slot": 256, "startup_timeout_s": 600.0}},
+    )
+    out = tmp_path_factory.mktemp("llama-server") / "run"
+    run(cfg, out, prompt_set=prompts, progress=False)
+    return out
+
+
+@pytest.mark.slow
+def test_llama_server_run_records_both_sides_at_each_level(llama_server_run):
+    from specaudit.execution.records import read_manifest, read_records
+
+    records = read_records(llama_server_run / "records.jsonl")
+    assert len(records) == 3 * 2 * 2 and len({r["key"] for r in records}) == 12
+    assert {(r["engine"], r["concurrency"]) for r in records} == {(e, c) for e in (CONTROL_ENGINE, SPECULATIVE_ENGINE) for c in (1, 2)}
+    assert all(0 < len(r["output_token_ids"]) <= 8 and r["backend"] == "llama-server" for r in records)
+    spec = [r for r in records if r["engine"] == SPECULATIVE_ENGINE]
+    # Acceptance comes from the server's own timings: the repeating prompt gives prompt lookup drafts.
+    drafted = [r for r in spec if r["acceptance_source"] == "timings.draft_n"]
+    assert drafted and all(0 <= r["accepted"] <= r["proposed"] for r in drafted)
+    manifest = read_manifest(llama_server_run)
+    assert manifest["llama-server"]["identity"]["concurrency_levels"] == [1, 2]
+    assert "--spec-type" in manifest["llama-server"]["commands"]["speculative"]
+    assert not _children_named("llama-server")  # both processes were stopped
+
+
+@pytest.mark.slow
+def test_llama_server_run_resumes_without_requests(llama_server_run):
+    from specaudit.engines import run
+
+    summary = run(
+        RunConfig(
+            engines="llama-server",
+            temperature=0.0,
+            max_new_tokens=8,
+            k=3,
+            warmup=0,
+            extra={"llama_server": {"concurrency_levels": [1, 2], "threads": 1, "ctx_per_slot": 256, "startup_timeout_s": 600.0}},
+        ),
+        llama_server_run,
+        progress=False,
+    )
+    assert (summary.written, summary.skipped, summary.records) == (0, 12, 12)
+
+
+@pytest.mark.slow
+def test_llama_server_run_analyzes_per_level(llama_server_run):
+    pytest.importorskip("llama_cpp", reason="analyze scores llama.cpp runs with llama-cpp-python's logits; it is not installed")
+    from specaudit.analysis import analyze
+
+    snapshot = analyze(llama_server_run, n_boot=100)
+    section = snapshot["concurrency"]
+    assert section["levels"] == [1, 2] and set(section["equivalence"]) == {"1", "2"}
+    assert set(section["groups"]["group"]) == {"a", "b"}
+    acceptance = section["groups"]["group"]["a"]["1"]["acceptance"]
+    assert acceptance is not None and 0.0 <= acceptance["estimate"] <= 1.0
