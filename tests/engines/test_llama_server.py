@@ -286,12 +286,11 @@ def llama_server_run(tmp_path_factory):
     three prompts in two groups, at concurrency 1 and 2."""
     _binary_or_skip()
     from specaudit.engines import run
-    from tests.conftest import make_prompt_set
+    from specaudit.prompts._model import PromptSet, rows_checksum
 
-    prompts = make_prompt_set(
-        {"rep": REPEATING, "poem": "Write a short poem about rain.", "list": "List the days of the week, separated by commas."},
-        {"rep": {"group": "a"}, "poem": {"group": "a"}, "list": {"group": "b"}},
-    )
+    texts = {"rep": REPEATING, "poem": "Write a short poem about rain.", "list": "List the days of the week, separated by commas."}
+    rows = [Prompt(id=i, text=t, attributes={"group": "b" if i == "list" else "a"}) for i, t in texts.items()]
+    prompts = PromptSet(name="llama-server-test", version=1, checksum=rows_checksum(rows), source="memory", dimensions={}, prompts=rows)
     cfg = RunConfig(
         engines="llama-server",
         temperature=0.0,
