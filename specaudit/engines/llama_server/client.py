@@ -2,7 +2,7 @@
 and its answer as a specaudit.decoding.Generation.
 
 Requests go to llama-server's native `/completion` (prompt as token ids, `return_tokens` for the
-output ids, streamed so the time to the first token is the client's own), over the endpoint
+output ids; see `complete` for why it is not streamed), over the endpoint
 engine's HTTP client (specaudit.engines.endpoint.client.Endpoint: its timeouts and its one-sentence
 transport errors). Its OpenAI route `/v1/completions` takes the same sampling fields but returns
 no token ids, so the endpoint engine's token-id path cannot be used on it unchanged.
@@ -19,7 +19,6 @@ request ran before it on the slot. The seed is the record's seed cut to llama.cp
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -85,43 +84,31 @@ def request_body(cfg, prompt_ids: list[int], seed: int, max_tokens: int) -> dict
         "cache_prompt": False,
         "return_tokens": True,
         "n_probs": 0,
-        "stream": True,
+        "stream": False,
     }
 
 
 def complete(endpoint: Endpoint, body: dict) -> tuple[dict, list[int], float, float | None]:
-    """POST /completion and read the stream: (the final chunk, the output ids, wall seconds, seconds
-    to the first chunk with a token)."""
+    """POST /completion: (the answer, its output ids, wall seconds, time to first token).
+
+    Not streamed: a streamed chunk carries only the token just sampled, and llama-server holds back
+    a chunk while the text ends in an incomplete UTF-8 character, so a streamed answer can miss the
+    ids of multi-byte characters; the whole answer's `tokens` has all of them. The time to first
+    token is the server's own `timings.prompt_ms` (llama.cpp samples the first token from the
+    prompt's last logits, in the same batch), which leaves out time queued for a slot."""
     url = f"{endpoint.base_url}/completion"
-    start, first = time.perf_counter(), None
-    tokens: list[int] = []
-    final: dict | None = None
-    with endpoint._request(url, body, stage="stopped streaming") as response:
-        for line in response.iter_lines():
-            if not line.startswith("data:"):
-                continue
-            data = line[len("data:") :].strip()
-            if data == "[DONE]":
-                break
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                raise InputError(f"llama-server {url} streamed a line that is not JSON: {data[:80]!r}") from None
-            if not isinstance(chunk, dict):
-                raise InputError(f"llama-server {url} streamed {type(chunk).__name__} JSON, not an object")
-            if "error" in chunk:
-                raise InputError(f"llama-server {url} reported an error mid-answer: {json.dumps(chunk['error'])[:200]}")
-            ids = chunk.get("tokens") or []
-            if ids and first is None:
-                first = time.perf_counter()
-            tokens.extend(int(t) for t in ids)
-            if chunk.get("stop"):
-                final = chunk
-                break
+    start = time.perf_counter()
+    with endpoint._request(url, body, stage="stopped answering") as response:
+        answer = endpoint._json(response.read(), url)
     wall = time.perf_counter() - start
-    if final is None:
-        raise InputError(f"llama-server {url} ended its stream without a final chunk (stop: true); see its log")
-    return final, tokens, wall, None if first is None else first - start
+    tokens = answer.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise InputError(
+            f"llama-server {url} answered without a list of token ids in `tokens` (return_tokens); is it llama.cpp's llama-server?"
+        )
+    prompt_ms = (answer.get("timings") or {}).get("prompt_ms")
+    ttft = float(prompt_ms) / 1000.0 if isinstance(prompt_ms, (int, float)) and not isinstance(prompt_ms, bool) else None
+    return answer, list(tokens), wall, ttft
 
 
 def generation_of(final: dict, tokens: list[int], wall: float, ttft: float | None, eos_ids: set[int], max_tokens: int):
