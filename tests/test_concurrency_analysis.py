@@ -125,3 +125,47 @@ def test_metrics_per_level_and_the_crossover():
 def test_group_without_pairs_has_no_speedup():
     metrics = group_metrics([_timed(SPECULATIVE_ENGINE, "p", 0, 1, 1.0, accepted=1, proposed=4)], n_boot=50, seed=0)
     assert metrics["speedup"] is None and metrics["acceptance"]["estimate"] == 0.25
+
+
+# ----------------------------------------------------------------------------- logprob parity
+def _lp(engine, prompt_id, sample, level, output, logprobs):
+    return {**_record(engine, prompt_id, sample, level, [1], output, "a"), "server_logprobs": logprobs}
+
+
+def _parity_records(speculative_logprobs):
+    """Vanilla at levels 1 and 2 (same greedy path, batch noise up to 0.004 nats) and speculative pairs."""
+    out = [4, 8, 15, 16]
+    target = [-0.5, -1.25, -0.1, -2.0]
+    noisy = [v + d for v, d in zip(target, [0.004, -0.002, 0.0, 0.001])]
+    return [
+        _lp(CONTROL_ENGINE, "p", 0, 1, out, target),
+        _lp(CONTROL_ENGINE, "p", 1, 2, out, noisy),
+        _lp(SPECULATIVE_ENGINE, "p", 0, 1, out, speculative_logprobs[0]),
+        _lp(SPECULATIVE_ENGINE, "p", 1, 2, out, speculative_logprobs[1]),
+    ]
+
+
+def test_logprob_parity_passes_within_measured_batch_noise():
+    from specaudit.analysis.logprob_parity import logprob_parity
+
+    section = logprob_parity(_parity_records([[-0.5, -1.25, -0.1, -2.0], [-0.497, -1.251, -0.1, -1.999]]))
+    assert section["status"] == CheckStatus.PASS and section["positions"] == 8
+    assert section["batch_noise"]["max_abs_diff"] == pytest.approx(0.004) and section["threshold"] == pytest.approx(0.01)
+
+
+def test_logprob_zero_for_drafted_tokens_is_found():
+    from specaudit.analysis.logprob_parity import logprob_parity
+
+    section = logprob_parity(_parity_records([[-0.5, 0.0, 0.0, -2.0], [-0.5, -1.25, 0.0, 0.0]]))
+    assert section["status"] == CheckStatus.FAIL and (section["differing"], section["zero_logprob"]) == (4, 4)
+    assert section["by_concurrency"] == {"1": {"positions": 4, "differing": 2}, "2": {"positions": 4, "differing": 2}}
+    assert "not the target's" in section["message"] and "exactly 0.0" in section["message"]
+
+
+def test_emitted_logprobs_follow_the_output_or_are_refused():
+    from specaudit.engines.llama_server.client import emitted_logprobs
+
+    answer = {"completion_probabilities": [{"id": 4, "logprob": -0.5, "top_logprobs": []}, {"id": 8, "logprob": -3.4028234663852886e38}]}
+    assert emitted_logprobs(answer, [4, 8]) == [-0.5, None]  # llama-server's lowest float is zero probability
+    assert emitted_logprobs(answer, [4, 9]) is None  # not aligned with the output: not used
+    assert emitted_logprobs({}, [4]) is None

@@ -155,6 +155,10 @@ def analyze(
         )
     if any(r.get("concurrency") is not None for r in records):  # a run at several concurrency levels (llama-server)
         judge_by_level(snapshot, records, pair, alpha=alpha, delta=delta, dims=dims, seed=seed, n_boot=n_boot, equivalence=equivalence)
+    if any(r.get("server_logprobs") is not None for r in records):  # a server's own logprobs (llama-server)
+        from specaudit.analysis.logprob_parity import logprob_parity
+
+        snapshot["logprob_parity"] = logprob_parity(records)
     speculative_engines = [e for e in engines if e != CONTROL_ENGINE]
     # Acceptance per group comes from the screen when the run has one (every prompt, exact in
     # expectation); speed-up columns need the vanilla control's timings and stay empty without it.

@@ -70,8 +70,9 @@ def server_args(model: Path, settings: LlamaServerSettings, *, spec_type: str | 
     return [*args, *settings.extra_args]
 
 
-def request_body(cfg, prompt_ids: list[int], seed: int, max_tokens: int) -> dict:
-    """The /completion request of one plan item: every sampling stage set, none left to the server."""
+def request_body(cfg, prompt_ids: list[int], seed: int, max_tokens: int, logprobs: int = 0) -> dict:
+    """The /completion request of one plan item: every sampling stage set, none left to the server.
+    `logprobs` > 0 asks for the emitted token's logprob (and the top `logprobs`) before sampling."""
     return {
         "prompt": list(prompt_ids),
         "n_predict": max_tokens,
@@ -83,7 +84,8 @@ def request_body(cfg, prompt_ids: list[int], seed: int, max_tokens: int) -> dict
         "seed": llama_seed(seed),
         "cache_prompt": False,
         "return_tokens": True,
-        "n_probs": 0,
+        "n_probs": logprobs,
+        "post_sampling_probs": False,  # the target's own distribution, before the sampler chain
         "stream": False,
     }
 
@@ -109,6 +111,24 @@ def complete(endpoint: Endpoint, body: dict) -> tuple[dict, list[int], float, fl
     prompt_ms = (answer.get("timings") or {}).get("prompt_ms")
     ttft = float(prompt_ms) / 1000.0 if isinstance(prompt_ms, (int, float)) and not isinstance(prompt_ms, bool) else None
     return answer, list(tokens), wall, ttft
+
+
+LOWEST_LOGPROB = -3.0e38  # llama-server writes log(0) as the lowest float (JSON has no -inf)
+
+
+def emitted_logprobs(answer: dict, tokens: list[int]) -> list[float | None] | None:
+    """The server's logprob of each emitted token (`completion_probabilities`), None where it says
+    zero probability; None when the answer has none, or not one per emitted token."""
+    probs = answer.get("completion_probabilities")
+    if not isinstance(probs, list) or not probs:
+        return None
+    values = []
+    for entry, token in zip(probs, tokens):
+        if not isinstance(entry, dict) or entry.get("id") != token:
+            return None  # not aligned with the output: unusable, rather than misread
+        value = entry.get("logprob")
+        values.append(None if value is None or float(value) <= LOWEST_LOGPROB else float(value))
+    return values if len(values) == len(probs) else None
 
 
 def generation_of(final: dict, tokens: list[int], wall: float, ttft: float | None, eos_ids: set[int], max_tokens: int):

@@ -21,7 +21,15 @@ from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.endpoint.client import Endpoint
 from specaudit.engines.llama_cpp.client import gguf_file, llama_seed
 from specaudit.engines.llama_server.build import binding_version, build_info, require_binary
-from specaudit.engines.llama_server.client import NEUTRAL_SAMPLING, SAMPLER_ORDER, complete, generation_of, request_body, server_args
+from specaudit.engines.llama_server.client import (
+    NEUTRAL_SAMPLING,
+    SAMPLER_ORDER,
+    complete,
+    emitted_logprobs,
+    generation_of,
+    request_body,
+    server_args,
+)
 from specaudit.engines.llama_server.launcher import LlamaServer, ServerPair
 from specaudit.engines.llama_server.settings import server_settings, spec_type_for
 from specaudit.errors import InputError
@@ -88,6 +96,7 @@ class LlamaServerExecutor(Executor):
             "ctx_per_slot": s.ctx_per_slot,
             "spec_type": self.spec_type,
             "extra_args": list(s.extra_args),
+            "logprobs": s.logprobs,
         }
 
     def start(self, folder: RunFolder) -> dict:
@@ -141,7 +150,9 @@ class LlamaServerExecutor(Executor):
         seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
         prompt_ids = self.encoded[item.prompt.id]
         self._check_alive(item.engine)
-        final, tokens, wall, ttft = complete(self.endpoints[item.engine], request_body(cfg, prompt_ids, seed, cfg.max_new_tokens))
+        body = request_body(cfg, prompt_ids, seed, cfg.max_new_tokens, self.settings.logprobs)
+        final, tokens, wall, ttft = complete(self.endpoints[item.engine], body)
+        server_logprobs = emitted_logprobs(final, tokens) if self.settings.logprobs else None
         generation, acceptance, server_times = generation_of(final, tokens, wall, ttft, self.eos_ids, cfg.max_new_tokens)
         with self._tokenizer_lock:
             text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
@@ -156,6 +167,7 @@ class LlamaServerExecutor(Executor):
             llama_seed=llama_seed(seed),
             acceptance_source=source,
             server_timings=server_times,
+            server_logprobs=server_logprobs,
         )
 
     def _check_alive(self, engine: str) -> None:

@@ -32,6 +32,9 @@ class LlamaServerSettings(BaseModel):
     request_timeout_s: float = Field(600.0, gt=0, strict=True)
     lifetime_s: float = Field(3600.0, gt=0, strict=True)  # the server is killed after this long, whatever happens
     extra_args: tuple[str, ...] = ()  # more llama-server flags, for both processes
+    # n_probs: the server's logprob of every emitted token (and the top-N) for the logprob parity
+    # check (analysis.logprob_parity); 0 turns it off.
+    logprobs: int = Field(1, ge=0, strict=True)
 
     @model_validator(mode="after")
     def _rules(self) -> LlamaServerSettings:
