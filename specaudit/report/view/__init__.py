@@ -16,6 +16,7 @@ from typing import Any
 from specaudit.contracts import CheckStatus
 from specaudit.contracts.run import SPECULATIVE_ENGINE
 from specaudit.report.view.base import NOT_RUN, Ids, guard
+from specaudit.report.view.concurrency import concurrency_view
 from specaudit.report.view.disparity import disparity_view
 from specaudit.report.view.equivalence import equivalence_view
 from specaudit.report.view.format import (
@@ -52,6 +53,7 @@ def build_view(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = 
     view["summary"] = guard("summary", summary_view, view, snapshot)
     view["speed_chart"] = guard("speed chart", lambda: {"chart": speed_chart(snapshot, ids)})
     view["mitigation"] = guard("before/after mitigation", mitigation_view, snapshot)
+    view["concurrency"] = guard("concurrency", concurrency_view, snapshot)
     view["compare"] = guard("comparison", _compare_view, snapshot, compare, compare_label) if compare is not None else {"ran": False}
     view["terms"] = Terms()
     view["glossary"] = glossary_rows()
