@@ -169,3 +169,13 @@ def test_emitted_logprobs_follow_the_output_or_are_refused():
     assert emitted_logprobs(answer, [4, 8]) == [-0.5, None]  # llama-server's lowest float is zero probability
     assert emitted_logprobs(answer, [4, 9]) is None  # not aligned with the output: not used
     assert emitted_logprobs({}, [4]) is None
+
+
+def test_too_few_prompts_give_no_interval_and_no_crossover():
+    records = []
+    for i in range(2):
+        records += [_timed(CONTROL_ENGINE, f"p{i}", 0, 4, 1.0), _timed(SPECULATIVE_ENGINE, f"p{i}", 0, 4, 3.0, accepted=1, proposed=4)]
+    section = concurrency_section(records, None, alpha=0.05, delta=0.05, dimensions=[], seed=0, n_boot=100, equivalence=False)
+    speedup = section["groups"]["all"]["all"]["4"]["speedup"]
+    assert speedup["estimate"] == pytest.approx(1 / 3) and speedup["ci_high"] is None
+    assert section["crossover"]["all"]["all"] is None

@@ -9,7 +9,8 @@ requests in flight when each ran, `--engines llama-server`) is judged per level.
   mean per-token latency and the paired speed-up (vanilla wall / speculative wall of the same
   prompt and sample), each with a prompt-cluster bootstrap interval. Where the speed-up interval
   lies below 1 speculation stops paying at that level; `crossover` names the lowest such level per
-  group (None where it pays or cannot be told at every level).
+  group (None where it pays or cannot be told at every level; a group of fewer than
+  MIN_PROMPTS_FOR_INTERVAL prompts gets estimates without intervals and no crossover).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.status import CheckStatus
 
 ALL = "all"  # the group of every prompt, beside each dimension's groups
+# Fewer prompts than this give a point estimate without an interval (a bootstrap over 1 or 2
+# prompts is degenerate or near it), so no crossover is claimed from them.
+MIN_PROMPTS_FOR_INTERVAL = 5
 
 
 def levels_of(records: list[dict]) -> list[int]:
@@ -42,6 +46,8 @@ def _interval(values_by_prompt: dict[str, tuple[float, float]], n_boot: int, see
         denominator = weights @ pairs[:, 1]
         return np.divide(weights @ pairs[:, 0], denominator, out=np.full(len(weights), np.nan), where=denominator > 0)
 
+    if len(pairs) < MIN_PROMPTS_FOR_INTERVAL:
+        return {"estimate": float(ratio(np.ones((1, len(pairs))))[0]), "ci_low": None, "ci_high": None, "n_prompts": len(pairs)}
     result = cluster_bootstrap(ratio, len(pairs), n_boot=n_boot, seed=seed)
     return {
         "estimate": float(result.statistic),
@@ -127,7 +133,11 @@ def concurrency_section(
                 section["groups"].setdefault(dimension, {}).setdefault(group, {})[str(level)] = metrics
     for dimension, members in section["groups"].items():
         for group, by_level in members.items():
-            stops = [int(level) for level, m in by_level.items() if m["speedup"] and m["speedup"]["ci_high"] < 1.0]
+            stops = [
+                int(level)
+                for level, m in by_level.items()
+                if m["speedup"] and m["speedup"]["ci_high"] is not None and m["speedup"]["ci_high"] < 1.0
+            ]
             section["crossover"].setdefault(dimension, {})[group] = min(stops) if stops else None
     section["failed_levels"] = failed
     if failed:
