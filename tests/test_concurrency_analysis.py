@@ -70,7 +70,8 @@ def test_a_sampler_wrong_only_in_a_batch_fails_at_that_level(tiny_pair, batched_
     assert section["levels"] == [1, 2]
     assert section["equivalence"]["1"]["status"] == CheckStatus.PASS
     assert section["equivalence"]["2"]["status"] == CheckStatus.FAIL
-    assert section["failed_levels"] == [2] and "concurrency 2 of 1, 2" in section["message"]
+    assert section["failed_levels"] == [2] and section["control_failed_levels"] == []
+    assert "equivalence fails at concurrency 2 of 1, 2" in section["message"]
 
 
 def test_a_failed_level_fails_the_runs_equivalence_naming_it(tiny_pair, batched_only_bug):

@@ -110,7 +110,7 @@ def concurrency_section(
     if not levels:
         return None
     section: dict[str, Any] = {"levels": levels, "equivalence": {}, "groups": {}, "crossover": {}}
-    failed = []
+    failed, control_failed = [], []  # levels where the speculative server fails; where the spec-OFF control does
     for level in levels:
         subset = [r for r in records if r.get("concurrency") == level]
         if equivalence:
@@ -120,7 +120,9 @@ def concurrency_section(
                 "engines": {name: {"verdict": e.get("verdict"), "status": e.get("status")} for name, e in result["engines"].items()},
                 **({"message": result["message"]} if result.get("message") else {}),
             }
-            if result["status"] == CheckStatus.FAIL:
+            if result.get("control_failed"):
+                control_failed.append(level)
+            elif result["status"] == CheckStatus.FAIL:
                 failed.append(level)
         groups = {ALL: {ALL: subset}}
         for dimension in dimensions:
@@ -139,12 +141,21 @@ def concurrency_section(
                 if m["speedup"] and m["speedup"]["ci_high"] is not None and m["speedup"]["ci_high"] < 1.0
             ]
             section["crossover"].setdefault(dimension, {})[group] = min(stops) if stops else None
-    section["failed_levels"] = failed
+    section["failed_levels"] = failed + control_failed
+    section["control_failed_levels"] = control_failed
+    said = []
     if failed:
-        section["message"] = (
+        said.append(
             f"equivalence fails at concurrency {', '.join(map(str, failed))} of {', '.join(map(str, levels))}: "
-            "the server's outputs do not follow the target's distribution when that many requests run together"
+            "the speculative server's outputs do not follow the target's distribution when that many requests run together"
         )
+    if control_failed:
+        said.append(
+            f"the vanilla control fails at concurrency {', '.join(map(str, control_failed))} of {', '.join(map(str, levels))}: "
+            "the spec-OFF server's outputs do not follow the target's either, so the audit at that level cannot be trusted"
+        )
+    if said:
+        section["message"] = "; ".join(said)
     return section
 
 

@@ -50,7 +50,7 @@ def judge_by_level(snapshot: dict, records: list[dict], pair, *, alpha, delta, d
         judged = snapshot["equivalence"]
         judged["status"] = CheckStatus.FAIL
         judged["failed_concurrency_levels"] = section["failed_levels"]
-        judged["message"] = section["message"]
+        judged["message"] = f"{judged['message']}; {section['message']}" if judged.get("control_failed") else section["message"]
         worst = str(section["failed_levels"][0])
         for name, entry in section["equivalence"][worst]["engines"].items():
             if entry["verdict"] == CheckStatus.FAIL and name in judged.get("engines", {}):
