@@ -67,7 +67,7 @@ def test_a_sampler_wrong_only_in_a_batch_fails_at_that_level(tiny_pair, batched_
     section = concurrency_section(
         batched_only_bug, tiny_pair, alpha=0.05, delta=0.05, dimensions=["group"], seed=0, n_boot=200, equivalence=True
     )
-    assert section["levels"] == [1, 2]
+    assert section["levels"] == [1, 2] and section["level_alpha"] == 0.025
     assert section["equivalence"]["1"]["status"] == CheckStatus.PASS
     assert section["equivalence"]["2"]["status"] == CheckStatus.FAIL
     assert section["failed_levels"] == [2] and section["control_failed_levels"] == []

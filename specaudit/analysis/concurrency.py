@@ -2,7 +2,7 @@
 requests in flight when each ran, `--engines llama-server`) is judged per level.
 
 - Equivalence per level: the whole battery (analysis.equivalence.equivalence_section) on each
-  level's records alone, so a sampler that is right one request at a time and wrong in a batch
+  level's records alone, at alpha / (number of levels), so a sampler that is right one request at a time and wrong in a batch
   fails at the level where it breaks, and the run's equivalence fails naming that level.
 - Acceptance, latency and throughput per group x level: the speculative records' pooled acceptance
   (accepted / proposed, from the server's own per-request counts), mean time to first token,
@@ -109,12 +109,15 @@ def concurrency_section(
     levels = levels_of(records)
     if not levels:
         return None
-    section: dict[str, Any] = {"levels": levels, "equivalence": {}, "groups": {}, "crossover": {}}
+    # Each level is judged at alpha / levels (Bonferroni): the run fails when any level fails, so
+    # without it a correct server would fail L times as often as the pooled battery alone.
+    level_alpha = alpha / len(levels)
+    section: dict[str, Any] = {"levels": levels, "level_alpha": level_alpha, "equivalence": {}, "groups": {}, "crossover": {}}
     failed, control_failed = [], []  # levels where the speculative server fails; where the spec-OFF control does
     for level in levels:
         subset = [r for r in records if r.get("concurrency") == level]
         if equivalence:
-            result, _ = equivalence_section(subset, pair, alpha=alpha, delta=delta, dimensions=dimensions, seed=seed)
+            result, _ = equivalence_section(subset, pair, alpha=level_alpha, delta=delta, dimensions=dimensions, seed=seed)
             section["equivalence"][str(level)] = {
                 "status": result["status"],
                 "engines": {name: {"verdict": e.get("verdict"), "status": e.get("status")} for name, e in result["engines"].items()},
