@@ -277,6 +277,7 @@ def _children_named(name: str) -> list[int]:
     return found
 
 
+_RUN_PROMPTS: dict = {}
 REPEATING = "Repeat this line three times exactly: the red fox jumps over the lazy dog."
 
 
@@ -301,6 +302,7 @@ def llama_server_run(tmp_path_factory):
     )
     out = tmp_path_factory.mktemp("llama-server") / "run"
     run(cfg, out, prompt_set=prompts, progress=False)
+    _RUN_PROMPTS["llama-server"] = prompts  # the resume test re-runs with the same prompts
     return out
 
 
@@ -336,6 +338,7 @@ def test_llama_server_run_resumes_without_requests(llama_server_run):
             extra={"llama_server": {"concurrency_levels": [1, 2], "threads": 1, "ctx_per_slot": 256, "startup_timeout_s": 600.0}},
         ),
         llama_server_run,
+        prompt_set=_RUN_PROMPTS["llama-server"],
         progress=False,
     )
     assert (summary.written, summary.skipped, summary.records) == (0, 12, 12)
