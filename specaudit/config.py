@@ -104,6 +104,8 @@ class RunConfig(BaseModel):
                 f"--engines {','.join(self.engines)}: the {backend.name} backend runs alone (it records vanilla and "
                 f"speculative itself); write --engines {backend.name}"
             )
+        if backend and backend.name == "llama-server" and "draft" not in self.model_fields_set:
+            self.draft = "ngram"  # llama-server drafts from n-grams unless a GGUF --draft is named
         endpoint = ENGINES["endpoint"]
         if self.endpoint is not None or self.engines == (endpoint.name,):
             self.endpoint = resolve(endpoint.settings).validate_settings(self.endpoint, self.engines)

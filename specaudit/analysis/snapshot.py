@@ -59,6 +59,29 @@ def _context_part(frame, records: list[dict], engine: str, recommendations: dict
     return part
 
 
+def judge_by_level(snapshot: dict, records: list[dict], pair, *, alpha, delta, dims, seed, n_boot, equivalence: bool) -> None:
+    """The concurrency section (analysis.concurrency); a level where equivalence fails fails the run's
+    equivalence, naming the level, even where the pooled battery passed."""
+    from specaudit.analysis.concurrency import concurrency_section
+    from specaudit.contracts.status import CheckStatus
+
+    section = concurrency_section(
+        records, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed, n_boot=n_boot, equivalence=equivalence
+    )
+    snapshot["concurrency"] = section
+    if section and section["failed_levels"]:
+        judged = snapshot["equivalence"]
+        judged["status"] = CheckStatus.FAIL
+        judged["failed_concurrency_levels"] = section["failed_levels"]
+        judged["message"] = f"{judged['message']}; {section['message']}" if judged.get("control_failed") else section["message"]
+        worst = str(section["failed_levels"][0])
+        for name, entry in section["equivalence"][worst]["engines"].items():
+            if entry["verdict"] == CheckStatus.FAIL and name in judged.get("engines", {}):
+                judged["engines"][name]["verdict"] = CheckStatus.FAIL
+                judged["engines"][name]["status"] = entry["status"]
+                judged["engines"][name]["status_reason"] = section["message"]
+
+
 def analyze(
     run_dir: str | Path,
     *,
@@ -157,6 +180,12 @@ def analyze(
         snapshot["equivalence"], scores = equivalence_section(
             judged, pair, alpha=alpha, delta=delta, dimensions=judged_dims, seed=seed, plant_disparity=config.get("plant_disparity")
         )
+    if any(r.get("concurrency") is not None for r in records):  # a run at several concurrency levels (llama-server)
+        judge_by_level(snapshot, records, pair, alpha=alpha, delta=delta, dims=dims, seed=seed, n_boot=n_boot, equivalence=equivalence)
+    if any(r.get("server_logprobs") is not None for r in records):  # a server's own logprobs (llama-server)
+        from specaudit.analysis.logprob_parity import logprob_parity
+
+        snapshot["logprob_parity"] = logprob_parity(records)
     speculative_engines = [e for e in engines if e != CONTROL_ENGINE]
     # Acceptance per group comes from the screen when the run has one (every prompt, exact in
     # expectation); speed-up columns need the vanilla control's timings and stay empty without it.

@@ -8,6 +8,7 @@ import sys
 import warnings
 
 from specaudit.cli.gate import add_gate
+from specaudit.cli.llama_server import add_llama_server
 from specaudit.cli.mitigate import add_mitigate
 from specaudit.cli.models import add_models
 from specaudit.cli.monitor import add_monitor
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_gate(sub)
     add_monitor(sub)
     add_models(sub)
+    add_llama_server(sub)
     return parser
 
 

@@ -26,6 +26,10 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
         help="comma list of screen, vanilla, speculative, hf-assisted (default: run vanilla,speculative; "
         "audit screen,vanilla,speculative); or a backend alone: endpoint (live servers, config `endpoint:`), vllm (GPU) or llama-cpp (GGUF on CPU)",
     )
+    g.add_argument(
+        "--concurrency",
+        help="with --engines llama-server: comma list of concurrency levels, the plan runs once per level (default 1,4)",
+    )
     g.add_argument("--k", type=int, help="draft tokens per verification step (default 4)")
     g.add_argument("--temperature", type=finite_float, help="0 = greedy (default 1.0)")
     g.add_argument("--top-k", type=int, help="0 = off")
@@ -97,7 +101,20 @@ def _run_config(args: argparse.Namespace):
             load_thresholds({"gate": gate_options})
         except InputError as err:
             raise InputError(f"{source}: {err}") from None
-    return run_config_from({**run_options, **_flag_options(args)}, source)
+    return _with_concurrency(args, lambda extra: run_config_from({**run_options, **_flag_options(args), **extra}, source), run_options)
+
+
+def _with_concurrency(args: argparse.Namespace, make, run_options: dict):
+    """The RunConfig `make(extra options)` builds, with --concurrency as the llama-server setting
+    extra.llama_server.concurrency_levels (engines/llama_server/settings.py)."""
+    if getattr(args, "concurrency", None) is None:
+        return make({})
+    extra = dict(run_options.get("extra") or {})
+    extra["llama_server"] = {**(extra.get("llama_server") or {}), "concurrency_levels": args.concurrency}
+    cfg = make({"extra": extra})
+    if cfg.engines != ("llama-server",):
+        raise InputError(f"--concurrency applies to --engines llama-server, not --engines {','.join(cfg.engines)}")
+    return cfg
 
 
 def _add_executor_options(p: argparse.ArgumentParser) -> None:
@@ -261,7 +278,9 @@ def run_audit(args: argparse.Namespace):
     out = args.out or run_options.pop("out", None)
     specs = _sampling_settings(args, run_options, source)
     budget = QUICK_BUDGET if args.quick else DEFAULT_BUDGET
-    cfg = run_config_from({**budget, **run_options, **_flag_options(args)}, source)
+    cfg = _with_concurrency(
+        args, lambda extra: run_config_from({**budget, **run_options, **_flag_options(args), **extra}, source), run_options
+    )
     if specs is not None and len(specs) == 1:  # one setting: an ordinary audit at it
         from specaudit.sampling_audit import with_setting
 

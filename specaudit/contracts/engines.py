@@ -73,6 +73,14 @@ ENGINES: dict[str, EngineSpec] = {
             executor="specaudit.engines.llama_cpp.executor:LlamaCppExecutor",
             scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
         ),
+        EngineSpec(
+            "llama-server",
+            "backend",
+            "llama.cpp's llama-server, started by specaudit, speculation off and on, at each concurrency level",
+            (CONTROL_ENGINE, SPECULATIVE_ENGINE),
+            executor="specaudit.engines.llama_server.executor:LlamaServerExecutor",
+            scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
+        ),
     )
 }
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
+from specaudit.report.view.concurrency import concurrency_markdown
 from specaudit.report.view.format import MISSING, finite, get
 
 # ============================================================================ summary.md
@@ -75,6 +76,7 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
         lines += ["", "## Gate checks", "", "| status | check | finding |", "|---|---|---|"]
         for check in gate["checks"]:
             lines.append(f"| {check['badge']['text']} | `{_code(check['name'])}` | {md_escape(check['message'])} |")
+    lines += concurrency_markdown(view)
     lines += ["", "Full report: `report.html` (self-contained; open it in a browser or print it to PDF).", ""]
     return "\n".join(lines)
 

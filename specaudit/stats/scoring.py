@@ -30,6 +30,12 @@ from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.errors import InputError
 from specaudit.models._chunked import head_logits, last_hidden_states, plain_head
 
+# A batch whose logits (all models, float32) would take more than this is scored from hidden states,
+# one record's logits at a time. Below it the whole batch's logits are made at once, as always:
+# the same bits as before chunking existed (a record's logits made alone round differently in the
+# last bit, which breaks exact ties between identical sequences that rank tests rely on).
+LOGITS_BUDGET_BYTES = 2 << 30
+
 TARGET_COLUMNS = ("p", "cdf_below", "surprisal", "entropy", "surprisal_var", "p_min")
 DRAFT_COLUMNS = ("q", "q_mean", "q_var", "beta")
 ID_COLUMNS = ("key", "prompt_id", "engine", "sample", "position", "token")
@@ -272,15 +278,16 @@ def _batched_logits(
     batch_size: int,
     device: torch.device,
     starts: Sequence[int] | None = None,
-    chunked: bool = True,
+    chunked: bool | None = None,
 ) -> Iterator[tuple[int, list[torch.Tensor]]]:
     """Yield (sequence index, [logits [len - start, V] of each model]) for every sequence, from
     position `starts[i]` on (default 0).
 
     Longest first, so each batch pads little; right padding, so positions are untouched. With
     `starts` and models whose logits are a plain output layer of their hidden states, each model's
-    hidden states are kept for the batch and the logits made one sequence at a time (`chunked`):
-    at a real vocabulary a batch's logits of both models at once are gigabytes.
+    hidden states are kept for the batch and the logits made one sequence at a time (`chunked`;
+    None: when the batch's logits would pass LOGITS_BUDGET_BYTES): at a real vocabulary a batch's
+    logits of both models at once are gigabytes.
     """
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
@@ -300,7 +307,8 @@ def _batched_logits(
                     input_ids[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
                     attention[row, : len(seq)] = 1
                 input_ids, attention = input_ids.to(device), attention.to(device)
-                if starts is not None and chunked and all(plain_head(m) for m in models):
+                too_large = len(batch) * width * sum(int(m.config.vocab_size) for m in models) * 4 > LOGITS_BUDGET_BYTES
+                if starts is not None and (too_large if chunked is None else chunked) and all(plain_head(m) for m in models):
                     hidden = [last_hidden_states(m, input_ids, attention_mask=attention, use_cache=False) for m in models]
                     for row, i in enumerate(batch):
                         yield i, [head_logits(m, h[row, starts[i] : len(sequences[i])]) for m, h in zip(models, hidden)]
@@ -324,7 +332,7 @@ def score_records(
     device: str | torch.device | None = None,
     max_mass_position: int = 64,
     null_draws: int = NULL_DRAWS,
-    chunked: bool = True,
+    chunked: bool | None = None,
 ) -> TokenScores:
     """Teacher-force `model` over each record's prompt + output and score every emitted token.
 
@@ -336,8 +344,9 @@ def score_records(
     < `max_mass_position` (its size grows with samples² per prompt and position).
     `null_draws` draws of the surprisal (and, with a draft, draft-affinity) statistic's Monte
     Carlo null are kept per record (0: none, and those tests fall back to their normal
-    approximation). `chunked` (default) makes each model's logits one record at a time from its
-    hidden states, where the model allows it; the scores are the same (tests/stats check it).
+    approximation). `chunked` makes each model's logits one record at a time from its hidden
+    states, where the model allows it (None, the default: when a batch's logits would pass
+    LOGITS_BUDGET_BYTES); the scores are the same to float rounding (tests/stats check it).
     """
     rows = _audited(records)
     if not rows:

@@ -41,6 +41,7 @@ from specaudit.engines.endpoint._responses import (
     ModelList,
     problem,
 )
+from specaudit.engines.request_acceptance import RequestAcceptance, request_acceptance
 from specaudit.errors import InputError
 
 # vLLM writes -inf logprobs as -9999.0 in its JSON: at or below it a token has zero probability.
@@ -78,6 +79,8 @@ class Completion:
     wall_s: float = 0.0
     ttft_s: float | None = None
     usage: dict = field(default_factory=dict)
+    # The server's own per-request acceptance (llama-server timings, vLLM metrics, SGLang meta_info), if it reports one.
+    acceptance: RequestAcceptance | None = None
 
 
 class _DeadlinePassed(Exception):
@@ -268,6 +271,7 @@ class Endpoint:
                     f"{self._where(url, request)} reported an error mid-answer ({_error_message(json.dumps(chunk).encode())}); "
                     "check the server log"
                 )
+            merged.acceptance = request_acceptance(chunk) or merged.acceptance  # a stream reports it on its last chunk
             try:
                 part = CompletionPart.model_validate(chunk)
             except ValidationError as err:

@@ -128,11 +128,23 @@ class EndpointExecutor(Executor):
         if ids is None:
             with self._tokenizer_lock:  # a fast tokenizer must not be called from two threads at once
                 ids, source = list(self.tokenizer(completion.text, add_special_tokens=False)["input_ids"]), "re-tokenised text"
+        # Acceptance per request where the server reports counts in its answer (request_acceptance), so
+        # the disparity analysis can run per group; otherwise not observed (0).
+        acceptance = completion.acceptance if item.engine == SPECULATIVE_ENGINE else None
+        counted = acceptance is not None and acceptance.proposed is not None
         generation = Generation(
-            tokens=ids, finish_reason=finish, wall_s=completion.wall_s, ttft_s=completion.ttft_s, steps=0, draft_s=None, verify_s=None
+            tokens=ids,
+            finish_reason=finish,
+            wall_s=completion.wall_s,
+            ttft_s=completion.ttft_s,
+            steps=(acceptance.steps or 0) if counted else 0,
+            proposed=acceptance.proposed if counted else 0,
+            accepted=acceptance.accepted if counted else 0,
+            draft_s=None,
+            verify_s=None,
         )
         record = make_record(cfg, item, seed, prompt_ids, generation, completion.text)
-        extra = {}
+        extra = {"server_acceptance": acceptance.to_dict()} if acceptance is not None else {}
         if source == "server":  # kept as evidence: the equivalence audit fails these positions as impossible tokens
             violations = out_of_vocabulary(ids, logprobs, self.vocab_size)
             if violations:

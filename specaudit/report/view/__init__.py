@@ -16,6 +16,7 @@ from typing import Any
 from specaudit.contracts import CheckStatus
 from specaudit.contracts.run import SPECULATIVE_ENGINE
 from specaudit.report.view.base import NOT_RUN, Ids, guard
+from specaudit.report.view.concurrency import concurrency_view
 from specaudit.report.view.context import context_view
 from specaudit.report.view.disparity import disparity_view
 from specaudit.report.view.equivalence import equivalence_view
@@ -54,6 +55,7 @@ def build_view(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = 
     view["speed_chart"] = guard("speed chart", lambda: {"chart": speed_chart(snapshot, ids)})
     view["context"] = guard("long context", context_view, snapshot)
     view["mitigation"] = guard("before/after mitigation", mitigation_view, snapshot)
+    view["concurrency"] = guard("concurrency", concurrency_view, snapshot)
     view["compare"] = guard("comparison", _compare_view, snapshot, compare, compare_label) if compare is not None else {"ran": False}
     view["terms"] = Terms()
     view["glossary"] = glossary_rows()

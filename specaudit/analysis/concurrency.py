@@ -1,0 +1,165 @@
+"""The snapshot's concurrency section: a run whose records carry `concurrency` (the number of
+requests in flight when each ran, `--engines llama-server`) is judged per level.
+
+- Equivalence per level: the whole battery (analysis.equivalence.equivalence_section) on each
+  level's records alone, at alpha / (number of levels), so a sampler that is right one request at a time and wrong in a batch
+  fails at the level where it breaks, and the run's equivalence fails naming that level.
+- Acceptance, latency and throughput per group x level: the speculative records' pooled acceptance
+  (accepted / proposed, from the server's own per-request counts), mean time to first token,
+  mean per-token latency and the paired speed-up (vanilla wall / speculative wall of the same
+  prompt and sample), each with a prompt-cluster bootstrap interval. Where the speed-up interval
+  lies below 1 speculation stops paying at that level; `crossover` names the lowest such level per
+  group (None where it pays or cannot be told at every level; a group of fewer than
+  MIN_PROMPTS_FOR_INTERVAL prompts gets estimates without intervals and no crossover).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
+from specaudit.contracts.status import CheckStatus
+
+ALL = "all"  # the group of every prompt, beside each dimension's groups
+# Fewer prompts than this give a point estimate without an interval (a bootstrap over 1 or 2
+# prompts is degenerate or near it), so no crossover is claimed from them.
+MIN_PROMPTS_FOR_INTERVAL = 5
+
+
+def levels_of(records: list[dict]) -> list[int]:
+    return sorted({int(r["concurrency"]) for r in records if r.get("concurrency") is not None})
+
+
+def _interval(values_by_prompt: dict[str, tuple[float, float]], n_boot: int, seed: int) -> dict | None:
+    """Ratio of sums (numerator / denominator over prompts) with a prompt-cluster bootstrap interval."""
+    from specaudit.stats._bootstrap import cluster_bootstrap
+
+    if not values_by_prompt:
+        return None
+    pairs = np.array(list(values_by_prompt.values()), dtype=float)
+    if pairs[:, 1].sum() <= 0:
+        return None
+
+    def ratio(weights: np.ndarray) -> np.ndarray:
+        denominator = weights @ pairs[:, 1]
+        return np.divide(weights @ pairs[:, 0], denominator, out=np.full(len(weights), np.nan), where=denominator > 0)
+
+    if len(pairs) < MIN_PROMPTS_FOR_INTERVAL:
+        return {"estimate": float(ratio(np.ones((1, len(pairs))))[0]), "ci_low": None, "ci_high": None, "n_prompts": len(pairs)}
+    result = cluster_bootstrap(ratio, len(pairs), n_boot=n_boot, seed=seed)
+    return {
+        "estimate": float(result.statistic),
+        "ci_low": float(result.ci_low),
+        "ci_high": float(result.ci_high),
+        "n_prompts": len(pairs),
+    }
+
+
+def _sums(records: list[dict], numerator, denominator) -> dict[str, tuple[float, float]]:
+    sums: dict[str, list[float]] = {}
+    for r in records:
+        n, d = numerator(r), denominator(r)
+        if n is None or d is None:
+            continue
+        entry = sums.setdefault(r["prompt_id"], [0.0, 0.0])
+        entry[0] += n
+        entry[1] += d
+    return {prompt: (n, d) for prompt, (n, d) in sums.items()}
+
+
+def group_metrics(records: list[dict], *, n_boot: int, seed: int) -> dict[str, Any]:
+    """Acceptance, TTFT, per-token latency, throughput and paired speed-up of one group at one level."""
+    spec = [r for r in records if r["engine"] == SPECULATIVE_ENGINE]
+    control = {(r["prompt_id"], r["sample"]): r for r in records if r["engine"] == CONTROL_ENGINE}
+    paired = [(control[(r["prompt_id"], r["sample"])], r) for r in spec if (r["prompt_id"], r["sample"]) in control]
+    tokens = lambda r: len(r["output_token_ids"])  # noqa: E731
+    out: dict[str, Any] = {
+        "n_records": len(spec),
+        "acceptance": _interval(
+            _sums([r for r in spec if not r.get("timing_only")], lambda r: r.get("accepted"), lambda r: r.get("proposed")), n_boot, seed
+        ),
+    }
+    for engine, rows in ((CONTROL_ENGINE, list(control.values())), (SPECULATIVE_ENGINE, spec)):
+        out[engine] = {
+            "ttft_s": _interval(
+                _sums(rows, lambda r: r.get("ttft_s"), lambda r: 1.0 if r.get("ttft_s") is not None else None), n_boot, seed
+            ),
+            "per_token_s": _interval(_sums(rows, lambda r: r.get("wall_s"), lambda r: tokens(r) or None), n_boot, seed),
+            "tokens_per_s": _interval(_sums(rows, lambda r: tokens(r), lambda r: r.get("wall_s") or None), n_boot, seed),
+        }
+    # Speed-up as a ratio of summed times per token (vanilla over speculative), pairs kept together.
+    by_prompt: dict[str, list[float]] = {}
+    for off, on in paired:
+        if off.get("wall_s") and on.get("wall_s") and tokens(off) and tokens(on):
+            entry = by_prompt.setdefault(on["prompt_id"], [0.0, 0.0])
+            entry[0] += off["wall_s"] / tokens(off)
+            entry[1] += on["wall_s"] / tokens(on)
+    out["speedup"] = _interval({p: (a, b) for p, (a, b) in by_prompt.items()}, n_boot, seed)
+    return out
+
+
+def concurrency_section(
+    records: list[dict], pair, *, alpha: float, delta: float, dimensions: list[str], seed: int, n_boot: int, equivalence: bool
+) -> dict | None:
+    """The section, or None for a run without concurrency levels."""
+    from specaudit.analysis.equivalence import equivalence_section
+
+    levels = levels_of(records)
+    if not levels:
+        return None
+    # Each level is judged at alpha / levels (Bonferroni): the run fails when any level fails, so
+    # without it a correct server would fail L times as often as the pooled battery alone.
+    level_alpha = alpha / len(levels)
+    section: dict[str, Any] = {"levels": levels, "level_alpha": level_alpha, "equivalence": {}, "groups": {}, "crossover": {}}
+    failed, control_failed = [], []  # levels where the speculative server fails; where the spec-OFF control does
+    for level in levels:
+        subset = [r for r in records if r.get("concurrency") == level]
+        if equivalence:
+            result, _ = equivalence_section(subset, pair, alpha=level_alpha, delta=delta, dimensions=dimensions, seed=seed)
+            section["equivalence"][str(level)] = {
+                "status": result["status"],
+                "engines": {name: {"verdict": e.get("verdict"), "status": e.get("status")} for name, e in result["engines"].items()},
+                **({"message": result["message"]} if result.get("message") else {}),
+            }
+            if result.get("control_failed"):
+                control_failed.append(level)
+            elif result["status"] == CheckStatus.FAIL:
+                failed.append(level)
+        groups = {ALL: {ALL: subset}}
+        for dimension in dimensions:
+            for record in subset:
+                value = str((record.get("attributes") or {}).get(dimension))
+                groups.setdefault(dimension, {}).setdefault(value, []).append(record)
+        for dimension, members in groups.items():
+            for group, rows in members.items():
+                metrics = group_metrics(rows, n_boot=n_boot, seed=seed)
+                section["groups"].setdefault(dimension, {}).setdefault(group, {})[str(level)] = metrics
+    for dimension, members in section["groups"].items():
+        for group, by_level in members.items():
+            stops = [
+                int(level)
+                for level, m in by_level.items()
+                if m["speedup"] and m["speedup"]["ci_high"] is not None and m["speedup"]["ci_high"] < 1.0
+            ]
+            section["crossover"].setdefault(dimension, {})[group] = min(stops) if stops else None
+    section["failed_levels"] = failed + control_failed
+    section["control_failed_levels"] = control_failed
+    said = []
+    if failed:
+        said.append(
+            f"equivalence fails at concurrency {', '.join(map(str, failed))} of {', '.join(map(str, levels))}: "
+            "the speculative server's outputs do not follow the target's distribution when that many requests run together"
+        )
+    if control_failed:
+        said.append(
+            f"the vanilla control fails at concurrency {', '.join(map(str, control_failed))} of {', '.join(map(str, levels))}: "
+            "the spec-OFF server's outputs do not follow the target's either, so the audit at that level cannot be trusted"
+        )
+    if said:
+        section["message"] = "; ".join(said)
+    return section
+
+
+__all__ = ["concurrency_section", "group_metrics", "levels_of"]

@@ -1,0 +1,242 @@
+"""The llama-server executor (`--engines llama-server`): specaudit starts two llama-server
+processes (speculation off and on, `-np` slots each), runs the plan against them at each
+concurrency level, and stops them.
+
+Concurrency is a dimension of the plan: every (prompt, sample) is decoded once per level, as its
+own sample label (level i of L takes samples i*S .. i*S+S-1 for --samples S, so each level has its
+own seeds and the plan's pairs stay paired), and the record says at which level it ran
+(`concurrency`). The levels run one after another, lowest first; within one, `level` requests
+are in flight at a time on each server, so at level 4 a server batches up to 4 sequences in one
+continuous batch. Records are written in plan order within a level.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
+
+from specaudit.contracts.engines import ENGINES
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
+from specaudit.engines.decode import library_versions, make_record
+from specaudit.engines.endpoint.client import Endpoint
+from specaudit.engines.llama_cpp.client import gguf_file, llama_seed
+from specaudit.engines.llama_server.build import binding_version, build_info, require_binary
+from specaudit.engines.llama_server.client import (
+    NEUTRAL_SAMPLING,
+    SAMPLER_ORDER,
+    complete,
+    emitted_logprobs,
+    generation_of,
+    request_body,
+    server_args,
+)
+from specaudit.engines.llama_server.launcher import LlamaServer, ServerPair
+from specaudit.engines.llama_server.settings import server_settings, spec_type_for
+from specaudit.errors import InputError
+from specaudit.execution.base import Emit, Executor
+from specaudit.execution.folder import RunFolder
+from specaudit.execution.plan import derive_seed
+from specaudit.prompts import prompt_token_ids
+
+BACKEND = "llama-server"
+RECORD_ENGINES = ENGINES[BACKEND].records
+
+
+def level_plan(plan: list[PlanItem], levels: tuple[int, ...], samples: int, timing_repeats: int) -> list[tuple[int, PlanItem]]:
+    """The plan once per concurrency level, level-major: (level, item) with the item's sample
+    relabelled into that level's block (outputs i*samples + s, timing repeats t(i*R + r))."""
+    expanded = []
+    for index, level in enumerate(levels):
+        for item in plan:
+            if item.timing_only:
+                label: int | str = f"t{index * timing_repeats + int(str(item.sample)[1:])}"
+            else:
+                label = index * samples + int(item.sample)
+            expanded.append((level, PlanItem(item.prompt, item.engine, label, item.timing_only)))
+    return expanded
+
+
+class LlamaServerExecutor(Executor):
+    label, unit = "requests (llama-server)", "req"
+
+    def record_engines(self) -> tuple[str, ...]:
+        return RECORD_ENGINES
+
+    def check(self, folder: RunFolder) -> None:
+        cfg = self.cfg
+        self.settings = server_settings(cfg.extra)
+        if cfg.draft is None:
+            raise InputError("--engines llama-server needs a --draft: ngram (prompt lookup, the default) or a GGUF file")
+        self.spec_type = spec_type_for(str(cfg.draft), self.settings)
+        self.target = gguf_file(str(cfg.target))
+        self.draft = None if str(cfg.draft) == "ngram" else gguf_file(str(cfg.draft), "--draft")
+        self.binary = require_binary()
+        previous = folder.previous
+        if previous and previous.get("backend") != BACKEND:
+            made_by = f"by backend {previous['backend']!r}" if previous.get("backend") else "with local engines"
+            raise InputError(f"{folder.out_dir} holds a run made {made_by}; choose a new --out for the llama-server run")
+        identity = self._identity()
+        if previous and (previous.get(BACKEND) or {}).get("identity") != identity:
+            raise InputError(
+                f"{folder.out_dir} was run with other llama_server settings ({(previous.get(BACKEND) or {}).get('identity')}); "
+                f"re-run them or choose a new --out (now: {identity})"
+            )
+        # The plan once per concurrency level (module docstring); what is recorded already is skipped.
+        self.levels = {}
+        expanded = level_plan(folder.plan, self.settings.concurrency_levels, cfg.samples, cfg.timing_repeats)
+        folder.plan = [item for _, item in expanded]
+        folder.todo = [item for item in folder.plan if item.key not in folder.done]
+        self.levels = {item.key: level for level, item in expanded}
+
+    def _identity(self) -> dict:
+        s = self.settings
+        return {
+            "concurrency_levels": list(s.concurrency_levels),
+            "slots": s.slots,
+            "ctx_per_slot": s.ctx_per_slot,
+            "spec_type": self.spec_type,
+            "extra_args": list(s.extra_args),
+            "logprobs": s.logprobs,
+        }
+
+    def start(self, folder: RunFolder) -> dict:
+        from specaudit.models import load_tokenizer
+        from specaudit.models._loading import file_sha256
+
+        cfg, s = self.cfg, self.settings
+        self.tokenizer = load_tokenizer(str(cfg.target))
+        self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
+        self.eos_ids = {int(self.tokenizer.eos_token_id)} if self.tokenizer.eos_token_id is not None else set()
+        sides = {CONTROL_ENGINE: None, SPECULATIVE_ENGINE: self.spec_type}
+        self.servers = ServerPair(
+            {
+                engine: LlamaServer(
+                    self.binary, server_args(self.target, s, spec_type=spec, draft=self.draft, k=cfg.k), engine, lifetime_s=s.lifetime_s
+                )
+                for engine, spec in sides.items()
+            },
+            s.startup_timeout_s,
+        ).start()
+        self.endpoints = {
+            engine: Endpoint(server.base_url, setting=f"llama-server ({engine})", timeout_s=s.request_timeout_s)
+            for engine, server in self.servers.servers.items()
+        }
+        draft = {"name": str(cfg.draft), "k": cfg.k, "spec_type": self.spec_type}
+        if self.draft is not None:
+            draft["gguf_sha256"] = file_sha256(self.draft)
+        return {
+            "versions": {**library_versions(), "llama_cpp_python_sources": binding_version()},
+            "models": {
+                "target": {"name": str(cfg.target), "gguf": str(self.target), "gguf_sha256": file_sha256(self.target)},
+                "draft": draft,
+            },
+            "device": {"type": "cpu", "engine": "llama-server", "threads": s.threads, "slots": s.slots},
+            "backend": BACKEND,
+            BACKEND: {
+                "identity": self._identity(),
+                "binary": str(self.binary),
+                "build": build_info(self.binary),
+                "commands": {engine: server.command[:-4] for engine, server in self.servers.servers.items()},  # without host/port
+                "sampler_order": [*SAMPLER_ORDER, "dist"],
+                "neutral_sampling": NEUTRAL_SAMPLING,
+                "cache_prompt": False,
+                "seed": "llama_seed = low 32 bits of derive_seed(...) (0xFFFFFFFF, llama.cpp's random seed, becomes 0)",
+                "concurrency": "each level runs the whole plan with that many requests in flight per server",
+            },
+        }
+
+    def _record_of(self, item: PlanItem):
+        cfg = self.cfg
+        seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
+        prompt_ids = self.encoded[item.prompt.id]
+        self._check_alive(item.engine)
+        body = request_body(cfg, prompt_ids, seed, cfg.max_new_tokens, self.settings.logprobs)
+        final, tokens, wall, ttft = complete(self.endpoints[item.engine], body)
+        server_logprobs = emitted_logprobs(final, tokens) if self.settings.logprobs else None
+        generation, acceptance, server_times = generation_of(final, tokens, wall, ttft, self.eos_ids, cfg.max_new_tokens)
+        with self._tokenizer_lock:
+            text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
+        record = make_record(cfg, item, seed, prompt_ids, generation, text)
+        if item.engine == SPECULATIVE_ENGINE and acceptance is None:
+            source = "timings (no draft_n: nothing drafted)"
+        else:
+            source = "none" if item.engine == CONTROL_ENGINE else acceptance.source
+        return record.with_extra(
+            backend=BACKEND,
+            concurrency=self.levels[item.key],
+            llama_seed=llama_seed(seed),
+            acceptance_source=source,
+            server_timings=server_times,
+            server_logprobs=server_logprobs,
+        )
+
+    def _check_alive(self, engine: str) -> None:
+        server = self.servers.servers[engine]
+        if not server.alive():
+            raise InputError(
+                f"llama-server ({engine}) is not running any more: {server.log_tail() or 'no output'} (log: {server.log_path})"
+            )
+
+    def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
+        cfg = self.cfg
+        self._tokenizer_lock = threading.Lock()
+        if items:
+            first = self.encoded[items[0].prompt.id]
+            for _ in range(cfg.warmup):
+                for engine in RECORD_ENGINES:
+                    complete(self.endpoints[engine], request_body(cfg, first, cfg.seed, min(8, cfg.max_new_tokens)))
+        for level in self.settings.concurrency_levels:
+            batch = [item for item in items if self.levels[item.key] == level]
+            if batch:
+                self._run_level(batch, level, emit)
+
+    def _run_level(self, items: list[PlanItem], level: int, emit: Emit) -> None:
+        """`items` with `level` requests in flight at a time, both servers' items interleaved in plan
+        order; finished records are written in plan order, and what finished is kept on an error."""
+        finished: dict[int, object] = {}
+        next_index, error = 0, None
+
+        def flush(everything: bool = False) -> None:
+            nonlocal next_index
+            for index in sorted(finished):
+                if index != next_index and not everything:
+                    break
+                emit(finished.pop(index))
+                next_index = index + 1
+
+        # One pool of `level` workers per server: each has exactly `level` requests in flight (bar
+        # the tail), both at once, so the two sides of a pair run at the same load.
+        with ThreadPoolExecutor(max_workers=level) as off, ThreadPoolExecutor(max_workers=level) as on:
+            pools = {CONTROL_ENGINE: off, SPECULATIVE_ENGINE: on}
+            futures = {pools[item.engine].submit(self._record_of, item): index for index, item in enumerate(items)}
+            try:
+                for future in as_completed(futures):
+                    try:
+                        finished[futures[future]] = future.result()
+                    except CancelledError:
+                        continue
+                    except InputError as err:
+                        if error is None:
+                            error = err
+                            for other in futures:
+                                other.cancel()
+                        continue
+                    flush()
+            except BaseException:
+                for other in futures:
+                    other.cancel()
+                raise
+            finally:
+                flush(everything=True)
+        if error is not None:
+            raise error
+
+    def close(self) -> None:
+        for endpoint in getattr(self, "endpoints", {}).values():
+            endpoint.close()
+        servers = getattr(self, "servers", None)
+        if servers is not None:
+            servers.stop()
+
+
+__all__ = ["BACKEND", "LlamaServerExecutor", "level_plan"]

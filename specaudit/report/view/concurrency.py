@@ -1,0 +1,94 @@
+"""The report's concurrency part (a run at several concurrency levels, `--engines llama-server`):
+equivalence per level, acceptance and speed-up per group x level, the crossover, and the logprob
+parity finding. Read from the snapshot's `concurrency` and `logprob_parity` sections only."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from specaudit.report.view.format import badge, fixed, get, mapping, with_ci
+
+
+def _interval(block: Any, fmt=fixed, suffix: str = "") -> str:
+    return with_ci(get(block, "estimate"), get(block, "ci_low"), get(block, "ci_high"), fmt=fmt, suffix=suffix)
+
+
+def concurrency_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+    section = mapping(get(snapshot, "concurrency"))
+    parity = mapping(get(snapshot, "logprob_parity"))
+    if not section and not parity:
+        return {"ran": False}
+    levels = [str(level) for level in section.get("levels") or []]
+    equivalence = [
+        {
+            "level": level,
+            "badge": badge(get(section, "equivalence", level, "status")),
+            "message": get(section, "equivalence", level, "message") or "",
+        }
+        for level in levels
+        if get(section, "equivalence", level)
+    ]
+    rows = []
+    for dimension, groups in mapping(section.get("groups")).items():
+        for group, by_level in mapping(groups).items():
+            for level in levels:
+                metrics = mapping(mapping(by_level).get(level))
+                if not metrics:
+                    continue
+                rows.append(
+                    {
+                        "dimension": dimension,
+                        "group": group,
+                        "level": level,
+                        "acceptance": _interval(metrics.get("acceptance"), fmt=lambda v: f"{v:.2f}"),
+                        "speedup": _interval(metrics.get("speedup"), suffix="×"),
+                        "ttft_ms": _interval(get(metrics, "speculative", "ttft_s"), fmt=lambda v: f"{1000 * v:.0f}"),
+                        "tokens_per_s": _interval(get(metrics, "speculative", "tokens_per_s"), fmt=lambda v: f"{v:.1f}"),
+                        "crossover": get(section, "crossover", dimension, group),
+                    }
+                )
+    return {
+        "ran": True,
+        "levels": levels,
+        "message": section.get("message") or "",
+        "equivalence": equivalence,
+        "rows": rows,
+        "parity": {"ran": bool(parity), "badge": badge(parity.get("status")), "message": parity.get("message") or _parity_line(parity)},
+    }
+
+
+def _parity_line(parity: Mapping[str, Any]) -> str:
+    if not parity:
+        return "the server returned no logprobs"
+    return (
+        f"{parity.get('positions', 0)} positions compared with the spec-OFF server's logprobs for the same prefix, none differing by more "
+        f"than {fixed(parity.get('threshold'), 3)} nats (twice the measured batch noise, {fixed(get(parity, 'batch_noise', 'max_abs_diff'), 4)})"
+    )
+
+
+def concurrency_markdown(view: Mapping[str, Any]) -> list[str]:
+    """summary.md lines for the part (none for a run without levels)."""
+    part = view.get("concurrency") or {}
+    if not part.get("ran"):
+        return []
+    lines = ["", "## Concurrency", ""]
+    if part["message"]:
+        lines += [f"**{part['message']}**", ""]
+    if part["equivalence"]:
+        lines += ["| level | equivalence |", "|---|---|"]
+        lines += [f"| {e['level']} | {e['badge']['symbol']} {e['badge']['text']} |" for e in part["equivalence"]]
+        lines.append("")
+    if part["rows"]:
+        lines += [
+            "| dimension | group | level | acceptance | speed-up | TTFT ms | tokens/s | crossover |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in part["rows"]:
+            lines.append(
+                f"| {r['dimension']} | {r['group']} | {r['level']} | {r['acceptance']} | {r['speedup']} | {r['ttft_ms']} | "
+                f"{r['tokens_per_s']} | {r['crossover'] if r['crossover'] is not None else '-'} |"
+            )
+    if part["parity"]["ran"]:
+        lines += ["", f"Logprob parity: **{part['parity']['badge']['text']}**: {part['parity']['message']}"]
+    return lines
