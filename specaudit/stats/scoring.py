@@ -307,7 +307,8 @@ def _batched_logits(
                     input_ids[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
                     attention[row, : len(seq)] = 1
                 input_ids, attention = input_ids.to(device), attention.to(device)
-                too_large = len(batch) * width * sum(int(m.config.vocab_size) for m in models) * 4 > LOGITS_BUDGET_BYTES
+                vocab = sum(int(getattr(getattr(m, "config", None), "vocab_size", 0) or 0) for m in models)  # 0: not a transformers model
+                too_large = len(batch) * width * vocab * 4 > LOGITS_BUDGET_BYTES
                 if starts is not None and (too_large if chunked is None else chunked) and all(plain_head(m) for m in models):
                     hidden = [last_hidden_states(m, input_ids, attention_mask=attention, use_cache=False) for m in models]
                     for row, i in enumerate(batch):
