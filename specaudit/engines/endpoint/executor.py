@@ -8,7 +8,7 @@ spec-OFF server, "speculative" for the spec-ON one), `concurrency` requests at a
 from __future__ import annotations
 
 import threading
-from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
 from specaudit.engines.decode import library_versions, make_record
@@ -22,6 +22,7 @@ from specaudit.engines.endpoint.client import (
     resolve_model,
 )
 from specaudit.engines.endpoint.settings import api_key_of
+from specaudit.engines.ordered import emit_in_plan_order
 from specaudit.engines.spec_counters import SPEC_DECODE_COUNTERS, metrics_summary, parse_metrics
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
@@ -163,50 +164,20 @@ class EndpointExecutor(Executor):
                     self._call(engine, first, cfg.seed, min(8, cfg.max_new_tokens))
         before = parse_metrics(self.metrics.get_text(settings["metrics_url"])) if self.metrics and items else None
 
-        sources, error = set(), None
-        finished: dict[int, object] = {}
-        next_index = 0
+        sources: set = set()
 
-        def flush(everything: bool = False) -> None:
-            """Write finished records in plan order (so the file, and every analysis of it, does not
-            depend on which request happened to finish first); `everything` also writes past a gap."""
-            nonlocal next_index
-            for index in sorted(finished):
-                if index != next_index and not everything:
-                    break
-                record = finished.pop(index)
-                emit(record)  # only this thread writes
-                sources.add(record.extra["token_ids_source"])
-                next_index = index + 1
+        def emit_noting_source(record) -> None:
+            emit(record)
+            sources.add(record.extra["token_ids_source"])
 
         try:
             # Items are submitted in plan order (engines of one prompt and sample back to back, order
             # alternating), so both sides of each pair run at about the same time and server load.
             with ThreadPoolExecutor(max_workers=settings["concurrency"]) as pool:
                 futures = {pool.submit(self._record_of, item): index for index, item in enumerate(items)}
-                try:
-                    for future in as_completed(futures):
-                        try:
-                            finished[futures[future]] = future.result()
-                        except CancelledError:
-                            continue
-                        except InputError as err:
-                            if error is None:  # stop sending; requests already in flight still land in the file
-                                error = err
-                                for other in futures:
-                                    other.cancel()
-                            continue
-                        flush()
-                except BaseException:  # a bug or Ctrl-C: do not send the queued requests while unwinding
-                    for other in futures:
-                        other.cancel()
-                    raise
-                finally:
-                    flush(everything=True)  # whatever finished is kept, gaps and all: a re-run fills them
+                emit_in_plan_order(futures, emit_noting_source)
         finally:
             self._note_run(folder, sources, before)
-        if error is not None:
-            raise error
 
     def _note_run(self, folder: RunFolder, sources: set, before: dict | None) -> None:
         """The manifest's endpoint notes and server counter deltas, written even when the run stopped early."""

@@ -13,7 +13,7 @@ continuous batch. Records are written in plan order within a level.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 
 from specaudit.contracts.engines import ENGINES
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
@@ -32,6 +32,7 @@ from specaudit.engines.llama_server.client import (
 )
 from specaudit.engines.llama_server.launcher import LlamaServer, ServerPair
 from specaudit.engines.llama_server.settings import server_settings, spec_type_for
+from specaudit.engines.ordered import emit_in_plan_order
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
 from specaudit.execution.folder import RunFolder
@@ -193,43 +194,12 @@ class LlamaServerExecutor(Executor):
     def _run_level(self, items: list[PlanItem], level: int, emit: Emit) -> None:
         """`items` with `level` requests in flight at a time, both servers' items interleaved in plan
         order; finished records are written in plan order, and what finished is kept on an error."""
-        finished: dict[int, object] = {}
-        next_index, error = 0, None
-
-        def flush(everything: bool = False) -> None:
-            nonlocal next_index
-            for index in sorted(finished):
-                if index != next_index and not everything:
-                    break
-                emit(finished.pop(index))
-                next_index = index + 1
-
         # One pool of `level` workers per server: each has exactly `level` requests in flight (bar
         # the tail), both at once, so the two sides of a pair run at the same load.
         with ThreadPoolExecutor(max_workers=level) as off, ThreadPoolExecutor(max_workers=level) as on:
             pools = {CONTROL_ENGINE: off, SPECULATIVE_ENGINE: on}
             futures = {pools[item.engine].submit(self._record_of, item): index for index, item in enumerate(items)}
-            try:
-                for future in as_completed(futures):
-                    try:
-                        finished[futures[future]] = future.result()
-                    except CancelledError:
-                        continue
-                    except InputError as err:
-                        if error is None:
-                            error = err
-                            for other in futures:
-                                other.cancel()
-                        continue
-                    flush()
-            except BaseException:
-                for other in futures:
-                    other.cancel()
-                raise
-            finally:
-                flush(everything=True)
-        if error is not None:
-            raise error
+            emit_in_plan_order(futures, emit)
 
     def close(self) -> None:
         for endpoint in getattr(self, "endpoints", {}).values():
