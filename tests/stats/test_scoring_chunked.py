@@ -71,8 +71,8 @@ def test_chunked_scores_equal_the_whole_batch_scores():
 
 
 MEMORY_PROBE = textwrap.dedent(
-    """
-    import json, resource, sys
+    r"""
+    import json, re, sys
     import numpy as np
     import torch
     torch.set_num_threads(1)
@@ -93,10 +93,17 @@ MEMORY_PROBE = textwrap.dedent(
              "output_token_ids": rng.integers(0, vocab, size=output).tolist(),
              "sampling": SamplingSpec(1.0).to_dict()} for i in range(batch)]
     chunked = sys.argv[1] == "chunked"
+    def peak():  # this process's own RSS high-water mark, in bytes
+        return int(re.search(r"VmHWM:\s+(\d+)", open("/proc/self/status").read()).group(1)) * 1024
+    def reset_peak():  # getrusage's ru_maxrss keeps the parent's mark across exec; VmHWM is ours
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    reset_peak()
     score_records(target, rows[:1], draft_model=draft, batch_size=1, null_draws=10, chunked=chunked)  # warm-up
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    before = peak()
+    reset_peak()
     score_records(target, rows, draft_model=draft, batch_size=batch, null_draws=10, chunked=chunked)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    after = peak()
     print(json.dumps({"peak_growth": after - before, "one_model_logits": batch * (prompt + output - 1) * vocab * 4}))
     """
 )
