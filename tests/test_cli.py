@@ -48,6 +48,7 @@ def test_bad_flags_exit_2_with_one_sentence(tmp_path, tiny_pair_dir, tiny_prompt
     assert "Traceback" not in err and len(errors) == 1 and errors[0].startswith("specaudit: error:")
 
 
+@pytest.mark.slow
 def test_vocabulary_mismatch_names_both_sizes(tmp_path, tiny_pair_dir, tiny_prompts_file):
     from transformers import AutoTokenizer
 

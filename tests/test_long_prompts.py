@@ -113,6 +113,7 @@ def test_a_prompt_over_the_tiny_context_is_refused_before_any_record(tmp_path, t
 
 
 # ----------------------------------------------------------------------------- tiny models, 4,096 positions
+@pytest.mark.slow
 @pytest.mark.parametrize("engines", ["vanilla,speculative", "screen,vanilla,speculative"])
 def test_tiny_engines_decode_prompts_of_600_1500_and_3000_tokens(tmp_path, long_tiny_pair_dir, long_tiny_prompts, engines):
     out = tmp_path / "o"
@@ -125,6 +126,7 @@ def test_tiny_engines_decode_prompts_of_600_1500_and_3000_tokens(tmp_path, long_
         assert all(len(r["prompt_token_ids"]) == n and 1 <= len(r["output_token_ids"]) <= 8 for r in mine)
 
 
+@pytest.mark.slow
 def test_the_screen_batches_long_prompts_by_tokens(tmp_path, long_tiny_pair_dir, long_tiny_prompts):
     out = tmp_path / "o"
     extra = _extra_config(tmp_path, screen_batch_tokens=4000)  # 600 + 1,500 share a batch (2 x 1,509 positions), 3,000 goes alone
@@ -179,6 +181,7 @@ def _llama_cfg(prompts: Path, **extra):
     return RunConfig(engines="llama-cpp", draft="ngram", prompts=str(prompts), k=4, max_new_tokens=16, extra=extra)
 
 
+@pytest.mark.slow
 def test_llama_cpp_sizes_its_context_to_the_longest_prompt(tmp_path):
     from specaudit.engines.llama_cpp import client as backend
     from specaudit.models._loading import embedded_gguf_path
@@ -232,6 +235,7 @@ def test_llama_cpp_refuses_a_prompt_over_an_explicit_context_before_any_record(t
 
 
 # ----------------------------------------------------------------------------- context as an audit axis
+@pytest.mark.slow
 def test_analysis_reports_acceptance_and_speed_up_per_prompt_length_band(tmp_path, long_tiny_pair_dir):
     lengths = (60, 120, 180, 300, 500, 800, 1200, 1600, 2000)
     prompts = _write_prompts(tmp_path / "p.jsonl", {f"p{n}": _tiny_text(n, seed=n) for n in lengths})

@@ -53,7 +53,11 @@ def default_target_folder() -> Path:
     folder = cache_root() / "smollm2-135m-instruct"
     stamp = folder / "specaudit-source.json"
     source = {"gguf": gguf.name, "size": gguf.stat().st_size}
-    if stamp.is_file() and json.loads(stamp.read_text()).get("source") == source:
+
+    def current() -> bool:
+        return stamp.is_file() and json.loads(stamp.read_text()).get("source") == source
+
+    if current():
         return folder
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -72,6 +76,9 @@ def default_target_folder() -> Path:
     tokenizer.save_pretrained(staging)
     identity = {"source": source, "gguf_sha256": file_sha256(gguf)}
     (staging / "specaudit-source.json").write_text(json.dumps(identity, indent=2))
+    if current():  # another process (a parallel test worker) finished first and may be reading it
+        shutil.rmtree(staging, ignore_errors=True)
+        return folder
     if folder.exists():
         shutil.rmtree(folder, ignore_errors=True)
     try:

@@ -75,6 +75,7 @@ def _groups(n_prompts: int) -> dict[str, dict[str, str]]:
     }
 
 
+@pytest.mark.slow
 def test_group_validation_keeps_its_level_and_finds_a_group_the_model_cannot_know():
     """Right model, 5% timing noise: some group is called mispredicted (Holm p < 0.05 over 43 groups) in at
     most about 5% of subsets. Every third prompt verifying 50% slower is found, below the model."""

@@ -27,6 +27,7 @@ def _records(paths, rng):
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 def test_screen_agreement_compares_one_run_with_one_run():
     rng = np.random.default_rng(0)
     # Low, uneven acceptance: one run's rate is far from the ratio of expectations here.
@@ -92,6 +93,7 @@ def _audit(rng, *, lift: float = 0.0, easier: float = 0.0):
     return screen_agreement(pd.DataFrame(rows), BUDGET, path_accept)
 
 
+@pytest.mark.slow
 def test_the_check_given_the_engine_paths_is_calibrated_and_tells_the_model_from_the_paths():
     rng = np.random.default_rng(3)
     rejects = lambda checks, test: sum(c[test]["pvalue"] < 0.05 for c in checks)  # noqa: E731

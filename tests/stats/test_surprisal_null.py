@@ -69,6 +69,7 @@ def _heavy_tailed_run(rng, n_tokens, rare=1e-6, n_rare=1000):
     return frame, {name: {"run|vanilla|0": values} for name, values in draws.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(TESTS))
 def test_monte_carlo_null_holds_where_the_normal_approximation_fails(name):
     """100 positions with a 1e-3 chance of a p = 1e-6 token each: one such token gives

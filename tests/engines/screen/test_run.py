@@ -182,6 +182,7 @@ def test_screen_refuses_what_it_cannot_run_beside(tiny_pair_dir, tiny_prompts_fi
     assert _run(tiny_pair_dir, tiny_prompts_file, tmp_path / "run2", "screen,endpoint") == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verify", [None, "specaudit.selftest.mutants:always_accept"])
 def test_analysis_checks_the_screen_against_the_engine_on_shared_prompts(tiny_pair_dir, tmp_path, verify):
     prompts = _grouped_prompts(tmp_path / "prompts.jsonl", groups=6, per_group=1)

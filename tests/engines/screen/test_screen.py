@@ -140,6 +140,7 @@ def _engine_runs(target, draft, prompt, *, k, budget, n):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draft_name", ["model", "ngram"])
 def test_screen_agrees_with_the_speculative_engine(models, draft_name):
     """Per-prompt mean accepted tokens, screen (expected given path) vs engine (realised), over
@@ -195,6 +196,7 @@ def test_malformed_plant_is_one_sentence(text):
         DisparityPlant.parse(text)
 
 
+@pytest.mark.slow
 def test_screen_acceptance_of_a_planted_group_matches_the_engine(models):
     """The same prompt screened as an unplanted and a planted row (in one batch) and decoded by the
     engine with the clean and the planted draft: each arm agrees within 4 standard errors, and
