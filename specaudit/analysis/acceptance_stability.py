@@ -9,8 +9,8 @@ right, so that no equivalence test can see them, and that only an acceptance mon
   server's acceptance does not depend on what else is in the batch, so the ratio's interval holds 1.
 - stopped during the run: ordered by when each request left (`started_at`), the speculative
   requests from some point on drafted nothing at all, at least MIN_STOPPED of them and a tenth of
-  the run, where earlier ones drafted. When that point falls inside the lowest level (before any
-  load), the cause is state the server keeps across requests, not load; the collapse of the levels
+  the run, where earlier ones drafted, within one level (a stop that comes with a change of level
+  is the load's). When that point falls inside the lowest level (before any load), the cause is state the server keeps across requests, not load; the collapse of the levels
   after it is then that stop, not a load effect, and is not reported twice.
 """
 
@@ -68,6 +68,9 @@ def _stop(spec: list[dict]) -> dict[str, Any] | None:
     stopped = len(timed) - first_stopped
     if stopped < max(MIN_STOPPED, len(timed) // 10):
         return None
+    if timed[first_stopped].get("concurrency") != timed[drafted[-1]].get("concurrency"):
+        return None  # it stopped as the load changed: the collapse under load says that
+
     return {"request": first_stopped + 1, "of": len(timed), "stopped": stopped, "level": timed[first_stopped].get("concurrency")}
 
 

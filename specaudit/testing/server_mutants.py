@@ -60,7 +60,7 @@ class ZeroLogprobs(BatchPolicy):
 class StaleDraftState(BatchPolicy):
     name = "stale_draft_state"
 
-    def __init__(self, capacity: int = 2048) -> None:
+    def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
         self.held = 0  # draft KV positions left behind by ended requests
 

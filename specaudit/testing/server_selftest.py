@@ -34,6 +34,10 @@ from specaudit.testing.server_mutants import SERVER_MUTANTS
 # at each of two levels, with a truncating setting so that the one-sided top-p bug can show.
 LEVELS = (1, 4)
 SAMPLING = SamplingSpec(temperature=1.0, top_p=0.9)
+# The quick self-test's budget per audit (a quarter of the requests' tokens: 4 samples x 16 tokens),
+# over 3 seeds; measured to reach every mutant (docs/selftest.md).
+QUICK_BUDGET = {"samples": 4, "max_new_tokens": 16}
+QUICK_SEEDS = 3
 ACCEPTANCE_KINDS = {"acceptance_stopped": "stopped_during_run", "acceptance_collapse": "collapse_under_load"}
 
 
@@ -105,11 +109,14 @@ def server_audit(pair, prompt_set, mutant: str, *, seed: int, samples: int = 8, 
 
 
 def server_selftest(
-    pair, prompt_set, *, servers: Iterable[str] | None = None, seeds: Iterable[int] = range(20), alpha: float = 0.05, quick: bool = False
+    pair, prompt_set, *, servers: Iterable[str] | None = None, seeds: Iterable[int] | None = None, alpha: float = 0.05, quick: bool = False
 ) -> pd.DataFrame:
     """One row per served mutant: how often its cause was named over `seeds` (the correct server:
     how often anything was), a Clopper-Pearson 95% interval, and whether it met its target:
-    the correct server's rate holds alpha in its interval; a mutant's interval lies above alpha."""
+    the correct server's rate holds alpha in its interval; a mutant's interval lies above alpha.
+    Default seeds: 20, or QUICK_SEEDS at the QUICK_BUDGET with `quick`."""
+    budget = QUICK_BUDGET if quick else {}
+    seeds = range(QUICK_SEEDS if quick else 20) if seeds is None else seeds
     names = list(SERVER_MUTANTS) if servers is None else list(servers)
     unknown = [n for n in names if n not in SERVER_MUTANTS]
     if unknown:
@@ -117,7 +124,7 @@ def server_selftest(
     seeds = list(seeds)
     rows = []
     for name in names:
-        audits = [server_audit(pair, prompt_set, name, seed=s, alpha=alpha) for s in seeds]
+        audits = [server_audit(pair, prompt_set, name, seed=s, alpha=alpha, **budget) for s in seeds]
         hits = sum(a["caught"] for a in audits)
         interval = stats.binomtest(hits, len(audits)).proportion_ci(0.95)
         named = pd.Series([f for a in audits for f in a["findings"]], dtype=object).value_counts()
@@ -127,6 +134,8 @@ def server_selftest(
                 "server": name,
                 "sampling": setting_label(SAMPLING),
                 "levels": ",".join(map(str, LEVELS)),
+                "samples": budget.get("samples", 8),
+                "max_new_tokens": budget.get("max_new_tokens", 32),
                 "seeds": len(audits),
                 "rate": hits / len(audits),
                 "ci_low": interval.low,
@@ -142,4 +151,4 @@ def server_selftest(
     return pd.DataFrame(rows)
 
 
-__all__ = ["LEVELS", "SAMPLING", "findings", "server_audit", "server_selftest"]
+__all__ = ["LEVELS", "QUICK_BUDGET", "QUICK_SEEDS", "SAMPLING", "findings", "server_audit", "server_selftest"]

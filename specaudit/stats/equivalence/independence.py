@@ -34,12 +34,12 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def _agreement(matrix: np.ndarray, mask: np.ndarray) -> float:
-    """Mean off-diagonal entry of `matrix` over the rows and columns `mask` selects."""
+    """Mean off-diagonal entry of `matrix` (zero diagonal) over the rows and columns `mask` selects."""
     m = int(mask.sum())
     if m < 2:
         return 0.0
-    block = matrix[np.ix_(mask, mask)]
-    return float(block.sum() - np.trace(block)) / (m * (m - 1))
+    weights = mask.astype(float)
+    return float(weights @ matrix @ weights) / (m * (m - 1))
 
 
 def concurrent_independence(
@@ -59,7 +59,9 @@ def concurrent_independence(
         other = list(baseline.get(prompt, ()))
         if len(outputs) >= 2 and len(other) >= 2:
             both = [*outputs, *other]
-            matrix = np.array([[_common_prefix(a, b) for b in both] for a in both], dtype=float)
+            matrix = np.array(
+                [[_common_prefix(a, b) if i != j else 0 for j, b in enumerate(both)] for i, a in enumerate(both)], dtype=float
+            )
             prompts.append((matrix, len(outputs)))
     if not prompts:
         return StatTestResult("concurrent_independence", float("nan"), float("nan"), 0, alpha, "permutation")
