@@ -54,6 +54,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     if unknown:
         raise InputError(f"unknown sampler(s) {', '.join(unknown)}; choose from {', '.join(everything)}")
     settings = parse_settings(args.sampling or ["t=1"])
+    if not args.skip_servers:
+        _server_names(args)  # bad input fails before minutes of unit audits
     pd.set_option("display.width", 200)
     unit_seeds = range(args.seeds) if args.seeds is not None else None
     unit = None
@@ -105,15 +107,9 @@ def _server_part(args: argparse.Namespace):
 
     from specaudit.models import load_pair, save_tiny_pair
     from specaudit.prompts import load_prompts
-    from specaudit.testing.server_mutants import SERVER_MUTANTS
     from specaudit.testing.server_selftest import server_selftest
 
-    servers = [s.strip() for s in args.servers.split(",") if s.strip()] if args.servers is not None else list(SERVER_MUTANTS)
-    if not servers:
-        raise InputError(f"--servers names no server; give a comma list from {', '.join(SERVER_MUTANTS)}, or leave it out for all")
-    unknown = [s for s in servers if s not in SERVER_MUTANTS]
-    if unknown:
-        raise InputError(f"unknown server mutant(s) {', '.join(unknown)}; choose from {', '.join(SERVER_MUTANTS)}")
+    servers = _server_names(args)
     with tempfile.TemporaryDirectory() as folder:
         target, draft = save_tiny_pair(folder)
         pair = load_pair(str(target), str(draft), device="cpu")
@@ -123,3 +119,15 @@ def _server_part(args: argparse.Namespace):
     print("\nserver mutants (two reference servers on 127.0.0.1, endpoint audit at concurrency 1 and 4, tiny pair):")
     print(table.drop(columns="cause").to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     return table
+
+
+def _server_names(args: argparse.Namespace) -> list[str]:
+    from specaudit.testing.server_mutants import SERVER_MUTANTS
+
+    servers = [s.strip() for s in args.servers.split(",") if s.strip()] if args.servers is not None else list(SERVER_MUTANTS)
+    if not servers:
+        raise InputError(f"--servers names no server; give a comma list from {', '.join(SERVER_MUTANTS)}, or leave it out for all")
+    unknown = [s for s in servers if s not in SERVER_MUTANTS]
+    if unknown:
+        raise InputError(f"unknown server mutant(s) {', '.join(unknown)}; choose from {', '.join(SERVER_MUTANTS)}")
+    return servers
