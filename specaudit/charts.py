@@ -597,17 +597,107 @@ def small_multiples(
     return Markup("".join(out) + "</svg>")
 
 
+@dataclass(frozen=True)
+class LevelSeries:
+    """One group's values at each concurrency level (None where not measured), with 95% intervals;
+    `crossover` is the index of the level where speculation stops paying (None: it does not)."""
+
+    label: str
+    colour: str
+    values: Sequence[float | None]
+    ci_low: Sequence[float | None]
+    ci_high: Sequence[float | None]
+    crossover: int | None = None
+
+
+def level_lines(
+    levels: Sequence[str],
+    series: Sequence[LevelSeries],
+    *,
+    title: str,
+    desc: str,
+    axis_label: str,
+    reference: float | None = None,
+    width: int = 640,
+    height: int = 300,
+    chart_id: str = "levels",
+) -> Markup:
+    """One line per group across concurrency levels (evenly spaced, left to right), each point
+    with its 95% whisker, the group's name at the line's end, and a dashed line at `reference`
+    (1x for a speed-up). A group's crossover level is a square with a ring around it and written
+    beside its name, so it is told by shape and text, not colour."""
+    left, right, top, bottom = 56, width - 150, 16, height - 44
+    values = [v for one in series for v in (*one.values, *one.ci_low, *one.ci_high) if _finite(v)]
+    low = min([*values, reference if reference is not None else math.inf, 0.0])
+    high = max([*values, reference if reference is not None else -math.inf, 1e-9])
+    ticks = nice_ticks(low, high * 1.05, 5) or [0.0, 1.0]
+    low, high = min(low, ticks[0]), max(high, ticks[-1])
+
+    def sx(i: int) -> float:
+        return left + (right - left) * (i + 0.5) / max(len(levels), 1)
+
+    def sy(v: float) -> float:
+        return bottom - (v - low) / ((high - low) or 1.0) * (bottom - top)
+
+    out = _open(chart_id, width, height, title, desc, "chart levels")
+    for tick in ticks:
+        out.append(f'<line x1="{_f(left)}" y1="{_f(sy(tick))}" x2="{_f(right)}" y2="{_f(sy(tick))}" stroke="{GRID}" stroke-width="0.6"/>')
+        out.append(_text(left - 6, sy(tick) + 4, _tick_label(tick, ticks), anchor="end", size=11))
+    if reference is not None:
+        out.append(
+            f'<line x1="{_f(left)}" y1="{_f(sy(reference))}" x2="{_f(right)}" y2="{_f(sy(reference))}" stroke="{INK}" '
+            'stroke-width="1.2" stroke-dasharray="5 4"/>'
+        )
+    for i, level in enumerate(levels):
+        out.append(_text(sx(i), bottom + 16, str(level), anchor="middle", size=11))
+    out.append(_text((left + right) / 2, height - 8, "requests in flight per server (concurrency level)", anchor="middle", size=11))
+    out.append(_text(4, top + 2, axis_label, size=11, weight="bold"))
+    offsets = [(j - (len(series) - 1) / 2) * 4.0 for j in range(len(series))]  # keeps overlapping whiskers apart
+    ends = []
+    for j, one in enumerate(series):
+        points = [(sx(i) + offsets[j], sy(v), i) for i, v in enumerate(one.values) if _finite(v)]
+        if len(points) > 1:
+            path = "M" + "L".join(f"{_f(x)} {_f(y)}" for x, y, _ in points)
+            out.append(f'<path d="{path}" fill="none" stroke="{one.colour}" stroke-width="2"/>')
+        for x, y, i in points:
+            lo, hi = one.ci_low[i], one.ci_high[i]
+            if _finite(lo) and _finite(hi):
+                out.append(
+                    f'<line x1="{_f(x)}" y1="{_f(sy(lo))}" x2="{_f(x)}" y2="{_f(sy(hi))}" stroke="{one.colour}" stroke-width="1.2"/>'
+                )
+            shape = "square" if one.crossover == i else "circle"
+            out.append(_marker(shape, x, y, one.colour, 4.5))
+            if one.crossover == i:
+                out.append(f'<circle cx="{_f(x)}" cy="{_f(y)}" r="9" fill="none" stroke="{INK}" stroke-width="1.2"/>')
+            interval = f" [{lo:.2f}, {hi:.2f}]" if _finite(lo) and _finite(hi) else ""
+            out.append(
+                f'<circle cx="{_f(x)}" cy="{_f(y)}" r="8" fill="transparent"><title>{escape(one.label)}, level {escape(levels[i])}: '
+                f"{one.values[i]:.2f}{escape(interval)}</title></circle>"
+            )
+        if points:
+            ends.append([points[-1][1], one])
+    ends.sort(key=lambda e: e[0])
+    for k in range(1, len(ends)):  # direct labels, pushed apart so they do not overlap
+        ends[k][0] = max(ends[k][0], ends[k - 1][0] + 13)
+    for y, one in ends:
+        note = f" (stops paying at {levels[one.crossover]})" if one.crossover is not None else ""
+        out.append(_text(right + 8, y + 4, _truncate(one.label, 18) + note, fill=one.colour, size=11, weight="bold"))
+    return Markup("".join(out) + "</svg>")
+
+
 __all__ = [
     "GROUP_COLOURS",
     "OKABE_ITO",
     "BarSeries",
     "ForestRow",
+    "LevelSeries",
     "RatioCell",
     "RatioRow",
     "contrast_ratio",
     "forest_plot",
     "group_colour",
     "grouped_bars",
+    "level_lines",
     "nice_ticks",
     "pit_histogram",
     "ratio_forest",

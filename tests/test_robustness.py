@@ -143,6 +143,9 @@ def test_analyze_fallback_threshold_outside_0_1(capsys):
         (["--e2e-seeds", "0"], "--e2e-seeds must be an integer >= 1, got 0"),
         (["--samplers", ""], "--samplers names no sampler"),
         (["--samplers", " , "], "--samplers names no sampler"),
+        (["--server-seeds", "0"], "--server-seeds must be an integer >= 1, got 0"),
+        (["--servers", " , "], "--servers names no server"),
+        (["--servers", "correct,bogus"], "unknown server mutant(s) bogus"),
     ],
 )
 def test_selftest_refuses_empty_budgets(capsys, flags, message):

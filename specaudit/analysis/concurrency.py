@@ -4,6 +4,10 @@ requests in flight when each ran, `--engines llama-server`) is judged per level.
 - Equivalence per level: the whole battery (analysis.equivalence.equivalence_section) on each
   level's records alone, at alpha / (number of levels), so a sampler that is right one request at a time and wrong in a batch
   fails at the level where it breaks, and the run's equivalence fails naming that level.
+- Independence per level: outputs made at each level above the lowest agree no more than those
+  made at the lowest (stats.equivalence.independence, a permutation test per engine at
+  alpha / levels / engines); a server that shares random numbers across a batch fails it at the
+  level where requests run together, though each output alone follows the target.
 - Acceptance, latency and throughput per group x level: the speculative records' pooled acceptance
   (accepted / proposed, from the server's own per-request counts), mean time to first token,
   mean per-token latency and the paired speed-up (vanilla wall / speculative wall of the same
@@ -112,8 +116,16 @@ def concurrency_section(
     # Each level is judged at alpha / levels (Bonferroni): the run fails when any level fails, so
     # without it a correct server would fail L times as often as the pooled battery alone.
     level_alpha = alpha / len(levels)
-    section: dict[str, Any] = {"levels": levels, "level_alpha": level_alpha, "equivalence": {}, "groups": {}, "crossover": {}}
+    section: dict[str, Any] = {
+        "levels": levels,
+        "level_alpha": level_alpha,
+        "equivalence": {},
+        "independence": {},
+        "groups": {},
+        "crossover": {},
+    }
     failed, control_failed = [], []  # levels where the speculative server fails; where the spec-OFF control does
+    dependent: dict[int, list[str]] = {}  # level -> engines whose outputs that ran together agree too often
     for level in levels:
         subset = [r for r in records if r.get("concurrency") == level]
         if equivalence:
@@ -127,6 +139,12 @@ def concurrency_section(
                 control_failed.append(level)
             elif result["status"] == CheckStatus.FAIL:
                 failed.append(level)
+            if level != levels[0]:
+                found = _independence(records, level, levels[0], level_alpha, seed)
+                section["independence"][str(level)] = found
+                for engine, test in found.items():
+                    if test["verdict"] == CheckStatus.FAIL:
+                        dependent.setdefault(level, []).append(engine)
         groups = {ALL: {ALL: subset}}
         for dimension in dimensions:
             for record in subset:
@@ -144,9 +162,16 @@ def concurrency_section(
                 if m["speedup"] and m["speedup"]["ci_high"] is not None and m["speedup"]["ci_high"] < 1.0
             ]
             section["crossover"].setdefault(dimension, {})[group] = min(stops) if stops else None
-    section["failed_levels"] = failed + control_failed
-    section["control_failed_levels"] = control_failed
+    control_dependent = [level for level, engines in dependent.items() if CONTROL_ENGINE in engines]
+    section["failed_levels"] = sorted({*failed, *control_failed, *dependent})
+    section["control_failed_levels"] = sorted({*control_failed, *control_dependent})
+    section["dependent_levels"] = sorted(dependent)
     said = []
+    for level, engines in dependent.items():
+        said.append(
+            f"outputs that ran together at concurrency {level} are not independent ({', '.join(engines)}): samples of one prompt "
+            f"agree more than the samples made at concurrency {levels[0]}; the server shares random numbers across the requests of a batch"
+        )
     if failed:
         said.append(
             f"equivalence fails at concurrency {', '.join(map(str, failed))} of {', '.join(map(str, levels))}: "
@@ -160,6 +185,24 @@ def concurrency_section(
     if said:
         section["message"] = "; ".join(said)
     return section
+
+
+def _independence(records: list[dict], level: int, baseline: int, alpha: float, seed: int) -> dict[str, dict]:
+    """concurrent_independence of each engine's outputs at `level` against `baseline`."""
+    from specaudit.stats.equivalence.independence import concurrent_independence
+
+    outputs: dict[tuple[str, int], dict[str, list]] = {}
+    for r in records:
+        if not r.get("timing_only") and r.get("concurrency") in (level, baseline):
+            outputs.setdefault((r["engine"], r["concurrency"]), {}).setdefault(r["prompt_id"], []).append(r["output_token_ids"])
+    engines = sorted({engine for engine, _ in outputs})
+    found = {}
+    for engine in engines:
+        result = concurrent_independence(
+            outputs.get((engine, level), {}), outputs.get((engine, baseline), {}), alpha=alpha / len(engines), seed=seed
+        )
+        found[engine] = {**result.to_dict(), "verdict": result.verdict, "baseline_level": baseline}
+    return found
 
 
 __all__ = ["concurrency_section", "group_metrics", "levels_of"]

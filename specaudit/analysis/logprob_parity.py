@@ -2,7 +2,7 @@
 target's?
 
 A server that returns a logprob for each emitted token (`server_logprobs` on a llama-server
-record) claims it is the target's log-probability of that token given the prefix. The spec-OFF
+record, `target_logprobs[t]["token_logprob"]` on an endpoint record) claims it is the target's log-probability of that token given the prefix. The spec-OFF
 server's logprob for the same prefix is the reference: where a speculative record and its vanilla
 pair (same prompt and sample) emitted the same tokens up to a position, the two logprobs there
 must agree up to the numerics of batched evaluation. That noise is measured, not assumed: the
@@ -11,7 +11,8 @@ their common prefix (the same prefix, evaluated alone and in a batch). A positio
 gap exceeds twice that, and at least MIN_THRESHOLD.
 
 A failure is its own finding ("the server's logprobs are not the target's"), apart from the
-equivalence battery (which scores llama-server runs with llama.cpp's logits, not these); a
+equivalence battery: llama-server runs are scored with llama.cpp's logits, not these, and an
+endpoint run whose logprobs fail parity is scored locally instead (analysis.snapshot); a
 speculative logprob of exactly 0.0 where the target's is well below is counted apart, the known
 failure of servers that report drafted tokens as certain (llama.cpp #27972).
 """
@@ -37,9 +38,19 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def emitted_logprobs(record: dict) -> list[float | None] | None:
+    """The server's logprob of each emitted token, in either engine's field (None: none returned)."""
+    if isinstance(record.get("server_logprobs"), list):
+        return record["server_logprobs"]
+    entries = record.get("target_logprobs")
+    if isinstance(entries, list):
+        return [entry.get("token_logprob") if isinstance(entry, dict) else None for entry in entries]
+    return None
+
+
 def _gaps(one: dict, other: dict) -> list[tuple[int, float | None, float | None]]:
     """(position, this logprob, the other's) along the two records' common output prefix."""
-    a, b = one.get("server_logprobs"), other.get("server_logprobs")
+    a, b = emitted_logprobs(one), emitted_logprobs(other)
     if not isinstance(a, list) or not isinstance(b, list):
         return []
     n = min(_common_prefix(one["output_token_ids"], other["output_token_ids"]), len(a), len(b))
@@ -59,7 +70,7 @@ def batch_noise(records: list[dict]) -> tuple[float | None, int]:
     prefix, positions compared); (None, 0) where no two such records share a prefix."""
     by_prompt: dict[str, list[dict]] = defaultdict(list)
     for r in records:
-        if r["engine"] == CONTROL_ENGINE and isinstance(r.get("server_logprobs"), list):
+        if r["engine"] == CONTROL_ENGINE and emitted_logprobs(r) is not None:
             by_prompt[r["prompt_id"]].append(r)
     largest, positions = None, 0
     for rows in by_prompt.values():
@@ -78,7 +89,7 @@ def batch_noise(records: list[dict]) -> tuple[float | None, int]:
 def logprob_parity(records: list[dict]) -> dict | None:
     """The section, or None when no record carries server logprobs."""
     outputs = [r for r in records if not r.get("timing_only")]
-    if not any(isinstance(r.get("server_logprobs"), list) for r in outputs):
+    if not any(emitted_logprobs(r) is not None for r in outputs):
         return None
     noise, noise_positions = batch_noise(outputs)
     threshold = max(2 * noise, MIN_THRESHOLD) if noise is not None else UNMEASURED_THRESHOLD
@@ -130,4 +141,4 @@ def logprob_parity(records: list[dict]) -> dict | None:
     return section
 
 
-__all__ = ["batch_noise", "logprob_parity"]
+__all__ = ["batch_noise", "emitted_logprobs", "logprob_parity"]

@@ -15,7 +15,7 @@ from specaudit.config import AnalysisSettings
 from specaudit.contracts.engines import ENGINES, resolve
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import SNAPSHOT_FILE, SNAPSHOT_SCHEMA_VERSION, load_snapshot
-from specaudit.contracts.status import EquivalenceStatus
+from specaudit.contracts.status import CheckStatus, EquivalenceStatus
 from specaudit.errors import InputError
 from specaudit.execution.records import RECORDS_FILE, read_manifest, read_records
 
@@ -63,7 +63,6 @@ def judge_by_level(snapshot: dict, records: list[dict], pair, *, alpha, delta, d
     """The concurrency section (analysis.concurrency); a level where equivalence fails fails the run's
     equivalence, naming the level, even where the pooled battery passed."""
     from specaudit.analysis.concurrency import concurrency_section
-    from specaudit.contracts.status import CheckStatus
 
     section = concurrency_section(
         records, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed, n_boot=n_boot, equivalence=equivalence
@@ -74,12 +73,23 @@ def judge_by_level(snapshot: dict, records: list[dict], pair, *, alpha, delta, d
         judged["status"] = CheckStatus.FAIL
         judged["failed_concurrency_levels"] = section["failed_levels"]
         judged["message"] = f"{judged['message']}; {section['message']}" if judged.get("control_failed") else section["message"]
-        worst = str(section["failed_levels"][0])
-        for name, entry in section["equivalence"][worst]["engines"].items():
-            if entry["verdict"] == CheckStatus.FAIL and name in judged.get("engines", {}):
-                judged["engines"][name]["verdict"] = CheckStatus.FAIL
-                judged["engines"][name]["status"] = entry["status"]
-                judged["engines"][name]["status_reason"] = section["message"]
+        for level in section["failed_levels"]:
+            battery = (section["equivalence"].get(str(level)) or {}).get("engines", {})
+            independence = section["independence"].get(str(level)) or {}
+            for name, entry in judged.get("engines", {}).items():
+                if entry.get("verdict") == CheckStatus.FAIL:
+                    continue  # failed already (pooled, or at a lower level)
+                if (battery.get(name) or {}).get("verdict") == CheckStatus.FAIL:
+                    entry.update(verdict=CheckStatus.FAIL, status=battery[name]["status"], status_reason=section["message"])
+                elif (independence.get(name) or {}).get("verdict") == CheckStatus.FAIL:
+                    entry.update(verdict=CheckStatus.FAIL, status=EquivalenceStatus.VIOLATION, status_reason=section["message"])
+
+
+def _parity(records: list[dict]) -> dict | None:
+    """The logprob parity section (analysis.logprob_parity) where a server returned logprobs."""
+    from specaudit.analysis.logprob_parity import emitted_logprobs, logprob_parity
+
+    return logprob_parity(records) if any(emitted_logprobs(r) is not None for r in records) else None
 
 
 def analyze(
@@ -159,33 +169,60 @@ def analyze(
         "prompts": [],
         "gate": None,
     }
+    parity = _parity(records)
+    if parity is not None:
+        snapshot["logprob_parity"] = parity
+    # Logprobs that are not the target's must not judge the outputs (issue 29): score them locally.
+    distrusted = parity is not None and parity["status"] == CheckStatus.FAIL and server_scored(records)
+    judged_records = [{**r, "target_logprobs": None} for r in records] if distrusted else records
     backend = ENGINES.get(manifest.get("backend") or "")
     if equivalence and pair is None and backend is not None and backend.scoring_pair:
         # an engine that scores with its own logits (llama.cpp), not a torch copy of the model (issue 17)
         pair = resolve(backend.scoring_pair)(manifest)
-    if equivalence and pair is None and not server_scored(records):
+    unscorable = None
+    if equivalence and pair is None and not server_scored(judged_records):
         from specaudit.models import load_pair
 
         draft = None if config.get("engines") == ["endpoint"] else config.get("draft")  # a server's draft is not ours to load
-        pair = load_pair(
-            config.get("target", "default"), draft, device=device or config.get("device", "auto"), dtype=config.get("dtype", "auto")
-        )
+        try:
+            pair = load_pair(
+                config.get("target", "default"), draft, device=device or config.get("device", "auto"), dtype=config.get("dtype", "auto")
+            )
+        except InputError as err:
+            if not distrusted:
+                raise
+            unscorable = f"not run: {parity['message']}, and the local target could not be loaded to score the outputs instead ({err})"
     scores = None
-    if equivalence:
+    if equivalence and unscorable:
+        snapshot["equivalence"] = {"status": EquivalenceStatus.NOT_RUN, "message": unscorable, "engines": {}}
+    elif equivalence:
         # With engines beside it, the screen's records are acceptance measurements; the engines'
         # own records are what the equivalence tests judge (and scoring every screened path again
         # would cost as much as the screen).
-        judged = [r for r in records if r["engine"] != SCREEN_ENGINE] if len(engines) > 1 else records
+        judged = [r for r in judged_records if r["engine"] != SCREEN_ENGINE] if len(engines) > 1 else judged_records
         judged_dims = [d for d in dims if any(d in r.get("attributes", {}) for r in judged)]  # the subset may miss some
         snapshot["equivalence"], scores = equivalence_section(
             judged, pair, alpha=alpha, delta=delta, dimensions=judged_dims, seed=seed, plant_disparity=config.get("plant_disparity")
         )
-    if any(r.get("concurrency") is not None for r in records):  # a run at several concurrency levels (llama-server)
-        judge_by_level(snapshot, records, pair, alpha=alpha, delta=delta, dims=dims, seed=seed, n_boot=n_boot, equivalence=equivalence)
-    if any(r.get("server_logprobs") is not None for r in records):  # a server's own logprobs (llama-server)
-        from specaudit.analysis.logprob_parity import logprob_parity
+        if distrusted:
+            snapshot["equivalence"]["logprobs_note"] = (
+                "the server's logprobs failed parity (logprob_parity), so the outputs were scored with the local target instead"
+            )
+    if any(r.get("concurrency") is not None for r in records):  # a run at several concurrency levels (endpoint, llama-server)
+        judge_by_level(
+            snapshot,
+            judged_records,
+            pair,
+            alpha=alpha,
+            delta=delta,
+            dims=dims,
+            seed=seed,
+            n_boot=n_boot,
+            equivalence=bool(equivalence and not unscorable),
+        )
+        from specaudit.analysis.acceptance_stability import acceptance_stability
 
-        snapshot["logprob_parity"] = logprob_parity(records)
+        snapshot["acceptance_stability"] = acceptance_stability(records, n_boot=n_boot, seed=seed)
     speculative_engines = [e for e in engines if e != CONTROL_ENGINE]
     # Acceptance per group comes from the screen when the run has one (every prompt, exact in
     # expectation); speed-up columns need the vanilla control's timings and stay empty without it.

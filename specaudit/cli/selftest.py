@@ -20,7 +20,10 @@ def add_selftest(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", default="tiny", help="end-to-end pair: tiny (random 2-layer models, default) or a target such as default")
     p.add_argument("--draft", default="int8", help="draft for a non-tiny end-to-end target (default int8)")
     p.add_argument("--samplers", help="comma list of samplers (default: correct and every mutant)")
-    p.add_argument("--skip-e2e", action="store_true", help="only the unit audit")
+    p.add_argument("--skip-e2e", action="store_true", help="only the unit audit (and the server part)")
+    p.add_argument("--skip-servers", action="store_true", help="leave out the server mutants (the endpoint audit of batching servers)")
+    p.add_argument("--servers", help="comma list of served mutants (default: correct and every server mutant)")
+    p.add_argument("--server-seeds", type=int, help="seeds per served mutant (default 20, 3 with --quick)")
     p.add_argument(
         "--sampling",
         nargs="+",
@@ -40,7 +43,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     from specaudit.selftest.end_to_end import e2e_samplers, end_to_end_selftest
     from specaudit.selftest.harness import unit_selftest
 
-    for flag, value in (("--seeds", args.seeds), ("--e2e-seeds", args.e2e_seeds)):
+    for flag, value in (("--seeds", args.seeds), ("--e2e-seeds", args.e2e_seeds), ("--server-seeds", args.server_seeds)):
         if value is not None and value < 1:
             raise InputError(f"{flag} must be an integer >= 1, got {value}")
     everything = e2e_samplers()
@@ -51,6 +54,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     if unknown:
         raise InputError(f"unknown sampler(s) {', '.join(unknown)}; choose from {', '.join(everything)}")
     settings = parse_settings(args.sampling or ["t=1"])
+    if not args.skip_servers:
+        _server_names(args)  # bad input fails before minutes of unit audits
     pd.set_option("display.width", 200)
     unit_seeds = range(args.seeds) if args.seeds is not None else None
     unit = None
@@ -83,13 +88,46 @@ def cmd_selftest(args: argparse.Namespace) -> int:
             print("\nnot required to be caught here (a row's target says what it is held to instead):")
             for row in unexpected.itertuples():
                 print(f"  {row.sampler} at {row.sampling}: {row.expected}")
-    # The exit code covers every part that ran: a row of either table that missed its target fails it.
+    served = None if args.skip_servers else _server_part(args)
+    # The exit code covers every part that ran: a row of any table that missed its target fails it.
     missed = [
         f"{part} {name}"
-        for part, table in (("unit", unit), ("end-to-end", e2e))
+        for part, table, column in (("unit", unit, "sampler"), ("end-to-end", e2e, "sampler"), ("server", served, "server"))
         if table is not None
-        for name in table.loc[~table["ok"].astype(bool), "sampler"]
+        for name in table.loc[~table["ok"].astype(bool), column]
     ]
     if missed:
         print(f"\nselftest failed: {', '.join(missed)} missed the target", file=sys.stderr)
     return 1 if missed else 0
+
+
+def _server_part(args: argparse.Namespace):
+    """The server mutants (specaudit.testing.server_selftest) on the tiny pair, two reference servers each."""
+    import tempfile
+
+    from specaudit.models import load_pair, save_tiny_pair
+    from specaudit.prompts import load_prompts
+    from specaudit.testing.server_selftest import server_selftest
+
+    servers = _server_names(args)
+    with tempfile.TemporaryDirectory() as folder:
+        target, draft = save_tiny_pair(folder)
+        pair = load_pair(str(target), str(draft), device="cpu")
+        prompts = load_prompts("core", dimensions=["domain"], per_group=1, seed=0)
+        seeds = range(args.server_seeds) if args.server_seeds is not None else None
+        table = server_selftest(pair, prompts, servers=servers, seeds=seeds, quick=args.quick)
+    print("\nserver mutants (two reference servers on 127.0.0.1, endpoint audit at concurrency 1 and 4, tiny pair):")
+    print(table.drop(columns="cause").to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    return table
+
+
+def _server_names(args: argparse.Namespace) -> list[str]:
+    from specaudit.testing.server_mutants import SERVER_MUTANTS
+
+    servers = [s.strip() for s in args.servers.split(",") if s.strip()] if args.servers is not None else list(SERVER_MUTANTS)
+    if not servers:
+        raise InputError(f"--servers names no server; give a comma list from {', '.join(SERVER_MUTANTS)}, or leave it out for all")
+    unknown = [s for s in servers if s not in SERVER_MUTANTS]
+    if unknown:
+        raise InputError(f"unknown server mutant(s) {', '.join(unknown)}; choose from {', '.join(SERVER_MUTANTS)}")
+    return servers

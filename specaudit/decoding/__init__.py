@@ -9,6 +9,8 @@ from specaudit.decoding._spec import SamplingSpec
 
 _LAZY = {
     "Generation": "specaudit.decoding._generation",
+    "SpeculativeDecoding": "specaudit.decoding.speculative",
+    "VanillaDecoding": "specaudit.decoding.vanilla",
     "VerifyFn": "specaudit.decoding.verify",
     "acceptance_probabilities": "specaudit.decoding.verify",
     "hf_assisted_generate": "specaudit.decoding.hf_assisted",

@@ -78,7 +78,112 @@ class _DraftLookup:
         pass
 
 
-@torch.inference_mode()
+class SpeculativeDecoding:
+    """One speculative decoding of one prompt, a verification step at a time (`step`), so that a
+    server can interleave the steps of concurrent requests (specaudit.testing.batching);
+    `speculative_generate` runs it to the end. `result` is the Generation so far."""
+
+    @torch.inference_mode()
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        draft: torch.nn.Module | NgramDraft,
+        prompt_ids: list[int],
+        *,
+        spec: SamplingSpec,
+        k: int,
+        max_new_tokens: int,
+        generator: torch.Generator,
+        eos_ids: set[int],
+        vocab_size: int,
+        verify: VerifyFn = reference_verify,
+    ):
+        self.target, self.spec, self.k, self.generator = target, spec, k, generator
+        self.max_new_tokens, self.eos_ids, self.vocab_size, self.verify = max_new_tokens, eos_ids, vocab_size, verify
+        self.clock = Stopwatch(generator.device)
+        self.drafter = _DraftLookup(draft) if isinstance(draft, NgramDraft) else _DraftModel(draft)
+        self.wants_logits = bool(getattr(verify, "wants_logits", False))
+        self.target_cache = DynamicCache(config=target.config)
+        self.target_cached = 0
+        self.context = list(prompt_ids)
+        self.tokens: list[int] = []
+        self.result = Generation(tokens=self.tokens, finish_reason="", wall_s=0.0, ttft_s=0.0, steps=0)
+        self.start = self.clock.now()
+        self.untimed = 0.0
+        self.done = False
+
+    @torch.inference_mode()
+    def step(self, k: int | None = None) -> bool:
+        """One draft-and-verify step with up to `k` drafted tokens (default the decoding's k; a
+        server may draft fewer); returns whether the decoding has ended."""
+        clock, result, tokens, context, generator = self.clock, self.result, self.tokens, self.context, self.generator
+        spec, vocab_size, device, verify = self.spec, self.vocab_size, generator.device, self.verify
+        step_start = clock.now()
+        # Never draft past the length budget: the last slot is the verifier's own token.
+        k_step = min(self.k if k is None else k, self.max_new_tokens - len(tokens) - 1)
+        drafter = self.drafter
+        drafted, draft_probs = drafter.propose(context, k_step, spec, generator, vocab_size) if k_step > 0 else ([], [])
+        drafted_at = clock.now()
+
+        feed = torch.tensor([context[self.target_cached :] + drafted], device=device)
+        logits = forward_cached(self.target, feed, self.target_cache, logits_to_keep=len(drafted) + 1)
+        target_probs = warp(logits[0, :, :vocab_size], spec)
+        q = torch.stack(draft_probs) if draft_probs else target_probs.new_zeros((0, vocab_size))
+        drafted_ids = torch.tensor(drafted, dtype=torch.long, device=device)
+        try:
+            if self.wants_logits:  # a verifier modelling a bug in the engine's own warping (specaudit.selftest.field_mutants)
+                raw = VerifyLogits(spec, torch.stack(drafter.logits) if drafter.logits else None, logits[0, :, :vocab_size])
+                emitted_ids = verify(drafted_ids, q, target_probs, generator, logits=raw)
+            else:
+                emitted_ids = verify(drafted_ids, q, target_probs, generator)
+            problem, unusable = contract_problem(emitted_ids, drafted_ids, vocab_size)
+        except Exception as err:  # noqa: BLE001 (a user's sampler failing is a finding of the audit, not a crash)
+            problem, unusable = f"raised {type(err).__name__}: {' '.join(str(err).split())[:200]}", True
+        if problem:
+            result.verify_violations.append({"call": result.steps + 1, "position": len(tokens), "problem": problem})
+            if unusable:  # nothing trustworthy to emit: the record ends here, with the violation on it
+                return self._end("verify_error")
+        emitted_ids = emitted_ids.to(device=device, dtype=torch.long)
+        emitted = emitted_ids.tolist()
+        n_accepted = len(emitted) - 1
+        # Drafted tokens the verifier really kept (all n_accepted when it keeps the contract).
+        kept_drafts = next((i for i, (a, b) in enumerate(zip(emitted[:n_accepted], drafted)) if a != b), n_accepted)
+
+        # Keep the accepted prefix in both caches; the verifier's token is fed next step.
+        self.target_cached = len(context) + kept_drafts
+        crop_cache(self.target_cache, self.target_cached)
+        drafter.rollback(len(context) + kept_drafts)
+        verified_at = clock.now()
+
+        result.steps += 1
+        result.proposed += len(drafted)
+        result.accepted += n_accepted
+        result.accepted_per_step.append(n_accepted)
+        result.proposed_per_step.append(len(drafted))
+        result.draft_s += drafted_at - step_start
+        result.verify_s += verified_at - drafted_at
+        result.step_s.append(verified_at - step_start)
+        if not tokens:
+            result.ttft_s = verified_at - self.start
+        # The auditor's bookkeeping is not part of decoding: kept out of the timings.
+        result.beta.append(acceptance_probabilities(q, target_probs).tolist() if drafted else [])
+        result.accept_prob.append(token_acceptance_probabilities(drafted_ids, q, target_probs).tolist() if drafted else [])
+        result.step_pit.extend(step_pit(q, target_probs, emitted_ids))
+        self.untimed += clock.now() - verified_at
+        context.extend(emitted)
+        tokens.extend(emitted)
+        kept, reason = finish(tokens, self.eos_ids, self.max_new_tokens)
+        del tokens[len(kept) :]
+        del result.step_pit[len(kept) :]
+        return self._end(reason) if reason is not None else False
+
+    def _end(self, reason: str) -> bool:
+        self.result.finish_reason = reason
+        self.result.wall_s = self.clock.now() - self.start - self.untimed
+        self.done = True
+        return True
+
+
 def speculative_generate(
     target: torch.nn.Module,
     draft: torch.nn.Module | NgramDraft,
@@ -92,76 +197,18 @@ def speculative_generate(
     vocab_size: int,
     verify: VerifyFn = reference_verify,
 ) -> Generation:
-    device = generator.device
-    clock = Stopwatch(device)
-    drafter = _DraftLookup(draft) if isinstance(draft, NgramDraft) else _DraftModel(draft)
-    wants_logits = bool(getattr(verify, "wants_logits", False))
-    target_cache = DynamicCache(config=target.config)
-    target_cached = 0
-    context = list(prompt_ids)
-    tokens: list[int] = []
-    result = Generation(tokens=tokens, finish_reason="", wall_s=0.0, ttft_s=0.0, steps=0)
-    start = clock.now()
-    untimed = 0.0
-    reason = None
-    while reason is None:
-        step_start = clock.now()
-        # Never draft past the length budget: the last slot is the verifier's own token.
-        k_step = min(k, max_new_tokens - len(tokens) - 1)
-        drafted, draft_probs = drafter.propose(context, k_step, spec, generator, vocab_size) if k_step > 0 else ([], [])
-        drafted_at = clock.now()
-
-        feed = torch.tensor([context[target_cached:] + drafted], device=device)
-        logits = forward_cached(target, feed, target_cache, logits_to_keep=len(drafted) + 1)
-        target_probs = warp(logits[0, :, :vocab_size], spec)
-        q = torch.stack(draft_probs) if draft_probs else target_probs.new_zeros((0, vocab_size))
-        drafted_ids = torch.tensor(drafted, dtype=torch.long, device=device)
-        try:
-            if wants_logits:  # a verifier modelling a bug in the engine's own warping (specaudit.selftest.field_mutants)
-                raw = VerifyLogits(spec, torch.stack(drafter.logits) if drafter.logits else None, logits[0, :, :vocab_size])
-                emitted_ids = verify(drafted_ids, q, target_probs, generator, logits=raw)
-            else:
-                emitted_ids = verify(drafted_ids, q, target_probs, generator)
-            problem, unusable = contract_problem(emitted_ids, drafted_ids, vocab_size)
-        except Exception as err:  # noqa: BLE001 (a user's sampler failing is a finding of the audit, not a crash)
-            problem, unusable = f"raised {type(err).__name__}: {' '.join(str(err).split())[:200]}", True
-        if problem:
-            result.verify_violations.append({"call": result.steps + 1, "position": len(tokens), "problem": problem})
-            if unusable:  # nothing trustworthy to emit: the record ends here, with the violation on it
-                reason = "verify_error"
-                break
-        emitted_ids = emitted_ids.to(device=device, dtype=torch.long)
-        emitted = emitted_ids.tolist()
-        n_accepted = len(emitted) - 1
-        # Drafted tokens the verifier really kept (all n_accepted when it keeps the contract).
-        kept_drafts = next((i for i, (a, b) in enumerate(zip(emitted[:n_accepted], drafted)) if a != b), n_accepted)
-
-        # Keep the accepted prefix in both caches; the verifier's token is fed next step.
-        target_cached = len(context) + kept_drafts
-        crop_cache(target_cache, target_cached)
-        drafter.rollback(len(context) + kept_drafts)
-        verified_at = clock.now()
-
-        result.steps += 1
-        result.proposed += len(drafted)
-        result.accepted += n_accepted
-        result.accepted_per_step.append(n_accepted)
-        result.proposed_per_step.append(len(drafted))
-        result.draft_s += drafted_at - step_start
-        result.verify_s += verified_at - drafted_at
-        result.step_s.append(verified_at - step_start)
-        if not tokens:
-            result.ttft_s = verified_at - start
-        # The auditor's bookkeeping is not part of decoding: kept out of the timings.
-        result.beta.append(acceptance_probabilities(q, target_probs).tolist() if drafted else [])
-        result.accept_prob.append(token_acceptance_probabilities(drafted_ids, q, target_probs).tolist() if drafted else [])
-        result.step_pit.extend(step_pit(q, target_probs, emitted_ids))
-        untimed += clock.now() - verified_at
-        context.extend(emitted)
-        tokens.extend(emitted)
-        kept, reason = finish(tokens, eos_ids, max_new_tokens)
-        del tokens[len(kept) :]
-        del result.step_pit[len(kept) :]
-    result.finish_reason = reason
-    result.wall_s = clock.now() - start - untimed
-    return result
+    decoding = SpeculativeDecoding(
+        target,
+        draft,
+        prompt_ids,
+        spec=spec,
+        k=k,
+        max_new_tokens=max_new_tokens,
+        generator=generator,
+        eos_ids=eos_ids,
+        vocab_size=vocab_size,
+        verify=verify,
+    )
+    while not decoding.step():
+        pass
+    return decoding.result

@@ -11,7 +11,64 @@ from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.models import Stopwatch, forward_cached
 
 
-@torch.inference_mode()
+class VanillaDecoding:
+    """One plain decoding of one prompt, a token at a time (`step`), so that a server can
+    interleave the steps of concurrent requests (specaudit.testing.batching); `vanilla_generate`
+    runs it to the end. `result` is the Generation once `done`."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        prompt_ids: list[int],
+        *,
+        spec: SamplingSpec,
+        max_new_tokens: int,
+        generator: torch.Generator,
+        eos_ids: set[int],
+        vocab_size: int,
+    ):
+        self.model, self.spec, self.generator = model, spec, generator
+        self.max_new_tokens, self.eos_ids, self.vocab_size = max_new_tokens, eos_ids, vocab_size
+        self.clock = Stopwatch(generator.device)
+        self.start = self.clock.now()
+        self.cache = DynamicCache(config=model.config)
+        self.feed = torch.tensor([prompt_ids], device=generator.device)
+        self.tokens: list[int] = []
+        self.ttft = 0.0
+        self.step_s: list[float] = []
+        self.result: Generation | None = None
+        self.done = False
+
+    @torch.inference_mode()
+    def step(self, k: int | None = None) -> bool:
+        """One forward pass and one sampled token (`k` is ignored: nothing is drafted); returns
+        whether the decoding has ended."""
+        clock = self.clock
+        step_start = clock.now() if self.step_s else self.start
+        logits = forward_cached(self.model, self.feed, self.cache)
+        token = sample_from(warp(logits[0, -1, : self.vocab_size], self.spec), self.generator)
+        self.tokens.append(token)
+        now = clock.now()
+        self.step_s.append(now - step_start)
+        if len(self.tokens) == 1:
+            self.ttft = now - self.start
+        self.tokens, reason = finish(self.tokens, self.eos_ids, self.max_new_tokens)
+        self.feed = torch.tensor([[token]], device=self.generator.device)
+        if reason is None:
+            return False
+        self.result = Generation(
+            tokens=self.tokens,
+            finish_reason=reason,
+            wall_s=clock.now() - self.start,
+            ttft_s=self.ttft,
+            steps=len(self.tokens),
+            verify_s=sum(self.step_s),
+            step_s=self.step_s,
+        )
+        self.done = True
+        return True
+
+
 def vanilla_generate(
     model: torch.nn.Module,
     prompt_ids: list[int],
@@ -22,32 +79,9 @@ def vanilla_generate(
     eos_ids: set[int],
     vocab_size: int,
 ) -> Generation:
-    device = generator.device
-    clock = Stopwatch(device)
-    start = clock.now()
-    cache = DynamicCache(config=model.config)
-    feed = torch.tensor([prompt_ids], device=device)
-    tokens: list[int] = []
-    ttft = 0.0
-    step_s: list[float] = []
-    reason = None
-    while reason is None:
-        step_start = clock.now() if step_s else start
-        logits = forward_cached(model, feed, cache)
-        token = sample_from(warp(logits[0, -1, :vocab_size], spec), generator)
-        tokens.append(token)
-        now = clock.now()
-        step_s.append(now - step_start)
-        if len(tokens) == 1:
-            ttft = now - start
-        tokens, reason = finish(tokens, eos_ids, max_new_tokens)
-        feed = torch.tensor([[token]], device=device)
-    return Generation(
-        tokens=tokens,
-        finish_reason=reason,
-        wall_s=clock.now() - start,
-        ttft_s=ttft,
-        steps=len(tokens),
-        verify_s=sum(step_s),
-        step_s=step_s,
+    decoding = VanillaDecoding(
+        model, prompt_ids, spec=spec, max_new_tokens=max_new_tokens, generator=generator, eos_ids=eos_ids, vocab_size=vocab_size
     )
+    while not decoding.step():
+        pass
+    return decoding.result

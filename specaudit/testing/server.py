@@ -14,16 +14,24 @@ Serves
                         (temperature, top-k, top-p applied exactly as in decoding: specaudit's one
                         `warp`), computed by one teacher-forced target pass over the output; i.e.
                         vLLM's `--logprobs-mode processed_logprobs`. Zero probabilities are written
-                        as -9999.0 (as vLLM does) and left out of top_logprobs.
+                        as -9999.0 (as vLLM does) and left out of top_logprobs. A speculative
+                        server adds the request's own acceptance as vLLM's
+                        `--per-request-spec-decode-metrics` does: `metrics.speculative_decoding`
+                        (num_draft_tokens, num_accepted_draft_tokens, num_spec_steps,
+                        acceptance_histogram, draft_acceptance_rate), on the last chunk when streamed.
   GET /v1/models        the one served model.
   GET /metrics          Prometheus text with vLLM's counter names: vllm:spec_decode_num_drafts,
                         vllm:spec_decode_num_draft_tokens, vllm:spec_decode_num_accepted_tokens,
                         vllm:spec_decode_num_accepted_tokens_per_pos{position}, plus request and
                         token totals.
 
-Models are not thread-safe, so every model call holds one lock (requests are answered one at a
-time; the HTTP layer is threaded). `stream: true` is accepted, but the answer is decoded in full
-before its first chunk is sent: this server's time to first token equals its latency.
+Concurrent requests are batched (specaudit.testing.batching): up to `max_batch` rows share each
+decoding round, each row with its own generator and caches, so a request's tokens do not depend
+on what else is in the batch. A `BatchPolicy` decides what rows share across requests; the
+self-test's server mutants (specaudit.testing.server_mutants) are policies that get it wrong as
+real servers did. Every model call holds one lock (the servers of a process may share a model).
+`stream: true` is accepted, but the answer is decoded in full before its first chunk is sent:
+this server's time to first token equals its latency.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.errors import InputError
+from specaudit.testing.batching import Batcher, BatchPolicy, Row
 
 if TYPE_CHECKING:
     from specaudit.models import ModelPair
@@ -86,6 +95,8 @@ class ReferenceServer:
         host: str = "127.0.0.1",
         port: int = 0,
         lock: threading.Lock | None = None,
+        max_batch: int = 8,
+        policy: BatchPolicy | None = None,
     ):
         from specaudit.decoding import reference_verify
         from specaudit.engines.decode import eos_token_ids
@@ -102,6 +113,7 @@ class ReferenceServer:
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "requests": 0, "prompt_tokens": 0, "generation_tokens": 0}
         self.accepted_per_position = [0] * k
         self._counter_lock = threading.Lock()
+        self.batcher = Batcher(k=k, max_batch=max_batch, lock=self.lock, policy=policy, name="specaudit-batcher")
         self.httpd = ThreadingHTTPServer((host, port), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.app = self
@@ -132,6 +144,7 @@ class ReferenceServer:
         self.httpd.server_close()
         if self._thread is not None:
             self._thread.join()
+        self.batcher.close()
 
     def __enter__(self) -> ReferenceServer:
         return self.start()
@@ -166,7 +179,7 @@ class ReferenceServer:
         """The /v1/completions answer (non-streaming form) for a request body."""
         import torch
 
-        from specaudit.decoding import SamplingSpec, speculative_generate, vanilla_generate, warp
+        from specaudit.decoding import SamplingSpec, SpeculativeDecoding, VanillaDecoding, warp
 
         if body.get("model") not in (None, self.model_name):
             raise _BadRequest(f"The model `{body.get('model')}` does not exist; this server serves `{self.model_name}`", 404)
@@ -184,27 +197,29 @@ class ReferenceServer:
             raise _BadRequest(f"`seed` must be an integer, got {seed!r}")
         n_logprobs = _number(body, "logprobs", 0, int, 0)
         pair = self.pair
+        generator = torch.Generator(device=pair.device)
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed % (1 << 64))
+        common = dict(spec=spec, max_new_tokens=max_tokens, generator=generator, eos_ids=self.eos_ids, vocab_size=pair.vocab_size)
         with self.lock:
-            generator = torch.Generator(device=pair.device)
-            if seed is None:
-                generator.seed()
-            else:
-                generator.manual_seed(seed % (1 << 64))
-            common = dict(spec=spec, max_new_tokens=max_tokens, generator=generator, eos_ids=self.eos_ids, vocab_size=pair.vocab_size)
             if self.speculative:
-                generation = speculative_generate(pair.target, pair.draft, prompt_ids, k=self.k, verify=self.verify, **common)
+                decoding = SpeculativeDecoding(pair.target, pair.draft, prompt_ids, k=self.k, verify=self.verify, **common)
             else:
-                generation = vanilla_generate(pair.target, prompt_ids, **common)
-            tokens = generation.tokens
-            logprobs = None
-            if n_logprobs and tokens:
-                with torch.inference_mode():
-                    ids = torch.tensor([prompt_ids + tokens[:-1]], device=pair.device)
-                    logits = pair.target(input_ids=ids).logits[0, len(prompt_ids) - 1 :, : pair.vocab_size]
-                    probs = warp(logits.double(), spec)
-                logprobs = self._logprobs(probs, tokens, n_logprobs)
+                decoding = VanillaDecoding(pair.target, prompt_ids, **common)
+        row = self.batcher.run(Row(decoding=decoding, request={"prompt_ids": prompt_ids, "seed": seed, "max_tokens": max_tokens}))
+        generation = decoding.result
+        tokens = generation.tokens
+        logprobs = None
+        if n_logprobs and tokens:
+            with self.lock, torch.inference_mode():
+                ids = torch.tensor([prompt_ids + tokens[:-1]], device=pair.device)
+                logits = pair.target(input_ids=ids).logits[0, len(prompt_ids) - 1 :, : pair.vocab_size]
+                probs = warp(logits.double(), spec)
+            logprobs = self.batcher.policy.logprobs(self._logprobs(probs, tokens, n_logprobs), row)
         number = self._count(prompt_ids, generation)
-        return {
+        answer = {
             "id": f"cmpl-specaudit-{number}",
             "object": "text_completion",
             "created": int(time.time()),
@@ -219,6 +234,24 @@ class ReferenceServer:
             ],
             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(tokens), "total_tokens": len(prompt_ids) + len(tokens)},
         }
+        if self.speculative:
+            answer["metrics"] = {"speculative_decoding": self._request_acceptance(generation)}
+        return answer
+
+    def _request_acceptance(self, generation) -> dict:
+        """The request's own speculation, in vLLM's per-request shape (--per-request-spec-decode-metrics)."""
+        histogram = [0] * (self.k + 1)
+        for accepted in generation.accepted_per_step:
+            histogram[min(accepted, self.k)] += 1
+        metrics = {
+            "num_draft_tokens": generation.proposed,
+            "num_accepted_draft_tokens": generation.accepted,
+            "num_spec_steps": generation.steps,
+            "acceptance_histogram": histogram,
+        }
+        if generation.proposed:
+            metrics["draft_acceptance_rate"] = generation.accepted / generation.proposed
+        return metrics
 
     @staticmethod
     def _logprobs(probs, tokens: list[int], n: int) -> dict:
@@ -350,9 +383,11 @@ class _Handler(BaseHTTPRequestHandler):
             part: dict[str, Any] = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
             if n:
                 part["logprobs"] = {name: [logprobs[name][t]] for name in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+            last = {}
             if t == len(pieces) - 1:
                 part["finish_reason"] = choice["finish_reason"]
-            self._event({**head, "choices": [part]})
+                last = {"metrics": answer["metrics"]} if "metrics" in answer else {}
+            self._event({**head, "choices": [part], **last})
         if include_usage:
             self._event({**head, "choices": [], "usage": answer["usage"]})
         self.wfile.write(b"data: [DONE]\n\n")
@@ -383,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speculative", action="store_true", help="decode with the speculative engine (else vanilla)")
     parser.add_argument("--verify", help="module:function of the rejection step (default: the correct one)")
     parser.add_argument("--k", type=int, default=4, help="draft tokens per step (default 4)")
+    parser.add_argument("--max-batch", type=int, default=8, help="requests decoded together, one step each per round (default 8)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--device", default="auto")
@@ -400,11 +436,20 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError("--speculative needs --draft (int8, early-exit:N, ngram, or a model)")
         if args.k < 1:
             raise InputError(f"--k must be >= 1, got {args.k}")
+        if args.max_batch < 1:
+            raise InputError(f"--max-batch must be >= 1, got {args.max_batch}")
         verify = RunConfig(target=args.target, verify=args.verify).load_verify() if args.verify else None
         torch.set_num_threads(args.threads)
         pair = load_pair(args.target, args.draft if args.speculative else None, device=args.device, dtype=args.dtype)
         server = ReferenceServer(
-            pair, speculative=args.speculative, verify=verify, k=args.k, model_name=args.model_name, host=args.host, port=args.port
+            pair,
+            speculative=args.speculative,
+            verify=verify,
+            k=args.k,
+            model_name=args.model_name,
+            host=args.host,
+            port=args.port,
+            max_batch=args.max_batch,
         )
     except InputError as err:
         print(f"specaudit: error: {err}", file=sys.stderr)
@@ -420,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         server.httpd.server_close()
+        server.batcher.close()
     return 0
 
 

@@ -75,7 +75,12 @@ def test_records_are_what_the_servers_returned_and_match_local_engines(tmp_path,
     assert {r["key"] for r in records} == {f"p{i}|{e}|{s}" for i in range(1, 5) for e in ("vanilla", "speculative") for s in (0, 1)}
     for r in records:
         assert r["backend"] == "endpoint" and r["token_ids_source"] == "server"
-        assert r["steps"] == r["proposed"] == r["accepted"] == 0 and r["accepted_per_step"] == r["beta"] == []
+        assert r["accepted_per_step"] == r["beta"] == []
+        if r["engine"] == "vanilla":
+            assert r["steps"] == r["proposed"] == r["accepted"] == 0 and "server_acceptance" not in r
+        else:  # the server's own per-request counts (vLLM's metrics.speculative_decoding shape)
+            assert r["server_acceptance"]["source"] == "metrics.speculative_decoding"
+            assert 0 <= r["accepted"] <= r["proposed"] and r["steps"] >= 1
         assert r["draft_s"] is None and r["wall_s"] > 0 and r["ttft_s"] is not None  # streamed by default
         assert len(r["target_logprobs"]) == len(r["output_token_ids"]) >= 1
         assert all(len(e["top"]) <= 20 for e in r["target_logprobs"])
@@ -101,8 +106,11 @@ def test_records_are_what_the_servers_returned_and_match_local_engines(tmp_path,
         device="cpu",
     )
     run(local, tmp_path / "local", pair=pair, progress=False)
-    expected = {r["key"]: r["output_token_ids"] for r in read_records(tmp_path / "local" / "records.jsonl")}
+    local_records = read_records(tmp_path / "local" / "records.jsonl")
+    expected = {r["key"]: r["output_token_ids"] for r in local_records}
     assert {r["key"]: r["output_token_ids"] for r in records} == expected
+    counts = lambda rs: {r["key"]: (r["steps"], r["proposed"], r["accepted"]) for r in rs if r["engine"] == "speculative"}  # noqa: E731
+    assert counts(records) == counts(local_records)  # the server's per-request acceptance is the engine's own
     manifest = json.loads((tmp_path / "ep" / "manifest.json").read_text())
     assert manifest["backend"] == "endpoint" and manifest["models"]["speculative"]["url"] == speculative.url
     assert manifest["endpoint"]["token_ids"] == ["server"]

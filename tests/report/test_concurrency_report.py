@@ -45,6 +45,9 @@ def test_concurrency_part_in_html_and_summary(snapshot):
     snapshot["concurrency"], snapshot["logprob_parity"] = _sections()
     html = render_html(snapshot)
     assert 'id="concurrency"' in html and "crossover level" in html
+    # the crossover plot: speed-up and acceptance per group across levels, the crossover told in text as well as shape
+    assert html.count('class="chart levels"') == 4  # two dimensions (all, style) x (speed-up, acceptance)
+    assert "Speed-up per style group and concurrency level" in html and "plain (stops paying at 4)" in html
     assert "the server&#39;s logprobs are not the target&#39;s" in html or "the server's logprobs are not the target's" in html
     markdown = summary_markdown(build_view(snapshot))
     assert "## Concurrency" in markdown and "| style | plain | 4 |" in markdown

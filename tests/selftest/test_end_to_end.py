@@ -64,5 +64,5 @@ def test_selftest_exit_code_covers_the_end_to_end_part(monkeypatch, capsys):
     assert _verdict("always_accept", 0.16, 1.0, 0.05)["ok"] and not _verdict("bf16_draft_logits", 0.0, 0.7, 0.05)["ok"]
     table = pd.DataFrame([{"sampler": "always_accept", **_verdict("always_accept", 0.0, 0.84, 0.05)}])
     monkeypatch.setattr(e2e_module, "end_to_end_selftest", lambda *a, **k: table)
-    code = main(["selftest", "--samplers", "always_accept", "--seeds", "2", "--e2e-seeds", "1"])
+    code = main(["selftest", "--samplers", "always_accept", "--seeds", "2", "--e2e-seeds", "1", "--skip-servers"])
     assert code == 1 and "end-to-end always_accept missed the target" in capsys.readouterr().err

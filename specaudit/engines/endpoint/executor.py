@@ -2,12 +2,14 @@
 
 The servers, their settings and the HTTP client are specaudit.engines.endpoint.client's; this module
 only turns plan items into requests and their answers into records (engine "vanilla" for the
-spec-OFF server, "speculative" for the spec-ON one), `concurrency` requests at a time.
+spec-OFF server, "speculative" for the spec-ON one), `concurrency` requests at a time, or, with
+`concurrency_levels`, the plan once per level (specaudit.engines.levels), the level on each record.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
@@ -22,6 +24,7 @@ from specaudit.engines.endpoint.client import (
     resolve_model,
 )
 from specaudit.engines.endpoint.settings import api_key_of
+from specaudit.engines.levels import plan_levels, run_levels
 from specaudit.engines.ordered import emit_in_plan_order
 from specaudit.engines.spec_counters import SPEC_DECODE_COUNTERS, metrics_summary, parse_metrics
 from specaudit.errors import InputError
@@ -48,6 +51,11 @@ def vocabulary_size(tokenizer, name: str) -> int:
 
 class EndpointExecutor(Executor):
     label, unit = "requests", "req"
+
+    def check(self, folder: RunFolder) -> None:
+        levels = self.cfg.endpoint.get("concurrency_levels")
+        # The plan once per concurrency level (engines.levels); what is recorded already is skipped.
+        self.levels = plan_levels(folder, tuple(levels), self.cfg.samples, self.cfg.timing_repeats) if levels else None
 
     def start(self, folder: RunFolder) -> dict:
         from specaudit.models import load_tokenizer
@@ -95,7 +103,7 @@ class EndpointExecutor(Executor):
             "device": {
                 "type": "endpoint",
                 "name": f"{settings['speculative_url']} (speculative), {settings['vanilla_url']} (vanilla)",
-                "concurrency": settings["concurrency"],
+                "concurrency": list(settings["concurrency_levels"]) if settings.get("concurrency_levels") else settings["concurrency"],
             },
             "backend": "endpoint",
             "endpoint": self.notes,
@@ -117,6 +125,7 @@ class EndpointExecutor(Executor):
         seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
         prompt_ids = self.encoded[item.prompt.id]
         request = f"prompt {item.prompt.id}, sample {item.sample}"
+        started_at = time.time()  # when the request left: the order the server saw them in
         completion = self._call(item.engine, item.prompt.id, seed, cfg.max_new_tokens, request)
         finish = FINISH_REASONS.get(str(completion.finish_reason))
         if finish is None:
@@ -146,12 +155,19 @@ class EndpointExecutor(Executor):
         )
         record = make_record(cfg, item, seed, prompt_ids, generation, completion.text)
         extra = {"server_acceptance": acceptance.to_dict()} if acceptance is not None else {}
+        if self.levels is not None:
+            extra["concurrency"] = self.levels[item.key]
         if source == "server":  # kept as evidence: the equivalence audit fails these positions as impossible tokens
             violations = out_of_vocabulary(ids, logprobs, self.vocab_size)
             if violations:
                 extra["server_violations"] = violations
         return record.with_extra(
-            backend="endpoint", token_ids_source=source, logprobs_mode=settings["logprobs_mode"], target_logprobs=logprobs, **extra
+            backend="endpoint",
+            token_ids_source=source,
+            logprobs_mode=settings["logprobs_mode"],
+            target_logprobs=logprobs,
+            started_at=started_at,
+            **extra,
         )
 
     def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
@@ -173,9 +189,12 @@ class EndpointExecutor(Executor):
         try:
             # Items are submitted in plan order (engines of one prompt and sample back to back, order
             # alternating), so both sides of each pair run at about the same time and server load.
-            with ThreadPoolExecutor(max_workers=settings["concurrency"]) as pool:
-                futures = {pool.submit(self._record_of, item): index for index, item in enumerate(items)}
-                emit_in_plan_order(futures, emit_noting_source)
+            if self.levels is not None:
+                run_levels(items, tuple(settings["concurrency_levels"]), self.levels, self._record_of, emit_noting_source)
+            else:
+                with ThreadPoolExecutor(max_workers=settings["concurrency"]) as pool:
+                    futures = {pool.submit(self._record_of, item): index for index, item in enumerate(items)}
+                    emit_in_plan_order(futures, emit_noting_source)
         finally:
             self._note_run(folder, sources, before)
 

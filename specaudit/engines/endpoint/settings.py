@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from specaudit._validation import SETTINGS_CONFIG, input_error
+from specaudit.engines.levels import check_levels
 from specaudit.errors import InputError
 
 LOGPROBS_MODES = ("processed", "raw")
@@ -28,6 +29,9 @@ class EndpointSettings(BaseModel):
     api_key: str | None = None
     api_key_env: str | None = None  # name of an environment variable holding the key
     concurrency: int = Field(4, ge=1, strict=True)
+    # Concurrency as a dimension (engines.levels): the plan once per level, `level` requests in flight
+    # per server, the level on each record. None: one pass at `concurrency`, no level recorded.
+    concurrency_levels: tuple[int, ...] | None = None
     timeout_s: float = Field(600.0, gt=0, strict=True)
     metrics_url: str | None = None
     logprobs: int = Field(20, ge=0, strict=True)
@@ -51,6 +55,10 @@ class EndpointSettings(BaseModel):
         self.vanilla_model = self.vanilla_model or self.model
         if self.api_key is not None and self.api_key_env is not None:
             raise InputError("endpoint: give either api_key or api_key_env (the name of an environment variable holding the key), not both")
+        if self.concurrency_levels is not None:
+            if self.concurrency != type(self).model_fields["concurrency"].default:  # a dumped section holds the default
+                raise InputError("endpoint: give either concurrency (one pass) or concurrency_levels (the plan once per level), not both")
+            check_levels(self.concurrency_levels, "endpoint.concurrency_levels")
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise InputError(f"endpoint.logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}, got {self.logprobs_mode!r}")
         return self
@@ -68,6 +76,7 @@ _IDENTITY = (
     "tokenizer",
     "extra_body",
     "prompt_as",
+    "concurrency_levels",
 )
 
 
@@ -91,6 +100,11 @@ def validate_settings(settings: dict | None, engines: tuple[str, ...]) -> dict:
     if not isinstance(settings, dict):
         raise InputError(f"endpoint: must be a mapping of setting: value ({', '.join(DEFAULTS)}), got {type(settings).__name__}")
     settings = {str(key).replace("-", "_"): value for key, value in settings.items()}
+    if isinstance(settings.get("concurrency_levels"), str):  # "1,4" as a YAML scalar
+        try:
+            settings["concurrency_levels"] = tuple(int(part) for part in settings["concurrency_levels"].split(",") if part.strip())
+        except ValueError:
+            raise InputError(f"endpoint.concurrency_levels must be integers such as 1,4, got {settings['concurrency_levels']!r}") from None
     try:
         return EndpointSettings(**settings).model_dump()
     except ValidationError as err:

@@ -2,23 +2,20 @@
 processes (speculation off and on, `-np` slots each), runs the plan against them at each
 concurrency level, and stops them.
 
-Concurrency is a dimension of the plan: every (prompt, sample) is decoded once per level, as its
-own sample label (level i of L takes samples i*S .. i*S+S-1 for --samples S, so each level has its
-own seeds and the plan's pairs stay paired), and the record says at which level it ran
-(`concurrency`). The levels run one after another, lowest first; within one, `level` requests
-are in flight at a time on each server, so at level 4 a server batches up to 4 sequences in one
-continuous batch. Records are written in plan order within a level.
+Concurrency is a dimension of the plan (specaudit.engines.levels, shared with the endpoint
+engine): every (prompt, sample) is decoded once per level, and the record says at which level it
+ran (`concurrency`); at level 4 a server batches up to 4 sequences in one continuous batch.
 """
 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 from specaudit.contracts.engines import ENGINES
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.endpoint.client import Endpoint
+from specaudit.engines.levels import plan_levels, run_levels
 from specaudit.engines.llama_cpp.client import gguf_file, llama_seed
 from specaudit.engines.llama_server.build import binding_version, build_info, require_binary
 from specaudit.engines.llama_server.client import (
@@ -32,7 +29,6 @@ from specaudit.engines.llama_server.client import (
 )
 from specaudit.engines.llama_server.launcher import LlamaServer, ServerPair
 from specaudit.engines.llama_server.settings import server_settings, spec_type_for
-from specaudit.engines.ordered import emit_in_plan_order
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
 from specaudit.execution.folder import RunFolder
@@ -41,20 +37,6 @@ from specaudit.prompts import prompt_token_ids
 
 BACKEND = "llama-server"
 RECORD_ENGINES = ENGINES[BACKEND].records
-
-
-def level_plan(plan: list[PlanItem], levels: tuple[int, ...], samples: int, timing_repeats: int) -> list[tuple[int, PlanItem]]:
-    """The plan once per concurrency level, level-major: (level, item) with the item's sample
-    relabelled into that level's block (outputs i*samples + s, timing repeats t(i*R + r))."""
-    expanded = []
-    for index, level in enumerate(levels):
-        for item in plan:
-            if item.timing_only:
-                label: int | str = f"t{index * timing_repeats + int(str(item.sample)[1:])}"
-            else:
-                label = index * samples + int(item.sample)
-            expanded.append((level, PlanItem(item.prompt, item.engine, label, item.timing_only)))
-    return expanded
 
 
 class LlamaServerExecutor(Executor):
@@ -82,12 +64,8 @@ class LlamaServerExecutor(Executor):
                 f"{folder.out_dir} was run with other llama_server settings ({(previous.get(BACKEND) or {}).get('identity')}); "
                 f"re-run them or choose a new --out (now: {identity})"
             )
-        # The plan once per concurrency level (module docstring); what is recorded already is skipped.
-        self.levels = {}
-        expanded = level_plan(folder.plan, self.settings.concurrency_levels, cfg.samples, cfg.timing_repeats)
-        folder.plan = [item for _, item in expanded]
-        folder.todo = [item for item in folder.plan if item.key not in folder.done]
-        self.levels = {item.key: level for level, item in expanded}
+        # The plan once per concurrency level (engines.levels); what is recorded already is skipped.
+        self.levels = plan_levels(folder, self.settings.concurrency_levels, cfg.samples, cfg.timing_repeats)
 
     def _identity(self) -> dict:
         s = self.settings
@@ -186,20 +164,7 @@ class LlamaServerExecutor(Executor):
             for _ in range(cfg.warmup):
                 for engine in RECORD_ENGINES:
                     complete(self.endpoints[engine], request_body(cfg, first, cfg.seed, min(8, cfg.max_new_tokens)))
-        for level in self.settings.concurrency_levels:
-            batch = [item for item in items if self.levels[item.key] == level]
-            if batch:
-                self._run_level(batch, level, emit)
-
-    def _run_level(self, items: list[PlanItem], level: int, emit: Emit) -> None:
-        """`items` with `level` requests in flight at a time, both servers' items interleaved in plan
-        order; finished records are written in plan order, and what finished is kept on an error."""
-        # One pool of `level` workers per server: each has exactly `level` requests in flight (bar
-        # the tail), both at once, so the two sides of a pair run at the same load.
-        with ThreadPoolExecutor(max_workers=level) as off, ThreadPoolExecutor(max_workers=level) as on:
-            pools = {CONTROL_ENGINE: off, SPECULATIVE_ENGINE: on}
-            futures = {pools[item.engine].submit(self._record_of, item): index for index, item in enumerate(items)}
-            emit_in_plan_order(futures, emit)
+        run_levels(items, self.settings.concurrency_levels, self.levels, self._record_of, emit)
 
     def close(self) -> None:
         for endpoint in getattr(self, "endpoints", {}).values():
@@ -209,4 +174,4 @@ class LlamaServerExecutor(Executor):
             servers.stop()
 
 
-__all__ = ["BACKEND", "LlamaServerExecutor", "level_plan"]
+__all__ = ["BACKEND", "LlamaServerExecutor"]

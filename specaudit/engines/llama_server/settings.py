@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from specaudit._validation import input_error
+from specaudit.engines.levels import check_levels
 from specaudit.errors import InputError
 
 # llama-server's draft-free speculation types (common/speculative.cpp in the vendored llama.cpp);
@@ -38,10 +39,7 @@ class LlamaServerSettings(BaseModel):
 
     @model_validator(mode="after")
     def _rules(self) -> LlamaServerSettings:
-        if not self.concurrency_levels or any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in self.concurrency_levels):
-            raise InputError(f"llama_server.concurrency_levels must be integers >= 1, got {list(self.concurrency_levels)}")
-        if len(set(self.concurrency_levels)) != len(self.concurrency_levels):
-            raise InputError(f"llama_server.concurrency_levels has a level twice: {list(self.concurrency_levels)}")
+        check_levels(self.concurrency_levels, "llama_server.concurrency_levels")
         if self.parallel is not None and self.parallel < max(self.concurrency_levels):
             raise InputError(
                 f"llama_server.parallel {self.parallel} is below the highest concurrency level {max(self.concurrency_levels)}: "

@@ -7,14 +7,67 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import specaudit.charts as charts
 from specaudit.report.view.format import badge, fixed, get, mapping, with_ci
+
+MAX_GROUPS_PER_CHART = 8  # more lines than this are no longer told apart; the table has them all
 
 
 def _interval(block: Any, fmt=fixed, suffix: str = "") -> str:
     return with_ci(get(block, "estimate"), get(block, "ci_low"), get(block, "ci_high"), fmt=fmt, suffix=suffix)
 
 
-def concurrency_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+def crossover_charts(section: Mapping[str, Any], ids=None) -> list[Any]:
+    """Per dimension: speed-up and acceptance per group across the levels, with 95% intervals,
+    each group's crossover (the lowest level whose speed-up interval lies below 1x) marked."""
+    levels = [str(level) for level in section.get("levels") or []]
+    if len(levels) < 2:
+        return []
+    made = []
+    for dimension, groups in mapping(section.get("groups")).items():
+        for metric, label, reference in (
+            ("speedup", "speed-up (vanilla / speculative time per token)", 1.0),
+            ("acceptance", "acceptance", None),
+        ):
+            series, said = [], []
+            for index, (group, by_level) in enumerate(list(mapping(groups).items())[:MAX_GROUPS_PER_CHART]):
+                blocks = [mapping(mapping(mapping(by_level).get(level)).get(metric)) for level in levels]
+                values = [b.get("estimate") for b in blocks]
+                if not any(isinstance(v, (int, float)) for v in values):
+                    continue
+                crossover = get(section, "crossover", dimension, group) if metric == "speedup" else None
+                at = levels.index(str(crossover)) if crossover is not None and str(crossover) in levels else None
+                colour = charts.OVERALL_COLOUR if group == "all" else charts.group_colour(index)
+                series.append(
+                    charts.LevelSeries(
+                        str(group), colour, values, [b.get("ci_low") for b in blocks], [b.get("ci_high") for b in blocks], at
+                    )
+                )
+                trend = ", ".join(f"{lv}: {fixed(v)}" for lv, v in zip(levels, values))
+                said.append(f"{group} ({trend}" + (f"; stops paying at {crossover})" if crossover is not None else ")"))
+            if not series:
+                continue
+            name = "Speed-up" if metric == "speedup" else "Acceptance"
+            made.append(
+                {
+                    "dimension": dimension,
+                    "metric": metric,
+                    "svg": charts.level_lines(
+                        levels,
+                        series,
+                        title=f"{name} per {dimension} group and concurrency level",
+                        desc=f"{name} of each {dimension} group at concurrency levels {', '.join(levels)}, with 95% intervals: "
+                        + "; ".join(said),
+                        axis_label=label,
+                        reference=reference,
+                        chart_id=ids("crossover") if ids is not None else f"crossover{len(made) + 1}",
+                    ),
+                }
+            )
+    return made
+
+
+def concurrency_view(snapshot: Mapping[str, Any], ids=None) -> dict[str, Any]:
     section = mapping(get(snapshot, "concurrency"))
     parity = mapping(get(snapshot, "logprob_parity"))
     if not section and not parity:
@@ -48,9 +101,12 @@ def concurrency_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
                         "crossover": get(section, "crossover", dimension, group),
                     }
                 )
+    stability = mapping(get(snapshot, "acceptance_stability"))
     return {
         "ran": True,
         "levels": levels,
+        "charts": crossover_charts(section, ids),
+        "stability": {"ran": bool(stability), "badge": badge(stability.get("status")), "message": stability.get("message") or ""},
         "message": section.get("message") or "",
         "equivalence": equivalence,
         "rows": rows,

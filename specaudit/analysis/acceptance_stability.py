@@ -1,0 +1,124 @@
+"""The snapshot's acceptance stability section: does speculation keep working under load and over
+the server's life? A run at concurrency levels whose speculative records carry the server's own
+per-request counts (`proposed`, `accepted`) is checked for two failures that leave the output
+right, so that no equivalence test can see them, and that only an acceptance monitor does:
+
+- collapse under load: accepted drafts per output token at a level, over the same at the lowest
+  level (a ratio of pooled sums, prompt-cluster bootstrap interval, prompts paired). The level
+  collapses when the interval lies wholly below the band's lower edge (0.8 by default): a correct
+  server's acceptance does not depend on what else is in the batch, so the ratio's interval holds 1.
+- stopped during the run: ordered by when each request left (`started_at`), the speculative
+  requests from some point on drafted nothing at all, at least MIN_STOPPED of them and a tenth of
+  the run, where earlier ones drafted, within one level (a stop that comes with a change of level
+  is the load's). When that point falls inside the lowest level (before any load), the cause is state the server keeps across requests, not load; the collapse of the levels
+  after it is then that stop, not a load effect, and is not reported twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from specaudit.contracts import DEFAULT_BAND, DisparityStatus
+from specaudit.contracts.run import SPECULATIVE_ENGINE
+
+MIN_STOPPED = 5  # requests in a row that drafted nothing, at the least, before a stop is claimed
+MIN_PROMPTS = 5  # fewer prompts give an estimate without an interval, and no collapse is claimed
+
+
+def _per_token(records: list[dict]) -> dict[str, tuple[float, float]]:
+    sums: dict[str, list[float]] = {}
+    for r in records:
+        entry = sums.setdefault(r["prompt_id"], [0.0, 0.0])
+        entry[0] += float(r.get("accepted") or 0)
+        entry[1] += len(r["output_token_ids"])
+    return {prompt: (a, n) for prompt, (a, n) in sums.items()}
+
+
+def _ratio(level: dict, base: dict, n_boot: int, seed: int) -> dict[str, Any]:
+    """(Σ accepted / Σ tokens at the level) / (the same at the base level), paired over prompts."""
+    from specaudit.stats._bootstrap import cluster_bootstrap
+
+    prompts = sorted(set(level) & set(base))
+    if not prompts:
+        return {"estimate": None, "ci_low": None, "ci_high": None, "n_prompts": 0}
+    arrays = np.array([[*level[p], *base[p]] for p in prompts], dtype=float)  # accepted, tokens at level; at base
+
+    def ratio(weights: np.ndarray) -> np.ndarray:
+        sums = weights @ arrays
+        top = np.divide(sums[:, 0], sums[:, 1], out=np.zeros(len(sums)), where=sums[:, 1] > 0)
+        bottom = np.divide(sums[:, 2], sums[:, 3], out=np.zeros(len(sums)), where=sums[:, 3] > 0)
+        return np.divide(top, bottom, out=np.full(len(sums), np.nan), where=bottom > 0)
+
+    estimate = float(ratio(np.ones((1, len(prompts))))[0])
+    if len(prompts) < MIN_PROMPTS or not np.isfinite(estimate):
+        return {"estimate": estimate if np.isfinite(estimate) else None, "ci_low": None, "ci_high": None, "n_prompts": len(prompts)}
+    result = cluster_bootstrap(ratio, len(prompts), n_boot=n_boot, seed=seed)
+    return {"estimate": estimate, "ci_low": float(result.ci_low), "ci_high": float(result.ci_high), "n_prompts": len(prompts)}
+
+
+def _stop(spec: list[dict]) -> dict[str, Any] | None:
+    """The point from which every request drafted nothing (see the module docstring), or None."""
+    timed = sorted((r for r in spec if r.get("started_at") is not None), key=lambda r: r["started_at"])
+    drafted = [i for i, r in enumerate(timed) if (r.get("proposed") or 0) > 0]
+    if not drafted:
+        return None
+    first_stopped = drafted[-1] + 1
+    stopped = len(timed) - first_stopped
+    if stopped < max(MIN_STOPPED, len(timed) // 10):
+        return None
+    if timed[first_stopped].get("concurrency") != timed[drafted[-1]].get("concurrency"):
+        return None  # it stopped as the load changed: the collapse under load says that
+
+    return {"request": first_stopped + 1, "of": len(timed), "stopped": stopped, "level": timed[first_stopped].get("concurrency")}
+
+
+def acceptance_stability(records: list[dict], *, n_boot: int, seed: int, band_low: float = DEFAULT_BAND[0]) -> dict | None:
+    """The section, or None for a run without levels or without per-request acceptance counts."""
+    spec = [r for r in records if r["engine"] == SPECULATIVE_ENGINE and not r.get("timing_only") and r.get("concurrency") is not None]
+    if not spec or not any((r.get("proposed") or 0) > 0 for r in spec):
+        return None
+    levels = sorted({int(r["concurrency"]) for r in spec})
+    by_level = {level: _per_token([r for r in spec if r["concurrency"] == level]) for level in levels}
+    section: dict[str, Any] = {"status": DisparityStatus.WITHIN, "band_low": band_low, "levels": {}, "findings": []}
+    for level in levels:
+        tokens = sum(n for _, n in by_level[level].values())
+        section["levels"][str(level)] = {
+            "accepted_per_token": sum(a for a, _ in by_level[level].values()) / tokens if tokens else None,
+            "drafted_share": float(np.mean([(r.get("proposed") or 0) > 0 for r in spec if r["concurrency"] == level])),
+            "ratio_to_lowest": _ratio(by_level[level], by_level[levels[0]], n_boot, seed) if level != levels[0] else None,
+        }
+    stop = _stop(spec)
+    if stop is not None:
+        stop["kind"] = "stopped_during_run"
+        at = f"at concurrency {stop['level']}" if stop["level"] is not None else ""
+        state = stop["level"] == levels[0]
+        stop["message"] = (
+            f"the speculative server stopped drafting during the run: from request {stop['request']} of {stop['of']} ({at}) "
+            f"on, none of {stop['stopped']} requests drafted a token"
+            + (", before any load: state the server keeps across requests, not load, ended speculation" if state else "")
+        )
+        section["findings"].append(stop)
+    for level in levels[1:]:
+        ratio = section["levels"][str(level)]["ratio_to_lowest"]
+        explained = stop is not None and stop["level"] == levels[0]  # the stop came first: not a load effect
+        if ratio["ci_high"] is not None and ratio["ci_high"] < band_low and not explained:
+            section["findings"].append(
+                {
+                    "kind": "collapse_under_load",
+                    "level": level,
+                    "message": (
+                        f"acceptance collapses under load: at concurrency {level} the server accepts {ratio['estimate']:.2f}x the drafts "
+                        f"per output token it accepts at concurrency {levels[0]} (95% CI {ratio['ci_low']:.2f}-{ratio['ci_high']:.2f}), "
+                        "with the output unchanged"
+                    ),
+                }
+            )
+    if section["findings"]:
+        section["status"] = DisparityStatus.FLAG
+        section["message"] = "; ".join(f["message"] for f in section["findings"])
+    return section
+
+
+__all__ = ["acceptance_stability"]

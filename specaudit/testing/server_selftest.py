@@ -1,0 +1,154 @@
+"""The self-test's server part: each server mutant (specaudit.testing.server_mutants) is served by
+two ReferenceServers (spec-OFF correct, spec-ON with the bug) on 127.0.0.1, audited by the endpoint
+engine at concurrency levels 1 and 4 and the same `analyze` a user runs; the audit must catch it
+and name its cause, and must pass the correct server at the stated false-alarm rate.
+
+What names a cause, per snapshot (`findings`):
+- equivalence: the battery (pooled or at a level) fails the speculative engine;
+- independence: the concurrency section's independence test fails it at a level;
+- logprob_parity: the logprob parity section is FAIL;
+- acceptance_stopped / acceptance_collapse: the acceptance stability section's findings.
+A mutant is caught in an audit when the finding its `caught_by` names is there; the correct
+server's audit is a false alarm when any finding is.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterable
+
+import pandas as pd
+from scipy import stats
+
+from specaudit.config import RunConfig
+from specaudit.contracts.run import SPECULATIVE_ENGINE
+from specaudit.contracts.status import CheckStatus, DisparityStatus
+from specaudit.decoding._spec import SamplingSpec
+from specaudit.decoding.settings import setting_label
+from specaudit.errors import InputError
+from specaudit.testing.server import ReferenceServer
+from specaudit.testing.server_mutants import SERVER_MUTANTS
+
+# The endpoint audit's budget here: the end-to-end self-test's (8 prompts x 8 samples x 32 tokens),
+# at each of two levels, with a truncating setting so that the one-sided top-p bug can show.
+LEVELS = (1, 4)
+SAMPLING = SamplingSpec(temperature=1.0, top_p=0.9)
+# The quick self-test's budget per audit (a quarter of the requests' tokens: 4 samples x 16 tokens),
+# over 3 seeds; measured to reach every mutant (docs/selftest.md).
+QUICK_BUDGET = {"samples": 4, "max_new_tokens": 16}
+QUICK_SEEDS = 3
+ACCEPTANCE_KINDS = {"acceptance_stopped": "stopped_during_run", "acceptance_collapse": "collapse_under_load"}
+
+
+def findings(snapshot: dict) -> list[str]:
+    """The causes a snapshot names (see the module docstring)."""
+    found = []
+    engine = (snapshot.get("equivalence", {}).get("engines") or {}).get(SPECULATIVE_ENGINE) or {}
+    concurrency = snapshot.get("concurrency") or {}
+    dependent = any(
+        (tests.get(SPECULATIVE_ENGINE) or {}).get("verdict") == CheckStatus.FAIL
+        for tests in (concurrency.get("independence") or {}).values()
+    )
+    battery_failed = CheckStatus.parse(engine.get("verdict") or "PASS") is CheckStatus.FAIL if engine else False
+    level_failed = any(
+        ((entry.get("engines") or {}).get(SPECULATIVE_ENGINE) or {}).get("verdict") == CheckStatus.FAIL
+        for entry in (concurrency.get("equivalence") or {}).values()
+    )
+    if dependent:
+        found.append("independence")
+    if level_failed or (battery_failed and not dependent):
+        found.append("equivalence")
+    if (snapshot.get("logprob_parity") or {}).get("status") == CheckStatus.FAIL:
+        found.append("logprob_parity")
+    stability = snapshot.get("acceptance_stability") or {}
+    if stability.get("status") == DisparityStatus.FLAG:
+        kinds = {f["kind"] for f in stability.get("findings", [])}
+        found += [name for name, kind in ACCEPTANCE_KINDS.items() if kind in kinds]
+    return found
+
+
+def server_audit(pair, prompt_set, mutant: str, *, seed: int, samples: int = 8, max_new_tokens: int = 32, alpha: float = 0.05) -> dict:
+    """One endpoint audit of one served mutant: its findings, budget and cost."""
+    from specaudit.analysis import analyze
+    from specaudit.engines import run
+
+    bug = SERVER_MUTANTS[mutant]
+    verify = RunConfig(target=pair.target_name, verify=bug.verify).load_verify() if bug.verify else None
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        with (
+            ReferenceServer(pair, speculative=True, verify=verify, policy=bug.policy(), max_batch=max(LEVELS)) as speculative,
+            ReferenceServer(pair, max_batch=max(LEVELS)) as vanilla,
+        ):
+            cfg = RunConfig(
+                target=pair.target_name,
+                engines="endpoint",
+                samples=samples,
+                max_new_tokens=max_new_tokens,
+                temperature=SAMPLING.temperature,
+                top_p=SAMPLING.top_p,
+                seed=seed,
+                warmup=0,
+                endpoint={"speculative_url": speculative.url, "vanilla_url": vanilla.url, "concurrency_levels": list(LEVELS)},
+            )
+            run(cfg, folder, prompt_set=prompt_set, progress=False)
+        ran = time.perf_counter() - started
+        snapshot = analyze(folder, pair=pair, alpha=alpha, n_boot=200, seed=seed)
+        seconds = time.perf_counter() - started
+    found = findings(snapshot)
+    return {
+        "server": mutant,
+        "seed": seed,
+        "findings": found,
+        "caught": bug.caught_by in found if bug.caught_by else bool(found),
+        "tokens": snapshot["run"]["n_output_tokens"],
+        "run_seconds": ran,
+        "seconds": seconds,
+    }
+
+
+def server_selftest(
+    pair, prompt_set, *, servers: Iterable[str] | None = None, seeds: Iterable[int] | None = None, alpha: float = 0.05, quick: bool = False
+) -> pd.DataFrame:
+    """One row per served mutant: how often its cause was named over `seeds` (the correct server:
+    how often anything was), a Clopper-Pearson 95% interval, and whether it met its target:
+    the correct server's rate holds alpha in its interval; a mutant's interval lies above alpha.
+    Default seeds: 20, or QUICK_SEEDS at the QUICK_BUDGET with `quick`."""
+    budget = QUICK_BUDGET if quick else {}
+    seeds = range(QUICK_SEEDS if quick else 20) if seeds is None else seeds
+    names = list(SERVER_MUTANTS) if servers is None else list(servers)
+    unknown = [n for n in names if n not in SERVER_MUTANTS]
+    if unknown:
+        raise InputError(f"unknown server mutant(s) {', '.join(unknown)}; choose from {', '.join(SERVER_MUTANTS)}")
+    seeds = list(seeds)
+    rows = []
+    for name in names:
+        audits = [server_audit(pair, prompt_set, name, seed=s, alpha=alpha, **budget) for s in seeds]
+        hits = sum(a["caught"] for a in audits)
+        interval = stats.binomtest(hits, len(audits)).proportion_ci(0.95)
+        named = pd.Series([f for a in audits for f in a["findings"]], dtype=object).value_counts()
+        correct = SERVER_MUTANTS[name].caught_by is None
+        rows.append(
+            {
+                "server": name,
+                "sampling": setting_label(SAMPLING),
+                "levels": ",".join(map(str, LEVELS)),
+                "samples": budget.get("samples", 8),
+                "max_new_tokens": budget.get("max_new_tokens", 32),
+                "seeds": len(audits),
+                "rate": hits / len(audits),
+                "ci_low": interval.low,
+                "ci_high": interval.high,
+                "target": "alpha in CI" if correct else f"> alpha, names {SERVER_MUTANTS[name].caught_by}",
+                "ok": bool(interval.low <= alpha <= interval.high) if correct else bool(interval.low > alpha),
+                "named": ", ".join(f"{k} {v}" for k, v in named.items()),
+                "tokens_per_audit": sum(a["tokens"] for a in audits) / len(audits),
+                "seconds_per_audit": sum(a["seconds"] for a in audits) / len(audits),
+                "cause": SERVER_MUTANTS[name].cause,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+__all__ = ["LEVELS", "QUICK_BUDGET", "QUICK_SEEDS", "SAMPLING", "findings", "server_audit", "server_selftest"]
