@@ -247,6 +247,10 @@ class AnalysisSettings(_SectionSettings):
     tolerance: tuple[float, float] = DEFAULT_BAND
     fallback_threshold: float = Field(0.5, strict=True)
     equivalence: bool = Field(True, strict=True)
+    # a deployment to project speed-up onto (stats.advice): draft cost per token and verification
+    # cost per step, in plain target steps
+    deployment_cost_ratio: float | None = Field(None, gt=0, strict=True, allow_inf_nan=False)
+    deployment_verify_cost: float = Field(1.0, gt=0, strict=True, allow_inf_nan=False)
 
     @classmethod
     def _input_error(cls, err: ValidationError, name: Callable[[str], str]) -> InputError:

@@ -105,6 +105,8 @@ def analyze(
     device: str | None = None,
     pair: ModelPair | None = None,
     equivalence: bool | None = None,
+    deployment_cost_ratio: float | None = None,
+    deployment_verify_cost: float | None = None,
     write: bool = True,
     settings: AnalysisSettings | None = None,
 ) -> dict:
@@ -121,6 +123,8 @@ def analyze(
         "tolerance": tolerance,
         "fallback_threshold": fallback_threshold,
         "equivalence": equivalence,
+        "deployment_cost_ratio": deployment_cost_ratio,
+        "deployment_verify_cost": deployment_verify_cost,
     }
     base = settings.model_dump() if settings is not None else {}
     settings = AnalysisSettings.parse({**base, **{k: v for k, v in given.items() if v is not None}})
@@ -255,6 +259,9 @@ def analyze(
             reference=reference,
             tolerance=tolerance,
             fallback_threshold=fallback_threshold,
+            deployment_cost_ratio=settings.deployment_cost_ratio,
+            deployment_verify_cost=settings.deployment_verify_cost,
+            acceptance_rule=(backend if backend is not None else ENGINES[engine]).acceptance_rule,
             decode=decode,
         )
         snapshot.update({key: parts[key] for key in ("groups", "disparities", "recommendations", "prompts")})
@@ -267,6 +274,8 @@ def analyze(
         "seed": seed,
         "tolerance": list(tolerance),
         "fallback_threshold": fallback_threshold,
+        "deployment_cost_ratio": settings.deployment_cost_ratio,
+        "deployment_verify_cost": settings.deployment_verify_cost,
         "seconds": round(time.perf_counter() - started, 2),
     }
     snapshot = load_snapshot(json_clean(snapshot))  # a section that breaks the contract fails here, not in a reader

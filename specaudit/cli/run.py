@@ -183,6 +183,16 @@ def _add_analysis_options(p: argparse.ArgumentParser) -> None:
         "--fallback-threshold", type=finite_float, help="acceptance below which the fallback simulation routes to vanilla (default 0.5)"
     )
     g.add_argument(
+        "--deployment-cost-ratio",
+        type=finite_float,
+        help="project each group's speed-up onto a deployment whose draft costs C target steps per token (e.g. 0.05 from a GPU run)",
+    )
+    g.add_argument(
+        "--deployment-verify-cost",
+        type=finite_float,
+        help="with --deployment-cost-ratio: one verification pass's cost in target steps (default 1, memory-bound)",
+    )
+    g.add_argument(
         "--no-equivalence", dest="equivalence", action="store_const", const=False, help="skip the equivalence tests (no model loading)"
     )
 
@@ -196,7 +206,19 @@ def _analysis_kwargs(args: argparse.Namespace, base: dict | None = None, source:
         section = AnalysisSettings.parse(dict(base or {}), name=str)
     except InputError as err:
         raise InputError(f"{source}, `analysis:` section: {err}") from None
-    flags = {name: getattr(args, name, None) for name in ("alpha", "delta", "n_boot", "fallback_threshold", "equivalence", "band")}
+    flags = {
+        name: getattr(args, name, None)
+        for name in (
+            "alpha",
+            "delta",
+            "n_boot",
+            "fallback_threshold",
+            "equivalence",
+            "band",
+            "deployment_cost_ratio",
+            "deployment_verify_cost",
+        )
+    }
     flags["dimensions"] = getattr(args, "analyze_dimensions", None)
     flags = {("tolerance" if name == "band" else name): value for name, value in flags.items() if value is not None}
     spelled = {"dimensions": "--analyze-dimensions"}

@@ -35,20 +35,32 @@ class EngineSpec:
     # public_settings(section) (what the manifest shows) and settings_identity(section) (what decides the records)
     settings: str | None = None
     scoring_pair: str | None = None  # "module:function(manifest) -> ModelPair": score its outputs with its own logits
+    # how it decides to keep a draft token: its per-position acceptance measures this rule, while
+    # α = Σ min(p, q) is what rejection sampling would keep (the portable figure)
+    acceptance_rule: str = "rejection sampling: a draft token y is kept with probability min(1, p(y)/q(y))"
 
 
 ENGINES: dict[str, EngineSpec] = {
     spec.name: spec
     for spec in (
-        EngineSpec(CONTROL_ENGINE, "local", "plain decoding of the target: the control", (CONTROL_ENGINE,)),
+        EngineSpec(
+            CONTROL_ENGINE, "local", "plain decoding of the target: the control", (CONTROL_ENGINE,), acceptance_rule="none (no draft)"
+        ),
         EngineSpec(SPECULATIVE_ENGINE, "local", "specaudit's reference speculative sampling", (SPECULATIVE_ENGINE,)),
-        EngineSpec("hf-assisted", "local", "transformers' assisted generation", ("hf-assisted",)),
+        EngineSpec(
+            "hf-assisted",
+            "local",
+            "transformers' assisted generation",
+            ("hf-assisted",),
+            acceptance_rule="transformers' assisted generation: rejection sampling when sampling, the target's argmax match when greedy",
+        ),
         EngineSpec(
             SCREEN_ENGINE,
             "screen",
             "batched target samples and the acceptance expected along them",
             (SCREEN_ENGINE,),
             executor="specaudit.engines.screen.executor:ScreenExecutor",
+            acceptance_rule="expected under rejection sampling along target-sampled paths (a_t = min(1, q/p) at each position)",
         ),
         EngineSpec(
             "endpoint",
@@ -57,6 +69,7 @@ ENGINES: dict[str, EngineSpec] = {
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.endpoint.executor:EndpointExecutor",
             settings="specaudit.engines.endpoint.settings",
+            acceptance_rule="the server's own rule, as its responses or metrics report it (not known to specaudit)",
         ),
         EngineSpec(
             "vllm",
@@ -64,6 +77,7 @@ ENGINES: dict[str, EngineSpec] = {
             "vLLM's offline engine (GPU)",
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.vllm.executor:VllmExecutor",
+            acceptance_rule="vLLM's rejection sampler (greedy match at T = 0)",
         ),
         EngineSpec(
             "llama-cpp",
@@ -72,6 +86,8 @@ ENGINES: dict[str, EngineSpec] = {
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.llama_cpp.executor:LlamaCppExecutor",
             scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
+            acceptance_rule="llama.cpp's: a greedy draft, each token kept while the target's own sample equals it "
+            "(it keeps a token with probability p(argmax q), not α)",
         ),
         EngineSpec(
             "llama-server",
@@ -80,6 +96,8 @@ ENGINES: dict[str, EngineSpec] = {
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.llama_server.executor:LlamaServerExecutor",
             scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
+            acceptance_rule="llama.cpp's: a greedy draft, each token kept while the target's own sample equals it "
+            "(it keeps a token with probability p(argmax q), not α)",
         ),
     )
 }

@@ -58,10 +58,13 @@ def expected_tokens_per_step(alpha, k):
     return value if value.ndim else float(value)
 
 
-def expected_speedup(alpha, k, cost_ratio):
-    """(1 − α^(k+1)) / ((1 − α)(k·c + 1)): wall-time speed-up over vanilla under the i.i.d. model."""
+def expected_speedup(alpha, k, cost_ratio, verify_cost=1.0):
+    """(1 − α^(k+1)) / ((1 − α)(k·c + v)): wall-time speed-up over vanilla under the i.i.d. model,
+    with c the draft's cost per token and v the cost of one verification pass of k + 1 tokens, both
+    in units of one plain target step (v = 1 where verifying is memory-bound, as on a GPU)."""
     _check(alpha, k, cost_ratio)
-    value = np.asarray(expected_tokens_per_step(alpha, k)) / (np.asarray(k, float) * np.asarray(cost_ratio, float) + 1.0)
+    step_cost = np.asarray(k, float) * np.asarray(cost_ratio, float) + np.asarray(verify_cost, float)
+    value = np.asarray(expected_tokens_per_step(alpha, k)) / step_cost
     return value if value.ndim else float(value)
 
 
@@ -204,9 +207,18 @@ def recommendations(
     thresholds: Sequence[float] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7),
     threshold_metric: str = "acceptance_rate",
     min_gain: float = 0.05,
+    deployment_cost_ratio: float | None = None,
+    deployment_verify_cost: float = 1.0,
+    acceptance_rule: str | None = None,
 ) -> dict[str, Any]:
     """Per group: model vs measured speed-up, best k, slow-down warning; the fallback rule's effect
-    on each group and on the disparity; and plain-language messages. JSON-ready."""
+    on each group and on the disparity; and plain-language messages. JSON-ready.
+
+    Acceptance is portable, speed-up is not: each group carries α = mean Σ min(p, q) (what
+    rejection sampling accepts, a property of the two models and the prompts) beside the engine's
+    own rule's per-position rate (a greedy draft kept while the target's sample matches accepts
+    less), and, given a deployment's draft cost c and verification cost v, the speed-up the model
+    projects there from α's interval (`projected_speedup`; the formula is in `projection`)."""
     table = frame.per_prompt
     dimension = INTERSECTION.join(frame.sensitive)
     ci_pct = f"{round(frame.confidence_level * 100)}%"
@@ -240,10 +252,14 @@ def recommendations(
         measured = {s: get(group, "speedup", s) for s in ("value", "ci_low", "ci_high")}
         slowed = bool(np.isfinite(measured["value"]) and measured["value"] < 1.0)
         clearly_slowed = bool(np.isfinite(measured["ci_high"]) and measured["ci_high"] < 1.0)
+        portable = {s: get(group, "mean_beta", s) for s in ("value", "ci_low", "ci_high")}
+        rule_rate = {s: get(group, "per_position_acceptance", s) for s in ("value", "ci_low", "ci_high")}
         per_group[name] = {
             "k": k,
             "alpha": _json(alpha),
             "alpha_source": alpha_source,
+            "alpha_portable": {key: _json(v) for key, v in portable.items()},
+            "engine_rule_rate": {key: _json(v) for key, v in rule_rate.items()},
             "cost_ratio": _json(c),
             "expected_speedup": _json(model),
             "expected_speedup_from_measured_tau": _json(from_tau),
@@ -255,6 +271,14 @@ def recommendations(
             "slowed_down": slowed,
             "slowed_down_significantly": clearly_slowed,
         }
+        if deployment_cost_ratio is not None and k > 0:
+            basis, source = (portable, "mean_beta") if np.isfinite(portable["value"]) else (rule_rate, "per_position_acceptance")
+            # the speed-up grows with α, so α's interval maps to the projection's
+            per_group[name]["projected_speedup"] = {
+                key: _json(expected_speedup(v, k, deployment_cost_ratio, deployment_verify_cost) if np.isfinite(v) else np.nan)
+                for key, v in basis.items()
+            }
+            per_group[name]["projected_from"] = source
         if slowed:
             messages.append(
                 f"Speculation slows {dimension}={name} down: measured speed-up {measured['value']:.2f}× "
@@ -326,6 +350,7 @@ def recommendations(
     return {
         "model": "speed-up = (1 − α^(k+1)) / ((1 − α)(k·c + 1)), i.i.d. acceptances",
         "by_group": per_group,
+        "acceptance_rule": acceptance_rule,  # what engine_rule_rate measures
         "fallback": {
             "threshold": threshold,
             "rule": f"route a prompt to vanilla decoding when its {threshold_metric} is below the threshold",
@@ -339,4 +364,18 @@ def recommendations(
             "sweep": sweep,
         },
         "messages": messages,
+        **(
+            {
+                "projection": {
+                    "cost_ratio": deployment_cost_ratio,
+                    "verify_cost": deployment_verify_cost,
+                    "formula": "projected speed-up = (1 − α^(k+1)) / ((1 − α)(k·c + v)), α = mean Σ min(p, q) of the group, "
+                    "k as audited, c and v as given",
+                    "note": "a projection for the deployment described, not a measurement: it assumes i.i.d. acceptances "
+                    "and the same k; the measured speed-up column holds on this machine only",
+                }
+            }
+            if deployment_cost_ratio is not None
+            else {}
+        ),
     }

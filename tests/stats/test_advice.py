@@ -137,3 +137,31 @@ def test_recommendations_on_a_group_that_speculation_slows_down():
     assert fallback["by_group"]["slow"]["speedup_after"] > fallback["by_group"]["slow"]["speedup_before"]
     assert fallback["min_max_speedup_ratio_after"] > fallback["min_max_speedup_ratio_before"]
     assert [row["threshold"] for row in fallback["sweep"]] == [0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+
+
+def test_verification_cost_enters_the_step_cost():
+    # k = 4, c = 0.1, v = 2: a step costs 4·0.1 + 2 = 2.4 target steps
+    assert expected_speedup(0.5, 4, 0.1, 2.0) == pytest.approx(expected_tokens_per_step(0.5, 4) / 2.4)
+    assert expected_speedup(0.5, 4, 0.1) == pytest.approx(expected_tokens_per_step(0.5, 4) / 1.4)
+
+
+def test_a_deployment_projection_maps_the_portable_alpha_interval_per_group():
+    records = simulate_records({"good": 0.85, "poor": 0.4}, n_prompts=20, cost_ratio=0.6, seed=3)
+    frame = GroupFrame(records, "group", n_boot=200)
+    plain = recommendations(frame)
+    assert "projection" not in plain and "projected_speedup" not in plain["by_group"]["good"]
+    advice = recommendations(frame, deployment_cost_ratio=0.05, deployment_verify_cost=1.2, acceptance_rule="rule X")
+    assert advice["acceptance_rule"] == "rule X"
+    assert advice["projection"]["cost_ratio"] == 0.05 and "k·c + v" in advice["projection"]["formula"]
+    for name in ("good", "poor"):
+        row = advice["by_group"][name]
+        alpha, projected = row["alpha_portable"], row["projected_speedup"]
+        assert row["projected_from"] == "mean_beta"
+        assert alpha["value"] == pytest.approx(frame.value("mean_beta", name, "value"))
+        for key in ("value", "ci_low", "ci_high"):
+            assert projected[key] == pytest.approx(expected_speedup(alpha[key], row["k"], 0.05, 1.2))
+        assert projected["ci_low"] <= projected["value"] <= projected["ci_high"]
+        assert row["engine_rule_rate"]["value"] == pytest.approx(frame.value("per_position_acceptance", name, "value"))
+    # measured here at c = 0.6 the poor group loses; the cheap deployment's projection says it would gain
+    assert advice["by_group"]["poor"]["measured_speedup"]["value"] < 1 < advice["by_group"]["poor"]["projected_speedup"]["value"]
+    assert advice["by_group"]["good"]["projected_speedup"]["value"] > advice["by_group"]["poor"]["projected_speedup"]["value"]

@@ -393,6 +393,9 @@ def _advice_view(advice: Mapping[str, Any]) -> dict[str, Any]:
                 "best_k": f"{row.get('best_k', MISSING)} ({fixed(row.get('best_k_expected_speedup'))}×)",
                 "slowed": "yes (interval below 1)" if row.get("slowed_down_significantly") else ("yes" if row.get("slowed_down") else "no"),
                 "is_slowed": bool(row.get("slowed_down")),
+                "alpha_portable": triple(row.get("alpha_portable"), num),
+                "engine_rule_rate": triple(row.get("engine_rule_rate"), num),
+                "projected": triple(row.get("projected_speedup"), fixed, "×") if row.get("projected_speedup") else None,
             }
         )
     fallback = get(advice, "fallback", default={})
@@ -419,10 +422,20 @@ def _advice_view(advice: Mapping[str, Any]) -> dict[str, Any]:
         for s in (get(fallback, "sweep", default=[]) or [])
         if isinstance(s, Mapping)
     ]
+    projection = get(advice, "projection", default={}) or {}
     return {
         "ran": True,
         "model": advice.get("model", MISSING),
         "per_group": per_group,
+        "acceptance_rule": advice.get("acceptance_rule") or MISSING,
+        "projection": {
+            "cost": num(projection.get("cost_ratio")),
+            "verify": num(projection.get("verify_cost")),
+            "formula": projection.get("formula", MISSING),
+            "note": projection.get("note", ""),
+        }
+        if projection
+        else None,
         "fallback": {
             "rule": get(fallback, "rule", default=MISSING),
             "threshold": setting(get(fallback, "threshold")),

@@ -75,6 +75,9 @@ def disparity_section(
     fallback_threshold: float = 0.5,
     fallback_metric: str = "acceptance_rate",
     cost_ratio: float | None = None,
+    deployment_cost_ratio: float | None = None,
+    deployment_verify_cost: float = 1.0,
+    acceptance_rule: str | None = None,
     k_max: int = 8,
     token_rank: np.ndarray | Mapping[int, int] | None = None,
     rarity_edges: Sequence[float] = (100, 1_000, 10_000),
@@ -230,6 +233,9 @@ def disparity_section(
             cost_ratio=cost_ratio,
             k_max=k_max,
             threshold_metric=fallback_metric,
+            deployment_cost_ratio=deployment_cost_ratio,
+            deployment_verify_cost=deployment_verify_cost,
+            acceptance_rule=acceptance_rule,
         )
     analysed = sorted({name for dimension in dimensions for name in _as_list(dimension)})
     return _jsonable(
