@@ -83,7 +83,15 @@ def default_pair():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Integration tests (the real default pair) are slow by nature: `-m "not slow"` skips them too."""
+    """Integration tests (the real default pair) are slow by nature: `-m "not slow"` skips them too.
+
+    Files with integration tests run first, then files with slow tests: the two workers take a
+    file at a time (`--dist loadfile`), and a long file taken last leaves one core idle."""
+    weight: dict[str, int] = {}
     for item in items:
         if item.get_closest_marker("integration") is not None:
             item.add_marker(pytest.mark.slow)
+            weight[item.fspath.strpath] = 0
+        elif item.get_closest_marker("slow") is not None:
+            weight[item.fspath.strpath] = min(weight.get(item.fspath.strpath, 1), 1)
+    items.sort(key=lambda item: weight.get(item.fspath.strpath, 2))  # stable: order within a file kept
