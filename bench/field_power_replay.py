@@ -149,11 +149,17 @@ def main() -> None:
     parser.add_argument("--sampling", nargs="+", default=["t=1", "t=0.7,top_p=0.9"])
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--csv")
+    parser.add_argument("--cache", help="file for the harvested logits: read if it exists, else written (one harvest for several runs)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     pair = load_pair("default", "int8")
     started = time.perf_counter()
-    target_logits, draft_logits = harvest(pair, args.pool_from, args.positions, seed=0)
+    if args.cache and Path(args.cache).exists():
+        target_logits, draft_logits = torch.load(args.cache)
+    else:
+        target_logits, draft_logits = harvest(pair, args.pool_from, args.positions, seed=0)
+        if args.cache:
+            torch.save((target_logits, draft_logits), args.cache)
     print(f"harvested {target_logits.shape[0]} positions in {time.perf_counter() - started:.0f} s", flush=True)
     samplers = e2e_samplers()
     rows = []
