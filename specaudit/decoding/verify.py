@@ -154,11 +154,15 @@ def step_laws(draft_probs: torch.Tensor, target_probs: torch.Tensor, n_accepted:
     q_i, kept with probability min(1, p_i/q_i)); the correction at the first rejection follows
     the residual normalise(max(0, p - q)); the bonus token (all drafts accepted) follows p_{k+1}."""
     k = draft_probs.shape[0]
+    raw_p, raw_q = target_probs.to(torch.float64), draft_probs.to(torch.float64)
     # float32 warps sum to 1 only within ~1e-7: normalise, so that F + f <= 1 holds exactly
-    p, q = (x.to(torch.float64) / x.to(torch.float64).sum(dim=-1, keepdim=True).clamp_min(1e-300) for x in (target_probs, draft_probs))
+    p, q = (x / x.sum(dim=-1, keepdim=True).clamp_min(1e-300) for x in (raw_p, raw_q))
     accepted = torch.minimum(p[:n_accepted], q[:n_accepted])
     laws = [accepted / accepted.sum(dim=-1, keepdim=True).clamp_min(1e-300)]  # β = 0: nothing can be accepted
-    laws.append((residual_distribution(p[n_accepted], q[n_accepted]) if n_accepted < k else p[k])[None])
+    # The residual from p and q as given (normalised after the difference): its support is then
+    # exactly {p > q} of the verifier's own comparison, so a correction outside it (f = 0) is
+    # impossible for a correct verifier, never a rounding accident of normalising p and q apart.
+    laws.append((residual_distribution(raw_p[n_accepted], raw_q[n_accepted]) if n_accepted < k else p[k])[None])
     return torch.cat(laws)
 
 

@@ -36,3 +36,32 @@ def test_the_samples_advice_carries_its_cost(snapshot):
 
 def test_durations_read_at_a_prediction_precision():
     assert [duration(s) for s in (0.2, 75, 200, 17_000, 400_000)] == ["1 s", "75 s", "3 min", "4.7 h", "4.6 days"]
+
+
+def _actions(snapshot):
+    from specaudit.report.view import build_view
+
+    return build_view(snapshot)["summary"]["actions"]
+
+
+def test_every_recommended_command_states_what_it_costs(snapshot):
+    import copy
+
+    best_k = copy.deepcopy(snapshot)  # the cost model prefers a shorter draft for every group
+    for part in best_k["recommendations"].values():
+        for row in part["by_group"].values():
+            row.update(best_k=2, best_k_expected_speedup=1.3)
+    no_gate = {key: value for key, value in snapshot.items() if key != "gate"}
+    violation = copy.deepcopy(snapshot)
+    violation["equivalence"]["engines"]["speculative"].update(status="violation", verdict="FAIL")
+    commands = {}
+    for variant in (snapshot, best_k, no_gate, violation):
+        for action in _actions(variant):
+            if action["command"]:
+                commands[action["command"]] = action["text"]
+                assert "Predicted cost on this hardware" in action["text"] or "seconds" in action["text"] or "measured" in action["text"]
+    assert len(commands) >= 4  # --samples, --k, gate, selftest
+    rerun = next(a["text"] for a in _actions(best_k) if "--k 2" in a["command"])
+    # k = 2 at 1.3x: vanilla's time plus vanilla's / 1.3, less than this audit's engines at 0.71x
+    assert "the speculative one at k = 2" in rerun
+    assert engine_seconds_per_sample(snapshot, speedup=1.3) < engine_seconds_per_sample(snapshot)

@@ -363,6 +363,41 @@ def test_step_pit_is_calibrated_over_400_seeds_and_catches_a_wrong_residual():
     assert np.mean(caught) == 1.0
 
 
+def _zero_mass_tokens(verify_q, *, steps, scale, noise, seed=0, k=4, vocab=40, spec=SamplingSpec(0.7, 0, 0.9)):
+    """Tokens emitted with f = 0 under their step role over `steps` verification steps (target
+    logits `scale` x N(0, 1), the draft's `noise` x N(0, 1) away), verified with the q
+    `verify_q(draft_logits, q)` returns; and the number emitted."""
+    g = torch.Generator().manual_seed(seed)
+    zero = emitted = 0
+    for _ in range(steps):
+        logits = torch.randn(k + 1, vocab, generator=g) * scale
+        p = warp(logits, spec)
+        draft_logits = logits[:k] + noise * torch.randn(k, vocab, generator=g)
+        q = warp(draft_logits, spec)
+        drafted = torch.tensor([sample_from(q[i], g) for i in range(k)])
+        parts = np.asarray(step_pit(q, p, reference_verify(drafted, verify_q(draft_logits, q), p, g)))
+        zero += int((parts[:, 1] <= 0).sum())
+        emitted += len(parts)
+    return zero, emitted
+
+
+def test_a_correction_outside_the_residual_support_is_proof_and_the_correct_verifier_never_emits_one():
+    # the correct verifier on float32 p and q a few percent apart (an int8 copy's): not one token
+    # its role cannot emit, since the residual's support is the verifier's own p > q (step_laws)
+    zero, emitted = _zero_mass_tokens(lambda logits, q: q, steps=200, scale=3, noise=0.05)
+    assert zero == 0 and emitted > 800
+    zero, emitted = _zero_mass_tokens(lambda logits, q: q, steps=100, scale=1, noise=0.3)
+    assert zero == 0 and emitted > 300
+    # transformers #47932: q from the logits before top-p (Z·q on the kept tokens) puts residual
+    # mass on tokens with Z·q < p < q, which the correct residual gives none
+    raw = lambda logits, q: warp(logits, SamplingSpec(0.7))  # noqa: E731
+    zero, _ = _zero_mass_tokens(raw, steps=150, scale=1, noise=0.3)
+    assert zero > 0
+    u = np.array([0.2, 0.5, 0.9, 1.0])
+    assert eq.step_pit_test(u, np.array([0.1, 0.3, 0.2, 0.0]), ALPHA, 20).pvalue == 0.0
+    assert eq.step_pit_test(u, np.array([0.1, 0.3, 0.2, 0.1]), ALPHA, 20).pvalue > 0.0
+
+
 # ============================================================ the battery and its family-wise rule
 @pytest.mark.slow
 def test_battery_family_wise_false_alarms_and_groups():

@@ -18,19 +18,21 @@ from typing import Any
 from specaudit.report.view.format import finite, get
 
 
-def engine_seconds_per_sample(snapshot: Mapping[str, Any]) -> float | None:
+def engine_seconds_per_sample(snapshot: Mapping[str, Any], speedup: float | None = None) -> float | None:
     """Predicted seconds of one vanilla + one speculative sample of the engines' prompts, summed
-    over those prompts; None when the snapshot has no cost model."""
+    over those prompts; None when the snapshot has no cost model. With `speedup`, the speculative
+    engine runs at that speed-up over vanilla instead of each prompt's predicted one (the cost
+    model's expected speed-up at another draft length k)."""
     prompts = get(snapshot, "prompts", default=[]) or []
     n_engine = get(snapshot, "speed", "cost_model", "n_prompts")
     if get(snapshot, "speed", "source") != "cost model" or not finite(n_engine) or not prompts:
         return None
     per_prompt = []
     for row in prompts:
-        tokens, rate, speedup = (get(row, key) for key in ("n_tokens", "tokens_per_s", "speedup"))
-        if finite(tokens) and finite(rate) and finite(speedup) and rate > 0:
-            speculative = tokens / rate
-            per_prompt.append(speculative * (1.0 + speedup))
+        tokens, rate, predicted = (get(row, key) for key in ("n_tokens", "tokens_per_s", "speedup"))
+        if finite(tokens) and finite(rate) and finite(predicted) and rate > 0:
+            vanilla = tokens / rate * predicted  # speculative seconds x speed-up
+            per_prompt.append(vanilla * (1.0 + 1.0 / (speedup if finite(speedup) and speedup > 0 else predicted)))
     if not per_prompt:
         return None
     return float(n_engine) * sum(per_prompt) / len(per_prompt)
@@ -58,3 +60,29 @@ def samples_cost(snapshot: Mapping[str, Any], samples: int) -> str | None:
         f"({samples} samples on each of {int(get(snapshot, 'speed', 'cost_model', 'n_prompts'))} prompts, "
         f"{samples / current:.0f}× this audit's {duration(current * per_sample)}), plus the screen and the analysis."
     )
+
+
+def rerun_cost(snapshot: Mapping[str, Any], *, speedup: float | None = None, why: str = "") -> str | None:
+    """' Predicted cost: ...' for rerunning this audit at its own budget (another seed, a fixed
+    setup, more prompts per group: the engines decode one prompt per group either way), with the
+    speculative engine at `speedup` when given; None without a cost model."""
+    per_sample = engine_seconds_per_sample(snapshot, speedup)
+    if per_sample is None or not math.isfinite(per_sample):
+        return None
+    samples = get(snapshot, "run", "config", "samples", default=1) or 1
+    n_engine = int(get(snapshot, "speed", "cost_model", "n_prompts"))
+    return (
+        f"Predicted cost on this hardware (the audit's cost model): about {duration(samples * per_sample)} of engine decoding "
+        f"({samples} sample(s) on each of {n_engine} prompts{why}), plus the screen and the analysis."
+    )
+
+
+def best_k_speedup(snapshot: Mapping[str, Any], k: int) -> float | None:
+    """The cost model's expected speed-up at draft length `k`, averaged over the groups whose
+    best k it is (snapshot recommendations); None if no group recommends it."""
+    values = []
+    for part in (get(snapshot, "recommendations", default={}) or {}).values():
+        for row in (get(part, "by_group", default={}) or {}).values():
+            if get(row, "best_k") == k and finite(get(row, "best_k_expected_speedup")):
+                values.append(float(get(row, "best_k_expected_speedup")))
+    return sum(values) / len(values) if values else None

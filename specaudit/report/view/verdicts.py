@@ -137,11 +137,19 @@ def actions(
     def add(level: str, text: str, anchor: str, cmd: str | None = None) -> None:
         items.append({"level": level, "text": text, "anchor": anchor, "command": cmd or ""})
 
+    from specaudit.report.view.costs import best_k_speedup, rerun_cost, samples_cost
+
+    def costed(text: str, cost: str | None) -> str:
+        return f"{text} {cost}" if cost else text
+
     if equivalence_view.get("ran") and equivalence_view.get("status") == "error":
         add(
             "fail",
-            "Fix the audit before reading it: plain decoding fails its own goodness-of-fit, so scoring (model, dtype, "
-            "warping) does not match the decoder.",
+            costed(
+                "Fix the audit before reading it: plain decoding fails its own goodness-of-fit, so scoring (model, dtype, "
+                "warping) does not match the decoder.",
+                rerun_cost(snapshot),
+            ),
             "equivalence",
             with_flags(command, {}),
         )
@@ -150,7 +158,8 @@ def actions(
             add(
                 "fail",
                 f"Do not ship {name}: its output does not follow the target distribution. Check the acceptance rule, the "
-                "residual distribution and that temperature/top-k/top-p reach both draft and target.",
+                "residual distribution and that temperature/top-k/top-p reach both draft and target. The self-test runs "
+                "on its own tiny models, not in this audit's cost model: about 15 min on a 2-core CPU (measured, docs/selftest.md).",
                 "equivalence",
                 "specaudit selftest --quick",
             )
@@ -180,7 +189,12 @@ def actions(
                 else "use a cheaper or better-matched draft."
             )
         )
-        add(level, text, "speed", with_flags(command, {"--k": best_k}) if best_k and best_k != get(config, "k") else None)
+        rerun_k = bool(best_k and best_k != get(config, "k"))
+        if rerun_k:
+            text = costed(
+                text, rerun_cost(snapshot, speedup=best_k_speedup(snapshot, best_k), why=f", the speculative one at k = {best_k}")
+            )
+        add(level, text, "speed", with_flags(command, {"--k": best_k}) if rerun_k else None)
     undecided = [c for c in comps if c["status"] not in DECIDED]
     if undecided:
         planned = prompts_to_decide(undecided)
@@ -199,6 +213,10 @@ def actions(
                 + (f"; the gate asks for {int(minimum)}" if finite(minimum) and minimum > need else "")
                 + "."
             )
+        if per_group:
+            text = costed(
+                text, rerun_cost(snapshot, why="; the engines decode one prompt per group whatever --per-group, the screen grows with it")
+            )
         add("warn", text, "disparity", with_flags(command, {"--per-group": per_group}) if per_group else None)
     if equivalence_view.get("ran"):
         audited = [e for e in equivalence_view.get("engines", []) if not e.get("is_control")]
@@ -215,8 +233,6 @@ def actions(
                 )
             if not_run:
                 parts.append("the two-sample tests cannot reject with one sample per prompt")
-            from specaudit.report.view.costs import samples_cost
-
             cost = samples_cost(snapshot, wanted)
             add(
                 "warn",
@@ -226,9 +242,7 @@ def actions(
                 with_flags(command, {"--samples": wanted}),
             )
         if equivalence_view.get("warning"):
-            from specaudit.report.view.costs import samples_cost
-
-            cost = samples_cost(snapshot, get(config, "samples", default=1) or 1)
+            cost = rerun_cost(snapshot, why=", another seed")
             add(
                 "warn",
                 f"Rerun with another seed: {str(equivalence_view['warning']).split(': a correct')[0]}." + (f" {cost}" if cost else ""),
@@ -238,12 +252,18 @@ def actions(
     else:
         add(
             "warn",
-            "Equivalence was not tested: run the analysis with equivalence on before relying on this report.",
+            "Equivalence was not tested: run the analysis with equivalence on before relying on this report (no decoding: it "
+            "scores the run's records, minutes on a CPU; not in the cost model, which times decoding).",
             "equivalence",
             f"specaudit analyze {run_dir}",
         )
     if not gate_checks:
-        add("warn", "No deployment gate has judged this snapshot.", "gate", f"specaudit gate {run_dir} --write")
+        add(
+            "warn",
+            "No deployment gate has judged this snapshot (seconds: the gate reads the snapshot only).",
+            "gate",
+            f"specaudit gate {run_dir} --write",
+        )
     if not items:
         add("pass", "Nothing to fix: no violation found, and every group comparison is within the band.", "summary")
     order = {"fail": 0, "warn": 1, "pass": 2}

@@ -41,6 +41,8 @@ from specaudit.stats.equivalence.token_tests import (
     impossible_tokens,
     pit_uniformity,
     pit_values,
+    step_pit_masses,
+    step_pit_test,
     step_pit_values,
     surprisal_martingale,
 )
@@ -76,6 +78,8 @@ __all__ = [
     "impossible_tokens",
     "pit_uniformity",
     "pit_values",
+    "step_pit_masses",
+    "step_pit_test",
     "step_pit_values",
     "surprisal_martingale",
     "tv_bound",

@@ -67,6 +67,8 @@ from specaudit.stats.equivalence.token_tests import (
     draft_affinity,
     impossible_tokens,
     pit_values,
+    step_pit_masses,
+    step_pit_test,
     step_pit_values,
     surprisal_martingale,
 )
@@ -171,18 +173,19 @@ def goodness_of_fit(
     # martingale is then not applicable and left out, like draft affinity without a draft.
     has_entropy = bool(frame["surprisal_var"].notna().any())
     table = None
-    step_u = np.full(len(frame), np.nan)
+    step_u = step_f = np.full(len(frame), np.nan)
     if records is not None:
         own = [r for r in _audited(records) if str(_field(r, "engine")) == engine]
         table = acceptance_indicators(own, frame)
         step_u = step_pit_values(frame, own, seed)
+        step_f = step_pit_masses(frame, own)[1]
     has_step = ~np.isnan(step_u)
 
     def battery(mask: np.ndarray, accept_rows: pd.DataFrame | None) -> dict[str, StatTestResult]:
         sub = frame[mask & possible]
         out: dict[str, StatTestResult] = {"pit": _pit_test(u[mask & possible], alpha, bins)}
         if has_step.any():  # every token of the engine's records, impossible ones included (u = 1)
-            out["step_pit"] = _pit_test(step_u[mask & has_step], alpha, bins, name="step_pit")
+            out["step_pit"] = step_pit_test(step_u[mask & has_step], step_f[mask & has_step], alpha, bins)
         if has_entropy:
             out["surprisal"] = surprisal_martingale(sub, alpha=alpha, null=null.get("surprisal"))
         if has_draft:

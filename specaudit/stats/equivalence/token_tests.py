@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,14 @@ def step_pit_values(frame: pd.DataFrame, records: Iterable[Any], seed: int = 0) 
     verification step, from the records' `step_pit` ([F, f] per emitted token, recorded by our
     speculative engine); NaN for rows whose record carries none (vanilla, other engines). V is the
     same draw as in `pit_values`."""
+    below, own = step_pit_masses(frame, records)
+    return np.clip(below + _pit_draws(frame, seed) * own, 0.0, 1.0)
+
+
+def step_pit_masses(frame: pd.DataFrame, records: Iterable[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """[F(x−), f(x)] of each row of the token frame from the records' `step_pit` (NaN where a
+    record carries none). f = 0 is a token its role's law cannot emit: for a correction, one the
+    residual max(0, p − q) of the verifier's own p and q gives no mass (`verify.step_laws`)."""
     parts = {}
     for record in _audited(records):
         values = _field(record, "step_pit")
@@ -71,7 +80,7 @@ def step_pit_values(frame: pd.DataFrame, records: Iterable[Any], seed: int = 0) 
         for key, rows in frame.groupby(frame["key"].astype(str), sort=False).indices.items():
             if key in parts:
                 below[rows], own[rows] = parts[key][positions[rows]].T
-    return np.clip(below + _pit_draws(frame, seed) * own, 0.0, 1.0)
+    return below, own
 
 
 def _adinf_cdf(a2: float) -> float:
@@ -108,6 +117,19 @@ def _pit_test(u: np.ndarray, alpha: float, bins: int, name: str = "pit") -> PITR
     counts, _ = np.histogram(u, bins=bins, range=(0.0, 1.0))
     ks_result = StatTestResult(name + "_ks", float(ks.statistic), float(ks.pvalue), n, alpha, "kolmogorov-smirnov")
     return PITResult(name, a2, p_ad, n, alpha, "anderson-darling (asymptotic)", ks_result, tuple(int(c) for c in counts))
+
+
+def step_pit_test(u: np.ndarray, own: np.ndarray, alpha: float, bins: int) -> PITResult:
+    """Anderson–Darling on the step PIT values `u`, unless some token's role gives it no mass
+    (`own` = f(x) = 0, e.g. a correction outside the residual's support): a correct verifier
+    cannot emit one, so it is proof (p = 0), as an impossible rejection is for acceptance. A q
+    other than the one the draft sampled from shows so: the transformers #47932 class puts
+    residual mass on tokens with Z·q < p < q (docs/selftest.md)."""
+    result = _pit_test(u, alpha, bins, name="step_pit")
+    impossible = int(np.count_nonzero(np.asarray(own, dtype=float) <= 0.0))
+    if not impossible:
+        return result
+    return replace(result, statistic=math.inf, pvalue=0.0, method=f"{impossible} token(s) their step role cannot emit (f = 0)")
 
 
 def pit_uniformity(scores: TokenScores | pd.DataFrame, seed: int = 0, *, alpha: float = 0.05, bins: int = 20) -> PITResult:
