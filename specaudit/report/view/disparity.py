@@ -395,7 +395,12 @@ def _advice_view(advice: Mapping[str, Any]) -> dict[str, Any]:
                 "is_slowed": bool(row.get("slowed_down")),
                 "alpha_portable": triple(row.get("alpha_portable"), num),
                 "engine_rule_rate": triple(row.get("engine_rule_rate"), num),
-                "projected": triple(row.get("projected_speedup"), fixed, "×") if row.get("projected_speedup") else None,
+                "projected": (
+                    triple(row.get("projected_speedup"), fixed, "×")
+                    + ("" if row.get("projected_from") == "mean_beta" else " (from the engine's rule: no α in this run)")
+                )
+                if row.get("projected_speedup")
+                else None,
             }
         )
     fallback = get(advice, "fallback", default={})
