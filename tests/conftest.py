@@ -85,8 +85,8 @@ def default_pair():
 def pytest_collection_modifyitems(config, items):
     """Integration tests (the real default pair) are slow by nature: `-m "not slow"` skips them too.
 
-    Files with integration tests run first, then files with slow tests: the two workers take a
-    file at a time (`--dist loadfile`), and a long file taken last leaves one core idle."""
+    Files with integration tests run first, then files with slow tests: a minutes-long test
+    taken last leaves the other core idle (`--dist worksteal` balances the rest)."""
     weight: dict[str, int] = {}
     for item in items:
         if item.get_closest_marker("integration") is not None:

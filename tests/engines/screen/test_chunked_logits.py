@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 import torch
+from peak_rss import PEAK_RSS
 
 from specaudit.decoding import SamplingSpec
 from specaudit.engines.screen import sample_batch, screen_paths
@@ -68,9 +69,9 @@ def test_a_model_whose_logits_are_not_its_head_is_never_chunked(models, call_dep
 
 # A random Llama with a real-sized vocabulary (hidden size 32, so the models are small and only the
 # logits are big): 8 rows x 128 positions x 150,000 float32 entries = 614 MB per model.
-MEMORY_PROBE = textwrap.dedent(
+MEMORY_PROBE = PEAK_RSS + textwrap.dedent(
     """
-    import json, resource, sys
+    import json, sys
     import torch
     torch.set_num_threads(1)
     from specaudit.decoding import SamplingSpec
@@ -83,10 +84,12 @@ MEMORY_PROBE = textwrap.dedent(
     prompts = [[1, 5 + r, 9, 13 + r, 17] for r in range(rows)]
     chunk = None if sys.argv[1] == "whole" else 1 << 24
     common = dict(spec=SamplingSpec(1.0), k=4, eos_ids=set(), vocab_size=vocab, pad_id=0, batch_size=rows, chunk_elements=chunk)
+    reset_peak_rss()
     screen_paths(target, draft, prompts, list(range(rows)), max_new_tokens=4, **common)  # warm-up: allocator, kernels
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    before = peak_rss()
+    reset_peak_rss()
     paths = screen_paths(target, draft, prompts, list(range(rows)), max_new_tokens=positions, **common)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    after = peak_rss()
     assert all(len(p.tokens) == positions for p in paths)
     print(json.dumps({"peak_growth": after - before, "one_model_logits": rows * positions * vocab * 4}))
     """
@@ -94,7 +97,7 @@ MEMORY_PROBE = textwrap.dedent(
 
 
 def _peak_growth(mode: str) -> dict:
-    """Peak RSS growth of one screen batch, in a fresh process (ru_maxrss is a process's lifetime peak)."""
+    """Peak RSS growth of one screen batch, in a fresh process (tests/peak_rss.py)."""
     result = subprocess.run([sys.executable, "-c", MEMORY_PROBE, mode], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
