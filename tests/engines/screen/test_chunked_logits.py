@@ -107,6 +107,8 @@ def _peak_growth(mode: str) -> dict:
 def test_the_screen_at_a_150k_vocabulary_never_holds_both_models_logits():
     chunked, whole = _peak_growth("chunked"), _peak_growth("whole")
     one_model = chunked["one_model_logits"]
-    # Chunked: the target's kept distributions (one model's [B, T, V]) plus chunks of ~64 MB.
-    # Whole batch: the draft's logits and distributions beside them, at least twice that again.
-    assert chunked["peak_growth"] < 1.6 * one_model < 2.0 * one_model < whole["peak_growth"], (chunked, whole)
+    # Peak growth over the warm-up, read from the probe's own VmHWM: chunked, the target's kept
+    # distributions and its logits beside them while they are made, plus chunks of ~64 MB (measured
+    # 1.86x one model's [B, T, V]); whole batch, the draft's logits and distributions on top (3.97x).
+    # 3x sits between them: the chunked screen never holds the draft's batch logits as well.
+    assert chunked["peak_growth"] < 3.0 * one_model < whole["peak_growth"], (chunked, whole)
