@@ -24,18 +24,10 @@ from typing import Any
 
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.status import CheckStatus, EquivalenceStatus
+from specaudit.stats.equivalence.independence import common_prefix
 
 MIN_THRESHOLD = 0.01  # nats: below this, float32 logits printed through JSON differ anyway
 UNMEASURED_THRESHOLD = 0.1  # nats, used (and said) when no two vanilla records share a prefix
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def emitted_logprobs(record: dict) -> list[float | None] | None:
@@ -53,7 +45,7 @@ def _gaps(one: dict, other: dict) -> list[tuple[int, float | None, float | None]
     a, b = emitted_logprobs(one), emitted_logprobs(other)
     if not isinstance(a, list) or not isinstance(b, list):
         return []
-    n = min(_common_prefix(one["output_token_ids"], other["output_token_ids"]), len(a), len(b))
+    n = min(common_prefix(one["output_token_ids"], other["output_token_ids"]), len(a), len(b))
     return [(t, a[t], b[t]) for t in range(n)]
 
 

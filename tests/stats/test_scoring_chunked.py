@@ -4,15 +4,12 @@ assertion on random Llamas with a 150k vocabulary)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 import torch
-from peak_rss import PEAK_RSS
+from peak_rss import run_probe
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specaudit.decoding.warping import SamplingSpec
@@ -71,7 +68,7 @@ def test_chunked_scores_equal_the_whole_batch_scores():
             np.testing.assert_allclose(chunked.monte_carlo_null[name][key], draws, rtol=1e-4, atol=1e-4)
 
 
-MEMORY_PROBE = PEAK_RSS + textwrap.dedent(
+MEMORY_PROBE = textwrap.dedent(
     """
     import json, sys
     import numpy as np
@@ -94,26 +91,18 @@ MEMORY_PROBE = PEAK_RSS + textwrap.dedent(
              "output_token_ids": rng.integers(0, vocab, size=output).tolist(),
              "sampling": SamplingSpec(1.0).to_dict()} for i in range(batch)]
     chunked = sys.argv[1] == "chunked"
-    reset_peak_rss()
-    score_records(target, rows[:1], draft_model=draft, batch_size=1, null_draws=10, chunked=chunked)  # warm-up
-    before = peak_rss()
-    reset_peak_rss()
-    score_records(target, rows, draft_model=draft, batch_size=batch, null_draws=10, chunked=chunked)
-    after = peak_rss()
-    print(json.dumps({"peak_growth": after - before, "one_model_logits": batch * (prompt + output - 1) * vocab * 4}))
+    growth, _ = peak_growth(
+        lambda: score_records(target, rows[:1], draft_model=draft, batch_size=1, null_draws=10, chunked=chunked),
+        lambda: score_records(target, rows, draft_model=draft, batch_size=batch, null_draws=10, chunked=chunked),
+    )
+    print(json.dumps({"peak_growth": growth, "one_model_logits": batch * (prompt + output - 1) * vocab * 4}))
     """
 )
 
 
-def _peak_growth(mode: str) -> dict:
-    result = subprocess.run([sys.executable, "-c", MEMORY_PROBE, mode], capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.slow
 def test_scoring_at_a_150k_vocabulary_never_holds_a_batch_of_both_models_logits():
-    chunked, whole = _peak_growth("chunked"), _peak_growth("whole")
+    chunked, whole = run_probe(MEMORY_PROBE, "chunked"), run_probe(MEMORY_PROBE, "whole")
     one_model = chunked["one_model_logits"]  # 8 sequences x 127 positions x 150,000 float32 = 610 MB
     # Whole batch: both models' [B, L, V] at once, measured 2.1-2.2x one model's; chunked: one record's
     # output positions per model at a time plus what the allocator keeps, measured 0.6-0.9x. 1.5x

@@ -24,7 +24,8 @@ from specaudit.stats._results import StatTestResult
 N_PERMUTATIONS = 999
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two sequences share."""
     n = 0
     for x, y in zip(a, b):
         if x != y:
@@ -59,9 +60,7 @@ def concurrent_independence(
         other = list(baseline.get(prompt, ()))
         if len(outputs) >= 2 and len(other) >= 2:
             both = [*outputs, *other]
-            matrix = np.array(
-                [[_common_prefix(a, b) if i != j else 0 for j, b in enumerate(both)] for i, a in enumerate(both)], dtype=float
-            )
+            matrix = np.array([[common_prefix(a, b) if i != j else 0 for j, b in enumerate(both)] for i, a in enumerate(both)], dtype=float)
             prompts.append((matrix, len(outputs)))
     if not prompts:
         return StatTestResult("concurrent_independence", float("nan"), float("nan"), 0, alpha, "permutation")
@@ -78,4 +77,4 @@ def concurrent_independence(
     return StatTestResult("concurrent_independence", observed, pvalue, len(prompts), alpha, f"permutation ({n_permutations})")
 
 
-__all__ = ["concurrent_independence"]
+__all__ = ["common_prefix", "concurrent_independence"]

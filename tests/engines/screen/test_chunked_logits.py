@@ -4,14 +4,11 @@ the target's (a memory assertion on a random Llama with a 150k vocabulary)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
-from peak_rss import PEAK_RSS
+from peak_rss import run_probe
 
 from specaudit.decoding import SamplingSpec
 from specaudit.engines.screen import sample_batch, screen_paths
@@ -69,7 +66,7 @@ def test_a_model_whose_logits_are_not_its_head_is_never_chunked(models, call_dep
 
 # A random Llama with a real-sized vocabulary (hidden size 32, so the models are small and only the
 # logits are big): 8 rows x 128 positions x 150,000 float32 entries = 614 MB per model.
-MEMORY_PROBE = PEAK_RSS + textwrap.dedent(
+MEMORY_PROBE = textwrap.dedent(
     """
     import json, sys
     import torch
@@ -84,28 +81,19 @@ MEMORY_PROBE = PEAK_RSS + textwrap.dedent(
     prompts = [[1, 5 + r, 9, 13 + r, 17] for r in range(rows)]
     chunk = None if sys.argv[1] == "whole" else 1 << 24
     common = dict(spec=SamplingSpec(1.0), k=4, eos_ids=set(), vocab_size=vocab, pad_id=0, batch_size=rows, chunk_elements=chunk)
-    reset_peak_rss()
-    screen_paths(target, draft, prompts, list(range(rows)), max_new_tokens=4, **common)  # warm-up: allocator, kernels
-    before = peak_rss()
-    reset_peak_rss()
-    paths = screen_paths(target, draft, prompts, list(range(rows)), max_new_tokens=positions, **common)
-    after = peak_rss()
+    growth, paths = peak_growth(
+        lambda: screen_paths(target, draft, prompts, list(range(rows)), max_new_tokens=4, **common),
+        lambda: screen_paths(target, draft, prompts, list(range(rows)), max_new_tokens=positions, **common),
+    )
     assert all(len(p.tokens) == positions for p in paths)
-    print(json.dumps({"peak_growth": after - before, "one_model_logits": rows * positions * vocab * 4}))
+    print(json.dumps({"peak_growth": growth, "one_model_logits": rows * positions * vocab * 4}))
     """
 )
 
 
-def _peak_growth(mode: str) -> dict:
-    """Peak RSS growth of one screen batch, in a fresh process (tests/peak_rss.py)."""
-    result = subprocess.run([sys.executable, "-c", MEMORY_PROBE, mode], capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.slow
 def test_the_screen_at_a_150k_vocabulary_never_holds_both_models_logits():
-    chunked, whole = _peak_growth("chunked"), _peak_growth("whole")
+    chunked, whole = run_probe(MEMORY_PROBE, "chunked"), run_probe(MEMORY_PROBE, "whole")
     one_model = chunked["one_model_logits"]
     # Peak growth over the warm-up, read from the probe's own VmHWM: chunked, the target's kept
     # distributions and its logits beside them while they are made, plus chunks of ~64 MB (measured
