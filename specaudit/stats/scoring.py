@@ -29,6 +29,7 @@ from specaudit.decoding.verify import mass_before
 from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.errors import InputError
 from specaudit.models._chunked import head_logits, last_hidden_states, plain_head
+from specaudit.stats.plugin_tv import expected_plugin_tv
 
 # A batch whose logits (all models, float32) would take more than this is scored from hidden states,
 # one record's logits at a time. Below it the whole batch's logits are made at once, as always:
@@ -77,6 +78,7 @@ class TokenScores:
     position_mass: pd.DataFrame
     spec: SamplingSpec | None = None
     monte_carlo_null: Mapping[str, Mapping[str, np.ndarray]] | None = None
+    first_token_null: Mapping[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -102,7 +104,10 @@ class TokenScores:
         if null is not None:
             keys = set(tokens["key"])
             null = {name: {key: draws for key, draws in per_record.items() if key in keys} for name, per_record in null.items()}
-        return TokenScores(tokens.reset_index(drop=True), mass.reset_index(drop=True), self.spec, null)
+        first = self.first_token_null
+        if first is not None:
+            first = {pid: curve for pid, curve in first.items() if pid in set(tokens["prompt_id"])}
+        return TokenScores(tokens.reset_index(drop=True), mass.reset_index(drop=True), self.spec, null, first)
 
 
 # ----------------------------------------------------------------------------- per-token maths
@@ -374,6 +379,7 @@ def score_records(
     vocab_sizes: set[int] = set()
     columns: dict[int, dict[str, np.ndarray]] = {}
     null: dict[str, dict[str, np.ndarray]] = defaultdict(dict)
+    first_token_null: dict[str, np.ndarray] = {}
     starts = [len(prompts[i]) - 1 for i in todo]
     for j, rows_logits in _batched_logits(models, sequences, batch_size=batch_size, device=device, starts=starts, chunked=chunked):
         i = todo[j]
@@ -403,9 +409,12 @@ def score_records(
             for name, values in draws.items():
                 null[name][key] = values.astype(np.float32)
         mass_plan.add(i, target)
+        prompt_id = str(_field(rows[i], "prompt_id"))
+        if prompt_id not in first_token_null:  # position 0's prefix is the prompt: one distribution per prompt
+            first_token_null[prompt_id] = expected_plugin_tv(_normalise(target[:1])[0].cpu().numpy())
 
     tokens_frame = _token_frame(rows, outputs, columns, has_draft=draft_model is not None)
-    return TokenScores(tokens_frame, mass_plan.frame(), spec, dict(null) if null_draws else None)
+    return TokenScores(tokens_frame, mass_plan.frame(), spec, dict(null) if null_draws else None, first_token_null)
 
 
 def _token_frame(

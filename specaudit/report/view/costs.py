@@ -49,16 +49,20 @@ def duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-def samples_cost(snapshot: Mapping[str, Any], samples: int) -> str | None:
-    """' Predicted cost: ...' for a rerun with `samples` samples per prompt, or None without a cost model."""
+def samples_cost(snapshot: Mapping[str, Any], samples: int, *, prompts: int | None = None) -> str | None:
+    """' Predicted cost: ...' for a rerun with `samples` samples per prompt (on `prompts` of the
+    engines' prompts, default all), or None without a cost model."""
     per_sample = engine_seconds_per_sample(snapshot)
     if per_sample is None or not math.isfinite(per_sample):
         return None
     current = get(snapshot, "run", "config", "samples", default=1) or 1
+    n_engine = int(get(snapshot, "speed", "cost_model", "n_prompts"))
+    share = min(prompts, n_engine) / n_engine if prompts else 1.0  # the mean prompt's cost, on fewer of them
+    seconds = samples * per_sample * share
     return (
-        f"Predicted cost on this hardware (the audit's cost model): about {duration(samples * per_sample)} of engine decoding "
-        f"({samples} samples on each of {int(get(snapshot, 'speed', 'cost_model', 'n_prompts'))} prompts, "
-        f"{samples / current:.0f}× this audit's {duration(current * per_sample)}), plus the screen and the analysis."
+        f"Predicted cost on this hardware (the audit's cost model): about {duration(seconds)} of engine decoding "
+        f"({samples} samples on each of {prompts or n_engine} prompts, "
+        f"{seconds / (current * per_sample):.0f}× this audit's {duration(current * per_sample)}), plus the screen and the analysis."
     )
 
 

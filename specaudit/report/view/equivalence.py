@@ -207,6 +207,7 @@ def _tv_view(tv: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "ran": True,
         "delta_value": tv.get("delta"),
+        "samples_to_show": tv.get("samples_to_show"),
         "estimate": num(tv.get("estimate")),
         "upper": num(tv.get("upper")),
         "kl_upper": num(tv.get("kl_upper")),

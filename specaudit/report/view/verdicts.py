@@ -224,8 +224,7 @@ def actions(
         not_run = [e for e in audited if any(r.get("not_run") for r in e.get("two_sample", {}).get("rows", []) or [])]
         if not_shown or not_run:
             samples = get(config, "samples", default=1)
-            wanted = _samples_for_delta(not_shown[0]) if not_shown else None
-            wanted = max(wanted or 0, 2 if not_run else 0, (samples or 1) + 1)
+            plan = mapping(not_shown[0]["tv"].get("samples_to_show")) if not_shown else {}
             parts = []
             if not_shown:
                 parts.append(
@@ -233,14 +232,27 @@ def actions(
                 )
             if not_run:
                 parts.append("the two-sample tests cannot reject with one sample per prompt")
-            cost = samples_cost(snapshot, wanted)
-            add(
-                "warn",
-                "Correctness is not proven: " + " and ".join(parts) + f". Sample more outputs per prompt "
-                f"(about {wanted} would make a first-token distance of δ detectable)." + (f" {cost}" if cost else ""),
-                "equivalence",
-                with_flags(command, {"--samples": wanted}),
-            )
+            text = "Correctness is not proven: " + " and ".join(parts) + ". "
+            if plan and plan.get("samples") is None:
+                add(
+                    "warn",
+                    text + f"No number of samples up to 2**20 per prompt brings a correct engine's bound to δ = "
+                    f"{plan.get('delta')}: the plug-in distance of the target's own samples stays above it. Audit at a larger δ.",
+                    "equivalence",
+                )
+            else:
+                wanted, how = _samples_wanted(plan, not_shown[0] if not_shown else None)
+                wanted = max(wanted or 0, 2 if not_run else 0, (samples or 1) + 1)
+                cost = samples_cost(snapshot, wanted)
+                add(
+                    "warn",
+                    text + f"Sample more outputs per prompt: about {wanted} {how}." + (f" {cost}" if cost else ""),
+                    "equivalence",
+                    with_flags(command, {"--samples": wanted}),
+                )
+                fewer = _fewer_prompts(snapshot, plan, wanted)
+                if fewer:
+                    add("warn", fewer[0], "equivalence", with_flags(command, {"--samples": fewer[1], "--engine-prompts": fewer[2]}))
         if equivalence_view.get("warning"):
             cost = rerun_cost(snapshot, why=", another seed")
             add(
@@ -280,15 +292,45 @@ def _common_best_k(snapshot: Mapping[str, Any]) -> int | None:
     return max(counts, key=lambda k: (counts[k], -k)) if counts else None
 
 
-def _samples_for_delta(engine: Mapping[str, Any]) -> int | None:
-    """Samples per prompt at which the first-token test detects a TV of δ: this run's detectable
-    TV scaled by 1/√samples (the power planner's law for that test)."""
-    power = {p["label"]: p.get("raw") for p in engine.get("power", [])}
-    mde, delta = power.get("first-token TV"), engine.get("tv", {}).get("delta_value")
-    samples = engine.get("samples")
+def _samples_wanted(plan: Mapping[str, Any], engine: Mapping[str, Any] | None) -> tuple[int | None, str]:
+    """Samples per prompt and what they buy. From the target's own first-token distributions
+    (tv.samples_to_show, stats.plugin_tv) where the analysis had them: the samples at which a
+    correct engine's TV bound is expected to reach δ. Else (server-scored runs) the samples at
+    which the first-token test detects a TV of δ: this run's detectable TV scaled by 1/√samples
+    (the power planner's law for that test), which detects δ but does not show equivalence."""
+    if plan.get("samples") is not None:
+        return int(plan["samples"]), (
+            f"on each of these {plan['n_prompts']} prompts make a correct engine's TV bound reach δ = {plan['delta']:g} with "
+            f"{plan.get('power', 0.8):.0%} power (its expected bound there: {plan['expected_upper']:.3f}, the plug-in distance of the "
+            f"target's own samples {plan['bias']:.3f} plus the confidence margin {plan['margin']:.3f}; from the target's scored "
+            "first-token distributions)"
+        )
+    power = {p["label"]: p.get("raw") for p in (engine or {}).get("power", [])}
+    mde, delta = power.get("first-token TV"), (engine or {}).get("tv", {}).get("delta_value")
+    samples = (engine or {}).get("samples")
     if not (finite(mde) and finite(delta) and delta > 0 and finite(samples)):
+        return None, "would make a first-token distance of δ detectable"
+    return max(2, math.ceil(samples * (mde / delta) ** 2)), "would make a first-token distance of δ detectable"
+
+
+def _fewer_prompts(snapshot: Mapping[str, Any], plan: Mapping[str, Any], wanted: int) -> tuple[str, int, int] | None:
+    """The cheapest budget in decoded samples that still reaches δ, when it has fewer prompts than
+    the audit: its claim then covers those prompts only, which the sentence says."""
+    from specaudit.report.view.costs import samples_cost
+
+    options = [(int(p) * int(n), int(p), int(n)) for p, n in mapping(plan.get("fewer_prompts")).items() if finite(n)]
+    if not options or plan.get("samples") is None:
         return None
-    return max(2, math.ceil(samples * (mde / delta) ** 2))
+    total, prompts, samples = min(options)
+    if total >= int(plan["n_prompts"]) * wanted:
+        return None
+    cost = samples_cost(snapshot, samples, prompts=prompts)
+    text = (
+        f"Cheapest in decoding: {samples} samples on each of {prompts} of the {plan['n_prompts']} prompts "
+        f"({total:,} samples against {int(plan['n_prompts']) * wanted:,}) reaches δ too, for those {prompts} prompts only; "
+        "the plug-in distance falls with samples per prompt, not with prompts, so fewer prompts save little."
+    )
+    return (f"{text} {cost}" if cost else text), samples, prompts
 
 
 __all__ = ["DECISIONS", "actions", "decide"]

@@ -31,6 +31,7 @@ from specaudit.stats.equivalence.two_sample import (
     _permuted_labels,
     _split_by_prompt,
 )
+from specaudit.stats.plugin_tv import SamplesToShow, samples_to_show
 from specaudit.stats.scoring import TokenScores, _field
 
 
@@ -59,6 +60,7 @@ class TVBound:
     n_prompts: int
     alpha: float
     delta: float | None = None
+    to_show: SamplesToShow | None = None
 
     @property
     def statistic(self) -> float:
@@ -91,6 +93,7 @@ class TVBound:
             "alpha": self.alpha,
             "delta": self.delta,
             "verdict": self.verdict,
+            **({"samples_to_show": self.to_show.to_dict()} if self.to_show is not None else {}),
         }
 
 
@@ -157,7 +160,11 @@ def tv_bound(
     pvalue = anderson_darling_uniform(u)[1] if u.size else math.nan
     if len(tokens_here) and (tokens_here["p"] <= 0).any():
         pvalue = 0.0  # an impossible token settles it
-    return TVBound("target", position, estimate, upper, kl_upper, pvalue, int(n_records.sum()), len(n_records), alpha, delta)
+    to_show = None
+    first = scores.first_token_null
+    if position == 0 and delta is not None and first is not None and all(pid in first for pid in n_records.index):
+        to_show = samples_to_show(np.stack([first[pid] for pid in n_records.index]), delta=delta, alpha=alpha)
+    return TVBound("target", position, estimate, upper, kl_upper, pvalue, int(n_records.sum()), len(n_records), alpha, delta, to_show)
 
 
 def tv_bound_two_sample(
