@@ -44,13 +44,18 @@ def embedded_gguf_path() -> Path:
 
 
 def default_target_folder() -> Path:
-    """Convert the embedded GGUF to an HF-format folder once; later loads take about a second.
+    """The embedded default as an HF-format folder (converted once; later loads take about a second)."""
+    return gguf_hf_folder(embedded_gguf_path(), cache_root() / "smollm2-135m-instruct")
 
-    The conversion is written to a temporary folder and renamed into place, so a killed
-    conversion never leaves a half-written cache behind.
+
+def gguf_hf_folder(gguf: Path, folder: Path) -> Path:
+    """Convert a GGUF file to an HF-format folder of dequantised float32 weights once.
+
+    transformers dequantises every tensor of a GGUF file at each load (686 s for the 1.5B Qwen
+    target on 2 loaded cores); from the folder a load is a read. The conversion is written to a
+    temporary folder and renamed into place, so a killed conversion never leaves a half-written
+    cache behind, and two processes converting at once both end with the one folder.
     """
-    gguf = embedded_gguf_path()
-    folder = cache_root() / "smollm2-135m-instruct"
     stamp = folder / "specaudit-source.json"
     source = {"gguf": gguf.name, "size": gguf.stat().st_size}
 
@@ -61,19 +66,26 @@ def default_target_folder() -> Path:
         return folder
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    print(f"specaudit: converting the embedded {gguf.name} to an HF cache in {folder} (once, ~20 s)")
+    _quiet_transformers()
+    print(f"specaudit: converting {gguf.name} to an HF cache in {folder} (once; the first load dequantises every tensor)")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # weights are dequantised floats now
-    model = AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(quantized.state_dict())
+    with torch.device("meta"):  # the plain model takes the loaded tensors: no second copy of the weights
+        model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(quantized.state_dict(), assign=True)
+    model.tie_weights()
     model.generation_config = quantized.generation_config
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=folder.parent))
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise InputError(f"cannot write the HF cache of {gguf.name} into {folder.parent}: {err.strerror or err}") from None
     identity = {"source": source, "gguf_sha256": file_sha256(gguf)}
     (staging / "specaudit-source.json").write_text(json.dumps(identity, indent=2))
     if current():  # another process (a parallel test worker) finished first and may be reading it
@@ -106,8 +118,10 @@ def _load_hf(name: str, device: torch.device, dtype: torch.dtype):
     source = name
     if name == DEFAULT_TARGET:
         source = str(default_target_folder())
-    elif is_named(name) or _is_local(name):
-        path = resolve_named(name) if is_named(name) else Path(os.path.expanduser(name))
+    elif is_named(name):  # a pinned, sha256-checked GGUF: its HF conversion is cached beside it
+        source = str(gguf_hf_folder(resolve_named(name), cache_root() / "hf" / name))
+    elif _is_local(name):
+        path = Path(os.path.expanduser(name))
         if not path.exists():
             raise InputError(f"model path {name!r} does not exist")
         if path.suffix == ".gguf":

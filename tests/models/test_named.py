@@ -214,3 +214,22 @@ def test_a_run_on_a_server_never_fetches_the_named_models(tmp_path, monkeypatch)
     cfg = SimpleNamespace(engines=["endpoint"], target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b")
     check_model_sources(cfg)
     assert not (tmp_path / "models").exists()
+
+
+@pytest.mark.slow
+def test_a_gguf_is_converted_once_into_the_same_weights(tmp_path, capsys):
+    """Named models load from an HF folder converted once (as the embedded default does): the
+    conversion holds the weights the default's cache holds, and a second call converts nothing."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from specaudit.models._loading import default_target_folder, embedded_gguf_path, gguf_hf_folder
+
+    folder = gguf_hf_folder(embedded_gguf_path(), tmp_path / "hf" / "smol")
+    assert "converting" in capsys.readouterr().out
+    assert gguf_hf_folder(embedded_gguf_path(), tmp_path / "hf" / "smol") == folder
+    assert "converting" not in capsys.readouterr().out
+    assert [p.name for p in (tmp_path / "hf").iterdir()] == ["smol"]  # no staging folder left behind
+    mine = AutoModelForCausalLM.from_pretrained(folder).state_dict()
+    default = AutoModelForCausalLM.from_pretrained(default_target_folder()).state_dict()
+    assert mine.keys() == default.keys() and all(torch.equal(mine[k], default[k]) for k in mine)
