@@ -93,17 +93,23 @@ class SamplesToShow:
         }
 
 
-def _mean_bias(curves: np.ndarray, n: float, grid: np.ndarray) -> float:
-    """The mean over prompts of E TV̂_j at n samples, interpolated in log-log between grid points."""
+def expected_bound(curves: np.ndarray, n: float, *, alpha: float, grid: np.ndarray = SAMPLE_GRID) -> tuple[float, float]:
+    """(bias, margin) of the TV bound a correct engine reaches with n samples on each of the
+    P = len(curves) prompts: the mean over prompts of E TV̂_j at n (interpolated in log-log between
+    grid points) and the McDiarmid margin at position 0."""
+    curves = np.atleast_2d(curves)
     mean = np.maximum(curves.mean(axis=0), 1e-300)
-    return float(np.exp(np.interp(math.log(n), np.log(grid), np.log(mean))))
+    bias = float(np.exp(np.interp(math.log(n), np.log(grid), np.log(mean))))
+    return bias, math.sqrt(math.log(1 / alpha) / (2 * curves.shape[0] * n))
 
 
 def _samples_for(curves: np.ndarray, n_prompts: int, delta: float, alpha: float, power: float, grid: np.ndarray) -> int | None:
     spread = float(norm.ppf(power)) / 2
+    subset = np.broadcast_to(curves.mean(axis=0), (n_prompts, curves.shape[1]))  # a random n_prompts of them, in expectation
 
     def upper(n: float) -> float:
-        return _mean_bias(curves, n, grid) + (math.sqrt(math.log(1 / alpha) / 2) + spread) / math.sqrt(n_prompts * n)
+        bias, margin = expected_bound(subset, n, alpha=alpha, grid=grid)
+        return bias + margin + spread / math.sqrt(n_prompts * n)
 
     reached = [int(n) for n in grid if upper(n) <= delta]
     if not reached:
@@ -123,9 +129,7 @@ def samples_to_show(curves: np.ndarray, *, delta: float, alpha: float, power: fl
     curves = np.atleast_2d(np.asarray(curves, dtype=np.float64))
     n_prompts = curves.shape[0]
     samples = _samples_for(curves, n_prompts, delta, alpha, power, grid)
-    at = float(samples if samples is not None else grid[-1])
-    bias = _mean_bias(curves, at, grid)
-    margin = math.sqrt(math.log(1 / alpha) / (2 * n_prompts * at))
+    bias, margin = expected_bound(curves, float(samples if samples is not None else grid[-1]), alpha=alpha, grid=grid)
     fewer = sorted({max(1, math.ceil(n_prompts / 2**i)) for i in range(1, 6)} - {n_prompts})
     return SamplesToShow(
         delta=delta,
@@ -140,4 +144,4 @@ def samples_to_show(curves: np.ndarray, *, delta: float, alpha: float, power: fl
     )
 
 
-__all__ = ["SAMPLE_GRID", "SamplesToShow", "expected_plugin_tv", "samples_to_show"]
+__all__ = ["SAMPLE_GRID", "SamplesToShow", "expected_bound", "expected_plugin_tv", "samples_to_show"]

@@ -243,16 +243,15 @@ def actions(
             else:
                 wanted, how = _samples_wanted(plan, not_shown[0] if not_shown else None)
                 wanted = max(wanted or 0, 2 if not_run else 0, (samples or 1) + 1)
-                cost = samples_cost(snapshot, wanted)
-                add(
-                    "warn",
-                    text + f"Sample more outputs per prompt: about {wanted} {how}." + (f" {cost}" if cost else ""),
-                    "equivalence",
-                    with_flags(command, {"--samples": wanted}),
-                )
-                fewer = _fewer_prompts(snapshot, plan, wanted)
-                if fewer:
-                    add("warn", fewer[0], "equivalence", with_flags(command, {"--samples": fewer[1], "--engine-prompts": fewer[2]}))
+                text += f"Sample more outputs per prompt: about {wanted:,} {how}."
+                for part in (samples_cost(snapshot, wanted), _fewer_prompts(snapshot, plan, wanted)):
+                    text += f" {part}" if part else ""
+                if wanted > 100 * (samples or 1):
+                    text += (
+                        " That is no practical budget at this δ; what this audit shows instead is the smallest distortion its "
+                        "tests would have found (the Correctness section)."
+                    )
+                add("warn", text, "equivalence", with_flags(command, {"--samples": wanted}))
         if equivalence_view.get("warning"):
             cost = rerun_cost(snapshot, why=", another seed")
             add(
@@ -313,7 +312,7 @@ def _samples_wanted(plan: Mapping[str, Any], engine: Mapping[str, Any] | None) -
     return max(2, math.ceil(samples * (mde / delta) ** 2)), "would make a first-token distance of δ detectable"
 
 
-def _fewer_prompts(snapshot: Mapping[str, Any], plan: Mapping[str, Any], wanted: int) -> tuple[str, int, int] | None:
+def _fewer_prompts(snapshot: Mapping[str, Any], plan: Mapping[str, Any], wanted: int) -> str | None:
     """The cheapest budget in decoded samples that still reaches δ, when it has fewer prompts than
     the audit: its claim then covers those prompts only, which the sentence says."""
     from specaudit.report.view.costs import samples_cost
@@ -326,11 +325,11 @@ def _fewer_prompts(snapshot: Mapping[str, Any], plan: Mapping[str, Any], wanted:
         return None
     cost = samples_cost(snapshot, samples, prompts=prompts)
     text = (
-        f"Cheapest in decoding: {samples} samples on each of {prompts} of the {plan['n_prompts']} prompts "
-        f"({total:,} samples against {int(plan['n_prompts']) * wanted:,}) reaches δ too, for those {prompts} prompts only; "
-        "the plug-in distance falls with samples per prompt, not with prompts, so fewer prompts save little."
+        f"The cheapest budget that reaches δ has fewer prompts: {samples:,} samples on each of {prompts} of them "
+        f"(`--engine-prompts {prompts} --samples {samples}`), for a claim about those {prompts} prompts only; each prompt "
+        "needs about as many samples as before, since the plug-in distance falls with samples per prompt, not with prompts."
     )
-    return (f"{text} {cost}" if cost else text), samples, prompts
+    return f"{text} {cost}" if cost else text
 
 
 __all__ = ["DECISIONS", "actions", "decide"]
