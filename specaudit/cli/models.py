@@ -13,6 +13,11 @@ def add_models(sub: argparse._SubParsersAction) -> None:
     fetch = actions.add_parser("fetch", help="download, assemble and verify named models (a pair name fetches both)")
     fetch.add_argument("names", nargs="+", metavar="NAME", help="e.g. qwen2.5-coder (the pair) or qwen2.5-coder-0.5b")
     fetch.add_argument("--quiet", action="store_true", help="no progress bars")
+    fetch.add_argument(
+        "--for-torch",
+        action="store_true",
+        help="also convert each model once into the HF-format cache the torch engines load (minutes; a run does it on first use otherwise)",
+    )
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -25,4 +30,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         was_cached = model.is_cached()
         path = resolve(model.name, progress=not args.quiet)
         print(f"{model.name}: {path} ({model.size / 1e9:.2f} GB, sha256 {model.sha256[:12]}…{' already fetched' if was_cached else ''})")
+        if args.for_torch:
+            from specaudit.models._loading import named_hf_folder
+
+            print(f"{model.name}: HF-format cache {named_hf_folder(model.name)}")
     return 0

@@ -100,6 +100,12 @@ def gguf_hf_folder(gguf: Path, folder: Path) -> Path:
     return folder
 
 
+def named_hf_folder(name: str) -> Path:
+    """A named model (pinned, sha256-checked GGUF) as the HF-format folder the torch engines load,
+    fetched and converted on first use."""
+    return gguf_hf_folder(resolve_named(name), cache_root() / "hf" / name)
+
+
 # ---------------------------------------------------------------------- plain models
 def _quiet_transformers() -> None:
     """Per-tensor progress bars and advice from transformers would bury our own messages."""
@@ -119,7 +125,7 @@ def _load_hf(name: str, device: torch.device, dtype: torch.dtype):
     if name == DEFAULT_TARGET:
         source = str(default_target_folder())
     elif is_named(name):  # a pinned, sha256-checked GGUF: its HF conversion is cached beside it
-        source = str(gguf_hf_folder(resolve_named(name), cache_root() / "hf" / name))
+        source = str(named_hf_folder(name))
     elif _is_local(name):
         path = Path(os.path.expanduser(name))
         if not path.exists():
