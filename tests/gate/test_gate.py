@@ -1,6 +1,6 @@
 """The deployment gate: thresholds, each check's PASS / WARN / FAIL, exit codes, and the CLI.
 
-Variants of a real snapshot (tests/report/conftest.py) are made by editing a copy the way a
+Variants of a real snapshot (tests/conftest.py) are made by editing a copy the way a
 real failure would show up in it: a Holm-rejected test, an impossible token, a failed control,
 a group significantly outside the band, a slowed-down group.
 """
