@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from specaudit._validation import finite_float, seed_int
 from specaudit.contracts import DEFAULT_BAND
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
+
+    from specaudit.config import RunConfig
+    from specaudit.decoding import SamplingSpec
 
 
 # --------------------------------------------------------------------------- run
@@ -104,7 +112,7 @@ def _run_config(args: argparse.Namespace):
     return _with_concurrency(args, lambda extra: run_config_from({**run_options, **_flag_options(args), **extra}, source), run_options)
 
 
-def _with_concurrency(args: argparse.Namespace, make, run_options: dict):
+def _with_concurrency(args: argparse.Namespace, make: Callable[[dict], RunConfig], run_options: dict):
     """The RunConfig `make(extra options)` builds, with --concurrency as the llama-server setting
     extra.llama_server.concurrency_levels (engines/llama_server/settings.py)."""
     if getattr(args, "concurrency", None) is None:
@@ -329,7 +337,15 @@ def run_audit(args: argparse.Namespace):
     return result
 
 
-def _run_settings_audit(args, cfg, out, specs, analysis_options, gate_options, source):
+def _run_settings_audit(
+    args: argparse.Namespace,
+    cfg: RunConfig,
+    out: str | Path,
+    specs: Sequence[SamplingSpec],
+    analysis_options: dict | None,
+    gate_options: dict | None,
+    source: str,
+):
     from specaudit.sampling_audit import audit_settings
 
     result = audit_settings(

@@ -25,7 +25,7 @@ class _FirstTokenClock(BaseStreamer):
     def __init__(self, clock: Stopwatch):
         self.clock, self.pushes, self.first_token_at = clock, 0, None
 
-    def put(self, value) -> None:
+    def put(self, value: torch.Tensor) -> None:
         self.pushes += 1
         if self.pushes == 2:
             self.first_token_at = self.clock.now()
@@ -40,10 +40,10 @@ class _Counters:
         self.proposed_per_step: list[int] = []
         self.sequence_length_at_step: list[int] = []  # tokens in context before each verification
 
-    def on_draft(self, module, args, kwargs) -> None:
+    def on_draft(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         self.draft_forwards_since_verify += 1
 
-    def on_target(self, module, args, kwargs) -> None:
+    def on_target(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
         positions = kwargs.get("position_ids")
         if positions is not None:  # absolute position of the first fed token = tokens already cached

@@ -41,7 +41,7 @@ class _DraftModel:
         self.cached = 0  # tokens of the context already in the cache
         self.logits: list[torch.Tensor] = []  # the last proposal's raw logits, for a verifier that asks (VerifyLogits)
 
-    def propose(self, context, k, spec, generator, vocab_size):
+    def propose(self, context: list[int], k: int, spec: SamplingSpec, generator: torch.Generator, vocab_size: int):
         feed = context[self.cached :]
         tokens, probs, self.logits = [], [], []
         for _ in range(k):
@@ -69,7 +69,7 @@ class _DraftLookup:
         self.lookup = lookup
         self.logits: list[torch.Tensor] = []  # a lookup has none
 
-    def propose(self, context, k, spec, generator, vocab_size):
+    def propose(self, context: list[int], k: int, spec: SamplingSpec, generator: torch.Generator, vocab_size: int):
         tokens = self.lookup.propose(context, k)
         probs = [torch.nn.functional.one_hot(torch.tensor(t, device=generator.device), vocab_size).float() for t in tokens]
         return tokens, probs

@@ -23,6 +23,7 @@ from specaudit.execution.plan import derive_seed
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
     from specaudit.decoding import Generation
+    from specaudit.decoding.verify import VerifyFn
     from specaudit.models import ModelPair
 
 
@@ -87,7 +88,7 @@ def generate_one(
     prompt_ids: list[int],
     cfg: RunConfig,
     seed: int,
-    verify,
+    verify: VerifyFn | None,
     eos_ids: set[int],
     max_new_tokens: int,
     attributes: dict | None = None,
@@ -144,7 +145,9 @@ def make_record(cfg: RunConfig, item: PlanItem, seed: int, prompt_ids: list[int]
     )
 
 
-def decode_item(pair: ModelPair, cfg: RunConfig, item: PlanItem, prompt_ids: list[int], verify, eos_ids: set[int]) -> Record:
+def decode_item(
+    pair: ModelPair, cfg: RunConfig, item: PlanItem, prompt_ids: list[int], verify: VerifyFn | None, eos_ids: set[int]
+) -> Record:
     """Decode one plan item into its record; the seed depends only on the run seed, prompt id and
     sample, so any process may decode any item."""
     seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
@@ -153,7 +156,7 @@ def decode_item(pair: ModelPair, cfg: RunConfig, item: PlanItem, prompt_ids: lis
     return make_record(cfg, item, seed, prompt_ids, generation, text)
 
 
-def warm_up(pair: ModelPair, cfg: RunConfig, prompt_ids: list[int], verify, eos_ids: set[int]) -> None:
+def warm_up(pair: ModelPair, cfg: RunConfig, prompt_ids: list[int], verify: VerifyFn | None, eos_ids: set[int]) -> None:
     """First calls pay for allocation and kernel selection: run them before anything is timed."""
     for _ in range(cfg.warmup):
         for engine in cfg.engines:

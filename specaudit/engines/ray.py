@@ -17,6 +17,7 @@ import logging
 import secrets
 import warnings
 from collections import Counter, deque
+from typing import TYPE_CHECKING
 
 from specaudit.config import RunConfig
 from specaudit.contracts.run import PlanItem
@@ -34,6 +35,10 @@ from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import shard_of
 from specaudit.execution.preflight import check_prompt_lengths
 from specaudit.prompts import prompt_token_ids
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from types import ModuleType
 
 SHARDS_PER_WORKER = 4  # more shards than workers: a dead worker's re-run is small, and fast workers take more
 MAX_SHARD_ATTEMPTS = 3  # a shard that kills its actor this often is a problem of its own, not bad luck
@@ -66,7 +71,7 @@ class DecodeWorker:
         except Exception as err:  # noqa: BLE001 - re-raised by describe(), in the driver's terms
             self.error = err
 
-    def describe(self, prompts=()) -> dict:
+    def describe(self, prompts: Iterable[str] = ()) -> dict:
         """The manifest's models, device and versions, once `prompts` are checked to fit the context
         (all of them, before any actor decodes, so no record is written for a run that cannot finish)."""
         if self.error is not None:
@@ -107,7 +112,7 @@ def _actor_plan(cfg: RunConfig, resources: dict, workers: int | None) -> tuple[d
     return per_actor, device, count
 
 
-def _task_error(ray, err: Exception) -> Exception:
+def _task_error(ray: ModuleType, err: Exception) -> Exception:
     """A worker's InputError comes back wrapped by Ray: unwrap it into the plain sentence."""
     cause = getattr(err, "cause", None)
     if isinstance(err, ray.exceptions.RayTaskError) and isinstance(cause, InputError):

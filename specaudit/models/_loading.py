@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,6 +21,9 @@ from specaudit.models._device import resolve_device, resolve_dtype
 from specaudit.models._hub import DEFAULT_TARGET, _is_local, hub_options
 from specaudit.models._named import is_named
 from specaudit.models._named import resolve as resolve_named
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DERIVED_DRAFTS = ("int8", "early-exit:N", "ngram")
@@ -129,7 +133,7 @@ def _load_hf(name: str, device: torch.device, dtype: torch.dtype):
     return model.to(device).eval(), tokenizer, _identity(name, source, model, kwargs.get("gguf_file"))
 
 
-def _identity(name: str, source: str, model, gguf_file: str | None = None) -> dict:
+def _identity(name: str, source: str, model: torch.nn.Module, gguf_file: str | None = None) -> dict:
     """What the manifest records about a model: enough to tell two runs' weights apart."""
     identity = {"name": name, "class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters())}
     revision = getattr(model.config, "_commit_hash", None)
@@ -229,11 +233,13 @@ class ModelPair:
         }
 
 
-def _logits_rows(model) -> int:
+def _logits_rows(model: torch.nn.Module) -> int:
     return model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else model.config.vocab_size
 
 
-def check_same_vocabulary(target_name: str, target_tok, draft_name: str, draft_tok) -> None:
+def check_same_vocabulary(
+    target_name: str, target_tok: PreTrainedTokenizerBase, draft_name: str, draft_tok: PreTrainedTokenizerBase
+) -> None:
     target_vocab, draft_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
     if len(target_vocab) != len(draft_vocab):
         raise InputError(

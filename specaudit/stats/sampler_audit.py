@@ -466,7 +466,17 @@ def _pooled_pit_row(summaries: list[_CaseSummary]) -> dict:
     )
 
 
-def _check_inputs(verify, vocab_size, k, trials, alpha, families, large_vocab_sizes, min_expected, ratio_bins) -> list[str]:
+def _check_inputs(
+    verify: object,
+    vocab_size: object,
+    k: object,
+    trials: object,
+    alpha: object,
+    families: Sequence[str] | str | None,
+    large_vocab_sizes: Sequence[int],
+    min_expected: float,
+    ratio_bins: int,
+) -> list[str]:
     if not callable(verify):
         raise InputError(
             f"verify must be a function verify(draft_tokens, draft_probs, target_probs, generator), got {type(verify).__name__}"

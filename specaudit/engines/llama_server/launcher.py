@@ -161,5 +161,5 @@ class ServerPair:
     def __enter__(self) -> ServerPair:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

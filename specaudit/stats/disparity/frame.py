@@ -77,7 +77,17 @@ class GroupFrame:
         frame._setup(per_prompt, sensitive, metrics, n_boot=n_boot, ci=ci, seed=seed, method=method)
         return frame
 
-    def _setup(self, table, sensitive, metrics, *, n_boot, ci, seed, method) -> None:
+    def _setup(
+        self,
+        table: pd.DataFrame,
+        sensitive: str | Sequence[str],
+        metrics: Sequence[str] | None,
+        *,
+        n_boot: int,
+        ci: float,
+        seed: int,
+        method: Method,
+    ) -> None:
         self.sensitive = _as_list(sensitive)
         codes, groups = _group_codes(table, self.sensitive)
         if (codes < 0).any():  # prompts outside this dimension do not belong in its overall figures
@@ -221,7 +231,7 @@ class GroupFrame:
                 return self._derived(lambda v: np.nanmin(v[:, :g], axis=1) / np.nanmax(v[:, :g], axis=1))
             if method == "to_overall":
 
-                def fn(v):
+                def fn(v: np.ndarray):
                     r = v[:, :g] / v[:, g : g + 1]
                     return np.nanmin(np.minimum(r, 1.0 / r), axis=1)
 
@@ -377,7 +387,9 @@ class GroupFrame:
         frame.attrs["reference"] = "overall" if ref is None else self.groups[ref]
         return frame
 
-    def _flag_rows(self, metrics, reference, tolerance, alpha, power, min_prompts) -> tuple[list[dict], int | None]:
+    def _flag_rows(
+        self, metrics: list[str], reference: Any, tolerance: tuple[float, float], alpha: float, power: float, min_prompts: int
+    ) -> tuple[list[dict], int | None]:
         low, high = tolerance
         if not 0 < low <= 1 <= high:
             raise InputError(f"disparity: the tolerance band must satisfy 0 < low ≤ 1 ≤ high, got {tolerance!r}.")
