@@ -156,7 +156,7 @@ def control_failed(section: Mapping[str, Any]) -> bool:
     return bool(section.get("control_failed")) or str(section.get("status")).strip().lower() == "error"
 
 
-def _parsed(parse: Callable[[Any], Any]):
+def _parsed(parse: Callable[[Any], Any]) -> BeforeValidator:
     return BeforeValidator(lambda value: value if value is None else parse(value))
 
 

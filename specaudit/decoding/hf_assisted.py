@@ -22,7 +22,7 @@ from specaudit.models import NgramDraft, Stopwatch
 class _FirstTokenClock(BaseStreamer):
     """generate() pushes the prompt first, then new tokens: the second push is the first token."""
 
-    def __init__(self, clock: Stopwatch):
+    def __init__(self, clock: Stopwatch) -> None:
         self.clock, self.pushes, self.first_token_at = clock, 0, None
 
     def put(self, value: torch.Tensor) -> None:
@@ -35,7 +35,7 @@ class _FirstTokenClock(BaseStreamer):
 
 
 class _Counters:
-    def __init__(self):
+    def __init__(self) -> None:
         self.draft_forwards_since_verify = 0
         self.proposed_per_step: list[int] = []
         self.sequence_length_at_step: list[int] = []  # tokens in context before each verification

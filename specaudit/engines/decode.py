@@ -65,7 +65,7 @@ def device_entry(pair: ModelPair) -> dict:
     return {"type": device.type, "name": name, "threads": torch.get_num_threads()}
 
 
-def load_pair_for(cfg: RunConfig):
+def load_pair_for(cfg: RunConfig) -> ModelPair | None:
     """The models a config needs: no draft when only vanilla runs.
 
     On CPU torch gets `cfg.threads` threads (default 1): batch-1 decoding of small models is
@@ -92,7 +92,7 @@ def generate_one(
     eos_ids: set[int],
     max_new_tokens: int,
     attributes: dict | None = None,
-):
+) -> Generation:
     """Decode one prompt with one engine; the single place that dispatches on the engine name."""
     if engine == "hf-assisted":
         return hf_assisted_generate(

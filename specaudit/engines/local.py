@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 class LocalExecutor(Executor):
     """Decodes with specaudit's engines here; `pair` (a loaded ModelPair) saves loading it again."""
 
-    def __init__(self, cfg: RunConfig, pair: ModelPair | None = None):
+    def __init__(self, cfg: RunConfig, pair: ModelPair | None = None) -> None:
         super().__init__(cfg)
         self.pair = pair
 

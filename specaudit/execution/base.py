@@ -42,7 +42,7 @@ class Executor:
     label = "decoding"
     unit = "gen"
 
-    def __init__(self, cfg: RunConfig):
+    def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
 
     def record_engines(self) -> tuple[str, ...]:

@@ -137,7 +137,7 @@ def _check_resumable(out_dir: Path, previous: dict, current: dict) -> None:
             raise InputError(f"{out_dir} holds a run with other settings ({detail}); resume with the same settings or choose a new --out")
 
 
-def load_run_prompts(cfg: RunConfig, prompt_set: PromptSet | None = None):
+def load_run_prompts(cfg: RunConfig, prompt_set: PromptSet | None = None) -> PromptSet:
     """The run's prompt set (loaded from cfg unless given); a selection of none is an InputError."""
     from specaudit.prompts import load_prompts
 
@@ -167,7 +167,7 @@ class RunFolder:
         shard: tuple[int, int] | None = None,
         engines: Sequence[str] | None = None,
         command: str | None = None,
-    ):
+    ) -> None:
         self.cfg = cfg
         self.out_dir = Path(out_dir)
         self.shard = shard

@@ -103,7 +103,7 @@ def _band_check(
         "insufficient": insufficient,
     }
 
-    def describe(rows: list[dict]):
+    def describe(rows: list[dict]) -> str:
         return "; ".join(
             f"{r['group']} {fixed(r['ratio'])}× [{fixed(r['ci_low'])}, {fixed(r['ci_high'])}] (n = {r['n_prompts']}, {r['method']})"
             for r in rows

@@ -137,7 +137,7 @@ def _upper_model(draft: torch.nn.Module, first: int) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def _prepare(draft: torch.nn.Module, samples: list[TargetSample], first: int, progress: bool):
+def _prepare(draft: torch.nn.Module, samples: list[TargetSample], first: int, progress: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per sequence: the lower layers' output (the input of the trained part) and the target's
     warped p at the continuation positions (kept from sampling)."""
     from tqdm.auto import tqdm

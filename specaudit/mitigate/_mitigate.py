@@ -625,7 +625,7 @@ def _write_report(work: Path, out_dir: Path, summary: dict, config: dict, draft:
     return path
 
 
-def _finite(value: Any):
+def _finite(value: Any) -> Any:
     if isinstance(value, float):
         return value if np.isfinite(value) else None
     if isinstance(value, dict):

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from transformers import PreTrainedTokenizerBase
 
 
@@ -128,7 +130,7 @@ def split_by_pair(prompts: dict[str, Prompt], held_out: float, seed: int, dimens
     keys = sorted(pairs)
     random.Random(seed).shuffle(keys)
 
-    def groups_of(key: str | None):
+    def groups_of(key: str | None) -> set[tuple[str, Any]]:
         return {(d, prompts[p].attributes.get(d)) for p in pairs[key] for d in dimensions if prompts[p].attributes.get(d) is not None}
 
     side: dict[str, str] = {}

@@ -39,7 +39,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 class Stopwatch:
     """Wall-clock timer that waits for queued GPU work, so kernels are charged where they ran."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device) -> None:
         self._cuda = device.type == "cuda"
 
     def now(self) -> float:
@@ -48,7 +48,9 @@ class Stopwatch:
         return time.perf_counter()
 
 
-def forward_cached(model: torch.nn.Module, input_ids: torch.Tensor, cache: Cache, logits_to_keep: int = 1, **inputs: torch.Tensor):
+def forward_cached(
+    model: torch.nn.Module, input_ids: torch.Tensor, cache: Cache, logits_to_keep: int = 1, **inputs: torch.Tensor
+) -> torch.Tensor:
     """One forward pass that reads and extends `cache`. transformers 5 calls the keyword `cache`
     (`past_key_values` is deprecated there); older releases only know `past_key_values`.
     `inputs` (attention_mask, position_ids) go to the model as given: batched rows need them."""

@@ -101,7 +101,7 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _load_hf(name: str, device: torch.device, dtype: torch.dtype):
+def _load_hf(name: str, device: torch.device, dtype: torch.dtype) -> tuple[torch.nn.Module, PreTrainedTokenizerBase, dict]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _quiet_transformers()
@@ -189,7 +189,7 @@ class NgramDraft:
     """Prompt lookup decoding: propose the tokens that followed the most recent earlier
     occurrence of the context's last n-gram. Deterministic, so q is one-hot."""
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
@@ -297,7 +297,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = "int8", device: 
     )
 
 
-def load_tokenizer(name: str = DEFAULT_TARGET):
+def load_tokenizer(name: str = DEFAULT_TARGET) -> PreTrainedTokenizerBase:
     """Only the tokenizer of a model (for prompt statistics); the default's comes from its cache
     when converted, else straight from the GGUF file."""
     from transformers import AutoTokenizer

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import sqlite3
 
     from sqlalchemy import ColumnElement
-    from sqlalchemy.engine import Connection
+    from sqlalchemy.engine import URL, Connection
 
 STORE_ENV = "SPECAUDIT_STORE"
 DEFAULT_STORE = "sqlite:///specaudit-history.db"
@@ -113,7 +113,7 @@ def default_store_url() -> str:
     return os.environ.get(STORE_ENV) or DEFAULT_STORE
 
 
-def _parse_url(url: str):
+def _parse_url(url: str) -> tuple[URL, str, Path | None]:
     """(SQLAlchemy URL, kind, sqlite path or None) for a store URL or a bare SQLite file path."""
     if "://" not in url:
         return make_url(f"sqlite:///{url}"), "sqlite", Path(url)
@@ -180,7 +180,7 @@ def open_store(url: str | None = None, *, create: bool = True) -> HistoryStore:
 
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: sqlite3.Connection, _record: object):
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
         # We emit BEGIN ourselves: the sqlite3 module's implicit transactions start too late
         # (at the first write), which is what turns concurrent writers into "database is locked".
         dbapi_connection.isolation_level = None
@@ -190,7 +190,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(connection: Connection):
+    def _on_begin(connection: Connection) -> None:
         mode = connection.get_execution_options().get("sqlite_begin", "IMMEDIATE")
         connection.exec_driver_sql(f"BEGIN {mode}")
 
@@ -203,7 +203,7 @@ def _reason(err: SQLAlchemyError) -> str:
 class HistoryStore:
     """Snapshots of audited runs over time. Use `open_store`; close it (or use `with`)."""
 
-    def __init__(self, engine: Engine, url: str, kind: str):
+    def __init__(self, engine: Engine, url: str, kind: str) -> None:
         self._engine = engine
         # Reads take no write lock, so a trend report never holds up a scheduled writer.
         self._reader = engine.execution_options(sqlite_begin="DEFERRED")
@@ -247,12 +247,12 @@ class HistoryStore:
             raise InputError(f"history store {self.url}: {hint}") from None
 
     @contextmanager
-    def _write(self):
+    def _write(self) -> Iterator[Connection]:
         with self._errors(), self._engine.begin() as conn:
             yield conn
 
     @contextmanager
-    def _read(self):
+    def _read(self) -> Iterator[Connection]:
         with self._errors(), self._reader.begin() as conn:
             yield conn
 

@@ -24,6 +24,7 @@ from specaudit.errors import InputError
 from specaudit.selftest.mutants import MUTANTS
 
 if TYPE_CHECKING:
+    from specaudit.decoding.settings import BugClass
     from specaudit.models import ModelPair
     from specaudit.prompts import PromptSet
 
@@ -278,7 +279,7 @@ def end_to_end_selftest(
     return pd.DataFrame(rows)
 
 
-def blind_class(sampler: str, spec: SamplingSpec):
+def blind_class(sampler: str, spec: SamplingSpec) -> BugClass | None:
     """The bug class (decoding.settings.BUG_CLASSES) whose mutant `sampler` is and which `spec`
     cannot show, or None."""
     for bug in BUG_CLASSES:

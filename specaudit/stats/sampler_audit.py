@@ -289,7 +289,7 @@ def _run_case(verify: VerifyFn, case: _Case, trials: int, rng: np.random.Generat
 # statistics
 
 
-def _pooled_test(observed: np.ndarray, expected: np.ndarray, order: np.ndarray, bin_size: float):
+def _pooled_test(observed: np.ndarray, expected: np.ndarray, order: np.ndarray, bin_size: float) -> tuple[float, int, float]:
     """Goodness-of-fit over bins formed by walking tokens in `order` and closing a bin once its
     expected count reaches `bin_size` (a short last bin joins the one before).
 

@@ -63,7 +63,7 @@ _DEFAULT_LOCK = threading.Lock()  # shared by all servers of a process: they may
 
 
 class _BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400):
+    def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
 
@@ -101,7 +101,7 @@ class ReferenceServer:
         lock: threading.Lock | None = None,
         max_batch: int = 8,
         policy: BatchPolicy | None = None,
-    ):
+    ) -> None:
         from specaudit.decoding import reference_verify
         from specaudit.engines.decode import eos_token_ids
 

@@ -45,7 +45,7 @@ from specaudit.engines.request_acceptance import RequestAcceptance, request_acce
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
     import httpx
 
@@ -103,7 +103,7 @@ class Endpoint:
 
     MAX_REDIRECTS = 5
 
-    def __init__(self, base_url: str, *, setting: str, api_key: str | None = None, timeout_s: float = 600.0):
+    def __init__(self, base_url: str, *, setting: str, api_key: str | None = None, timeout_s: float = 600.0) -> None:
         import httpx
 
         self.base_url = base_url
@@ -130,7 +130,7 @@ class Endpoint:
         return f"endpoint {self.setting} {url}" + (f" ({request})" if request else "")
 
     @contextmanager
-    def _request(self, url: str, body: dict | None = None, *, stage: str = "did not answer", request: str = ""):
+    def _request(self, url: str, body: dict | None = None, *, stage: str = "did not answer", request: str = "") -> Iterator[httpx.Response]:
         """The open response of one request; every transport failure becomes one InputError
         sentence naming the setting, URL and request (`stage` says how far the answer got)."""
         import httpx
@@ -163,7 +163,7 @@ class Endpoint:
         except httpx.HTTPError as err:  # any other failure of the client is still the server's answer
             raise InputError(f"{where} failed ({type(err).__name__}: {err}); check the server log") from None
 
-    def _pieces(self, response: httpx.Response, url: str, request: str, deadline: float, limit: int):
+    def _pieces(self, response: httpx.Response, url: str, request: str, deadline: float, limit: int) -> Iterator[bytes]:
         """The body's bytes as they arrive, within the request's deadline and size bound."""
         size = 0
         for piece in response.iter_bytes():

@@ -124,7 +124,7 @@ class EndpointExecutor(Executor):
             body["prompt"] = self.texts[prompt_id]
         return self.endpoints[engine].complete(body, request=request or f"warm-up request, prompt {prompt_id}")
 
-    def _record_of(self, item: PlanItem):
+    def _record_of(self, item: PlanItem) -> Record:
         from specaudit.decoding import Generation
 
         cfg, settings = self.cfg, self.cfg.endpoint

@@ -42,12 +42,14 @@ from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from types import ModuleType
+    from typing import Self
 
     import torch
 
     from specaudit.config import RunConfig
-    from specaudit.decoding import SamplingSpec
+    from specaudit.decoding import Generation, SamplingSpec
 
 BACKEND = "llama-cpp"
 GGUF_MAGIC = b"GGUF"
@@ -71,7 +73,7 @@ _SETTINGS = ("n_ctx", "n_threads", "n_batch", "draft_threads")
 
 
 # ----------------------------------------------------------------------------- checks
-def import_llama_cpp():
+def import_llama_cpp() -> ModuleType:
     try:
         import llama_cpp
     except ImportError:
@@ -200,7 +202,7 @@ def gguf_context_length(path: Path) -> int | None:
     except (ValueError, OSError) as error:
         raise InputError(f"{str(path)!r} could not be read as GGUF ({error})") from None
 
-    def scalar(name: str):
+    def scalar(name: str) -> Any:
         field = fields.get(name)
         return None if field is None or not field.data else field.parts[field.data[0]]
 
@@ -240,7 +242,7 @@ class GgufDraft:
     """A second GGUF model as llama-cpp-python's draft hook: k greedy tokens per call, its KV
     cache kept across calls of one generation (reused up to the longest common prefix)."""
 
-    def __init__(self, path: Path, k: int, *, n_ctx: int, n_threads: int):
+    def __init__(self, path: Path, k: int, *, n_ctx: int, n_threads: int) -> None:
         llama_cpp = import_llama_cpp()
         self.k = k
         self.model = llama_cpp.Llama(
@@ -344,7 +346,7 @@ def load_engines(cfg: RunConfig, target: Path, settings: dict) -> Engines:
     return Engines(vanilla, speculative, draft, eos_ids)
 
 
-def generate(engines: Engines, engine: str, prompt_ids: list[int], sampler: dict, seed: int, max_new_tokens: int, k: int):
+def generate(engines: Engines, engine: str, prompt_ids: list[int], sampler: dict, seed: int, max_new_tokens: int, k: int) -> Generation:
     """One record's decoding with llama.cpp: a specaudit.decoding.Generation."""
     from specaudit.decoding import Generation
 
@@ -397,20 +399,20 @@ class LlamaCppLogits:
 
     training = False
 
-    def __init__(self, path: Path, *, n_ctx: int = DEFAULT_CONTEXT, n_threads: int = 1):
+    def __init__(self, path: Path, *, n_ctx: int = DEFAULT_CONTEXT, n_threads: int = 1) -> None:
         llama_cpp = import_llama_cpp()
         self.path = path
         self.llm = llama_cpp.Llama(
             model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, logits_all=True, verbose=False
         )
 
-    def eval(self):
+    def eval(self) -> Self:
         return self
 
-    def train(self, mode: bool = True):
+    def train(self, mode: bool = True) -> Self:
         return self
 
-    def parameters(self):
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
         return iter(())  # nothing for torch to move; scoring reads the device as CPU
 
     def sequence_logits(self, ids: list[int]) -> np.ndarray:
@@ -423,7 +425,7 @@ class LlamaCppLogits:
         self.llm.eval(ids)
         return np.array(self.llm.scores[: len(ids)], copy=True)
 
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, use_cache: bool = False):
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, use_cache: bool = False) -> _Output:
         import torch
 
         rows = input_ids.tolist()

@@ -31,6 +31,7 @@ from specaudit.errors import InputError
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
+    from specaudit.decoding import Generation
 
 SAMPLER_ORDER = ["temperature", "top_k", "top_p"]
 NEUTRAL_SAMPLING: dict[str, Any] = {
@@ -134,7 +135,9 @@ def emitted_logprobs(answer: dict, tokens: list[int]) -> list[float | None] | No
     return values if len(values) == len(probs) else None
 
 
-def generation_of(final: dict, tokens: list[int], wall: float, ttft: float | None, eos_ids: set[int], max_tokens: int):
+def generation_of(
+    final: dict, tokens: list[int], wall: float, ttft: float | None, eos_ids: set[int], max_tokens: int
+) -> tuple[Generation, RequestAcceptance | None, dict[str, Any]]:
     """(a Generation, the server's RequestAcceptance or None) from one streamed answer.
 
     Where llama-server's tokens stop short of the end-of-sequence token it stopped on, the

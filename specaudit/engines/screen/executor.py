@@ -29,6 +29,7 @@ from specaudit.prompts import prompt_token_ids
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
+    from specaudit.contracts.run import Record
     from specaudit.engines.screen._screen import ScreenedPath
     from specaudit.models import ModelPair
 
@@ -42,7 +43,7 @@ class ScreenExecutor(Executor):
     label = "screening"
     unit = "record"
 
-    def __init__(self, cfg: RunConfig, *, pair: ModelPair | None = None):
+    def __init__(self, cfg: RunConfig, *, pair: ModelPair | None = None) -> None:
         super().__init__(cfg)
         self.pair = pair
         self.engines = None
@@ -132,7 +133,7 @@ def _positive_setting(extra: dict, name: str, default: int) -> int:
     return value
 
 
-def screen_record(cfg: RunConfig, item: PlanItem, seed: int, prompt_ids: list[int], path: ScreenedPath, text: str):
+def screen_record(cfg: RunConfig, item: PlanItem, seed: int, prompt_ids: list[int], path: ScreenedPath, text: str) -> Record:
     acceptance = path.acceptance
     generation = Generation(
         tokens=path.tokens,

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from specaudit.config import RunConfig
+    from specaudit.decoding import Generation
 
 GENERATION_COUNTER = "vllm:generation_tokens"
 NGRAM_LOOKUP = {"prompt_lookup_max": 3, "prompt_lookup_min": 1}  # as specaudit.models.NgramDraft
@@ -43,7 +44,7 @@ _FINISH = {"stop": "eos", "length": "length"}
 
 
 # ----------------------------------------------------------------------------- checks
-def import_vllm():
+def import_vllm() -> ModuleType:
     try:
         import vllm
     except ImportError:
@@ -205,7 +206,7 @@ def request_timings(metrics: Any, measured_wall_s: float) -> tuple[float, float 
     return measured_wall_s, None, "measured"
 
 
-def generation_of(output: Any, engine: str, *, measured_wall_s: float, counters: dict | None):
+def generation_of(output: Any, engine: str, *, measured_wall_s: float, counters: dict | None) -> tuple[Generation, dict[str, Any]]:
     """A `vllm.RequestOutput` (or anything shaped like it) → (Generation, extra record fields)."""
     from specaudit.decoding import Generation
 
@@ -250,7 +251,7 @@ def counter_snapshot(llm: Any) -> dict:
         return {}
 
 
-def generate_alone(vllm: ModuleType, llm: Any, prompt_ids: list[int], params: dict):
+def generate_alone(vllm: ModuleType, llm: Any, prompt_ids: list[int], params: dict) -> tuple[Any, float]:
     """One request alone (batch 1): (its RequestOutput, seconds around the call)."""
     start = time.perf_counter()
     [output] = llm.generate([{"prompt_token_ids": prompt_ids}], vllm.SamplingParams(**params), use_tqdm=False)

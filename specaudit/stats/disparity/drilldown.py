@@ -216,7 +216,7 @@ def _drilldown(
     width = numerators.shape[1]
     columns = np.column_stack([numerators, denominators])
 
-    def statistic(weights: np.ndarray):
+    def statistic(weights: np.ndarray) -> np.ndarray:
         sums = _group_sums(weights, onehot, columns)
         with np.errstate(all="ignore"):
             return sums[:, :, :width] / sums[:, :, width:]
