@@ -194,7 +194,7 @@ def analyze(
     distrusted = parity is not None and parity.status == CheckStatus.FAIL and server_scored(records)
     judged_records = [{**r, "target_logprobs": None} for r in records] if distrusted else records
     backend = ENGINES.get(manifest.get("backend") or "")
-    pair, unscorable = _scoring_pair(pair, manifest, judged_records, parity if distrusted else None, equivalence, device)
+    pair, unscorable = _scoring_pair(pair, manifest, backend, judged_records, parity if distrusted else None, equivalence, device)
     section, scores = EquivalenceSection(status=EquivalenceStatus.NOT_RUN), None
     if equivalence and unscorable:
         section = EquivalenceSection(status=EquivalenceStatus.NOT_RUN, message=unscorable, engines={})
@@ -266,6 +266,7 @@ def analyze(
 def _scoring_pair(
     pair: ModelPair | None,
     manifest: dict,
+    backend: EngineSpec | None,
     records: list[dict],
     distrusted: LogprobParitySection | None,
     equivalence: bool,
@@ -275,7 +276,6 @@ def _scoring_pair(
     models loaded here; None where the server's logprobs score them), and why the outputs cannot be
     scored, where the server's logprobs were distrusted and the local target will not load."""
     config = manifest.get("config", {})
-    backend = ENGINES.get(manifest.get("backend") or "")
     if equivalence and pair is None and backend is not None and backend.scoring_pair:
         # an engine that scores with its own logits (llama.cpp), not a torch copy of the model (issue 17)
         pair = resolve(backend.scoring_pair)(manifest)
