@@ -26,6 +26,9 @@ QUICK_BUDGET = {"engines": AUDIT_ENGINES, "per_group": 3, "max_new_tokens": 32, 
 @dataclass(frozen=True)
 class AuditResult:
     out_dir: Path
+    # The validated snapshot as load_snapshot gives it (the contracts' Snapshot checked, statuses as
+    # enum members), not the Snapshot model: gate, report, monitor and the CLI read this mapping,
+    # as they read snapshot.json; validate_snapshot(result.snapshot) gives the typed view.
     snapshot: dict
     files: dict
     gate_status: str

@@ -104,7 +104,7 @@ def _f(x: float) -> str:
     return f"{x:.1f}".rstrip("0").rstrip(".") if math.isfinite(x) else "0"
 
 
-def _finite(x) -> bool:
+def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
@@ -146,7 +146,17 @@ def _open(ident: str, width: float, height: float, title: str, desc: str, css_cl
     return [head]
 
 
-def _text(x, y, content, *, anchor="start", weight=None, fill=INK, size=None, css=None) -> str:
+def _text(
+    x: float,
+    y: float,
+    content: str,
+    *,
+    anchor: str = "start",
+    weight: str | None = None,
+    fill: str = INK,
+    size: float | None = None,
+    css: str | None = None,
+) -> str:
     extra = (f' font-weight="{weight}"' if weight else "") + (f' font-size="{size}"' if size else "") + (f' class="{css}"' if css else "")
     return f'<text x="{_f(x)}" y="{_f(y)}" text-anchor="{anchor}" fill="{fill}"{extra}>{escape(content)}</text>'
 
@@ -453,7 +463,7 @@ def ratio_forest(
         left = label_w + p * panel_w + 10
         right = left + panel_w - text_w - 16
 
-        def sx(v: float, left=left, right=right, low=low, high=high) -> float:
+        def sx(v: float, left: float = left, right: float = right, low: float = low, high: float = high) -> float:
             return left + (math.log(v) - math.log(low)) / (math.log(high) - math.log(low)) * (right - left)
 
         out.append(_text((left + right) / 2, top - 24, name, anchor="middle", size=11, weight="bold"))
@@ -558,7 +568,7 @@ def small_multiples(
         left, right, top, bottom = x0 + 30, x0 + panel_w - 4, y0 + 22, y0 + panel_h - 18
         colour = colours[i] if i < len(colours) else OVERALL_COLOUR
 
-        def sy(v: float, top=top, bottom=bottom) -> float:
+        def sy(v: float, top: float = top, bottom: float = bottom) -> float:
             return bottom - max(v, 0) / top_value * (bottom - top)
 
         out.append(f'<rect x="{_f(x0)}" y="{_f(y0 + 4)}" width="10" height="10" fill="{colour}"/>')

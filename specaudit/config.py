@@ -12,7 +12,7 @@ import importlib
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -23,6 +23,9 @@ from specaudit.contracts.engines import BACKENDS, ENGINES, LOCAL_ENGINES, LOCAL_
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 from specaudit.decoding import SamplingSpec
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from specaudit.decoding.verify import VerifyFn
 
 
 def _flag(field: str) -> str:
@@ -174,7 +177,7 @@ class RunConfig(BaseModel):
             identity["endpoint"] = resolve(ENGINES["endpoint"].settings).settings_identity(self.endpoint)
         return identity
 
-    def load_verify(self):
+    def load_verify(self) -> VerifyFn:
         """The rejection step for the speculative engine: ours, or `module:function` of the user's."""
         from specaudit.decoding import reference_verify
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specaudit.config import RunConfig
 from specaudit.contracts import EquivalenceStatus
 from specaudit.decoding import SamplingSpec
 from specaudit.decoding.settings import BUG_CLASSES, setting_label, setting_slug
+
+if TYPE_CHECKING:
+    from specaudit.models import ModelPair
 
 SETTINGS_FILE = "settings.json"
 
@@ -73,7 +76,7 @@ def audit_settings(
     *,
     analysis: dict | None = None,
     gate: dict | None = None,
-    pair=None,
+    pair: ModelPair | None = None,
     progress: bool = True,
     command: str | None = None,
 ) -> SettingsAuditResult:

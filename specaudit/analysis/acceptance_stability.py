@@ -22,6 +22,7 @@ import numpy as np
 
 from specaudit.contracts import DEFAULT_BAND, DisparityStatus
 from specaudit.contracts.run import SPECULATIVE_ENGINE
+from specaudit.contracts.snapshot import AcceptanceStabilitySection
 
 MIN_STOPPED = 5  # requests in a row that drafted nothing, at the least, before a stop is claimed
 MIN_PROMPTS = 5  # fewer prompts give an estimate without an interval, and no collapse is claimed
@@ -74,37 +75,39 @@ def _stop(spec: list[dict]) -> dict[str, Any] | None:
     return {"request": first_stopped + 1, "of": len(timed), "stopped": stopped, "level": timed[first_stopped].get("concurrency")}
 
 
-def acceptance_stability(records: list[dict], *, n_boot: int, seed: int, band_low: float = DEFAULT_BAND[0]) -> dict | None:
+def acceptance_stability(
+    records: list[dict], *, n_boot: int, seed: int, band_low: float = DEFAULT_BAND[0]
+) -> AcceptanceStabilitySection | None:
     """The section, or None for a run without levels or without per-request acceptance counts."""
     spec = [r for r in records if r["engine"] == SPECULATIVE_ENGINE and not r.get("timing_only") and r.get("concurrency") is not None]
     if not spec or not any((r.get("proposed") or 0) > 0 for r in spec):
         return None
     levels = sorted({int(r["concurrency"]) for r in spec})
     by_level = {level: _per_token([r for r in spec if r["concurrency"] == level]) for level in levels}
-    section: dict[str, Any] = {"status": DisparityStatus.WITHIN, "band_low": band_low, "levels": {}, "findings": []}
+    stats = {}
     for level in levels:
         tokens = sum(n for _, n in by_level[level].values())
-        section["levels"][str(level)] = {
+        stats[str(level)] = {
             "accepted_per_token": sum(a for a, _ in by_level[level].values()) / tokens if tokens else None,
             "drafted_share": float(np.mean([(r.get("proposed") or 0) > 0 for r in spec if r["concurrency"] == level])),
             "ratio_to_lowest": _ratio(by_level[level], by_level[levels[0]], n_boot, seed) if level != levels[0] else None,
         }
+    findings = []
     stop = _stop(spec)
     if stop is not None:
-        stop["kind"] = "stopped_during_run"
         at = f"at concurrency {stop['level']}" if stop["level"] is not None else ""
         state = stop["level"] == levels[0]
-        stop["message"] = (
+        message = (
             f"the speculative server stopped drafting during the run: from request {stop['request']} of {stop['of']} ({at}) "
             f"on, none of {stop['stopped']} requests drafted a token"
             + (", before any load: state the server keeps across requests, not load, ended speculation" if state else "")
         )
-        section["findings"].append(stop)
+        findings.append({**stop, "kind": "stopped_during_run", "message": message})
     for level in levels[1:]:
-        ratio = section["levels"][str(level)]["ratio_to_lowest"]
+        ratio = stats[str(level)]["ratio_to_lowest"]
         explained = stop is not None and stop["level"] == levels[0]  # the stop came first: not a load effect
         if ratio["ci_high"] is not None and ratio["ci_high"] < band_low and not explained:
-            section["findings"].append(
+            findings.append(
                 {
                     "kind": "collapse_under_load",
                     "level": level,
@@ -115,10 +118,13 @@ def acceptance_stability(records: list[dict], *, n_boot: int, seed: int, band_lo
                     ),
                 }
             )
-    if section["findings"]:
-        section["status"] = DisparityStatus.FLAG
-        section["message"] = "; ".join(f["message"] for f in section["findings"])
-    return section
+    return AcceptanceStabilitySection(
+        status=DisparityStatus.FLAG if findings else DisparityStatus.WITHIN,
+        band_low=band_low,
+        levels=stats,
+        findings=findings,
+        **({"message": "; ".join(f["message"] for f in findings)} if findings else {}),
+    )
 
 
 __all__ = ["acceptance_stability"]

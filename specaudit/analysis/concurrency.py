@@ -19,12 +19,17 @@ requests in flight when each ran, `--engines llama-server`) is judged per level.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
+from specaudit.contracts.snapshot import ConcurrencySection, EngineEquivalence, EquivalenceSection
 from specaudit.contracts.status import CheckStatus
+
+if TYPE_CHECKING:
+    from specaudit.models import ModelPair
 
 ALL = "all"  # the group of every prompt, beside each dimension's groups
 # Fewer prompts than this give a point estimate without an interval (a bootstrap over 1 or 2
@@ -61,7 +66,9 @@ def _interval(values_by_prompt: dict[str, tuple[float, float]], n_boot: int, see
     }
 
 
-def _sums(records: list[dict], numerator, denominator) -> dict[str, tuple[float, float]]:
+def _sums(
+    records: list[dict], numerator: Callable[[dict], float | None], denominator: Callable[[dict], float | None]
+) -> dict[str, tuple[float, float]]:
     sums: dict[str, list[float]] = {}
     for r in records:
         n, d = numerator(r), denominator(r)
@@ -105,8 +112,16 @@ def group_metrics(records: list[dict], *, n_boot: int, seed: int) -> dict[str, A
 
 
 def concurrency_section(
-    records: list[dict], pair, *, alpha: float, delta: float, dimensions: list[str], seed: int, n_boot: int, equivalence: bool
-) -> dict | None:
+    records: list[dict],
+    pair: ModelPair | None,
+    *,
+    alpha: float,
+    delta: float,
+    dimensions: list[str],
+    seed: int,
+    n_boot: int,
+    equivalence: bool,
+) -> ConcurrencySection | None:
     """The section, or None for a run without concurrency levels."""
     from specaudit.analysis.equivalence import equivalence_section
 
@@ -116,56 +131,67 @@ def concurrency_section(
     # Each level is judged at alpha / levels (Bonferroni): the run fails when any level fails, so
     # without it a correct server would fail L times as often as the pooled battery alone.
     level_alpha = alpha / len(levels)
-    section: dict[str, Any] = {
-        "levels": levels,
-        "level_alpha": level_alpha,
-        "equivalence": {},
-        "independence": {},
-        "groups": {},
-        "crossover": {},
-    }
+    batteries: dict[str, EquivalenceSection] = {}
+    independence: dict[str, dict[str, dict[str, Any]]] = {}
+    groups: dict[str, dict[str, dict[str, Any]]] = {}
     failed, control_failed = [], []  # levels where the speculative server fails; where the spec-OFF control does
     dependent: dict[int, list[str]] = {}  # level -> engines whose outputs that ran together agree too often
     for level in levels:
         subset = [r for r in records if r.get("concurrency") == level]
         if equivalence:
             result, _ = equivalence_section(subset, pair, alpha=level_alpha, delta=delta, dimensions=dimensions, seed=seed)
-            section["equivalence"][str(level)] = {
-                "status": result["status"],
-                "engines": {name: {"verdict": e.get("verdict"), "status": e.get("status")} for name, e in result["engines"].items()},
-                **({"message": result["message"]} if result.get("message") else {}),
-            }
-            if result.get("control_failed"):
+            batteries[str(level)] = EquivalenceSection(
+                status=result.status,
+                engines={name: EngineEquivalence(verdict=e.verdict, status=e.status) for name, e in result.engines.items()},
+                **({"message": result.message} if result.message else {}),
+            )
+            if result.control_failed:
                 control_failed.append(level)
-            elif result["status"] == CheckStatus.FAIL:
+            elif result.status == CheckStatus.FAIL:
                 failed.append(level)
             if level != levels[0]:
                 found = _independence(records, level, levels[0], level_alpha, seed)
-                section["independence"][str(level)] = found
+                independence[str(level)] = found
                 for engine, test in found.items():
                     if test["verdict"] == CheckStatus.FAIL:
                         dependent.setdefault(level, []).append(engine)
-        groups = {ALL: {ALL: subset}}
+        members_by_dimension = {ALL: {ALL: subset}}
         for dimension in dimensions:
             for record in subset:
                 value = str((record.get("attributes") or {}).get(dimension))
-                groups.setdefault(dimension, {}).setdefault(value, []).append(record)
-        for dimension, members in groups.items():
+                members_by_dimension.setdefault(dimension, {}).setdefault(value, []).append(record)
+        for dimension, members in members_by_dimension.items():
             for group, rows in members.items():
-                metrics = group_metrics(rows, n_boot=n_boot, seed=seed)
-                section["groups"].setdefault(dimension, {}).setdefault(group, {})[str(level)] = metrics
-    for dimension, members in section["groups"].items():
-        for group, by_level in members.items():
-            stops = [
-                int(level)
-                for level, m in by_level.items()
-                if m["speedup"] and m["speedup"]["ci_high"] is not None and m["speedup"]["ci_high"] < 1.0
-            ]
-            section["crossover"].setdefault(dimension, {})[group] = min(stops) if stops else None
+                groups.setdefault(dimension, {}).setdefault(group, {})[str(level)] = group_metrics(rows, n_boot=n_boot, seed=seed)
+    crossover = {dimension: {group: _crossover(by_level) for group, by_level in members.items()} for dimension, members in groups.items()}
     control_dependent = [level for level, engines in dependent.items() if CONTROL_ENGINE in engines]
-    section["failed_levels"] = sorted({*failed, *control_failed, *dependent})
-    section["control_failed_levels"] = sorted({*control_failed, *control_dependent})
-    section["dependent_levels"] = sorted(dependent)
+    message = _message(levels, failed, control_failed, dependent)
+    return ConcurrencySection(
+        levels=levels,
+        level_alpha=level_alpha,
+        equivalence=batteries,
+        independence=independence,
+        groups=groups,
+        crossover=crossover,
+        failed_levels=sorted({*failed, *control_failed, *dependent}),
+        control_failed_levels=sorted({*control_failed, *control_dependent}),
+        dependent_levels=sorted(dependent),
+        **({"message": message} if message else {}),
+    )
+
+
+def _crossover(by_level: dict[str, dict[str, Any]]) -> int | None:
+    """The lowest level whose speed-up interval lies below 1 (speculation stops paying), or None."""
+    stops = [
+        int(level)
+        for level, m in by_level.items()
+        if m["speedup"] and m["speedup"]["ci_high"] is not None and m["speedup"]["ci_high"] < 1.0
+    ]
+    return min(stops) if stops else None
+
+
+def _message(levels: list[int], failed: list[int], control_failed: list[int], dependent: dict[int, list[str]]) -> str | None:
+    """The section's finding in words: dependent outputs, then failed levels, then a failed control."""
     said = []
     for level, engines in dependent.items():
         said.append(
@@ -182,9 +208,7 @@ def concurrency_section(
             f"the vanilla control fails at concurrency {', '.join(map(str, control_failed))} of {', '.join(map(str, levels))}: "
             "the spec-OFF server's outputs do not follow the target's either, so the audit at that level cannot be trusted"
         )
-    if said:
-        section["message"] = "; ".join(said)
-    return section
+    return "; ".join(said) or None
 
 
 def _independence(records: list[dict], level: int, baseline: int, alpha: float, seed: int) -> dict[str, dict]:

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
+from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection
 from specaudit.contracts.status import CheckStatus, EquivalenceStatus
 
 if TYPE_CHECKING:
     from specaudit.models import ModelPair
+    from specaudit.stats.scoring import TokenScores
 
 # The control asks "is the auditor itself broken?" (a scoring or warping mismatch), which shows
 # as a gross rejection. Judged at alpha it would void 1 audit in 20 by chance, so it is judged
@@ -27,7 +30,7 @@ def server_scored(records: list[dict]) -> bool:
     return bool(outputs) and float(outputs[0]["sampling"]["temperature"]) != 0.0 and carries_sampling_logprobs(outputs)
 
 
-def score_sampled(outputs: list[dict], pair: ModelPair, plant_disparity: str | None = None):
+def score_sampled(outputs: list[dict], pair: ModelPair, plant_disparity: str | None = None) -> tuple[TokenScores, dict[str, Any]]:
     """Teacher-forced target scores of sampled outputs, with the draft's only where teacher forcing
     reproduces the q decoding used (a planted disparity is mixed in on its group's records, as
     decoding did); returns (TokenScores, the draft-scoring note)."""
@@ -47,106 +50,140 @@ def score_sampled(outputs: list[dict], pair: ModelPair, plant_disparity: str | N
     return scores, invariance
 
 
-def equivalence_section(
-    records: list[dict], pair, *, alpha: float, delta: float, dimensions: list[str], seed: int, plant_disparity: str | None = None
-) -> tuple[dict, Any]:
-    """The equivalence section, and the teacher-forced TokenScores it judged (None where the run
-    was greedy or scored from a server's logprobs)."""
-    from specaudit.stats import equivalence as eq
-    from specaudit.stats.power import minimum_detectable_effects
+FAMILY_RULE = "Holm across the battery's tests per engine; any impossible token fails"
 
+
+def equivalence_section(
+    records: list[dict],
+    pair: ModelPair | None,
+    *,
+    alpha: float,
+    delta: float,
+    dimensions: list[str],
+    seed: int,
+    plant_disparity: str | None = None,
+) -> tuple[EquivalenceSection, TokenScores | None]:
+    """The equivalence section, and the teacher-forced TokenScores it judged (None where the run
+    was greedy or scored from a server's logprobs): the battery per engine, then each judge in turn."""
     outputs = [r for r in records if not r.get("timing_only")]
     engines = sorted({r["engine"] for r in outputs}, key=lambda e: (e != CONTROL_ENGINE, e))
     greedy = float(outputs[0]["sampling"]["temperature"]) == 0.0
-    section: dict[str, Any] = {
-        "mode": "greedy" if greedy else "sampling",
-        "alpha": alpha,
-        "delta": delta,
-        "family_rule": "Holm across the battery's tests per engine; any impossible token fails",
-        "control": CONTROL_ENGINE,
-        "engines": {},
-    }
-    scores = None
+    notes: dict[str, Any] = {}  # how the outputs were scored, where that needs saying
     # Records a server proved broken (token ids outside the vocabulary) cannot be scored against a
     # local model; judge_server_violations fails their engine. Server logprobs score them all: there
     # the broken positions carry probability 0, impossible tokens.
     scored = [r for r in outputs if not r.get("server_violations")]
+    scores = None
     if greedy:
-        for engine in engines:
-            if engine == CONTROL_ENGINE:
-                continue
-            result = eq.greedy_exactness(scored, pair.target, engine=engine, reference=CONTROL_ENGINE)
-            section["engines"][engine] = {"verdict": result.verdict, "greedy": result.to_dict()}
-    elif server_scored(outputs):  # an endpoint run: the server's own logprobs, no local model
-        from specaudit.stats.logprob_scores import scores_from_logprobs
+        entries = _greedy_entries(scored, pair, engines)
+    else:
+        if server_scored(outputs):  # an endpoint run: the server's own logprobs, no local model
+            from specaudit.stats.logprob_scores import scores_from_logprobs
 
-        scored = outputs
-        scores = scores_from_logprobs(outputs)
-        section["scoring"] = {
-            "source": "logprobs returned by the servers (top-N per token)",
-            "note": "PIT exact from the top-N; the surprisal martingale needs the full distribution and is not applicable "
-            "where the top-N does not hold all of it; no draft, so no draft affinity or acceptance calibration",
-        }
-    else:
-        scores, section["draft_scoring"] = score_sampled(scored, pair, plant_disparity)
-    if not greedy:
-        n_prompts = len({r["prompt_id"] for r in outputs})
-        for engine in engines:
-            if not any(r["output_token_ids"] for r in scored if r["engine"] == engine) and any(
-                r.get("verify_violations") or r.get("server_violations") for r in outputs if r["engine"] == engine
-            ):
-                section["engines"][engine] = {"verdict": CheckStatus.FAIL}  # nothing to test: its verify (or server) broke at once
-                continue
-            engine_scores = scores.select(engine=engine)
-            gof = eq.goodness_of_fit(engine_scores, scored, engine=engine, by=dimensions, alpha=alpha, seed=seed)
-            entry: dict[str, Any] = {"verdict": gof.verdict, "goodness_of_fit": gof.to_dict()}
-            entry["tv_bound"] = eq.tv_bound(engine_scores, engine=engine, delta=delta, alpha=alpha, seed=seed).to_dict()
-            samples = sum(1 for r in outputs if r["engine"] == engine)
-            entry["power"] = minimum_detectable_effects(
-                gof.n_tokens, samples / max(n_prompts, 1), n_prompts=n_prompts, alpha=alpha, n_tests=max(len(gof.gate), 1)
-            )
-            if engine != CONTROL_ENGINE and CONTROL_ENGINE in engines:
-                two = eq.two_sample(scored, scores, engine=engine, reference=CONTROL_ENGINE, by=dimensions, alpha=alpha, seed=seed)
-                entry["two_sample"] = two.to_dict()
-                if two.verdict == CheckStatus.FAIL:
-                    entry["verdict"] = CheckStatus.FAIL
-            section["engines"][engine] = entry
-    for engine in engines:
-        if engine in section["engines"]:
-            judge_verify_violations(section["engines"][engine], outputs, engine)
-            judge_server_violations(section["engines"][engine], outputs, engine)
-    audited = [e for e in section["engines"] if e not in (CONTROL_ENGINE, SCREEN_ENGINE)]  # screen records are target samples
-    control = section["engines"].get(CONTROL_ENGINE)
-    judge_control(section, alpha)
-    judge_statuses(section, delta)
-    if control is not None and control["verdict"] == CheckStatus.FAIL:
-        section["status"] = CheckStatus.FAIL
-        section["control_failed"] = True
-        section["message"] = "the vanilla control failed its own goodness-of-fit: the audit cannot be trusted (scoring/warping mismatch?)"
-    elif not audited:
-        section["status"] = EquivalenceStatus.NOT_RUN
-        section["message"] = "no speculative engine in the run"
-    else:
-        verdicts = [section["engines"][e]["verdict"] for e in audited]
-        section["status"] = CheckStatus.FAIL if CheckStatus.FAIL in verdicts else CheckStatus.PASS
+            scored = outputs
+            scores = scores_from_logprobs(outputs)
+            notes["scoring"] = {
+                "source": "logprobs returned by the servers (top-N per token)",
+                "note": "PIT exact from the top-N; the surprisal martingale needs the full distribution and is not applicable "
+                "where the top-N does not hold all of it; no draft, so no draft affinity or acceptance calibration",
+            }
+        else:
+            scores, notes["draft_scoring"] = score_sampled(scored, pair, plant_disparity)
+        entries = _sampled_entries(outputs, scored, scores, engines, alpha=alpha, delta=delta, dimensions=dimensions, seed=seed)
+    entries = {
+        name: judge_server_violations(judge_verify_violations(entry, outputs, name), outputs, name) for name, entry in entries.items()
+    }
+    control_alpha = alpha * CONTROL_ALPHA_FACTOR
+    if CONTROL_ENGINE in entries:
+        entries[CONTROL_ENGINE] = judge_control(entries[CONTROL_ENGINE], control_alpha)
+    warning = control_warning(entries.get(CONTROL_ENGINE), alpha, control_alpha)
+    entries = {name: judge_status(entry, delta, warning=warning if name == CONTROL_ENGINE else None) for name, entry in entries.items()}
+    section = EquivalenceSection(
+        mode="greedy" if greedy else "sampling",
+        alpha=alpha,
+        delta=delta,
+        family_rule=FAMILY_RULE,
+        control=CONTROL_ENGINE,
+        engines=entries,
+        **notes,
+        control_alpha=control_alpha,
+        **({"control_warning": warning} if warning else {}),
+        **judge_battery(entries),
+    )
     return section, scores
 
 
-def _judge_proven_violations(entry: dict, outputs: list[dict], engine: str, field: str, sentence) -> None:
-    """Fail the engine on what its records list under `field`: each item is a proven bug, whatever
+def _greedy_entries(scored: list[dict], pair: ModelPair, engines: list[str]) -> dict[str, EngineEquivalence]:
+    """Greedy runs: each speculative engine's outputs against the control's, token for token."""
+    from specaudit.stats import equivalence as eq
+
+    entries = {}
+    for engine in engines:
+        if engine != CONTROL_ENGINE:
+            result = eq.greedy_exactness(scored, pair.target, engine=engine, reference=CONTROL_ENGINE)
+            entries[engine] = EngineEquivalence(verdict=result.verdict, greedy=result.to_dict())
+    return entries
+
+
+def _sampled_entries(
+    outputs: list[dict],
+    scored: list[dict],
+    scores: TokenScores,
+    engines: list[str],
+    *,
+    alpha: float,
+    delta: float,
+    dimensions: list[str],
+    seed: int,
+) -> dict[str, EngineEquivalence]:
+    """Sampled runs: per engine, goodness of fit to the target, the TV bound, the power, and the
+    two-sample test against the control."""
+    from specaudit.stats import equivalence as eq
+    from specaudit.stats.power import minimum_detectable_effects
+
+    n_prompts = len({r["prompt_id"] for r in outputs})
+    entries = {}
+    for engine in engines:
+        if not any(r["output_token_ids"] for r in scored if r["engine"] == engine) and any(
+            r.get("verify_violations") or r.get("server_violations") for r in outputs if r["engine"] == engine
+        ):
+            entries[engine] = EngineEquivalence(verdict=CheckStatus.FAIL)  # nothing to test: its verify (or server) broke at once
+            continue
+        engine_scores = scores.select(engine=engine)
+        gof = eq.goodness_of_fit(engine_scores, scored, engine=engine, by=dimensions, alpha=alpha, seed=seed)
+        samples = sum(1 for r in outputs if r["engine"] == engine)
+        tests: dict[str, Any] = {
+            "goodness_of_fit": gof.to_dict(),
+            "tv_bound": eq.tv_bound(engine_scores, engine=engine, delta=delta, alpha=alpha, seed=seed).to_dict(),
+            "power": minimum_detectable_effects(
+                gof.n_tokens, samples / max(n_prompts, 1), n_prompts=n_prompts, alpha=alpha, n_tests=max(len(gof.gate), 1)
+            ),
+        }
+        verdict = gof.verdict
+        if engine != CONTROL_ENGINE and CONTROL_ENGINE in engines:
+            two = eq.two_sample(scored, scores, engine=engine, reference=CONTROL_ENGINE, by=dimensions, alpha=alpha, seed=seed)
+            tests["two_sample"] = two.to_dict()
+            verdict = CheckStatus.FAIL if two.verdict == CheckStatus.FAIL else verdict
+        entries[engine] = EngineEquivalence(verdict=verdict, **tests)
+    return entries
+
+
+def _judge_proven_violations(
+    entry: EngineEquivalence, outputs: list[dict], engine: str, field: str, sentence: Callable[[list[dict], dict], str]
+) -> EngineEquivalence:
+    """The engine failed on what its records list under `field`: each item is a proven bug, whatever
     the statistical tests say about the tokens emitted. `sentence(found, summary)` words the finding."""
     found = [{"record": r["key"], **v} for r in outputs if r["engine"] == engine for v in r.get(field) or []]
     if not found:
-        return
-    entry[field] = {"count": len(found), "records": len({f["record"] for f in found}), "first": found[0], "examples": found[:5]}
-    entry["verdict"] = CheckStatus.FAIL
-    entry["message"] = sentence(found, entry[field])
+        return entry
+    summary = {"count": len(found), "records": len({f["record"] for f in found}), "first": found[0], "examples": found[:5]}
+    return entry.model_copy(update={field: summary, "verdict": CheckStatus.FAIL, "message": sentence(found, summary)})
 
 
-def judge_verify_violations(entry: dict, outputs: list[dict], engine: str) -> None:
-    """Fail an engine whose verify function broke its contract at any call (the engine records
-    each such call): an impossible return value is a proven bug of the sampler."""
-    _judge_proven_violations(
+def judge_verify_violations(entry: EngineEquivalence, outputs: list[dict], engine: str) -> EngineEquivalence:
+    """An engine whose verify function broke its contract at any call (the engine records each
+    such call) fails: an impossible return value is a proven bug of the sampler."""
+    return _judge_proven_violations(
         entry,
         outputs,
         engine,
@@ -158,10 +195,10 @@ def judge_verify_violations(entry: dict, outputs: list[dict], engine: str) -> No
     )
 
 
-def judge_server_violations(entry: dict, outputs: list[dict], engine: str) -> None:
-    """Fail an engine whose server returned what no correct server can (a token id outside the
-    vocabulary; the endpoint backend records each on the record): a proven bug of that server."""
-    _judge_proven_violations(
+def judge_server_violations(entry: EngineEquivalence, outputs: list[dict], engine: str) -> EngineEquivalence:
+    """An engine whose server returned what no correct server can (a token id outside the
+    vocabulary; the endpoint backend records each on the record) fails: a proven bug of that server."""
+    return _judge_proven_violations(
         entry,
         outputs,
         engine,
@@ -174,33 +211,54 @@ def judge_server_violations(entry: dict, outputs: list[dict], engine: str) -> No
     )
 
 
-def judge_control(section: dict, alpha: float) -> None:
-    """Judge the vanilla control at alpha x CONTROL_ALPHA_FACTOR: FAIL (the audit is void) on a
-    gross rejection or an impossible token, WARN (with `control_warning`) when only alpha rejects."""
-    section["control_alpha"] = alpha * CONTROL_ALPHA_FACTOR
-    control = section["engines"].get(CONTROL_ENGINE)
-    if control is None or control["verdict"] != CheckStatus.FAIL or "goodness_of_fit" not in control:
-        return
-    gof = control["goodness_of_fit"]
-    gross = gof.get("pvalue", 0.0) < section["control_alpha"] or bool((gof.get("impossible_tokens") or {}).get("statistic"))
-    control["verdict"] = CheckStatus.FAIL if gross else CheckStatus.WARN
-    if not gross:
-        section["control_warning"] = (
-            f"the vanilla control was rejected at alpha = {alpha:g} (Holm p = {gof['pvalue']:.3g}) but not at "
-            f"the control level {section['control_alpha']:g}: a correct control is rejected at alpha in 1 "
-            "audit of 20; rerun with another --seed to tell chance from a scoring mismatch"
-        )
+def _gross(control: EngineEquivalence, control_alpha: float) -> bool:
+    """A rejection of the control at its own level, or an impossible token: the audit is void."""
+    gof = control.goodness_of_fit  # the test's own fields pass through the contract as extras
+    return getattr(gof, "pvalue", 0.0) < control_alpha or bool((getattr(gof, "impossible_tokens", None) or {}).get("statistic"))
 
 
-def judge_statuses(section: dict, delta: float) -> None:
-    """Each engine's EquivalenceStatus and its reason, agreeing with its verdict: a control rejected
-    at alpha alone (verdict WARN) is judged at its own level, where nothing rejects, so it is
-    NO_VIOLATION_FOUND, not VIOLATION."""
+def judge_control(control: EngineEquivalence, control_alpha: float) -> EngineEquivalence:
+    """The vanilla control judged at control_alpha (alpha x CONTROL_ALPHA_FACTOR): FAIL (the audit is
+    void) on a gross rejection or an impossible token, WARN when only alpha rejects."""
+    if control.verdict != CheckStatus.FAIL or control.goodness_of_fit is None:
+        return control
+    return control.model_copy(update={"verdict": CheckStatus.FAIL if _gross(control, control_alpha) else CheckStatus.WARN})
+
+
+def control_warning(control: EngineEquivalence | None, alpha: float, control_alpha: float) -> str | None:
+    """The section's `control_warning` for a judged control that was rejected at alpha alone (WARN)."""
+    if control is None or control.verdict != CheckStatus.WARN or control.goodness_of_fit is None:
+        return None
+    return (
+        f"the vanilla control was rejected at alpha = {alpha:g} (Holm p = {control.goodness_of_fit.pvalue:.3g}) but "
+        f"not at the control level {control_alpha:g}: a correct control is rejected at alpha in 1 "
+        "audit of 20; rerun with another --seed to tell chance from a scoring mismatch"
+    )
+
+
+def judge_status(entry: EngineEquivalence, delta: float, *, warning: str | None = None) -> EngineEquivalence:
+    """The engine's EquivalenceStatus and its reason, agreeing with its verdict: a control rejected
+    at alpha alone (verdict WARN, `warning` its sentence) is judged at its own level, where nothing
+    rejects, so it is NO_VIOLATION_FOUND, not VIOLATION."""
     from specaudit.stats import equivalence as eq
 
-    for name, entry in section["engines"].items():
-        results = {test: entry.get(test) for test in ("greedy", "goodness_of_fit", "two_sample")}
-        status, reason = eq.engine_status(results, entry.get("tv_bound"), delta)
-        if name == section.get("control") and entry.get("verdict") == CheckStatus.WARN:
-            status, reason = EquivalenceStatus.NO_VIOLATION_FOUND, section.get("control_warning", reason)
-        entry["status"], entry["status_reason"] = status, reason
+    results = {test: getattr(entry, test) for test in ("greedy", "goodness_of_fit", "two_sample")}
+    status, reason = eq.engine_status(results, entry.tv_bound, delta)
+    if warning is not None and entry.verdict == CheckStatus.WARN:
+        status, reason = EquivalenceStatus.NO_VIOLATION_FOUND, warning
+    return entry.model_copy(update={"status": status, "status_reason": reason})
+
+
+def judge_battery(engines: dict[str, EngineEquivalence]) -> dict[str, Any]:
+    """The battery's status (and `control_failed`, `message` where they apply) from the judged engines."""
+    control = engines.get(CONTROL_ENGINE)
+    audited = [e for e in engines if e not in (CONTROL_ENGINE, SCREEN_ENGINE)]  # screen records are target samples
+    if control is not None and control.verdict == CheckStatus.FAIL:
+        return {
+            "status": CheckStatus.FAIL,
+            "control_failed": True,
+            "message": "the vanilla control failed its own goodness-of-fit: the audit cannot be trusted (scoring/warping mismatch?)",
+        }
+    if not audited:
+        return {"status": EquivalenceStatus.NOT_RUN, "message": "no speculative engine in the run"}
+    return {"status": CheckStatus.FAIL if any(engines[e].verdict == CheckStatus.FAIL for e in audited) else CheckStatus.PASS}

@@ -23,6 +23,7 @@ from collections import defaultdict
 from typing import Any
 
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
+from specaudit.contracts.snapshot import LogprobParitySection
 from specaudit.contracts.status import CheckStatus, EquivalenceStatus
 from specaudit.stats.equivalence.independence import common_prefix
 
@@ -78,7 +79,7 @@ def batch_noise(records: list[dict]) -> tuple[float | None, int]:
     return largest, positions
 
 
-def logprob_parity(records: list[dict]) -> dict | None:
+def logprob_parity(records: list[dict]) -> LogprobParitySection | None:
     """The section, or None when no record carries server logprobs."""
     outputs = [r for r in records if not r.get("timing_only")]
     if not any(emitted_logprobs(r) is not None for r in outputs):
@@ -106,31 +107,33 @@ def logprob_parity(records: list[dict]) -> dict | None:
                     zero += 1
                 if len(examples) < 5:
                     examples.append({"record": r["key"], "position": position, "speculative": spec, "vanilla": target})
-    section: dict[str, Any] = {
-        "status": CheckStatus.FAIL if differing else CheckStatus.PASS,
-        "positions": compared,
-        "differing": differing,
-        "zero_logprob": zero,
-        "max_abs_diff": largest if compared else None,
-        "threshold": threshold,
-        "batch_noise": {"max_abs_diff": noise, "positions": noise_positions},
-        "by_concurrency": by_level,
-        "examples": examples,
-    }
+    notes: dict[str, Any] = {}  # what the figures need said beside them
     if noise is None:
-        section["note"] = (
+        notes["note"] = (
             f"no two vanilla records of one prompt at two levels share a prefix: threshold {UNMEASURED_THRESHOLD} nats, not measured"
         )
+    status = CheckStatus.FAIL if differing else CheckStatus.PASS
     if not compared:
-        section["status"] = EquivalenceStatus.NOT_RUN
-        section["message"] = "no speculative record shares an output prefix with its vanilla pair: nothing to compare"
+        status = EquivalenceStatus.NOT_RUN
+        notes["message"] = "no speculative record shares an output prefix with its vanilla pair: nothing to compare"
     elif differing:
-        section["message"] = (
+        notes["message"] = (
             f"the server's logprobs are not the target's: {differing} of {compared} positions differ from the spec-OFF "
             f"server's for the same prefix by more than {threshold:.3g} nats (largest {largest:.3g})"
             + (f"; {zero} of them are exactly 0.0 (a drafted token reported as certain)" if zero else "")
         )
-    return section
+    return LogprobParitySection(
+        status=status,
+        positions=compared,
+        differing=differing,
+        zero_logprob=zero,
+        max_abs_diff=largest if compared else None,
+        threshold=threshold,
+        batch_noise={"max_abs_diff": noise, "positions": noise_positions},
+        by_concurrency=by_level,
+        examples=examples,
+        **notes,
+    )
 
 
 __all__ = ["batch_noise", "emitted_logprobs", "logprob_parity"]

@@ -8,19 +8,33 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+from pydantic import ValidationError
 
 from specaudit._files import check_output_paths, json_clean, write_json_atomic
 from specaudit.analysis.equivalence import equivalence_section, server_scored
 from specaudit.config import AnalysisSettings
 from specaudit.contracts.engines import ENGINES, resolve
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
-from specaudit.contracts.snapshot import SNAPSHOT_FILE, SNAPSHOT_SCHEMA_VERSION, load_snapshot
+from specaudit.contracts.snapshot import (
+    SNAPSHOT_FILE,
+    SNAPSHOT_SCHEMA_VERSION,
+    AnalysisBlock,
+    ConcurrencySection,
+    EquivalenceSection,
+    LogprobParitySection,
+    RunSection,
+    first_problem,
+    load_snapshot,
+    validate_snapshot,
+)
 from specaudit.contracts.status import CheckStatus, EquivalenceStatus
 from specaudit.errors import InputError
-from specaudit.execution.records import RECORDS_FILE, read_manifest, read_records
+from specaudit.execution.records import MANIFEST_FILE, RECORDS_FILE, read_manifest, read_records
 
 if TYPE_CHECKING:
+    from specaudit.contracts.engines import EngineSpec
     from specaudit.models import ModelPair
+    from specaudit.stats.scoring import TokenScores
 
 
 def _dimensions(records: list[dict], manifest: dict, requested: list[str] | None) -> list[str]:
@@ -44,9 +58,12 @@ def _dimensions(records: list[dict], manifest: dict, requested: list[str] | None
     return chosen + [d for d in derived if spans_bands(records)]
 
 
-def _context_part(frame, records: list[dict], engine: str, recommendations: dict, **options) -> dict:
-    """snapshot.context (stats.context): acceptance by prompt length and output position, and the
-    prompt-length fallback, whose sentence also joins the context dimension's advice."""
+def _context_part(
+    frame: pd.DataFrame, records: list[dict], engine: str, recommendations: dict[str, Any], **options: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """snapshot.context (stats.context; typed as ContextSection when the snapshot is validated):
+    acceptance by prompt length and output position, and the recommendations with the
+    prompt-length fallback's sentence joining the context dimension's advice."""
     from specaudit.stats.context import CONTEXT_DIMENSION, context_section
     from specaudit.stats.disparity.per_prompt import per_prompt_metrics
 
@@ -55,41 +72,66 @@ def _context_part(frame, records: list[dict], engine: str, recommendations: dict
     part = context_section(records, engine, per_prompt=per_prompt, **options)
     advice = recommendations.get(CONTEXT_DIMENSION)
     if isinstance(advice, dict) and part["length_fallback"]:
-        advice.setdefault("messages", []).append(part["findings"][-1])
-    return part
+        advice = {**advice, "messages": [*advice.get("messages", []), part["findings"][-1]]}
+        recommendations = {**recommendations, CONTEXT_DIMENSION: advice}
+    return part, recommendations
 
 
-def judge_by_level(snapshot: dict, records: list[dict], pair, *, alpha, delta, dims, seed, n_boot, equivalence: bool) -> None:
-    """The concurrency section (analysis.concurrency); a level where equivalence fails fails the run's
-    equivalence, naming the level, even where the pooled battery passed."""
-    from specaudit.analysis.concurrency import concurrency_section
+def judge_by_level(equivalence: EquivalenceSection, concurrency: ConcurrencySection | None) -> EquivalenceSection:
+    """The equivalence section judged by the concurrency section (analysis.concurrency): a level
+    where equivalence fails fails the run's equivalence, naming the level, even where the pooled
+    battery passed."""
+    if concurrency is None or not concurrency.failed_levels:
+        return equivalence
+    engines = dict(equivalence.engines)
+    for level in concurrency.failed_levels:
+        battery = concurrency.equivalence.get(str(level))
+        independence = concurrency.independence.get(str(level)) or {}
+        for name, entry in engines.items():
+            if entry.verdict == CheckStatus.FAIL:
+                continue  # failed already (pooled, or at a lower level)
+            at_level = battery.engines.get(name) if battery is not None else None
+            if at_level is not None and at_level.verdict == CheckStatus.FAIL:
+                status = at_level.status
+            elif (independence.get(name) or {}).get("verdict") == CheckStatus.FAIL:
+                status = EquivalenceStatus.VIOLATION
+            else:
+                continue
+            engines[name] = entry.model_copy(update={"verdict": CheckStatus.FAIL, "status": status, "status_reason": concurrency.message})
+    message = f"{equivalence.message}; {concurrency.message}" if equivalence.control_failed else concurrency.message
+    update = {"status": CheckStatus.FAIL, "failed_concurrency_levels": concurrency.failed_levels, "message": message}
+    return equivalence.model_copy(update={**update, "engines": engines})
 
-    section = concurrency_section(
-        records, pair, alpha=alpha, delta=delta, dimensions=dims, seed=seed, n_boot=n_boot, equivalence=equivalence
-    )
-    snapshot["concurrency"] = section
-    if section and section["failed_levels"]:
-        judged = snapshot["equivalence"]
-        judged["status"] = CheckStatus.FAIL
-        judged["failed_concurrency_levels"] = section["failed_levels"]
-        judged["message"] = f"{judged['message']}; {section['message']}" if judged.get("control_failed") else section["message"]
-        for level in section["failed_levels"]:
-            battery = (section["equivalence"].get(str(level)) or {}).get("engines", {})
-            independence = section["independence"].get(str(level)) or {}
-            for name, entry in judged.get("engines", {}).items():
-                if entry.get("verdict") == CheckStatus.FAIL:
-                    continue  # failed already (pooled, or at a lower level)
-                if (battery.get(name) or {}).get("verdict") == CheckStatus.FAIL:
-                    entry.update(verdict=CheckStatus.FAIL, status=battery[name]["status"], status_reason=section["message"])
-                elif (independence.get(name) or {}).get("verdict") == CheckStatus.FAIL:
-                    entry.update(verdict=CheckStatus.FAIL, status=EquivalenceStatus.VIOLATION, status_reason=section["message"])
 
-
-def _parity(records: list[dict]) -> dict | None:
+def _parity(records: list[dict]) -> LogprobParitySection | None:
     """The logprob parity section (analysis.logprob_parity) where a server returned logprobs."""
     from specaudit.analysis.logprob_parity import emitted_logprobs, logprob_parity
 
     return logprob_parity(records) if any(emitted_logprobs(r) is not None for r in records) else None
+
+
+def _run_section(run_dir: Path, manifest: dict, records: list[dict], dims: list[str]) -> RunSection:
+    """`run`: the manifest's identity of the run, and what its records hold."""
+    try:
+        return RunSection(
+            id=run_dir.name,
+            dir=str(run_dir),
+            created=manifest.get("created"),
+            command=manifest.get("command"),
+            models=manifest.get("models"),
+            versions=manifest.get("versions"),
+            device=manifest.get("device"),
+            config=manifest.get("config", {}),
+            prompt_set=manifest.get("prompt_set"),
+            seeds=manifest.get("seeds"),
+            engines=sorted({r["engine"] for r in records}),
+            n_records=len(records),
+            n_prompts=len({r["prompt_id"] for r in records}),
+            n_output_tokens=sum(len(r["output_token_ids"]) for r in records if not r.get("timing_only")),
+            dimensions=dims,
+        )
+    except ValidationError as err:
+        raise InputError(f"{run_dir / MANIFEST_FILE}: {first_problem(err)}; the run folder is damaged") from None
 
 
 def analyze(
@@ -145,46 +187,99 @@ def analyze(
         from specaudit.stats.context import with_context_band
 
         records = with_context_band(records)  # the prompt-length band as an attribute, in memory only
-    engines = sorted({r["engine"] for r in records})
     config = manifest.get("config", {})
-    snapshot: dict[str, Any] = {
-        "schema_version": SNAPSHOT_SCHEMA_VERSION,
-        "run": {
-            "id": run_dir.name,
-            "dir": str(run_dir),
-            "created": manifest.get("created"),
-            "command": manifest.get("command"),
-            "models": manifest.get("models"),
-            "versions": manifest.get("versions"),
-            "device": manifest.get("device"),
-            "config": config,
-            "prompt_set": manifest.get("prompt_set"),
-            "seeds": manifest.get("seeds"),
-            "engines": engines,
-            "n_records": len(records),
-            "n_prompts": len({r["prompt_id"] for r in records}),
-            "n_output_tokens": sum(len(r["output_token_ids"]) for r in records if not r.get("timing_only")),
-            "dimensions": dims,
-        },
-        "equivalence": {"status": EquivalenceStatus.NOT_RUN},
-        "groups": {},
-        "disparities": {},
-        "recommendations": {},
-        "prompts": [],
-        "gate": None,
-    }
+    run = _run_section(run_dir, manifest, records, dims)
     parity = _parity(records)
-    if parity is not None:
-        snapshot["logprob_parity"] = parity
     # Logprobs that are not the target's must not judge the outputs (issue 29): score them locally.
-    distrusted = parity is not None and parity["status"] == CheckStatus.FAIL and server_scored(records)
+    distrusted = parity is not None and parity.status == CheckStatus.FAIL and server_scored(records)
     judged_records = [{**r, "target_logprobs": None} for r in records] if distrusted else records
     backend = ENGINES.get(manifest.get("backend") or "")
+    pair, unscorable = _scoring_pair(pair, manifest, backend, judged_records, parity if distrusted else None, equivalence, device)
+    section, scores = EquivalenceSection(status=EquivalenceStatus.NOT_RUN), None
+    if equivalence and unscorable:
+        section = EquivalenceSection(status=EquivalenceStatus.NOT_RUN, message=unscorable, engines={})
+    elif equivalence:
+        # With engines beside it, the screen's records are acceptance measurements; the engines'
+        # own records are what the equivalence tests judge (and scoring every screened path again
+        # would cost as much as the screen).
+        judged = [r for r in judged_records if r["engine"] != SCREEN_ENGINE] if len(run.engines) > 1 else judged_records
+        judged_dims = [d for d in dims if any(d in r.get("attributes", {}) for r in judged)]  # the subset may miss some
+        section, scores = equivalence_section(
+            judged, pair, alpha=alpha, delta=delta, dimensions=judged_dims, seed=seed, plant_disparity=config.get("plant_disparity")
+        )
+        if distrusted:
+            note = "the server's logprobs failed parity (logprob_parity), so the outputs were scored with the local target instead"
+            section = section.model_copy(update={"logprobs_note": note})
+    parts: dict[str, Any] = {} if parity is None else {"logprob_parity": parity}
+    if any(r.get("concurrency") is not None for r in records):  # a run at several concurrency levels (endpoint, llama-server)
+        from specaudit.analysis.acceptance_stability import acceptance_stability
+        from specaudit.analysis.concurrency import concurrency_section
+
+        parts["concurrency"] = concurrency_section(
+            judged_records,
+            pair,
+            alpha=alpha,
+            delta=delta,
+            dimensions=dims,
+            seed=seed,
+            n_boot=n_boot,
+            equivalence=bool(equivalence and not unscorable),
+        )
+        section = judge_by_level(section, parts["concurrency"])
+        parts["acceptance_stability"] = acceptance_stability(records, n_boot=n_boot, seed=seed)
+    disparity = _disparity_parts(records, manifest, dims, scores, pair, backend, settings)
+    if "disparity_engine" in disparity:
+        run = run.model_copy(update={"disparity_engine": disparity.pop("disparity_engine")})
+    analysis = AnalysisBlock(
+        alpha=alpha,
+        delta=delta,
+        n_boot=n_boot,
+        seed=seed,
+        tolerance=list(tolerance),
+        fallback_threshold=fallback_threshold,
+        deployment_cost_ratio=settings.deployment_cost_ratio,
+        deployment_verify_cost=settings.deployment_verify_cost,
+        seconds=round(time.perf_counter() - started, 2),
+    )
+    # The statistics modules' payloads (groups, disparities, ..., context) are typed here: one that
+    # breaks the contract is one sentence, before anything is written.
+    typed = validate_snapshot(
+        {
+            "schema_version": SNAPSHOT_SCHEMA_VERSION,
+            "run": run.model_copy(update={"analysis": analysis}),
+            "equivalence": section,
+            "groups": disparity.pop("groups", {}),
+            "disparities": disparity.pop("disparities", {}),
+            "recommendations": disparity.pop("recommendations", {}),
+            "prompts": disparity.pop("prompts", []),
+            "gate": None,
+            **parts,
+            **disparity,  # speed, screen, context
+        }
+    )
+    snapshot = load_snapshot(json_clean(typed.model_dump(exclude_unset=True)))  # strict JSON (NaN as null), as every reader reads it
+    if write:
+        write_json_atomic(run_dir / SNAPSHOT_FILE, snapshot)
+    return snapshot
+
+
+def _scoring_pair(
+    pair: ModelPair | None,
+    manifest: dict,
+    backend: EngineSpec | None,
+    records: list[dict],
+    distrusted: LogprobParitySection | None,
+    equivalence: bool,
+    device: str | None,
+) -> tuple[ModelPair | None, str | None]:
+    """The pair that scores the outputs (the one given, the engine's own scoring pair, or the run's
+    models loaded here; None where the server's logprobs score them), and why the outputs cannot be
+    scored, where the server's logprobs were distrusted and the local target will not load."""
+    config = manifest.get("config", {})
     if equivalence and pair is None and backend is not None and backend.scoring_pair:
         # an engine that scores with its own logits (llama.cpp), not a torch copy of the model (issue 17)
         pair = resolve(backend.scoring_pair)(manifest)
-    unscorable = None
-    if equivalence and pair is None and not server_scored(judged_records):
+    if equivalence and pair is None and not server_scored(records):
         from specaudit.models import load_pair
 
         draft = None if config.get("engines") == ["endpoint"] else config.get("draft")  # a server's draft is not ours to load
@@ -193,92 +288,71 @@ def analyze(
                 config.get("target", "default"), draft, device=device or config.get("device", "auto"), dtype=config.get("dtype", "auto")
             )
         except InputError as err:
-            if not distrusted:
+            if distrusted is None:
                 raise
-            unscorable = f"not run: {parity['message']}, and the local target could not be loaded to score the outputs instead ({err})"
-    scores = None
-    if equivalence and unscorable:
-        snapshot["equivalence"] = {"status": EquivalenceStatus.NOT_RUN, "message": unscorable, "engines": {}}
-    elif equivalence:
-        # With engines beside it, the screen's records are acceptance measurements; the engines'
-        # own records are what the equivalence tests judge (and scoring every screened path again
-        # would cost as much as the screen).
-        judged = [r for r in judged_records if r["engine"] != SCREEN_ENGINE] if len(engines) > 1 else judged_records
-        judged_dims = [d for d in dims if any(d in r.get("attributes", {}) for r in judged)]  # the subset may miss some
-        snapshot["equivalence"], scores = equivalence_section(
-            judged, pair, alpha=alpha, delta=delta, dimensions=judged_dims, seed=seed, plant_disparity=config.get("plant_disparity")
-        )
-        if distrusted:
-            snapshot["equivalence"]["logprobs_note"] = (
-                "the server's logprobs failed parity (logprob_parity), so the outputs were scored with the local target instead"
-            )
-    if any(r.get("concurrency") is not None for r in records):  # a run at several concurrency levels (endpoint, llama-server)
-        judge_by_level(
-            snapshot,
-            judged_records,
-            pair,
-            alpha=alpha,
-            delta=delta,
-            dims=dims,
-            seed=seed,
-            n_boot=n_boot,
-            equivalence=bool(equivalence and not unscorable),
-        )
-        from specaudit.analysis.acceptance_stability import acceptance_stability
+            return None, f"not run: {distrusted.message}, and the local target could not be loaded to score the outputs instead ({err})"
+    return pair, None
 
-        snapshot["acceptance_stability"] = acceptance_stability(records, n_boot=n_boot, seed=seed)
+
+def _disparity_parts(
+    records: list[dict],
+    manifest: dict,
+    dims: list[str],
+    scores: TokenScores | None,
+    pair: ModelPair | None,
+    backend: EngineSpec | None,
+    settings: AnalysisSettings,
+) -> dict[str, Any]:
+    """The group comparisons (groups, disparities, recommendations, prompts), the context section,
+    and on a screened run the speed and screen sections; with `disparity_engine`, the engine whose
+    records they measure. Empty for a run without groups to compare."""
+    engines = sorted({r["engine"] for r in records})
     speculative_engines = [e for e in engines if e != CONTROL_ENGINE]
     # Acceptance per group comes from the screen when the run has one (every prompt, exact in
     # expectation); speed-up columns need the vanilla control's timings and stay empty without it.
-    if (SCREEN_ENGINE in engines or (CONTROL_ENGINE in engines and speculative_engines)) and dims:
-        from specaudit.stats.disparity import disparity_section
+    if not ((SCREEN_ENGINE in engines or (CONTROL_ENGINE in engines and speculative_engines)) and dims):
+        return {}
+    from specaudit.stats.disparity import disparity_section
 
-        engine = (
-            SCREEN_ENGINE if SCREEN_ENGINE in engines else SPECULATIVE_ENGINE if SPECULATIVE_ENGINE in engines else speculative_engines[0]
-        )
-        frame = pd.DataFrame(records)
-        if engine == SCREEN_ENGINE:
-            from specaudit.stats.predicted_speed import predicted_speed
-            from specaudit.stats.screen_agreement import path_acceptance, screen_agreement
+    alpha, n_boot, seed = settings.alpha, settings.n_boot, settings.seed
+    config = manifest.get("config", {})
+    engine = SCREEN_ENGINE if SCREEN_ENGINE in engines else SPECULATIVE_ENGINE if SPECULATIVE_ENGINE in engines else speculative_engines[0]
+    frame = pd.DataFrame(records)
+    screened: dict[str, Any] = {}
+    if engine == SCREEN_ENGINE:
+        from specaudit.stats.predicted_speed import predicted_speed
+        from specaudit.stats.screen_agreement import path_acceptance, screen_agreement
 
-            frame, snapshot["speed"] = predicted_speed(frame, dimensions=dims, alpha=alpha)
-            if SPECULATIVE_ENGINE in engines:
-                snapshot["screen"] = screen_agreement(frame, int(config.get("max_new_tokens", 0)), path_acceptance(scores), alpha)
-        decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None
-        declared = (manifest.get("prompt_set") or {}).get("dimensions") or {}
-        # The prompt set's declared reference group (e.g. Standard American English), else the largest group.
-        reference = {d: declared[d]["reference"] if declared.get(d, {}).get("reference") else "largest" for d in dims}
-        parts = disparity_section(
-            frame,
-            dimensions=dims,
-            engine=engine,
-            baseline=CONTROL_ENGINE,
-            alpha=alpha,
-            n_boot=n_boot,
-            seed=seed,
-            reference=reference,
-            tolerance=tolerance,
-            fallback_threshold=fallback_threshold,
-            deployment_cost_ratio=settings.deployment_cost_ratio,
-            deployment_verify_cost=settings.deployment_verify_cost,
-            acceptance_rule=(backend if backend is not None else ENGINES[engine]).acceptance_rule,
-            decode=decode,
-        )
-        snapshot.update({key: parts[key] for key in ("groups", "disparities", "recommendations", "prompts")})
-        snapshot["run"]["disparity_engine"] = engine
-        snapshot["context"] = _context_part(frame, records, engine, snapshot["recommendations"], alpha=alpha, n_boot=n_boot, seed=seed)
-    snapshot["run"]["analysis"] = {
-        "alpha": alpha,
-        "delta": delta,
-        "n_boot": n_boot,
-        "seed": seed,
-        "tolerance": list(tolerance),
-        "fallback_threshold": fallback_threshold,
-        "deployment_cost_ratio": settings.deployment_cost_ratio,
-        "deployment_verify_cost": settings.deployment_verify_cost,
-        "seconds": round(time.perf_counter() - started, 2),
+        frame, screened["speed"] = predicted_speed(frame, dimensions=dims, alpha=alpha)
+        if SPECULATIVE_ENGINE in engines:
+            screened["screen"] = screen_agreement(frame, int(config.get("max_new_tokens", 0)), path_acceptance(scores), alpha)
+    decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None
+    declared = (manifest.get("prompt_set") or {}).get("dimensions") or {}
+    # The prompt set's declared reference group (e.g. Standard American English), else the largest group.
+    reference = {d: declared[d]["reference"] if declared.get(d, {}).get("reference") else "largest" for d in dims}
+    parts = disparity_section(
+        frame,
+        dimensions=dims,
+        engine=engine,
+        baseline=CONTROL_ENGINE,
+        alpha=alpha,
+        n_boot=n_boot,
+        seed=seed,
+        reference=reference,
+        tolerance=settings.tolerance,
+        fallback_threshold=settings.fallback_threshold,
+        deployment_cost_ratio=settings.deployment_cost_ratio,
+        deployment_verify_cost=settings.deployment_verify_cost,
+        acceptance_rule=(backend if backend is not None else ENGINES[engine]).acceptance_rule,
+        decode=decode,
+    )
+    context, recommendations = _context_part(frame, records, engine, parts["recommendations"], alpha=alpha, n_boot=n_boot, seed=seed)
+    return {
+        "groups": parts["groups"],
+        "disparities": parts["disparities"],
+        "recommendations": recommendations,
+        "prompts": parts["prompts"],
+        "disparity_engine": engine,
+        **screened,
+        "context": context,
     }
-    snapshot = load_snapshot(json_clean(snapshot))  # a section that breaks the contract fails here, not in a reader
-    if write:
-        write_json_atomic(run_dir / SNAPSHOT_FILE, snapshot)
-    return snapshot

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from typing import TYPE_CHECKING
 
 from specaudit.cli.gate import add_gate
 from specaudit.cli.llama_server import add_llama_server
@@ -17,6 +18,9 @@ from specaudit.cli.report import add_report
 from specaudit.cli.run import add_analyze, add_audit, add_merge, add_run
 from specaudit.cli.selftest import add_selftest
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from typing import TextIO
 
 
 # -------------------------------------------------------------------------- main
@@ -41,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> str:
+def _one_line_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None, line: str | None = None
+) -> str:
     return f"specaudit: warning: {message}\n"
 
 

@@ -5,10 +5,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from specaudit._validation import finite_float, seed_int
 from specaudit.contracts import DEFAULT_BAND
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
+
+    from specaudit.audit import AuditResult
+    from specaudit.config import RunConfig
+    from specaudit.decoding import SamplingSpec
+    from specaudit.sampling_audit import SettingsAuditResult
 
 
 # --------------------------------------------------------------------------- run
@@ -87,7 +97,7 @@ def _config_file_sections(args: argparse.Namespace) -> tuple[dict, dict, dict, s
     return (*split_audit_config(load_config_file(args.config), source), source)
 
 
-def _run_config(args: argparse.Namespace):
+def _run_config(args: argparse.Namespace) -> RunConfig:
     from specaudit.config import run_config_from
 
     run_options, analysis_options, gate_options, source = _config_file_sections(args)
@@ -104,7 +114,7 @@ def _run_config(args: argparse.Namespace):
     return _with_concurrency(args, lambda extra: run_config_from({**run_options, **_flag_options(args), **extra}, source), run_options)
 
 
-def _with_concurrency(args: argparse.Namespace, make, run_options: dict):
+def _with_concurrency(args: argparse.Namespace, make: Callable[[dict], RunConfig], run_options: dict) -> RunConfig:
     """The RunConfig `make(extra options)` builds, with --concurrency as the llama-server setting
     extra.llama_server.concurrency_levels (engines/llama_server/settings.py)."""
     if getattr(args, "concurrency", None) is None:
@@ -273,7 +283,7 @@ def add_audit(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_audit)
 
 
-def _sampling_settings(args: argparse.Namespace, run_options: dict, source: str):
+def _sampling_settings(args: argparse.Namespace, run_options: dict, source: str) -> list[SamplingSpec] | None:
     """The settings of `--sampling` (or the config's `sampling:`), None without either. Mixing them
     with --temperature/--top-k/--top-p would leave one of the two unused, so it is refused."""
     from specaudit.decoding.settings import parse_settings
@@ -292,7 +302,7 @@ def _sampling_settings(args: argparse.Namespace, run_options: dict, source: str)
     return parse_settings(values)
 
 
-def run_audit(args: argparse.Namespace):
+def run_audit(args: argparse.Namespace) -> AuditResult | SettingsAuditResult:
     from specaudit.audit import DEFAULT_BUDGET, QUICK_BUDGET, audit, default_run_id
     from specaudit.config import run_config_from
 
@@ -329,7 +339,15 @@ def run_audit(args: argparse.Namespace):
     return result
 
 
-def _run_settings_audit(args, cfg, out, specs, analysis_options, gate_options, source):
+def _run_settings_audit(
+    args: argparse.Namespace,
+    cfg: RunConfig,
+    out: str | Path,
+    specs: Sequence[SamplingSpec],
+    analysis_options: dict | None,
+    gate_options: dict | None,
+    source: str,
+) -> SettingsAuditResult:
     from specaudit.sampling_audit import audit_settings
 
     result = audit_settings(

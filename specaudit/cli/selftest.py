@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def add_selftest(sub: argparse._SubParsersAction) -> None:
@@ -101,7 +105,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     return 1 if missed else 0
 
 
-def _server_part(args: argparse.Namespace):
+def _server_part(args: argparse.Namespace) -> pd.DataFrame:
     """The server mutants (specaudit.testing.server_selftest) on the tiny pair, two reference servers each."""
     import tempfile
 

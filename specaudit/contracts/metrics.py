@@ -53,7 +53,7 @@ class MetricSpec:
         return self.direction == "higher"
 
 
-def _ratio(a, b):
+def _ratio(a: float, b: float) -> float:
     return a / b
 
 

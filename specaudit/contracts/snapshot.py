@@ -6,6 +6,8 @@ sentence (InputError, exit 2) instead of being judged: a gate must never go gree
 
 The typed view (`Snapshot`) pins the sections consumers read and the types they rely on; inside
 them, keys it does not name are kept as they are, so a newer analysis may add fields freely.
+Analysis builds these models and writes their dump (`Snapshot.model_dump(exclude_unset=True)`):
+keys it did not set are not written, and keys keep the order they were given in.
 Statuses are the contracts' enums (specaudit.contracts.status), spelt one way on disk; a snapshot
 written before (lower-case "pass", an equivalence status "error") is read through their `parse`,
 and `load_snapshot` hands every consumer the one spelling.
@@ -16,11 +18,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr, ValidationError, model_serializer, model_validator
 
-from specaudit.contracts.status import CheckStatus, EquivalenceStatus
+from specaudit.contracts.status import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.errors import InputError
 
 SNAPSHOT_SCHEMA_VERSION = 1
@@ -32,6 +34,31 @@ _REGENERATE = "regenerate it with `specaudit analyze RUN_DIR`"
 class _Section(BaseModel):
     # strict: a JSON string is not a number, true is not 1; extra: keys this view does not name pass through
     model_config = ConfigDict(strict=True, extra="allow")
+    # The order keys were given in, written back in that order (pydantic would put the named
+    # fields first): snapshot.json reads as analysis composed it, and a section read from a file
+    # and dumped is the file's. A key added by model_copy(update=...) comes after, as in a dict.
+    _order: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data: Any, handler: Callable[[Any], _Section]) -> _Section:
+        section = handler(data)
+        if isinstance(data, Mapping):
+            section._order = tuple(data)
+        return section
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copy = super().model_copy(update=update, deep=deep)
+        copy._order = (*self._order, *(key for key in update or {} if key not in self._order))
+        return copy
+
+    @model_serializer(mode="wrap")
+    def _in_order(self, handler: Callable[[Any], Any]) -> Any:
+        dumped = handler(self)
+        if not isinstance(dumped, dict):
+            return dumped
+        first = {key: dumped[key] for key in self._order if key in dumped}
+        return {**first, **{key: value for key, value in dumped.items() if key not in first}}
 
 
 class MetricEstimate(_Section):
@@ -55,17 +82,40 @@ class DimensionGroups(_Section):
     by_group: dict[str, GroupEntry] = {}
 
 
+class AnalysisBlock(_Section):
+    """`run.analysis`: the settings analysis ran with (specaudit.config.AnalysisSettings) and its wall time."""
+
+    alpha: float | None = None
+    delta: float | None = None
+    n_boot: int | None = None
+    seed: int | None = None
+    tolerance: list[float] | None = None
+    fallback_threshold: float | None = None
+    deployment_cost_ratio: float | None = None
+    deployment_verify_cost: float | None = None
+    seconds: float | None = None
+
+
 class RunSection(_Section):
+    """`run`: what was run (the manifest's identity) and what analysis made of it."""
+
     id: str | None = None
+    dir: str | None = None
+    created: str | None = None
+    command: str | None = None
     engines: list[str] = []
     dimensions: list[str] = []
     config: dict[str, Any] | None = None
-    analysis: dict[str, Any] | None = None
+    analysis: AnalysisBlock | None = None
     models: dict[str, Any] | None = None
     versions: dict[str, Any] | None = None
     device: dict[str, Any] | None = None
     prompt_set: dict[str, Any] | None = None
     seeds: dict[str, Any] | None = None
+    n_records: int | None = None
+    n_prompts: int | None = None
+    n_output_tokens: int | None = None
+    disparity_engine: str | None = None  # the engine whose records the group comparisons measure
 
 
 SKIPPED = "skipped"  # a test with no data to test: not a check outcome, so no CheckStatus
@@ -106,12 +156,13 @@ def control_failed(section: Mapping[str, Any]) -> bool:
     return bool(section.get("control_failed")) or str(section.get("status")).strip().lower() == "error"
 
 
-def _parsed(parse):
+def _parsed(parse: Callable[[Any], Any]) -> BeforeValidator:
     return BeforeValidator(lambda value: value if value is None else parse(value))
 
 
 Verdict = Annotated[CheckStatus | Literal["skipped", EquivalenceStatus.NOT_RUN], _parsed(parse_verdict)]
 Check = Annotated[CheckStatus, _parsed(CheckStatus.parse)]
+BatteryStatus = Annotated[CheckStatus | Literal[EquivalenceStatus.NOT_RUN], _parsed(parse_battery_status)]
 
 
 class ResultVerdict(_Section):
@@ -126,21 +177,87 @@ class EngineEquivalence(_Section):
 
     verdict: Verdict | None = None
     status: Annotated[EquivalenceStatus, _parsed(EquivalenceStatus.parse)] | None = None
+    status_reason: str | None = None
     goodness_of_fit: ResultVerdict | None = None
     two_sample: ResultVerdict | None = None
     greedy: ResultVerdict | None = None
+    tv_bound: dict[str, Any] | None = None
+    power: dict[str, Any] | None = None
+    # proven bugs the records list (a verify call that broke its contract, a server's impossible
+    # output): {count, records, first, examples}; `message` words the finding
+    verify_violations: dict[str, Any] | None = None
+    server_violations: dict[str, Any] | None = None
+    message: str | None = None
 
 
 class EquivalenceSection(_Section):
     """`equivalence`: the battery's overall status and one entry per engine (verdict and tests)."""
 
-    status: Annotated[CheckStatus | Literal[EquivalenceStatus.NOT_RUN], _parsed(parse_battery_status)]
+    status: BatteryStatus
     control_failed: bool = False  # the control failed its own test: status is FAIL and the audit is void
     engines: dict[str, EngineEquivalence] = {}
     control: str | None = None  # the engine judged as the control (plain decoding)
     mode: str | None = None  # "sampling" or "greedy"
     alpha: float | None = None
     delta: float | None = None
+    family_rule: str | None = None
+    control_alpha: float | None = None  # the level the control is judged at (analysis.equivalence)
+    control_warning: str | None = None  # the control was rejected at alpha alone
+    scoring: dict[str, Any] | None = None  # where scores came from, when not a local model (server logprobs)
+    draft_scoring: dict[str, Any] | None = None  # whether the draft could be scored by teacher forcing
+    message: str | None = None
+    logprobs_note: str | None = None  # the server's logprobs failed parity: scored locally instead
+    failed_concurrency_levels: list[int] | None = None
+
+
+class ConcurrencySection(_Section):
+    """`concurrency` (analysis.concurrency), for a run at several concurrency levels: the battery
+    and the independence test per level, metrics per group x level, the crossover per group."""
+
+    levels: list[int]
+    level_alpha: float
+    equivalence: dict[str, EquivalenceSection] = {}  # level -> the battery's status and verdicts there
+    independence: dict[str, dict[str, dict[str, Any]]] = {}  # level -> engine -> the permutation test
+    groups: dict[str, Any] = {}  # dimension -> group -> level -> metrics (analysis.concurrency.group_metrics)
+    crossover: dict[str, dict[str, int | None]] = {}  # dimension -> group -> the level where speculation stops paying
+    failed_levels: list[int] = []
+    control_failed_levels: list[int] = []
+    dependent_levels: list[int] = []
+    message: str | None = None
+
+
+class LogprobParitySection(_Section):
+    """`logprob_parity` (analysis.logprob_parity): a server's logprobs against its spec-OFF twin's."""
+
+    status: BatteryStatus
+    positions: int
+    differing: int
+    zero_logprob: int = 0
+    max_abs_diff: float | None = None
+    threshold: float | None = None
+    batch_noise: dict[str, Any] | None = None
+    by_concurrency: dict[str, dict[str, int]] = {}
+    examples: list[dict[str, Any]] = []
+    note: str | None = None
+    message: str | None = None
+
+
+class AcceptanceStabilitySection(_Section):
+    """`acceptance_stability` (analysis.acceptance_stability): collapse under load, speculation stopped during the run."""
+
+    status: Annotated[DisparityStatus, _parsed(DisparityStatus.parse)]
+    band_low: float
+    levels: dict[str, dict[str, Any]] = {}  # level -> accepted_per_token, drafted_share, ratio_to_lowest
+    findings: list[dict[str, Any]] = []
+    message: str | None = None
+
+
+class ContextSection(_Section):
+    """`context` (stats.context): acceptance by prompt length and output position; `findings` in words."""
+
+    engine: str
+    length_fallback: dict[str, Any] | None = None
+    findings: list[str] = []
 
 
 class DimensionDisparities(_Section):
@@ -205,8 +322,12 @@ class Snapshot(_Section):
     recommendations: dict[str, Any] = {}
     prompts: list[dict[str, Any]] = []
     gate: GateSection | None = None
+    logprob_parity: LogprobParitySection | None = None  # only where a server returned logprobs
+    concurrency: ConcurrencySection | None = None  # only for runs at concurrency levels
+    acceptance_stability: AcceptanceStabilitySection | None = None  # runs at levels with the server's acceptance counts
     speed: SpeedSection | None = None  # only for runs with the screen (stats.cost_model)
     screen: ScreenSection | None = None  # only for runs with the screen and the speculative engine
+    context: ContextSection | None = None  # where groups are compared
     mitigation: dict[str, Any] | None = None  # `specaudit mitigate`'s before/after (its before_after.json), on a re-audit
 
 
@@ -240,7 +361,7 @@ _EXPECTED = {
 }
 
 
-def _first_problem(err: ValidationError) -> str:
+def first_problem(err: ValidationError) -> str:
     """One clause naming the first field that breaks the contract, e.g. "groups must be an object, got a list"."""
     problem = err.errors(include_url=False)[0]
     field = ".".join(str(part) for part in problem["loc"]) or "the top level"
@@ -267,7 +388,7 @@ def validate_snapshot(snapshot: Any, where: str = "snapshot") -> Snapshot:
     try:
         return Snapshot.model_validate(dict(snapshot))
     except ValidationError as err:
-        problem = _first_problem(err)
+        problem = first_problem(err)
         raise InputError(
             f"{where}{' ' if problem.startswith('has no') else ': '}{problem}; the file is damaged or not a snapshot ({_REGENERATE})"
         ) from None
@@ -319,8 +440,17 @@ def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
 __all__ = [
     "SNAPSHOT_FILE",
     "SNAPSHOT_SCHEMA_VERSION",
+    "AcceptanceStabilitySection",
+    "AnalysisBlock",
+    "ConcurrencySection",
+    "ContextSection",
+    "EngineEquivalence",
+    "EquivalenceSection",
+    "LogprobParitySection",
+    "RunSection",
     "Snapshot",
     "control_failed",
+    "first_problem",
     "load_snapshot",
     "parse_battery_status",
     "parse_verdict",

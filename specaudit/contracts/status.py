@@ -15,6 +15,10 @@ Three vocabularies, one per question, so that a label never claims more than its
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 # The four-fifths convention (and its reciprocal): a group's ratio to the reference inside
 # [0.8, 1.25] counts as parity.
@@ -73,6 +77,6 @@ class EquivalenceStatus(_Status):
     NOT_RUN = "not run"
 
 
-def worst(statuses) -> CheckStatus:
+def worst(statuses: Iterable[str]) -> CheckStatus:
     """The gate's status: its worst check (PASS when there are none)."""
     return max((CheckStatus.parse(s) for s in statuses), key=lambda s: s.rank, default=CheckStatus.PASS)

@@ -22,10 +22,10 @@ from specaudit.models import NgramDraft, Stopwatch
 class _FirstTokenClock(BaseStreamer):
     """generate() pushes the prompt first, then new tokens: the second push is the first token."""
 
-    def __init__(self, clock: Stopwatch):
+    def __init__(self, clock: Stopwatch) -> None:
         self.clock, self.pushes, self.first_token_at = clock, 0, None
 
-    def put(self, value) -> None:
+    def put(self, value: torch.Tensor) -> None:
         self.pushes += 1
         if self.pushes == 2:
             self.first_token_at = self.clock.now()
@@ -35,15 +35,15 @@ class _FirstTokenClock(BaseStreamer):
 
 
 class _Counters:
-    def __init__(self):
+    def __init__(self) -> None:
         self.draft_forwards_since_verify = 0
         self.proposed_per_step: list[int] = []
         self.sequence_length_at_step: list[int] = []  # tokens in context before each verification
 
-    def on_draft(self, module, args, kwargs) -> None:
+    def on_draft(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         self.draft_forwards_since_verify += 1
 
-    def on_target(self, module, args, kwargs) -> None:
+    def on_target(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
         positions = kwargs.get("position_ids")
         if positions is not None:  # absolute position of the first fed token = tokens already cached

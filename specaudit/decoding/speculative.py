@@ -35,13 +35,15 @@ def crop_cache(cache: DynamicCache, length: int) -> None:
 class _DraftModel:
     """Proposes tokens by sampling a draft model's warped distribution, one cached step at a time."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
         self.cache = DynamicCache(config=model.config)
         self.cached = 0  # tokens of the context already in the cache
         self.logits: list[torch.Tensor] = []  # the last proposal's raw logits, for a verifier that asks (VerifyLogits)
 
-    def propose(self, context, k, spec, generator, vocab_size):
+    def propose(
+        self, context: list[int], k: int, spec: SamplingSpec, generator: torch.Generator, vocab_size: int
+    ) -> tuple[list[int], list[torch.Tensor]]:
         feed = context[self.cached :]
         tokens, probs, self.logits = [], [], []
         for _ in range(k):
@@ -65,11 +67,13 @@ class _DraftModel:
 class _DraftLookup:
     """Prompt lookup (n-gram) drafting: deterministic proposals, so q is one-hot."""
 
-    def __init__(self, lookup: NgramDraft):
+    def __init__(self, lookup: NgramDraft) -> None:
         self.lookup = lookup
         self.logits: list[torch.Tensor] = []  # a lookup has none
 
-    def propose(self, context, k, spec, generator, vocab_size):
+    def propose(
+        self, context: list[int], k: int, spec: SamplingSpec, generator: torch.Generator, vocab_size: int
+    ) -> tuple[list[int], list[torch.Tensor]]:
         tokens = self.lookup.propose(context, k)
         probs = [torch.nn.functional.one_hot(torch.tensor(t, device=generator.device), vocab_size).float() for t in tokens]
         return tokens, probs
@@ -97,7 +101,7 @@ class SpeculativeDecoding:
         eos_ids: set[int],
         vocab_size: int,
         verify: VerifyFn = reference_verify,
-    ):
+    ) -> None:
         self.target, self.spec, self.k, self.generator = target, spec, k, generator
         self.max_new_tokens, self.eos_ids, self.vocab_size, self.verify = max_new_tokens, eos_ids, vocab_size, verify
         self.clock = Stopwatch(generator.device)

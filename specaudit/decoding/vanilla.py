@@ -26,7 +26,7 @@ class VanillaDecoding:
         generator: torch.Generator,
         eos_ids: set[int],
         vocab_size: int,
-    ):
+    ) -> None:
         self.model, self.spec, self.generator = model, spec, generator
         self.max_new_tokens, self.eos_ids, self.vocab_size = max_new_tokens, eos_ids, vocab_size
         self.clock = Stopwatch(generator.device)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from specaudit.config import RunConfig
     from specaudit.execution import Executor, RunSummary
     from specaudit.models import ModelPair
+    from specaudit.prompts import PromptSet
 
 
 def executor_for(cfg: RunConfig, *, pair: ModelPair | None = None) -> Executor:
@@ -40,7 +41,7 @@ def run(
     out_dir: str | Path,
     *,
     pair: ModelPair | None = None,
-    prompt_set=None,
+    prompt_set: PromptSet | None = None,
     progress: bool = True,
     command: str | None = None,
     shard: tuple[int, int] | None = None,

@@ -23,6 +23,7 @@ from specaudit.execution.plan import derive_seed
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
     from specaudit.decoding import Generation
+    from specaudit.decoding.verify import VerifyFn
     from specaudit.models import ModelPair
 
 
@@ -64,7 +65,7 @@ def device_entry(pair: ModelPair) -> dict:
     return {"type": device.type, "name": name, "threads": torch.get_num_threads()}
 
 
-def load_pair_for(cfg: RunConfig):
+def load_pair_for(cfg: RunConfig) -> ModelPair | None:
     """The models a config needs: no draft when only vanilla runs.
 
     On CPU torch gets `cfg.threads` threads (default 1): batch-1 decoding of small models is
@@ -87,11 +88,11 @@ def generate_one(
     prompt_ids: list[int],
     cfg: RunConfig,
     seed: int,
-    verify,
+    verify: VerifyFn | None,
     eos_ids: set[int],
     max_new_tokens: int,
     attributes: dict | None = None,
-):
+) -> Generation:
     """Decode one prompt with one engine; the single place that dispatches on the engine name."""
     if engine == "hf-assisted":
         return hf_assisted_generate(
@@ -144,7 +145,9 @@ def make_record(cfg: RunConfig, item: PlanItem, seed: int, prompt_ids: list[int]
     )
 
 
-def decode_item(pair: ModelPair, cfg: RunConfig, item: PlanItem, prompt_ids: list[int], verify, eos_ids: set[int]) -> Record:
+def decode_item(
+    pair: ModelPair, cfg: RunConfig, item: PlanItem, prompt_ids: list[int], verify: VerifyFn | None, eos_ids: set[int]
+) -> Record:
     """Decode one plan item into its record; the seed depends only on the run seed, prompt id and
     sample, so any process may decode any item."""
     seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
@@ -153,7 +156,7 @@ def decode_item(pair: ModelPair, cfg: RunConfig, item: PlanItem, prompt_ids: lis
     return make_record(cfg, item, seed, prompt_ids, generation, text)
 
 
-def warm_up(pair: ModelPair, cfg: RunConfig, prompt_ids: list[int], verify, eos_ids: set[int]) -> None:
+def warm_up(pair: ModelPair, cfg: RunConfig, prompt_ids: list[int], verify: VerifyFn | None, eos_ids: set[int]) -> None:
     """First calls pay for allocation and kernel selection: run them before anything is timed."""
     for _ in range(cfg.warmup):
         for engine in cfg.engines:

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from specaudit.contracts.run import PlanItem, Record
 from specaudit.engines.ordered import emit_in_plan_order
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from specaudit.execution.folder import RunFolder
 
 
 def check_levels(levels: Sequence[int], setting: str) -> tuple[int, ...]:
@@ -43,7 +47,7 @@ def level_plan(plan: list[PlanItem], levels: tuple[int, ...], samples: int, timi
     return expanded
 
 
-def plan_levels(folder, levels: tuple[int, ...], samples: int, timing_repeats: int) -> dict[str, int]:
+def plan_levels(folder: RunFolder, levels: tuple[int, ...], samples: int, timing_repeats: int) -> dict[str, int]:
     """Replace the folder's plan by its per-level expansion (what is recorded already is skipped)
     and return each item key's level."""
     expanded = level_plan(folder.plan, levels, samples, timing_repeats)
@@ -53,7 +57,11 @@ def plan_levels(folder, levels: tuple[int, ...], samples: int, timing_repeats: i
 
 
 def run_levels(
-    items: list[PlanItem], levels: tuple[int, ...], level_of: dict[str, int], record_of: Callable[[PlanItem], Record], emit
+    items: list[PlanItem],
+    levels: tuple[int, ...],
+    level_of: dict[str, int],
+    record_of: Callable[[PlanItem], Record],
+    emit: Callable[[Record], None],
 ) -> None:
     """Each level's items in turn, in the order given (see `run_level`)."""
     for level in levels:
@@ -62,7 +70,7 @@ def run_levels(
             run_level(batch, level, record_of, emit)
 
 
-def run_level(items: list[PlanItem], level: int, record_of: Callable[[PlanItem], Record], emit) -> None:
+def run_level(items: list[PlanItem], level: int, record_of: Callable[[PlanItem], Record], emit: Callable[[Record], None]) -> None:
     """`items` with `level` requests in flight at a time per engine (one pool of `level` workers
     for each side, both at once, so the two sides of a pair run at the same load); finished
     records are written in plan order, and what finished is kept on an error."""

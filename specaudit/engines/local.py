@@ -19,13 +19,14 @@ from specaudit.execution.preflight import check_prompt_lengths
 from specaudit.prompts import prompt_token_ids
 
 if TYPE_CHECKING:
+    from specaudit.config import RunConfig
     from specaudit.models import ModelPair
 
 
 class LocalExecutor(Executor):
     """Decodes with specaudit's engines here; `pair` (a loaded ModelPair) saves loading it again."""
 
-    def __init__(self, cfg, pair: ModelPair | None = None):
+    def __init__(self, cfg: RunConfig, pair: ModelPair | None = None) -> None:
         super().__init__(cfg)
         self.pair = pair
 

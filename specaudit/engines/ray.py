@@ -17,6 +17,7 @@ import logging
 import secrets
 import warnings
 from collections import Counter, deque
+from typing import TYPE_CHECKING
 
 from specaudit.config import RunConfig
 from specaudit.contracts.run import PlanItem
@@ -35,12 +36,19 @@ from specaudit.execution.plan import shard_of
 from specaudit.execution.preflight import check_prompt_lengths
 from specaudit.prompts import prompt_token_ids
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+    from types import ModuleType
+    from typing import Any
+
+    from specaudit.contracts.run import Record
+
 SHARDS_PER_WORKER = 4  # more shards than workers: a dead worker's re-run is small, and fast workers take more
 MAX_SHARD_ATTEMPTS = 3  # a shard that kills its actor this often is a problem of its own, not bad luck
 ACTOR_NAME = "specaudit-{run}-worker-{index}"  # named, so that `ray list actors` / the dashboard say whose they are
 
 
-def _import_ray():
+def _import_ray() -> ModuleType:
     try:
         import ray
     except ImportError:
@@ -55,7 +63,7 @@ class DecodeWorker:
     mistake (an unknown model, say) as the one-sentence InputError a local run would give.
     """
 
-    def __init__(self, cfg: RunConfig):
+    def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         self.error: Exception | None = None
         self.warm = False
@@ -66,7 +74,7 @@ class DecodeWorker:
         except Exception as err:  # noqa: BLE001 - re-raised by describe(), in the driver's terms
             self.error = err
 
-    def describe(self, prompts=()) -> dict:
+    def describe(self, prompts: Iterable[str] = ()) -> dict:
         """The manifest's models, device and versions, once `prompts` are checked to fit the context
         (all of them, before any actor decodes, so no record is written for a run that cannot finish)."""
         if self.error is not None:
@@ -75,7 +83,7 @@ class DecodeWorker:
         check_prompt_lengths(encoded, self.pair.target, self.cfg.max_new_tokens, draft=self.pair.draft)
         return {"models": self.pair.manifest(), "device": device_entry(self.pair), "versions": library_versions()}
 
-    def decode(self, items: list[PlanItem]):
+    def decode(self, items: list[PlanItem]) -> Iterator[Record]:
         """Yield the record of each plan item, in order (a Ray streaming generator)."""
         if self.error is not None:
             raise self.error
@@ -107,7 +115,7 @@ def _actor_plan(cfg: RunConfig, resources: dict, workers: int | None) -> tuple[d
     return per_actor, device, count
 
 
-def _task_error(ray, err: Exception) -> Exception:
+def _task_error(ray: ModuleType, err: Exception) -> Exception:
     """A worker's InputError comes back wrapped by Ray: unwrap it into the plain sentence."""
     cause = getattr(err, "cause", None)
     if isinstance(err, ray.exceptions.RayTaskError) and isinstance(cause, InputError):
@@ -125,7 +133,7 @@ class RayExecutor(Executor):
 
     label = "decoding (ray)"
 
-    def __init__(self, cfg: RunConfig, *, workers: int | None = None, address: str | None = None):
+    def __init__(self, cfg: RunConfig, *, workers: int | None = None, address: str | None = None) -> None:
         super().__init__(cfg)
         self.workers, self.address = workers, address
         self.ray, self.owns_ray, self.actors = None, False, []
@@ -159,7 +167,7 @@ class RayExecutor(Executor):
         actor_cfg = self.cfg.replace(device=device)
         run_token = secrets.token_hex(3)
 
-        def spawn():
+        def spawn() -> Any:
             actor = worker_class.options(name=ACTOR_NAME.format(run=run_token, index=len(self.actors)), **per_actor).remote(actor_cfg)
             self.actors.append(actor)
             return actor

@@ -30,6 +30,7 @@ from specaudit.execution.folder import RunFolder, RunSummary
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
+    from specaudit.prompts import PromptSet
 
 Emit = Callable[[Record], None]
 
@@ -41,7 +42,7 @@ class Executor:
     label = "decoding"
     unit = "gen"
 
-    def __init__(self, cfg: RunConfig):
+    def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
 
     def record_engines(self) -> tuple[str, ...]:
@@ -71,7 +72,7 @@ def execute(
     executor: Executor,
     out_dir: str | Path,
     *,
-    prompt_set=None,
+    prompt_set: PromptSet | None = None,
     progress: bool = True,
     command: str | None = None,
     shard: tuple[int, int] | None = None,

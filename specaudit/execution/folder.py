@@ -39,7 +39,10 @@ from specaudit.execution.plan import SEED_DERIVATION, engine_subset, plan_items,
 from specaudit.execution.preflight import check_plant_targets
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from specaudit.config import RunConfig
+    from specaudit.prompts import PromptSet
 
 LOCK_FILE = ".specaudit.lock"
 RESUME_SECTIONS = ("decoding", "prompt_set_checksum", "shard")  # what a resumed run must share with the folder's
@@ -134,7 +137,7 @@ def _check_resumable(out_dir: Path, previous: dict, current: dict) -> None:
             raise InputError(f"{out_dir} holds a run with other settings ({detail}); resume with the same settings or choose a new --out")
 
 
-def load_run_prompts(cfg: RunConfig, prompt_set=None):
+def load_run_prompts(cfg: RunConfig, prompt_set: PromptSet | None = None) -> PromptSet:
     """The run's prompt set (loaded from cfg unless given); a selection of none is an InputError."""
     from specaudit.prompts import load_prompts
 
@@ -160,11 +163,11 @@ class RunFolder:
         cfg: RunConfig,
         out_dir: str | Path,
         *,
-        prompt_set=None,
+        prompt_set: PromptSet | None = None,
         shard: tuple[int, int] | None = None,
         engines: Sequence[str] | None = None,
         command: str | None = None,
-    ):
+    ) -> None:
         self.cfg = cfg
         self.out_dir = Path(out_dir)
         self.shard = shard
@@ -204,7 +207,7 @@ class RunFolder:
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
     def _remove_if_empty(self) -> None:
@@ -212,7 +215,7 @@ class RunFolder:
             self.out_dir.rmdir()  # only succeeds when nothing was written
 
     # -- manifest.json
-    def write_manifest(self, *, models: dict, device: dict | None, versions: dict | None, **extras) -> dict:
+    def write_manifest(self, *, models: dict, device: dict | None, versions: dict | None, **extras: Any) -> dict:
         """manifest.json: the fields every executor writes, then its own `extras`; kept as
         `self.manifest`, which an executor may update and write again with save_manifest()."""
         previous = self.previous

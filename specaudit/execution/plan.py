@@ -16,6 +16,7 @@ from specaudit.contracts.run import SCREEN_ENGINE, PlanItem
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
+    from specaudit.prompts import PromptSet
 
 SEED_DERIVATION = "sha256(run_seed|prompt_id|sample)[:8], little-endian, 63 bits"  # written into manifest.json
 
@@ -49,7 +50,7 @@ def plan_items(
     return items
 
 
-def engine_subset(prompt_set, cfg: RunConfig) -> set[str]:
+def engine_subset(prompt_set: PromptSet, cfg: RunConfig) -> set[str]:
     """The screened prompts the engines also decode: one per group of every dimension (whole pairs,
     drawn with the run's sample seed, so a parallel pair keeps every group's version), capped at
     `cfg.engine_prompts` by a seeded draw. The engines' jobs (exactness, paired timings that

@@ -5,11 +5,19 @@ apply to these prompts or this model is refused in one sentence, not discovered 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from specaudit.errors import InputError
 
+if TYPE_CHECKING:
+    import torch
 
-def check_plant_targets(plant_disparity: str | None, prompt_set) -> None:
+    from specaudit.config import RunConfig
+    from specaudit.models import NgramDraft
+    from specaudit.prompts import PromptSet
+
+
+def check_plant_targets(plant_disparity: str | None, prompt_set: PromptSet) -> None:
     """--plant-disparity dimension=group:factor must name a dimension and a group some prompt has."""
     if not plant_disparity:
         return
@@ -30,7 +38,7 @@ def check_plant_targets(plant_disparity: str | None, prompt_set) -> None:
         )
 
 
-def context_length(model) -> int | None:
+def context_length(model: torch.nn.Module) -> int | None:
     """The longest sequence a model's position encoding allows, when its config says."""
     config = getattr(model, "config", None)
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
@@ -67,7 +75,14 @@ def check_fits(encoded: Mapping[str, list[int]], limit: int, where: str, max_new
         )
 
 
-def check_prompt_lengths(encoded: Mapping[str, list[int]], model, max_new_tokens: int, *, draft=None, k: int = 0) -> None:
+def check_prompt_lengths(
+    encoded: Mapping[str, list[int]],
+    model: torch.nn.Module,
+    max_new_tokens: int,
+    *,
+    draft: torch.nn.Module | NgramDraft | None = None,
+    k: int = 0,
+) -> None:
     """Every prompt plus the tokens to generate (plus the k a speculative step drafts) must fit in
     the target's context and, for a draft model with a context of its own, the draft's."""
     limit = context_length(model)
@@ -78,7 +93,7 @@ def check_prompt_lengths(encoded: Mapping[str, list[int]], model, max_new_tokens
         check_fits(encoded, draft_limit, "the draft's context", max_new_tokens, k)
 
 
-def check_model_sources(cfg) -> None:
+def check_model_sources(cfg: RunConfig) -> None:
     """Named models among the target and draft are fetched now, on first use (models._named);
     hub ids: offline and uncached fails now, naming the model, before prompts are read or
     anything else is loaded (models._hub.hub_options)."""

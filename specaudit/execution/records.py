@@ -99,7 +99,7 @@ def load_records(path: str | Path, *, repair: bool = False) -> list[Record]:
 class RecordWriter:
     """Appends records one line at a time, flushed, so every finished record survives a kill."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._handle = open(self.path, "a", encoding="utf-8")
@@ -117,7 +117,7 @@ class RecordWriter:
     def __enter__(self) -> RecordWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -4,11 +4,14 @@ floor and the group size."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import DisparityStatus
 from specaudit.gate.results import GateCheck, fixed, fmt, mapping, not_run
 from specaudit.gate.thresholds import PASS, WARN, GateThresholds, finite
+
+if TYPE_CHECKING:
+    from specaudit.contracts.status import CheckStatus
 
 
 def disparity_checks(snapshot: Mapping[str, Any], t: GateThresholds) -> list[GateCheck]:
@@ -64,7 +67,9 @@ def _comparison_status(row: Mapping[str, Any], low: float, high: float, alpha: f
     return DisparityStatus.from_interval(lo, hi, (low, high), decidable=not (lo < low and hi > high))
 
 
-def _band_check(dimension, metric, block, reference, alpha, low, high, severity) -> GateCheck:
+def _band_check(
+    dimension: str, metric: str, block: Mapping[str, Any], reference: str, alpha: float, low: float, high: float, severity: CheckStatus
+) -> GateCheck:
     name, title = f"disparity[{dimension}/{metric}]", f"{dimension}: {metric} ratio to the reference within the band"
     pairwise = mapping(block.get("pairwise"))
     if not pairwise:
@@ -98,7 +103,7 @@ def _band_check(dimension, metric, block, reference, alpha, low, high, severity)
         "insufficient": insufficient,
     }
 
-    def describe(rows):
+    def describe(rows: list[dict]) -> str:
         return "; ".join(
             f"{r['group']} {fixed(r['ratio'])}× [{fixed(r['ci_low'])}, {fixed(r['ci_high'])}] (n = {r['n_prompts']}, {r['method']})"
             for r in rows
@@ -120,7 +125,7 @@ def _band_check(dimension, metric, block, reference, alpha, low, high, severity)
     return GateCheck(name, title, PASS, f"every {dimension} group's {metric} is within {band} of {reference}", details)
 
 
-def _speedup_check(dimension, by_group, minimum, severity) -> GateCheck:
+def _speedup_check(dimension: str, by_group: Mapping[str, Any], minimum: float, severity: CheckStatus) -> GateCheck:
     name, title = f"min-speedup[{dimension}]", f"{dimension}: no group below the minimum speed-up"
     measured = {g: mapping(mapping(mapping(e).get("metrics")).get("speedup")) for g, e in by_group.items()}
     measured = {g: m for g, m in measured.items() if finite(m.get("value"))}
@@ -144,7 +149,7 @@ def _speedup_check(dimension, by_group, minimum, severity) -> GateCheck:
     return GateCheck(name, title, PASS, f"every group reaches {minimum:g}× (slowest: {slowest[0]} {fixed(slowest[1]['value'])}×)", details)
 
 
-def _size_check(dimension, by_group, minimum) -> GateCheck:
+def _size_check(dimension: str, by_group: Mapping[str, Any], minimum: int) -> GateCheck:
     name, title = f"group-size[{dimension}]", f"{dimension}: groups large enough to judge"
     sizes = {g: mapping(e).get("n_prompts") for g, e in by_group.items()}
     if not sizes:

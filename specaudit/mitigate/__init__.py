@@ -6,6 +6,7 @@ policies read the audit's own records (specaudit.mitigate._routing)."""
 
 import sys
 import types
+from typing import Any
 
 from specaudit.mitigate._acceptance import PromptAcceptance, TargetSample, measure_acceptance, sample_target
 from specaudit.mitigate._distil import OBJECTIVES, WEIGHTINGS, distil, group_weights, mean_objective, sequence_weights
@@ -38,7 +39,7 @@ class _CallableModule(types.ModuleType):
     """`specaudit.mitigate` names both this package and the public function: importing the
     package rebinds the attribute to the module, so the module itself calls `mitigate`."""
 
-    def __call__(self, *args, **kwargs) -> MitigationResult:
+    def __call__(self, *args: Any, **kwargs: Any) -> MitigationResult:
         return mitigate(*args, **kwargs)
 
 

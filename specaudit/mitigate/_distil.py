@@ -49,7 +49,7 @@ class DistilResult:
     seconds: float = 0.0
 
 
-def untrainable_reason(draft) -> str | None:
+def untrainable_reason(draft: object) -> str | None:
     """Why a loaded draft cannot be distilled (no weights, quantised, not a decoder), or None."""
     if not isinstance(draft, torch.nn.Module):
         return f"the draft ({type(draft).__name__}) has no weights to train"
@@ -59,7 +59,7 @@ def untrainable_reason(draft) -> str | None:
     return None
 
 
-def trainable_layers(draft, train_layers: int) -> tuple[int, int]:
+def trainable_layers(draft: object, train_layers: int) -> tuple[int, int]:
     """(first trained layer, layer count) of a draft that can be distilled; InputError otherwise."""
     reason = untrainable_reason(draft)
     if reason:
@@ -137,7 +137,7 @@ def _upper_model(draft: torch.nn.Module, first: int) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def _prepare(draft, samples: list[TargetSample], first: int, progress: bool):
+def _prepare(draft: torch.nn.Module, samples: list[TargetSample], first: int, progress: bool) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per sequence: the lower layers' output (the input of the trained part) and the target's
     warped p at the continuation positions (kept from sampling)."""
     from tqdm.auto import tqdm
@@ -151,7 +151,15 @@ def _prepare(draft, samples: list[TargetSample], first: int, progress: bool):
     return cache
 
 
-def _held_out_loss(draft, first, cache, samples, spec, vocab_size, objective) -> float:
+def _held_out_loss(
+    draft: torch.nn.Module,
+    first: int,
+    cache: list[tuple[torch.Tensor, torch.Tensor]],
+    samples: list[TargetSample],
+    spec: SamplingSpec,
+    vocab_size: int,
+    objective: str,
+) -> float:
     upper = _upper_model(draft, first)
     total, count = 0.0, 0
     with torch.no_grad():
@@ -162,7 +170,9 @@ def _held_out_loss(draft, first, cache, samples, spec, vocab_size, objective) ->
     return total / count if count else float("nan")
 
 
-def _sequence_loss(upper, hidden, p, sample, spec, vocab_size, objective) -> torch.Tensor:
+def _sequence_loss(
+    upper: torch.nn.Module, hidden: torch.Tensor, p: torch.Tensor, sample: TargetSample, spec: SamplingSpec, vocab_size: int, objective: str
+) -> torch.Tensor:
     start = len(sample.prompt_ids) - 1
     states = upper.model(inputs_embeds=hidden.to(upper.lm_head.weight.dtype), use_cache=False).last_hidden_state[
         0, start : start + len(sample.continuation)
@@ -187,7 +197,7 @@ def distil(
     train_layers: int = 2,
     seed: int = 0,
     progress: bool = False,
-    prepared=None,
+    prepared: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> DistilResult:
     """Train a copy of `draft` (upper `train_layers` layers + final norm) for `steps` steps of
     `batch_size` sequences drawn from `samples` with probabilities `weights`; `draft` is untouched.
@@ -245,7 +255,15 @@ def distil(
     )
 
 
-def mean_objective(target, draft, samples: list[TargetSample], *, spec: SamplingSpec, vocab_size: int, objective: str = "tv") -> float:
+def mean_objective(
+    target: torch.nn.Module,
+    draft: torch.nn.Module,
+    samples: list[TargetSample],
+    *,
+    spec: SamplingSpec,
+    vocab_size: int,
+    objective: str = "tv",
+) -> float:
     """The training objective averaged over every position of `samples` (e.g. held-out ones)."""
     first = len(draft.model.layers) - 1
     cache = _prepare(draft, samples, first, progress=False)

@@ -35,7 +35,13 @@ from specaudit.mitigate._routing import audit_evidence, reaudit_policies
 from specaudit.mitigate._run_folder import attach_texts, choose_dimension, group_alphas, prompts_from_run, read_run, split_by_pair
 
 if TYPE_CHECKING:
-    from specaudit.models import ModelPair
+    from typing import Any
+
+    from specaudit.decoding import SamplingSpec
+    from specaudit.mitigate._acceptance import TargetSample
+    from specaudit.mitigate._distil import DistilResult
+    from specaudit.models import ModelPair, NgramDraft
+    from specaudit.prompts import Prompt
 
 # Budgets: the demonstration one fits about 15 minutes of a 2-core CPU on the default pair.
 DEMO_BUDGET = {"samples": 2, "max_new_tokens": 32, "steps": 60, "batch_size": 4, "equivalence_prompts": 4, "timing_prompts": 3}
@@ -202,7 +208,7 @@ def mitigate(
             progress=progress,
         )
 
-    def score(draft_model, samples, desc: str) -> dict[str, acc.PromptAcceptance]:
+    def score(draft_model: torch.nn.Module, samples: list[TargetSample], desc: str) -> dict[str, acc.PromptAcceptance]:
         return acc.measure_acceptance(draft_model, samples, spec=spec, vocab_size=pair.vocab_size, k=run_k, progress=progress, desc=desc)
 
     train_samples, held_samples = draw(train_ids), draw(held_ids)
@@ -309,7 +315,19 @@ def mitigate(
     return MitigationResult(out_dir, summary, {k: out_dir / v.relative_to(work) for k, v in files.items()})
 
 
-def _time_policies(pair, draft, prompts, held_groups, policies, budget, run_k, spec, eos_ids, seed, progress) -> dict:
+def _time_policies(
+    pair: ModelPair,
+    draft: torch.nn.Module | NgramDraft | None,
+    prompts: dict[str, Prompt],
+    held_groups: dict[str, list[str]],
+    policies: dict[str, dict],
+    budget: dict[str, Any],
+    run_k: int,
+    spec: SamplingSpec,
+    eos_ids: set[int],
+    seed: int,
+    progress: bool,
+) -> dict:
     """The policy re-audit on up to --timing-prompts held-out prompts per group ('not run' at 0)."""
     count = int(budget["timing_prompts"])
     if count <= 0:
@@ -331,26 +349,26 @@ def _time_policies(pair, draft, prompts, held_groups, policies, budget, run_k, s
 
 
 def _policies_only(
-    pair,
-    records,
-    prompts,
-    train_ids,
-    held_ids,
+    pair: ModelPair,
+    records: list[dict],
+    prompts: dict[str, Prompt],
+    train_ids: list[str],
+    held_ids: list[str],
     *,
-    note,
-    run_dir,
-    out_dir,
-    draft_name,
-    dimension,
-    worst_group,
-    config,
-    budget,
-    run_k,
-    spec,
-    eos_ids,
-    seed,
-    progress,
-    started,
+    note: str,
+    run_dir: Path,
+    out_dir: Path,
+    draft_name: str,
+    dimension: str,
+    worst_group: str,
+    config: dict,
+    budget: dict[str, Any],
+    run_k: int,
+    spec: SamplingSpec,
+    eos_ids: set[int],
+    seed: int,
+    progress: bool,
+    started: float,
 ) -> MitigationResult:
     """Mitigation without training: per-group k and routing fitted on the audit's records of the
     training prompts (any draft, screened audits included), re-audited by timing on held-out ones."""
@@ -425,33 +443,33 @@ def _write_outputs(
     out_dir: Path,
     *,
     pair: ModelPair,
-    main,
-    trained,
-    comparisons,
-    policies,
-    cost,
-    config,
-    budget,
-    run_dir,
-    draft_name,
-    dimension,
-    worst_group,
-    audit_alpha,
-    train_ids,
-    held_ids,
-    sizes,
-    objective,
-    weighting,
-    run_k,
-    prompts,
-    seed,
-    text_note,
-    train_samples,
-    held_samples,
-    progress,
-    started,
-    held_groups,
-    policy_reaudit,
+    main: DistilResult,
+    trained: dict[str, dict],
+    comparisons: dict[str, dict],
+    policies: dict[str, dict],
+    cost: dict[str, Any],
+    config: dict,
+    budget: dict[str, Any],
+    run_dir: Path,
+    draft_name: str,
+    dimension: str,
+    worst_group: str,
+    audit_alpha: dict[str, float],
+    train_ids: list[str],
+    held_ids: list[str],
+    sizes: dict[str, int],
+    objective: str,
+    weighting: str,
+    run_k: int,
+    prompts: dict[str, Prompt],
+    seed: int,
+    text_note: str | None,
+    train_samples: list[TargetSample],
+    held_samples: list[TargetSample],
+    progress: bool,
+    started: float,
+    held_groups: dict[str, list[str]],
+    policy_reaudit: dict,
 ) -> dict[str, Path]:
     files: dict[str, Path] = {}
     draft_folder = work / "draft"
@@ -607,7 +625,7 @@ def _write_report(work: Path, out_dir: Path, summary: dict, config: dict, draft:
     return path
 
 
-def _finite(value):
+def _finite(value: Any) -> Any:
     if isinstance(value, float):
         return value if np.isfinite(value) else None
     if isinstance(value, dict):

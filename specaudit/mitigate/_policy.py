@@ -29,7 +29,7 @@ def measure_cost_ratio(target: torch.nn.Module, draft: torch.nn.Module, prompt_i
     device = next(target.parameters()).device
     clock = Stopwatch(device)
 
-    def per_step(model) -> float:
+    def per_step(model: torch.nn.Module) -> float:
         cache = DynamicCache(config=model.config)
         forward_cached(model, torch.tensor([prompt_ids], device=device), cache)
         token = torch.tensor([[prompt_ids[-1]]], device=device)

@@ -14,13 +14,15 @@ from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.mitigate._run_folder import Prompt
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from specaudit.models import ModelPair
 
 REAUDIT_FOLDER = "reaudit-run"  # the real-engine run with the mitigated draft, inside the output folder
 
 
 # ------------------------------------------------------------------ statistics
-def _bootstrap(statistic, n: int, seed: int, n_boot: int = 1000) -> dict:
+def _bootstrap(statistic: Callable[[np.ndarray], np.ndarray], n: int, seed: int, n_boot: int = 1000) -> dict:
     """A statistic of prompt weights w (w @ column sums each prompt's column) with its 95% prompt bootstrap interval."""
     from specaudit.stats._bootstrap import cluster_bootstrap
 

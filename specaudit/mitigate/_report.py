@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 
-def _pct(value) -> str:
+def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}%"
 
 
-def _num(value, digits: int = 3) -> str:
+def _num(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 

@@ -23,12 +23,19 @@ policy over that. Intervals: 95% prompt bootstrap.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from specaudit.mitigate._reaudit import _bootstrap
 from specaudit.mitigate._run_folder import Prompt
+
+if TYPE_CHECKING:
+    import torch
+
+    from specaudit.decoding import SamplingSpec
+    from specaudit.models import ModelPair, NgramDraft
 
 OVERALL = "(overall)"
 
@@ -94,13 +101,13 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
 
 # ------------------------------------------------------------------ re-audit on held-out prompts
 def reaudit_policies(
-    pair,
-    draft,
+    pair: ModelPair,
+    draft: torch.nn.Module | NgramDraft | None,
     held_groups: dict[str, list[Prompt]],
     policies: dict[str, dict],
     *,
     run_k: int,
-    spec,
+    spec: SamplingSpec,
     eos_ids: set[int],
     max_new_tokens: int,
     seed: int,

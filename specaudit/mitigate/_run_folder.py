@@ -6,8 +6,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -80,7 +86,9 @@ def prompts_from_run(records: list[dict]) -> dict[str, Prompt]:
     return prompts
 
 
-def attach_texts(prompts: dict[str, Prompt], config: dict, tokenizer, per_group: int | None) -> tuple[dict[str, Prompt], str | None]:
+def attach_texts(
+    prompts: dict[str, Prompt], config: dict, tokenizer: PreTrainedTokenizerBase, per_group: int | None
+) -> tuple[dict[str, Prompt], str | None]:
     """The prompt texts (needed to re-run the real engine), from the run's prompt set; with
     `per_group`, a fresh stratified sample of that set replaces the run's prompts. Returns the
     prompts and, when the set cannot be read, why."""
@@ -122,7 +130,7 @@ def split_by_pair(prompts: dict[str, Prompt], held_out: float, seed: int, dimens
     keys = sorted(pairs)
     random.Random(seed).shuffle(keys)
 
-    def groups_of(key):
+    def groups_of(key: str | None) -> set[tuple[str, Any]]:
         return {(d, prompts[p].attributes.get(d)) for p in pairs[key] for d in dimensions if prompts[p].attributes.get(d) is not None}
 
     side: dict[str, str] = {}

@@ -10,9 +10,14 @@ never chunked), callers keep the hidden states and turn a few positions at a tim
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from specaudit.models._device import cache_keyword
+
+if TYPE_CHECKING:
+    from transformers import Cache
 
 # Per chunk of logits: about 64 MB of float32, whatever the vocabulary and batch.
 CHUNK_ELEMENTS = 1 << 24
@@ -42,7 +47,7 @@ def plain_head(model: torch.nn.Module) -> bool:
     return plain
 
 
-def last_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor, cache=None, **inputs) -> torch.Tensor:
+def last_hidden_states(model: torch.nn.Module, input_ids: torch.Tensor, cache: Cache | None = None, **inputs: torch.Tensor) -> torch.Tensor:
     """[B, L, H]: the decoder's output for `input_ids` (reading and extending `cache` when given),
     what the model's output layer turns into logits."""
     decoder = model.get_decoder()

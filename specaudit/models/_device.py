@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from transformers import Cache
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -35,7 +39,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 class Stopwatch:
     """Wall-clock timer that waits for queued GPU work, so kernels are charged where they ran."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device) -> None:
         self._cuda = device.type == "cuda"
 
     def now(self) -> float:
@@ -44,14 +48,16 @@ class Stopwatch:
         return time.perf_counter()
 
 
-def forward_cached(model, input_ids, cache, logits_to_keep: int = 1, **inputs):
+def forward_cached(
+    model: torch.nn.Module, input_ids: torch.Tensor, cache: Cache, logits_to_keep: int = 1, **inputs: torch.Tensor
+) -> torch.Tensor:
     """One forward pass that reads and extends `cache`. transformers 5 calls the keyword `cache`
     (`past_key_values` is deprecated there); older releases only know `past_key_values`.
     `inputs` (attention_mask, position_ids) go to the model as given: batched rows need them."""
     return model(input_ids=input_ids, use_cache=True, logits_to_keep=logits_to_keep, **{cache_keyword(model): cache}, **inputs).logits
 
 
-def cache_keyword(model) -> str:
+def cache_keyword(model: torch.nn.Module) -> str:
     """The name `model.forward` gives its KV cache argument, looked up once per model."""
     import inspect
 

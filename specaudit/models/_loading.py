@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,6 +21,9 @@ from specaudit.models._device import resolve_device, resolve_dtype
 from specaudit.models._hub import DEFAULT_TARGET, _is_local, hub_options
 from specaudit.models._named import is_named
 from specaudit.models._named import resolve as resolve_named
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DERIVED_DRAFTS = ("int8", "early-exit:N", "ngram")
@@ -115,7 +119,7 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _load_hf(name: str, device: torch.device, dtype: torch.dtype):
+def _load_hf(name: str, device: torch.device, dtype: torch.dtype) -> tuple[torch.nn.Module, PreTrainedTokenizerBase, dict]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _quiet_transformers()
@@ -149,7 +153,7 @@ def _load_hf(name: str, device: torch.device, dtype: torch.dtype):
     return model.to(device).eval(), tokenizer, _identity(name, source, model, kwargs.get("gguf_file"))
 
 
-def _identity(name: str, source: str, model, gguf_file: str | None = None) -> dict:
+def _identity(name: str, source: str, model: torch.nn.Module, gguf_file: str | None = None) -> dict:
     """What the manifest records about a model: enough to tell two runs' weights apart."""
     identity = {"name": name, "class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters())}
     revision = getattr(model.config, "_commit_hash", None)
@@ -205,7 +209,7 @@ class NgramDraft:
     """Prompt lookup decoding: propose the tokens that followed the most recent earlier
     occurrence of the context's last n-gram. Deterministic, so q is one-hot."""
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
@@ -249,11 +253,13 @@ class ModelPair:
         }
 
 
-def _logits_rows(model) -> int:
+def _logits_rows(model: torch.nn.Module) -> int:
     return model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else model.config.vocab_size
 
 
-def check_same_vocabulary(target_name: str, target_tok, draft_name: str, draft_tok) -> None:
+def check_same_vocabulary(
+    target_name: str, target_tok: PreTrainedTokenizerBase, draft_name: str, draft_tok: PreTrainedTokenizerBase
+) -> None:
     target_vocab, draft_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
     if len(target_vocab) != len(draft_vocab):
         raise InputError(
@@ -311,7 +317,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = "int8", device: 
     )
 
 
-def load_tokenizer(name: str = DEFAULT_TARGET):
+def load_tokenizer(name: str = DEFAULT_TARGET) -> PreTrainedTokenizerBase:
     """Only the tokenizer of a model (for prompt statistics); the default's comes from its cache
     when converted, else straight from the GGUF file."""
     from transformers import AutoTokenizer

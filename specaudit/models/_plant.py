@@ -15,10 +15,14 @@ import inspect
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from typing import Any
 
 FLAG = "--plant-disparity"
 
@@ -70,7 +74,7 @@ class DisparityPlant:
 class PlantedDraft(torch.nn.Module):
     """A draft model whose logits go through `plant.mix` (on every row, or on the rows of `rows`)."""
 
-    def __init__(self, draft: torch.nn.Module, plant: DisparityPlant, vocab_size: int, rows: torch.Tensor | None = None):
+    def __init__(self, draft: torch.nn.Module, plant: DisparityPlant, vocab_size: int, rows: torch.Tensor | None = None) -> None:
         super().__init__()
         self.draft = draft
         self.config = draft.config
@@ -80,7 +84,7 @@ class PlantedDraft(torch.nn.Module):
         # forward_cached picks the cache keyword from the wrapped model's signature, not ours.
         self._specaudit_cache_keyword = "cache" if "cache" in inspect.signature(draft.forward).parameters else "past_key_values"
 
-    def forward(self, input_ids, **kwargs):
+    def forward(self, input_ids: torch.Tensor, **kwargs: Any) -> Any:
         output = self.draft(input_ids=input_ids, **kwargs)
         output.logits = self.plant.mix(output.logits, self.vocab_size, self.rows)
         return output

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, and_, create_engine, delete, event, func, insert, inspect, or_, select, text, true
 from sqlalchemy.engine import make_url
@@ -28,6 +28,12 @@ from specaudit.contracts import CheckStatus
 from specaudit.contracts.snapshot import load_snapshot, parse_verdict, spelt, validate_snapshot
 from specaudit.errors import InputError
 from specaudit.monitor._snapshot import MetricPoint, canonical_json, snapshot_digest, summarize, utc_now
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from sqlalchemy import ColumnElement
+    from sqlalchemy.engine import URL, Connection
 
 STORE_ENV = "SPECAUDIT_STORE"
 DEFAULT_STORE = "sqlite:///specaudit-history.db"
@@ -107,7 +113,7 @@ def default_store_url() -> str:
     return os.environ.get(STORE_ENV) or DEFAULT_STORE
 
 
-def _parse_url(url: str):
+def _parse_url(url: str) -> tuple[URL, str, Path | None]:
     """(SQLAlchemy URL, kind, sqlite path or None) for a store URL or a bare SQLite file path."""
     if "://" not in url:
         return make_url(f"sqlite:///{url}"), "sqlite", Path(url)
@@ -174,7 +180,7 @@ def open_store(url: str | None = None, *, create: bool = True) -> HistoryStore:
 
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record):
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: object) -> None:
         # We emit BEGIN ourselves: the sqlite3 module's implicit transactions start too late
         # (at the first write), which is what turns concurrent writers into "database is locked".
         dbapi_connection.isolation_level = None
@@ -184,7 +190,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(connection):
+    def _on_begin(connection: Connection) -> None:
         mode = connection.get_execution_options().get("sqlite_begin", "IMMEDIATE")
         connection.exec_driver_sql(f"BEGIN {mode}")
 
@@ -197,7 +203,7 @@ def _reason(err: SQLAlchemyError) -> str:
 class HistoryStore:
     """Snapshots of audited runs over time. Use `open_store`; close it (or use `with`)."""
 
-    def __init__(self, engine: Engine, url: str, kind: str):
+    def __init__(self, engine: Engine, url: str, kind: str) -> None:
         self._engine = engine
         # Reads take no write lock, so a trend report never holds up a scheduled writer.
         self._reader = engine.execution_options(sqlite_begin="DEFERRED")
@@ -210,7 +216,7 @@ class HistoryStore:
     def __enter__(self) -> HistoryStore:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -241,12 +247,12 @@ class HistoryStore:
             raise InputError(f"history store {self.url}: {hint}") from None
 
     @contextmanager
-    def _write(self):
+    def _write(self) -> Iterator[Connection]:
         with self._errors(), self._engine.begin() as conn:
             yield conn
 
     @contextmanager
-    def _read(self):
+    def _read(self) -> Iterator[Connection]:
         with self._errors(), self._reader.begin() as conn:
             yield conn
 
@@ -437,7 +443,9 @@ class HistoryStore:
                 conn.execute(insert(table), rows)
 
     # ---------------------------------------------------------------------- read
-    def _runs_where(self, conn, *conditions, limit: int | None = None, newest_first: bool = False) -> list[StoredRun]:
+    def _runs_where(
+        self, conn: Connection, *conditions: ColumnElement[bool], limit: int | None = None, newest_first: bool = False
+    ) -> list[StoredRun]:
         runs, tags = self._t["runs"], self._t["tags"]
         columns = [c for c in runs.c if c.name not in ("snapshot", "snapshot_schema")]
         order = (runs.c.created.desc(), runs.c.id.desc()) if newest_first else (runs.c.created, runs.c.id)

@@ -15,13 +15,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specaudit.charts import OKABE_ITO, nice_ticks
 from specaudit.monitor._drift import DEFAULT_METRICS, FAIL, WARN
 from specaudit.monitor._export import write_atomic
 from specaudit.monitor._snapshot import OVERALL, utc_now
 from specaudit.monitor._store import HistoryStore, StoredRun
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from specaudit.monitor._snapshot import MetricPoint
 
 CSV_COLUMNS = (
     "run_id",
@@ -68,7 +73,9 @@ def _changes(previous: StoredRun | None, run: StoredRun) -> list[str]:
     return [name for name, attr in pairs if getattr(previous, attr) != getattr(run, attr)]
 
 
-def _collect(store: HistoryStore, environment: str | None, last: int | None):
+def _collect(
+    store: HistoryStore, environment: str | None, last: int | None
+) -> tuple[list[StoredRun], dict[int, list[MetricPoint]], dict[tuple[int, str, str, str], str], dict[int, list[dict]]]:
     runs = store.runs(environment=environment, limit=last)
     points = store.points(runs)
     alerts: dict[tuple[int, str, str, str], str] = {}
@@ -122,7 +129,7 @@ def trend_rows(
     return rows
 
 
-def trend_frame(store: HistoryStore, **options: Any):
+def trend_frame(store: HistoryStore, **options: Any) -> pd.DataFrame:
     """`trend_rows` as a pandas DataFrame."""
     import pandas as pd
 

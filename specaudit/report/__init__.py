@@ -14,18 +14,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specaudit._files import check_output_paths, write_all_atomic
 from specaudit.errors import InputError
 from specaudit.report.exports import groups_csv, groups_rows, junit_xml, summary_markdown
 from specaudit.report.view import build_view
 
+if TYPE_CHECKING:
+    import jinja2
+
 OUTPUT_FILES = {"html": "report.html", "summary": "summary.md", "groups": "groups.csv", "junit": "junit.xml"}
 
 
 @lru_cache(maxsize=1)
-def _environment():
+def _environment() -> jinja2.Environment:
     import jinja2
 
     return jinja2.Environment(

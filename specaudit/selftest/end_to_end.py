@@ -24,7 +24,9 @@ from specaudit.errors import InputError
 from specaudit.selftest.mutants import MUTANTS
 
 if TYPE_CHECKING:
+    from specaudit.decoding.settings import BugClass
     from specaudit.models import ModelPair
+    from specaudit.prompts import PromptSet
 
 # Mutants the quick end-to-end budget (3 seeds on the tiny pair: 8 prompts x 8 samples x 32
 # tokens) does not catch reliably, with the measured reason (docs/selftest.md). There a miss is
@@ -44,7 +46,7 @@ def e2e_samplers() -> dict:
 
 def end_to_end_audit(
     pair: ModelPair,
-    prompt_set,
+    prompt_set: PromptSet,
     sampler: str,
     *,
     seed: int,
@@ -110,7 +112,13 @@ def end_to_end_audit(
 
 
 def subsampled_detection(
-    run_dirs: Sequence[str | Path], pair, *, samples: int | Sequence[int], subsamples: int = 200, alpha: float = 0.05, seed: int = 0
+    run_dirs: Sequence[str | Path],
+    pair: ModelPair,
+    *,
+    samples: int | Sequence[int],
+    subsamples: int = 200,
+    alpha: float = 0.05,
+    seed: int = 0,
 ) -> pd.DataFrame:
     """Rejection rate of audits with `samples` sequences per prompt (one budget or several),
     estimated from the pooled sequences of audits of one sampler (`run_dirs`: same prompts and
@@ -208,7 +216,7 @@ def _pool_setting(run_dirs: Sequence[str | Path]) -> dict:
 
 def end_to_end_selftest(
     pair: ModelPair,
-    prompt_set,
+    prompt_set: PromptSet,
     *,
     samplers: Iterable[str] | None = None,
     seeds: Iterable[int] = range(20),
@@ -271,7 +279,7 @@ def end_to_end_selftest(
     return pd.DataFrame(rows)
 
 
-def blind_class(sampler: str, spec: SamplingSpec):
+def blind_class(sampler: str, spec: SamplingSpec) -> BugClass | None:
     """The bug class (decoding.settings.BUG_CLASSES) whose mutant `sampler` is and which `spec`
     cannot show, or None."""
     for bug in BUG_CLASSES:

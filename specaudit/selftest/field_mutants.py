@@ -9,14 +9,21 @@ the real bug did, and is distributed as the correct sampler elsewhere
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from specaudit.decoding._spec import SamplingSpec
 from specaudit.decoding.verify import VerifyFn, VerifyLogits, reference_verify
 from specaudit.decoding.warping import warp
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["FIELD_MUTANTS"]
 
 
-def draft_q_before_truncation(draft_tokens, draft_probs, target_probs, generator, *, logits: VerifyLogits):
+def draft_q_before_truncation(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator, *, logits: VerifyLogits
+) -> torch.Tensor:
     """Drafts sampled from top-k/top-p-processed logits, q taken from the logits before top-k and
     top-p (transformers #47932 / PR #47961: DFlash and MTP candidate generators returned the
     unprocessed logits). On the kept tokens that q is Z·q_warped, Z the kept mass, so p/q is
@@ -28,7 +35,9 @@ def draft_q_before_truncation(draft_tokens, draft_probs, target_probs, generator
     return reference_verify(draft_tokens, raw_q, target_probs, generator)
 
 
-def target_default_sampling(draft_tokens, draft_probs, target_probs, generator, *, logits: VerifyLogits):
+def target_default_sampling(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator, *, logits: VerifyLogits
+) -> torch.Tensor:
     """Target probabilities computed with the default parameters (T = 1, no top-k, top-p = 1)
     while the draft's follow the request's (vLLM #9834 / PR #10198). The engine then samples the
     T = 1 target correctly, which is the wrong target whenever the request warps."""

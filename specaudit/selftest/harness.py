@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from scipy import stats as _scipy_stats
@@ -19,6 +20,9 @@ from specaudit.decoding.verify import VerifyFn
 from specaudit.errors import InputError
 from specaudit.selftest.mutants import MUTANTS
 from specaudit.stats.sampler_audit import audit_sampler
+
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["RejectionRate", "calibrate_unit", "power_unit", "unit_selftest"]
 
@@ -98,19 +102,19 @@ def _rejection_rate(verify: VerifyFn | str, seeds: Iterable[int], audit_kwargs: 
     )
 
 
-def calibrate_unit(verify: VerifyFn | str = "correct", seeds: Iterable[int] = range(200), **audit_kwargs) -> RejectionRate:
+def calibrate_unit(verify: VerifyFn | str = "correct", seeds: Iterable[int] = range(200), **audit_kwargs: Any) -> RejectionRate:
     """False-alarm rate of `audit_sampler` on a correct sampler over `seeds`, with its binomial
     95% interval; `RejectionRate.calibrated` says whether alpha lies inside it."""
     return _rejection_rate(verify, seeds, audit_kwargs)
 
 
-def power_unit(mutant: VerifyFn | str, seeds: Iterable[int] = range(200), **audit_kwargs) -> RejectionRate:
+def power_unit(mutant: VerifyFn | str, seeds: Iterable[int] = range(200), **audit_kwargs: Any) -> RejectionRate:
     """Detection rate of `audit_sampler` on a buggy sampler (a name in `MUTANTS` or a function)."""
     return _rejection_rate(mutant, seeds, audit_kwargs)
 
 
 def unit_selftest(
-    seeds: Iterable[int] | None = None, quick: bool = False, samplers: Iterable[str] | None = None, **audit_kwargs
+    seeds: Iterable[int] | None = None, quick: bool = False, samplers: Iterable[str] | None = None, **audit_kwargs: Any
 ) -> pd.DataFrame:
     """Calibration of the correct sampler and detection rate of every mutant, one row each.
 

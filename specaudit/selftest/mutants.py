@@ -43,7 +43,7 @@ def _emit(draft_tokens: torch.Tensor, n_accepted: int, last: int) -> torch.Tenso
     return emitted
 
 
-def _correct_accepts(draft_tokens, draft_probs, target_probs, generator) -> int:
+def _correct_accepts(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator) -> int:
     """Number of leading drafts accepted by the correct rule u < p/q, one uniform each."""
     p_draft = _drafted_values(target_probs, draft_tokens)
     q_draft = _drafted_values(draft_probs, draft_tokens)
@@ -51,7 +51,9 @@ def _correct_accepts(draft_tokens, draft_probs, target_probs, generator) -> int:
     return _leading_accepts(accepted)
 
 
-def _finish(draft_tokens, draft_probs, target_probs, generator, accepted: torch.Tensor) -> torch.Tensor:
+def _finish(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator, accepted: torch.Tensor
+) -> torch.Tensor:
     """The correct tail of the step: correction from the residual at the first rejection, or a
     bonus token from p_{k+1}, given per-position accept decisions."""
     k = draft_tokens.shape[0]
@@ -63,7 +65,9 @@ def _finish(draft_tokens, draft_probs, target_probs, generator, accepted: torch.
     return _emit(draft_tokens, n_accepted, last)
 
 
-def always_accept(draft_tokens, draft_probs, target_probs, generator):
+def always_accept(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """Draft tokens always accepted (transformers PR #28508: faulty acceptance test).
 
     Emits every drafted token, then a bonus token from p_{k+1}; the output follows q, not p.
@@ -72,7 +76,9 @@ def always_accept(draft_tokens, draft_probs, target_probs, generator):
     return _emit(draft_tokens, k, sample_from(target_probs[k], generator))
 
 
-def softmax_residual(draft_tokens, draft_probs, target_probs, generator):
+def softmax_residual(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """Correction sampled from softmax(p - q) instead of normalise(max(0, p - q))
     (transformers PR #28508). softmax gives mass to every token, masked ones included."""
     k = draft_tokens.shape[0]
@@ -83,7 +89,9 @@ def softmax_residual(draft_tokens, draft_probs, target_probs, generator):
     return _emit(draft_tokens, n_accepted, sample_from(residual, generator))
 
 
-def resample_from_p(draft_tokens, draft_probs, target_probs, generator):
+def resample_from_p(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """On rejection, resample from p instead of the residual normalise(max(0, p - q)): the
     "residual not formed / not normalised" class (transformers PR #28508, DESIGN.md's mutant
     table). Tokens the draft over-proposes end up over-represented."""
@@ -91,7 +99,9 @@ def resample_from_p(draft_tokens, draft_probs, target_probs, generator):
     return _emit(draft_tokens, n_accepted, sample_from(target_probs[n_accepted], generator))
 
 
-def greedy_draft(draft_tokens, draft_probs, target_probs, generator):
+def greedy_draft(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """Draft runs greedily while its soft probabilities are used as q (transformers #32867 and
     PR #28166: assistant greedy while the target samples).
 
@@ -107,7 +117,9 @@ def greedy_draft(draft_tokens, draft_probs, target_probs, generator):
 _RUN_TEMPERATURE = 0.7
 
 
-def target_not_warped(draft_tokens, draft_probs, target_probs, generator):
+def target_not_warped(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """Verification with the temperature-1 target instead of the warped one (vLLM #9834 /
     PR #10198: target probabilities ignored the request's temperature/top-p).
 
@@ -125,7 +137,9 @@ def target_not_warped(draft_tokens, draft_probs, target_probs, generator):
 _KEPT_MASS = 0.8
 
 
-def raw_draft_q(draft_tokens, draft_probs, target_probs, generator):
+def raw_draft_q(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """Draft sampled from its warped (top-k) distribution but reports raw probabilities as q
     (transformers #47932 / PR #47961).
 
@@ -136,7 +150,9 @@ def raw_draft_q(draft_tokens, draft_probs, target_probs, generator):
     return reference_verify(draft_tokens, draft_probs * _KEPT_MASS, target_probs, generator)
 
 
-def bonus_wrong_position(draft_tokens, draft_probs, target_probs, generator):
+def bonus_wrong_position(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """Bonus token sampled from p_k (the last drafted position) instead of p_{k+1}
     (transformers PR #28166: wrong indexing)."""
     k = draft_tokens.shape[0]
@@ -151,7 +167,9 @@ def bonus_wrong_position(draft_tokens, draft_probs, target_probs, generator):
 _TOP_LOGIT = 24.0
 
 
-def bf16_draft_logits(draft_tokens, draft_probs, target_probs, generator):
+def bf16_draft_logits(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """Draft sampled through the bf16 logits path while the ratio uses the float32 q
     (deepseek-ai/DeepSpec #31).
 
@@ -171,7 +189,9 @@ def _float32_path_q(draft_probs: torch.Tensor) -> torch.Tensor:
     return torch.softmax(rounded, dim=-1).to(draft_probs.dtype)
 
 
-def deterministic_accept(draft_tokens, draft_probs, target_probs, generator):
+def deterministic_accept(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """Accept iff p >= q, no randomness (mlx-swift-lm PR #459: equality-based acceptance at
     T > 0; SGLang PR #31214: verification silently greedy). Tokens with p < q are never
     emitted by acceptance, and the residual cannot produce them either."""
@@ -180,7 +200,9 @@ def deterministic_accept(draft_tokens, draft_probs, target_probs, generator):
     return _finish(draft_tokens, draft_probs, target_probs, generator, p_draft >= q_draft)
 
 
-def greedy_verification(draft_tokens, draft_probs, target_probs, generator):
+def greedy_verification(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """Verification silently greedy: accept a draft iff it is the target's argmax, emit the argmax
     at the first mismatch or as the bonus, whatever the temperature and top-p (SGLang PR #31214:
     EAGLE verification fell back to argmax on some hardware). At greedy decoding this is the
@@ -191,7 +213,9 @@ def greedy_verification(draft_tokens, draft_probs, target_probs, generator):
     return _emit(draft_tokens, n_accepted, int(best[n_accepted]))
 
 
-def vocab_padding_off_by_one(draft_tokens, draft_probs, target_probs, generator):
+def vocab_padding_off_by_one(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """Correction token drawn over V + 1 slots (vLLM GHSA-8wr5-jm2h-8r4f: a padded slot past
     the vocabulary won, recovered id >= vocab size).
 
@@ -210,7 +234,9 @@ def vocab_padding_off_by_one(draft_tokens, draft_probs, target_probs, generator)
     return _emit(draft_tokens, n_accepted, sample_from(residual, generator))
 
 
-def shared_uniform(draft_tokens, draft_probs, target_probs, generator):
+def shared_uniform(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """One uniform shared by all positions of a step (a vectorisation slip; DESIGN.md's mutant
     table). Reaching position i means u was small, so later drafts are accepted too often."""
     k = draft_tokens.shape[0]
@@ -223,7 +249,7 @@ def shared_uniform(draft_tokens, draft_probs, target_probs, generator):
 _Q_FLOOR = 0.05
 
 
-def q_floor(draft_tokens, draft_probs, target_probs, generator):
+def q_floor(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """Acceptance ratio p / max(q, 0.05): a guard against division by small q (DESIGN.md's
     mutant table; the llama.cpp #3919 class, where a sampler setting leaked into the acceptance
     probability). Drafts with small q are under-accepted."""
@@ -237,7 +263,9 @@ def q_floor(draft_tokens, draft_probs, target_probs, generator):
 _RATIO_POWER = 0.8
 
 
-def power_ratio(draft_tokens, draft_probs, target_probs, generator):
+def power_ratio(
+    draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """Accept with probability min(1, (p/q)^0.8) (DESIGN.md's mutant table: a tempered or
     "smoothed" acceptance rule). Over-accepts drafts whose p/q < 1."""
     k = draft_tokens.shape[0]

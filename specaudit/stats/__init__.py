@@ -7,6 +7,7 @@ when asked for, so light users (monitoring, gate) stay light.
 """
 
 from importlib import import_module
+from typing import Any
 
 _PUBLIC = {
     "BootstrapResult": "specaudit.stats._bootstrap",
@@ -72,7 +73,7 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _PUBLIC:
         value = getattr(import_module(_PUBLIC[name]), name)
         globals()[name] = value
@@ -80,5 +81,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'specaudit.stats' has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return __all__

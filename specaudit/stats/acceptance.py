@@ -47,8 +47,14 @@ proposals depend on s; `ngram_counts` simulates those steps along the path direc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from specaudit.models import NgramDraft
 
 
 @dataclass
@@ -155,7 +161,7 @@ def expected_run_rate(accept_cond: list[float], k: int, max_new_tokens: int) -> 
     return run_rate_moments(accept_cond, k, max_new_tokens)[0]
 
 
-def sample_run(accept_cond: list[float], k: int, max_new_tokens: int, rng) -> tuple[list[int], list[int]]:
+def sample_run(accept_cond: list[float], k: int, max_new_tokens: int, rng: np.random.Generator) -> tuple[list[int], list[int]]:
     """(accepted_per_step, proposed_per_step) of one speculative run that produced this path, drawn
     from the law the programmes above average over (`rng`: a numpy Generator). For simulations of
     the engine."""
@@ -176,7 +182,7 @@ def model_draft_acceptance(beta: list[float], accept_cond: list[float], k: int, 
     return PathAcceptance(steps, proposed, accepted, reached, beta=beta, accept_cond=accept_cond)
 
 
-def ngram_counts(lookup, prompt: list[int], path: list[int], k: int, max_new_tokens: int) -> PathAcceptance:
+def ngram_counts(lookup: NgramDraft, prompt: list[int], path: list[int], k: int, max_new_tokens: int) -> PathAcceptance:
     """Prompt-lookup steps simulated along the path: accept while the path's token equals the proposal."""
     start, per_step_accepted, per_step_proposed = 0, [], []
     accept_cond = [0.0] * len(path)

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-def _check(alpha, k, cost_ratio=None):
+def _check(alpha: float | np.ndarray, k: int | np.ndarray, cost_ratio: float | np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     alpha = np.asarray(alpha, dtype=float)
     k = np.asarray(k, dtype=float)
     if np.any((alpha < 0) | (alpha > 1)):
@@ -50,7 +50,7 @@ def _check(alpha, k, cost_ratio=None):
     return alpha, k
 
 
-def expected_tokens_per_step(alpha, k):
+def expected_tokens_per_step(alpha: float | np.ndarray, k: int | np.ndarray) -> float | np.ndarray:
     """(1 − α^(k+1)) / (1 − α), k + 1 at α = 1: tokens emitted per verification step."""
     alpha, k = _check(alpha, k)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -58,7 +58,9 @@ def expected_tokens_per_step(alpha, k):
     return value if value.ndim else float(value)
 
 
-def expected_speedup(alpha, k, cost_ratio, verify_cost=1.0):
+def expected_speedup(
+    alpha: float | np.ndarray, k: int | np.ndarray, cost_ratio: float | np.ndarray, verify_cost: float | np.ndarray = 1.0
+) -> float | np.ndarray:
     """(1 − α^(k+1)) / ((1 − α)(k·c + v)): wall-time speed-up over vanilla under the i.i.d. model,
     with c the draft's cost per token and v the cost of one verification pass of k + 1 tokens, both
     in units of one plain target step (v = 1 where verifying is memory-bound, as on a GPU)."""
@@ -106,7 +108,7 @@ def alpha_from_tokens_per_step(tau: float, k: int) -> float:
     return 0.5 * (low + high)
 
 
-def acceptance_rate_from_alpha(alpha, k):
+def acceptance_rate_from_alpha(alpha: float | np.ndarray, k: int | np.ndarray) -> float | np.ndarray:
     """accepted / proposed implied by per-position α under the i.i.d. model: Σ_{i=1..k} α^i / k
     (positions after the first rejection of a step are proposed but never accepted)."""
     alpha, k = _check(alpha, k)
@@ -223,7 +225,7 @@ def recommendations(
     dimension = INTERSECTION.join(frame.sensitive)
     ci_pct = f"{round(frame.confidence_level * 100)}%"
 
-    def get(group, metric, stat="value"):
+    def get(group: str | None, metric: str, stat: str = "value") -> float:
         return frame.value(metric, group, stat) if metric in frame.metrics else np.nan
 
     overall_c = cost_ratio if cost_ratio is not None else get(None, "cost_ratio")

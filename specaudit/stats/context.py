@@ -27,9 +27,12 @@ the context grows, so an audit reports it instead of assuming it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CONTEXT_DIMENSION = "context"
 # (exclusive upper bound in tokens, label); None: no bound
@@ -176,7 +179,7 @@ def acceptance_by_prompt_length(records: list[dict], engine: str, alpha: float =
 
 
 # ----------------------------------------------------------------------------- length fallback
-def length_fallback(per_prompt, lengths: dict[str, int]) -> dict[str, Any] | None:
+def length_fallback(per_prompt: pd.DataFrame, lengths: dict[str, int]) -> dict[str, Any] | None:
     """The overall speed-up if every prompt of at least T tokens ran on vanilla, for each band
     boundary T inside the run's lengths (stats.advice.simulate_fallback's arithmetic, on
     per_prompt_metrics' table indexed by prompt id); None without paired timings."""
@@ -237,7 +240,7 @@ def context_section(
     records: list[dict],
     engine: str,
     *,
-    per_prompt=None,
+    per_prompt: pd.DataFrame | None = None,
     alpha: float = 0.05,
     n_boot: int = 1000,
     seed: int = 0,

@@ -37,6 +37,7 @@ timing's glitch and a group effect look the same.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -45,6 +46,9 @@ from scipy import stats
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.stats._results import holm
 from specaudit.stats.disparity.intervals import ratio_interval
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 # A line needs more records than coefficients to be fitted at all; below this it is not.
 MIN_TIMED_PROMPTS = 4
@@ -62,7 +66,9 @@ class CostModel:
     rest: tuple[float, float, float]  # a_s, b_s per prompt token, c_s per verification step
     n_prompts: int
 
-    def predict(self, prompt_tokens, output_tokens, steps, drafted) -> tuple[np.ndarray, np.ndarray]:
+    def predict(
+        self, prompt_tokens: ArrayLike, output_tokens: ArrayLike, steps: ArrayLike, drafted: ArrayLike
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(vanilla wall, speculative wall) in seconds for arrays of counts."""
         p, t, s, d = (np.asarray(x, dtype=float) for x in (prompt_tokens, output_tokens, steps, drafted))
         vanilla = self.vanilla[0] + self.vanilla[1] * p + self.vanilla[2] * t

@@ -289,7 +289,7 @@ def _run_case(verify: VerifyFn, case: _Case, trials: int, rng: np.random.Generat
 # statistics
 
 
-def _pooled_test(observed: np.ndarray, expected: np.ndarray, order: np.ndarray, bin_size: float):
+def _pooled_test(observed: np.ndarray, expected: np.ndarray, order: np.ndarray, bin_size: float) -> tuple[float, int, float]:
     """Goodness-of-fit over bins formed by walking tokens in `order` and closing a bin once its
     expected count reaches `bin_size` (a short last bin joins the one before).
 
@@ -466,7 +466,17 @@ def _pooled_pit_row(summaries: list[_CaseSummary]) -> dict:
     )
 
 
-def _check_inputs(verify, vocab_size, k, trials, alpha, families, large_vocab_sizes, min_expected, ratio_bins) -> list[str]:
+def _check_inputs(
+    verify: object,
+    vocab_size: object,
+    k: object,
+    trials: object,
+    alpha: object,
+    families: Sequence[str] | str | None,
+    large_vocab_sizes: Sequence[int],
+    min_expected: float,
+    ratio_bins: int,
+) -> list[str]:
     if not callable(verify):
         raise InputError(
             f"verify must be a function verify(draft_tokens, draft_probs, target_probs, generator), got {type(verify).__name__}"

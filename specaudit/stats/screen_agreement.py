@@ -4,14 +4,18 @@ prompts both ran, and the acceptance model along the engine's own paths (docs/sc
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from specaudit.contracts.run import SCREEN_ENGINE, SPECULATIVE_ENGINE
 
+if TYPE_CHECKING:
+    from specaudit.stats.scoring import TokenScores
 
-def path_acceptance(scores) -> dict[str, list[float]]:
+
+def path_acceptance(scores: TokenScores | None) -> dict[str, list[float]]:
     """Per speculative record, a_t = min(1, q_t(x_t) / p_t(x_t)) along its own emitted tokens, from
     the teacher-forced scores (p and q at every position; empty without a scored draft)."""
     if scores is None or not scores.has_draft:
@@ -99,7 +103,7 @@ def screen_agreement(
     engine = runs[runs["engine"] == SPECULATIVE_ENGINE]
     screen = runs[runs["engine"] == SCREEN_ENGINE]
 
-    def screen_rate(row) -> float:
+    def screen_rate(row: dict) -> float:
         exact = isinstance(row.get("screen"), dict) and row["screen"].get("counts") == "exact"
         if exact or not isinstance(row.get("position_accept"), list):  # deterministic drafts: one simulated run
             return row["accepted"] / row["proposed"]

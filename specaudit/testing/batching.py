@@ -56,7 +56,7 @@ class Batcher:
     """The batch of one server (see the module docstring). `run(row)` blocks until the row ended
     and returns it; `close()` stops the scheduler (rows still waiting get an error)."""
 
-    def __init__(self, *, k: int, max_batch: int, lock: threading.Lock, policy: BatchPolicy | None = None, name: str = "batcher"):
+    def __init__(self, *, k: int, max_batch: int, lock: threading.Lock, policy: BatchPolicy | None = None, name: str = "batcher") -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.k, self.max_batch, self.lock = k, max_batch, lock

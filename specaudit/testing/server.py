@@ -52,6 +52,10 @@ from specaudit.errors import InputError
 from specaudit.testing.batching import Batcher, BatchPolicy, Row
 
 if TYPE_CHECKING:
+    import torch
+
+    from specaudit.decoding import Generation
+    from specaudit.decoding.verify import VerifyFn
     from specaudit.models import ModelPair
 
 ZERO_LOGPROB = -9999.0
@@ -59,7 +63,7 @@ _DEFAULT_LOCK = threading.Lock()  # shared by all servers of a process: they may
 
 
 class _BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400):
+    def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
 
@@ -89,7 +93,7 @@ class ReferenceServer:
         pair: ModelPair,
         *,
         speculative: bool = False,
-        verify=None,
+        verify: VerifyFn | None = None,
         k: int = 4,
         model_name: str | None = None,
         host: str = "127.0.0.1",
@@ -97,7 +101,7 @@ class ReferenceServer:
         lock: threading.Lock | None = None,
         max_batch: int = 8,
         policy: BatchPolicy | None = None,
-    ):
+    ) -> None:
         from specaudit.decoding import reference_verify
         from specaudit.engines.decode import eos_token_ids
 
@@ -149,7 +153,7 @@ class ReferenceServer:
     def __enter__(self) -> ReferenceServer:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ------------------------------------------------------------------ the API
@@ -238,7 +242,7 @@ class ReferenceServer:
             answer["metrics"] = {"speculative_decoding": self._request_acceptance(generation)}
         return answer
 
-    def _request_acceptance(self, generation) -> dict:
+    def _request_acceptance(self, generation: Generation) -> dict:
         """The request's own speculation, in vLLM's per-request shape (--per-request-spec-decode-metrics)."""
         histogram = [0] * (self.k + 1)
         for accepted in generation.accepted_per_step:
@@ -254,7 +258,7 @@ class ReferenceServer:
         return metrics
 
     @staticmethod
-    def _logprobs(probs, tokens: list[int], n: int) -> dict:
+    def _logprobs(probs: torch.Tensor, tokens: list[int], n: int) -> dict:
         """vLLM-style logprobs of the emitted tokens under `probs` [len(tokens), V]."""
         import torch
 
@@ -273,7 +277,7 @@ class ReferenceServer:
             out["text_offset"].append(t)
         return out
 
-    def _count(self, prompt_ids: list[int], generation) -> int:
+    def _count(self, prompt_ids: list[int], generation: Generation) -> int:
         """Add a finished request to the counters; returns its number."""
         with self._counter_lock:
             c = self.counters
@@ -320,7 +324,7 @@ class ReferenceServer:
 class _Handler(BaseHTTPRequestHandler):
     server_version = "specaudit-reference/1"
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         if os.environ.get("SPECAUDIT_SERVER_LOG"):
             super().log_message(format, *args)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from scipy import stats
@@ -29,6 +30,10 @@ from specaudit.decoding.settings import setting_label
 from specaudit.errors import InputError
 from specaudit.testing.server import ReferenceServer
 from specaudit.testing.server_mutants import SERVER_MUTANTS
+
+if TYPE_CHECKING:
+    from specaudit.models import ModelPair
+    from specaudit.prompts import PromptSet
 
 # The endpoint audit's budget here: the end-to-end self-test's (8 prompts x 8 samples x 32 tokens),
 # at each of two levels, with a truncating setting so that the one-sided top-p bug can show.
@@ -68,7 +73,9 @@ def findings(snapshot: dict) -> list[str]:
     return found
 
 
-def server_audit(pair, prompt_set, mutant: str, *, seed: int, samples: int = 8, max_new_tokens: int = 32, alpha: float = 0.05) -> dict:
+def server_audit(
+    pair: ModelPair, prompt_set: PromptSet, mutant: str, *, seed: int, samples: int = 8, max_new_tokens: int = 32, alpha: float = 0.05
+) -> dict:
     """One endpoint audit of one served mutant: its findings, budget and cost."""
     from specaudit.analysis import analyze
     from specaudit.engines import run
@@ -109,7 +116,13 @@ def server_audit(pair, prompt_set, mutant: str, *, seed: int, samples: int = 8, 
 
 
 def server_selftest(
-    pair, prompt_set, *, servers: Iterable[str] | None = None, seeds: Iterable[int] | None = None, alpha: float = 0.05, quick: bool = False
+    pair: ModelPair,
+    prompt_set: PromptSet,
+    *,
+    servers: Iterable[str] | None = None,
+    seeds: Iterable[int] | None = None,
+    alpha: float = 0.05,
+    quick: bool = False,
 ) -> pd.DataFrame:
     """One row per served mutant: how often its cause was named over `seeds` (the correct server:
     how often anything was), a Clopper-Pearson 95% interval, and whether it met its target:

@@ -1,4 +1,4 @@
-"""analysis.screen_agreement compares like with like: one engine run's rate against the screen's
+"""stats.screen_agreement compares like with like: one engine run's rate against the screen's
 expectation of one run's rate, not against the ratio of expected counts (which one run's rate
 exceeds on average, by Jensen's inequality); and, given the engine's own paths, its accepted drafts
 against the mean and variance the screen's programme gives them."""

@@ -12,9 +12,12 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpcore
+
+if TYPE_CHECKING:
+    import httpx
 
 _current = threading.local()
 
@@ -41,7 +44,7 @@ def _capped(timeout: float | None) -> float | None:
 
 
 class _DeadlineStream(httpcore.NetworkStream):
-    def __init__(self, inner: httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
@@ -78,7 +81,7 @@ class DeadlineBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-def deadline_transport():
+def deadline_transport() -> httpx.HTTPTransport:
     """An httpx transport whose connections keep the thread's total deadline. Should a later httpx
     build its pool differently, the plain transport is returned: the backend still checks the
     deadline between the pieces of an answer."""

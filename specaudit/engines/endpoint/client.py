@@ -28,7 +28,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -43,6 +43,13 @@ from specaudit.engines.endpoint._responses import (
 )
 from specaudit.engines.request_acceptance import RequestAcceptance, request_acceptance
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+    import httpx
+
+    from specaudit.config import RunConfig
 
 # vLLM writes -inf logprobs as -9999.0 in its JSON: at or below it a token has zero probability.
 ZERO_LOGPROB = -9999.0
@@ -96,7 +103,7 @@ class Endpoint:
 
     MAX_REDIRECTS = 5
 
-    def __init__(self, base_url: str, *, setting: str, api_key: str | None = None, timeout_s: float = 600.0):
+    def __init__(self, base_url: str, *, setting: str, api_key: str | None = None, timeout_s: float = 600.0) -> None:
         import httpx
 
         self.base_url = base_url
@@ -116,14 +123,14 @@ class Endpoint:
     def __enter__(self) -> Endpoint:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _where(self, url: str, request: str) -> str:
         return f"endpoint {self.setting} {url}" + (f" ({request})" if request else "")
 
     @contextmanager
-    def _request(self, url: str, body: dict | None = None, *, stage: str = "did not answer", request: str = ""):
+    def _request(self, url: str, body: dict | None = None, *, stage: str = "did not answer", request: str = "") -> Iterator[httpx.Response]:
         """The open response of one request; every transport failure becomes one InputError
         sentence naming the setting, URL and request (`stage` says how far the answer got)."""
         import httpx
@@ -156,7 +163,7 @@ class Endpoint:
         except httpx.HTTPError as err:  # any other failure of the client is still the server's answer
             raise InputError(f"{where} failed ({type(err).__name__}: {err}); check the server log") from None
 
-    def _pieces(self, response, url: str, request: str, deadline: float, limit: int):
+    def _pieces(self, response: httpx.Response, url: str, request: str, deadline: float, limit: int) -> Iterator[bytes]:
         """The body's bytes as they arrive, within the request's deadline and size bound."""
         size = 0
         for piece in response.iter_bytes():
@@ -170,7 +177,7 @@ class Endpoint:
                 raise _DeadlinePassed
             yield piece
 
-    def _read(self, response, url: str, request: str = "", limit: int = ANSWER_BYTES_BASE) -> bytes:
+    def _read(self, response: httpx.Response, url: str, request: str = "", limit: int = ANSWER_BYTES_BASE) -> bytes:
         return b"".join(self._pieces(response, url, request, time.monotonic() + self.timeout_s, limit))
 
     def _json(self, raw: bytes | str, url: str, request: str = "") -> dict:
@@ -239,7 +246,7 @@ class Endpoint:
         completion.ttft_s = None if first is None else first - start
         return completion
 
-    def _read_stream(self, pieces, url: str, request: str) -> tuple[list[dict], float | None]:
+    def _read_stream(self, pieces: Iterable[bytes], url: str, request: str) -> tuple[list[dict], float | None]:
         """Server-sent events: `data: {chunk}` lines until `data: [DONE]`; the time of the first
         chunk that carries output is the time to first token."""
         chunks, first = [], None
@@ -326,7 +333,7 @@ class Endpoint:
         return merged
 
 
-def _lines(pieces) -> Any:
+def _lines(pieces: Iterable[bytes]) -> Any:
     """Text lines of a byte stream (\\n or \\r\\n), decoded as UTF-8 with bad bytes replaced."""
     buffer = b""
     for piece in pieces:
@@ -425,7 +432,7 @@ def resolve_model(endpoint: Endpoint, wanted: str | None, setting: str) -> tuple
     return served[0], served
 
 
-def request_body(cfg, settings: dict, model: str, prompt_ids: list[int], seed: int, max_tokens: int) -> dict:
+def request_body(cfg: RunConfig, settings: dict, model: str, prompt_ids: list[int], seed: int, max_tokens: int) -> dict:
     """The /v1/completions request of one plan item. Sampling settings are always sent, so a
     server's own defaults (vLLM applies the model's generation_config) cannot change them."""
     body: dict[str, Any] = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
 from specaudit.engines.decode import library_versions, make_record
@@ -34,8 +35,13 @@ from specaudit.execution.plan import derive_seed
 from specaudit.execution.preflight import check_fits
 from specaudit.prompts import prompt_token_ids
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
-def vocabulary_size(tokenizer, name: str) -> int:
+    from specaudit.contracts.run import Record
+
+
+def vocabulary_size(tokenizer: PreTrainedTokenizerBase, name: str) -> int:
     """The target's vocabulary: its config's vocab_size (embedding rows, often padded past the
     tokenizer) where the config can be read locally, else the tokenizer's length."""
     size = len(tokenizer)
@@ -118,7 +124,7 @@ class EndpointExecutor(Executor):
             body["prompt"] = self.texts[prompt_id]
         return self.endpoints[engine].complete(body, request=request or f"warm-up request, prompt {prompt_id}")
 
-    def _record_of(self, item: PlanItem):
+    def _record_of(self, item: PlanItem) -> Record:
         from specaudit.decoding import Generation
 
         cfg, settings = self.cfg, self.cfg.endpoint
@@ -182,7 +188,7 @@ class EndpointExecutor(Executor):
 
         sources: set = set()
 
-        def emit_noting_source(record) -> None:
+        def emit_noting_source(record: Record) -> None:
             emit(record)
             sources.add(record.extra["token_ids_source"])
 

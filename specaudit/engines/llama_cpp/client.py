@@ -34,12 +34,22 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import ModuleType
+    from typing import Self
+
+    import torch
+
+    from specaudit.config import RunConfig
+    from specaudit.decoding import Generation, SamplingSpec
 
 BACKEND = "llama-cpp"
 GGUF_MAGIC = b"GGUF"
@@ -63,7 +73,7 @@ _SETTINGS = ("n_ctx", "n_threads", "n_batch", "draft_threads")
 
 
 # ----------------------------------------------------------------------------- checks
-def import_llama_cpp():
+def import_llama_cpp() -> ModuleType:
     try:
         import llama_cpp
     except ImportError:
@@ -117,7 +127,7 @@ def check_draft_vocabulary(target: Path, draft: Path) -> None:
         )
 
 
-def sampler_settings(spec) -> dict:
+def sampler_settings(spec: SamplingSpec) -> dict:
     """Keyword arguments of `Llama.generate` for a SamplingSpec: the whole chain, explicit."""
     if spec.greedy:
         return {"temp": 0.0, "top_k": 0, "top_p": 1.0, **NEUTRAL_SAMPLERS}  # temp 0: llama.cpp's greedy sampler
@@ -136,7 +146,7 @@ def llama_seed(seed: int) -> int:
     return low if low != RANDOM_SEED else 0
 
 
-def backend_settings(cfg) -> dict:
+def backend_settings(cfg: RunConfig) -> dict:
     """`extra.llama_cpp` of the run (n_ctx, n_threads, n_batch, draft_threads), with defaults:
     threads = --threads, context = 2048 tokens."""
     extra = (cfg.extra or {}).get("llama_cpp") or {}
@@ -152,7 +162,7 @@ def backend_settings(cfg) -> dict:
     return settings
 
 
-def check_config(cfg) -> None:
+def check_config(cfg: RunConfig) -> None:
     """Everything llama.cpp cannot honour, said before anything loads."""
     if cfg.verify:
         raise InputError(
@@ -179,7 +189,7 @@ def check_config(cfg) -> None:
         )
 
 
-def context_is_explicit(cfg) -> bool:
+def context_is_explicit(cfg: RunConfig) -> bool:
     return "n_ctx" in ((cfg.extra or {}).get("llama_cpp") or {})
 
 
@@ -192,7 +202,7 @@ def gguf_context_length(path: Path) -> int | None:
     except (ValueError, OSError) as error:
         raise InputError(f"{str(path)!r} could not be read as GGUF ({error})") from None
 
-    def scalar(name):
+    def scalar(name: str) -> Any:
         field = fields.get(name)
         return None if field is None or not field.data else field.parts[field.data[0]]
 
@@ -203,7 +213,7 @@ def gguf_context_length(path: Path) -> int | None:
     return int(length[0]) if length is not None else None
 
 
-def sized_settings(cfg, encoded: dict[str, list[int]], models: dict[str, Path]) -> dict:
+def sized_settings(cfg: RunConfig, encoded: dict[str, list[int]], models: dict[str, Path]) -> dict:
     """backend_settings with the context sized to the run, checked before anything loads.
 
     A generation occupies the prompt, max_new_tokens and the k tokens the binding's draft hook
@@ -232,7 +242,7 @@ class GgufDraft:
     """A second GGUF model as llama-cpp-python's draft hook: k greedy tokens per call, its KV
     cache kept across calls of one generation (reused up to the longest common prefix)."""
 
-    def __init__(self, path: Path, k: int, *, n_ctx: int, n_threads: int):
+    def __init__(self, path: Path, k: int, *, n_ctx: int, n_threads: int) -> None:
         llama_cpp = import_llama_cpp()
         self.k = k
         self.model = llama_cpp.Llama(
@@ -308,7 +318,7 @@ class Engines:
     eos_ids: set[int]
 
 
-def load_engines(cfg, target: Path, settings: dict) -> Engines:
+def load_engines(cfg: RunConfig, target: Path, settings: dict) -> Engines:
     llama_cpp = import_llama_cpp()
     common = dict(
         model_path=str(target),
@@ -336,7 +346,7 @@ def load_engines(cfg, target: Path, settings: dict) -> Engines:
     return Engines(vanilla, speculative, draft, eos_ids)
 
 
-def generate(engines: Engines, engine: str, prompt_ids: list[int], sampler: dict, seed: int, max_new_tokens: int, k: int):
+def generate(engines: Engines, engine: str, prompt_ids: list[int], sampler: dict, seed: int, max_new_tokens: int, k: int) -> Generation:
     """One record's decoding with llama.cpp: a specaudit.decoding.Generation."""
     from specaudit.decoding import Generation
 
@@ -373,7 +383,7 @@ def generate(engines: Engines, engine: str, prompt_ids: list[int], sampler: dict
     )
 
 
-def _system_info(llama_cpp) -> str | None:
+def _system_info(llama_cpp: ModuleType) -> str | None:
     try:
         return llama_cpp.llama_print_system_info().decode()
     except (AttributeError, UnicodeDecodeError):
@@ -389,20 +399,20 @@ class LlamaCppLogits:
 
     training = False
 
-    def __init__(self, path: Path, *, n_ctx: int = DEFAULT_CONTEXT, n_threads: int = 1):
+    def __init__(self, path: Path, *, n_ctx: int = DEFAULT_CONTEXT, n_threads: int = 1) -> None:
         llama_cpp = import_llama_cpp()
         self.path = path
         self.llm = llama_cpp.Llama(
             model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, logits_all=True, verbose=False
         )
 
-    def eval(self):
+    def eval(self) -> Self:
         return self
 
-    def train(self, mode: bool = True):
+    def train(self, mode: bool = True) -> Self:
         return self
 
-    def parameters(self):
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
         return iter(())  # nothing for torch to move; scoring reads the device as CPU
 
     def sequence_logits(self, ids: list[int]) -> np.ndarray:
@@ -415,7 +425,7 @@ class LlamaCppLogits:
         self.llm.eval(ids)
         return np.array(self.llm.scores[: len(ids)], copy=True)
 
-    def __call__(self, input_ids, attention_mask=None, use_cache: bool = False):
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, use_cache: bool = False) -> _Output:
         import torch
 
         rows = input_ids.tolist()

@@ -25,8 +25,12 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 # The version checked here (issue 29) when llama-cpp-python is not installed; otherwise the
 # installed binding's version, so both llama.cpp engines are one revision.
@@ -92,7 +96,7 @@ def require_binary() -> Path:
 
 
 @contextmanager
-def _locked(folder: Path):
+def _locked(folder: Path) -> Iterator[None]:
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

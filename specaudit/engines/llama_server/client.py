@@ -21,13 +21,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specaudit.engines.endpoint.client import Endpoint
 from specaudit.engines.llama_cpp.client import llama_seed
 from specaudit.engines.llama_server.settings import NGRAM_LOOKUP, NGRAM_TYPES, LlamaServerSettings
 from specaudit.engines.request_acceptance import RequestAcceptance, llama_server_acceptance
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from specaudit.config import RunConfig
+    from specaudit.decoding import Generation
 
 SAMPLER_ORDER = ["temperature", "top_k", "top_p"]
 NEUTRAL_SAMPLING: dict[str, Any] = {
@@ -70,7 +74,7 @@ def server_args(model: Path, settings: LlamaServerSettings, *, spec_type: str | 
     return [*args, *settings.extra_args]
 
 
-def request_body(cfg, prompt_ids: list[int], seed: int, max_tokens: int, logprobs: int = 0) -> dict:
+def request_body(cfg: RunConfig, prompt_ids: list[int], seed: int, max_tokens: int, logprobs: int = 0) -> dict:
     """The /completion request of one plan item: every sampling stage set, none left to the server.
     `logprobs` > 0 asks for the emitted token's logprob (and the top `logprobs`) before sampling."""
     return {
@@ -131,7 +135,9 @@ def emitted_logprobs(answer: dict, tokens: list[int]) -> list[float | None] | No
     return values if len(values) == len(probs) else None
 
 
-def generation_of(final: dict, tokens: list[int], wall: float, ttft: float | None, eos_ids: set[int], max_tokens: int):
+def generation_of(
+    final: dict, tokens: list[int], wall: float, ttft: float | None, eos_ids: set[int], max_tokens: int
+) -> tuple[Generation, RequestAcceptance | None, dict[str, Any]]:
     """(a Generation, the server's RequestAcceptance or None) from one streamed answer.
 
     Where llama-server's tokens stop short of the end-of-sequence token it stopped on, the

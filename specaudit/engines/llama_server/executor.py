@@ -10,6 +10,7 @@ ran (`concurrency`); at level 4 a server batches up to 4 sequences in one contin
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from specaudit.contracts.engines import ENGINES
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
@@ -34,6 +35,9 @@ from specaudit.execution.base import Emit, Executor
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
 from specaudit.prompts import prompt_token_ids
+
+if TYPE_CHECKING:
+    from specaudit.contracts.run import Record
 
 BACKEND = "llama-server"
 RECORD_ENGINES = ENGINES[BACKEND].records
@@ -124,7 +128,7 @@ class LlamaServerExecutor(Executor):
             },
         }
 
-    def _record_of(self, item: PlanItem):
+    def _record_of(self, item: PlanItem) -> Record:
         cfg = self.cfg
         seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
         prompt_ids = self.encoded[item.prompt.id]

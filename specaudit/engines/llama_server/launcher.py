@@ -141,7 +141,7 @@ class ServerPair:
     (`with ServerPair(...) as servers:`, or `start` / `stop`): a failure to start the second
     stops the first."""
 
-    def __init__(self, servers: dict[str, LlamaServer], startup_timeout_s: float):
+    def __init__(self, servers: dict[str, LlamaServer], startup_timeout_s: float) -> None:
         self.servers = servers
         self.startup_timeout_s = startup_timeout_s
 
@@ -161,5 +161,5 @@ class ServerPair:
     def __enter__(self) -> ServerPair:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

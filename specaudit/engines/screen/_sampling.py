@@ -19,6 +19,7 @@ Shapes: B rows, C = shared prefix, P = C + longest rest of a prompt, T = max_new
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache
@@ -29,6 +30,9 @@ from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.models import PlantedDraft, forward_cached
 from specaudit.models._chunked import CHUNK_ELEMENTS, head_logits, last_hidden_states, plain_head, positions_per_chunk
 from specaudit.stats.acceptance import position_acceptance
+
+if TYPE_CHECKING:
+    from specaudit.models import DisparityPlant
 
 
 @dataclass
@@ -44,7 +48,7 @@ class SampledBatch:
     prefix: int = 0  # C: leading tokens every row shares (computed once, at batch 1)
 
 
-def padded_prompts(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def padded_prompts(prompts: list[list[int]], pad_id: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, P] ids and mask, each prompt right-aligned (left padding)."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
@@ -71,7 +75,7 @@ def shared_prefix(prompts: list[list[int]]) -> int:
     return length if length >= MIN_SHARED_PREFIX else 0
 
 
-def cached_prefix(model: torch.nn.Module, prefix: list[int], rows: int, device) -> DynamicCache:
+def cached_prefix(model: torch.nn.Module, prefix: list[int], rows: int, device: torch.device | str) -> DynamicCache:
     """A cache holding `prefix` for each of `rows` rows, from one batch-1 pass."""
     cache = DynamicCache(config=model.config)
     if prefix:
@@ -172,7 +176,7 @@ def teacher_forced_acceptance(
     *,
     spec: SamplingSpec,
     vocab_size: int,
-    plant=None,
+    plant: DisparityPlant | None = None,
     planted_rows: torch.Tensor | None = None,
     chunk_elements: int | None = CHUNK_ELEMENTS,
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -41,7 +41,7 @@ class ScreenedPath:
     batch_rows: int
 
 
-def draft_kind(draft) -> str:
+def draft_kind(draft: object) -> str:
     if isinstance(draft, NgramDraft):
         return "ngram"
     if isinstance(draft, torch.nn.Module):
@@ -49,7 +49,7 @@ def draft_kind(draft) -> str:
     raise InputError(f"the screen needs a draft model or ngram, got {type(draft).__name__}")
 
 
-def call_shape_tv(model, ids: torch.Tensor, positions: int, vocab_size: int) -> float:
+def call_shape_tv(model: torch.nn.Module, ids: torch.Tensor, positions: int, vocab_size: int) -> float:
     """Max TV over the last `positions` positions of `ids` ([1, L]) between one teacher-forced call
     and a cached prefix followed by one call per token (how decoding calls a draft)."""
     from transformers import DynamicCache
@@ -91,7 +91,9 @@ def draft_batch_invariance(pair: ModelPair, records: list[dict], positions: int 
     }
 
 
-def check_call_invariance(target, draft, prompt: list[int], path: list[int], device) -> dict:
+def check_call_invariance(
+    target: torch.nn.Module, draft: torch.nn.Module, prompt: list[int], path: list[int], device: torch.device | str
+) -> dict:
     """Refuse a draft whose teacher-forced q differs from its step-by-step q by more than float
     noise (draft_batch_invariance); return the measurement ({"checked": False} on a path too short)."""
     from types import SimpleNamespace
@@ -110,7 +112,7 @@ def check_call_invariance(target, draft, prompt: list[int], path: list[int], dev
 
 def screen_paths(
     target: torch.nn.Module,
-    draft,
+    draft: torch.nn.Module | NgramDraft,
     prompts: list[list[int]],
     seeds: list[int],
     *,

@@ -28,6 +28,9 @@ from specaudit.execution.preflight import check_prompt_lengths
 from specaudit.prompts import prompt_token_ids
 
 if TYPE_CHECKING:
+    from specaudit.config import RunConfig
+    from specaudit.contracts.run import Record
+    from specaudit.engines.screen._screen import ScreenedPath
     from specaudit.models import ModelPair
 
 
@@ -40,7 +43,7 @@ class ScreenExecutor(Executor):
     label = "screening"
     unit = "record"
 
-    def __init__(self, cfg, *, pair: ModelPair | None = None):
+    def __init__(self, cfg: RunConfig, *, pair: ModelPair | None = None) -> None:
         super().__init__(cfg)
         self.pair = pair
         self.engines = None
@@ -130,7 +133,7 @@ def _positive_setting(extra: dict, name: str, default: int) -> int:
     return value
 
 
-def screen_record(cfg, item: PlanItem, seed: int, prompt_ids: list[int], path, text: str):
+def screen_record(cfg: RunConfig, item: PlanItem, seed: int, prompt_ids: list[int], path: ScreenedPath, text: str) -> Record:
     acceptance = path.acceptance
     generation = Generation(
         tokens=path.tokens,

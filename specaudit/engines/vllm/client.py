@@ -24,11 +24,17 @@ with plain objects shaped like vLLM's, and bench/gpu.sh holds the check for a GP
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.engines.spec_counters import PER_POSITION_COUNTER, SPEC_DECODE_COUNTERS
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from specaudit.config import RunConfig
+    from specaudit.decoding import Generation
 
 GENERATION_COUNTER = "vllm:generation_tokens"
 NGRAM_LOOKUP = {"prompt_lookup_max": 3, "prompt_lookup_min": 1}  # as specaudit.models.NgramDraft
@@ -38,7 +44,7 @@ _FINISH = {"stop": "eos", "length": "length"}
 
 
 # ----------------------------------------------------------------------------- checks
-def import_vllm():
+def import_vllm() -> ModuleType:
     try:
         import vllm
     except ImportError:
@@ -57,7 +63,7 @@ def require_gpu(cuda_available: bool | None = None) -> None:
 
 
 # ----------------------------------------------------------------------------- configuration
-def speculative_config(cfg) -> dict:
+def speculative_config(cfg: RunConfig) -> dict:
     """vLLM's `speculative_config` for the run's draft: a real model, or n-gram prompt lookup."""
     draft = str(cfg.draft)
     if draft == "ngram":
@@ -70,7 +76,7 @@ def speculative_config(cfg) -> dict:
     return {"model": draft, "num_speculative_tokens": cfg.k}
 
 
-def llm_kwargs(cfg, target: str, *, speculative: bool) -> dict:
+def llm_kwargs(cfg: RunConfig, target: str, *, speculative: bool) -> dict:
     """Keyword arguments of `vllm.LLM` for one of the two engines. `cfg.extra["vllm"]` may add
     engine settings (gpu_memory_utilization, max_model_len, enforce_eager, ...), not override ours."""
     if cfg.verify:
@@ -124,7 +130,7 @@ def check_context(encoded: dict[str, list[int]], target: str, kwargs: dict, max_
         check_fits(encoded, limit, "the model's context", max_new_tokens)
 
 
-def sampling_kwargs(cfg, seed: int, stop_token_ids: list[int], max_tokens: int | None = None) -> dict:
+def sampling_kwargs(cfg: RunConfig, seed: int, stop_token_ids: list[int], max_tokens: int | None = None) -> dict:
     """Keyword arguments of `vllm.SamplingParams` for one request: every setting explicit, so the
     model's generation_config defaults cannot change what was asked for."""
     return {
@@ -189,7 +195,7 @@ def request_counters(before: dict, after: dict, n_tokens: int) -> dict | None:
     return {"num_drafts": drafts, "num_draft_tokens": drafted, "num_accepted_tokens": accepted, "accepted_per_position": per_position}
 
 
-def request_timings(metrics, measured_wall_s: float) -> tuple[float, float | None, str]:
+def request_timings(metrics: Any, measured_wall_s: float) -> tuple[float, float | None, str]:
     """(wall_s, ttft_s, source): from the request's engine timestamps (RequestStateStats, one
     monotonic clock) when present, else the wall time measured around the call (no TTFT)."""
     start = getattr(metrics, "queued_ts", 0.0) or getattr(metrics, "scheduled_ts", 0.0) or 0.0
@@ -200,7 +206,7 @@ def request_timings(metrics, measured_wall_s: float) -> tuple[float, float | Non
     return measured_wall_s, None, "measured"
 
 
-def generation_of(output, engine: str, *, measured_wall_s: float, counters: dict | None):
+def generation_of(output: Any, engine: str, *, measured_wall_s: float, counters: dict | None) -> tuple[Generation, dict[str, Any]]:
     """A `vllm.RequestOutput` (or anything shaped like it) → (Generation, extra record fields)."""
     from specaudit.decoding import Generation
 
@@ -238,21 +244,21 @@ def generation_of(output, engine: str, *, measured_wall_s: float, counters: dict
 
 
 # ----------------------------------------------------------------------------- the run
-def counter_snapshot(llm) -> dict:
+def counter_snapshot(llm: Any) -> dict:
     try:
         return spec_counters(llm.get_metrics())
     except (AttributeError, AssertionError, NotImplementedError):  # an engine without the metrics API
         return {}
 
 
-def generate_alone(vllm, llm, prompt_ids: list[int], params: dict):
+def generate_alone(vllm: ModuleType, llm: Any, prompt_ids: list[int], params: dict) -> tuple[Any, float]:
     """One request alone (batch 1): (its RequestOutput, seconds around the call)."""
     start = time.perf_counter()
     [output] = llm.generate([{"prompt_token_ids": prompt_ids}], vllm.SamplingParams(**params), use_tqdm=False)
     return output, time.perf_counter() - start
 
 
-def shutdown_engine(llm) -> None:
+def shutdown_engine(llm: Any) -> None:
     """Stop an engine's core process, so its GPU memory is free before the next engine loads."""
     core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
     shutdown = getattr(core, "shutdown", None)

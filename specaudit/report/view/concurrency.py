@@ -5,19 +5,24 @@ parity finding. Read from the snapshot's `concurrency` and `logprob_parity` sect
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import specaudit.charts as charts
 from specaudit.report.view.format import badge, fixed, get, mapping, with_ci
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from specaudit.report.view.base import Ids
+
 MAX_GROUPS_PER_CHART = 8  # more lines than this are no longer told apart; the table has them all
 
 
-def _interval(block: Any, fmt=fixed, suffix: str = "") -> str:
+def _interval(block: Any, fmt: Callable[[Any], str] = fixed, suffix: str = "") -> str:
     return with_ci(get(block, "estimate"), get(block, "ci_low"), get(block, "ci_high"), fmt=fmt, suffix=suffix)
 
 
-def crossover_charts(section: Mapping[str, Any], ids=None) -> list[Any]:
+def crossover_charts(section: Mapping[str, Any], ids: Ids | None = None) -> list[Any]:
     """Per dimension: speed-up and acceptance per group across the levels, with 95% intervals,
     each group's crossover (the lowest level whose speed-up interval lies below 1x) marked."""
     levels = [str(level) for level in section.get("levels") or []]
@@ -67,7 +72,7 @@ def crossover_charts(section: Mapping[str, Any], ids=None) -> list[Any]:
     return made
 
 
-def concurrency_view(snapshot: Mapping[str, Any], ids=None) -> dict[str, Any]:
+def concurrency_view(snapshot: Mapping[str, Any], ids: Ids | None = None) -> dict[str, Any]:
     section = mapping(get(snapshot, "concurrency"))
     parity = mapping(get(snapshot, "logprob_parity"))
     if not section and not parity:

@@ -4,7 +4,7 @@ tables, drill-downs and the advice on k and routing."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import specaudit.charts as charts
 from specaudit.contracts import DEFAULT_BAND, DisparityStatus
@@ -29,6 +29,9 @@ from specaudit.report.view.format import (
     worst,
 )
 from specaudit.report.view.statuses import band_of, comparison_status, comparisons, detectable_ratios, status_badge
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def disparity_view(snapshot: Mapping[str, Any], ids: Ids) -> dict[str, Any]:
@@ -126,7 +129,15 @@ def _dimension_view(name: str, groups: Mapping[str, Any], part: Mapping[str, Any
     return view
 
 
-def _ratio_forest(dimension, groups, metrics, reference, band, colours, ids) -> dict[str, Any] | None:
+def _ratio_forest(
+    dimension: str,
+    groups: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    reference: str,
+    band: tuple[float, float],
+    colours: dict[str, str],
+    ids: Ids,
+) -> dict[str, Any] | None:
     """One chart per dimension: each group's ratio to the reference, one panel per metric."""
     shown = [m for m in FOREST_METRICS if get(metrics, m, "pairwise")]
     if not shown:
@@ -330,7 +341,9 @@ def _drilldown_view(dimension: str, drill: Mapping[str, Any], ids: Ids, colours:
     }
 
 
-def _bars(dimension, rows, key, what, ids, name, colours) -> dict[str, Any] | None:
+def _bars(
+    dimension: str, rows: list[dict], key: str, what: str, ids: Ids, name: Callable[[Any], str], colours: dict[str, str]
+) -> dict[str, Any] | None:
     rows = [r for r in rows if finite(r.get("value"))]
     if not rows:
         return None

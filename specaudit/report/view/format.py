@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, EquivalenceStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MISSING = "—"
 
@@ -149,7 +152,7 @@ def percent(value: Any, decimals: int = 0) -> str:
     return f"{100 * value:.{decimals}f}%" if finite(value) else MISSING
 
 
-def with_ci(value: Any, low: Any, high: Any, fmt=num, suffix: str = "") -> str:
+def with_ci(value: Any, low: Any, high: Any, fmt: Callable[[Any], str] = num, suffix: str = "") -> str:
     """'0.310 [0.288, 0.333]' (the interval is left out when unknown)."""
     if not finite(value):
         return MISSING
@@ -159,7 +162,7 @@ def with_ci(value: Any, low: Any, high: Any, fmt=num, suffix: str = "") -> str:
     return text
 
 
-def triple(block: Any, fmt=num, suffix: str = "") -> str:
+def triple(block: Any, fmt: Callable[[Any], str] = num, suffix: str = "") -> str:
     """A {value, ci_low, ci_high} mapping as text."""
     return with_ci(get(block, "value"), get(block, "ci_low"), get(block, "ci_high"), fmt=fmt, suffix=suffix)
 

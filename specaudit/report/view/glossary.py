@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from markupsafe import Markup
+
 GLOSSARY = {
     "acceptance": ("acceptance rate", "the share of drafted tokens the target accepts"),
     "speedup": (
@@ -58,7 +63,7 @@ class Terms:
     def __init__(self) -> None:
         self.used: set[str] = set()
 
-    def __call__(self, key: str, shown: str | None = None):
+    def __call__(self, key: str, shown: str | None = None) -> Markup:
         from markupsafe import Markup, escape
 
         name, meaning = GLOSSARY[key]

@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specaudit.decoding.settings import BUG_CLASSES, blind_spot_sentence, setting_label
 from specaudit.errors import InputError
 from specaudit.report.view.format import finite, get
 
+if TYPE_CHECKING:
+    from specaudit.decoding import SamplingSpec
 
-def snapshot_setting(snapshot: Mapping[str, Any]):
+
+def snapshot_setting(snapshot: Mapping[str, Any]) -> SamplingSpec | None:
     """The SamplingSpec of the snapshot's run, or None where its config does not say (an old or hand-made snapshot)."""
     from specaudit.decoding import SamplingSpec
 

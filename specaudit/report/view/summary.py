@@ -332,7 +332,7 @@ def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Mapping[str, A
     return rows
 
 
-def _lowest_group(by_group: Mapping[str, Any], metric: str):
+def _lowest_group(by_group: Mapping[str, Any], metric: str) -> tuple[str, Any, str] | None:
     candidates = [(g, get(e, "metrics", metric), get(e, "n_prompts")) for g, e in (by_group or {}).items()]
     candidates = [(g, b, n) for g, b, n in candidates if finite(get(b, "value"))]
     if len(candidates) < 2:

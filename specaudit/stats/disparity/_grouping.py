@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from specaudit.contracts import group_label
 from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from specaudit.stats._bootstrap import BootstrapResult
 
 
 def _as_list(sensitive: str | Sequence[str]) -> list[str]:
@@ -75,7 +78,7 @@ def _resolve_reference(reference: Any, groups: list[Any], sizes: np.ndarray) -> 
     )
 
 
-def _interval_frame(result, index) -> pd.DataFrame:
+def _interval_frame(result: BootstrapResult, index: pd.Index) -> pd.DataFrame:
     return pd.DataFrame(
         {"value": np.atleast_1d(result.statistic), "ci_low": np.atleast_1d(result.ci_low), "ci_high": np.atleast_1d(result.ci_high)},
         index=index,

@@ -174,15 +174,15 @@ def _drilldown(
     table: pd.DataFrame,
     names: list[str],
     *,
-    token_rank,
-    rarity_edges,
-    fallback_threshold,
-    fallback_metric,
-    top_n,
-    decode,
-    n_boot,
-    ci,
-    seed,
+    token_rank: np.ndarray | Mapping[int, int] | None,
+    rarity_edges: Sequence[float],
+    fallback_threshold: float,
+    fallback_metric: str,
+    top_n: int,
+    decode: Callable[[list[int]], str] | None,
+    n_boot: int,
+    ci: float,
+    seed: int,
 ) -> DrillDown:
     if fallback_metric not in table.columns:
         raise InputError(f"drilldown: fallback_metric {fallback_metric!r} is not a per-prompt metric; use e.g. 'acceptance_rate'.")
@@ -216,7 +216,7 @@ def _drilldown(
     width = numerators.shape[1]
     columns = np.column_stack([numerators, denominators])
 
-    def statistic(weights):
+    def statistic(weights: np.ndarray) -> np.ndarray:
         sums = _group_sums(weights, onehot, columns)
         with np.errstate(all="ignore"):
             return sums[:, :, :width] / sums[:, :, width:]
@@ -270,7 +270,9 @@ def _drilldown(
     return DrillDown(by_rarity, by_position, corrections, pd.DataFrame(below_rows), pos.skipped, rank_source)
 
 
-def _corrections(pos: _Positions, codes, groups, table, top_n, decode) -> pd.DataFrame:
+def _corrections(
+    pos: _Positions, codes: np.ndarray, groups: list, table: pd.DataFrame, top_n: int, decode: Callable[[list[int]], str] | None
+) -> pd.DataFrame:
     valid = (pos.token >= 0) & (pos.prompt >= 0)
     group_of_pos = np.where(valid, codes[np.where(pos.prompt >= 0, pos.prompt, 0)], -1)
     rows = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -31,6 +31,9 @@ from specaudit.stats.disparity.rank_tests import (
     pairwise_test,
 )
 
+if TYPE_CHECKING:
+    from specaudit.stats._bootstrap import BootstrapResult
+
 
 class GroupFrame:
     """Metrics per prompt group, fairlearn-MetricFrame style, with cluster-bootstrap intervals.
@@ -56,7 +59,7 @@ class GroupFrame:
         ci: float = 0.95,
         seed: int = 0,
         method: Method = "percentile",
-    ):
+    ) -> None:
         table = per_prompt_metrics(records, engine=engine, baseline=baseline)
         self._setup(table, sensitive, metrics, n_boot=n_boot, ci=ci, seed=seed, method=method)
 
@@ -77,7 +80,17 @@ class GroupFrame:
         frame._setup(per_prompt, sensitive, metrics, n_boot=n_boot, ci=ci, seed=seed, method=method)
         return frame
 
-    def _setup(self, table, sensitive, metrics, *, n_boot, ci, seed, method) -> None:
+    def _setup(
+        self,
+        table: pd.DataFrame,
+        sensitive: str | Sequence[str],
+        metrics: Sequence[str] | None,
+        *,
+        n_boot: int,
+        ci: float,
+        seed: int,
+        method: Method,
+    ) -> None:
         self.sensitive = _as_list(sensitive)
         codes, groups = _group_codes(table, self.sensitive)
         if (codes < 0).any():  # prompts outside this dimension do not belong in its overall figures
@@ -221,7 +234,7 @@ class GroupFrame:
                 return self._derived(lambda v: np.nanmin(v[:, :g], axis=1) / np.nanmax(v[:, :g], axis=1))
             if method == "to_overall":
 
-                def fn(v):
+                def fn(v: np.ndarray) -> np.ndarray:
                     r = v[:, :g] / v[:, g : g + 1]
                     return np.nanmin(np.minimum(r, 1.0 / r), axis=1)
 
@@ -291,7 +304,7 @@ class GroupFrame:
                 return i
         raise InputError(f"GroupFrame: no group {group!r}; groups: {', '.join(group_label(g) for g in self.groups)}.")
 
-    def _reference_intervals(self, reference: Any):
+    def _reference_intervals(self, reference: Any) -> tuple[int | None, int, BootstrapResult, BootstrapResult]:
         g = len(self.groups)
         ref = self.reference_index(reference)
         col = g if ref is None else ref
@@ -377,7 +390,9 @@ class GroupFrame:
         frame.attrs["reference"] = "overall" if ref is None else self.groups[ref]
         return frame
 
-    def _flag_rows(self, metrics, reference, tolerance, alpha, power, min_prompts) -> tuple[list[dict], int | None]:
+    def _flag_rows(
+        self, metrics: list[str], reference: Any, tolerance: tuple[float, float], alpha: float, power: float, min_prompts: int
+    ) -> tuple[list[dict], int | None]:
         low, high = tolerance
         if not 0 < low <= 1 <= high:
             raise InputError(f"disparity: the tolerance band must satisfy 0 < low ≤ 1 ≤ high, got {tolerance!r}.")

@@ -139,7 +139,7 @@ def paired_values(x: np.ndarray, x_pairs: np.ndarray, y: np.ndarray, y_pairs: np
     """The group's and the reference's mean value per shared pair id, aligned (prompts without a
     pair id, or with a non-finite value, are left out)."""
 
-    def by_pair(values, pairs):
+    def by_pair(values: np.ndarray, pairs: np.ndarray) -> dict[Any, float]:
         sums: dict[Any, list[float]] = {}
         for value, pair in zip(values, pairs):
             if pair is None or (isinstance(pair, float) and math.isnan(pair)) or not np.isfinite(value):
@@ -154,7 +154,9 @@ def paired_values(x: np.ndarray, x_pairs: np.ndarray, y: np.ndarray, y_pairs: np
     return np.array([gx[p] for p in shared], dtype=float), np.array([gy[p] for p in shared], dtype=float)
 
 
-def _fieller(x_mean, y_mean, var_x, var_y, cov, df, confidence):
+def _fieller(
+    x_mean: float, y_mean: float, var_x: float, var_y: float, cov: float, df: float, confidence: float
+) -> tuple[float, float, float]:
     t = float(stats.t.ppf(1.0 - (1.0 - confidence) / 2.0, df))
     low, high = fieller_interval(x_mean, y_mean, var_x, var_y, cov, t)
     if not (x_mean > 0 and y_mean > 0):  # a zero mean (no acceptance at all): no log-scale error
@@ -183,7 +185,9 @@ def ratio_interval(
     keep_x, keep_y = np.isfinite(x), np.isfinite(y)
     n_x, n_y = int(keep_x.sum()), int(keep_y.sum())
 
-    def result(ratio, low, high, method, se_log, df, n_pairs=0, reason=None):
+    def result(
+        ratio: float, low: float, high: float, method: str, se_log: float, df: float, n_pairs: int = 0, reason: str | None = None
+    ) -> RatioInterval:
         low = max(low, 0.0) if np.isfinite(low) else low  # per-prompt values are ≥ 0, so is their ratio
         status = ratio_status(low, high, band)
         if status is DisparityStatus.INSUFFICIENT and reason is None:

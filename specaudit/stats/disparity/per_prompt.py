@@ -285,7 +285,7 @@ def per_prompt_metrics(
     col["vanilla_wall_s"] = per_prompt(vanilla_wall, vanilla_timed)
     col["one"] = np.ones(n_prompts)
 
-    def ratio(a, b):
+    def ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
             return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
 

@@ -34,7 +34,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _triple(value, low, high) -> dict[str, float | None]:
+def _triple(value: Any, low: Any, high: Any) -> dict[str, float | None]:
     return {"value": _jsonable(value), "ci_low": _jsonable(low), "ci_high": _jsonable(high)}
 
 

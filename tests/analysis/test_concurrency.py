@@ -11,6 +11,7 @@ import torch
 from specaudit.analysis.concurrency import concurrency_section, group_metrics
 from specaudit.analysis.snapshot import judge_by_level
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
+from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection
 from specaudit.contracts.status import CheckStatus
 
 
@@ -67,24 +68,27 @@ def test_a_sampler_wrong_only_in_a_batch_fails_at_that_level(tiny_pair, batched_
     section = concurrency_section(
         batched_only_bug, tiny_pair, alpha=0.05, delta=0.05, dimensions=["group"], seed=0, n_boot=200, equivalence=True
     )
-    assert section["levels"] == [1, 2] and section["level_alpha"] == 0.025
-    assert section["equivalence"]["1"]["status"] == CheckStatus.PASS
-    assert section["equivalence"]["2"]["status"] == CheckStatus.FAIL
-    assert section["failed_levels"] == [2] and section["control_failed_levels"] == []
-    assert "equivalence fails at concurrency 2 of 1, 2" in section["message"]
+    assert section.levels == [1, 2] and section.level_alpha == 0.025
+    assert section.equivalence["1"].status == CheckStatus.PASS
+    assert section.equivalence["2"].status == CheckStatus.FAIL
+    assert section.failed_levels == [2] and section.control_failed_levels == []
+    assert "equivalence fails at concurrency 2 of 1, 2" in section.message
 
 
 def test_a_failed_level_fails_the_runs_equivalence_naming_it(tiny_pair, batched_only_bug):
-    pooled_pass = {
-        "status": CheckStatus.PASS,
-        "engines": {SPECULATIVE_ENGINE: {"verdict": CheckStatus.PASS, "status": "no violation found"}},
-    }
-    snapshot = {"equivalence": pooled_pass}
-    judge_by_level(snapshot, batched_only_bug, tiny_pair, alpha=0.05, delta=0.05, dims=["group"], seed=0, n_boot=200, equivalence=True)
-    assert snapshot["equivalence"]["status"] == CheckStatus.FAIL
-    assert snapshot["equivalence"]["failed_concurrency_levels"] == [2]
-    assert snapshot["equivalence"]["engines"][SPECULATIVE_ENGINE]["verdict"] == CheckStatus.FAIL
-    assert "concurrency 2" in snapshot["equivalence"]["engines"][SPECULATIVE_ENGINE]["status_reason"]
+    pooled_pass = EquivalenceSection(
+        status=CheckStatus.PASS,
+        engines={SPECULATIVE_ENGINE: EngineEquivalence(verdict=CheckStatus.PASS, status="no violation found")},
+    )
+    section = concurrency_section(
+        batched_only_bug, tiny_pair, alpha=0.05, delta=0.05, dimensions=["group"], seed=0, n_boot=200, equivalence=True
+    )
+    judged = judge_by_level(pooled_pass, section)
+    assert judged.status == CheckStatus.FAIL and pooled_pass.status == CheckStatus.PASS  # a new section; the pooled one is as it was
+    assert judged.failed_concurrency_levels == [2]
+    assert judged.engines[SPECULATIVE_ENGINE].verdict == CheckStatus.FAIL
+    assert "concurrency 2" in judged.engines[SPECULATIVE_ENGINE].status_reason
+    assert judge_by_level(pooled_pass, None) is pooled_pass  # no levels: nothing to judge
 
 
 def test_the_correct_server_passes_at_every_level(tiny_pair, batched_only_bug):
@@ -97,7 +101,7 @@ def test_the_correct_server_passes_at_every_level(tiny_pair, batched_only_bug):
                 if c["engine"] == CONTROL_ENGINE and c["prompt_id"] == r["prompt_id"] and c["sample"] == r["sample"]
             )
     section = concurrency_section(fixed, tiny_pair, alpha=0.05, delta=0.05, dimensions=["group"], seed=0, n_boot=200, equivalence=True)
-    assert section["failed_levels"] == [] and "message" not in section
+    assert section.failed_levels == [] and section.message is None
 
 
 def _timed(engine, prompt_id, sample, level, wall, tokens=10, accepted=0, proposed=0):
@@ -116,10 +120,10 @@ def test_metrics_per_level_and_the_crossover():
         records += [_timed(CONTROL_ENGINE, prompt, 0, 1, off), _timed(SPECULATIVE_ENGINE, prompt, 0, 1, off / 2, accepted=6, proposed=8)]
         records += [_timed(CONTROL_ENGINE, prompt, 1, 8, off), _timed(SPECULATIVE_ENGINE, prompt, 1, 8, off * 1.5, accepted=2, proposed=8)]
     section = concurrency_section(records, None, alpha=0.05, delta=0.05, dimensions=["group"], seed=0, n_boot=300, equivalence=False)
-    one, eight = section["groups"]["group"]["a"]["1"], section["groups"]["group"]["a"]["8"]
+    one, eight = section.groups["group"]["a"]["1"], section.groups["group"]["a"]["8"]
     assert one["acceptance"]["estimate"] == pytest.approx(0.75) and eight["acceptance"]["estimate"] == pytest.approx(0.25)
     assert one["speedup"]["ci_low"] > 1.0 and eight["speedup"]["ci_high"] < 1.0
-    assert section["crossover"]["group"]["a"] == 8 and section["crossover"]["all"]["all"] == 8
+    assert section.crossover["group"]["a"] == 8 and section.crossover["all"]["all"] == 8
     assert one[SPECULATIVE_ENGINE]["tokens_per_s"]["estimate"] > one[CONTROL_ENGINE]["tokens_per_s"]["estimate"]
 
 
@@ -150,17 +154,17 @@ def test_logprob_parity_passes_within_measured_batch_noise():
     from specaudit.analysis.logprob_parity import logprob_parity
 
     section = logprob_parity(_parity_records([[-0.5, -1.25, -0.1, -2.0], [-0.497, -1.251, -0.1, -1.999]]))
-    assert section["status"] == CheckStatus.PASS and section["positions"] == 8
-    assert section["batch_noise"]["max_abs_diff"] == pytest.approx(0.004) and section["threshold"] == pytest.approx(0.01)
+    assert section.status == CheckStatus.PASS and section.positions == 8
+    assert section.batch_noise["max_abs_diff"] == pytest.approx(0.004) and section.threshold == pytest.approx(0.01)
 
 
 def test_logprob_zero_for_drafted_tokens_is_found():
     from specaudit.analysis.logprob_parity import logprob_parity
 
     section = logprob_parity(_parity_records([[-0.5, 0.0, 0.0, -2.0], [-0.5, -1.25, 0.0, 0.0]]))
-    assert section["status"] == CheckStatus.FAIL and (section["differing"], section["zero_logprob"]) == (4, 4)
-    assert section["by_concurrency"] == {"1": {"positions": 4, "differing": 2}, "2": {"positions": 4, "differing": 2}}
-    assert "not the target's" in section["message"] and "exactly 0.0" in section["message"]
+    assert section.status == CheckStatus.FAIL and (section.differing, section.zero_logprob) == (4, 4)
+    assert section.by_concurrency == {"1": {"positions": 4, "differing": 2}, "2": {"positions": 4, "differing": 2}}
+    assert "not the target's" in section.message and "exactly 0.0" in section.message
 
 
 def test_emitted_logprobs_follow_the_output_or_are_refused():
@@ -177,6 +181,6 @@ def test_too_few_prompts_give_no_interval_and_no_crossover():
     for i in range(2):
         records += [_timed(CONTROL_ENGINE, f"p{i}", 0, 4, 1.0), _timed(SPECULATIVE_ENGINE, f"p{i}", 0, 4, 3.0, accepted=1, proposed=4)]
     section = concurrency_section(records, None, alpha=0.05, delta=0.05, dimensions=[], seed=0, n_boot=100, equivalence=False)
-    speedup = section["groups"]["all"]["all"]["4"]["speedup"]
+    speedup = section.groups["all"]["all"]["4"]["speedup"]
     assert speedup["estimate"] == pytest.approx(1 / 3) and speedup["ci_high"] is None
-    assert section["crossover"]["all"]["all"] is None
+    assert section.crossover["all"]["all"] is None

@@ -1,6 +1,6 @@
 """The deployment gate: thresholds, each check's PASS / WARN / FAIL, exit codes, and the CLI.
 
-Variants of a real snapshot (tests/report/conftest.py) are made by editing a copy the way a
+Variants of a real snapshot (tests/conftest.py) are made by editing a copy the way a
 real failure would show up in it: a Holm-rejected test, an impossible token, a failed control,
 a group significantly outside the band, a slowed-down group.
 """
@@ -369,21 +369,30 @@ def test_gate_cli_exit_codes_and_write(tmp_path, snapshot, capsys):
 def test_control_rejected_only_at_alpha_warns_and_a_gross_rejection_voids_the_audit(snapshot):
     """The control is judged at alpha x 0.02 (analysis.judge_control): a rejection at alpha alone is chance
     in 1 audit of 20 and warns; a gross one (or an impossible token) makes the audit invalid."""
-    from specaudit.analysis.equivalence import judge_control, judge_statuses
+    from specaudit.analysis.equivalence import CONTROL_ALPHA_FACTOR, control_warning, judge_battery, judge_control, judge_status
+    from specaudit.contracts.snapshot import EngineEquivalence
 
     for holm_p, status, equivalence in ((0.03, WARN, EquivalenceStatus.NO_VIOLATION_FOUND), (1e-5, FAIL, EquivalenceStatus.VIOLATION)):
         section = json.loads(json.dumps(snapshot["equivalence"]))
-        control = section["engines"]["vanilla"]
-        control["goodness_of_fit"]["gate"][0].update(holm_pvalue=holm_p, reject=True)
-        control["goodness_of_fit"]["pvalue"] = holm_p
-        control["goodness_of_fit"]["verdict"] = control["verdict"] = FAIL
-        judge_control(section, 0.05)
-        assert control["verdict"] == status and section["control_alpha"] == pytest.approx(0.001)
-        assert ("control_warning" in section) == (status == WARN)
-        judge_statuses(section, 0.05)
-        assert control["status"] == equivalence  # one status: a WARN control is not a VIOLATION
-        if status == FAIL:
-            section.update(status=FAIL, control_failed=True)
+        raw = section["engines"]["vanilla"]
+        raw["goodness_of_fit"]["gate"][0].update(holm_pvalue=holm_p, reject=True)
+        raw["goodness_of_fit"]["pvalue"] = holm_p
+        raw["goodness_of_fit"]["verdict"] = raw["verdict"] = FAIL
+        control_alpha = 0.05 * CONTROL_ALPHA_FACTOR
+        assert control_alpha == pytest.approx(0.001)
+        unjudged = EngineEquivalence.model_validate(raw)
+        control = judge_control(unjudged, control_alpha)
+        assert control.verdict == status and unjudged.verdict == FAIL  # a judged copy; the entry judged is as it was
+        warning = control_warning(control, 0.05, control_alpha)
+        assert (warning is not None) == (status == WARN)
+        control = judge_status(control, 0.05, warning=warning)
+        assert control.status == equivalence  # one status: a WARN control is not a VIOLATION
+        battery = judge_battery(
+            {**{name: EngineEquivalence.model_validate(e) for name, e in section["engines"].items()}, "vanilla": control}
+        )
+        assert battery.get("control_failed", False) == (status == FAIL)
+        section["engines"]["vanilla"] = control.model_dump(exclude_unset=True)
+        section.update(battery, **({"control_warning": warning} if warning else {}))
         check = _check(evaluate_gate({**snapshot, "equivalence": section}, GateThresholds(**LOOSE)), "control[vanilla]")
         assert check.status == status, check.message
         assert ("rerun with another --seed" in check.message) == (status == WARN)
