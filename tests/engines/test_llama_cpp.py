@@ -79,6 +79,12 @@ def test_acceptance_per_step_compares_proposals_with_what_was_kept():
     proposed, accepted = backend.acceptance_per_step(calls, prompt_length, output, max_new_tokens=6)
     assert proposed == [0, 3, 0, 1] and accepted == [0, 2, 0, 1]  # the prompt pass is a step without a draft
     assert len(proposed) + sum(accepted) == len(output) + 1  # steps + accepted = emitted, + 1 when it ends on a draft
+    from specaudit.execution.records import check_invariants
+
+    record = {"key": "p|speculative|0", "output_token_ids": output, "finish_reason": "length", "steps": len(proposed)}
+    record |= {"proposed": sum(proposed), "accepted": sum(accepted), "proposed_per_step": proposed, "accepted_per_step": accepted}
+    assert check_invariants([record]) == []  # the records' invariant allows that cut correction token
+    assert check_invariants([{**record, "output_token_ids": output[:-1]}])  # and no more
 
 
 def test_extra_settings_are_checked(tiny_prompts_file):

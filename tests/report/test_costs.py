@@ -30,7 +30,13 @@ def test_the_samples_advice_carries_its_cost(snapshot):
     advice = next(a for a in build_view(snapshot)["summary"]["actions"] if "--samples" in a["command"])
     wanted = int(advice["command"].rsplit("--samples ", 1)[1])
     assert samples_cost(snapshot, wanted) in advice["text"]
-    assert f"{wanted} samples on each of 44 prompts" in advice["text"]
+    assert f"{wanted:,} samples on each of 44 prompts" in advice["text"]
+    # the samples a correct engine's TV bound needs to reach delta (stats.plugin_tv), not the first-token test's power
+    plan = snapshot["equivalence"]["engines"]["speculative"]["tv_bound"]["samples_to_show"]
+    assert wanted == plan["samples"] and plan["expected_upper"] <= plan["delta"] == 0.05
+    total, prompts, samples = min((int(p) * n, int(p), n) for p, n in plan["fewer_prompts"].items())
+    assert total < 44 * wanted and f"{samples:,} samples on each of {prompts} of them" in advice["text"]
+    assert "The cheapest budget that reaches δ has fewer prompts" in advice["text"] and "no practical budget" in advice["text"]
     assert samples_cost({"speed": {"source": "engines"}}, 8) is None  # no cost model, no invented figure
 
 

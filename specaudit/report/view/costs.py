@@ -61,8 +61,8 @@ def samples_cost(snapshot: Mapping[str, Any], samples: int, *, prompts: int | No
     seconds = samples * per_sample * share
     return (
         f"Predicted cost on this hardware (the audit's cost model): about {duration(seconds)} of engine decoding "
-        f"({samples} samples on each of {prompts or n_engine} prompts, "
-        f"{seconds / (current * per_sample):.0f}× this audit's {duration(current * per_sample)}), plus the screen and the analysis."
+        f"({samples:,} samples on each of {prompts or n_engine} prompts, "
+        f"{seconds / (current * per_sample):,.0f}× this audit's {duration(current * per_sample)}), plus the screen and the analysis."
     )
 
 
