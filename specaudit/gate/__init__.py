@@ -21,6 +21,7 @@ from specaudit.errors import InputError
 from specaudit.gate.disparity import disparity_checks, measurement_checks
 from specaudit.gate.equivalence import equivalence_checks
 from specaudit.gate.results import GateCheck, GateResult, mapping
+from specaudit.gate.serving import serving_checks
 from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds, load_thresholds
 
 
@@ -33,6 +34,7 @@ def evaluate_gate(snapshot: Mapping[str, Any], thresholds: GateThresholds | None
     checks += equivalence_checks(mapping(snapshot.get("equivalence")), thresholds)
     checks += disparity_checks(snapshot, thresholds)
     checks += measurement_checks(snapshot)
+    checks += serving_checks(snapshot)
     return GateResult(tuple(checks), thresholds)
 
 

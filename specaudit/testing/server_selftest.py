@@ -104,10 +104,13 @@ def server_audit(
         snapshot = analyze(folder, pair=pair, alpha=alpha, n_boot=200, seed=seed)
         seconds = time.perf_counter() - started
     found = findings(snapshot)
+    from specaudit.gate import evaluate_gate
+
     return {
         "server": mutant,
         "seed": seed,
         "findings": found,
+        "gate": {check.name: str(check.status) for check in evaluate_gate(snapshot).checks},
         "caught": bug.caught_by in found if bug.caught_by else bool(found),
         "tokens": snapshot["run"]["n_output_tokens"],
         "run_seconds": ran,

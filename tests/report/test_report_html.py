@@ -8,6 +8,7 @@ import io
 import json
 import re
 import xml.etree.ElementTree as ET
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -553,7 +554,9 @@ def test_forest_plots_show_every_group_unclipped_with_one_colour_per_group():
     assert len(forests) == len(snapshot["groups"])  # one per dimension
     for dimension, forest in zip(snapshot["groups"], forests):
         groups = snapshot["groups"][dimension]["by_group"]
-        labels = {name: colour for colour, name in re.findall(r'fill="(#[0-9A-Fa-f]{6})"/><text[^>]*>([^<]+?) \(\d+\)</text>', forest)}
+        labels = {
+            unescape(name): colour for colour, name in re.findall(r'fill="(#[0-9A-Fa-f]{6})"/><text[^>]*>([^<]+?) \(\d+\)</text>', forest)
+        }  # group names as written (the context band "<256" is escaped in the SVG)
         assert set(labels) == set(groups)  # nothing dropped
         assert len(set(labels.values())) == len(groups)  # a colour per group
         # fixed band lines and parity, labelled, on a log axis

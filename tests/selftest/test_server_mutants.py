@@ -100,3 +100,7 @@ def test_each_server_mutant_is_caught_and_named(name, tiny_pair, request):
         assert audit["findings"] == []  # the correct server: nothing found
     else:
         assert expected in audit["findings"], audit["findings"]
+    # the gate says it too: wrong logprobs FAIL, lost acceptance WARNs (the output is right)
+    gate = audit["gate"]
+    assert gate["logprob-parity"] == ("FAIL" if name == "zero_logprobs" else "PASS"), gate
+    assert gate["acceptance-stability"] == ("WARN" if expected in ("acceptance_stopped", "acceptance_collapse") else "PASS"), gate
