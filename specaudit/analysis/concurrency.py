@@ -158,8 +158,9 @@ def concurrency_section(
         members_by_dimension = {ALL: {ALL: subset}}
         for dimension in dimensions:
             for record in subset:
-                value = str((record.get("attributes") or {}).get(dimension))
-                members_by_dimension.setdefault(dimension, {}).setdefault(value, []).append(record)
+                value = (record.get("attributes") or {}).get(dimension)
+                if value is not None:  # a prompt of another dimension is in no group of this one
+                    members_by_dimension.setdefault(dimension, {}).setdefault(str(value), []).append(record)
         for dimension, members in members_by_dimension.items():
             for group, rows in members.items():
                 groups.setdefault(dimension, {}).setdefault(group, {})[str(level)] = group_metrics(rows, n_boot=n_boot, seed=seed)

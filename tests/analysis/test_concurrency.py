@@ -125,6 +125,12 @@ def test_metrics_per_level_and_the_crossover():
     assert one["speedup"]["ci_low"] > 1.0 and eight["speedup"]["ci_high"] < 1.0
     assert section.crossover["group"]["a"] == 8 and section.crossover["all"]["all"] == 8
     assert one[SPECULATIVE_ENGINE]["tokens_per_s"]["estimate"] > one[CONTROL_ENGINE]["tokens_per_s"]["estimate"]
+    # a prompt of another dimension (no `group` attribute) joins no group of this one, not a group "None"
+    other = [{**r, "attributes": {"domain": "code"}} for r in records[:4]]
+    section = concurrency_section(
+        records + other, None, alpha=0.05, delta=0.05, dimensions=["group", "domain"], seed=0, n_boot=50, equivalence=False
+    )
+    assert set(section.groups["group"]) == {"a"} and set(section.groups["domain"]) == {"code"}
 
 
 def test_group_without_pairs_has_no_speedup():

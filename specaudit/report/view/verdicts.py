@@ -209,7 +209,8 @@ def actions(
         if need:
             text += (
                 f" About {need} prompts per group would make a ratio of {comps[0]['band'][0]:g} detectable for half of them, "
-                f"{planned[1]} for all (each comparison's detectable ratio scaled by 1/√prompts)"
+                + (f"{planned[1]:,} for all" if planned[1] <= 100 * need else "far more for the hardest of them")
+                + " (each comparison's detectable ratio scaled by 1/√prompts)"
                 + (f"; the gate asks for {int(minimum)}" if finite(minimum) and minimum > need else "")
                 + "."
             )
