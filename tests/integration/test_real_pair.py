@@ -90,6 +90,11 @@ def test_llama_cpp_on_the_real_pair_records_its_own_acceptance_and_passes_greedy
 
 
 def test_the_torch_engines_and_the_screen_on_the_real_pair(tmp_path, prompts):
+    """Two of the three prompts (en, sw): a 1.5B target and a 151,936-token vocabulary make each
+    prompt minutes of the suite's time on two cores."""
+    two = tmp_path / "two.jsonl"
+    lines = [line for line in prompts.read_text(encoding="utf-8").splitlines() if json.loads(line)["attributes"]["language"] != "hi"]
+    two.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     out = tmp_path / "torch"
     _cli(
         "run",
@@ -100,7 +105,7 @@ def test_the_torch_engines_and_the_screen_on_the_real_pair(tmp_path, prompts):
         "--draft",
         DRAFT,
         "--prompts",
-        prompts,
+        two,
         "--k",
         "4",
         "--max-new-tokens",
@@ -113,8 +118,8 @@ def test_the_torch_engines_and_the_screen_on_the_real_pair(tmp_path, prompts):
     _cli("analyze", out)
     snapshot = _snapshot(out)
     acceptance = snapshot["groups"]["language"]["by_group"]
-    assert set(acceptance) >= set(LANGUAGES)
-    for language in LANGUAGES:
+    assert set(acceptance) == {"en", "sw"}
+    for language in ("en", "sw"):
         rate = acceptance[language]["metrics"]["acceptance_rate"]
         assert 0 < rate["value"] < 1 and rate["ci_low"] <= rate["value"] <= rate["ci_high"]
     assert snapshot["equivalence"]["engines"]["speculative"]["verdict"] in ("PASS", "WARN"), snapshot["equivalence"]
