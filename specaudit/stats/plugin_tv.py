@@ -93,31 +93,37 @@ class SamplesToShow:
         }
 
 
+def _bias(mean_curve: np.ndarray, n: float, grid: np.ndarray) -> float:
+    """The mean plug-in TV at n samples, interpolated in log-log between grid points."""
+    return float(np.exp(np.interp(math.log(n), np.log(grid), np.log(np.maximum(mean_curve, 1e-300)))))
+
+
+def _margin(n_prompts: int, n: float, alpha: float) -> float:
+    """McDiarmid's margin at position 0 with n samples on each of n_prompts prompts."""
+    return math.sqrt(math.log(1 / alpha) / (2 * n_prompts * n))
+
+
 def expected_bound(curves: np.ndarray, n: float, *, alpha: float, grid: np.ndarray = SAMPLE_GRID) -> tuple[float, float]:
     """(bias, margin) of the TV bound a correct engine reaches with n samples on each of the
-    P = len(curves) prompts: the mean over prompts of E TV̂_j at n (interpolated in log-log between
-    grid points) and the McDiarmid margin at position 0."""
+    P = len(curves) prompts: the mean over prompts of E TV̂_j at n and the margin at position 0."""
     curves = np.atleast_2d(curves)
-    mean = np.maximum(curves.mean(axis=0), 1e-300)
-    bias = float(np.exp(np.interp(math.log(n), np.log(grid), np.log(mean))))
-    return bias, math.sqrt(math.log(1 / alpha) / (2 * curves.shape[0] * n))
+    return _bias(curves.mean(axis=0), n, grid), _margin(curves.shape[0], n, alpha)
 
 
-def _samples_for(curves: np.ndarray, n_prompts: int, delta: float, alpha: float, power: float, grid: np.ndarray) -> int | None:
+def _samples_for(mean_curve: np.ndarray, n_prompts: int, delta: float, alpha: float, power: float, grid: np.ndarray) -> int | None:
+    """The smallest n at which the bound on n_prompts prompts (a random n_prompts of the audited
+    ones, in expectation: their mean curve) reaches δ with `power`; None past the grid's end."""
     spread = float(norm.ppf(power)) / 2
-    subset = np.broadcast_to(curves.mean(axis=0), (n_prompts, curves.shape[1]))  # a random n_prompts of them, in expectation
 
     def upper(n: float) -> float:
-        bias, margin = expected_bound(subset, n, alpha=alpha, grid=grid)
-        return bias + margin + spread / math.sqrt(n_prompts * n)
+        return _bias(mean_curve, n, grid) + _margin(n_prompts, n, alpha) + spread / math.sqrt(n_prompts * n)
 
-    reached = [int(n) for n in grid if upper(n) <= delta]
-    if not reached:
+    first = next((i for i, n in enumerate(grid) if upper(n) <= delta), None)
+    if first is None:
         return None
-    hi = reached[0]
-    lo = int(grid[max(0, int(np.searchsorted(grid, hi)) - 1)])
-    if upper(lo) <= delta:
-        return lo
+    if first == 0:
+        return int(grid[0])
+    lo, hi = int(grid[first - 1]), int(grid[first])
     while hi - lo > 1:  # the expected bound falls with n: bisect between the two grid points
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if upper(mid) <= delta else (mid, hi)
@@ -128,7 +134,8 @@ def samples_to_show(curves: np.ndarray, *, delta: float, alpha: float, power: fl
     """`curves` [P, len(grid)]: each audited prompt's expected_plugin_tv on `grid`."""
     curves = np.atleast_2d(np.asarray(curves, dtype=np.float64))
     n_prompts = curves.shape[0]
-    samples = _samples_for(curves, n_prompts, delta, alpha, power, grid)
+    mean_curve = curves.mean(axis=0)
+    samples = _samples_for(mean_curve, n_prompts, delta, alpha, power, grid)
     bias, margin = expected_bound(curves, float(samples if samples is not None else grid[-1]), alpha=alpha, grid=grid)
     fewer = sorted({max(1, math.ceil(n_prompts / 2**i)) for i in range(1, 6)} - {n_prompts})
     return SamplesToShow(
@@ -140,7 +147,7 @@ def samples_to_show(curves: np.ndarray, *, delta: float, alpha: float, power: fl
         expected_upper=bias + margin,
         bias=bias,
         margin=margin,
-        fewer_prompts={p: _samples_for(curves, p, delta, alpha, power, grid) for p in reversed(fewer)},
+        fewer_prompts={p: _samples_for(mean_curve, p, delta, alpha, power, grid) for p in reversed(fewer)},
     )
 
 

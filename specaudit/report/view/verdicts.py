@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
+from specaudit.report.view.costs import best_k_speedup, rerun_cost, samples_cost
 from specaudit.report.view.format import finite, get, is_status, mapping
 from specaudit.report.view.statuses import (
     DECIDED,
@@ -136,8 +137,6 @@ def actions(
 
     def add(level: str, text: str, anchor: str, cmd: str | None = None) -> None:
         items.append({"level": level, "text": text, "anchor": anchor, "command": cmd or ""})
-
-    from specaudit.report.view.costs import best_k_speedup, rerun_cost, samples_cost
 
     def costed(text: str, cost: str | None) -> str:
         return f"{text} {cost}" if cost else text
@@ -305,19 +304,18 @@ def _samples_wanted(plan: Mapping[str, Any], engine: Mapping[str, Any] | None) -
             f"target's own samples {plan['bias']:.3f} plus the confidence margin {plan['margin']:.3f}; from the target's scored "
             "first-token distributions)"
         )
+    detects = "would make a first-token distance of δ detectable"
     power = {p["label"]: p.get("raw") for p in (engine or {}).get("power", [])}
     mde, delta = power.get("first-token TV"), (engine or {}).get("tv", {}).get("delta_value")
     samples = (engine or {}).get("samples")
     if not (finite(mde) and finite(delta) and delta > 0 and finite(samples)):
-        return None, "would make a first-token distance of δ detectable"
-    return max(2, math.ceil(samples * (mde / delta) ** 2)), "would make a first-token distance of δ detectable"
+        return None, detects
+    return max(2, math.ceil(samples * (mde / delta) ** 2)), detects
 
 
 def _fewer_prompts(snapshot: Mapping[str, Any], plan: Mapping[str, Any], wanted: int) -> str | None:
     """The cheapest budget in decoded samples that still reaches δ, when it has fewer prompts than
     the audit: its claim then covers those prompts only, which the sentence says."""
-    from specaudit.report.view.costs import samples_cost
-
     options = [(int(p) * int(n), int(p), int(n)) for p, n in mapping(plan.get("fewer_prompts")).items() if finite(n)]
     if not options or plan.get("samples") is None:
         return None
