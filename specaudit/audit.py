@@ -21,6 +21,22 @@ if TYPE_CHECKING:
 AUDIT_ENGINES = ("screen", CONTROL_ENGINE, SPECULATIVE_ENGINE)
 DEFAULT_BUDGET = {"engines": AUDIT_ENGINES, "per_group": 10, "max_new_tokens": 32}
 QUICK_BUDGET = {"engines": AUDIT_ENGINES, "per_group": 3, "max_new_tokens": 32, "engine_prompts": 8}
+# Budgets of `audit --pair NAME` (a named real pair, specaudit.models): llama.cpp's own plain and
+# speculative decoding, which is how such a pair runs on CPUs, over the five dimensions the
+# draft's training decides; --quick keeps the language dimension. docs/real-pair.md has the costs.
+PAIR_DIMENSIONS = ("language", "task", "domain", "dialect", "vocabulary")
+PAIR_BUDGET = {"engines": ("llama-cpp",), "dimensions": PAIR_DIMENSIONS, "per_group": 3, "max_new_tokens": 16}
+PAIR_QUICK_BUDGET = {**PAIR_BUDGET, "dimensions": ("language",)}
+
+
+def pair_budget(name: str, *, quick: bool) -> dict:
+    """The run options of `audit --pair NAME`: the pair's models and its budget."""
+    from specaudit.models._named import NAMED_PAIRS
+
+    if name not in NAMED_PAIRS:
+        raise InputError(f"--pair {name!r} is not a named pair; the named pairs are: {', '.join(NAMED_PAIRS)} (`specaudit models list`)")
+    target, draft = NAMED_PAIRS[name]
+    return {**(PAIR_QUICK_BUDGET if quick else PAIR_BUDGET), "target": target, "draft": draft}
 
 
 @dataclass(frozen=True)

@@ -100,3 +100,25 @@ def test_bad_config_file_values_are_one_sentence_naming_field_and_value(tmp_path
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
     assert "Traceback" not in err and err.count("specaudit: error:") == 1 and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--pair", "qwen9"], "--pair 'qwen9' is not a named pair; the named pairs are: qwen2.5-coder"),
+        (["--pair", "qwen2.5-coder", "--draft", "ngram"], "--pair names both models; drop --draft, or --pair"),
+    ],
+)
+def test_a_bad_pair_audit_is_one_sentence_before_anything_is_fetched(tmp_path, flags, message, capsys):
+    code = main(["audit", *flags, "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_pair_audit_is_the_pairs_models_under_llama_cpp_over_five_dimensions():
+    from specaudit.audit import PAIR_DIMENSIONS, pair_budget
+
+    full, quick = pair_budget("qwen2.5-coder", quick=False), pair_budget("qwen2.5-coder", quick=True)
+    assert (full["target"], full["draft"], full["engines"]) == ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", ("llama-cpp",))
+    assert full["dimensions"] == PAIR_DIMENSIONS and quick["dimensions"] == ("language",)

@@ -2,12 +2,15 @@
 requests in flight when each ran, `--engines llama-server`) is judged per level.
 
 - Equivalence per level: the whole battery (analysis.equivalence.equivalence_section) on each
-  level's records alone, at alpha / (number of levels), so a sampler that is right one request at a time and wrong in a batch
+  level's records alone, so a sampler that is right one request at a time and wrong in a batch
   fails at the level where it breaks, and the run's equivalence fails naming that level.
 - Independence per level: outputs made at each level above the lowest agree no more than those
-  made at the lowest (stats.equivalence.independence, a permutation test per engine at
-  alpha / levels / engines); a server that shares random numbers across a batch fails it at the
-  level where requests run together, though each output alone follows the target.
+  made at the lowest (stats.equivalence.independence, a permutation test per engine); a server
+  that shares random numbers across a batch fails it at the level where requests run together,
+  though each output alone follows the target.
+- The run's equivalence fails when the pooled battery, any level's battery or any independence
+  test fails, so alpha is split across those three families (`split_alpha`, Bonferroni): the
+  rate a correct server is failed at stays at most alpha.
 - Acceptance, latency and throughput per group x level: the speculative records' pooled acceptance
   (accepted / proposed, from the server's own per-request counts), mean time to first token,
   mean per-token latency and the paired speed-up (vanilla wall / speculative wall of the same
@@ -20,6 +23,7 @@ requests in flight when each ran, `--engines llama-server`) is judged per level.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,6 +43,25 @@ MIN_PROMPTS_FOR_INTERVAL = 5
 
 def levels_of(records: list[dict]) -> list[int]:
     return sorted({int(r["concurrency"]) for r in records if r.get("concurrency") is not None})
+
+
+@dataclass(frozen=True)
+class AlphaSplit:
+    """The level each family of a multi-level run's equivalence decision is judged at."""
+
+    pooled: float  # the battery on every record (analysis.equivalence)
+    level: float  # the battery on one level's records
+    independence: float  # one level's independence tests, split again over the engines tested
+
+
+def split_alpha(alpha: float, levels: list[int]) -> AlphaSplit:
+    """Bonferroni over the three families, then over the levels inside each. At one level the
+    level's battery is the pooled one on the same records and there is no independence test, so
+    alpha is not split."""
+    if len(levels) < 2:
+        return AlphaSplit(pooled=alpha, level=alpha, independence=alpha)
+    family = alpha / 3
+    return AlphaSplit(pooled=family, level=family / len(levels), independence=family / (len(levels) - 1))
 
 
 def _interval(values_by_prompt: dict[str, tuple[float, float]], n_boot: int, seed: int) -> dict | None:
@@ -128,9 +151,7 @@ def concurrency_section(
     levels = levels_of(records)
     if not levels:
         return None
-    # Each level is judged at alpha / levels (Bonferroni): the run fails when any level fails, so
-    # without it a correct server would fail L times as often as the pooled battery alone.
-    level_alpha = alpha / len(levels)
+    split = split_alpha(alpha, levels)  # `alpha` is the run's; the pooled battery was judged at split.pooled
     batteries: dict[str, EquivalenceSection] = {}
     independence: dict[str, dict[str, dict[str, Any]]] = {}
     groups: dict[str, dict[str, dict[str, Any]]] = {}
@@ -139,7 +160,7 @@ def concurrency_section(
     for level in levels:
         subset = [r for r in records if r.get("concurrency") == level]
         if equivalence:
-            result, _ = equivalence_section(subset, pair, alpha=level_alpha, delta=delta, dimensions=dimensions, seed=seed)
+            result, _ = equivalence_section(subset, pair, alpha=split.level, delta=delta, dimensions=dimensions, seed=seed)
             batteries[str(level)] = EquivalenceSection(
                 status=result.status,
                 engines={name: EngineEquivalence(verdict=e.verdict, status=e.status) for name, e in result.engines.items()},
@@ -150,7 +171,7 @@ def concurrency_section(
             elif result.status == CheckStatus.FAIL:
                 failed.append(level)
             if level != levels[0]:
-                found = _independence(records, level, levels[0], level_alpha, seed)
+                found = _independence(records, level, levels[0], split.independence, seed)
                 independence[str(level)] = found
                 for engine, test in found.items():
                     if test["verdict"] == CheckStatus.FAIL:
@@ -169,7 +190,9 @@ def concurrency_section(
     message = _message(levels, failed, control_failed, dependent)
     return ConcurrencySection(
         levels=levels,
-        level_alpha=level_alpha,
+        pooled_alpha=split.pooled,
+        level_alpha=split.level,
+        independence_alpha=split.independence,
         equivalence=batteries,
         independence=independence,
         groups=groups,
@@ -230,4 +253,4 @@ def _independence(records: list[dict], level: int, baseline: int, alpha: float, 
     return found
 
 
-__all__ = ["concurrency_section", "group_metrics", "levels_of"]
+__all__ = ["AlphaSplit", "concurrency_section", "group_metrics", "levels_of", "split_alpha"]

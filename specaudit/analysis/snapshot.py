@@ -11,6 +11,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from specaudit._files import check_output_paths, json_clean, write_json_atomic
+from specaudit.analysis.concurrency import levels_of, split_alpha
 from specaudit.analysis.equivalence import equivalence_section, server_scored
 from specaudit.config import AnalysisSettings
 from specaudit.contracts.engines import ENGINES, resolve
@@ -204,8 +205,10 @@ def analyze(
         # would cost as much as the screen).
         judged = [r for r in judged_records if r["engine"] != SCREEN_ENGINE] if len(run.engines) > 1 else judged_records
         judged_dims = [d for d in dims if any(d in r.get("attributes", {}) for r in judged)]  # the subset may miss some
+        # A run at several concurrency levels is also judged per level (below): alpha is split
+        pooled_alpha = split_alpha(alpha, levels_of(judged_records)).pooled
         section, scores = equivalence_section(
-            judged, pair, alpha=alpha, delta=delta, dimensions=judged_dims, seed=seed, plant_disparity=config.get("plant_disparity")
+            judged, pair, alpha=pooled_alpha, delta=delta, dimensions=judged_dims, seed=seed, plant_disparity=config.get("plant_disparity")
         )
         if distrusted:
             note = "the server's logprobs failed parity (logprob_parity), so the outputs were scored with the local target instead"

@@ -274,6 +274,11 @@ def add_audit(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("audit", help="run -> analyze -> report -> gate in one command (default: the embedded pair on core)")
     add_audit_options(p)
     p.add_argument(
+        "--pair",
+        help="a named real draft/target pair (qwen2.5-coder): its models under llama.cpp over five dimensions, fetched on "
+        "first use; with --quick, the language dimension (docs/real-pair.md)",
+    )
+    p.add_argument(
         "--sampling",
         nargs="+",
         metavar="SETTING",
@@ -303,13 +308,18 @@ def _sampling_settings(args: argparse.Namespace, run_options: dict, source: str)
 
 
 def run_audit(args: argparse.Namespace) -> AuditResult | SettingsAuditResult:
-    from specaudit.audit import DEFAULT_BUDGET, QUICK_BUDGET, audit, default_run_id
+    from specaudit.audit import DEFAULT_BUDGET, QUICK_BUDGET, audit, default_run_id, pair_budget
     from specaudit.config import run_config_from
 
     run_options, analysis_options, gate_options, source = _config_file_sections(args)
     out = args.out or run_options.pop("out", None)
     specs = _sampling_settings(args, run_options, source)
     budget = QUICK_BUDGET if args.quick else DEFAULT_BUDGET
+    if getattr(args, "pair", None):
+        given = [flag for flag in ("target", "draft") if getattr(args, flag, None) or flag in run_options]
+        if given:
+            raise InputError(f"--pair names both models; drop {' and '.join('--' + g for g in given)}, or --pair")
+        budget = pair_budget(args.pair, quick=args.quick)
     cfg = _with_concurrency(
         args, lambda extra: run_config_from({**budget, **run_options, **_flag_options(args), **extra}, source), run_options
     )

@@ -215,7 +215,11 @@ class ConcurrencySection(_Section):
     and the independence test per level, metrics per group x level, the crossover per group."""
 
     levels: list[int]
+    # analysis.concurrency.split_alpha: alpha split over the pooled battery, the levels' batteries
+    # and the independence tests (each level's, split again over its engines)
+    pooled_alpha: float | None = None  # None in snapshots written before the split
     level_alpha: float
+    independence_alpha: float | None = None
     equivalence: dict[str, EquivalenceSection] = {}  # level -> the battery's status and verdicts there
     independence: dict[str, dict[str, dict[str, Any]]] = {}  # level -> engine -> the permutation test
     groups: dict[str, Any] = {}  # dimension -> group -> level -> metrics (analysis.concurrency.group_metrics)

@@ -31,21 +31,22 @@ from specaudit.errors import InputError
 from specaudit.mitigate._options import check_options
 from specaudit.mitigate._reaudit import REAUDIT_FOLDER, compare_groups, equivalence_check
 from specaudit.mitigate._report import before_after_markdown, training_card_markdown
-from specaudit.mitigate._routing import audit_evidence, reaudit_policies
+from specaudit.mitigate._routing import Decode, audit_evidence, reaudit_policies, torch_decoder
 from specaudit.mitigate._run_folder import attach_texts, choose_dimension, group_alphas, prompts_from_run, read_run, split_by_pair
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from specaudit.decoding import SamplingSpec
     from specaudit.mitigate._acceptance import TargetSample
     from specaudit.mitigate._distil import DistilResult
-    from specaudit.models import ModelPair, NgramDraft
+    from specaudit.models import ModelPair
     from specaudit.prompts import Prompt
 
 # Budgets: the demonstration one fits about 15 minutes of a 2-core CPU on the default pair.
 DEMO_BUDGET = {"samples": 2, "max_new_tokens": 32, "steps": 60, "batch_size": 4, "equivalence_prompts": 4, "timing_prompts": 3}
 QUICK_BUDGET = {"samples": 1, "max_new_tokens": 16, "steps": 20, "batch_size": 4, "equivalence_prompts": 2, "timing_prompts": 2}
+LLAMA_CPP_BACKEND = "llama-cpp"
+LLAMA_CPP_NOT_TRAINED = "a GGUF draft decoded by llama.cpp: quantised weights, which distillation in torch cannot train in place"
 # Derived drafts that distillation cannot improve, and why (the one line mitigate prints for them).
 UNTRAINABLE_DRAFTS = {
     "ngram": "a prompt-lookup table with no weights",
@@ -138,6 +139,14 @@ def mitigate(
             f"--draft to fit policies for the run's draft {run_draft!r} without training"
         )
     not_trained = UNTRAINABLE_DRAFTS.get(draft_name)
+    llama_cpp_run = manifest.get("backend") == LLAMA_CPP_BACKEND
+    if llama_cpp_run:
+        if draft is not None and draft != run_draft:
+            raise InputError(
+                f"{run_dir} was decoded by llama.cpp: mitigate fits policies for its own draft {run_draft!r} there; "
+                "omit --draft (training a draft needs an audit with specaudit's engines)"
+            )
+        not_trained = LLAMA_CPP_NOT_TRAINED
     if not_trained and per_group is not None:
         raise InputError(
             f"--per-group needs a trainable draft: without training the policies are fitted on the audit's own prompts, "
@@ -156,21 +165,13 @@ def mitigate(
     prompts = prompts_from_run(records)
     if per_group is None:  # a split that cannot work fails before any model loads
         split_by_pair(prompts, held_out, seed, dimensions)
-    pair = load_pair(config.get("target", "default"), draft_name, device=device)
-    if not not_trained and dst.untrainable_reason(pair.draft):
-        if draft is not None and draft != run_draft or per_group is not None:
-            dst.trainable_layers(pair.draft, train_layers)  # raises: the draft asked for cannot be trained
-        not_trained = dst.untrainable_reason(pair.draft)
-    if not not_trained:
-        dst.trainable_layers(pair.draft, train_layers)  # an impossible --train-layers fails before any sampling
-    eos_ids = eos_token_ids(pair)
-    pad_id = pad_token_id(pair, eos_ids)
-    if not_trained:
-        train_ids, held_ids = split_by_pair(prompts, held_out, seed, dimensions)
+    if llama_cpp_run:
+        from specaudit.engines.llama_cpp.client import run_decoder
         from specaudit.execution.records import RECORDS_FILE, read_records
 
+        train_ids, held_ids = split_by_pair(prompts, held_out, seed, dimensions)
         return _policies_only(
-            pair,
+            Timing(run_decoder(manifest, max_new_tokens=int(budget["max_new_tokens"])), "the run's llama.cpp engines"),
             read_records(run_dir / RECORDS_FILE),
             prompts,
             train_ids,
@@ -184,8 +185,39 @@ def mitigate(
             config=config,
             budget=budget,
             run_k=run_k,
-            spec=spec,
-            eos_ids=eos_ids,
+            seed=seed,
+            progress=progress,
+            started=started,
+        )
+    pair = load_pair(config.get("target", "default"), draft_name, device=device)
+    if not not_trained and dst.untrainable_reason(pair.draft):
+        if draft is not None and draft != run_draft or per_group is not None:
+            dst.trainable_layers(pair.draft, train_layers)  # raises: the draft asked for cannot be trained
+        not_trained = dst.untrainable_reason(pair.draft)
+    if not not_trained:
+        dst.trainable_layers(pair.draft, train_layers)  # an impossible --train-layers fails before any sampling
+    eos_ids = eos_token_ids(pair)
+    pad_id = pad_token_id(pair, eos_ids)
+    if not_trained:
+        train_ids, held_ids = split_by_pair(prompts, held_out, seed, dimensions)
+        from specaudit.execution.records import RECORDS_FILE, read_records
+
+        max_new = int(budget["max_new_tokens"])
+        return _policies_only(
+            Timing(torch_decoder(pair, pair.draft, spec=spec, eos_ids=eos_ids, max_new_tokens=max_new), "specaudit's engines", pair),
+            read_records(run_dir / RECORDS_FILE),
+            prompts,
+            train_ids,
+            held_ids,
+            note=f"draft {draft_name!r} was not trained ({not_trained}); policies fitted and re-audited without training",
+            run_dir=run_dir,
+            out_dir=out_dir,
+            draft_name=draft_name,
+            dimension=dimension,
+            worst_group=worst_group,
+            config=config,
+            budget=budget,
+            run_k=run_k,
             seed=seed,
             progress=progress,
             started=started,
@@ -267,7 +299,11 @@ def mitigate(
             "policy": 1.0 if fitted["route_to_vanilla"] else float(pol.expected_speedup(held_alpha, fitted["k"], cost["cost_ratio"])),
         }
         policies[group] = fitted
-    policy_reaudit = _time_policies(pair, main_draft.draft, prompts, held_groups, policies, budget, run_k, spec, eos_ids, seed, progress)
+    timing = Timing(
+        torch_decoder(pair, main_draft.draft, spec=spec, eos_ids=eos_ids, max_new_tokens=int(budget["max_new_tokens"])),
+        "specaudit's engines",
+    )
+    policy_reaudit = _time_policies(timing, prompts, held_groups, policies, budget, run_k, seed, progress)
 
     parent = out_dir.parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -315,16 +351,23 @@ def mitigate(
     return MitigationResult(out_dir, summary, {k: out_dir / v.relative_to(work) for k, v in files.items()})
 
 
+@dataclass(frozen=True)
+class Timing:
+    """How the policy re-audit decodes: the audit's own engines as one timed decoding (and, for
+    specaudit's engines, the pair, to measure a cost ratio the audit's records lack)."""
+
+    decode: Decode
+    engines: str
+    pair: ModelPair | None = None
+
+
 def _time_policies(
-    pair: ModelPair,
-    draft: torch.nn.Module | NgramDraft | None,
+    timing: Timing,
     prompts: dict[str, Prompt],
     held_groups: dict[str, list[str]],
     policies: dict[str, dict],
     budget: dict[str, Any],
     run_k: int,
-    spec: SamplingSpec,
-    eos_ids: set[int],
     seed: int,
     progress: bool,
 ) -> dict:
@@ -334,22 +377,13 @@ def _time_policies(
         return {"status": "not run", "reason": "--timing-prompts 0"}
     timed = {g: [prompts[p] for p in ids[:count]] for g, ids in held_groups.items()}
     result = reaudit_policies(
-        pair,
-        draft,
-        timed,
-        policies,
-        run_k=run_k,
-        spec=spec,
-        eos_ids=eos_ids,
-        max_new_tokens=int(budget["max_new_tokens"]),
-        seed=seed,
-        progress=progress,
+        timing.decode, timed, policies, run_k=run_k, max_new_tokens=int(budget["max_new_tokens"]), seed=seed, progress=progress
     )
-    return {"status": "run", **result}
+    return {"status": "run", "engines": timing.engines, **result}
 
 
 def _policies_only(
-    pair: ModelPair,
+    timing: Timing,
     records: list[dict],
     prompts: dict[str, Prompt],
     train_ids: list[str],
@@ -364,8 +398,6 @@ def _policies_only(
     config: dict,
     budget: dict[str, Any],
     run_k: int,
-    spec: SamplingSpec,
-    eos_ids: set[int],
     seed: int,
     progress: bool,
     started: float,
@@ -375,7 +407,8 @@ def _policies_only(
     group_of = {pid: prompts[pid].attributes.get(dimension) for pid in prompts}
     evidence = audit_evidence(records, train_ids, group_of, seed)  # timing-only repeats included: they are timings
     cost = {"cost_ratio": evidence["cost_ratio"], "source": evidence["cost_source"]}
-    if not np.isfinite(cost["cost_ratio"]) and isinstance(pair.draft, torch.nn.Module):
+    pair = timing.pair
+    if not np.isfinite(cost["cost_ratio"]) and pair is not None and isinstance(pair.draft, torch.nn.Module):
         cost = {**pol.measure_cost_ratio(pair.target, pair.draft, prompts[held_ids[0]].ids), "source": "measured here (measure_cost_ratio)"}
     held_groups = {}
     for pid in held_ids:
@@ -387,7 +420,7 @@ def _policies_only(
         fit = evidence["groups"].get(group) or {}
         policies[group] = pol.group_policy(fit.get("alpha", float("nan")), cost["cost_ratio"], run_k, fit.get("speedup_run_k"))
         policies[group]["fit_prompts"] = fit.get("n_prompts", 0)
-    policy_reaudit = _time_policies(pair, pair.draft, prompts, held_groups, policies, budget, run_k, spec, eos_ids, seed, progress)
+    policy_reaudit = _time_policies(timing, prompts, held_groups, policies, budget, run_k, seed, progress)
     summary = {
         "kind": "specaudit.before_after",
         "source_run": str(run_dir),

@@ -63,8 +63,9 @@ def policy_reaudit_markdown(summary: dict) -> list[str]:
     lines = ["", "## Policies re-audited on held-out prompts (timed here)", ""]
     if reaudit.get("status") != "run":
         return [*lines, f"Not run: {reaudit.get('reason', 'no timing')}.", ""]
+    engines = reaudit.get("engines", "specaudit's engines")
     lines += [
-        f"Method: {reaudit['method']}. Run k = {reaudit['run_k']}, up to {reaudit['max_new_tokens']} new tokens.",
+        f"Method: {reaudit['method']}. Decoded by {engines}; run k = {reaudit['run_k']}, up to {reaudit['max_new_tokens']} new tokens.",
         "",
         "| group | policy | held-out prompts | speed-up without policy (run k) | speed-up with policy | with / without |",
         "|---|---|---|---|---|---|",

@@ -23,6 +23,7 @@ policy over that. Intervals: 95% prompt bootstrap.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -100,15 +101,38 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
 
 
 # ------------------------------------------------------------------ re-audit on held-out prompts
+# One timed decoding of a prompt: (prompt token ids, k, seed) -> (wall seconds, output tokens),
+# plain decoding at k = 0. The audit's own engines supply it: torch (torch_decoder) or llama.cpp
+# (specaudit.engines.llama_cpp.client.run_decoder), so policies are re-audited where they were fitted.
+Decode = Callable[[list[int], int, int], tuple[float, int]]
+
+
+def torch_decoder(
+    pair: ModelPair, draft: torch.nn.Module | NgramDraft | None, *, spec: SamplingSpec, eos_ids: set[int], max_new_tokens: int
+) -> Decode:
+    """specaudit's own plain and speculative engines on `pair` with `draft`."""
+    import torch
+
+    from specaudit.decoding import speculative_generate, vanilla_generate
+
+    def decode(prompt_ids: list[int], k: int, seed: int) -> tuple[float, int]:
+        generator = torch.Generator(device=pair.device).manual_seed(seed)
+        common = dict(spec=spec, max_new_tokens=max_new_tokens, generator=generator, eos_ids=eos_ids, vocab_size=pair.vocab_size)
+        if k == 0:
+            out = vanilla_generate(pair.target, prompt_ids, **common)
+        else:
+            out = speculative_generate(pair.target, draft, prompt_ids, k=k, **common)
+        return out.wall_s, len(out.tokens)
+
+    return decode
+
+
 def reaudit_policies(
-    pair: ModelPair,
-    draft: torch.nn.Module | NgramDraft | None,
+    decode: Decode,
     held_groups: dict[str, list[Prompt]],
     policies: dict[str, dict],
     *,
     run_k: int,
-    spec: SamplingSpec,
-    eos_ids: set[int],
     max_new_tokens: int,
     seed: int,
     progress: bool = False,
@@ -116,10 +140,8 @@ def reaudit_policies(
     """Time plain decoding, speculation at the run's k, and speculation at each speculating
     group's policy k on the held-out prompts; per group and overall, the speed-up without and
     with the policy and the policy's gain (time without / time with), with intervals."""
-    import torch
     from tqdm.auto import tqdm
 
-    from specaudit.decoding import speculative_generate, vanilla_generate
     from specaudit.execution.plan import derive_seed
 
     jobs = [(g, p) for g, prompts in held_groups.items() for p in prompts]
@@ -135,14 +157,9 @@ def reaudit_policies(
             order = order[index % len(order) :] + order[: index % len(order)]  # rotate: no way always runs first
             times = {}
             for way in order:
-                generator = torch.Generator(device=pair.device).manual_seed(derive_seed(seed, prompt.id, 0))
-                common = dict(spec=spec, max_new_tokens=max_new_tokens, generator=generator, eos_ids=eos_ids, vocab_size=pair.vocab_size)
-                if way == "vanilla":
-                    out = vanilla_generate(pair.target, prompt.ids, **common)
-                else:
-                    out = speculative_generate(pair.target, draft, prompt.ids, k=ways[way], **common)
-                times[way] = out.wall_s / max(len(out.tokens), 1)
-                tokens_total[way] += len(out.tokens)
+                wall, tokens = decode(prompt.ids, ways[way], derive_seed(seed, prompt.id, 0))
+                times[way] = wall / max(tokens, 1)
+                tokens_total[way] += tokens
             per_token[prompt.id] = times
             bar.update(1)
 

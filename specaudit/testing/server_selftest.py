@@ -112,6 +112,7 @@ def server_audit(
         "findings": found,
         "gate": {check.name: str(check.status) for check in evaluate_gate(snapshot).checks},
         "caught": bug.caught_by in found if bug.caught_by else bool(found),
+        "pooled_alpha": snapshot["equivalence"].get("alpha"),  # the run's alpha split over its families
         "tokens": snapshot["run"]["n_output_tokens"],
         "run_seconds": ran,
         "seconds": seconds,

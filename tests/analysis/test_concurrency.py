@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from specaudit.analysis.concurrency import concurrency_section, group_metrics
+from specaudit.analysis.concurrency import concurrency_section, group_metrics, split_alpha
 from specaudit.analysis.snapshot import judge_by_level
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection
@@ -68,11 +68,24 @@ def test_a_sampler_wrong_only_in_a_batch_fails_at_that_level(tiny_pair, batched_
     section = concurrency_section(
         batched_only_bug, tiny_pair, alpha=0.05, delta=0.05, dimensions=["group"], seed=0, n_boot=200, equivalence=True
     )
-    assert section.levels == [1, 2] and section.level_alpha == 0.025
+    assert section.levels == [1, 2]
+    assert (section.pooled_alpha, section.level_alpha, section.independence_alpha) == pytest.approx((0.05 / 3, 0.05 / 6, 0.05 / 3))
     assert section.equivalence["1"].status == CheckStatus.PASS
     assert section.equivalence["2"].status == CheckStatus.FAIL
     assert section.failed_levels == [2] and section.control_failed_levels == []
     assert "equivalence fails at concurrency 2 of 1, 2" in section.message
+
+
+def test_alpha_is_split_over_the_three_families_and_their_levels():
+    # Bonferroni: the pooled battery, every level's battery and every level's independence tests
+    # together spend alpha, so a correct server is failed at most alpha of the time
+    for levels in ([1, 4], [1, 4, 16], [2, 8, 32, 64]):
+        split = split_alpha(0.05, levels)
+        spent = split.pooled + len(levels) * split.level + (len(levels) - 1) * split.independence
+        assert spent == pytest.approx(0.05)
+    one = split_alpha(0.05, [4])  # one level: the level's battery is the pooled one, nothing to split
+    assert (one.pooled, one.level) == (0.05, 0.05)
+    assert split_alpha(0.05, []).pooled == 0.05  # a run without levels: the pooled battery alone
 
 
 def test_a_failed_level_fails_the_runs_equivalence_naming_it(tiny_pair, batched_only_bug):

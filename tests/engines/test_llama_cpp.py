@@ -181,6 +181,7 @@ def test_records_seeds_and_acceptance_bookkeeping(tmp_path, tiny_prompts_file):
             assert record["accepted"] == sum(record["accepted_per_step"]) <= record["proposed"] == sum(record["proposed_per_step"])
         else:
             assert record["steps"] == n and record["proposed"] == 0
+        assert "position_beta" not in record  # prompt lookup has no draft distribution to compare
     assert run(_config(tiny_prompts_file), out, progress=False).written == 0  # resumes
 
 
@@ -214,6 +215,10 @@ def test_a_gguf_draft_that_is_the_target_is_accepted_under_greedy(tmp_path, tiny
     speculative = [r for r in read_records(out / "records.jsonl") if r["engine"] == "speculative"]
     proposed, accepted = sum(r["proposed"] for r in speculative), sum(r["accepted"] for r in speculative)
     assert proposed > 0 and accepted / proposed > 0.8  # the target drafting for itself is (up to batch numerics) always right
+    # β = Σ min(p, q) at each output position, p and q teacher-forced by llama.cpp along the record:
+    # what rejection sampling would accept; 1 where the draft is the target (greedy: the argmaxes agree)
+    for record in speculative:
+        assert record["position_beta"] == [1.0] * len(record["output_token_ids"])
 
 
 @needs_llama_cpp

@@ -3,10 +3,12 @@ policies fitted on the audit's records, re-audited by timing held-out prompts, n
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
 
+from specaudit.errors import InputError
 from specaudit.mitigate import group_policy, mitigate
 
 TEXTS = [
@@ -21,7 +23,7 @@ TEXTS = [
 ]
 
 
-def _audit(root, target, draft: str, engines: tuple[str, ...]):
+def _audit(root, target, draft: str, engines: tuple[str, ...], **options):
     """An analysed run of 8 parallel pairs in two groups on the tiny target (no equivalence)."""
     from specaudit.analysis import analyze
     from specaudit.config import RunConfig
@@ -50,6 +52,7 @@ def _audit(root, target, draft: str, engines: tuple[str, ...]):
         warmup=0,
         engines=engines,
         dimensions=("case", "topic"),
+        **options,
     )
     with pytest.warns(UserWarning):  # groups below the prompt set's minimum size
         run(cfg, root / "run", progress=False)
@@ -161,3 +164,26 @@ def test_untrainable_bad_inputs_exit_2_with_one_sentence(screened_int8_run, tmp_
         assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
         assert not args[2].exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o")]
+
+
+HAVE_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
+
+
+@pytest.mark.skipif(not HAVE_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install specaudit[llama-cpp])")
+def test_a_llama_cpp_audit_gets_policies_re_audited_by_its_own_engines(tmp_path):
+    # a GGUF draft decoded by llama.cpp is not trained; the policies are timed with llama.cpp's
+    # engines at the run's settings, the draft proposing each policy's k
+    from specaudit.models._loading import embedded_gguf_path
+
+    gguf = embedded_gguf_path()
+    run_dir = _audit(tmp_path, gguf, str(gguf), ("llama-cpp",), temperature=0.0)
+    result = mitigate(run_dir, tmp_path / "out", quick=True, dimension="case", progress=False)
+    summary = result.summary
+    assert summary["trained"] is False and "llama.cpp" in summary["not_trained"]
+    assert summary["policy_fit"]["speed_source"] == "measured (engines)"
+    reaudit = summary["policy_reaudit"]
+    assert reaudit["status"] == "run" and reaudit["engines"] == "the run's llama.cpp engines"
+    assert set(reaudit["groups"]) == {"lower", "upper", "(overall)"} and reaudit["tokens"]["vanilla"] > 0
+    assert reaudit["tokens"]["run_k"] > 0 and result.files["report"].is_file()
+    with pytest.raises(InputError, match="decoded by llama.cpp: mitigate fits policies for its own draft"):
+        mitigate(run_dir, tmp_path / "out2", draft="early-exit:2", quick=True, progress=False)

@@ -98,6 +98,7 @@ def test_each_server_mutant_is_caught_and_named(name, tiny_pair, request):
     expected = SERVER_MUTANTS[name].caught_by
     if expected is None:
         assert audit["findings"] == []  # the correct server: nothing found
+        assert audit["pooled_alpha"] == pytest.approx(0.05 / 3)  # two levels: alpha split over three families
     else:
         assert expected in audit["findings"], audit["findings"]
     # the gate says it too: wrong logprobs FAIL, lost acceptance WARNs (the output is right)

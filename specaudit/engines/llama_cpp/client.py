@@ -42,7 +42,7 @@ from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from types import ModuleType
     from typing import Self
 
@@ -383,6 +383,32 @@ def generate(engines: Engines, engine: str, prompt_ids: list[int], sampler: dict
     )
 
 
+def path_beta(engines: Engines, prompt_ids: list[int], tokens: list[int], spec: SamplingSpec) -> list[float] | None:
+    """β_t = Σ_x min(p_t(x), q_t(x)) at each output position of a record: what rejection sampling
+    would accept there (the portable α), with p the target's and q the draft GGUF's distribution,
+    both teacher-forced by llama.cpp over prompt + output and warped with the run's setting. This
+    engine's own rule accepts less (a greedy draft kept while the target's draw equals it: the
+    record's accepted/proposed), so records carry both. None for the n-gram draft (it has no q).
+    Run after the generation, outside its timing."""
+    import torch
+
+    from specaudit.decoding.warping import warp
+    from specaudit.stats.acceptance import position_acceptance
+
+    draft = engines.draft.inner
+    if not isinstance(draft, GgufDraft) or not tokens:
+        return None
+    ids, first = [*prompt_ids, *tokens[:-1]], len(prompt_ids) - 1  # logits at `first` predict output token 0
+    probs = []
+    for llm in (engines.speculative, draft.model):  # both keep every position's logits (logits_all)
+        llm.reset()
+        llm.eval(ids)
+        logits = torch.from_numpy(np.array(llm.scores[first : first + len(tokens)], dtype=np.float64))
+        probs.append(warp(logits, spec))  # float64: a float32 softmax over 151,936 tokens sums to 1 ± 1e-5
+    beta, _ = position_acceptance(probs[0], probs[1], torch.tensor(tokens))
+    return [float(b) for b in beta]
+
+
 def _system_info(llama_cpp: ModuleType) -> str | None:
     try:
         return llama_cpp.llama_print_system_info().decode()
@@ -454,12 +480,8 @@ class ScoringPair:
     draft_is_model: bool = False
 
 
-def scoring_pair(manifest: dict, device: str | None = None) -> ScoringPair:
-    """The scoring pair of a llama.cpp run folder: its target GGUF (checked against the sha256
-    the manifest recorded) and its tokenizer."""
-    import torch
-
-    from specaudit.models import load_tokenizer
+def _run_target(manifest: dict, use: str) -> Path:
+    """The target GGUF of a llama.cpp run folder, checked against the sha256 its manifest recorded."""
     from specaudit.models._loading import file_sha256
 
     config = manifest.get("config") or {}
@@ -467,9 +489,43 @@ def scoring_pair(manifest: dict, device: str | None = None) -> ScoringPair:
     path = gguf_file(str(config.get("target", "default")))
     if target_entry.get("gguf_sha256") and file_sha256(path) != target_entry["gguf_sha256"]:
         raise InputError(
-            f"{str(path)!r} is not the GGUF file this run decoded with (its sha256 differs from the manifest's); "
-            "score the run with the same file"
+            f"{str(path)!r} is not the GGUF file this run decoded with (its sha256 differs from the manifest's); {use} with the same file"
         )
+    return path
+
+
+def run_decoder(manifest: dict, *, max_new_tokens: int) -> Callable[[list[int], int, int], tuple[float, int]]:
+    """The plain and speculative engines of a llama.cpp run folder, with its settings, as one timed
+    decoding (prompt ids, k, seed) -> (wall seconds, output tokens), plain at k = 0 and with the
+    run's draft proposing k tokens otherwise (mitigate's policy re-audit times the run's engines)."""
+    from specaudit.config import RunConfig
+
+    cfg = RunConfig(**(manifest.get("config") or {}))
+    engines = load_engines(cfg, _run_target(manifest, "re-audit the run"), (manifest.get("llama_cpp") or {})["settings"])
+    sampler = sampler_settings(cfg.sampling)
+
+    def decode(prompt_ids: list[int], k: int, seed: int) -> tuple[float, int]:
+        draft = engines.draft.inner
+        if isinstance(draft, GgufDraft):
+            draft.k = k
+        else:  # the binding's prompt lookup
+            draft.num_pred_tokens = k
+        engine = CONTROL_ENGINE if k == 0 else "speculative"
+        generation = generate(engines, engine, prompt_ids, sampler, seed, max_new_tokens, k)
+        return generation.wall_s, len(generation.tokens)
+
+    return decode
+
+
+def scoring_pair(manifest: dict, device: str | None = None) -> ScoringPair:
+    """The scoring pair of a llama.cpp run folder: its target GGUF (checked against the sha256
+    the manifest recorded) and its tokenizer."""
+    import torch
+
+    from specaudit.models import load_tokenizer
+
+    config = manifest.get("config") or {}
+    path = _run_target(manifest, "score the run")
     settings = (manifest.get("llama_cpp") or {}).get("settings") or {}
     target = LlamaCppLogits(path, n_ctx=int(settings.get("n_ctx", DEFAULT_CONTEXT)), n_threads=int(settings.get("n_threads", 1)))
     return ScoringPair(
@@ -487,6 +543,8 @@ __all__ = [
     "ObservedDraft",
     "acceptance_per_step",
     "check_draft_vocabulary",
+    "path_beta",
+    "run_decoder",
     "gguf_file",
     "sampler_settings",
     "scoring_pair",

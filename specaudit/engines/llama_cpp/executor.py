@@ -21,6 +21,7 @@ from specaudit.engines.llama_cpp.client import (
     import_llama_cpp,
     llama_seed,
     load_engines,
+    path_beta,
     sampler_settings,
     sized_settings,
 )
@@ -103,11 +104,12 @@ class LlamaCppExecutor(Executor):
             prompt_ids = self.encoded[item.prompt.id]
             generation = generate(self.engines, item.engine, prompt_ids, self.sampler, seed, cfg.max_new_tokens, cfg.k)
             text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
-            record = make_record(cfg, item, seed, prompt_ids, generation, text)
-            emit(
-                record.with_extra(
-                    backend=BACKEND,
-                    llama_seed=llama_seed(seed),
-                    acceptance_source="none" if item.engine == CONTROL_ENGINE else "draft hook",
-                )
+            record = make_record(cfg, item, seed, prompt_ids, generation, text).with_extra(
+                backend=BACKEND,
+                llama_seed=llama_seed(seed),
+                acceptance_source="none" if item.engine == CONTROL_ENGINE else "draft hook",
             )
+            if item.engine != CONTROL_ENGINE and not item.timing_only:
+                beta = path_beta(self.engines, prompt_ids, generation.tokens, cfg.sampling)
+                record = record.with_extra(position_beta=beta) if beta is not None else record
+            emit(record)

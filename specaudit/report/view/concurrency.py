@@ -114,9 +114,24 @@ def concurrency_view(snapshot: Mapping[str, Any], ids: Ids | None = None) -> dic
         "stability": {"ran": bool(stability), "badge": badge(stability.get("status")), "message": stability.get("message") or ""},
         "message": section.get("message") or "",
         "equivalence": equivalence,
+        "alpha_split": _alpha_split_line(section),
         "rows": rows,
         "parity": {"ran": bool(parity), "badge": badge(parity.get("status")), "message": parity.get("message") or _parity_line(parity)},
     }
+
+
+def _alpha_split_line(section: Mapping[str, Any]) -> str:
+    """How the run's alpha was split over the families its equivalence decision combines (none
+    said for a snapshot written before the split, or a run at one level)."""
+    pooled, level, independence = (section.get(k) for k in ("pooled_alpha", "level_alpha", "independence_alpha"))
+    if pooled is None or len(section.get("levels") or []) < 2:
+        return ""
+    return (
+        f"The run's equivalence fails when the pooled battery, a level's battery or a level's independence test fails, so its "
+        f"alpha is split over the three (Bonferroni): the pooled battery at {pooled:.3g}, each level's battery at {level:.3g}, "
+        f"each level's independence tests at {independence:.3g} (split again over the engines). A correct server is failed at "
+        "most alpha of the time."
+    )
 
 
 def _parity_line(parity: Mapping[str, Any]) -> str:
@@ -140,6 +155,8 @@ def concurrency_markdown(view: Mapping[str, Any]) -> list[str]:
         lines += ["| level | equivalence |", "|---|---|"]
         lines += [f"| {e['level']} | {e['badge']['symbol']} {e['badge']['text']} |" for e in part["equivalence"]]
         lines.append("")
+    if part["alpha_split"]:
+        lines += [part["alpha_split"], ""]
     if part["rows"]:
         lines += [
             "| dimension | group | level | acceptance | speed-up | TTFT ms | tokens/s | crossover |",

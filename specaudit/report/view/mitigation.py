@@ -160,7 +160,7 @@ def _policy_reaudit(part: Mapping[str, Any]) -> dict[str, Any]:
         else {"text": "SLOWER", "css": "fail", "symbol": "↓", "key": "slower"}
         if slower
         else {"text": "NONE SLOWER", "css": "pass", "symbol": "✓", "key": "none-slower"},
-        "method": str(part.get("method") or ""),
+        "method": str(part.get("method") or "") + (f"; decoded by {part['engines']}" if part.get("engines") else ""),
     }
 
 
