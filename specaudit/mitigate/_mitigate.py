@@ -165,46 +165,28 @@ def mitigate(
     prompts = prompts_from_run(records)
     if per_group is None:  # a split that cannot work fails before any model loads
         split_by_pair(prompts, held_out, seed, dimensions)
-    if llama_cpp_run:
+    max_new = int(budget["max_new_tokens"])
+    if llama_cpp_run:  # timed by the run's own engines; no torch model is loaded
         from specaudit.engines.llama_cpp.client import run_decoder
-        from specaudit.execution.records import RECORDS_FILE, read_records
 
-        train_ids, held_ids = split_by_pair(prompts, held_out, seed, dimensions)
-        return _policies_only(
-            Timing(run_decoder(manifest, max_new_tokens=int(budget["max_new_tokens"])), "the run's llama.cpp engines"),
-            read_records(run_dir / RECORDS_FILE),
-            prompts,
-            train_ids,
-            held_ids,
-            note=f"draft {draft_name!r} was not trained ({not_trained}); policies fitted and re-audited without training",
-            run_dir=run_dir,
-            out_dir=out_dir,
-            draft_name=draft_name,
-            dimension=dimension,
-            worst_group=worst_group,
-            config=config,
-            budget=budget,
-            run_k=run_k,
-            seed=seed,
-            progress=progress,
-            started=started,
-        )
-    pair = load_pair(config.get("target", "default"), draft_name, device=device)
-    if not not_trained and dst.untrainable_reason(pair.draft):
-        if draft is not None and draft != run_draft or per_group is not None:
-            dst.trainable_layers(pair.draft, train_layers)  # raises: the draft asked for cannot be trained
-        not_trained = dst.untrainable_reason(pair.draft)
-    if not not_trained:
-        dst.trainable_layers(pair.draft, train_layers)  # an impossible --train-layers fails before any sampling
-    eos_ids = eos_token_ids(pair)
-    pad_id = pad_token_id(pair, eos_ids)
+        timing = Timing(run_decoder(manifest, max_new_tokens=max_new), "the run's llama.cpp engines")
+    else:
+        pair = load_pair(config.get("target", "default"), draft_name, device=device)
+        if not not_trained and dst.untrainable_reason(pair.draft):
+            if draft is not None and draft != run_draft or per_group is not None:
+                dst.trainable_layers(pair.draft, train_layers)  # raises: the draft asked for cannot be trained
+            not_trained = dst.untrainable_reason(pair.draft)
+        if not not_trained:
+            dst.trainable_layers(pair.draft, train_layers)  # an impossible --train-layers fails before any sampling
+        eos_ids = eos_token_ids(pair)
+        pad_id = pad_token_id(pair, eos_ids)
+        timing = Timing(torch_decoder(pair, pair.draft, spec=spec, eos_ids=eos_ids, max_new_tokens=max_new), "specaudit's engines", pair)
     if not_trained:
-        train_ids, held_ids = split_by_pair(prompts, held_out, seed, dimensions)
         from specaudit.execution.records import RECORDS_FILE, read_records
 
-        max_new = int(budget["max_new_tokens"])
+        train_ids, held_ids = split_by_pair(prompts, held_out, seed, dimensions)
         return _policies_only(
-            Timing(torch_decoder(pair, pair.draft, spec=spec, eos_ids=eos_ids, max_new_tokens=max_new), "specaudit's engines", pair),
+            timing,
             read_records(run_dir / RECORDS_FILE),
             prompts,
             train_ids,
@@ -406,7 +388,7 @@ def _policies_only(
     training prompts (any draft, screened audits included), re-audited by timing on held-out ones."""
     group_of = {pid: prompts[pid].attributes.get(dimension) for pid in prompts}
     evidence = audit_evidence(records, train_ids, group_of, seed)  # timing-only repeats included: they are timings
-    cost = {"cost_ratio": evidence["cost_ratio"], "source": evidence["cost_source"]}
+    cost = {"cost_ratio": evidence["cost_ratio"], "verify_cost": evidence["verify_cost"], "source": evidence["cost_source"]}
     pair = timing.pair
     if not np.isfinite(cost["cost_ratio"]) and pair is not None and isinstance(pair.draft, torch.nn.Module):
         cost = {**pol.measure_cost_ratio(pair.target, pair.draft, prompts[held_ids[0]].ids), "source": "measured here (measure_cost_ratio)"}
@@ -418,7 +400,9 @@ def _policies_only(
     policies = {}
     for group in held_groups:
         fit = evidence["groups"].get(group) or {}
-        policies[group] = pol.group_policy(fit.get("alpha", float("nan")), cost["cost_ratio"], run_k, fit.get("speedup_run_k"))
+        policies[group] = pol.group_policy(
+            fit.get("alpha", float("nan")), cost["cost_ratio"], run_k, fit.get("speedup_run_k"), verify_cost=cost.get("verify_cost", 1.0)
+        )
         policies[group]["fit_prompts"] = fit.get("n_prompts", 0)
     policy_reaudit = _time_policies(timing, prompts, held_groups, policies, budget, run_k, seed, progress)
     summary = {

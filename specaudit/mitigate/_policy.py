@@ -53,17 +53,19 @@ def measure_cost_ratio(target: torch.nn.Module, draft: torch.nn.Module, prompt_i
     }
 
 
-def group_policy(alpha: float, cost_ratio: float, run_k: int, measured: dict | None = None) -> dict:
+def group_policy(alpha: float, cost_ratio: float, run_k: int, measured: dict | None = None, verify_cost: float = 1.0) -> dict:
     """The k maximising a group's expected speed-up, whether to route it to plain decoding, and
-    the expected speed-up under the run's k, the best k, and the policy.
+    the expected speed-up under the run's k, the best k, and the policy. `cost_ratio` (c) and
+    `verify_cost` (v) are in units of one plain decoding step; v = 1 where verifying k + 1 tokens
+    costs what one does (a GPU), more on a CPU (measured at the run's k, taken for every k).
 
     `measured` is the group's speed-up at the run's k on the fitting prompts ({value, ci_low,
     ci_high}); it overrides the model where its interval excludes 1: a group measured slower
     than plain decoding is never sent to speculation, and one measured faster is never routed
     away from it on the model's word alone."""
     known = bool(np.isfinite(alpha) and np.isfinite(cost_ratio))
-    best_k, _ = best_draft_length(alpha, cost_ratio, K_MAX) if known else (0, float("nan"))
-    speedups = {k: float(expected_speedup(alpha, k, cost_ratio)) if known else float("nan") for k in range(1, K_MAX + 1)}
+    best_k, _ = best_draft_length(alpha, cost_ratio, K_MAX, verify_cost) if known else (0, float("nan"))
+    speedups = {k: float(expected_speedup(alpha, k, cost_ratio, verify_cost)) if known else float("nan") for k in range(1, K_MAX + 1)}
     argmax_k = max(speedups, key=lambda k: speedups[k] if np.isfinite(speedups[k]) else -1.0) if known else run_k
     low, high = ((measured or {}).get(key) for key in ("ci_low", "ci_high"))
     if high is not None and np.isfinite(high) and high < 1.0:
@@ -83,7 +85,9 @@ def group_policy(alpha: float, cost_ratio: float, run_k: int, measured: dict | N
         "route_to_vanilla": route,
         "reason": reason,
         "measured_speedup_fit": measured,
-        "expected_speedup_run_k": speedups.get(run_k, float(expected_speedup(alpha, run_k, cost_ratio)) if known else float("nan")),
+        "expected_speedup_run_k": speedups.get(
+            run_k, float(expected_speedup(alpha, run_k, cost_ratio, verify_cost)) if known else float("nan")
+        ),
         "expected_speedup_best_k": expected,
         "expected_speedup_policy": 1.0 if route else expected,
     }

@@ -97,7 +97,7 @@ def policies_only_markdown(summary: dict) -> str:
         "",
         f"Fitted on the audit `{summary['source_run']}`'s records of {summary['train_prompts']} training prompts "
         f"(engine `{fit['engine']}`, speed-up from {fit['speed_source']}); re-audited on {summary['held_out_prompts']} held-out prompts "
-        f"(whole pairs). Cost ratio c = {_num(cost.get('cost_ratio'))} ({cost.get('source')}). Lowest group by the audit: "
+        f"(whole pairs). Cost ratio c = {_num(cost.get('cost_ratio'))}, verification cost v = {_num(cost.get('verify_cost', 1.0))} ({cost.get('source')}). Lowest group by the audit: "
         f"`{summary['lowest_group_by_audit']}`.",
         "",
         "## Policies (fitted on the training prompts)",

@@ -67,7 +67,7 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
     if engine is None:
         others = sorted(e for e in engines if e != "vanilla")
         engine = others[0] if others else None
-    speed_source, model_cost_ratio = "none", float("nan")
+    speed_source, model_cost_ratio, verify_cost = "none", float("nan"), 1.0
     if engine == SCREEN_ENGINE:
         frame, speed = predicted_speed(frame)
         if speed.get("source") == "cost model":
@@ -97,7 +97,42 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
             if proposed > 0 and steps > 0 and verify_s > 0:
                 cost_ratio = float((draft_s / proposed) / (verify_s / steps))
                 cost_source = "the audit's speculative records (draft time per proposed token / verification time per step)"
-    return {"engine": engine, "speed_source": speed_source, "cost_ratio": cost_ratio, "cost_source": cost_source, "groups": groups}
+            measured = step_costs(frame)
+            if measured is not None:
+                cost_ratio, verify_cost = measured
+                cost_source = (
+                    "the audit's records, in plain decoding steps (vanilla time per token after the first): draft time per "
+                    "proposed token (c), verification time per step after the prompt pass (v)"
+                )
+    return {
+        "engine": engine,
+        "speed_source": speed_source,
+        "cost_ratio": cost_ratio,
+        "verify_cost": verify_cost,
+        "cost_source": cost_source,
+        "groups": groups,
+    }
+
+
+def step_costs(frame: pd.DataFrame) -> tuple[float, float] | None:
+    """(c, v) from an engine audit's timed records, both per plain decoding step: c = draft time
+    per proposed token, v = verification time per step. The prompt pass is left out of both sides
+    (it is the first token's time in vanilla and the first step's in speculation), so v says what
+    verifying k + 1 tokens costs against emitting one: about 1 on a GPU, near k + 1 on one CPU core.
+    None without vanilla and speculative timings."""
+    timed = frame[(pd.to_numeric(frame.get("wall_s"), errors="coerce") > 0) & pd.to_numeric(frame.get("ttft_s"), errors="coerce").notna()]
+    plain, spec = timed[timed["engine"] == "vanilla"], timed[timed["engine"] == "speculative"]
+    if plain.empty or spec.empty or "verify_s" not in spec or "draft_s" not in spec:
+        return None
+    plain_tokens = plain["output_token_ids"].map(len).sum() - len(plain)
+    steps, proposed = pd.to_numeric(spec["steps"]).sum() - len(spec), pd.to_numeric(spec["proposed"]).sum()
+    if plain_tokens <= 0 or steps <= 0 or proposed <= 0:
+        return None
+    per_token = float((plain["wall_s"] - plain["ttft_s"]).sum() / plain_tokens)
+    verify = float((spec["verify_s"] - spec["ttft_s"]).sum() / steps)
+    if not (per_token > 0 and verify > 0):
+        return None
+    return float(spec["draft_s"].sum() / proposed) / per_token, verify / per_token
 
 
 # ------------------------------------------------------------------ re-audit on held-out prompts

@@ -70,13 +70,13 @@ def expected_speedup(
     return value if value.ndim else float(value)
 
 
-def best_draft_length(alpha: float, cost_ratio: float, k_max: int = 8) -> tuple[int, float]:
+def best_draft_length(alpha: float, cost_ratio: float, k_max: int = 8, verify_cost: float = 1.0) -> tuple[int, float]:
     """The k in 1..k_max maximising the expected speed-up, and that speed-up. When even the best
     is below 1, speculation does not pay: returns (0, 1.0), i.e. decode without a draft."""
     if not (np.isfinite(alpha) and np.isfinite(cost_ratio)):
         return 0, float("nan")
     ks = np.arange(1, k_max + 1)
-    speedups = expected_speedup(alpha, ks, cost_ratio)
+    speedups = expected_speedup(alpha, ks, cost_ratio, verify_cost)
     best = int(np.argmax(speedups))
     if speedups[best] < 1.0:
         return 0, 1.0

@@ -56,37 +56,33 @@ def _snapshot(run_dir):
     return json.loads((run_dir / "snapshot.json").read_text())
 
 
-def test_llama_cpp_on_the_real_pair_records_its_own_acceptance_and_passes_greedy_equivalence(tmp_path, prompts):
+def test_the_pair_audit_under_llama_cpp_records_both_acceptances_and_passes_greedy_equivalence(tmp_path, prompts):
+    # `audit --pair` as a user runs it, on the three prompts: flags given win over the pair's budget
     out = tmp_path / "llama"
-    _cli(
-        "run",
-        "--engines",
-        "llama-cpp",
-        "--target",
-        TARGET,
-        "--draft",
-        DRAFT,
-        "--prompts",
-        prompts,
-        "--temperature",
-        "0",
-        "--k",
-        "4",
-        "--max-new-tokens",
-        "8",
-        "--out",
-        out,
+    code = main(
+        [
+            *("audit", "--pair", "qwen2.5-coder", "--prompts", str(prompts), "--dimensions", "language", "--per-group", "1"),
+            *("--temperature", "0", "--max-new-tokens", "8", "--out", str(out), "--quiet"),
+        ]
     )
+    assert code in (0, 1)  # the gate may fail a 3-prompt audit; the report is written either way
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["backend"] == "llama-cpp" and (manifest["config"]["target"], manifest["config"]["draft"]) == (TARGET, DRAFT)
     records = read_records(out / "records.jsonl")
     assert len(records) == 6 and not check_invariants(records)
     speculative = [r for r in records if r["engine"] == "speculative"]
     assert {r["attributes"]["language"] for r in speculative} == set(LANGUAGES)
     assert all(0 <= r["accepted"] <= r["proposed"] and r["proposed"] > 0 for r in speculative)
     assert all(max(r["output_token_ids"]) < 151_936 for r in records)
-    _cli("analyze", out)  # scored with llama.cpp's own logits
-    snapshot = _snapshot(out)
+    # greedy: β is 1 where the two models' argmaxes agree, so a rate in [0, 1], one per output token
+    assert all(len(r["position_beta"]) == len(r["output_token_ids"]) and set(r["position_beta"]) <= {0.0, 1.0} for r in speculative)
+    snapshot = _snapshot(out)  # scored with llama.cpp's own logits
     assert snapshot["equivalence"]["status"] != "not run", snapshot["equivalence"]
     assert set(snapshot["equivalence"]["engines"]) >= {"speculative"}
+    for language in LANGUAGES:
+        metrics = snapshot["groups"]["language"]["by_group"][language]["metrics"]
+        assert 0 <= metrics["mean_beta"]["value"] <= 1 and 0 <= metrics["per_position_acceptance"]["value"] <= 1
+    assert (out / "report.html").is_file()
 
 
 def test_the_torch_engines_and_the_screen_on_the_real_pair(tmp_path, prompts):

@@ -92,6 +92,35 @@ def test_a_group_measured_slower_is_never_sent_to_speculation():
     assert not group_policy(0.95, 0.05, 4, {"value": 1.0, "ci_low": 0.8, "ci_high": 1.2})["route_to_vanilla"]
 
 
+def test_a_verification_costing_several_steps_routes_what_a_free_one_would_speculate():
+    # α = 0.8 at k = 4 with c = 0.2: 3.36 tokens per step; at v = 1 that pays (1.87x), at v = 4.2
+    # (verifying 5 tokens on one CPU core, as measured on the real pair) it does not (0.67x)
+    assert not group_policy(0.8, 0.2, 4)["route_to_vanilla"]
+    costly = group_policy(0.8, 0.2, 4, verify_cost=4.2)
+    assert costly["route_to_vanilla"] and costly["expected_speedup_run_k"] == pytest.approx(3.3616 / 5.0, rel=1e-3)
+
+
+def test_step_costs_are_measured_in_plain_decoding_steps_without_the_prompt_pass():
+    import pandas as pd
+
+    from specaudit.mitigate._routing import step_costs
+
+    # vanilla: 1 s prompt pass, then 0.1 s per token; speculative: 1 s prompt pass, then 4 steps of
+    # 0.3 s verification and 8 proposed tokens drafted in 0.4 s in all
+    frame = pd.DataFrame(
+        [
+            {"engine": "vanilla", "wall_s": 1.9, "ttft_s": 1.0, "output_token_ids": list(range(10)), "steps": 10, "proposed": 0},
+            {
+                **{"engine": "speculative", "wall_s": 2.6, "ttft_s": 1.0, "output_token_ids": list(range(10))},
+                **{"steps": 5, "proposed": 8, "draft_s": 0.4, "verify_s": 2.2},
+            },
+        ]
+    )
+    c, v = step_costs(frame)
+    assert (c, v) == (pytest.approx(0.5), pytest.approx(3.0))
+    assert step_costs(frame[frame["engine"] == "vanilla"]) is None  # nothing speculative timed
+
+
 def test_int8_screened_audit_gets_policies_and_a_timed_reaudit(screened_int8_run, tmp_path, capsys):
     out = tmp_path / "out"
     assert _cli("mitigate", screened_int8_run, "--out", out, "--quick", "--dimension", "case", "--device", "cpu", "--quiet") == 0

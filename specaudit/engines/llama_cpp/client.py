@@ -23,7 +23,9 @@ does not depend on the order of the plan.
 
 Per-step acceptance is observed by wrapping the draft callable: each call's proposal is compared
 with the tokens the target kept at those positions. `draft_s` is the time inside the draft,
-`verify_s` the rest of the generation (target evaluation and sampling).
+`verify_s` the rest of the generation (target evaluation and sampling). With a draft GGUF each
+speculative record also carries `position_beta` (`path_beta`): Σ min(p, q) at each output
+position, the acceptance rejection sampling would reach, beside the rule's own counts.
 
 analyze scores these runs with llama.cpp's own logits (`scoring_pair`): the target GGUF
 teacher-forced over prompt + output with `logits_all`, warped with specaudit.decoding.warp.
