@@ -121,4 +121,4 @@ def test_a_pair_audit_is_the_pairs_models_under_llama_cpp_over_five_dimensions()
 
     full, quick = pair_budget("qwen2.5-coder", quick=False), pair_budget("qwen2.5-coder", quick=True)
     assert (full["target"], full["draft"], full["engines"]) == ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", ("llama-cpp",))
-    assert full["dimensions"] == PAIR_DIMENSIONS and quick["dimensions"] == ("language",)
+    assert full["dimensions"] == PAIR_DIMENSIONS and (quick["dimensions"], quick["per_group"]) == (("vocabulary",), 8)

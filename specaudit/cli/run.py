@@ -276,7 +276,7 @@ def add_audit(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--pair",
         help="a named real draft/target pair (qwen2.5-coder): its models under llama.cpp over five dimensions, fetched on "
-        "first use; with --quick, the language dimension (docs/real-pair.md)",
+        "first use; with --quick, the vocabulary dimension at 8 prompts per group (docs/real-pair.md)",
     )
     p.add_argument(
         "--sampling",
