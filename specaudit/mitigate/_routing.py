@@ -120,9 +120,11 @@ def step_costs(frame: pd.DataFrame) -> tuple[float, float] | None:
     (it is the first token's time in vanilla and the first step's in speculation), so v says what
     verifying k + 1 tokens costs against emitting one: about 1 on a GPU, near k + 1 on one CPU core.
     None without vanilla and speculative timings."""
-    timed = frame[(pd.to_numeric(frame.get("wall_s"), errors="coerce") > 0) & pd.to_numeric(frame.get("ttft_s"), errors="coerce").notna()]
+    if not {"wall_s", "ttft_s", "verify_s", "draft_s", "steps", "proposed"} <= set(frame.columns):
+        return None
+    timed = frame[(pd.to_numeric(frame["wall_s"], errors="coerce") > 0) & pd.to_numeric(frame["ttft_s"], errors="coerce").notna()]
     plain, spec = timed[timed["engine"] == "vanilla"], timed[timed["engine"] == "speculative"]
-    if plain.empty or spec.empty or "verify_s" not in spec or "draft_s" not in spec:
+    if plain.empty or spec.empty:
         return None
     plain_tokens = plain["output_token_ids"].map(len).sum() - len(plain)
     steps, proposed = pd.to_numeric(spec["steps"]).sum() - len(spec), pd.to_numeric(spec["proposed"]).sum()
