@@ -27,6 +27,7 @@ import torch
 import specaudit.mitigate._acceptance as acc
 import specaudit.mitigate._distil as dst
 import specaudit.mitigate._policy as pol
+from specaudit.engines.llama_cpp.client import BACKEND as LLAMA_CPP_BACKEND
 from specaudit.errors import InputError
 from specaudit.mitigate._options import check_options
 from specaudit.mitigate._reaudit import REAUDIT_FOLDER, compare_groups, equivalence_check
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 # Budgets: the demonstration one fits about 15 minutes of a 2-core CPU on the default pair.
 DEMO_BUDGET = {"samples": 2, "max_new_tokens": 32, "steps": 60, "batch_size": 4, "equivalence_prompts": 4, "timing_prompts": 3}
 QUICK_BUDGET = {"samples": 1, "max_new_tokens": 16, "steps": 20, "batch_size": 4, "equivalence_prompts": 2, "timing_prompts": 2}
-LLAMA_CPP_BACKEND = "llama-cpp"
 LLAMA_CPP_NOT_TRAINED = "a GGUF draft decoded by llama.cpp: quantised weights, which distillation in torch cannot train in place"
 # Derived drafts that distillation cannot improve, and why (the one line mitigate prints for them).
 UNTRAINABLE_DRAFTS = {
@@ -282,7 +282,7 @@ def mitigate(
         }
         policies[group] = fitted
     timing = Timing(
-        torch_decoder(pair, main_draft.draft, spec=spec, eos_ids=eos_ids, max_new_tokens=int(budget["max_new_tokens"])),
+        torch_decoder(pair, main_draft.draft, spec=spec, eos_ids=eos_ids, max_new_tokens=max_new),
         "specaudit's engines",
     )
     policy_reaudit = _time_policies(timing, prompts, held_groups, policies, budget, run_k, seed, progress)

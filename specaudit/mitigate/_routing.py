@@ -91,12 +91,6 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
                 )
             groups[group] = {"alpha": alpha, "n_prompts": int(len(rows)), "speedup_run_k": speedup}
         if "speculative" in engines and not np.isfinite(cost_ratio):
-            timed = per_prompt_metrics(frame, engine="speculative")
-            draft_s, verify_s = timed["draft_s"].sum(), timed["verify_s"].sum()
-            proposed, steps = timed["latency_proposed"].sum(), timed["latency_steps"].sum()
-            if proposed > 0 and steps > 0 and verify_s > 0:
-                cost_ratio = float((draft_s / proposed) / (verify_s / steps))
-                cost_source = "the audit's speculative records (draft time per proposed token / verification time per step)"
             measured = step_costs(frame)
             if measured is not None:
                 cost_ratio, verify_cost = measured
@@ -104,6 +98,13 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
                     "the audit's records, in plain decoding steps (vanilla time per token after the first): draft time per "
                     "proposed token (c), verification time per step after the prompt pass (v)"
                 )
+            else:  # no vanilla timings to measure a plain step against: c per verification step, v = 1
+                timed = per_prompt_metrics(frame, engine="speculative")
+                draft_s, verify_s = timed["draft_s"].sum(), timed["verify_s"].sum()
+                proposed, steps = timed["latency_proposed"].sum(), timed["latency_steps"].sum()
+                if proposed > 0 and steps > 0 and verify_s > 0:
+                    cost_ratio = float((draft_s / proposed) / (verify_s / steps))
+                    cost_source = "the audit's speculative records (draft time per proposed token / verification time per step)"
     return {
         "engine": engine,
         "speed_source": speed_source,

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
@@ -512,7 +512,7 @@ def run_decoder(manifest: dict, *, max_new_tokens: int) -> Callable[[list[int], 
             draft.k = k
         else:  # the binding's prompt lookup
             draft.num_pred_tokens = k
-        engine = CONTROL_ENGINE if k == 0 else "speculative"
+        engine = CONTROL_ENGINE if k == 0 else SPECULATIVE_ENGINE
         generation = generate(engines, engine, prompt_ids, sampler, seed, max_new_tokens, k)
         return generation.wall_s, len(generation.tokens)
 
@@ -545,9 +545,9 @@ __all__ = [
     "ObservedDraft",
     "acceptance_per_step",
     "check_draft_vocabulary",
+    "gguf_file",
     "path_beta",
     "run_decoder",
-    "gguf_file",
     "sampler_settings",
     "scoring_pair",
 ]
