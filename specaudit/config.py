@@ -97,12 +97,14 @@ class RunConfig(BaseModel):
                 f"or one backend alone ({', '.join(BACKENDS)})"
             )
         backend = backend_of(self.engines)
-        if SCREEN_ENGINE in self.engines and (backend or self.executor != "local"):
+        screens = [name for name, spec in ENGINES.items() if spec.screens]
+        if SCREEN_ENGINE in self.engines and ((backend and not backend.screens) or self.executor != "local"):
             raise InputError(
                 f"--engines {','.join(self.engines)}: the screen runs with the local engines "
-                f"({', '.join(LOCAL_ENGINES)}) only, and with --executor local"
+                f"({', '.join(LOCAL_ENGINES)}) or beside {' or '.join(screens)}, and with --executor local"
             )
-        if backend and len(self.engines) > 1:
+        beside_screen = backend is not None and backend.screens and set(self.engines) == {SCREEN_ENGINE, backend.name}
+        if backend and len(self.engines) > 1 and not beside_screen:
             raise InputError(
                 f"--engines {','.join(self.engines)}: the {backend.name} backend runs alone (it records vanilla and "
                 f"speculative itself); write --engines {backend.name}"

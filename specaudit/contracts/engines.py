@@ -38,6 +38,7 @@ class EngineSpec:
     # how it decides to keep a draft token: its per-position acceptance measures this rule, while
     # α = Σ min(p, q) is what rejection sampling would keep (the portable figure)
     acceptance_rule: str = "rejection sampling: a draft token y is kept with probability min(1, p(y)/q(y))"
+    screens: bool = False  # a backend that runs the screen beside its engines (`--engines screen,NAME`)
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -88,6 +89,7 @@ ENGINES: dict[str, EngineSpec] = {
             scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
             acceptance_rule="llama.cpp's: a greedy draft, each token kept while the target's own sample equals it "
             "(it keeps a token with probability p(argmax q), not α)",
+            screens=True,
         ),
         EngineSpec(
             "llama-server",

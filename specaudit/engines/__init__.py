@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specaudit.contracts.engines import ENGINES, LOCAL_EXECUTORS, resolve
+from specaudit.contracts.engines import ENGINES, LOCAL_EXECUTORS, backend_of, resolve
+from specaudit.contracts.run import SCREEN_ENGINE
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
@@ -24,12 +25,13 @@ if TYPE_CHECKING:
 
 
 def executor_for(cfg: RunConfig, *, pair: ModelPair | None = None) -> Executor:
-    """The executor a config asks for: the screen's or a backend's (they run alone, the screen with
-    local engines beside it), else the one `--executor` names for the local engines."""
-    special = [ENGINES[name] for name in cfg.engines if ENGINES[name].kind != "local"]
-    if special:
-        executor_class = resolve(special[0].executor)
-        return executor_class(cfg, pair=pair) if special[0].kind == "screen" else executor_class(cfg)
+    """The executor a config asks for: a backend's (it runs alone, or with the screen where it runs
+    one), the screen's (local engines beside it), else the one `--executor` names for the local engines."""
+    backend = backend_of(cfg.engines)
+    if backend is not None:  # with the screen beside it where it runs one (llama.cpp)
+        return resolve(backend.executor)(cfg)
+    if SCREEN_ENGINE in cfg.engines:
+        return resolve(ENGINES[SCREEN_ENGINE].executor)(cfg, pair=pair)
     executor_class = resolve(LOCAL_EXECUTORS[cfg.executor])
     if cfg.executor == "ray":
         return executor_class(cfg, workers=cfg.workers, address=cfg.ray_address)

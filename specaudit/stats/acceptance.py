@@ -117,6 +117,16 @@ def expected_counts(accept_cond: list[float], k: int, max_new_tokens: int) -> tu
     return value[0] if length else (0.0, 0.0, 0.0, 0.0)
 
 
+def prompt_pass_counts(accept_cond: list[float], k: int, max_new_tokens: int) -> tuple[float, float, float, float]:
+    """`expected_counts` for llama.cpp's step structure: the prompt pass emits output position 0
+    without a draft (a step proposing nothing), and a later step starting at s offers
+    min(k, max_new_tokens - s) drafts (llama.cpp drafts k whatever the budget left; its records
+    count the drafts up to the budget, with no position kept for the correction token). On the
+    path after position 0 that is the programme above with the budget one position larger."""
+    steps, proposed, accepted, reached = expected_counts(accept_cond[1:], k, max_new_tokens)
+    return steps + 1.0, proposed, accepted, reached
+
+
 def accepted_on_path(accepted_per_step: list[int], length: int) -> int:
     """Accepted drafts of an engine run at positions inside its `length` emitted tokens. A step can
     accept drafts past an end-of-sequence token it also accepted; the run's tokens stop at that
@@ -155,9 +165,13 @@ def run_rate_moments(accept_cond: list[float], k: int, max_new_tokens: int) -> t
     return mean, max(second / mass - mean * mean, 0.0)
 
 
-def expected_run_rate(accept_cond: list[float], k: int, max_new_tokens: int) -> float:
+def expected_run_rate(accept_cond: list[float], k: int, max_new_tokens: int, *, prompt_pass: bool = False) -> float:
     """E[accepted / proposed] of one speculative run that produced this path (runs that propose
-    nothing excluded); nan when no run proposes anything."""
+    nothing excluded); nan when no run proposes anything. `prompt_pass`: llama.cpp's step
+    structure (`prompt_pass_counts`; its first step proposes nothing, so the rate is the
+    programme's on the rest of the path)."""
+    if prompt_pass:
+        accept_cond = accept_cond[1:]
     return run_rate_moments(accept_cond, k, max_new_tokens)[0]
 
 

@@ -107,7 +107,8 @@ def screen_agreement(
         exact = isinstance(row.get("screen"), dict) and row["screen"].get("counts") == "exact"
         if exact or not isinstance(row.get("position_accept"), list):  # deterministic drafts: one simulated run
             return row["accepted"] / row["proposed"]
-        return expected_run_rate(row["position_accept"], int(row["k"]), max_new_tokens)
+        prompt_pass = row["screen"].get("steps") == "prompt pass" if isinstance(row.get("screen"), dict) else False
+        return expected_run_rate(row["position_accept"], int(row["k"]), max_new_tokens, prompt_pass=prompt_pass)
 
     shared = set(engine["prompt_id"]) & set(screen["prompt_id"])
     screen, engine = screen[screen["prompt_id"].isin(shared)], engine[engine["prompt_id"].isin(shared)]

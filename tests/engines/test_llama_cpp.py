@@ -339,3 +339,35 @@ def test_endpoint_audits_llama_cpp_python_server_with_and_without_prompt_lookup(
     served_text = {r["key"]: r["text"] for r in records if r["engine"] == "vanilla"}
     same = sum(local_text[key].strip() == served_text[key].strip() for key in served_text)
     assert same >= len(served_text) - 1, (same, len(served_text))
+
+
+# ----------------------------------------------------------------------------- the screen beside llama.cpp
+def _llama_cpp_run(accept: list[int], prompt_length: int, k: int, max_new_tokens: int) -> list[tuple[int, list[int]]]:
+    """The draft calls of one llama.cpp run along a path whose position t the greedy draft gets right
+    iff accept[t]: the prompt pass emits position 0, then each step starting at j offers k tokens."""
+    output, calls, j = list(range(len(accept))), [], 1
+    while j < len(accept):
+        proposal = [output[j + i] if j + i < len(accept) and accept[j + i] else -1 for i in range(k)]
+        calls.append((prompt_length + j, proposal))
+        kept = next((i for i, token in enumerate(proposal) if j + i >= len(accept) or token != output[j + i]), k)
+        j += kept + 1
+    return calls
+
+
+def test_prompt_pass_counts_are_llama_cpps_own_bookkeeping_on_every_path():
+    """On every 0/1 path the screen's programme for llama.cpp gives the counts llama.cpp's own records
+    give (acceptance_per_step); being multilinear in a_t, it then gives their expectation when the
+    positions accept independently with probabilities a_t."""
+    import itertools
+
+    from specaudit.stats.acceptance import expected_run_rate, prompt_pass_counts
+
+    for k, budget in ((1, 5), (3, 7), (4, 8)):
+        for accept in itertools.product((0, 1), repeat=budget):
+            output = list(range(budget))
+            proposed, accepted = backend.acceptance_per_step(_llama_cpp_run(list(accept), 10, k, budget), 10, output, budget)
+            steps, expected_proposed, expected_accepted, _ = prompt_pass_counts([float(a) for a in accept], k, budget)
+            assert (steps, expected_proposed, expected_accepted) == (len(proposed), sum(proposed), sum(accepted))
+            if sum(proposed):
+                rate = expected_run_rate([float(a) for a in accept], k, budget, prompt_pass=True)
+                assert rate == pytest.approx(sum(accepted) / sum(proposed))

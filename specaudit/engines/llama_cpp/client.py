@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
     from specaudit.config import RunConfig
     from specaudit.decoding import Generation, SamplingSpec
+    from specaudit.stats.acceptance import PathAcceptance
 
 BACKEND = "llama-cpp"
 GGUF_MAGIC = b"GGUF"
@@ -239,6 +240,36 @@ def sized_settings(cfg: RunConfig, encoded: dict[str, list[int]], models: dict[s
     return settings
 
 
+# ----------------------------------------------------------------------------- evaluation
+def eval_tokens(llm: Any, tokens: list[int], *, logits_from: int = 0) -> None:
+    """`llm.eval(tokens)` on a `logits_all` context, keeping logits only for tokens[logits_from:].
+
+    Such a context computes and copies the logits of every position it evaluates; at 151,936 tokens
+    the output layer is a large share of a small model's work (the 0.5B Qwen draft's 80-token
+    prefill: 1.78 s with every position's logits, 0.93 s with the last only). llama-cpp-python
+    decides per call from its `_logits_all` flag, so the positions before `logits_from` are
+    evaluated with it off (their logits are neither computed nor stored)."""
+    keep = llm._logits_all
+    try:
+        if logits_from > 0:
+            llm._logits_all = False
+            llm.eval(tokens[:logits_from])
+        llm._logits_all = True
+        llm.eval(tokens[logits_from:])
+    finally:
+        llm._logits_all = keep
+
+
+def teacher_forced_logits(llm: Any, prompt_ids: list[int], tokens: list[int]) -> np.ndarray:
+    """[len(tokens), V] float64 logits of a `logits_all` context along prompt + tokens from an empty
+    KV cache, row t predicting tokens[t]; the prompt's own positions get no logits."""
+    llm.reset()
+    ids = [*prompt_ids, *tokens[:-1]]
+    first = len(prompt_ids) - 1  # the logits at the prompt's last position predict tokens[0]
+    eval_tokens(llm, ids, logits_from=first)
+    return np.array(llm.scores[first : first + len(tokens)], dtype=np.float64)
+
+
 # ----------------------------------------------------------------------------- drafts
 class GgufDraft:
     """A second GGUF model as llama-cpp-python's draft hook: k greedy tokens per call, its KV
@@ -256,8 +287,9 @@ class GgufDraft:
         ids = [int(t) for t in input_ids]
         cached = model.input_ids[: model.n_tokens].tolist()
         common = next((i for i, (a, b) in enumerate(zip(cached, ids)) if a != b), min(len(cached), len(ids)))
-        model.n_tokens = min(common, len(ids) - 1)  # at least one token is evaluated, so its logits are fresh
-        model.eval(ids[model.n_tokens :])
+        start = min(common, len(ids) - 1)  # at least one token is evaluated, so its logits are fresh
+        model.n_tokens = start
+        eval_tokens(model, ids[start:], logits_from=len(ids) - 1 - start)  # the proposal needs the last position's logits only
         proposal = []
         for _ in range(self.k):
             token = int(np.argmax(model.scores[model.n_tokens - 1]))
@@ -385,30 +417,35 @@ def generate(engines: Engines, engine: str, prompt_ids: list[int], sampler: dict
     )
 
 
-def path_beta(engines: Engines, prompt_ids: list[int], tokens: list[int], spec: SamplingSpec) -> list[float] | None:
-    """β_t = Σ_x min(p_t(x), q_t(x)) at each output position of a record: what rejection sampling
-    would accept there (the portable α), with p the target's and q the draft GGUF's distribution,
-    both teacher-forced by llama.cpp over prompt + output and warped with the run's setting. This
-    engine's own rule accepts less (a greedy draft kept while the target's draw equals it: the
-    record's accepted/proposed), so records carry both. None for the n-gram draft (it has no q).
-    Run after the generation, outside its timing."""
+def path_acceptance(engines: Engines, prompt_ids: list[int], tokens: list[int], spec: SamplingSpec) -> PathAcceptance | None:
+    """What each output position of a path would accept, with p the target's and q the draft GGUF's
+    distributions teacher-forced by llama.cpp over prompt + path and warped with the run's setting
+    (float64: a float32 softmax over 151,936 tokens sums to 1 ± 1e-5):
+
+    - β_t = Σ min(p_t, q_t): what rejection sampling would accept there (the portable α);
+    - a_t = p_t(g_t), g_t = argmax q_t (the draft's raw logits, as `GgufDraft` proposes): the chance
+      that this engine's own rule keeps the draft there (the target's draw equals the greedy
+      draft), given the prefix.
+
+    The counts are the rule's expected steps, proposed and accepted along the path with llama.cpp's
+    step structure (`stats.acceptance.prompt_pass_counts`), taking the positions' acceptances as
+    independent given the path. None for the n-gram draft (it has no q). Run outside any timing."""
     import torch
 
     from specaudit.decoding.warping import warp
-    from specaudit.stats.acceptance import position_acceptance
+    from specaudit.stats.acceptance import PathAcceptance, prompt_pass_counts
 
     draft = engines.draft.inner
     if not isinstance(draft, GgufDraft) or not tokens:
         return None
-    ids, first = [*prompt_ids, *tokens[:-1]], len(prompt_ids) - 1  # logits at `first` predict output token 0
-    probs = []
-    for llm in (engines.speculative, draft.model):  # both keep every position's logits (logits_all)
-        llm.reset()
-        llm.eval(ids)
-        logits = torch.from_numpy(np.array(llm.scores[first : first + len(tokens)], dtype=np.float64))
-        probs.append(warp(logits, spec))  # float64: a float32 softmax over 151,936 tokens sums to 1 ± 1e-5
-    beta, _ = position_acceptance(probs[0], probs[1], torch.tensor(tokens))
-    return [float(b) for b in beta]
+    target_logits = teacher_forced_logits(engines.speculative, prompt_ids, tokens)
+    draft_logits = teacher_forced_logits(draft.model, prompt_ids, tokens)
+    p, q = warp(torch.from_numpy(target_logits), spec), warp(torch.from_numpy(draft_logits), spec)
+    beta = torch.minimum(p, q).sum(dim=-1)
+    rule = p.gather(-1, torch.from_numpy(draft_logits.argmax(axis=-1))[:, None]).squeeze(-1)
+    accept = [float(a) for a in rule]
+    steps, proposed, accepted, reached = prompt_pass_counts(accept, engines.draft.inner.k, len(tokens))
+    return PathAcceptance(steps, proposed, accepted, reached, beta=[float(b) for b in beta], accept_cond=accept)
 
 
 def _system_info(llama_cpp: ModuleType) -> str | None:
@@ -546,7 +583,7 @@ __all__ = [
     "acceptance_per_step",
     "check_draft_vocabulary",
     "gguf_file",
-    "path_beta",
+    "path_acceptance",
     "run_decoder",
     "sampler_settings",
     "scoring_pair",

@@ -2,13 +2,21 @@
 
 Settings, the sampler chain, the observed draft and scoring with llama.cpp's logits are
 specaudit.engines.llama_cpp.client's; this module turns plan items into records like every executor.
+
+With the screen (`--engines screen,llama-cpp`, a draft GGUF) every prompt gets a record of engine
+"screen": llama.cpp's plain decoding of it (the vanilla engine's sample for the same seed) and,
+teacher-forced along that path, β_t and the rule's a_t with the expected counts they give
+(client.path_acceptance); the plain and speculative engines decode and time the subset
+execution.plan.engine_subset picks, as beside specaudit's own screen. Analysis then measures
+acceptance per group on every prompt and predicts speed-up from the cost model timed on the subset.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from specaudit.contracts.run import CONTROL_ENGINE, PlanItem
+from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE, PlanItem, Record
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.llama_cpp.client import (
     BACKEND,
@@ -21,7 +29,7 @@ from specaudit.engines.llama_cpp.client import (
     import_llama_cpp,
     llama_seed,
     load_engines,
-    path_beta,
+    path_acceptance,
     sampler_settings,
     sized_settings,
 )
@@ -30,14 +38,24 @@ from specaudit.execution.base import Emit, Executor
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
 from specaudit.prompts import prompt_token_ids
+from specaudit.stats.acceptance import PathAcceptance
 
 
 class LlamaCppExecutor(Executor):
     label = "decoding (llama.cpp)"
 
+    def record_engines(self) -> tuple[str, ...]:
+        engines = (CONTROL_ENGINE, SPECULATIVE_ENGINE)
+        return (SCREEN_ENGINE, *engines) if SCREEN_ENGINE in self.cfg.engines else engines
+
     def check(self, folder: RunFolder) -> None:
         cfg = self.cfg
         check_config(cfg)
+        if SCREEN_ENGINE in cfg.engines and str(cfg.draft) == "ngram":
+            raise InputError(
+                "--engines screen,llama-cpp screens a draft model's acceptance along target samples; with --draft ngram "
+                "run --engines llama-cpp alone (prompt lookup has no draft distribution to screen)"
+            )
         self.target = gguf_file(str(cfg.target))
         if str(cfg.draft) != "ngram":
             check_draft_vocabulary(self.target, gguf_file(str(cfg.draft), "--draft"))
@@ -95,13 +113,16 @@ class LlamaCppExecutor(Executor):
         cfg = self.cfg
         if items:  # first calls pay for allocation: run them before anything is timed
             for _ in range(cfg.warmup):
-                for engine in self.record_engines():
+                for engine in (CONTROL_ENGINE, SPECULATIVE_ENGINE):
                     generate(
                         self.engines, engine, self.encoded[items[0].prompt.id], self.sampler, cfg.seed, min(8, cfg.max_new_tokens), cfg.k
                     )
         for item in items:
             seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
             prompt_ids = self.encoded[item.prompt.id]
+            if item.engine == SCREEN_ENGINE:
+                emit(self.screen_record(item, seed, prompt_ids))
+                continue
             generation = generate(self.engines, item.engine, prompt_ids, self.sampler, seed, cfg.max_new_tokens, cfg.k)
             text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
             record = make_record(cfg, item, seed, prompt_ids, generation, text).with_extra(
@@ -110,6 +131,23 @@ class LlamaCppExecutor(Executor):
                 acceptance_source="none" if item.engine == CONTROL_ENGINE else "draft hook",
             )
             if item.engine != CONTROL_ENGINE and not item.timing_only:
-                beta = path_beta(self.engines, prompt_ids, generation.tokens, cfg.sampling)
-                record = record.with_extra(position_beta=beta) if beta is not None else record
+                acceptance = path_acceptance(self.engines, prompt_ids, generation.tokens, cfg.sampling)
+                record = record.with_extra(position_beta=acceptance.beta) if acceptance is not None else record
             emit(record)
+
+    def screen_record(self, item: PlanItem, seed: int, prompt_ids: list[int]) -> Record:
+        """The screen's record of a prompt: llama.cpp's plain sample of it and the acceptance
+        expected along that path (client.path_acceptance), in specaudit's screen format."""
+        from specaudit.engines.screen._screen import ScreenedPath
+        from specaudit.engines.screen.executor import screen_record
+
+        cfg = self.cfg
+        start = time.perf_counter()
+        generation = generate(self.engines, CONTROL_ENGINE, prompt_ids, self.sampler, seed, cfg.max_new_tokens, cfg.k)
+        acceptance = path_acceptance(self.engines, prompt_ids, generation.tokens, cfg.sampling)
+        if acceptance is None:  # an empty path: nothing was drafted
+            acceptance = PathAcceptance(1.0 if generation.tokens else 0.0, 0.0, 0.0, 0.0)
+        path = ScreenedPath(generation.tokens, generation.finish_reason, acceptance, time.perf_counter() - start, 1)
+        text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
+        record = screen_record(cfg, item, seed, prompt_ids, path, text)
+        return record.with_extra(backend=BACKEND, llama_seed=llama_seed(seed), screen={**record.extra["screen"], "steps": "prompt pass"})
