@@ -371,3 +371,55 @@ def test_prompt_pass_counts_are_llama_cpps_own_bookkeeping_on_every_path():
             if sum(proposed):
                 rate = expected_run_rate([float(a) for a in accept], k, budget, prompt_pass=True)
                 assert rate == pytest.approx(sum(accepted) / sum(proposed))
+
+
+@needs_llama_cpp
+def test_the_screen_beside_llama_cpp_samples_every_prompt_and_the_engines_the_subset(tmp_path, tiny_prompts_file):
+    """`--engines screen,llama-cpp` with the target drafting for itself: a screen record for every
+    prompt and sample, whose tokens are the vanilla engine's for the same seed (reading the logits
+    changes no draw), with β_t = 1 (q = p) and the rule's a_t = p_t(argmax q_t) = max p_t < 1 at
+    T = 1; its counts are llama.cpp's step structure over those a_t; analysis measures acceptance
+    per group from the screen."""
+    from specaudit.analysis import analyze
+    from specaudit.engines import run
+    from specaudit.models._loading import embedded_gguf_path
+    from specaudit.stats.acceptance import prompt_pass_counts
+
+    out = tmp_path / "screened"
+    run(_config(tiny_prompts_file, engines="screen,llama-cpp", samples=3, draft=str(embedded_gguf_path())), out, progress=False)
+    records = read_records(out / "records.jsonl")
+    by_engine = {e: [r for r in records if r["engine"] == e] for e in ("screen", "vanilla", "speculative")}
+    assert len(by_engine["screen"]) == 4 * 3 and len(by_engine["vanilla"]) == len(by_engine["speculative"]) == 2 * 3  # one prompt per group
+    vanilla = {(r["prompt_id"], r["sample"]): r["output_token_ids"] for r in by_engine["vanilla"]}
+    for record in by_engine["screen"]:
+        if (record["prompt_id"], record["sample"]) in vanilla:
+            assert record["output_token_ids"] == vanilla[(record["prompt_id"], record["sample"])]
+        assert record["wall_s"] is None and record["screen"]["steps"] == "prompt pass"
+        assert record["position_beta"] == pytest.approx([1.0] * len(record["output_token_ids"]), abs=1e-9)
+        accept = record["position_accept"]
+        assert all(0.0 < a <= 1.0 for a in accept) and min(accept) < 1.0  # sampling at T = 1: the argmax is not certain
+        steps, proposed, accepted, reached = prompt_pass_counts(accept, 4, 16)
+        assert (record["steps"], record["proposed"], record["accepted"], record["expected_reached"]) == pytest.approx(
+            (steps, proposed, accepted, reached)
+        )
+    snapshot = analyze(out, n_boot=50)
+    assert snapshot["run"]["disparity_engine"] == "screen"
+    groups = snapshot["groups"]["group"]["by_group"]
+    assert {g["n_prompts"] for g in groups.values()} == {2}  # acceptance on every prompt, not only the engines' subset
+    for group in groups.values():
+        assert group["metrics"]["mean_beta"]["value"] == pytest.approx(1.0, abs=1e-6)
+        assert 0.0 < group["metrics"]["acceptance_rate"]["value"] < 1.0
+
+
+def test_the_screen_runs_beside_llama_cpp_only_with_a_draft_model(tmp_path, tiny_prompts_file, capsys):
+    assert (
+        main(
+            ["run", "--engines", "screen,llama-cpp", "--draft", "ngram", "--prompts", str(tiny_prompts_file), "--out", str(tmp_path / "a")]
+        )
+        == 2
+    )
+    assert "prompt lookup has no draft distribution to screen" in capsys.readouterr().err
+    with pytest.raises(InputError, match="the screen runs with the local engines"):
+        RunConfig(engines="screen,endpoint", prompts=str(tiny_prompts_file))
+    with pytest.raises(InputError, match="runs alone"):
+        RunConfig(engines="screen,llama-cpp,vanilla", prompts=str(tiny_prompts_file))

@@ -270,6 +270,26 @@ def teacher_forced_logits(llm: Any, prompt_ids: list[int], tokens: list[int]) ->
     return np.array(llm.scores[first : first + len(tokens)], dtype=np.float64)
 
 
+def stepwise_logits(llm: Any, prompt_ids: list[int], tokens: list[int]) -> np.ndarray:
+    """As teacher_forced_logits, with the call shapes of plain decoding: the prompt in one batch
+    whose last position alone gets logits, then one token a call. llama.cpp's logits depend on the
+    call's shape (a batch is rounded otherwise than one token: on the embedded Q4_1 file one model's
+    distributions differ by TV up to ~0.06 between the two), so distributions compared with plain
+    decoding's are made the way plain decoding made its own."""
+    llm.reset()
+    vocab = llm.n_vocab()
+    rows = []
+    keep = llm._logits_all
+    try:
+        llm._logits_all = False  # the binding then asks llama.cpp for the last position's logits only, and stores none
+        for chunk in (prompt_ids, *([token] for token in tokens[:-1])):
+            llm.eval(chunk)
+            rows.append(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,)).astype(np.float64))
+    finally:
+        llm._logits_all = keep
+    return np.stack(rows)
+
+
 # ----------------------------------------------------------------------------- drafts
 class GgufDraft:
     """A second GGUF model as llama-cpp-python's draft hook: k greedy tokens per call, its KV
@@ -380,14 +400,31 @@ def load_engines(cfg: RunConfig, target: Path, settings: dict) -> Engines:
     return Engines(vanilla, speculative, draft, eos_ids)
 
 
-def generate(engines: Engines, engine: str, prompt_ids: list[int], sampler: dict, seed: int, max_new_tokens: int, k: int) -> Generation:
-    """One record's decoding with llama.cpp: a specaudit.decoding.Generation."""
+def generate(
+    engines: Engines,
+    engine: str,
+    prompt_ids: list[int],
+    sampler: dict,
+    seed: int,
+    max_new_tokens: int,
+    k: int,
+    *,
+    logits: list[np.ndarray] | None = None,
+) -> Generation:
+    """One record's decoding with llama.cpp: a specaudit.decoding.Generation. `logits`: a list that
+    receives, for plain decoding, the raw logits each output token was sampled from ([V] float32
+    in token-id order), read by a pass-through first stage of the sampler chain (it changes no
+    logit and draws no random number, so the tokens are those of the same seed without it)."""
     from specaudit.decoding import Generation
 
     llm = engines.vanilla if engine == CONTROL_ENGINE else engines.speculative
     llm.reset()  # an empty KV cache: no prefix reuse from the previous record
     llm.set_seed(llama_seed(seed))
     engines.draft.reset()
+    if logits is not None:
+        if engine != CONTROL_ENGINE:
+            raise ValueError("logits are read from plain decoding only")
+        sampler = {**sampler, "logits_processor": [_LogitsReader(logits)]}
     tokens: list[int] = []
     finish, ttft = "length", None
     start = time.perf_counter()
@@ -417,7 +454,20 @@ def generate(engines: Engines, engine: str, prompt_ids: list[int], sampler: dict
     )
 
 
-def path_acceptance(engines: Engines, prompt_ids: list[int], tokens: list[int], spec: SamplingSpec) -> PathAcceptance | None:
+@dataclass
+class _LogitsReader:
+    """A logits processor that keeps a copy of the logits it is given and returns them unchanged."""
+
+    into: list[np.ndarray]
+
+    def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        self.into.append(np.array(scores, dtype=np.float32, copy=True))
+        return scores
+
+
+def path_acceptance(
+    engines: Engines, prompt_ids: list[int], tokens: list[int], spec: SamplingSpec, *, target_logits: np.ndarray | None = None
+) -> PathAcceptance | None:
     """What each output position of a path would accept, with p the target's and q the draft GGUF's
     distributions teacher-forced by llama.cpp over prompt + path and warped with the run's setting
     (float64: a float32 softmax over 151,936 tokens sums to 1 ± 1e-5):
@@ -429,7 +479,10 @@ def path_acceptance(engines: Engines, prompt_ids: list[int], tokens: list[int], 
 
     The counts are the rule's expected steps, proposed and accepted along the path with llama.cpp's
     step structure (`stats.acceptance.prompt_pass_counts`), taking the positions' acceptances as
-    independent given the path. None for the n-gram draft (it has no q). Run outside any timing."""
+    independent given the path. `target_logits` [len(tokens), V]: the target's logits along the path
+    where plain decoding already gave them (the screen's), the draft's then made with the same call
+    shapes (`stepwise_logits`); otherwise both are teacher-forced here in one batch each. None for
+    the n-gram draft (it has no q). Run outside any timing."""
     import torch
 
     from specaudit.decoding.warping import warp
@@ -438,9 +491,13 @@ def path_acceptance(engines: Engines, prompt_ids: list[int], tokens: list[int], 
     draft = engines.draft.inner
     if not isinstance(draft, GgufDraft) or not tokens:
         return None
-    target_logits = teacher_forced_logits(engines.speculative, prompt_ids, tokens)
-    draft_logits = teacher_forced_logits(draft.model, prompt_ids, tokens)
-    p, q = warp(torch.from_numpy(target_logits), spec), warp(torch.from_numpy(draft_logits), spec)
+    if target_logits is None:
+        target_logits = teacher_forced_logits(engines.speculative, prompt_ids, tokens)
+        draft_logits = teacher_forced_logits(draft.model, prompt_ids, tokens)
+    else:
+        draft_logits = stepwise_logits(draft.model, prompt_ids, tokens)
+    p = warp(torch.from_numpy(np.asarray(target_logits, dtype=np.float64)), spec)
+    q = warp(torch.from_numpy(draft_logits), spec)
     beta = torch.minimum(p, q).sum(dim=-1)
     rule = p.gather(-1, torch.from_numpy(draft_logits.argmax(axis=-1))[:, None]).squeeze(-1)
     accept = [float(a) for a in rule]

@@ -16,6 +16,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
+
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE, PlanItem, Record
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.llama_cpp.client import (
@@ -143,8 +145,10 @@ class LlamaCppExecutor(Executor):
 
         cfg = self.cfg
         start = time.perf_counter()
-        generation = generate(self.engines, CONTROL_ENGINE, prompt_ids, self.sampler, seed, cfg.max_new_tokens, cfg.k)
-        acceptance = path_acceptance(self.engines, prompt_ids, generation.tokens, cfg.sampling)
+        logits: list[np.ndarray] = []
+        generation = generate(self.engines, CONTROL_ENGINE, prompt_ids, self.sampler, seed, cfg.max_new_tokens, cfg.k, logits=logits)
+        sampled_from = np.stack(logits[: len(generation.tokens)]) if generation.tokens else None
+        acceptance = path_acceptance(self.engines, prompt_ids, generation.tokens, cfg.sampling, target_logits=sampled_from)
         if acceptance is None:  # an empty path: nothing was drafted
             acceptance = PathAcceptance(1.0 if generation.tokens else 0.0, 0.0, 0.0, 0.0)
         path = ScreenedPath(generation.tokens, generation.finish_reason, acceptance, time.perf_counter() - start, 1)
