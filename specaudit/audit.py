@@ -21,12 +21,20 @@ if TYPE_CHECKING:
 AUDIT_ENGINES = ("screen", CONTROL_ENGINE, SPECULATIVE_ENGINE)
 DEFAULT_BUDGET = {"engines": AUDIT_ENGINES, "per_group": 10, "max_new_tokens": 32}
 QUICK_BUDGET = {"engines": AUDIT_ENGINES, "per_group": 3, "max_new_tokens": 32, "engine_prompts": 8}
-# Budgets of `audit --pair NAME` (a named real pair, specaudit.models): llama.cpp's own plain and
-# speculative decoding, which is how such a pair runs on CPUs, over the five dimensions the
-# draft's training decides; --quick runs the vocabulary dimension alone. docs/real-pair.md has the costs.
+# Budgets of `audit --pair NAME` (a named real pair, specaudit.models): the screen beside llama.cpp
+# (plain decoding of every sampled prompt with the acceptance expected along it), and llama.cpp's
+# own plain and speculative decoding of a stratified subset for exactness and the cost model, which
+# is how such a pair runs on CPUs; over the five dimensions the draft's training decides, --quick
+# the language dimension alone. docs/real-pair.md has the costs.
 PAIR_DIMENSIONS = ("language", "task", "domain", "dialect", "vocabulary")
-PAIR_BUDGET = {"engines": ("llama-cpp",), "dimensions": PAIR_DIMENSIONS, "per_group": 3, "max_new_tokens": 16}
-PAIR_QUICK_BUDGET = {**PAIR_BUDGET, "dimensions": ("vocabulary",), "per_group": 8}
+PAIR_BUDGET = {
+    "engines": ("screen", "llama-cpp"),
+    "dimensions": PAIR_DIMENSIONS,
+    "per_group": 10,
+    "engine_prompts": 16,
+    "max_new_tokens": 16,
+}
+PAIR_QUICK_BUDGET = {**PAIR_BUDGET, "dimensions": ("language",), "per_group": 8, "engine_prompts": 8}
 
 
 def pair_budget(name: str, *, quick: bool) -> dict:

@@ -314,7 +314,8 @@ class GateThresholds(_SectionSettings):
     - ``tv_delta``: the equivalence margin δ on total variation; the TV upper bound must be ≤ δ.
     - ``band_low`` / ``band_high``: tolerance band on a group's ratio to the reference group;
       with only ``band_low`` given, ``band_high`` = 1 / ``band_low`` (Aequitas' τ ≤ r ≤ 1/τ).
-    - ``disparity_metrics``: metrics whose ratios are gated (from the snapshot's pairwise tests).
+    - ``disparity_metrics``: metrics whose ratios are gated (from the snapshot's pairwise tests);
+      by default those the analysis compared (acceptance, α where the engine has its own rule, and speed-up).
     - ``min_speedup``: each group's measured speed-up should reach this (1.0: not slowed down).
     - ``min_group_size``: groups with fewer prompts warn (their ratio interval's coverage is unchecked
       below 4; power is judged per comparison by its status and minimum detectable ratio).
@@ -331,7 +332,7 @@ class GateThresholds(_SectionSettings):
     band_high: float | None = Field(
         None, ge=1, strict=True, allow_inf_nan=False, description="the highest acceptable ratio of a group to the reference, e.g. 1.25"
     )
-    disparity_metrics: tuple[str, ...] = DISPARITY_METRICS
+    disparity_metrics: tuple[str, ...] | None = None  # None: those each dimension was compared on (its compared_metrics)
     disparity_severity: Literal[CheckStatus.WARN, CheckStatus.FAIL] = CheckStatus.FAIL
     tv_severity: Literal[CheckStatus.WARN, CheckStatus.FAIL] = CheckStatus.WARN
     min_speedup: float = Field(1.0, gt=0, strict=True, allow_inf_nan=False, description="the speed-up every group should reach, e.g. 1.0")
@@ -374,7 +375,7 @@ class GateThresholds(_SectionSettings):
 
     def to_dict(self) -> dict[str, Any]:
         out = self.model_dump()
-        out["disparity_metrics"] = list(self.disparity_metrics)
+        out["disparity_metrics"] = list(self.disparity_metrics) if self.disparity_metrics is not None else None
         return out
 
 

@@ -3,6 +3,7 @@ snapshot contract before it is written."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -297,6 +298,21 @@ def _scoring_pair(
     return pair, None
 
 
+def compared_acceptance(frame: pd.DataFrame, acceptance_rule: str) -> str:
+    """The acceptance metric groups are compared on: the engine's accepted / proposed where it
+    accepts by rejection sampling, else α (mean β = Σ min(p, q), `position_beta`) where every
+    record the comparison reads carries it. An engine with its own rule (llama.cpp's greedy draft,
+    kept while the target's draw equals it) accepts what the rule allows, so its rate mixes the
+    pair with the rule and is noisier (a 0/1 match per position): α is the pair's portable
+    acceptance, and the engine's rule still decides the speed-up comparisons."""
+    rejection_sampling = ENGINES[SPECULATIVE_ENGINE].acceptance_rule
+    if acceptance_rule == rejection_sampling or "position_beta" not in frame.columns:
+        return "acceptance_rate"
+    audited = frame[frame["engine"].isin([SCREEN_ENGINE] if SCREEN_ENGINE in set(frame["engine"]) else [SPECULATIVE_ENGINE])]
+    carried = audited["position_beta"].map(lambda beta: isinstance(beta, list) and len(beta) > 0)
+    return "mean_beta" if len(audited) and bool(carried.all()) else "acceptance_rate"
+
+
 def _disparity_parts(
     records: list[dict],
     manifest: dict,
@@ -322,14 +338,19 @@ def _disparity_parts(
     engine = SCREEN_ENGINE if SCREEN_ENGINE in engines else SPECULATIVE_ENGINE if SPECULATIVE_ENGINE in engines else speculative_engines[0]
     frame = pd.DataFrame(records)
     screened: dict[str, Any] = {}
+    machine_costs: dict[str, float] = {}  # c and v measured in plain steps, for the advice (else per group, v = 1)
     if engine == SCREEN_ENGINE:
         from specaudit.stats.predicted_speed import predicted_speed
         from specaudit.stats.screen_agreement import path_acceptance, screen_agreement
 
         frame, screened["speed"] = predicted_speed(frame, dimensions=dims, alpha=alpha)
+        costs = (screened["speed"].get("cost_model") or {}).get("plain_step_costs") or {}
+        if all(math.isfinite(costs.get(name, math.nan)) for name in ("draft_per_token", "verify_per_step")):
+            machine_costs = {"cost_ratio": costs["draft_per_token"], "verify_cost": costs["verify_per_step"]}
         if SPECULATIVE_ENGINE in engines:
             screened["screen"] = screen_agreement(frame, int(config.get("max_new_tokens", 0)), path_acceptance(scores), alpha)
     decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None
+    acceptance_rule = (backend if backend is not None else ENGINES[engine]).acceptance_rule
     declared = (manifest.get("prompt_set") or {}).get("dimensions") or {}
     # The prompt set's declared reference group (e.g. Standard American English), else the largest group.
     reference = {d: declared[d]["reference"] if declared.get(d, {}).get("reference") else "largest" for d in dims}
@@ -344,9 +365,11 @@ def _disparity_parts(
         reference=reference,
         tolerance=settings.tolerance,
         fallback_threshold=settings.fallback_threshold,
+        **machine_costs,
         deployment_cost_ratio=settings.deployment_cost_ratio,
         deployment_verify_cost=settings.deployment_verify_cost,
-        acceptance_rule=(backend if backend is not None else ENGINES[engine]).acceptance_rule,
+        acceptance_rule=acceptance_rule,
+        test_metrics=(compared_acceptance(frame, acceptance_rule), "speedup"),
         decode=decode,
     )
     context, recommendations = _context_part(frame, records, engine, parts["recommendations"], alpha=alpha, n_boot=n_boot, seed=seed)

@@ -275,8 +275,8 @@ def add_audit(sub: argparse._SubParsersAction) -> None:
     add_audit_options(p)
     p.add_argument(
         "--pair",
-        help="a named real draft/target pair (qwen2.5-coder): its models under llama.cpp over five dimensions, fetched on "
-        "first use; with --quick, the vocabulary dimension at 8 prompts per group (docs/real-pair.md)",
+        help="a named real draft/target pair (qwen2.5-coder), fetched on first use: the screen beside llama.cpp over five "
+        "dimensions at 10 prompts per group; with --quick, the language dimension at 8 per group (docs/real-pair.md)",
     )
     p.add_argument(
         "--sampling",

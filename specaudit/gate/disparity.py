@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from specaudit.config import DISPARITY_METRICS
 from specaudit.contracts import DisparityStatus
 from specaudit.gate.results import GateCheck, fixed, fmt, mapping, not_run
 from specaudit.gate.thresholds import PASS, WARN, GateThresholds, finite
@@ -30,7 +31,8 @@ def disparity_checks(snapshot: Mapping[str, Any], t: GateThresholds) -> list[Gat
         alpha = t.alpha if t.alpha is not None else (part.get("alpha") if finite(part.get("alpha")) else 0.05)
         low, high = t.band(part.get("tolerance"))
         reference = part.get("reference") or mapping(groups.get(dimension)).get("reference")
-        for metric in t.disparity_metrics:
+        compared = part.get("compared_metrics")
+        for metric in t.disparity_metrics or (compared if isinstance(compared, list) and compared else DISPARITY_METRICS):
             checks.append(
                 _band_check(
                     dimension,

@@ -71,11 +71,17 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
     if engine == SCREEN_ENGINE:
         frame, speed = predicted_speed(frame)
         if speed.get("source") == "cost model":
-            speed_source, model_cost_ratio = "the audit's cost model (screen)", float(speed["cost_model"]["cost_ratio"])
+            speed_source = "the audit's cost model (screen)"
+            costs = speed["cost_model"]["plain_step_costs"]
+            model_cost_ratio, verify_cost = float(costs["draft_per_token"]), float(costs["verify_per_step"])
     elif engine is not None and "vanilla" in engines:
         speed_source = "measured (engines)"
     groups: dict[str, dict] = {}
-    cost_ratio, cost_source = model_cost_ratio, "the audit's cost model (draft time per drafted token / verification time per step)"
+    cost_ratio, cost_source = (
+        model_cost_ratio,
+        "the audit's cost model, in plain decoding steps (its time per vanilla output token): draft time per drafted "
+        "token (c), verification time per step (v)",
+    )
     if engine is not None:
         table = per_prompt_metrics(frame, engine=engine)
         train = table.loc[[p for p in train_ids if p in table.index]]

@@ -83,15 +83,15 @@ def best_draft_length(alpha: float, cost_ratio: float, k_max: int = 8, verify_co
     return int(ks[best]), float(speedups[best])
 
 
-def break_even_alpha(k: int, cost_ratio: float) -> float:
+def break_even_alpha(k: int, cost_ratio: float, verify_cost: float = 1.0) -> float:
     """The per-position acceptance α at which the expected speed-up is exactly 1 (speculation pays
-    above it); NaN when no α pays (c ≥ 1). The speed-up grows with α, so bisection finds it."""
-    if k < 1 or not np.isfinite(cost_ratio) or expected_speedup(1.0, k, cost_ratio) < 1.0:
+    above it); NaN when no α pays (k·c + v ≥ k + 1). The speed-up grows with α, so bisection finds it."""
+    if k < 1 or not np.isfinite(cost_ratio) or expected_speedup(1.0, k, cost_ratio, verify_cost) < 1.0:
         return float("nan")
     low, high = 0.0, 1.0
     for _ in range(60):
         middle = 0.5 * (low + high)
-        low, high = (middle, high) if expected_speedup(middle, k, cost_ratio) < 1.0 else (low, middle)
+        low, high = (middle, high) if expected_speedup(middle, k, cost_ratio, verify_cost) < 1.0 else (low, middle)
     return high
 
 
@@ -205,6 +205,7 @@ def recommendations(
     reference: Any = "largest",
     threshold: float = 0.5,
     cost_ratio: float | None = None,
+    verify_cost: float = 1.0,
     k_max: int = 8,
     thresholds: Sequence[float] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7),
     threshold_metric: str = "acceptance_rate",
@@ -220,7 +221,11 @@ def recommendations(
     rejection sampling accepts, a property of the two models and the prompts) beside the engine's
     own rule's per-position rate (a greedy draft kept while the target's sample matches accepts
     less), and, given a deployment's draft cost c and verification cost v, the speed-up the model
-    projects there from α's interval (`projected_speedup`; the formula is in `projection`)."""
+    projects there from α's interval (`projected_speedup`; the formula is in `projection`).
+
+    `cost_ratio` (c) and `verify_cost` (v) are this machine's, in plain decoding steps, where the
+    audit measured them (a screened audit's cost model); without them c is each group's draft time
+    per drafted token over its verification time per step and v = 1."""
     table = frame.per_prompt
     dimension = INTERSECTION.join(frame.sensitive)
     ci_pct = f"{round(frame.confidence_level * 100)}%"
@@ -247,10 +252,10 @@ def recommendations(
         c = cost_ratio if cost_ratio is not None else get(group, "cost_ratio")
         if not np.isfinite(c):
             c = overall_c
-        model = expected_speedup(alpha, k, c) if np.isfinite(alpha) and np.isfinite(c) and k > 0 else np.nan
-        from_tau = tau / (k * c + 1.0) if np.isfinite(tau) and np.isfinite(c) and k > 0 else np.nan
-        best_k, best_value = best_draft_length(alpha, c, k_max) if np.isfinite(alpha) else (0, np.nan)
-        even = break_even_alpha(k, c) if k > 0 else np.nan
+        model = expected_speedup(alpha, k, c, verify_cost) if np.isfinite(alpha) and np.isfinite(c) and k > 0 else np.nan
+        from_tau = tau / (k * c + verify_cost) if np.isfinite(tau) and np.isfinite(c) and k > 0 else np.nan
+        best_k, best_value = best_draft_length(alpha, c, k_max, verify_cost) if np.isfinite(alpha) else (0, np.nan)
+        even = break_even_alpha(k, c, verify_cost) if k > 0 else np.nan
         measured = {s: get(group, "speedup", s) for s in ("value", "ci_low", "ci_high")}
         slowed = bool(np.isfinite(measured["value"]) and measured["value"] < 1.0)
         clearly_slowed = bool(np.isfinite(measured["ci_high"]) and measured["ci_high"] < 1.0)
@@ -263,6 +268,7 @@ def recommendations(
             "alpha_portable": {key: _json(v) for key, v in portable.items()},
             "engine_rule_rate": {key: _json(v) for key, v in rule_rate.items()},
             "cost_ratio": _json(c),
+            "verify_cost": _json(verify_cost),
             "expected_speedup": _json(model),
             "expected_speedup_from_measured_tau": _json(from_tau),
             "measured_speedup": {key: _json(v) for key, v in measured.items()},
@@ -338,19 +344,20 @@ def recommendations(
     k_all = table["k"].dropna()
     if len(k_all) and np.isfinite(overall_c):
         k_used = int(round(k_all.median()))
-        even = break_even_alpha(k_used, overall_c)
+        even = break_even_alpha(k_used, overall_c, verify_cost)
         if np.isfinite(even):
-            # Under the model τ = 1 + k·(accepted/proposed), so a prompt breaks even exactly when its
-            # acceptance rate equals c, whatever k is.
-            losing = int((table["acceptance_rate"] < overall_c).sum())
+            # Under the model τ = 1 + k·(accepted/proposed) and a step costs k·c + v, so a prompt breaks
+            # even exactly when its acceptance rate equals c + (v − 1)/k (c itself where v = 1).
+            rate = overall_c + (verify_cost - 1.0) / k_used
+            losing = int((table["acceptance_rate"] < rate).sum())
             messages.append(
                 f"Under the model a prompt gains from speculation only when its acceptance rate exceeds "
-                f"c = {overall_c:.2f} (per-position acceptance above {even:.2f} at k = {k_used}); {losing} of "
-                f"{int(table['acceptance_rate'].notna().sum())} prompts fall below it, and a fallback threshold "
-                "at c routes just those."
+                f"{rate:.2f} (c + (v − 1)/k with c = {overall_c:.2f}, v = {verify_cost:.2f}; per-position acceptance above "
+                f"{even:.2f} at k = {k_used}); {losing} of {int(table['acceptance_rate'].notna().sum())} prompts fall below "
+                "it, and a fallback threshold there routes just those."
             )
     return {
-        "model": "speed-up = (1 − α^(k+1)) / ((1 − α)(k·c + 1)), i.i.d. acceptances",
+        "model": f"speed-up = (1 − α^(k+1)) / ((1 − α)(k·c + v)), i.i.d. acceptances, v = {verify_cost:.3g}",
         "by_group": per_group,
         "acceptance_rule": acceptance_rule,  # what engine_rule_rate measures
         "fallback": {

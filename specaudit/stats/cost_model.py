@@ -80,6 +80,18 @@ class CostModel:
         """c: one draft pass per token over one verification step, the speed-up formula's c."""
         return self.draft[2] / self.rest[2] if self.rest[2] > 0 else float("nan")
 
+    @property
+    def step_costs(self) -> tuple[float, float]:
+        """(c, v) in plain decoding steps: a drafted token's cost and a verification step's, each
+        over one vanilla output token's. With both, (1 − α^(k+1)) / ((1 − α)(k·c + v)) is the
+        speed-up this machine gives; `cost_ratio` is c / v, the formula's c when a verification
+        step is taken to cost one plain step (v = 1), which it does not on a CPU (the real pair
+        under llama.cpp: v ≈ 4)."""
+        per_token = self.vanilla[2]
+        if per_token <= 0:
+            return float("nan"), float("nan")
+        return self.draft[2] / per_token, self.rest[2] / per_token
+
     def to_dict(self) -> dict:
         names = ("intercept_s", "per_prompt_token_s")
         return {
@@ -87,6 +99,7 @@ class CostModel:
             "draft": {**dict(zip(names, self.draft[:2])), "per_drafted_token_s": self.draft[2]},
             "verify_and_overhead": {**dict(zip(names, self.rest[:2])), "per_step_s": self.rest[2]},
             "cost_ratio": self.cost_ratio,
+            "plain_step_costs": dict(zip(("draft_per_token", "verify_per_step"), self.step_costs)),
             "n_prompts": self.n_prompts,
         }
 

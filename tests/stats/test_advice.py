@@ -132,7 +132,7 @@ def test_recommendations_on_a_group_that_speculation_slows_down():
     assert slow["best_k"] < fast["best_k"]
     assert fast["best_k"] == best_draft_length(fast["alpha"], fast["cost_ratio"])[0]
     assert any("slows group=slow down" in m for m in advice["messages"])
-    assert any("exceeds c = 0.30" in m for m in advice["messages"])
+    assert any("exceeds 0.30 (c + (v − 1)/k with c = 0.30, v = 1.00" in m for m in advice["messages"])
     fallback = advice["fallback"]
     assert fallback["by_group"]["slow"]["speedup_after"] > fallback["by_group"]["slow"]["speedup_before"]
     assert fallback["min_max_speedup_ratio_after"] > fallback["min_max_speedup_ratio_before"]
@@ -165,3 +165,20 @@ def test_a_deployment_projection_maps_the_portable_alpha_interval_per_group():
     # measured here at c = 0.6 the poor group loses; the cheap deployment's projection says it would gain
     assert advice["by_group"]["poor"]["measured_speedup"]["value"] < 1 < advice["by_group"]["poor"]["projected_speedup"]["value"]
     assert advice["by_group"]["good"]["projected_speedup"]["value"] > advice["by_group"]["poor"]["projected_speedup"]["value"]
+
+
+def test_a_verification_step_dearer_than_a_plain_step_raises_the_bar():
+    """With v plain steps per verification (a CPU verifying k + 1 tokens), break-even needs a higher
+    α, no k pays where k·c + v ≥ k + 1 at any α, and the advice uses the machine's c and v."""
+    from specaudit.stats.advice import break_even_alpha, expected_speedup
+
+    for k, c, v in ((4, 0.1, 1.0), (4, 0.1, 2.0), (2, 0.2, 1.5)):
+        even = break_even_alpha(k, c, v)
+        assert expected_speedup(even, k, c, v) == pytest.approx(1.0, abs=1e-9)
+    assert break_even_alpha(4, 0.1, 2.0) > break_even_alpha(4, 0.1, 1.0)
+    assert np.isnan(break_even_alpha(4, 1.17, 4.18))  # the real pair under llama.cpp on one core: nothing pays
+    records = simulate_records({"fast": 0.85, "slow": 0.35}, n_prompts=25, cost_ratio=0.3, seed=8)
+    advice = recommendations(GroupFrame(records, "group", n_boot=100), cost_ratio=0.1, verify_cost=4.18)
+    fast = advice["by_group"]["fast"]
+    assert (fast["cost_ratio"], fast["verify_cost"], fast["best_k"]) == (0.1, 4.18, 0)
+    assert fast["expected_speedup"] == pytest.approx(expected_speedup(fast["alpha"], fast["k"], 0.1, 4.18))

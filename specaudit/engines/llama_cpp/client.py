@@ -24,8 +24,10 @@ does not depend on the order of the plan.
 Per-step acceptance is observed by wrapping the draft callable: each call's proposal is compared
 with the tokens the target kept at those positions. `draft_s` is the time inside the draft,
 `verify_s` the rest of the generation (target evaluation and sampling). With a draft GGUF each
-speculative record also carries `position_beta` (`path_beta`): Σ min(p, q) at each output
-position, the acceptance rejection sampling would reach, beside the rule's own counts.
+speculative record also carries `position_beta` (`path_acceptance`): Σ min(p, q) at each output
+position, the acceptance rejection sampling would reach, beside the rule's own counts. The same
+function gives the screen beside llama.cpp (`--engines screen,llama-cpp`, executor.py) its
+expected counts along plain decoding's samples.
 
 analyze scores these runs with llama.cpp's own logits (`scoring_pair`): the target GGUF
 teacher-forced over prompt + output with `logits_all`, warped with specaudit.decoding.warp.

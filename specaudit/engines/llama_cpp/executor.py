@@ -13,6 +13,7 @@ acceptance per group on every prompt and predicts speed-up from the cost model t
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -146,9 +147,19 @@ class LlamaCppExecutor(Executor):
         cfg = self.cfg
         start = time.perf_counter()
         logits: list[np.ndarray] = []
-        generation = generate(self.engines, CONTROL_ENGINE, prompt_ids, self.sampler, seed, cfg.max_new_tokens, cfg.k, logits=logits)
-        sampled_from = np.stack(logits[: len(generation.tokens)]) if generation.tokens else None
-        acceptance = path_acceptance(self.engines, prompt_ids, generation.tokens, cfg.sampling, target_logits=sampled_from)
+        # The screen times nothing, so it uses every core (extra.screen_threads), as specaudit's own
+        # screen does; the engines keep --threads, so their timings mean what they always do.
+        contexts = (self.engines.vanilla._ctx, self.engines.draft.inner.model._ctx)
+        threads = int(cfg.extra.get("screen_threads") or os.cpu_count() or 1)
+        for context in contexts:
+            context.set_n_threads(threads, threads)
+        try:
+            generation = generate(self.engines, CONTROL_ENGINE, prompt_ids, self.sampler, seed, cfg.max_new_tokens, cfg.k, logits=logits)
+            sampled_from = np.stack(logits[: len(generation.tokens)]) if generation.tokens else None
+            acceptance = path_acceptance(self.engines, prompt_ids, generation.tokens, cfg.sampling, target_logits=sampled_from)
+        finally:
+            for context, engine_threads in zip(contexts, (self.settings["n_threads"], self.settings["draft_threads"]), strict=True):
+                context.set_n_threads(engine_threads, engine_threads)
         if acceptance is None:  # an empty path: nothing was drafted
             acceptance = PathAcceptance(1.0 if generation.tokens else 0.0, 0.0, 0.0, 0.0)
         path = ScreenedPath(generation.tokens, generation.finish_reason, acceptance, time.perf_counter() - start, 1)

@@ -75,6 +75,7 @@ def disparity_section(
     fallback_threshold: float = 0.5,
     fallback_metric: str = "acceptance_rate",
     cost_ratio: float | None = None,
+    verify_cost: float = 1.0,
     deployment_cost_ratio: float | None = None,
     deployment_verify_cost: float = 1.0,
     acceptance_rule: str | None = None,
@@ -202,6 +203,7 @@ def disparity_section(
             "reference": reference_label,
             "tolerance": list(tolerance),
             "alpha": alpha,
+            "compared_metrics": list(test_metrics),
             "status_rule": "ratio interval at confidence 1 − alpha per comparison against the band: FLAG outside, WITHIN inside, "
             "INCONCLUSIVE across one edge, INSUFFICIENT without an interval or across the whole band",
             "correction": "rank tests (diagnostics only): holm per metric, over the groups compared with the reference",
@@ -231,6 +233,7 @@ def disparity_section(
             reference=reference_for,
             threshold=fallback_threshold,
             cost_ratio=cost_ratio,
+            verify_cost=verify_cost,
             k_max=k_max,
             threshold_metric=fallback_metric,
             deployment_cost_ratio=deployment_cost_ratio,
