@@ -116,9 +116,12 @@ def test_a_bad_pair_audit_is_one_sentence_before_anything_is_fetched(tmp_path, f
     assert not (tmp_path / "o").exists()
 
 
-def test_a_pair_audit_is_the_pairs_models_under_llama_cpp_over_five_dimensions():
+def test_a_pair_audit_is_the_pairs_models_screened_beside_llama_cpp_over_five_dimensions():
     from specaudit.audit import PAIR_DIMENSIONS, pair_budget
+    from specaudit.config import RunConfig
 
     full, quick = pair_budget("qwen2.5-coder", quick=False), pair_budget("qwen2.5-coder", quick=True)
-    assert (full["target"], full["draft"], full["engines"]) == ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", ("llama-cpp",))
-    assert full["dimensions"] == PAIR_DIMENSIONS and (quick["dimensions"], quick["per_group"]) == (("vocabulary",), 8)
+    assert (full["target"], full["draft"], full["engines"]) == ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", ("screen", "llama-cpp"))
+    assert full["dimensions"] == PAIR_DIMENSIONS and (quick["dimensions"], quick["per_group"]) == (("language",), 8)
+    for budget in (full, quick):
+        RunConfig(**{k: v for k, v in budget.items() if k != "dimensions"}, dimensions=budget["dimensions"])  # a valid run

@@ -3,7 +3,6 @@ snapshot contract before it is written."""
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -331,6 +330,7 @@ def _disparity_parts(
     # expectation); speed-up columns need the vanilla control's timings and stay empty without it.
     if not ((SCREEN_ENGINE in engines or (CONTROL_ENGINE in engines and speculative_engines)) and dims):
         return {}
+    from specaudit.stats.cost_model import step_costs
     from specaudit.stats.disparity import disparity_section
 
     alpha, n_boot, seed = settings.alpha, settings.n_boot, settings.seed
@@ -338,15 +338,15 @@ def _disparity_parts(
     engine = SCREEN_ENGINE if SCREEN_ENGINE in engines else SPECULATIVE_ENGINE if SPECULATIVE_ENGINE in engines else speculative_engines[0]
     frame = pd.DataFrame(records)
     screened: dict[str, Any] = {}
-    machine_costs: dict[str, float] = {}  # c and v measured in plain steps, for the advice (else per group, v = 1)
+    # c and v in plain decoding steps, measured on the timed records, for the advice (without them:
+    # each group's draft time over its verification time, v = 1)
+    measured = step_costs(frame)
+    machine_costs = {"cost_ratio": measured[0], "verify_cost": measured[1]} if measured is not None else {}
     if engine == SCREEN_ENGINE:
         from specaudit.stats.predicted_speed import predicted_speed
         from specaudit.stats.screen_agreement import path_acceptance, screen_agreement
 
         frame, screened["speed"] = predicted_speed(frame, dimensions=dims, alpha=alpha)
-        costs = (screened["speed"].get("cost_model") or {}).get("plain_step_costs") or {}
-        if all(math.isfinite(costs.get(name, math.nan)) for name in ("draft_per_token", "verify_per_step")):
-            machine_costs = {"cost_ratio": costs["draft_per_token"], "verify_cost": costs["verify_per_step"]}
         if SPECULATIVE_ENGINE in engines:
             screened["screen"] = screen_agreement(frame, int(config.get("max_new_tokens", 0)), path_acceptance(scores), alpha)
     decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None

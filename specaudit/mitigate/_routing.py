@@ -58,6 +58,7 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
     where it comes from; and the machine's cost ratio c (one draft step over one verification
     step, pooled over every prompt the speculative engine timed)."""
     from specaudit.contracts.run import SCREEN_ENGINE
+    from specaudit.stats.cost_model import step_costs
     from specaudit.stats.disparity.per_prompt import per_prompt_metrics
     from specaudit.stats.predicted_speed import predicted_speed
 
@@ -67,21 +68,15 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
     if engine is None:
         others = sorted(e for e in engines if e != "vanilla")
         engine = others[0] if others else None
-    speed_source, model_cost_ratio, verify_cost = "none", float("nan"), 1.0
+    speed_source = "none"
     if engine == SCREEN_ENGINE:
         frame, speed = predicted_speed(frame)
         if speed.get("source") == "cost model":
             speed_source = "the audit's cost model (screen)"
-            costs = speed["cost_model"]["plain_step_costs"]
-            model_cost_ratio, verify_cost = float(costs["draft_per_token"]), float(costs["verify_per_step"])
     elif engine is not None and "vanilla" in engines:
         speed_source = "measured (engines)"
     groups: dict[str, dict] = {}
-    cost_ratio, cost_source = (
-        model_cost_ratio,
-        "the audit's cost model, in plain decoding steps (its time per vanilla output token): draft time per drafted "
-        "token (c), verification time per step (v)",
-    )
+    cost_ratio, verify_cost, cost_source = float("nan"), 1.0, "not measured"
     if engine is not None:
         table = per_prompt_metrics(frame, engine=engine)
         train = table.loc[[p for p in train_ids if p in table.index]]
@@ -96,7 +91,7 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
                     paired["vanilla_latency_per_token_s"].to_numpy(float), paired["latency_per_token_s"].to_numpy(float), seed
                 )
             groups[group] = {"alpha": alpha, "n_prompts": int(len(rows)), "speedup_run_k": speedup}
-        if "speculative" in engines and not np.isfinite(cost_ratio):
+        if "speculative" in engines:
             measured = step_costs(frame)
             if measured is not None:
                 cost_ratio, verify_cost = measured
@@ -119,29 +114,6 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
         "cost_source": cost_source,
         "groups": groups,
     }
-
-
-def step_costs(frame: pd.DataFrame) -> tuple[float, float] | None:
-    """(c, v) from an engine audit's timed records, both per plain decoding step: c = draft time
-    per proposed token, v = verification time per step. The prompt pass is left out of both sides
-    (it is the first token's time in vanilla and the first step's in speculation), so v says what
-    verifying k + 1 tokens costs against emitting one: about 1 on a GPU, near k + 1 on one CPU core.
-    None without vanilla and speculative timings."""
-    if not {"wall_s", "ttft_s", "verify_s", "draft_s", "steps", "proposed"} <= set(frame.columns):
-        return None
-    timed = frame[(pd.to_numeric(frame["wall_s"], errors="coerce") > 0) & pd.to_numeric(frame["ttft_s"], errors="coerce").notna()]
-    plain, spec = timed[timed["engine"] == "vanilla"], timed[timed["engine"] == "speculative"]
-    if plain.empty or spec.empty:
-        return None
-    plain_tokens = plain["output_token_ids"].map(len).sum() - len(plain)
-    steps, proposed = pd.to_numeric(spec["steps"]).sum() - len(spec), pd.to_numeric(spec["proposed"]).sum()
-    if plain_tokens <= 0 or steps <= 0 or proposed <= 0:
-        return None
-    per_token = float((plain["wall_s"] - plain["ttft_s"]).sum() / plain_tokens)
-    verify = float((spec["verify_s"] - spec["ttft_s"]).sum() / steps)
-    if not (per_token > 0 and verify > 0):
-        return None
-    return float(spec["draft_s"].sum() / proposed) / per_token, verify / per_token
 
 
 # ------------------------------------------------------------------ re-audit on held-out prompts

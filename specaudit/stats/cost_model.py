@@ -80,18 +80,6 @@ class CostModel:
         """c: one draft pass per token over one verification step, the speed-up formula's c."""
         return self.draft[2] / self.rest[2] if self.rest[2] > 0 else float("nan")
 
-    @property
-    def step_costs(self) -> tuple[float, float]:
-        """(c, v) in plain decoding steps: a drafted token's cost and a verification step's, each
-        over one vanilla output token's. With both, (1 − α^(k+1)) / ((1 − α)(k·c + v)) is the
-        speed-up this machine gives; `cost_ratio` is c / v, the formula's c when a verification
-        step is taken to cost one plain step (v = 1), which it does not on a CPU (the real pair
-        under llama.cpp: v ≈ 4)."""
-        per_token = self.vanilla[2]
-        if per_token <= 0:
-            return float("nan"), float("nan")
-        return self.draft[2] / per_token, self.rest[2] / per_token
-
     def to_dict(self) -> dict:
         names = ("intercept_s", "per_prompt_token_s")
         return {
@@ -99,7 +87,6 @@ class CostModel:
             "draft": {**dict(zip(names, self.draft[:2])), "per_drafted_token_s": self.draft[2]},
             "verify_and_overhead": {**dict(zip(names, self.rest[:2])), "per_step_s": self.rest[2]},
             "cost_ratio": self.cost_ratio,
-            "plain_step_costs": dict(zip(("draft_per_token", "verify_per_step"), self.step_costs)),
             "n_prompts": self.n_prompts,
         }
 
@@ -244,3 +231,28 @@ def validate_groups(validation: CostModelValidation, groups: dict[str, dict[str,
             )
     adjusted = holm([g.pvalue for g in results]) if results else []
     return [replace(g, pvalue_holm=float(p)) for g, p in zip(results, adjusted, strict=True)]
+
+
+def step_costs(frame: pd.DataFrame) -> tuple[float, float] | None:
+    """(c, v) from an audit's timed records, both per plain decoding step: c = draft time per
+    proposed token, v = verification time per step. The prompt pass is left out of both sides (it
+    is the first token's time in vanilla and the first step's in speculation), so v says what
+    verifying k + 1 tokens costs against emitting one: about 1 on a GPU, near k + 1 on one CPU core
+    (the real pair under llama.cpp: c = 0.93, v = 4.3). With both, (1 − α^(k+1)) / ((1 − α)(k·c + v))
+    is the speed-up this machine gives; taking v = 1 there overstates it by about v. None without
+    vanilla and speculative timings."""
+    if not {"wall_s", "ttft_s", "verify_s", "draft_s", "steps", "proposed"} <= set(frame.columns):
+        return None
+    timed = frame[(pd.to_numeric(frame["wall_s"], errors="coerce") > 0) & pd.to_numeric(frame["ttft_s"], errors="coerce").notna()]
+    plain, spec = timed[timed["engine"] == "vanilla"], timed[timed["engine"] == "speculative"]
+    if plain.empty or spec.empty:
+        return None
+    plain_tokens = plain["output_token_ids"].map(len).sum() - len(plain)
+    steps, proposed = pd.to_numeric(spec["steps"]).sum() - len(spec), pd.to_numeric(spec["proposed"]).sum()
+    if plain_tokens <= 0 or steps <= 0 or proposed <= 0:
+        return None
+    per_token = float((plain["wall_s"] - plain["ttft_s"]).sum() / plain_tokens)
+    verify = float((spec["verify_s"] - spec["ttft_s"]).sum() / steps)
+    if not (per_token > 0 and verify > 0):
+        return None
+    return float(spec["draft_s"].sum() / proposed) / per_token, verify / per_token

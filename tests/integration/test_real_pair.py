@@ -57,7 +57,7 @@ def _snapshot(run_dir):
 
 
 def test_the_pair_audit_under_llama_cpp_records_both_acceptances_and_passes_greedy_equivalence(tmp_path, prompts):
-    # `audit --pair` as a user runs it, on the three prompts: flags given win over the pair's budget
+    # `audit --pair` as a user runs it (the screen beside llama.cpp), on the three prompts: flags given win over the pair's budget
     out = tmp_path / "llama"
     code = main(
         [
@@ -69,7 +69,11 @@ def test_the_pair_audit_under_llama_cpp_records_both_acceptances_and_passes_gree
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["backend"] == "llama-cpp" and (manifest["config"]["target"], manifest["config"]["draft"]) == (TARGET, DRAFT)
     records = read_records(out / "records.jsonl")
-    assert len(records) == 6 and not check_invariants(records)
+    assert len(records) == 9 and not check_invariants(records)  # the screen on every prompt, both engines on one per group
+    screen = [r for r in records if r["engine"] == "screen"]
+    assert {r["attributes"]["language"] for r in screen} == set(LANGUAGES) and all(r["screen"]["steps"] == "prompt pass" for r in screen)
+    # greedy: the rule keeps a draft iff it is the target's argmax, so a_t and β_t are 0 or 1 along plain decoding's path
+    assert all(set(r["position_accept"]) <= {0.0, 1.0} and len(r["position_beta"]) == len(r["output_token_ids"]) for r in screen)
     speculative = [r for r in records if r["engine"] == "speculative"]
     assert {r["attributes"]["language"] for r in speculative} == set(LANGUAGES)
     assert all(0 <= r["accepted"] <= r["proposed"] and r["proposed"] > 0 for r in speculative)
@@ -79,6 +83,8 @@ def test_the_pair_audit_under_llama_cpp_records_both_acceptances_and_passes_gree
     snapshot = _snapshot(out)  # scored with llama.cpp's own logits
     assert snapshot["equivalence"]["status"] != "not run", snapshot["equivalence"]
     assert set(snapshot["equivalence"]["engines"]) >= {"speculative"}
+    assert snapshot["run"]["disparity_engine"] == "screen"
+    assert snapshot["disparities"]["language"]["compared_metrics"] == ["mean_beta", "speedup"]  # α: llama.cpp accepts by its own rule
     for language in LANGUAGES:
         metrics = snapshot["groups"]["language"]["by_group"][language]["metrics"]
         assert 0 <= metrics["mean_beta"]["value"] <= 1 and 0 <= metrics["per_position_acceptance"]["value"] <= 1

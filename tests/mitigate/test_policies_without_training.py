@@ -103,7 +103,7 @@ def test_a_verification_costing_several_steps_routes_what_a_free_one_would_specu
 def test_step_costs_are_measured_in_plain_decoding_steps_without_the_prompt_pass():
     import pandas as pd
 
-    from specaudit.mitigate._routing import step_costs
+    from specaudit.stats.cost_model import step_costs
 
     # vanilla: 1 s prompt pass, then 0.1 s per token; speculative: 1 s prompt pass, then 4 steps of
     # 0.3 s verification and 8 proposed tokens drafted in 0.4 s in all

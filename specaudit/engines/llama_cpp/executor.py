@@ -4,8 +4,9 @@ Settings, the sampler chain, the observed draft and scoring with llama.cpp's log
 specaudit.engines.llama_cpp.client's; this module turns plan items into records like every executor.
 
 With the screen (`--engines screen,llama-cpp`, a draft GGUF) every prompt gets a record of engine
-"screen": llama.cpp's plain decoding of it (the vanilla engine's sample for the same seed) and,
-teacher-forced along that path, β_t and the rule's a_t with the expected counts they give
+"screen": llama.cpp's plain decoding of it (the vanilla engine's sample for the same seed), the
+target's logits as that decoding sampled from them, the draft's made along the path with the same
+call shapes, and from both β_t and the rule's a_t with the expected counts they give
 (client.path_acceptance); the plain and speculative engines decode and time the subset
 execution.plan.engine_subset picks, as beside specaudit's own screen. Analysis then measures
 acceptance per group on every prompt and predicts speed-up from the cost model timed on the subset.
