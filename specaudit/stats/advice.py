@@ -298,7 +298,7 @@ def recommendations(
         if np.isfinite(alpha) and best_k != k and (best_k == 0 or worth_it):
             if best_k == 0:
                 messages.append(
-                    f"For {dimension}={name} (α = {alpha:.2f}, c = {c:.2f}) no draft length pays off in the model: "
+                    f"For {dimension}={name} (α = {alpha:.2f}, c = {c:.2f}, v = {verify_cost:.2f}) no draft length pays off in the model: "
                     "decode without speculation."
                 )
             else:
