@@ -362,9 +362,11 @@ def test_prompt_pass_counts_are_llama_cpps_own_bookkeeping_on_every_path():
 
     from specaudit.stats.acceptance import expected_run_rate, prompt_pass_counts
 
-    for k, budget in ((1, 5), (3, 7), (4, 8)):
-        for accept in itertools.product((0, 1), repeat=budget):
-            output = list(range(budget))
+    # a path as long as the budget, and one that ended at end-of-sequence 3 tokens before it (the
+    # last step still offered drafts up to the budget)
+    for k, length, budget in ((1, 5, 5), (3, 7, 7), (4, 8, 8), (4, 6, 9)):
+        for accept in itertools.product((0, 1), repeat=length):
+            output = list(range(length))
             proposed, accepted = backend.acceptance_per_step(_llama_cpp_run(list(accept), 10, k, budget), 10, output, budget)
             steps, expected_proposed, expected_accepted, _ = prompt_pass_counts([float(a) for a in accept], k, budget)
             assert (steps, expected_proposed, expected_accepted) == (len(proposed), sum(proposed), sum(accepted))

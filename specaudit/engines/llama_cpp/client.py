@@ -468,7 +468,13 @@ class _LogitsReader:
 
 
 def path_acceptance(
-    engines: Engines, prompt_ids: list[int], tokens: list[int], spec: SamplingSpec, *, target_logits: np.ndarray | None = None
+    engines: Engines,
+    prompt_ids: list[int],
+    tokens: list[int],
+    spec: SamplingSpec,
+    max_new_tokens: int,
+    *,
+    target_logits: np.ndarray | None = None,
 ) -> PathAcceptance | None:
     """What each output position of a path would accept, with p the target's and q the draft GGUF's
     distributions teacher-forced by llama.cpp over prompt + path and warped with the run's setting
@@ -480,8 +486,8 @@ def path_acceptance(
       draft), given the prefix.
 
     The counts are the rule's expected steps, proposed and accepted along the path with llama.cpp's
-    step structure (`stats.acceptance.prompt_pass_counts`), taking the positions' acceptances as
-    independent given the path. `target_logits` [len(tokens), V]: the target's logits along the path
+    step structure at the run's length budget (`stats.acceptance.prompt_pass_counts`), taking the
+    positions' acceptances as independent given the path. `target_logits` [len(tokens), V]: the target's logits along the path
     where plain decoding already gave them (the screen's), the draft's then made with the same call
     shapes (`stepwise_logits`); otherwise both are teacher-forced here in one batch each. None for
     the n-gram draft (it has no q). Run outside any timing."""
@@ -503,7 +509,7 @@ def path_acceptance(
     beta = torch.minimum(p, q).sum(dim=-1)
     rule = p.gather(-1, torch.from_numpy(draft_logits.argmax(axis=-1))[:, None]).squeeze(-1)
     accept = [float(a) for a in rule]
-    steps, proposed, accepted, reached = prompt_pass_counts(accept, engines.draft.inner.k, len(tokens))
+    steps, proposed, accepted, reached = prompt_pass_counts(accept, draft.k, max_new_tokens)
     return PathAcceptance(steps, proposed, accepted, reached, beta=[float(b) for b in beta], accept_cond=accept)
 
 

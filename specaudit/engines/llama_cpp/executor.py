@@ -135,7 +135,7 @@ class LlamaCppExecutor(Executor):
                 acceptance_source="none" if item.engine == CONTROL_ENGINE else "draft hook",
             )
             if item.engine != CONTROL_ENGINE and not item.timing_only:
-                acceptance = path_acceptance(self.engines, prompt_ids, generation.tokens, cfg.sampling)
+                acceptance = path_acceptance(self.engines, prompt_ids, generation.tokens, cfg.sampling, cfg.max_new_tokens)
                 record = record.with_extra(position_beta=acceptance.beta) if acceptance is not None else record
             emit(record)
 
@@ -157,7 +157,9 @@ class LlamaCppExecutor(Executor):
         try:
             generation = generate(self.engines, CONTROL_ENGINE, prompt_ids, self.sampler, seed, cfg.max_new_tokens, cfg.k, logits=logits)
             sampled_from = np.stack(logits[: len(generation.tokens)]) if generation.tokens else None
-            acceptance = path_acceptance(self.engines, prompt_ids, generation.tokens, cfg.sampling, target_logits=sampled_from)
+            acceptance = path_acceptance(
+                self.engines, prompt_ids, generation.tokens, cfg.sampling, cfg.max_new_tokens, target_logits=sampled_from
+            )
         finally:
             for context, engine_threads in zip(contexts, (self.settings["n_threads"], self.settings["draft_threads"]), strict=True):
                 context.set_n_threads(engine_threads, engine_threads)
