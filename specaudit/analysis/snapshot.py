@@ -307,7 +307,8 @@ def compared_acceptance(frame: pd.DataFrame, acceptance_rule: str) -> str:
     rejection_sampling = ENGINES[SPECULATIVE_ENGINE].acceptance_rule
     if acceptance_rule == rejection_sampling or "position_beta" not in frame.columns:
         return "acceptance_rate"
-    audited = frame[frame["engine"].isin([SCREEN_ENGINE] if SCREEN_ENGINE in set(frame["engine"]) else [SPECULATIVE_ENGINE])]
+    sampled = frame[~frame["timing_only"].fillna(False).astype(bool)] if "timing_only" in frame.columns else frame  # repeats carry no β
+    audited = sampled[sampled["engine"].isin([SCREEN_ENGINE] if SCREEN_ENGINE in set(frame["engine"]) else [SPECULATIVE_ENGINE])]
     carried = audited["position_beta"].map(lambda beta: isinstance(beta, list) and len(beta) > 0)
     return "mean_beta" if len(audited) and bool(carried.all()) else "acceptance_rate"
 

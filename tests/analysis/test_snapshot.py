@@ -49,3 +49,24 @@ def test_a_section_that_breaks_the_contract_is_refused_before_anything_is_writte
     with pytest.raises(InputError, match="groups must be an object, got a list"):
         analyze(run_dir, n_boot=50)
     assert (run_dir / SNAPSHOT_FILE).read_bytes() == before
+
+
+def test_groups_are_compared_on_alpha_where_the_engine_accepts_by_its_own_rule():
+    """llama.cpp keeps a greedy draft while the target's draw equals it: its acceptance rate mixes
+    the pair with that rule, so groups are compared on α (mean β) when every sampled record the
+    comparison reads carries β; rejection-sampling engines keep accepted / proposed."""
+    import pandas as pd
+
+    from specaudit.analysis.snapshot import compared_acceptance
+    from specaudit.contracts.engines import ENGINES
+
+    llama_rule, rejection = ENGINES["llama-cpp"].acceptance_rule, ENGINES["speculative"].acceptance_rule
+    runs = pd.DataFrame(
+        {"engine": ["vanilla", "speculative", "speculative"], "timing_only": [False, False, True], "position_beta": [None, [0.7], None]}
+    )
+    assert compared_acceptance(runs, llama_rule) == "mean_beta"  # a timing repeat carries no β and does not count
+    assert compared_acceptance(runs, rejection) == "acceptance_rate"
+    assert compared_acceptance(runs.assign(position_beta=[None, None, None]), llama_rule) == "acceptance_rate"  # n-gram: no β
+    screened = pd.DataFrame({"engine": ["screen", "speculative"], "position_beta": [[0.6, 0.8], None]})
+    assert compared_acceptance(screened, llama_rule) == "mean_beta"  # the screen's records are the ones compared
+    assert compared_acceptance(screened.drop(columns="position_beta"), llama_rule) == "acceptance_rate"
