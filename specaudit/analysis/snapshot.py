@@ -297,15 +297,14 @@ def _scoring_pair(
     return pair, None
 
 
-def compared_acceptance(frame: pd.DataFrame, acceptance_rule: str) -> str:
+def compared_acceptance(frame: pd.DataFrame, backend: EngineSpec | None) -> str:
     """The acceptance metric groups are compared on: the engine's accepted / proposed where it
     accepts by rejection sampling, else α (mean β = Σ min(p, q), `position_beta`) where every
     record the comparison reads carries it. An engine with its own rule (llama.cpp's greedy draft,
     kept while the target's draw equals it) accepts what the rule allows, so its rate mixes the
     pair with the rule and is noisier (a 0/1 match per position): α is the pair's portable
     acceptance, and the engine's rule still decides the speed-up comparisons."""
-    rejection_sampling = ENGINES[SPECULATIVE_ENGINE].acceptance_rule
-    if acceptance_rule == rejection_sampling or "position_beta" not in frame.columns:
+    if backend is None or backend.rejection_sampling or "position_beta" not in frame.columns:
         return "acceptance_rate"
     sampled = frame[~frame["timing_only"].fillna(False).astype(bool)] if "timing_only" in frame.columns else frame  # repeats carry no β
     audited = sampled[sampled["engine"].isin([SCREEN_ENGINE] if SCREEN_ENGINE in set(frame["engine"]) else [SPECULATIVE_ENGINE])]
@@ -351,7 +350,6 @@ def _disparity_parts(
         if SPECULATIVE_ENGINE in engines:
             screened["screen"] = screen_agreement(frame, int(config.get("max_new_tokens", 0)), path_acceptance(scores), alpha)
     decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None
-    acceptance_rule = (backend if backend is not None else ENGINES[engine]).acceptance_rule
     declared = (manifest.get("prompt_set") or {}).get("dimensions") or {}
     # The prompt set's declared reference group (e.g. Standard American English), else the largest group.
     reference = {d: declared[d]["reference"] if declared.get(d, {}).get("reference") else "largest" for d in dims}
@@ -369,8 +367,8 @@ def _disparity_parts(
         **machine_costs,
         deployment_cost_ratio=settings.deployment_cost_ratio,
         deployment_verify_cost=settings.deployment_verify_cost,
-        acceptance_rule=acceptance_rule,
-        test_metrics=(compared_acceptance(frame, acceptance_rule), "speedup"),
+        acceptance_rule=(backend if backend is not None else ENGINES[engine]).acceptance_rule,
+        test_metrics=(compared_acceptance(frame, backend), "speedup"),
         decode=decode,
     )
     context, recommendations = _context_part(frame, records, engine, parts["recommendations"], alpha=alpha, n_boot=n_boot, seed=seed)

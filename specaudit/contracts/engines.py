@@ -39,6 +39,9 @@ class EngineSpec:
     # α = Σ min(p, q) is what rejection sampling would keep (the portable figure)
     acceptance_rule: str = "rejection sampling: a draft token y is kept with probability min(1, p(y)/q(y))"
     screens: bool = False  # a backend that runs the screen beside its engines (`--engines screen,NAME`)
+    # False for an engine with a rule of its own (a greedy draft kept on a match): groups are then
+    # compared on α = Σ min(p, q) where its records carry it (analysis.snapshot.compared_acceptance)
+    rejection_sampling: bool = True
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -90,6 +93,7 @@ ENGINES: dict[str, EngineSpec] = {
             acceptance_rule="llama.cpp's: a greedy draft, each token kept while the target's own sample equals it "
             "(it keeps a token with probability p(argmax q), not α)",
             screens=True,
+            rejection_sampling=False,
         ),
         EngineSpec(
             "llama-server",
@@ -100,6 +104,7 @@ ENGINES: dict[str, EngineSpec] = {
             scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
             acceptance_rule="llama.cpp's: a greedy draft, each token kept while the target's own sample equals it "
             "(it keeps a token with probability p(argmax q), not α)",
+            rejection_sampling=False,
         ),
     )
 }

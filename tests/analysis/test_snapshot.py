@@ -60,7 +60,7 @@ def test_groups_are_compared_on_alpha_where_the_engine_accepts_by_its_own_rule()
     from specaudit.analysis.snapshot import compared_acceptance
     from specaudit.contracts.engines import ENGINES
 
-    llama_rule, rejection = ENGINES["llama-cpp"].acceptance_rule, ENGINES["speculative"].acceptance_rule
+    llama_rule, rejection = ENGINES["llama-cpp"], None  # a run's backend; local engines and specaudit's screen have none
     runs = pd.DataFrame(
         {"engine": ["vanilla", "speculative", "speculative"], "timing_only": [False, False, True], "position_beta": [None, [0.7], None]}
     )
@@ -70,3 +70,5 @@ def test_groups_are_compared_on_alpha_where_the_engine_accepts_by_its_own_rule()
     screened = pd.DataFrame({"engine": ["screen", "speculative"], "position_beta": [[0.6, 0.8], None]})
     assert compared_acceptance(screened, llama_rule) == "mean_beta"  # the screen's records are the ones compared
     assert compared_acceptance(screened.drop(columns="position_beta"), llama_rule) == "acceptance_rate"
+    assert compared_acceptance(screened, rejection) == "acceptance_rate"  # specaudit's own screen (the default audit): rejection sampling
+    assert compared_acceptance(screened, ENGINES["vllm"]) == "acceptance_rate"  # vLLM accepts by rejection sampling
