@@ -163,8 +163,8 @@ class LlamaCppExecutor(Executor):
         finally:
             for context, engine_threads in zip(contexts, (self.settings["n_threads"], self.settings["draft_threads"]), strict=True):
                 context.set_n_threads(engine_threads, engine_threads)
-        if acceptance is None:  # an empty path: nothing was drafted
-            acceptance = PathAcceptance(1.0 if generation.tokens else 0.0, 0.0, 0.0, 0.0)
+        if acceptance is None:  # an empty path (the draft is a model, checked): nothing was drafted or emitted
+            acceptance = PathAcceptance(0.0, 0.0, 0.0, 0.0)
         path = ScreenedPath(generation.tokens, generation.finish_reason, acceptance, time.perf_counter() - start, 1)
         text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
         record = screen_record(cfg, item, seed, prompt_ids, path, text)
