@@ -109,6 +109,11 @@ ENGINES: dict[str, EngineSpec] = {
     )
 }
 
+# `--draft target`: the target drafts for itself, so q = p and a correct verifier's acceptance is known
+# in advance from the registry's rule (1 for rejection sampling; E[max p] for a greedy draft kept on a
+# match): the identity check (specaudit.stats.identity, docs/selftest.md "The identity draft").
+IDENTITY_DRAFT = "target"
+
 LOCAL_EXECUTORS = {  # --executor: where the local engines run
     "local": "specaudit.engines.local:LocalExecutor",
     "ray": "specaudit.engines.ray:RayExecutor",
@@ -133,4 +138,4 @@ def backend_of(engines: tuple[str, ...] | list[str]) -> EngineSpec | None:
     return None
 
 
-__all__ = ["BACKENDS", "ENGINES", "LOCAL_ENGINES", "LOCAL_EXECUTORS", "EngineSpec", "backend_of", "resolve"]
+__all__ = ["BACKENDS", "ENGINES", "IDENTITY_DRAFT", "LOCAL_ENGINES", "LOCAL_EXECUTORS", "EngineSpec", "backend_of", "resolve"]
