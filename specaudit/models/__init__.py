@@ -23,6 +23,7 @@ _LAZY = {
     "resolve_device": "specaudit.models._device",
     "resolve_dtype": "specaudit.models._device",
     "save_tiny_pair": "specaudit.models._tiny",
+    "target_as_draft": "specaudit.models._loading",
     "tiny_draft_of": "specaudit.models._tiny",
     "tiny_model": "specaudit.models._tiny",
     "tiny_tokenizer": "specaudit.models._tiny",

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DERIVED_DRAFTS = ("int8", "early-exit:N", "ngram")
+DERIVED_DRAFTS = ("int8", "early-exit:N", "ngram", "target")
 
 
 # ------------------------------------------------------------------ the embedded default
@@ -205,6 +205,16 @@ def early_exit_draft(target: torch.nn.Module, layers: int) -> torch.nn.Module:
     return draft.eval()
 
 
+def target_as_draft(target: torch.nn.Module) -> torch.nn.Module:
+    """The target as its own draft (`--draft target`): a second module over the very same weight
+    tensors (no copy, no memory), so that forward hooks (hf-assisted counts target and draft
+    forwards apart) and generation configs stay the draft's own. Its distributions equal the
+    target's up to the float rounding of another call shape (one token a step against the
+    verifier's batch of k + 1)."""
+    shared = {id(tensor): tensor for tensor in (*target.parameters(), *target.buffers())}
+    return copy.deepcopy(target, memo=shared).eval()
+
+
 class NgramDraft:
     """Prompt lookup decoding: propose the tokens that followed the most recent earlier
     occurrence of the context's last n-gram. Deterministic, so q is one-hot."""
@@ -294,6 +304,9 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = "int8", device: 
             raise InputError(f"--draft {draft!r}: write early-exit:N with N the number of layers to keep, e.g. early-exit:8")
         draft_model = early_exit_draft(target_model, int(layers))
         identities["draft"] = {"derived": draft, "from": target_identity["name"]}
+    elif draft == "target":  # contracts.engines.IDENTITY_DRAFT: the identity check's q = p
+        draft_model = target_as_draft(target_model)
+        identities["draft"] = {"derived": "target", "from": target_identity["name"]}
     elif draft == "ngram":
         draft_model = NgramDraft()
         identities["draft"] = {"derived": "ngram", "max_ngram": draft_model.max_ngram}

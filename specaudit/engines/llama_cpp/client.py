@@ -109,6 +109,18 @@ def gguf_file(name: str, role: str = "--target") -> Path:
     return path
 
 
+def draft_gguf(cfg: RunConfig) -> Path | None:
+    """The draft GGUF a run names: None for prompt lookup (`--draft ngram`), the target's own file
+    for `--draft target` (the identity check: llama.cpp then drafts with a second context of the
+    target), else the named file."""
+    from specaudit.contracts.engines import IDENTITY_DRAFT
+
+    draft = str(cfg.draft)
+    if draft == "ngram":
+        return None
+    return gguf_file(str(cfg.target)) if draft == IDENTITY_DRAFT else gguf_file(draft, "--draft")
+
+
 def gguf_vocabulary(path: Path) -> list[str]:
     """The token strings of a GGUF file, read from its metadata without loading the model."""
     from gguf import GGUFReader
@@ -178,13 +190,14 @@ def check_config(cfg: RunConfig) -> None:
         raise InputError(
             "--plant-disparity changes specaudit's draft; llama.cpp's draft cannot be changed, so drop it with --engines llama-cpp"
         )
+    from specaudit.contracts.engines import IDENTITY_DRAFT
     from specaudit.models._named import is_named
 
     draft = str(cfg.draft)
-    if draft != "ngram" and not draft.endswith(".gguf") and not is_named(draft):
+    if draft not in ("ngram", IDENTITY_DRAFT) and not draft.endswith(".gguf") and not is_named(draft):
         raise InputError(
             f"--draft {draft}: with --engines llama-cpp the draft is ngram (llama.cpp prompt lookup), a GGUF file "
-            "sharing the target's vocabulary, or a named model (`specaudit models list`)"
+            "sharing the target's vocabulary, a named model (`specaudit models list`), or target (the identity check)"
         )
     sampler_settings(cfg.sampling)
     if context_is_explicit(cfg) and cfg.max_new_tokens + cfg.k + 8 > backend_settings(cfg)["n_ctx"]:
@@ -384,12 +397,12 @@ def load_engines(cfg: RunConfig, target: Path, settings: dict) -> Engines:
         n_threads_batch=settings["n_threads"],
         verbose=False,
     )
-    if str(cfg.draft) == "ngram":
+    draft_path = draft_gguf(cfg)
+    if draft_path is None:
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         inner = LlamaPromptLookupDecoding(max_ngram_size=NGRAM_MAX, num_pred_tokens=cfg.k)
     else:
-        draft_path = gguf_file(str(cfg.draft), "--draft")
         check_draft_vocabulary(target, draft_path)
         inner = GgufDraft(draft_path, cfg.k, n_ctx=settings["n_ctx"], n_threads=settings["draft_threads"])
     draft = ObservedDraft(inner)

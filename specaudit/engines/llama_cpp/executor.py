@@ -28,6 +28,7 @@ from specaudit.engines.llama_cpp.client import (
     _system_info,
     check_config,
     check_draft_vocabulary,
+    draft_gguf,
     generate,
     gguf_file,
     import_llama_cpp,
@@ -61,8 +62,9 @@ class LlamaCppExecutor(Executor):
                 "run --engines llama-cpp alone (prompt lookup has no draft distribution to screen)"
             )
         self.target = gguf_file(str(cfg.target))
-        if str(cfg.draft) != "ngram":
-            check_draft_vocabulary(self.target, gguf_file(str(cfg.draft), "--draft"))
+        self.draft = draft_gguf(cfg)
+        if self.draft is not None:
+            check_draft_vocabulary(self.target, self.draft)
         previous = folder.previous
         if previous and previous.get("backend") != BACKEND:
             made_by = f"by backend {previous['backend']!r}" if previous.get("backend") else "with local engines"
@@ -80,9 +82,7 @@ class LlamaCppExecutor(Executor):
         self.sampler = sampler_settings(cfg.sampling)
         self.tokenizer = load_tokenizer(str(cfg.target))
         self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
-        models = (
-            {"target": self.target} if str(cfg.draft) == "ngram" else {"target": self.target, "draft": gguf_file(str(cfg.draft), "--draft")}
-        )
+        models = {"target": self.target} if self.draft is None else {"target": self.target, "draft": self.draft}
         self.settings = sized_settings(cfg, self.encoded, models)  # the context fits every prompt, or the run stops here
         self.engines = load_engines(cfg, self.target, self.settings)
         if self.tokenizer.eos_token_id is not None:
@@ -91,7 +91,7 @@ class LlamaCppExecutor(Executor):
         if str(cfg.draft) == "ngram":
             draft.update(implementation="llama_cpp.LlamaPromptLookupDecoding", max_ngram_size=NGRAM_MAX, num_pred_tokens=cfg.k)
         else:
-            draft.update(implementation="specaudit GgufDraft (greedy, k tokens)", gguf_sha256=file_sha256(gguf_file(str(cfg.draft))))
+            draft.update(implementation="specaudit GgufDraft (greedy, k tokens)", gguf_sha256=file_sha256(self.draft))
         chain = {k: v for k, v in self.sampler.items() if k not in ("grammar", "logits_processor")}
         return {
             "versions": {**library_versions(), "llama_cpp_python": llama_cpp.__version__},
@@ -136,7 +136,9 @@ class LlamaCppExecutor(Executor):
             )
             if item.engine != CONTROL_ENGINE and not item.timing_only:
                 acceptance = path_acceptance(self.engines, prompt_ids, generation.tokens, cfg.sampling, cfg.max_new_tokens)
-                record = record.with_extra(position_beta=acceptance.beta) if acceptance is not None else record
+                # position_accept: the rule's a_t = p_t(argmax q_t) along the path (the identity check's expectation)
+                if acceptance is not None:
+                    record = record.with_extra(position_beta=acceptance.beta, position_accept=acceptance.accept_cond)
             emit(record)
 
     def screen_record(self, item: PlanItem, seed: int, prompt_ids: list[int]) -> Record:

@@ -17,7 +17,7 @@ from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.endpoint.client import Endpoint
 from specaudit.engines.levels import plan_levels, run_levels
-from specaudit.engines.llama_cpp.client import gguf_file, llama_seed
+from specaudit.engines.llama_cpp.client import draft_gguf, gguf_file, llama_seed
 from specaudit.engines.llama_server.build import binding_version, build_info, require_binary
 from specaudit.engines.llama_server.client import (
     NEUTRAL_SAMPLING,
@@ -56,7 +56,7 @@ class LlamaServerExecutor(Executor):
             raise InputError("--engines llama-server needs a --draft: ngram (prompt lookup, the default) or a GGUF file")
         self.spec_type = spec_type_for(str(cfg.draft), self.settings)
         self.target = gguf_file(str(cfg.target))
-        self.draft = None if str(cfg.draft) == "ngram" else gguf_file(str(cfg.draft), "--draft")
+        self.draft = draft_gguf(cfg)  # `--draft target`: the target's own file (the identity check)
         self.binary = require_binary()
         previous = folder.previous
         if previous and previous.get("backend") != BACKEND:
