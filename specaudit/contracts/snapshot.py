@@ -315,6 +315,35 @@ class ScreenSection(_Section):
     note: str | None = None
 
 
+class IdentityCheck(_Section):
+    """One engine's identity-draft test (stats.identity): accepted of the judged drafts against
+    its rule's expectation, `interval` the acceptance a correct verifier reaches at `alpha`."""
+
+    engine: str
+    rule: str
+    accepted: int
+    tested: int
+    acceptance: float | None = None
+    expected: float | None = None
+    interval: list[float | None] = []
+    pvalue: float | None = None
+    alpha: float
+    tolerance: float
+    method: str
+    verdict: str  # PASS, FAIL or "skipped" (nothing judged)
+    message: str
+
+
+class IdentitySection(_Section):
+    """`identity` (analysis.identity): a run with `--draft target`, its acceptance against the rule's."""
+
+    status: Check
+    sampling: str
+    tolerance: float
+    engines: dict[str, IdentityCheck] = {}
+    message: str
+
+
 class Snapshot(_Section):
     """The typed view of snapshot.json (schema version SNAPSHOT_SCHEMA_VERSION)."""
 
@@ -332,6 +361,7 @@ class Snapshot(_Section):
     speed: SpeedSection | None = None  # only for runs with the screen (stats.cost_model)
     screen: ScreenSection | None = None  # only for runs with the screen and the speculative engine
     context: ContextSection | None = None  # where groups are compared
+    identity: IdentitySection | None = None  # only for runs with --draft target
     mitigation: dict[str, Any] | None = None  # `specaudit mitigate`'s before/after (its before_after.json), on a re-audit
 
 
@@ -450,6 +480,8 @@ __all__ = [
     "ContextSection",
     "EngineEquivalence",
     "EquivalenceSection",
+    "IdentityCheck",
+    "IdentitySection",
     "LogprobParitySection",
     "RunSection",
     "Snapshot",
