@@ -21,7 +21,7 @@ from specaudit.decoding.verify import (
     step_pit,
     token_acceptance_probabilities,
 )
-from specaudit.decoding.warping import SamplingSpec, warp
+from specaudit.decoding.warping import Prefix, SamplingSpec, warp
 from specaudit.models import NgramDraft, Stopwatch, forward_cached
 
 
@@ -42,7 +42,7 @@ class _DraftModel:
         self.logits: list[torch.Tensor] = []  # the last proposal's raw logits, for a verifier that asks (VerifyLogits)
 
     def propose(
-        self, context: list[int], k: int, spec: SamplingSpec, generator: torch.Generator, vocab_size: int
+        self, context: list[int], k: int, spec: SamplingSpec, generator: torch.Generator, vocab_size: int, prompt_len: int
     ) -> tuple[list[int], list[torch.Tensor]]:
         feed = context[self.cached :]
         tokens, probs, self.logits = [], [], []
@@ -51,7 +51,8 @@ class _DraftModel:
             logits = forward_cached(self.model, ids, self.cache)
             self.cached += len(feed)
             self.logits.append(logits[0, -1, :vocab_size])
-            q = warp(self.logits[-1], spec)
+            # the draft's distribution processed at its own prefix, drafts so far included (penalties)
+            q = warp(self.logits[-1], spec, Prefix(context[:prompt_len], context[prompt_len:] + tokens))
             token = sample_from(q, generator)
             tokens.append(token)
             probs.append(q)
@@ -72,7 +73,7 @@ class _DraftLookup:
         self.logits: list[torch.Tensor] = []  # a lookup has none
 
     def propose(
-        self, context: list[int], k: int, spec: SamplingSpec, generator: torch.Generator, vocab_size: int
+        self, context: list[int], k: int, spec: SamplingSpec, generator: torch.Generator, vocab_size: int, prompt_len: int
     ) -> tuple[list[int], list[torch.Tensor]]:
         tokens = self.lookup.propose(context, k)
         probs = [torch.nn.functional.one_hot(torch.tensor(t, device=generator.device), vocab_size).float() for t in tokens]
@@ -110,6 +111,7 @@ class SpeculativeDecoding:
         self.target_cache = DynamicCache(config=target.config)
         self.target_cached = 0
         self.context = list(prompt_ids)
+        self.prompt_len = len(prompt_ids)
         self.tokens: list[int] = []
         self.result = Generation(tokens=self.tokens, finish_reason="", wall_s=0.0, ttft_s=0.0, steps=0)
         self.start = self.clock.now()
@@ -126,12 +128,14 @@ class SpeculativeDecoding:
         # Never draft past the length budget: the last slot is the verifier's own token.
         k_step = min(self.k if k is None else k, self.max_new_tokens - len(tokens) - 1)
         drafter = self.drafter
-        drafted, draft_probs = drafter.propose(context, k_step, spec, generator, vocab_size) if k_step > 0 else ([], [])
+        drafted, draft_probs = drafter.propose(context, k_step, spec, generator, vocab_size, self.prompt_len) if k_step > 0 else ([], [])
         drafted_at = clock.now()
 
         feed = torch.tensor([context[self.target_cached :] + drafted], device=device)
         logits = forward_cached(self.target, feed, self.target_cache, logits_to_keep=len(drafted) + 1)
-        target_probs = warp(logits[0, :, :vocab_size], spec)
+        # Each drafted token is verified against the target processed at its own prefix: the
+        # penalty state of row i counts the accepted output and drafts 0..i-1.
+        target_probs = warp(logits[0, :, :vocab_size], spec, Prefix(context[: self.prompt_len], tokens + drafted))
         q = torch.stack(draft_probs) if draft_probs else target_probs.new_zeros((0, vocab_size))
         drafted_ids = torch.tensor(drafted, dtype=torch.long, device=device)
         try:

@@ -7,7 +7,7 @@ from transformers import DynamicCache
 
 from specaudit.decoding._generation import Generation, finish
 from specaudit.decoding.verify import sample_from
-from specaudit.decoding.warping import SamplingSpec, warp
+from specaudit.decoding.warping import Prefix, SamplingSpec, warp
 from specaudit.models import Stopwatch, forward_cached
 
 
@@ -33,6 +33,7 @@ class VanillaDecoding:
         self.start = self.clock.now()
         self.cache = DynamicCache(config=model.config)
         self.feed = torch.tensor([prompt_ids], device=generator.device)
+        self.prompt = list(prompt_ids)
         self.tokens: list[int] = []
         self.ttft = 0.0
         self.step_s: list[float] = []
@@ -46,7 +47,8 @@ class VanillaDecoding:
         clock = self.clock
         step_start = clock.now() if self.step_s else self.start
         logits = forward_cached(self.model, self.feed, self.cache)
-        token = sample_from(warp(logits[0, -1, : self.vocab_size], self.spec), self.generator)
+        probs = warp(logits[0, -1, : self.vocab_size], self.spec, Prefix(self.prompt, self.tokens))
+        token = sample_from(probs, self.generator)
         self.tokens.append(token)
         now = clock.now()
         self.step_s.append(now - step_start)

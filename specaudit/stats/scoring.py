@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from specaudit.decoding.verify import mass_before
-from specaudit.decoding.warping import SamplingSpec, warp
+from specaudit.decoding.warping import Prefix, SamplingSpec, warp
 from specaudit.errors import InputError
 from specaudit.models._chunked import head_logits, last_hidden_states, plain_head
 from specaudit.stats.plugin_tv import expected_plugin_tv
@@ -251,11 +251,7 @@ def _spec_of(record: Any) -> SamplingSpec:
         raise InputError(f"record {_field(record, 'key')!r} has no 'sampling' field; pass spec= explicitly")
     if isinstance(sampling, SamplingSpec):
         return sampling
-    return SamplingSpec(
-        temperature=float(sampling.get("temperature", 1.0)),
-        top_k=int(sampling.get("top_k", 0)),
-        top_p=float(sampling.get("top_p", 1.0)),
-    )
+    return SamplingSpec.from_dict(sampling)
 
 
 def _resolve_spec(spec: SamplingSpec | None, records: Sequence[Any]) -> SamplingSpec:
@@ -394,13 +390,15 @@ def score_records(
                 f"record {_field(rows[i], 'key')!r} has a token id outside the model's vocabulary "
                 f"[0, {rows_logits[0].shape[-1]}); score it with the model that produced it"
             )
-        target = warp(rows_logits[0], spec)
+        # Position t's prefix is the prompt and outputs[:t]: penalties are counted along the record's own path.
+        prefix = Prefix(prompts[i], outputs[i][:-1])
+        target = warp(rows_logits[0], spec, prefix)
         draft = None
         if draft_model is not None:
             draft_logits = rows_logits[1]
             if draft_plant is not None and draft_plant.applies_to(_field(rows[i], "attributes")):
                 draft_logits = draft_plant.mix(draft_logits, draft_logits.shape[-1])
-            draft = warp(draft_logits, spec)
+            draft = warp(draft_logits, spec, prefix)
         columns[i] = token_statistics(target, tokens, draft)
         if null_draws:
             key = str(_field(rows[i], "key"))

@@ -18,7 +18,7 @@ Shapes: B rows, C = shared prefix, P = C + longest rest of a prompt, T = max_new
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -26,7 +26,7 @@ from transformers import DynamicCache
 
 from specaudit.decoding._generation import finish
 from specaudit.decoding.verify import sample_from
-from specaudit.decoding.warping import SamplingSpec, warp
+from specaudit.decoding.warping import Prefix, SamplingSpec, warp
 from specaudit.models import PlantedDraft, forward_cached
 from specaudit.models._chunked import CHUNK_ELEMENTS, head_logits, last_hidden_states, plain_head, positions_per_chunk
 from specaudit.stats.acceptance import position_acceptance
@@ -46,6 +46,17 @@ class SampledBatch:
     prompt_width: int  # P
     probs: torch.Tensor | None  # [B, T', V] warped target distribution at each output position (when kept)
     prefix: int = 0  # C: leading tokens every row shares (computed once, at batch 1)
+    prompts: list[list[int]] = field(default_factory=list)  # each row's prompt (penalties count it)
+
+
+def path_prefixes(batch: SampledBatch, spec: SamplingSpec, end: int) -> list[Prefix] | None:
+    """Per row, the tokens before output position `end - 1` of its path (prompt and sampled
+    tokens): what `warp` needs for a block of positions ending there. None when the spec does
+    not penalise (the distribution at a position then depends on the logits alone)."""
+    if not spec.penalised:
+        return None
+    paths = batch.input_ids[:, batch.prompt_width : batch.prompt_width + end - 1].tolist()
+    return [Prefix(prompt, path) for prompt, path in zip(batch.prompts, paths)]
 
 
 def padded_prompts(prompts: list[list[int]], pad_id: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,7 +132,8 @@ def sample_batch(
     for _ in range(max_new_tokens):
         full_mask = torch.cat(masks, dim=1)
         logits = forward_cached(model, feed, cache, attention_mask=full_mask, position_ids=feed_positions)
-        probs = warp(logits[:, -1, :vocab_size], spec)
+        prefixes = [Prefix(prompt, row_tokens) for prompt, row_tokens in zip(prompts, tokens)] if spec.penalised else None
+        probs = warp(logits[:, -1, :vocab_size], spec, prefixes)
         if kept is not None:
             kept[:, steps] = probs
         steps += 1
@@ -148,6 +160,7 @@ def sample_batch(
         prompt_width=prefix + ids.shape[1],
         probs=kept[:, :steps] if kept is not None else None,
         prefix=prefix,
+        prompts=[list(p) for p in prompts],
     )
 
 
@@ -166,7 +179,7 @@ def teacher_forced_probs(model: torch.nn.Module, batch: SampledBatch, *, spec: S
         attention_mask=batch.attention_mask,
         position_ids=position_ids_of(batch.attention_mask)[:, batch.prefix :],
     )
-    return warp(logits[:, :outputs, :vocab_size], spec)
+    return warp(logits[:, :outputs, :vocab_size], spec, path_prefixes(batch, spec, outputs))
 
 
 @torch.inference_mode()
@@ -218,7 +231,7 @@ def teacher_forced_acceptance(
         logits = head_logits(draft, hidden[:, lo:hi])
         if plant is not None:
             logits = plant.mix(logits, vocab_size, planted_rows)
-        q = warp(logits[..., :vocab_size], spec)
+        q = warp(logits[..., :vocab_size], spec, path_prefixes(batch, spec, hi))
         for r in range(rows):  # row by row, as the whole-batch path: the same sums in the same order
             beta[r, lo:hi], accept[r, lo:hi] = position_acceptance(batch.probs[r, lo:hi], q[r], path_ids[r, lo:hi])
     return beta, accept
