@@ -17,6 +17,7 @@ from specaudit.cli.prompts import add_prompts
 from specaudit.cli.report import add_report
 from specaudit.cli.run import add_analyze, add_audit, add_merge, add_run
 from specaudit.cli.selftest import add_selftest
+from specaudit.cli.traffic import add_proxy, add_traffic
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_monitor(sub)
     add_models(sub)
     add_llama_server(sub)
+    add_traffic(sub)
+    add_proxy(sub)
     return parser
 
 

@@ -1,0 +1,131 @@
+"""`specaudit traffic` (ingest, report, check) and `specaudit proxy`: monitoring on live traffic."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specaudit._validation import finite_float
+
+STORE_HELP = "sqlite:///path.db, a bare file path, or postgresql://user@host/db"
+
+
+def add_traffic(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "traffic",
+        help="per-group acceptance and latency from the requests a server served; anytime-valid alerts",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "a job every minute (see docs/traffic.md):\n"
+            "  specaudit traffic ingest logs/ --store sqlite:///traffic.db\n"
+            "  specaudit traffic check --store sqlite:///traffic.db --alert-file alerts.jsonl --metrics-file traffic.prom\n"
+            "exit codes: 0 no alert, 1 an alert, 2 bad input or unusable store"
+        ),
+    )
+    actions = p.add_subparsers(dest="traffic_command", required=True)
+    ingest = actions.add_parser(
+        "ingest", help="read request logs (JSONL, .jsonl.gz, Parquet; files, folders, '-' for stdin) into the store"
+    )
+    ingest.add_argument("logs", nargs="+", metavar="LOG")
+    ingest.add_argument("--store", required=True, help=STORE_HELP)
+    ingest.add_argument(
+        "--column-map",
+        action="append",
+        metavar="FIELD=PATH",
+        help="where another log keeps a field, as a dotted path (e.g. latency_s=timing.total)",
+    )
+    ingest.add_argument(
+        "--detect-language", action="store_true", help="identify each prompt's language (py3langid) unless a label declares it"
+    )
+    ingest.add_argument("--min-confidence", type=finite_float, default=0.5, help="below this the language is 'und' (default 0.5)")
+    ingest.add_argument("--keep-text", action="store_true", help="store the prompt text too (request logs hold user data: off by default)")
+    ingest.set_defaults(func=cmd_traffic_ingest)
+
+    analysing = argparse.ArgumentParser(add_help=False)
+    analysing.add_argument("--store", required=True, help=STORE_HELP)
+    analysing.add_argument("--group-by", default="language", help="'language' (default) or 'label:NAME', e.g. label:tenant")
+    analysing.add_argument(
+        "--baseline-requests", type=int, default=1000, help="the first N requests (in time order) are the drift baseline; 0: no drift check"
+    )
+    analysing.add_argument("--alpha", type=finite_float, default=0.05, help="family-wise false-alarm rate over all looks (default 0.05)")
+    analysing.add_argument(
+        "--band-low", type=finite_float, default=0.8, help="disparity alert below this ratio to the other groups (default 0.8)"
+    )
+    analysing.add_argument("--min-change", type=finite_float, default=0.10, help="drift alert past this relative change (default 0.10)")
+    analysing.add_argument("--format", choices=("text", "json"), default="text")
+    report = actions.add_parser(
+        "report", parents=[analysing], help="per-group acceptance and latency per token with intervals; always exit 0"
+    )
+    report.set_defaults(func=cmd_traffic_report)
+    check = actions.add_parser("check", parents=[analysing], help="anytime-valid disparity and drift checks; exit 1 on an alert")
+    check.add_argument("--verbose", action="store_true", help="text: print checks without an alert too")
+    check.add_argument("--alert-file", help="append alerts as JSON lines to this file")
+    check.add_argument("--metrics-file", help="write Prometheus textfile-collector gauges per group here")
+    check.set_defaults(func=cmd_traffic_check)
+
+
+def add_proxy(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("proxy", help="forward OpenAI requests to a server and log one line per request for `traffic ingest`")
+    p.add_argument("--upstream", required=True, help="the server's base URL, e.g. http://127.0.0.1:8080")
+    p.add_argument("--log", required=True, metavar="DIR", help="folder for the rotating request logs")
+    p.add_argument("--listen", default="127.0.0.1:8787", help="HOST:PORT to serve on (default 127.0.0.1:8787)")
+    p.add_argument("--rotate-lines", type=int, default=100_000, help="start a new log file after this many lines (default 100000)")
+    p.add_argument("--timeout", type=finite_float, default=600.0, help="seconds to wait for the upstream's answer (default 600)")
+    p.set_defaults(func=cmd_proxy)
+
+
+def cmd_traffic_ingest(args: argparse.Namespace) -> int:
+    from specaudit.traffic import ingest, open_traffic_store, parse_column_map
+
+    with open_traffic_store(args.store) as store:
+        result = ingest(
+            store,
+            args.logs,
+            column_map=parse_column_map(args.column_map),
+            detect_language=args.detect_language,
+            min_confidence=args.min_confidence,
+            keep_text=args.keep_text,
+        )
+    print(
+        f"ingested {result.added} new requests from {result.lines} lines of {len(result.files)} file(s) ({result.duplicates} already stored)"
+    )
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> tuple:
+    from specaudit.traffic import evaluate, open_traffic_store
+
+    with open_traffic_store(args.store, create=False) as store:
+        result = evaluate(
+            store,
+            group_by=args.group_by,
+            baseline_requests=args.baseline_requests,
+            alpha=args.alpha,
+            band_low=args.band_low,
+            min_change=args.min_change,
+        )
+        return result, store.url
+
+
+def cmd_traffic_report(args: argparse.Namespace) -> int:
+    from specaudit.traffic import render_text, summaries_json
+
+    result, _ = _evaluate(args)
+    print(summaries_json(result) if args.format == "json" else render_text(result, verbose=True))
+    return 0
+
+
+def cmd_traffic_check(args: argparse.Namespace) -> int:
+    from specaudit.traffic import render_text, summaries_json, write_outputs
+
+    result, url = _evaluate(args)
+    write_outputs(result, alert_file=args.alert_file, metrics_file=args.metrics_file, store_url=url)
+    print(summaries_json(result) if args.format == "json" else render_text(result, verbose=args.verbose))
+    return 1 if result.alerts else 0
+
+
+def cmd_proxy(args: argparse.Namespace) -> int:
+    from specaudit.traffic.proxy import serve
+
+    serve(args.upstream, args.log, listen=args.listen, rotate_lines=args.rotate_lines, timeout=args.timeout, out=sys.stderr)
+    return 0

@@ -1,0 +1,126 @@
+"""Reading request logs: files, folders and stdin, in chunks of lines, each line with its file and number.
+
+A log that a server (or `specaudit proxy`) is still writing may end in a line cut short: the last
+line of a file without its newline is left for the next ingest, not reported. Any other line that
+is not one JSON object is an InputError naming the file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specaudit.errors import InputError
+
+STDIN = "-"
+LOG_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".log", ".parquet")
+# Lines per chunk: what ingest holds in memory at once (a few tens of MB of log).
+CHUNK_LINES = 50_000
+
+
+@dataclass
+class Chunk:
+    """Parsed log lines of one file: the objects, their raw bytes (for the digest) and line numbers."""
+
+    source: str
+    objects: list[dict[str, Any]]
+    raw: list[bytes]
+    lines: list[int]
+
+
+def log_files(paths: Sequence[str]) -> list[str]:
+    """The files to read: each path itself, a folder's log files (sorted, recursively), or '-' for stdin."""
+    files: list[str] = []
+    for name in paths:
+        if name == STDIN:
+            files.append(STDIN)
+            continue
+        path = Path(name)
+        if path.is_dir():
+            found = sorted(str(p) for p in path.rglob("*") if p.is_file() and p.name.endswith(LOG_SUFFIXES))
+            if not found:
+                raise InputError(f"{path} is a folder with no log files ({', '.join(LOG_SUFFIXES)})")
+            files.extend(found)
+        elif path.is_file():
+            files.append(str(path))
+        else:
+            raise InputError(f"{path}: no such file or folder")
+    return files
+
+
+def _parse(raw: bytes, source: str, line: int) -> dict[str, Any]:
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InputError(f"{source}:{line} is not a JSON object ({err.__class__.__name__}: {str(err)[:80]})") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{source}:{line} is a JSON {type(obj).__name__}, not an object (one request per line)")
+    return obj
+
+
+def _jsonl_chunks(handle: Any, source: str, chunk_lines: int) -> Iterator[Chunk]:
+    chunk = Chunk(source, [], [], [])
+    pending: tuple[bytes, int] | None = None  # the previous line, held back until we know it is not the torn last one
+    for number, line in enumerate(handle, start=1):
+        if pending is not None:
+            raw, at = pending
+            chunk.objects.append(_parse(raw, source, at))
+            chunk.raw.append(raw)
+            chunk.lines.append(at)
+            if len(chunk.objects) >= chunk_lines:
+                yield chunk
+                chunk = Chunk(source, [], [], [])
+            pending = None
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not line.endswith(b"\n"):
+            # The last line of a file being written: parse it only if it is whole.
+            try:
+                json.loads(stripped)
+            except ValueError:
+                break
+        pending = (stripped, number)
+    if pending is not None:
+        raw, at = pending
+        chunk.objects.append(_parse(raw, source, at))
+        chunk.raw.append(raw)
+        chunk.lines.append(at)
+    if chunk.objects:
+        yield chunk
+
+
+def _parquet_chunks(path: str, chunk_lines: int) -> Iterator[Chunk]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:  # pragma: no cover - pyarrow comes with datasets
+        raise InputError(f"{path}: reading Parquet needs pyarrow; pip install pyarrow") from None
+    try:
+        table = pq.ParquetFile(path)
+    except Exception as err:  # noqa: BLE001 (any pyarrow failure is a bad file)
+        raise InputError(f"{path} is not a readable Parquet file ({str(err)[:80]})") from None
+    row = 0
+    for batch in table.iter_batches(batch_size=chunk_lines):
+        objects = batch.to_pylist()
+        raw = [json.dumps(obj, sort_keys=True, default=str).encode() for obj in objects]
+        lines = list(range(row + 1, row + 1 + len(objects)))
+        row += len(objects)
+        yield Chunk(path, objects, raw, lines)
+
+
+def read_chunks(files: Sequence[str], *, chunk_lines: int = CHUNK_LINES) -> Iterator[Chunk]:
+    """Chunks of parsed lines from each file in turn (stdin for '-'; .gz read as gzip; .parquet rows)."""
+    for source in files:
+        if source == STDIN:
+            yield from _jsonl_chunks(sys.stdin.buffer, "<stdin>", chunk_lines)
+        elif source.endswith(".parquet"):
+            yield from _parquet_chunks(source, chunk_lines)
+        else:
+            opener = gzip.open if source.endswith(".gz") else open
+            with opener(source, "rb") as handle:
+                yield from _jsonl_chunks(handle, source, chunk_lines)
