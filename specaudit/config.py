@@ -71,6 +71,10 @@ class RunConfig(BaseModel):
     plant_disparity: str | None = (
         None  # "dimension=group:factor": plant a known disparity (models.DisparityPlant) to check an audit's power
     )
+    tree: str = "3,2,1"  # --engines tree: children per depth (docs/trees.md)
+    tree_children: str = "sampled"  # --engines tree: sampled (i.i.d. from q) or top-k (the draft's k most likely)
+    levels: str = "ngram,int8"  # --engines staged: the small draft, then the medium model
+    level_k: str = "4,4"  # --engines staged: tokens per round of the small draft, and of the medium (the target's k)
     chat_template: bool = Field(True, strict=True)
     endpoint: dict | None = None  # settings of `--engines endpoint` (specaudit.engines.endpoint.settings.EndpointSettings)
     extra: dict = Field(default_factory=dict)
@@ -138,6 +142,15 @@ class RunConfig(BaseModel):
                 raise InputError("--plant-disparity applies to the speculative engine and the screen only; drop hf-assisted from --engines")
             if self.draft == "ngram":
                 raise InputError("--plant-disparity mixes a draft model's distribution, and the ngram draft has none; use a model draft")
+        if "tree" in self.engines:
+            from specaudit.decoding._shapes import parse_branching, parse_children
+
+            parse_branching(self.tree)
+            parse_children(self.tree_children)
+        if "staged" in self.engines:
+            from specaudit.decoding._shapes import parse_levels
+
+            parse_levels(self.levels, self.level_k)
         if self.draft is None and not backend and any(e != CONTROL_ENGINE for e in self.engines):
             raise InputError("the speculative engines need a --draft (int8, early-exit:N, ngram, or a model)")
         return self
@@ -175,6 +188,11 @@ class RunConfig(BaseModel):
             "plant_disparity",
         )
         identity = {name: getattr(self, name) for name in keep}
+        # the shapes join the identity only where they decide records, so older run folders still resume
+        if "tree" in self.engines:
+            identity.update(tree=self.tree, tree_children=self.tree_children)
+        if "staged" in self.engines:
+            identity.update(levels=self.levels, level_k=self.level_k)
         if self.endpoint:
             identity["endpoint"] = resolve(ENGINES["endpoint"].settings).settings_identity(self.endpoint)
         return identity

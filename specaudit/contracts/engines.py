@@ -52,6 +52,21 @@ ENGINES: dict[str, EngineSpec] = {
         ),
         EngineSpec(SPECULATIVE_ENGINE, "local", "specaudit's reference speculative sampling", (SPECULATIVE_ENGINE,)),
         EngineSpec(
+            "tree",
+            "local",
+            "specaudit's token-tree speculative sampling (--tree, --tree-children)",
+            ("tree",),
+            acceptance_rule="multi-step speculative sampling of i.i.d. children (top-k children: recursive rejection sampling); "
+            "per step, the accepted path's length out of the tree's depth",
+        ),
+        EngineSpec(
+            "staged",
+            "local",
+            "specaudit's staged speculative sampling: small draft -> medium -> target (--levels, --level-k)",
+            ("staged",),
+            acceptance_rule="rejection sampling at each level; the target's check uses the medium's q, the law its verified chain follows",
+        ),
+        EngineSpec(
             "hf-assisted",
             "local",
             "transformers' assisted generation",

@@ -26,6 +26,8 @@ class Generation:
     # Calls where a verify function broke its contract (verify.contract_problem): {"call", "position",
     # "problem"}. A proven bug of that sampler: analyze fails the engine on any.
     verify_violations: list[dict] = field(default_factory=list)
+    # an engine's own fields (a tree's nodes per step, a staged run's per-level counts): the record's extra
+    extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -17,6 +17,7 @@ from specaudit.decoding import (
     speculative_generate,
     vanilla_generate,
 )
+from specaudit.engines.beyond_chains import engine_k
 from specaudit.errors import InputError
 from specaudit.execution.plan import derive_seed
 
@@ -110,6 +111,10 @@ def generate_one(
     common = dict(spec=cfg.sampling, max_new_tokens=max_new_tokens, generator=generator, eos_ids=eos_ids, vocab_size=pair.vocab_size)
     if engine == CONTROL_ENGINE:
         return vanilla_generate(pair.target, prompt_ids, **common)
+    if engine in ("tree", "staged"):
+        from specaudit.engines.beyond_chains import generate_staged, generate_tree
+
+        return (generate_tree if engine == "tree" else generate_staged)(pair, prompt_ids, cfg, **common)
     draft = pair.draft
     if cfg.plant_disparity:
         from specaudit.models import DisparityPlant, PlantedDraft
@@ -138,7 +143,7 @@ def make_record(cfg: RunConfig, item: PlanItem, seed: int, prompt_ids: list[int]
         seed=seed,
         timing_only=item.timing_only,
         sampling=cfg.sampling.to_dict(),
-        k=0 if item.engine == CONTROL_ENGINE else cfg.k,
+        k=0 if item.engine == CONTROL_ENGINE else engine_k(item.engine, cfg),
         prompt_token_ids=prompt_ids,
         text=text,
         **payload,

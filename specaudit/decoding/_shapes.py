@@ -1,0 +1,53 @@
+"""The spellings of a tree's shape and a staged run's levels, torch-free so that the run config
+can check them without importing the engines."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specaudit.errors import InputError
+
+CHILDREN = ("sampled", "top-k")
+"""How a node's children are drawn from the draft (`--tree-children`)."""
+
+MAX_TREE_NODES = 256  # a reference engine's tree: beyond this the one-pass mask is no longer small
+
+
+def tree_size(branching: Sequence[int]) -> int:
+    """Number of draft tokens in a full tree of this shape (the root, the context, not counted)."""
+    total, width = 0, 1
+    for b in branching:
+        width *= b
+        total += width
+    return total
+
+
+def parse_branching(text: str | Sequence[int]) -> tuple[int, ...]:
+    """'3,2,1' (or a sequence of ints) as the branching per depth; one sentence when it is not one."""
+    parts = [str(p).strip() for p in (text.split(",") if isinstance(text, str) else text)]
+    if not parts or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise InputError(f"--tree {text!r}: write the children per depth as positive integers, e.g. 3,2,1")
+    branching = tuple(int(p) for p in parts)
+    if tree_size(branching) > MAX_TREE_NODES:
+        raise InputError(f"--tree {text!r} has {tree_size(branching)} nodes; at most {MAX_TREE_NODES} are supported")
+    return branching
+
+
+def parse_children(text: str) -> str:
+    if text not in CHILDREN:
+        raise InputError(f"--tree-children {text!r}: choose {' or '.join(CHILDREN)}")
+    return text
+
+
+def parse_levels(levels: str | Sequence[str], level_k: str | Sequence[int]) -> tuple[tuple[str, int], tuple[str, int]]:
+    """`--levels ngram,int8 --level-k 4,4` as ((small, k1), (medium, k2)): the two drafts from the
+    smallest up, each with the tokens it proposes per round."""
+    names = [s.strip() for s in (levels.split(",") if isinstance(levels, str) else levels)]
+    ks = [str(k).strip() for k in (level_k.split(",") if isinstance(level_k, str) else level_k)]
+    if len(names) != 2 or not all(names):
+        raise InputError(f"--levels {levels!r}: name two drafts, the small one first, e.g. ngram,int8")
+    if names[1] == "ngram":
+        raise InputError(f"--levels {levels!r}: the medium level must be a model (its q is the target's proposal law), not ngram")
+    if len(ks) != 2 or not all(k.isdigit() and int(k) >= 1 for k in ks):
+        raise InputError(f"--level-k {level_k!r}: give two positive integers, the tokens per round of the small draft and of the medium")
+    return (names[0], int(ks[0])), (names[1], int(ks[1]))
