@@ -155,6 +155,7 @@ def _sampled_entries(
         tests: dict[str, Any] = {
             "goodness_of_fit": gof.to_dict(),
             "tv_bound": eq.tv_bound(engine_scores, engine=engine, delta=delta, alpha=alpha, seed=seed).to_dict(),
+            "pit_bound": _pit_bound(engine_scores, alpha=alpha, seed=seed),
             "power": minimum_detectable_effects(
                 gof.n_tokens, samples / max(n_prompts, 1), n_prompts=n_prompts, alpha=alpha, n_tests=max(len(gof.gate), 1)
             ),
@@ -166,6 +167,16 @@ def _sampled_entries(
             verdict = CheckStatus.FAIL if two.verdict == CheckStatus.FAIL else verdict
         entries[engine] = EngineEquivalence(verdict=verdict, **tests)
     return entries
+
+
+def _pit_bound(scores: TokenScores, *, alpha: float, seed: int) -> dict[str, Any]:
+    """The PIT distortion bound at 1 − alpha over the tokens the PIT test reads (possible ones,
+    the same V draws): the battery's positive statement beside the TV bound."""
+    from specaudit.stats import equivalence as eq
+
+    frame = scores.tokens.reset_index(drop=True)
+    u = eq.pit_values(frame, seed)[frame["p"].to_numpy(float) > 0]
+    return eq.pit_distortion_bound(u, 1.0 - alpha).to_dict()
 
 
 def _judge_proven_violations(

@@ -182,6 +182,8 @@ class EngineEquivalence(_Section):
     two_sample: ResultVerdict | None = None
     greedy: ResultVerdict | None = None
     tv_bound: dict[str, Any] | None = None
+    # stats.equivalence.pit_bound: {upper, observed, margin, n, level, method}
+    pit_bound: dict[str, Any] | None = None
     power: dict[str, Any] | None = None
     # proven bugs the records list (a verify call that broke its contract, a server's impossible
     # output): {count, records, first, examples}; `message` words the finding

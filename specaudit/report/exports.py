@@ -28,6 +28,14 @@ def md_escape(text: Any) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
+def _glossary_markdown(text: str) -> list[str]:
+    """The terms the summary uses, each explained once (the report's glossary, same words)."""
+    from specaudit.report.view.glossary import glossary_for
+
+    rows = glossary_for(text)
+    return ["", "## Glossary", "", "| term | meaning |", "|---|---|"] + [f"| {md_escape(t)} | {md_escape(m)} |" for t, m in rows]
+
+
 def summary_markdown(view: Mapping[str, Any]) -> str:
     """The decision first, then the gate line, the cards, what to do (with commands) and the checks."""
     run, summary = view["run"], view["summary"]
@@ -77,6 +85,7 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
         for check in gate["checks"]:
             lines.append(f"| {check['badge']['text']} | `{_code(check['name'])}` | {md_escape(check['message'])} |")
     lines += concurrency_markdown(view)
+    lines += _glossary_markdown("\n".join(lines))
     lines += ["", "Full report: `report.html` (self-contained; open it in a browser or print it to PDF).", ""]
     return "\n".join(lines)
 

@@ -298,7 +298,7 @@ def recommendations(
         if np.isfinite(alpha) and best_k != k and (best_k == 0 or worth_it):
             if best_k == 0:
                 messages.append(
-                    f"For {dimension}={name} (α = {alpha:.2f}, c = {c:.2f}, v = {verify_cost:.2f}) no draft length pays off in the model: "
+                    f"For {dimension}={name} (β̄ = {alpha:.2f}, c = {c:.2f}, v = {verify_cost:.2f}) no draft length pays off in the model: "
                     "decode without speculation."
                 )
             else:
@@ -309,7 +309,7 @@ def recommendations(
         if np.isfinite(model) and np.isfinite(measured["value"]) and measured["value"] < 0.8 * model:
             messages.append(
                 f"{dimension}={name} measures {measured['value']:.2f}× against {model:.2f}× expected from "
-                f"α and c ({from_tau:.2f}× from its measured tokens per step): acceptances cluster, or per-step "
+                f"β̄ and c ({from_tau:.2f}× from its measured tokens per step): acceptances cluster, or per-step "
                 "overheads the model leaves out dominate."
             )
 
@@ -357,7 +357,7 @@ def recommendations(
                 "it, and a fallback threshold there routes just those."
             )
     return {
-        "model": f"speed-up = (1 − α^(k+1)) / ((1 − α)(k·c + v)), i.i.d. acceptances, v = {verify_cost:.3g}",
+        "model": f"speed-up = (1 − β̄^(k+1)) / ((1 − β̄)(k·c + v)), i.i.d. acceptances, v = {verify_cost:.3g}",
         "by_group": per_group,
         "acceptance_rule": acceptance_rule,  # what engine_rule_rate measures
         "fallback": {
@@ -378,7 +378,7 @@ def recommendations(
                 "projection": {
                     "cost_ratio": deployment_cost_ratio,
                     "verify_cost": deployment_verify_cost,
-                    "formula": "projected speed-up = (1 − α^(k+1)) / ((1 − α)(k·c + v)), α = mean Σ min(p, q) of the group, "
+                    "formula": "projected speed-up = (1 − β̄^(k+1)) / ((1 − β̄)(k·c + v)), β̄ = mean Σ min(p, q) of the group, "
                     "k as audited, c and v as given",
                     "note": "a projection for the deployment described, not a measurement: it assumes i.i.d. acceptances "
                     "and the same k; the measured speed-up column holds on this machine only",

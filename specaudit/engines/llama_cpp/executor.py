@@ -38,6 +38,7 @@ from specaudit.engines.llama_cpp.client import (
     sampler_settings,
     sized_settings,
 )
+from specaudit.engines.provenance import cpu_model
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
 from specaudit.execution.folder import RunFolder
@@ -99,7 +100,13 @@ class LlamaCppExecutor(Executor):
                 "target": {"name": str(cfg.target), "gguf": str(self.target), "gguf_sha256": file_sha256(self.target)},
                 "draft": draft,
             },
-            "device": {"type": "cpu", "engine": "llama.cpp", "threads": self.settings["n_threads"], "system_info": _system_info(llama_cpp)},
+            "device": {
+                "type": "cpu",
+                "engine": "llama.cpp",
+                "cpu_model": cpu_model(),
+                "threads": self.settings["n_threads"],
+                "system_info": _system_info(llama_cpp),
+            },
             "backend": BACKEND,
             "llama_cpp": {
                 "settings": self.settings,

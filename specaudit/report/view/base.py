@@ -15,7 +15,7 @@ from specaudit.report.view.format import (
 )
 
 NOT_RUN = "not run"
-FOREST_METRICS = ("acceptance_rate", "mean_beta", "speedup")  # those a run compared (α where the engine has its own rule)
+FOREST_METRICS = ("acceptance_rate", "mean_beta", "speedup")  # those a run compared (mean β where the engine has its own rule)
 MAX_ROWS = 200  # long tables (offenders, divergences) are cut here, with the count said
 
 

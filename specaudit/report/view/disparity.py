@@ -410,7 +410,7 @@ def _advice_view(advice: Mapping[str, Any]) -> dict[str, Any]:
                 "engine_rule_rate": triple(row.get("engine_rule_rate"), num),
                 "projected": (
                     triple(row.get("projected_speedup"), fixed, "×")
-                    + ("" if row.get("projected_from") == "mean_beta" else " (from the engine's rule: no α in this run)")
+                    + ("" if row.get("projected_from") == "mean_beta" else " (from the engine's rule: no mean β in this run)")
                 )
                 if row.get("projected_speedup")
                 else None,

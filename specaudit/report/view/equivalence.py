@@ -176,6 +176,7 @@ def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids:
             "more": max(0, len(offenders) - MAX_ROWS),
         },
         "tv": _tv_view(tv),
+        "pit_bound": pit_bound_view(get(entry, "pit_bound", default={})),
         "power": _power_rows(power),
         "pit_chart": chart,
         "flagged_groups": generic_rows(get(gof, "flagged_groups", default=[])),
@@ -219,6 +220,27 @@ def _tv_view(tv: Mapping[str, Any]) -> dict[str, Any]:
         "reference": tv.get("reference", "target"),
         "verdict": verdict,
         "badge": badge(status),
+    }
+
+
+def pit_bound_view(bound: Mapping[str, Any]) -> dict[str, Any]:
+    """The positive statement: "no distortion of the PIT above d, shown at 95%" (stats.equivalence.pit_bound)."""
+    upper, level = bound.get("upper") if bound else None, bound.get("level") if bound else None
+    if not finite(upper) or not finite(level) or not bound.get("n") or upper >= 1.0:
+        return {"ran": False}
+    shown_at = f"{level * 100:.0f}%"
+    return {
+        "ran": True,
+        "upper": f"{upper:.3f}",
+        "level": shown_at,
+        "n": integer(bound.get("n")),
+        "observed": f"{bound.get('observed'):.3f}",
+        "margin": f"{bound.get('margin'):.3f}",
+        "sentence": (
+            f"no distortion of the PIT above {upper:.3f}, shown at {shown_at} (Kolmogorov distance of the PIT from "
+            f"uniform over {integer(bound.get('n'))} tokens: observed {bound.get('observed'):.3f} plus the DKW margin "
+            f"{bound.get('margin'):.3f})"
+        ),
     }
 
 

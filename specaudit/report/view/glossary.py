@@ -32,6 +32,14 @@ GLOSSARY = {
             "uniform when the sampler follows the target"
         ),
     ),
+    "pit_bound": (
+        "PIT distortion bound",
+        (
+            "a 95% upper bound d on the largest gap between the PIT's cumulative distribution and the uniform one "
+            "(DKW inequality): every event on the PIT scale happens within d of its rate under a correct sampler; "
+            "it does not bound the distance between output distributions, nor any one prompt or group"
+        ),
+    ),
     "tv": (
         "TV",
         (
@@ -44,9 +52,25 @@ GLOSSARY = {
     "alpha": ("α", "the significance level, the accepted rate of false alarms"),
     "holm": ("Holm", "a correction of p-values for running several tests at once (family-wise error at α)"),
     "beta": ("β", "the theoretical acceptance probability, Σ min(p, q) over the vocabulary of target p and draft q"),
+    "beta_bar": (
+        "β̄ (mean acceptance)",
+        (
+            "β averaged over drafted positions: what rejection sampling accepts per position from this draft for this "
+            "target, the same on any hardware (α is never used for it: α is the significance level)"
+        ),
+    ),
     "tau": ("τ", "tokens emitted per verification step"),
     "k": ("k", "draft tokens proposed per verification step"),
     "c": ("c", "the cost of one draft step relative to one target step"),
+    "screen": (
+        "screen",
+        (
+            "target samples of every prompt with the acceptance expected along them (Σ min(p, q) per position), so "
+            "acceptance per group needs no speculative run of every prompt; the engines run on a subset"
+        ),
+    ),
+    "fieller": ("Fieller", "a confidence interval for a ratio of two means (here: a group's value over the reference's)"),
+    "dimension": ("dimension", "a prompt attribute that splits prompts into groups (language, dialect, task, context length, ...)"),
     "rank_biserial": ("rank-biserial", "an effect size from −1 to 1: how often one group's prompts beat the other's"),
     "control": ("control", "plain (vanilla) decoding, run through the same tests: if it fails them, the audit itself is suspect"),
     "two_sample": (
@@ -72,6 +96,17 @@ class Terms:
             return Markup(f'<a class="term" href="#g-{key}">{text}</a>')
         self.used.add(key)
         return Markup(f'<dfn>{text}</dfn> <span class="gloss">({escape(meaning)})</span>')
+
+
+def glossary_for(text: str) -> list[tuple[str, str]]:
+    """(term, meaning) of every glossary term the text uses (its name, or for a name with a
+    bracket, the part before it), in glossary order; α and β̄ always, as they are easily confused."""
+    rows = []
+    for key, name, meaning in glossary_rows():
+        short = name.split(" (")[0].split(" / ")[0]
+        if key in ("alpha", "beta_bar") or short in text:
+            rows.append((name, meaning))
+    return rows
 
 
 def glossary_rows() -> list[tuple[str, str, str]]:

@@ -83,6 +83,8 @@ def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
         text = f"{e['name']}: {e['status'].value} in {e['n_tokens']} tokens (smallest Holm-adjusted p = {e['battery_p']})"
         if e.get("proof"):
             text = f"{e['name']}: {e['status'].value}: {e['proof']}"
+        if e["pit_bound"].get("ran"):
+            text += f"; {e['pit_bound']['sentence']}"
         if e["tv"].get("ran"):
             text += f"; TV upper bound {e['tv']['upper']} against δ = {e['tv']['delta']}: {e['tv']['verdict']}"
         pit = next((p for p in e["power"] if p["label"].startswith("PIT")), None)

@@ -8,6 +8,7 @@ One module per subject (docs/statistics.md explains each test):
 - ``two_sample``: black-box comparison with the reference engine, prompt by prompt;
 - ``greedy``: token-for-token exactness of greedy decoding;
 - ``bounds``: upper confidence bounds on the TV (and KL) distance, the basis of EQUIVALENT;
+- ``pit_bound``: an upper bound on the PIT's distance from uniform, the positive statement;
 - ``status``: one engine's EquivalenceStatus from all of the above.
 """
 
@@ -31,6 +32,7 @@ from specaudit.stats.equivalence.greedy import (
     GreedyExactness,
     greedy_exactness,
 )
+from specaudit.stats.equivalence.pit_bound import PITDistortionBound, pit_distortion_bound
 from specaudit.stats.equivalence.status import engine_status
 from specaudit.stats.equivalence.token_tests import (
     _adinf_cdf,
@@ -63,6 +65,7 @@ __all__ = [
     "TWO_SAMPLE_TESTS",
     "GoodnessOfFit",
     "GreedyExactness",
+    "PITDistortionBound",
     "TVBound",
     "TwoSample",
     "_ad_statistic",
@@ -76,6 +79,7 @@ __all__ = [
     "goodness_of_fit",
     "greedy_exactness",
     "impossible_tokens",
+    "pit_distortion_bound",
     "pit_uniformity",
     "pit_values",
     "step_pit_masses",
