@@ -6,6 +6,7 @@ encoding and records), so that every executor's records look alike.
 
 from __future__ import annotations
 
+import os
 import platform
 from typing import TYPE_CHECKING
 
@@ -51,19 +52,26 @@ def pad_token_id(pair: ModelPair, eos_ids: set[int] | None = None) -> int:
 def library_versions() -> dict:
     from importlib import metadata
 
+    from specaudit.engines.provenance import source_commit
+
     versions = {"python": platform.python_version()}
     for package in ("specaudit", "torch", "transformers", "datasets", "scipy", "numpy", "pandas"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
+    versions["specaudit_commit"] = source_commit()
     return versions
 
 
 def device_entry(pair: ModelPair) -> dict:
     device = pair.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
-    return {"type": device.type, "name": name, "threads": torch.get_num_threads()}
+    if device.type == "cuda":
+        return {"type": device.type, "name": name, "threads": torch.get_num_threads()}
+    from specaudit.engines.provenance import cpu_model
+
+    return {"type": device.type, "name": name, "cpu_model": cpu_model(), "cores": os.cpu_count(), "threads": torch.get_num_threads()}
 
 
 def load_pair_for(cfg: RunConfig) -> ModelPair | None:
