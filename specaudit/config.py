@@ -45,6 +45,15 @@ class RunConfig(BaseModel):
     temperature: float = Field(1.0, strict=True)
     top_k: int = Field(0, strict=True)
     top_p: float = Field(1.0, strict=True)
+    # Request features that change the target's distribution (docs/request-features.md); their
+    # values are checked by decoding.SamplingSpec, their semantics are decoding.warping's.
+    min_p: float = Field(0.0, strict=True)
+    repetition_penalty: float = Field(1.0, strict=True)
+    presence_penalty: float = Field(0.0, strict=True)
+    frequency_penalty: float = Field(0.0, strict=True)
+    repeat_last_n: int = Field(0, strict=True)
+    logit_bias: dict[int, float] = Field(default_factory=dict)
+    stop: tuple[str, ...] = ()
     samples: int = Field(1, ge=1, strict=True)
     max_new_tokens: int = Field(48, ge=1, strict=True)
     prompts: str = "core"
@@ -126,7 +135,7 @@ class RunConfig(BaseModel):
             raise InputError(f"--executor {self.executor!r}: choose {' or '.join(LOCAL_EXECUTORS)}")
         if self.executor == "ray" and any(e not in LOCAL_ENGINES for e in self.engines):
             raise InputError(f"--executor ray runs the local engines ({', '.join(LOCAL_ENGINES)}); a backend in --engines runs on its own")
-        SamplingSpec(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)  # its checks: temperature, top-k, top-p
+        self.sampling  # its checks: temperature, top-k, top-p and the request features
         if isinstance(self.draft, str) and self.draft.startswith("early-exit") and not self.draft.partition(":")[2].isdigit():
             raise InputError(f"--draft {self.draft!r}: write early-exit:N with N the number of layers to keep, e.g. early-exit:8")
         if self.plant_disparity is not None:  # "" is a mistake to name, not "no plant"
@@ -161,7 +170,18 @@ class RunConfig(BaseModel):
 
     @property
     def sampling(self) -> SamplingSpec:
-        return SamplingSpec(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+        return SamplingSpec(
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            repetition_penalty=self.repetition_penalty,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            repeat_last_n=self.repeat_last_n,
+            logit_bias=tuple(self.logit_bias.items()),
+            stop=self.stop,
+        )
 
     def to_dict(self) -> dict:
         payload = self.model_dump()
@@ -188,6 +208,7 @@ class RunConfig(BaseModel):
             "plant_disparity",
         )
         identity = {name: getattr(self, name) for name in keep}
+        identity.update(self.sampling.features)  # only those set: a run without them keeps its identity
         # the shapes join the identity only where they decide records, so older run folders still resume
         if "tree" in self.engines:
             identity.update(tree=self.tree, tree_children=self.tree_children)

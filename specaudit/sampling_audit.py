@@ -41,7 +41,9 @@ class SettingsAuditResult:
 
 
 def with_setting(cfg: RunConfig, spec: SamplingSpec) -> RunConfig:
-    return cfg.replace(temperature=spec.temperature, top_k=spec.top_k, top_p=spec.top_p)
+    """The run config at `spec`: its temperature, top-k, top-p and request features, nothing else changed."""
+    fields = {**vars(spec), "logit_bias": dict(spec.logit_bias)}
+    return cfg.replace(**fields)
 
 
 def setting_row(spec: SamplingSpec, snapshot: dict, folder: Path, exit_code: int) -> dict[str, Any]:

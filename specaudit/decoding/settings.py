@@ -19,28 +19,114 @@ from specaudit.decoding._spec import SamplingSpec
 from specaudit.errors import InputError
 
 # Keys a setting may name, as the user writes them -> SamplingSpec field.
-_KEYS = {"t": "temperature", "temperature": "temperature", "top_k": "top_k", "top-k": "top_k", "top_p": "top_p", "top-p": "top_p"}
-_EXAMPLES = "greedy, t=0.7,top_p=0.9 or t=1,top_k=50"
+_KEYS = {
+    "t": "temperature",
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top-k": "top_k",
+    "top_p": "top_p",
+    "top-p": "top_p",
+    "min_p": "min_p",
+    "min-p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "repeat_penalty": "repetition_penalty",  # llama.cpp's name for the same multiplicative penalty
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "repeat_last_n": "repeat_last_n",
+    "logit_bias": "logit_bias",
+    "stop": "stop",
+}
+_INTEGERS = ("top_k", "repeat_last_n")
+_EXAMPLES = "greedy, t=0.7,top_p=0.9, t=1,top_k=50, t=1,repetition_penalty=1.3 or t=1,min_p=0.1"
+# Written in place of characters a stop string may hold but a setting's syntax uses.
+_ESCAPES = {"\\n": "\n", "\\t": "\t", "\\,": ",", "\\|": "|", "\\;": ";"}
+
+
+def _unescape(text: str) -> str:
+    out, i = [], 0
+    while i < len(text):
+        pair = text[i : i + 2]
+        if pair in _ESCAPES:
+            out.append(_ESCAPES[pair])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _escape(text: str) -> str:
+    for written, meant in _ESCAPES.items():
+        text = text.replace(meant, written)
+    return text
+
+
+def _split(text: str, separator: str) -> list[str]:
+    """Split at `separator` where it is not escaped by a backslash."""
+    parts, current, i = [], [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text):
+            current.append(text[i : i + 2])
+            i += 2
+            continue
+        if text[i] == separator:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(text[i])
+        i += 1
+    parts.append("".join(current))
+    return parts
+
+
+def _logit_bias(text: str, value: str) -> tuple[tuple[int, float], ...]:
+    pairs = []
+    for item in (v.strip() for v in value.split(";") if v.strip()):
+        token, sep, bias = item.partition(":")
+        try:
+            pairs.append((int(token), float(bias)))
+        except ValueError:
+            raise InputError(
+                f"--sampling {text!r}: logit_bias must be ID:BIAS pairs separated by ';' (e.g. 42:-5;7:2.5), got {item!r}"
+            ) from None
+        if not sep:
+            raise InputError(f"--sampling {text!r}: logit_bias must be ID:BIAS pairs separated by ';' (e.g. 42:-5;7:2.5), got {item!r}")
+    if not pairs:
+        raise InputError(f"--sampling {text!r}: logit_bias names no ID:BIAS pair")
+    return tuple(pairs)
 
 
 def parse_setting(text: str) -> SamplingSpec:
     """One `--sampling` value: `greedy`, or comma-separated key=value pairs of t (temperature),
-    top_k and top_p (unset ones are off: t=1, no top-k, no top-p)."""
+    top_k, top_p, min_p, the penalties (repetition_penalty or llama.cpp's repeat_penalty,
+    presence_penalty, frequency_penalty, repeat_last_n), logit_bias=ID:BIAS;ID:BIAS and
+    stop=TEXT|TEXT (\\n, \\t, \\, \\| and \\; escape what the syntax uses); unset ones are off."""
     words = str(text).strip()
     if words.lower() == "greedy":
         return SamplingSpec(temperature=0.0)
-    values: dict[str, float | int] = {}
-    for part in (p.strip() for p in words.split(",")):
+    values: dict[str, object] = {}
+    for part in (p.strip() for p in _split(words, ",")):
+        if part.lower() == "greedy" and "temperature" not in values:  # greedy with request features
+            values["temperature"] = 0.0
+            continue
         key, sep, value = part.partition("=")
         field = _KEYS.get(key.strip().lower())
         if not sep or field is None:
-            raise InputError(f"--sampling {text!r}: {part!r} is not key=value with key t, top_k or top_p; write e.g. {_EXAMPLES}")
+            raise InputError(
+                f"--sampling {text!r}: {part!r} is not key=value with a key of {', '.join(sorted(set(_KEYS.values())))}; write e.g. {_EXAMPLES}"
+            )
         if field in values:
             raise InputError(f"--sampling {text!r} sets {field} twice")
+        if field == "logit_bias":
+            values[field] = _logit_bias(text, value)
+            continue
+        if field == "stop":
+            values[field] = tuple(_unescape(v) for v in _split(value, "|"))
+            continue
         try:
-            values[field] = int(value) if field == "top_k" else float(value)
+            values[field] = int(value) if field in _INTEGERS else float(value)
         except ValueError:
-            kind = "an integer" if field == "top_k" else "a number"
+            kind = "an integer" if field in _INTEGERS else "a number"
             raise InputError(f"--sampling {text!r}: {key.strip()} must be {kind}, got {value.strip()!r}") from None
     try:
         return SamplingSpec(**values)
@@ -48,9 +134,23 @@ def parse_setting(text: str) -> SamplingSpec:
         raise InputError(f"--sampling {text!r}: {err}") from None
 
 
+def _settings_in(text: str) -> list[str]:
+    """Settings of one string separated by ';'; a piece without '=' that is not `greedy` continues a
+    logit_bias list (`t=1,logit_bias=42:-5;7:2`)."""
+    texts: list[str] = []
+    for piece in (p.strip() for p in _split(text, ";")):
+        if not piece:
+            continue
+        if texts and "=" not in piece and piece.lower() != "greedy":
+            texts[-1] += ";" + piece
+        else:
+            texts.append(piece)
+    return texts
+
+
 def parse_settings(values: Iterable[str] | str) -> list[SamplingSpec]:
     """Several settings (a list, or one string of settings separated by ';'); repeats are an error."""
-    texts = [v for v in re.split(r"\s*;\s*", values) if v] if isinstance(values, str) else [str(v) for v in values]
+    texts = _settings_in(values) if isinstance(values, str) else [str(v) for v in values]
     if not texts:
         raise InputError(f"--sampling names no setting; give one or more of {_EXAMPLES}")
     specs = [parse_setting(t) for t in texts]
@@ -62,20 +162,28 @@ def parse_settings(values: Iterable[str] | str) -> list[SamplingSpec]:
 
 
 def setting_label(spec: SamplingSpec) -> str:
-    """The setting as `--sampling` writes it: greedy, t=1, t=0.7,top_p=0.9."""
-    if spec.greedy:
-        return "greedy"
-    parts = [f"t={spec.temperature:g}"]
-    if spec.top_k:
+    """The setting as `--sampling` writes it: greedy, t=1, t=0.7,top_p=0.9, t=1,min_p=0.1."""
+    parts = ["greedy"] if spec.greedy else [f"t={spec.temperature:g}"]
+    if spec.top_k and not spec.greedy:
         parts.append(f"top_k={spec.top_k}")
-    if spec.top_p < 1.0:
+    if spec.top_p < 1.0 and not spec.greedy:
         parts.append(f"top_p={spec.top_p:g}")
+    for name, value in spec.features.items():
+        if spec.greedy and name == "min_p":
+            continue
+        if name == "logit_bias":
+            parts.append("logit_bias=" + ";".join(f"{token}:{bias:g}" for token, bias in value))
+        elif name == "stop":
+            parts.append("stop=" + "|".join(_escape(v) for v in value))
+        else:
+            parts.append(f"{name}={value:g}")
     return ",".join(parts)
 
 
 def setting_slug(spec: SamplingSpec) -> str:
-    """A folder name for the setting's audit (t0.7_top_p0.9)."""
-    return setting_label(spec).replace("=", "").replace(",", "_")
+    """A folder name for the setting's audit (t0.7_top_p0.9, t1_min_p0.1)."""
+    label = setting_label(spec).replace("=", "").replace(",", "_")
+    return re.sub(r"[^A-Za-z0-9._-]", "-", label)
 
 
 def _warps(spec: SamplingSpec) -> bool:

@@ -25,7 +25,13 @@ def test_settings_parse_and_label_round_trip(text, spec, label):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("t=0.7,top_q=0.9", "'top_q=0.9' is not key=value with key t, top_k or top_p"),
+        ("t=0.7,top_q=0.9", "'top_q=0.9' is not key=value with a key of frequency_penalty, logit_bias"),
+        ("t=1,min_p=1.5", "min_p must be in \\[0, 1\\)"),
+        ("t=1,repetition_penalty=0", "repetition_penalty must be a number > 0"),
+        ("t=1,logit_bias=42", "logit_bias must be ID:BIAS pairs"),
+        ("t=1,logit_bias=x:1", "logit_bias must be ID:BIAS pairs"),
+        ("t=1,repeat_last_n=-3", "repeat_last_n must be >= 0"),
+        ("t=1,repeat_last_n=2.5", "repeat_last_n must be an integer"),
         ("t=hot", "t must be a number, got 'hot'"),
         ("top_k=2.5", "top_k must be an integer"),
         ("t=1,t=0.5", "sets temperature twice"),
@@ -35,6 +41,46 @@ def test_settings_parse_and_label_round_trip(text, spec, label):
 def test_bad_settings_name_what_is_wrong(text, message):
     with pytest.raises(InputError, match=message):
         parse_setting(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "spec", "label"),
+    [
+        (
+            "t=0.7,top_p=0.9,repetition_penalty=1.2",
+            SamplingSpec(0.7, 0, 0.9, repetition_penalty=1.2),
+            "t=0.7,top_p=0.9,repetition_penalty=1.2",
+        ),
+        (
+            "t=1,presence_penalty=0.5,frequency_penalty=0.5",
+            SamplingSpec(presence_penalty=0.5, frequency_penalty=0.5),
+            "t=1,presence_penalty=0.5,frequency_penalty=0.5",
+        ),
+        ("t=1,min_p=0.1", SamplingSpec(min_p=0.1), "t=1,min_p=0.1"),
+        ("t=1,logit_bias=42:-5;7:2.5", SamplingSpec(logit_bias=((7, 2.5), (42, -5.0))), "t=1,logit_bias=7:2.5;42:-5"),
+        ("t=1,stop=\\n\\n|END\\,", SamplingSpec(stop=("\n\n", "END,")), "t=1,stop=\\n\\n|END\\,"),
+        (
+            "greedy,repeat_penalty=1.1,repeat_last_n=64",
+            SamplingSpec(0.0, repetition_penalty=1.1, repeat_last_n=64),
+            "greedy,repetition_penalty=1.1,repeat_last_n=64",
+        ),
+    ],
+)
+def test_request_features_parse_and_label_round_trip(text, spec, label):
+    assert parse_setting(text) == spec
+    assert setting_label(spec) == label
+    assert parse_setting(label) == spec
+    assert SamplingSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_records_without_request_features_keep_their_sampling_dict():
+    assert SamplingSpec(0.7, 0, 0.9).to_dict() == {"temperature": 0.7, "top_k": 0, "top_p": 0.9}
+    assert SamplingSpec(min_p=0.1).to_dict() == {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.1}
+
+
+def test_a_logit_bias_list_continues_across_semicolons():
+    specs = parse_settings("t=1,logit_bias=42:-5;7:2; greedy; t=1,min_p=0.1")
+    assert [setting_label(s) for s in specs] == ["t=1,logit_bias=7:2;42:-5", "greedy", "t=1,min_p=0.1"]
 
 
 def test_several_settings_and_repeats():
