@@ -21,7 +21,21 @@ def add_selftest(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seeds", type=int, help="seeds per sampler for the unit audit (default 200)")
     p.add_argument("--e2e-seeds", type=int, help="seeds per sampler for the end-to-end audit (default 20)")
-    p.add_argument("--target", default="tiny", help="end-to-end pair: tiny (random 2-layer models, default) or a target such as default")
+    p.add_argument(
+        "--identity",
+        action="store_true",
+        help="only the identity-draft check: each of --engines runs with --draft target, its acceptance held to its rule's "
+        "(1 for rejection sampling, E[max p] for a greedy draft kept on a match); about a minute per engine and setting",
+    )
+    p.add_argument(
+        "--engines",
+        help="with --identity: comma list of engines (default speculative), e.g. speculative,hf-assisted,llama-cpp",
+    )
+    p.add_argument(
+        "--target",
+        help="end-to-end pair: tiny (random 2-layer models, default) or a target such as default; "
+        "with --identity the target drafting for itself (default: the embedded default)",
+    )
     p.add_argument("--draft", default="int8", help="draft for a non-tiny end-to-end target (default int8)")
     p.add_argument("--samplers", help="comma list of samplers (default: correct and every mutant)")
     p.add_argument("--skip-e2e", action="store_true", help="only the unit audit (and the server part)")
@@ -50,6 +64,11 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     for flag, value in (("--seeds", args.seeds), ("--e2e-seeds", args.e2e_seeds), ("--server-seeds", args.server_seeds)):
         if value is not None and value < 1:
             raise InputError(f"{flag} must be an integer >= 1, got {value}")
+    if args.identity:
+        return _identity_part(args)
+    if args.engines is not None:
+        raise InputError("--engines chooses the engines of --identity; add --identity or drop --engines")
+    args.target = args.target or "tiny"
     everything = e2e_samplers()
     samplers = [s.strip() for s in args.samplers.split(",") if s.strip()] if args.samplers is not None else list(everything)
     if not samplers:
@@ -103,6 +122,36 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     if missed:
         print(f"\nselftest failed: {', '.join(missed)} missed the target", file=sys.stderr)
     return 1 if missed else 0
+
+
+def _identity_part(args: argparse.Namespace) -> int:
+    """`--identity`: every engine with the target as its own draft (specaudit.selftest.identity);
+    exit 1 when any row's acceptance falls outside its rule's interval. `--samplers` plugs verify
+    functions (correct, a mutant) into the speculative engine."""
+    from specaudit.decoding.settings import parse_settings
+    from specaudit.prompts import load_prompts
+    from specaudit.selftest.end_to_end import e2e_samplers
+    from specaudit.selftest.identity import check_engine_names, failed_rows, identity_selftest
+
+    engines = check_engine_names((args.engines or "speculative").split(","))
+    everything = e2e_samplers()
+    samplers = [s.strip() for s in (args.samplers or "correct").split(",") if s.strip()]
+    unknown = [s for s in samplers if s not in everything]
+    if unknown or not samplers:
+        raise InputError(f"unknown sampler(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(everything)}")
+    verifies = [None if s == "correct" else f"{everything[s].__module__}:{everything[s].__name__}" for s in samplers]
+    settings = parse_settings(args.sampling or ["greedy", "t=1"])
+    prompts = load_prompts("core", dimensions=["domain"], per_group=1, seed=0)
+    table = identity_selftest(engines, settings, prompts, target=args.target or "default", verifies=verifies)
+    print("identity draft (each engine with --draft target; acceptance against its rule's interval):")
+    shown = table.drop(columns="message")
+    print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    failed = failed_rows(table)
+    for row in table[table["verdict"] == "FAIL"].itertuples():
+        print(f"  FAIL {row.engine} at {row.sampling} ({row.verify}): {row.message}")
+    if failed:
+        print(f"\nidentity check failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _server_part(args: argparse.Namespace) -> pd.DataFrame:

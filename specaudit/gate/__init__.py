@@ -20,6 +20,7 @@ from typing import Any
 from specaudit.errors import InputError
 from specaudit.gate.disparity import disparity_checks, measurement_checks
 from specaudit.gate.equivalence import equivalence_checks
+from specaudit.gate.identity import identity_checks
 from specaudit.gate.results import GateCheck, GateResult, mapping
 from specaudit.gate.serving import serving_checks
 from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds, load_thresholds
@@ -35,6 +36,7 @@ def evaluate_gate(snapshot: Mapping[str, Any], thresholds: GateThresholds | None
     checks += disparity_checks(snapshot, thresholds)
     checks += measurement_checks(snapshot)
     checks += serving_checks(snapshot)
+    checks += identity_checks(snapshot)
     return GateResult(tuple(checks), thresholds)
 
 
