@@ -55,7 +55,7 @@ class RunConfig(BaseModel):
     logit_bias: dict[int, float] = Field(default_factory=dict)
     stop: tuple[str, ...] = ()
     samples: int = Field(1, ge=1, strict=True)
-    max_new_tokens: int = Field(48, ge=1, strict=True)
+    max_new_tokens: int = Field(32, ge=1, strict=True)  # one default for run, audit and monitor run
     prompts: str = "core"
     per_group: int | None = Field(None, ge=1, strict=True)
     dimensions: tuple[str, ...] | None = None
@@ -76,6 +76,8 @@ class RunConfig(BaseModel):
     engine_prompts: int | None = Field(None, ge=1, strict=True)
     timing_repeats: int = Field(0, ge=0, strict=True)
     warmup: int = Field(1, ge=0, strict=True)
+    # engine faults in a row that stop the run (execution.faults): an engine that fails that often is down
+    max_consecutive_faults: int = Field(5, ge=1, strict=True)
     verify: str | None = None  # "module:function" of a user's rejection step, for the speculative engine
     plant_disparity: str | None = (
         None  # "dimension=group:factor": plant a known disparity (models.DisparityPlant) to check an audit's power
@@ -130,6 +132,11 @@ class RunConfig(BaseModel):
         if backend is endpoint and self.dtype != "auto":
             raise InputError(
                 f"--dtype {self.dtype} cannot apply with --engines endpoint: the servers decode in their own dtype; drop --dtype"
+            )
+        if self.engine_prompts is not None and SCREEN_ENGINE not in self.engines:
+            raise InputError(
+                f"--engine-prompts {self.engine_prompts} caps the screened prompts the engines also decode, and --engines "
+                f"{','.join(self.engines)} has no screen; add screen to --engines or drop --engine-prompts"
             )
         if self.executor not in LOCAL_EXECUTORS:
             raise InputError(f"--executor {self.executor!r}: choose {' or '.join(LOCAL_EXECUTORS)}")

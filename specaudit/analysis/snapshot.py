@@ -230,6 +230,11 @@ def analyze(
         )
         section = judge_by_level(section, parts["concurrency"])
         parts["acceptance_stability"] = acceptance_stability(records, n_boot=n_boot, seed=seed)
+    from specaudit.analysis.identity import identity_section
+
+    identity = identity_section(records, manifest, pair=pair, alpha=alpha)  # a run with --draft target (analysis.identity)
+    if identity is not None:
+        parts["identity"] = identity
     disparity = _disparity_parts(records, manifest, dims, scores, pair, backend, settings)
     if "disparity_engine" in disparity:
         run = run.model_copy(update={"disparity_engine": disparity.pop("disparity_engine")})

@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="specaudit",
         description="Audit speculative decoding for correctness and fairness.",
     )
+    from specaudit import __version__
+
+    parser.add_argument("--version", action="version", version=f"specaudit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run(sub)
     add_merge(sub)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specaudit._validation import finite_float
+from specaudit._validation import finite_float, positive_int
 from specaudit.cli.run import add_audit_options, run_audit
 from specaudit.errors import InputError
 
@@ -66,7 +66,7 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
     report.add_argument("--out", default="reports/trend", help="output folder (default reports/trend)")
     report.add_argument("--metrics", default="acceptance_rate,speedup", help="comma list of metrics to chart")
     report.add_argument("--dimensions", help="comma list of dimensions to chart (default all)")
-    report.add_argument("--last", type=int, default=50, help="latest N runs (default 50)")
+    report.add_argument("--last", type=positive_int, default=50, help="latest N runs (default 50)")
     report.add_argument("--title", help="page title")
     export = actions.add_parser("export", parents=[common], help="Prometheus text-format gauges of a stored run")
     export.add_argument("run", nargs="?", default="latest")
