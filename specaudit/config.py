@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specaudit._validation import SETTINGS_CONFIG, input_error, seed_field, sentence_error
 from specaudit.contracts import DEFAULT_BAND, MIN_CHECKED_PROMPTS, CheckStatus
-from specaudit.contracts.engines import BACKENDS, ENGINES, LOCAL_ENGINES, LOCAL_EXECUTORS, backend_of, resolve
+from specaudit.contracts.engines import BACKENDS, ENGINES, LOCAL_ENGINES, LOCAL_EXECUTORS, backend_of, feature_refusal, resolve
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 from specaudit.decoding import SamplingSpec
 from specaudit.errors import InputError
@@ -142,7 +142,9 @@ class RunConfig(BaseModel):
             raise InputError(f"--executor {self.executor!r}: choose {' or '.join(LOCAL_EXECUTORS)}")
         if self.executor == "ray" and any(e not in LOCAL_ENGINES for e in self.engines):
             raise InputError(f"--executor ray runs the local engines ({', '.join(LOCAL_ENGINES)}); a backend in --engines runs on its own")
-        self.sampling  # its checks: temperature, top-k, top-p and the request features
+        refusal = feature_refusal(self.engines, self.sampling.features)  # also checks every sampling value
+        if refusal:
+            raise InputError(refusal)
         if isinstance(self.draft, str) and self.draft.startswith("early-exit") and not self.draft.partition(":")[2].isdigit():
             raise InputError(f"--draft {self.draft!r}: write early-exit:N with N the number of layers to keep, e.g. early-exit:8")
         if self.plant_disparity is not None:  # "" is a mistake to name, not "no plant"

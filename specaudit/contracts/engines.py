@@ -23,6 +23,18 @@ from typing import Any, Literal
 
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 
+# The request features beyond temperature, top-k and top-p (decoding.SamplingSpec's fields, as its
+# `features` names them; semantics in docs/request-features.md). An engine lists those it passes on.
+REQUEST_FEATURES = (
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "repeat_last_n",
+    "logit_bias",
+    "stop",
+)
+
 
 @dataclass(frozen=True)
 class EngineSpec:
@@ -42,6 +54,9 @@ class EngineSpec:
     # False for an engine with a rule of its own (a greedy draft kept on a match): groups are then
     # compared on α = Σ min(p, q) where its records carry it (analysis.snapshot.compared_acceptance)
     rejection_sampling: bool = True
+    # the request features it passes on, and why it refuses the rest (one clause, for the refusal sentence)
+    request_features: tuple[str, ...] = REQUEST_FEATURES
+    refuses_because: str = ""
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -58,6 +73,8 @@ ENGINES: dict[str, EngineSpec] = {
             ("tree",),
             acceptance_rule="multi-step speculative sampling of i.i.d. children (top-k children: recursive rejection sampling); "
             "per step, the accepted path's length out of the tree's depth",
+            request_features=("min_p", "logit_bias", "stop"),
+            refuses_because="its tree verification warps without the prefix penalties need",
         ),
         EngineSpec(
             "staged",
@@ -65,6 +82,8 @@ ENGINES: dict[str, EngineSpec] = {
             "specaudit's staged speculative sampling: small draft -> medium -> target (--levels, --level-k)",
             ("staged",),
             acceptance_rule="rejection sampling at each level; the target's check uses the medium's q, the law its verified chain follows",
+            request_features=("min_p", "logit_bias", "stop"),
+            refuses_because="its levels warp without the prefix penalties need",
         ),
         EngineSpec(
             "hf-assisted",
@@ -72,6 +91,9 @@ ENGINES: dict[str, EngineSpec] = {
             "transformers' assisted generation",
             ("hf-assisted",),
             acceptance_rule="transformers' assisted generation: rejection sampling when sampling, the target's argmax match when greedy",
+            request_features=("min_p", "repetition_penalty", "stop"),
+            refuses_because="transformers' generate() has no presence or frequency penalty, no llama.cpp penalty window, "
+            "and applies its sequence bias at another place in the chain than the reference",
         ),
         EngineSpec(
             SCREEN_ENGINE,
@@ -88,6 +110,8 @@ ENGINES: dict[str, EngineSpec] = {
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.endpoint.executor:EndpointExecutor",
             settings="specaudit.engines.endpoint.settings",
+            request_features=("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop"),
+            refuses_because="the OpenAI API and vLLM's and SGLang's extensions have no llama.cpp penalty window",
             acceptance_rule="the server's own rule, as its responses or metrics report it (not known to specaudit)",
         ),
         EngineSpec(
@@ -96,6 +120,8 @@ ENGINES: dict[str, EngineSpec] = {
             "vLLM's offline engine (GPU)",
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.vllm.executor:VllmExecutor",
+            request_features=("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop"),
+            refuses_because="vLLM's SamplingParams have no llama.cpp penalty window",
             acceptance_rule="vLLM's rejection sampler (greedy match at T = 0)",
         ),
         EngineSpec(
@@ -104,6 +130,8 @@ ENGINES: dict[str, EngineSpec] = {
             "llama.cpp's own plain and speculative decoding of a GGUF file",
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.llama_cpp.executor:LlamaCppExecutor",
+            request_features=(),
+            refuses_because="the in-process engine builds a fixed sampler chain without them (use --engines llama-server)",
             scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
             acceptance_rule="llama.cpp's: a greedy draft, each token kept while the target's own sample equals it "
             "(it keeps a token with probability p(argmax q), not α)",
@@ -116,6 +144,16 @@ ENGINES: dict[str, EngineSpec] = {
             "llama.cpp's llama-server, started by specaudit, speculation off and on, at each concurrency level",
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.llama_server.executor:LlamaServerExecutor",
+            request_features=(
+                "min_p",
+                "repetition_penalty",
+                "presence_penalty",
+                "frequency_penalty",
+                "repeat_last_n",
+                "logit_bias",
+                "stop",
+            ),
+            refuses_because="llama.cpp counts every penalty over one window of prompt and output (set repeat_last_n)",
             scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
             acceptance_rule="llama.cpp's: a greedy draft, each token kept while the target's own sample equals it "
             "(it keeps a token with probability p(argmax q), not α)",
@@ -154,3 +192,17 @@ def backend_of(engines: tuple[str, ...] | list[str]) -> EngineSpec | None:
 
 
 __all__ = ["BACKENDS", "ENGINES", "IDENTITY_DRAFT", "LOCAL_ENGINES", "LOCAL_EXECUTORS", "EngineSpec", "backend_of", "resolve"]
+
+
+def feature_refusal(engines: tuple[str, ...], features: dict[str, Any]) -> str | None:
+    """One sentence naming the request features (`SamplingSpec.features`) an engine of `engines`
+    cannot pass on, and why; None when every engine takes them all."""
+    for name in engines:
+        spec = ENGINES[name]
+        refused = [feature for feature in features if feature not in spec.request_features]
+        if refused:
+            return (
+                f"--engines {name} cannot apply {', '.join(refused)}: {spec.refuses_because}; "
+                "drop them from --sampling or audit them with another engine"
+            )
+    return None

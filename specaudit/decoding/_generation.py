@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 @dataclass
 class Generation:
     tokens: list[int]
-    finish_reason: str  # "eos", "length", or "verify_error" (stopped at a verify call it could not use)
+    finish_reason: str  # "eos", "length", "stop" (a stop string), or "verify_error" (stopped at a verify call it could not use)
     wall_s: float
     ttft_s: float  # time to first token
     steps: int  # verification steps (vanilla: forward passes)

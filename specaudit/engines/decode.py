@@ -18,6 +18,7 @@ from specaudit.decoding import (
     speculative_generate,
     vanilla_generate,
 )
+from specaudit.decoding.stops import apply_stops
 from specaudit.engines.beyond_chains import engine_k
 from specaudit.errors import InputError
 from specaudit.execution.plan import derive_seed
@@ -165,7 +166,8 @@ def decode_item(
     sample, so any process may decode any item."""
     seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
     generation = generate_one(item.engine, pair, prompt_ids, cfg, seed, verify, eos_ids, cfg.max_new_tokens, item.prompt.attributes)
-    text = pair.tokenizer.decode(generation.tokens, skip_special_tokens=True)
+    decode = lambda ids: pair.tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    text = apply_stops(generation, decode(generation.tokens), decode, cfg.sampling.stop)
     return make_record(cfg, item, seed, prompt_ids, generation, text)
 
 
