@@ -146,3 +146,14 @@ def seed_int(text: str) -> int:
     if not 0 <= value <= SEED_MAX:
         raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2**63 - 1 (what torch, numpy and servers accept), got {text}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """The argparse type of a count flag that must be at least 1 (`--last N`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
+    return value

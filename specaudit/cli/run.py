@@ -217,7 +217,9 @@ def _add_analysis_options(p: argparse.ArgumentParser) -> None:
 class _RenamedFlag(argparse.Action):
     """A flag whose first spelling is current; the others still work, with a one-line note."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option_string: str | None = None) -> None:
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option_string: str | None = None
+    ) -> None:
         if option_string and option_string != self.option_strings[0]:
             print(f"specaudit: note: {option_string} is now {self.option_strings[0]}; the old spelling still works", file=sys.stderr)
         setattr(namespace, self.dest, values)

@@ -1,0 +1,120 @@
+"""`specaudit audit --dry-run`: the audit's plan (prompts, engines, samples, tokens) and its
+predicted time, printed without loading a model or calling a server.
+
+The prediction uses rates measured on committed runs (docs/results.md), per screened prompt, per
+prompt both engines decode and per analysed prompt, scaled by new tokens and samples. They hold
+for the pair and the machine they were measured on (a 2-core x86 CPU, one torch thread); for
+anything else the plan is printed and the time is said to be unknown rather than guessed."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from specaudit.contracts.run import SCREEN_ENGINE
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from specaudit.config import RunConfig
+    from specaudit.decoding import SamplingSpec
+
+
+@dataclass(frozen=True)
+class MeasuredRates:
+    """Seconds per unit at `tokens` new tokens, from the committed runs named in `source`."""
+
+    screen_per_prompt: float
+    engines_per_prompt: float  # vanilla and speculative together, one sample each
+    analysis_fixed: float
+    analysis_per_engine_prompt: float
+    tokens: int
+    machine: str
+    source: str
+
+
+# The default pair (SmolLM2-135M-Instruct, int8 self-draft), float32 on a 2-core CPU: the default
+# audit (440 screened, 44 decoded: screen 180 s, engines 191 s, analysis 65 s) and its --quick
+# (132 screened, 8 decoded: 115 s in all) give these; --per-group 30 (1,320 screened) took 760 s
+# against 796 s predicted.
+DEFAULT_PAIR = MeasuredRates(
+    screen_per_prompt=180 / 440,
+    engines_per_prompt=191 / 44,
+    analysis_fixed=17.0,
+    analysis_per_engine_prompt=1.1,
+    tokens=32,
+    machine="a 2-core x86 CPU, float32, one torch thread",
+    source="the default audit and its --quick in docs/results.md",
+)
+
+
+@dataclass(frozen=True)
+class PlanOnly:
+    """What `audit --dry-run` returns in place of an audit: nothing ran."""
+
+    exit_code: int = 0
+
+
+def measured_rates(cfg: RunConfig) -> MeasuredRates | None:
+    local = set(cfg.engines) <= {SCREEN_ENGINE, "vanilla", "speculative"}
+    default_pair = cfg.target == "default" and cfg.draft == "int8" and cfg.dtype in ("auto", "float32") and cfg.device in ("auto", "cpu")
+    return DEFAULT_PAIR if local and default_pair and cfg.k == 4 else None
+
+
+def predicted_seconds(cfg: RunConfig, screened: int, decoded: int, rates: MeasuredRates) -> float:
+    scale = cfg.max_new_tokens / rates.tokens * cfg.samples
+    screen = screened * rates.screen_per_prompt * scale if SCREEN_ENGINE in cfg.engines else 0.0
+    engines = decoded * rates.engines_per_prompt * scale * (1 + cfg.timing_repeats / max(cfg.samples, 1))
+    return screen + engines + rates.analysis_fixed + decoded * rates.analysis_per_engine_prompt
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+
+def print_plan(cfg: RunConfig, out: str | Path, specs: Sequence[SamplingSpec] | None = None) -> PlanOnly:
+    """Print what the audit would do and how long it is predicted to take; nothing runs."""
+    from specaudit.contracts.engines import ENGINES
+    from specaudit.execution.folder import load_run_prompts
+    from specaudit.execution.plan import engine_subset, plan_items
+
+    prompt_set = load_run_prompts(cfg)
+    prompts = list(prompt_set.prompts)
+    screened_run = SCREEN_ENGINE in cfg.engines and len(cfg.engines) > 1
+    subset = engine_subset(prompt_set, cfg) if screened_run else None
+    record_engines = tuple(dict.fromkeys(name for engine in cfg.engines for name in ENGINES[engine].records))
+    items = plan_items(prompts, cfg, record_engines, subset)
+    per_engine = Counter(item.engine for item in items)
+    decoded = len(subset) if subset is not None else len(prompts)
+    groups = {
+        dim: len({p.attributes.get(dim) for p in prompts if p.attributes.get(dim) is not None}) for dim in prompt_set.dimensions or {}
+    }
+    settings = len(specs) if specs else 1
+    print(f"plan (nothing runs: --dry-run); the audit would write {out}/")
+    print(f"  models: target {cfg.target}, draft {cfg.draft}; engines {','.join(cfg.engines)}")
+    if cfg.endpoint:
+        print(f"  servers: speculation on {cfg.endpoint['speculative_url']}, off {cfg.endpoint['vanilla_url']}")
+    print(
+        f"  prompts: {len(prompts)} of {cfg.prompts}" + (f" ({', '.join(f'{d} {n} groups' for d, n in groups.items())})" if groups else "")
+    )
+    if subset is not None:
+        print(f"  the screen covers all {len(prompts)}; the engines decode {decoded} of them")
+    print(f"  decoding: {cfg.samples} sample(s) per prompt, {cfg.max_new_tokens} new tokens, k = {cfg.k}, seed {cfg.seed}")
+    print(
+        "  items: "
+        + ", ".join(f"{engine} {count}" for engine, count in sorted(per_engine.items()))
+        + (f"; x {settings} sampling settings" if settings > 1 else "")
+    )
+    rates = measured_rates(cfg)
+    if rates is None:
+        print("  predicted time: unknown (no measured rate for this pair, backend or device); `--quick` measures one")
+    else:
+        seconds = settings * predicted_seconds(cfg, len(prompts), decoded, rates)
+        print(
+            f"  predicted time: about {_duration(seconds)} on {rates.machine} (rates from {rates.source}); screen, engines and analysis included"
+        )
+    return PlanOnly()

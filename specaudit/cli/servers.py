@@ -1,0 +1,91 @@
+"""Flags that audit servers: `--speculative-url URL --vanilla-url URL [--model M] [--api-key-env VAR]`
+(the `endpoint:` section of a config file, as flags; flags win) and `--concurrency`, which means
+requests in flight for every engine that serves requests (endpoint, llama-server) and is refused
+for the others."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from specaudit.errors import InputError
+
+if TYPE_CHECKING:
+    from specaudit.config import RunConfig
+
+ENDPOINT_FLAGS = {  # flag dest -> endpoint setting
+    "speculative_url": "speculative_url",
+    "vanilla_url": "vanilla_url",
+    "served_model": "model",
+    "api_key_env": "api_key_env",
+}
+ENDPOINT = "endpoint"
+LLAMA_SERVER = "llama-server"
+
+
+def add_server_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("your servers (--engines endpoint; docs/servers.md)")
+    g.add_argument(
+        "--speculative-url", help="base URL of your OpenAI-compatible server with speculative decoding on, e.g. http://host:8000/v1"
+    )
+    g.add_argument("--vanilla-url", help="base URL of the same model served with speculative decoding off")
+    g.add_argument("--model", dest="served_model", help="the model name the servers serve (default: the one model they list)")
+    g.add_argument("--api-key-env", help="name of an environment variable holding the servers' API key")
+    g.add_argument(
+        "--concurrency",
+        help="requests in flight: one number (one pass) or a comma list of levels, the plan once per level "
+        "(endpoint default: one pass at 4; llama-server default 1,4)",
+    )
+
+
+def endpoint_options(args: argparse.Namespace, run_options: dict) -> dict:
+    """The run options that the server flags set: engines=endpoint and the config's `endpoint:`
+    section overlaid with the flags; {} without any server flag."""
+    given = {setting: getattr(args, dest) for dest, setting in ENDPOINT_FLAGS.items() if getattr(args, dest, None) is not None}
+    if not given:
+        return {}
+    engines = getattr(args, "engines", None)
+    if engines is not None and engines.strip() != ENDPOINT:
+        flags = ", ".join(f"--{dest.replace('_', '-')}" for dest in ENDPOINT_FLAGS if getattr(args, dest, None) is not None)
+        raise InputError(f"{flags} audit your servers (--engines endpoint), not --engines {engines}; drop --engines or those flags")
+    section = {**(run_options.get(ENDPOINT) or {}), **given}
+    for url in ("speculative_url", "vanilla_url"):
+        if not section.get(url):
+            raise InputError(f"--{url.replace('_', '-')} is missing: an endpoint audit compares two servers, speculation on and off")
+    return {"engines": ENDPOINT, ENDPOINT: section}
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise InputError(f"--concurrency must be integers such as 4 or 1,4, got {text!r}") from None
+
+
+def with_server_flags(args: argparse.Namespace, make: Callable[[dict], RunConfig], run_options: dict) -> RunConfig:
+    """The RunConfig `make(extra options)` builds, with the server flags: the endpoint section, and
+    --concurrency as the endpoint's `concurrency` / `concurrency_levels` or llama-server's
+    `concurrency_levels` (extra.llama_server)."""
+    from specaudit.engines.endpoint.settings import DEFAULTS as ENDPOINT_DEFAULTS
+
+    extra = endpoint_options(args, run_options)
+    concurrency = getattr(args, "concurrency", None)
+    cfg = make(extra)
+    if concurrency is None:
+        return cfg
+    levels = _levels(concurrency)
+    if cfg.engines == (LLAMA_SERVER,):
+        options = dict(run_options.get("extra") or {})
+        options["llama_server"] = {**(options.get("llama_server") or {}), "concurrency_levels": concurrency}
+        return make({**extra, "extra": options})
+    if cfg.engines == (ENDPOINT,):
+        section = dict(cfg.endpoint or {})
+        if len(levels) == 1:  # one pass at that load, no level recorded
+            section.update(concurrency=levels[0], concurrency_levels=None)
+        else:
+            section.update(concurrency=ENDPOINT_DEFAULTS["concurrency"], concurrency_levels=levels)  # levels require the default
+        return make({**extra, "engines": ENDPOINT, ENDPOINT: section})
+    raise InputError(
+        f"--concurrency applies to engines that serve requests (--engines endpoint or llama-server), not --engines {','.join(cfg.engines)}"
+    )

@@ -1,0 +1,128 @@
+"""Command-line options a newcomer meets first (issue 40): `--version`, one default per option, the
+endpoint flags (flags win over the config file), `--concurrency` for every engine that serves
+requests, no flag silently ignored, and `--dry-run`'s plan and predicted time."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from specaudit.audit import DEFAULT_BUDGET, QUICK_BUDGET
+from specaudit.cli import build_parser, main
+from specaudit.cli.dry_run import DEFAULT_PAIR, predicted_seconds
+from specaudit.cli.run import _run_config, _within_budget
+from specaudit.config import RunConfig
+
+SPEC, PLAIN = "http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1"
+
+
+def _config(argv: list[str]) -> RunConfig:
+    return _run_config(build_parser().parse_args(["run", "--out", "unused", *argv]))
+
+
+def _one_sentence_exit_2(argv: list[str], capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+def test_version_names_the_installed_package(capsys):
+    from specaudit import __version__
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"specaudit {__version__}"
+
+
+def test_run_and_audit_share_one_default_for_new_tokens():
+    assert RunConfig().max_new_tokens == DEFAULT_BUDGET["max_new_tokens"] == QUICK_BUDGET["max_new_tokens"] == 32
+
+
+def test_server_flags_make_an_endpoint_audit_and_win_over_the_config_file(tmp_path):
+    config = tmp_path / "endpoint.yaml"
+    config.write_text(
+        yaml.safe_dump({"endpoint": {"speculative_url": "http://old:1/v1", "vanilla_url": PLAIN, "logprobs": 5}, "engines": "endpoint"})
+    )
+    cfg = _config(["--config", str(config), "--speculative-url", SPEC, "--model", "served", "--api-key-env", "KEY_VAR"])
+    assert cfg.engines == ("endpoint",)
+    assert cfg.endpoint["speculative_url"] == SPEC.rstrip("/")  # the flag won
+    assert cfg.endpoint["vanilla_url"] == PLAIN and cfg.endpoint["logprobs"] == 5  # the file's other keys kept
+    assert cfg.endpoint["speculative_model"] == cfg.endpoint["vanilla_model"] == "served"
+    assert cfg.endpoint["api_key_env"] == "KEY_VAR"
+    assert _config(["--speculative-url", SPEC, "--vanilla-url", PLAIN]).engines == ("endpoint",)  # no file needed
+
+
+@pytest.mark.parametrize(
+    ("flag", "expected"),
+    [("4", {"concurrency": 4, "concurrency_levels": None}), ("1,4", {"concurrency": 4, "concurrency_levels": (1, 4)})],
+)
+def test_concurrency_applies_to_endpoints_as_to_llama_server(flag, expected):
+    cfg = _config(["--speculative-url", SPEC, "--vanilla-url", PLAIN, "--concurrency", flag])
+    assert {key: cfg.endpoint[key] for key in expected} == expected
+    server = _config(["--engines", "llama-server", "--concurrency", "1,2"])
+    assert server.extra["llama_server"]["concurrency_levels"] == "1,2"  # checked by the llama-server settings
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["run", "--out", "x", "--engine-prompts", "1"], "--engine-prompts 1"),
+        (["run", "--out", "x", "--concurrency", "4"], "--concurrency"),
+        (["run", "--out", "x", "--speculative-url", SPEC], "--vanilla-url"),
+        (["run", "--out", "x", "--speculative-url", SPEC, "--vanilla-url", PLAIN, "--engines", "screen"], "--engines screen"),
+        (["run", "--out", "x", "--speculative-url", SPEC, "--vanilla-url", PLAIN, "--concurrency", "1,x"], "--concurrency"),
+    ],
+)
+def test_a_flag_that_cannot_apply_is_refused_in_one_sentence(argv, names, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = _one_sentence_exit_2(argv, capsys)
+    assert line.startswith("specaudit: error:") and names in line
+    assert not (tmp_path / "x").exists()
+
+
+def test_monitor_report_refuses_a_negative_count(capsys, tmp_path):
+    with pytest.raises(SystemExit) as stop:  # argparse refuses it: exit 2 and the usage line
+        main(["monitor", "report", "--store", f"sqlite:///{tmp_path}/h.db", "--last", "-1"])
+    assert stop.value.code == 2
+    assert "--last" in capsys.readouterr().err
+
+
+def test_repeated_sampling_flags_accumulate():
+    args = build_parser().parse_args(["audit", "--sampling", "t=1", "--sampling", "t=0.7,top_p=0.9", "greedy"])
+    assert args.sampling == ["t=1", "t=0.7,top_p=0.9", "greedy"]
+
+
+def test_equivalence_alpha_has_its_own_name_and_the_old_spelling_still_works(capsys):
+    assert build_parser().parse_args(["analyze", "r", "--equivalence-alpha", "0.01"]).alpha == 0.01
+    assert capsys.readouterr().err == ""
+    assert build_parser().parse_args(["analyze", "r", "--alpha", "0.02"]).alpha == 0.02
+    assert "--alpha is now --equivalence-alpha" in capsys.readouterr().err
+
+
+def test_a_budget_caps_the_engines_only_beside_the_screen():
+    assert "engine_prompts" not in _within_budget(QUICK_BUDGET, {"engines": "endpoint"})
+    assert "engine_prompts" not in _within_budget(QUICK_BUDGET, {"engines": ["llama-server"]})
+    assert _within_budget(QUICK_BUDGET, {"engines": "screen,vanilla,speculative"})["engine_prompts"] == 8
+    assert _within_budget(QUICK_BUDGET, {})["engine_prompts"] == 8
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["audit", "--dry-run", "--quick", "--out", "plan-only"]) == 0
+    out = capsys.readouterr().out
+    assert "132 of core" in out and "the engines decode 8 of them" in out and "screen 132, speculative 8, vanilla 8" in out
+    assert "predicted time: about 1 min 5" in out
+    assert not (tmp_path / "plan-only").exists()
+    assert main(["audit", "--dry-run", "--target", "some/other-model", "--out", "plan-only"]) == 0
+    assert "predicted time: unknown" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("per_group", "screened", "decoded", "measured_s"),
+    [(10, 440, 44, 443), (3, 132, 8, 115), (30, 1320, 44, 760)],  # committed runs (docs/results.md)
+)
+def test_dry_run_prediction_is_within_ten_percent_of_the_measured_runs(per_group, screened, decoded, measured_s):
+    cfg = RunConfig(engines="screen,vanilla,speculative", per_group=per_group, max_new_tokens=32)
+    assert predicted_seconds(cfg, screened, decoded, DEFAULT_PAIR) == pytest.approx(measured_s, rel=0.10)

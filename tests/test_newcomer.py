@@ -1,0 +1,71 @@
+"""A newcomer's first audit of their own server: the README's "audit your server" command, taken
+from README.md as written, run against two reference servers (speculation on and off, real HTTP on
+127.0.0.1, the tiny models), must produce a report with no YAML written by hand. Only the servers'
+addresses, the tokenizer and the test's size (prompts, tokens) are filled in."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from specaudit.cli import main
+from specaudit.contracts.snapshot import load_snapshot
+from specaudit.testing.server import ReferenceServer
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+pytestmark = [
+    pytest.mark.slow,  # two real HTTP servers and a whole audit: about 15 s of CPU
+    pytest.mark.filterwarnings("ignore::UserWarning"),  # two-prompt groups: the prompt-set warning is expected
+]
+
+
+def readme_server_command() -> list[str]:
+    """The arguments of the README's `specaudit audit --speculative-url ...` command."""
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+    commands = [" ".join(block.replace("\\\n", " ").split()) for block in blocks if "--speculative-url" in block]
+    assert len(commands) == 1, "README has one 'audit your server' command"
+    words = shlex.split(commands[0])
+    assert words[:2] == ["specaudit", "audit"]
+    return words[2:]
+
+
+def _fill_in(words: list[str], values: dict[str, str]) -> list[str]:
+    filled = list(words)
+    for flag, value in values.items():
+        filled[filled.index(flag) + 1] = value
+    return filled
+
+
+@pytest.fixture(scope="module")
+def servers(tiny_pair_dir):
+    from specaudit.models import load_pair
+
+    target, draft = tiny_pair_dir
+    pair = load_pair(str(target), str(draft), device="cpu")
+    with ReferenceServer(pair, speculative=True) as speculative, ReferenceServer(pair) as vanilla:
+        yield speculative, vanilla
+
+
+def test_the_readme_command_audits_a_server_with_no_yaml_written(tmp_path, servers, tiny_pair_dir, tiny_prompts_file, monkeypatch, capsys):
+    speculative, vanilla = servers
+    words = readme_server_command()
+    assert {"--speculative-url", "--vanilla-url", "--target", "--concurrency"} <= set(words)
+    env_var = words[words.index("--api-key-env") + 1]
+    monkeypatch.setenv(env_var, "a-key-the-reference-server-ignores")
+    monkeypatch.chdir(tmp_path)
+    argv = _fill_in(words, {"--speculative-url": speculative.url, "--vanilla-url": vanilla.url, "--target": str(tiny_pair_dir[0])})
+    size = ["--prompts", str(tiny_prompts_file), "--samples", "3", "--max-new-tokens", "8", "--out", "report", "--quiet"]
+    code = main(["audit", *argv, *size])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert re.search(r"^report: report/report\.html$", out, flags=re.MULTILINE)
+    assert re.search(r"^equivalence: \S.*gate: (PASS|WARN)", out, flags=re.MULTILINE)
+    snapshot = load_snapshot(tmp_path / "report")
+    assert set(snapshot["run"]["engines"]) == {"speculative", "vanilla"}
+    assert snapshot["run"]["config"]["endpoint"]["concurrency_levels"] == [1, 4]  # --concurrency 1,4 from the command
+    assert snapshot["equivalence"]["engines"]["speculative"]["verdict"] == "PASS"
+    assert (tmp_path / "report" / "report.html").stat().st_size > 10_000
+    assert not list(tmp_path.rglob("*.yaml")) and not list(tmp_path.rglob("*.yml"))  # nothing written by hand, nothing asked for
