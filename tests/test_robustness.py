@@ -271,7 +271,7 @@ def test_run_config_with_a_bad_analysis_value_names_the_key(tmp_path, tiny_pair_
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--alpha", "1.5"], "--alpha must be a number in (0, 1), got 1.5 (the family-wise error rate, e.g. 0.05)"),
+        (["--equivalence-alpha", "1.5"], "--equivalence-alpha must be a number in (0, 1), got 1.5 (the family-wise error rate, e.g. 0.05)"),
         (["--n-boot", "0"], "--n-boot must be an integer >= 1, got 0"),
         (["--band", "0.9"], "--band must be two numbers low,high around 1 (0 < low <= 1 <= high) such as 0.8,1.25; got '0.9'"),
     ],

@@ -223,6 +223,7 @@ class _RenamedFlag(argparse.Action):
         if option_string and option_string != self.option_strings[0]:
             print(f"specaudit: note: {option_string} is now {self.option_strings[0]}; the old spelling still works", file=sys.stderr)
         setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_flag", option_string)  # errors name the flag as the user wrote it
 
 
 def _analysis_kwargs(args: argparse.Namespace, base: dict | None = None, source: str = "options") -> dict:
@@ -249,7 +250,7 @@ def _analysis_kwargs(args: argparse.Namespace, base: dict | None = None, source:
     }
     flags["dimensions"] = getattr(args, "analyze_dimensions", None)
     flags = {("tolerance" if name == "band" else name): value for name, value in flags.items() if value is not None}
-    spelled = {"dimensions": "--analyze-dimensions", "alpha": "--equivalence-alpha"}
+    spelled = {"dimensions": "--analyze-dimensions", "alpha": getattr(args, "alpha_flag", None) or "--equivalence-alpha"}
     settings = AnalysisSettings.parse(
         {**section.model_dump(), **flags}, name=lambda field: spelled.get(field, f"--{field.replace('_', '-')}")
     )
