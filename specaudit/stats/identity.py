@@ -144,14 +144,16 @@ def identity_acceptance_test(
     side = alpha / 2 if two_sided else alpha
     more = np.minimum(1.0 - chances + tolerance, 1.0)  # the most rejection H0 allows at each position
     fewer = np.maximum(1.0 - chances - tolerance, 0.0)  # the least
-    too_many, method = _upper_tail(more, rejected)  # P(R >= rejected) at the most rejection allowed
-    low = tested - _largest_within(more, side)
+    most, least = _Law(more), _Law(fewer)
+    too_many = most.at_least(rejected)  # P(R >= rejected) at the most rejection allowed
+    low = tested - most.largest_with_tail(side)
     if two_sided:
-        too_few = _lower_tail(fewer, rejected)  # P(R <= rejected) at the least rejection allowed
+        too_few = least.at_most(rejected)  # P(R <= rejected) at the least rejection allowed
         pvalue = min(1.0, 2 * min(too_many, too_few))
-        high = tested - _smallest_within(fewer, side)
+        high = tested - least.smallest_with_head(side)
     else:
         pvalue, high = too_many, tested
+    method = most.method
     return IdentityDraftResult(
         rule, int(accepted), tested, float(chances.sum()), int(low), int(high), float(pvalue), alpha, tolerance, method
     )
@@ -166,50 +168,44 @@ def _poisson_binomial_pmf(chances: np.ndarray) -> np.ndarray:
     for i, chance in enumerate(uncertain, start=1):
         pmf[1 : i + 1] = pmf[1 : i + 1] * (1.0 - chance) + pmf[:i] * chance
         pmf[0] *= 1.0 - chance
-    return np.concatenate([np.zeros(certain), pmf])
+    return np.concatenate([np.zeros(certain), pmf, np.zeros(int((chances <= 0.0).sum()))])
 
 
-def _is_exact(chances: np.ndarray) -> bool:
-    return int(((chances > 0.0) & (chances < 1.0)).sum()) <= _EXACT_LIMIT
+class _Law:
+    """The number of rejections under H0: exact, or its normal approximation past _EXACT_LIMIT uncertain positions."""
 
+    def __init__(self, chances: np.ndarray) -> None:
+        self.exact = int(((chances > 0.0) & (chances < 1.0)).sum()) <= _EXACT_LIMIT
+        if self.exact:
+            pmf = _poisson_binomial_pmf(chances)
+            self.head = np.cumsum(pmf)  # head[j] = P(R <= j)
+            self.tail = np.cumsum(pmf[::-1])[::-1]  # tail[j] = P(R >= j)
+            self.method = "exact Poisson-binomial"
+        else:
+            self.mean, self.sd = float(chances.sum()), math.sqrt(float((chances * (1.0 - chances)).sum()))
+            self.method = "normal approximation to the Poisson-binomial"
 
-def _normal(chances: np.ndarray) -> tuple[float, float]:
-    return float(chances.sum()), math.sqrt(float((chances * (1.0 - chances)).sum()))
+    def at_least(self, count: int) -> float:
+        if self.exact:
+            return float(min(1.0, self.tail[count])) if count < self.tail.size else 0.0
+        return float(_st.norm.sf((count - 0.5 - self.mean) / self.sd))
 
+    def at_most(self, count: int) -> float:
+        if self.exact:
+            return float(min(1.0, self.head[min(count, self.head.size - 1)]))
+        return float(_st.norm.cdf((count + 0.5 - self.mean) / self.sd))
 
-def _upper_tail(chances: np.ndarray, count: int) -> tuple[float, str]:
-    """P(sum >= count) and how it was computed."""
-    if _is_exact(chances):
-        pmf = _poisson_binomial_pmf(chances)
-        return float(min(1.0, pmf[count:].sum())), "exact Poisson-binomial"
-    mean, sd = _normal(chances)
-    return float(_st.norm.sf((count - 0.5 - mean) / sd)), "normal approximation to the Poisson-binomial"
+    def largest_with_tail(self, side: float) -> int:
+        """The most rejections whose upper-tail chance is still >= side."""
+        if self.exact:
+            return int(np.nonzero(self.tail >= side)[0].max())
+        return int(math.floor(self.mean + 0.5 + self.sd * _st.norm.isf(side)))
 
-
-def _lower_tail(chances: np.ndarray, count: int) -> float:
-    """P(sum <= count)."""
-    if _is_exact(chances):
-        return float(min(1.0, _poisson_binomial_pmf(chances)[: count + 1].sum()))
-    mean, sd = _normal(chances)
-    return float(_st.norm.cdf((count + 0.5 - mean) / sd))
-
-
-def _largest_within(chances: np.ndarray, side: float) -> int:
-    """The most rejections whose upper-tail chance is still >= side."""
-    if _is_exact(chances):
-        tail = np.cumsum(_poisson_binomial_pmf(chances)[::-1])[::-1]  # tail[j] = P(sum >= j)
-        return int(np.nonzero(tail >= side)[0].max())
-    mean, sd = _normal(chances)
-    return int(math.floor(mean + 0.5 + sd * _st.norm.isf(side)))
-
-
-def _smallest_within(chances: np.ndarray, side: float) -> int:
-    """The fewest rejections whose lower-tail chance is still >= side."""
-    if _is_exact(chances):
-        head = np.cumsum(_poisson_binomial_pmf(chances))  # head[j] = P(sum <= j)
-        return int(np.nonzero(head >= side)[0].min())
-    mean, sd = _normal(chances)
-    return max(0, int(math.ceil(mean - 0.5 - sd * _st.norm.isf(side))))
+    def smallest_with_head(self, side: float) -> int:
+        """The fewest rejections whose lower-tail chance is still >= side."""
+        if self.exact:
+            return int(np.nonzero(self.head >= side)[0].min())
+        return max(0, int(math.ceil(self.mean - 0.5 - self.sd * _st.norm.isf(side))))
 
 
 __all__ = ["DEFAULT_TOLERANCE", "GREEDY_MATCH", "REJECTION_SAMPLING", "IdentityDraftResult", "identity_acceptance_test"]
