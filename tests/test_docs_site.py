@@ -47,3 +47,12 @@ def test_docs_use_no_session_relative_words():
         for match in pattern.finditer(path.read_text(encoding="utf-8"))
     ]
     assert not hits, hits
+
+
+def test_the_committed_runs_table_is_current():
+    # docs/results.md's table is generated from reports/*/snapshot.json (bench/results.py)
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "results.py"), "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
