@@ -61,7 +61,14 @@ def _ratio(level: dict, base: dict, n_boot: int, seed: int) -> dict[str, Any]:
 
 def _stop(spec: list[dict]) -> dict[str, Any] | None:
     """The point from which every request drafted nothing (see the module docstring), or None."""
-    timed = sorted((r for r in spec if r.get("started_at") is not None), key=lambda r: r["started_at"])
+    return stopped_drafting(sorted((r for r in spec if r.get("started_at") is not None), key=lambda r: r["started_at"]))
+
+
+def stopped_drafting(timed: list[dict]) -> dict[str, Any] | None:
+    """Of records in the order they ran, the point from which every one drafted nothing (at least
+    MIN_STOPPED and a tenth of them, where earlier ones drafted, within one concurrency level):
+    {request (1-based), of, stopped, level}, or None. Also asked of every engine after a fault
+    (analysis.engine_faults)."""
     drafted = [i for i, r in enumerate(timed) if (r.get("proposed") or 0) > 0]
     if not drafted:
         return None
@@ -127,4 +134,4 @@ def acceptance_stability(
     )
 
 
-__all__ = ["acceptance_stability"]
+__all__ = ["MIN_STOPPED", "acceptance_stability", "stopped_drafting"]

@@ -77,7 +77,11 @@ def equivalence_section(
     if greedy:
         entries = _greedy_entries(scored, pair, engines)
     else:
-        if server_scored(outputs):  # an endpoint run: the server's own logprobs, no local model
+        if not any(r["output_token_ids"] for r in scored) and not server_scored(outputs):
+            # every output was proven broken (judge_server_violations fails each engine): nothing is left to score
+            broken = {r["engine"] for r in outputs if r.get("server_violations") or r.get("verify_violations")}
+            entries = {engine: EngineEquivalence(verdict=CheckStatus.FAIL if engine in broken else EquivalenceStatus.NOT_RUN) for engine in engines}
+        elif server_scored(outputs):  # an endpoint run: the server's own logprobs, no local model
             from specaudit.stats.logprob_scores import scores_from_logprobs
 
             scored = outputs
@@ -89,7 +93,8 @@ def equivalence_section(
             }
         else:
             scores, notes["draft_scoring"] = score_sampled(scored, pair, plant_disparity)
-        entries = _sampled_entries(outputs, scored, scores, engines, alpha=alpha, delta=delta, dimensions=dimensions, seed=seed)
+        if scores is not None:
+            entries = _sampled_entries(outputs, scored, scores, engines, alpha=alpha, delta=delta, dimensions=dimensions, seed=seed)
     entries = {
         name: judge_server_violations(judge_verify_violations(entry, outputs, name), outputs, name) for name, entry in entries.items()
     }
@@ -223,15 +228,21 @@ def judge_server_violations(entry: EngineEquivalence, outputs: list[dict], engin
 
 
 def _gross(control: EngineEquivalence, control_alpha: float) -> bool:
-    """A rejection of the control at its own level, or an impossible token: the audit is void."""
+    """A rejection of the control at its own level, an impossible token, or a proven violation
+    (a server's impossible output, a verify call that broke its contract): the audit is void. A
+    test with no p-value (nothing left to test once the proven violations are set aside) rejects nothing."""
+    if control.server_violations or control.verify_violations:
+        return True
     gof = control.goodness_of_fit  # the test's own fields pass through the contract as extras
-    return getattr(gof, "pvalue", 0.0) < control_alpha or bool((getattr(gof, "impossible_tokens", None) or {}).get("statistic"))
+    pvalue = getattr(gof, "pvalue", None)
+    rejected = isinstance(pvalue, (int, float)) and pvalue < control_alpha
+    return rejected or bool((getattr(gof, "impossible_tokens", None) or {}).get("statistic"))
 
 
 def judge_control(control: EngineEquivalence, control_alpha: float) -> EngineEquivalence:
     """The vanilla control judged at control_alpha (alpha x CONTROL_ALPHA_FACTOR): FAIL (the audit is
-    void) on a gross rejection or an impossible token, WARN when only alpha rejects."""
-    if control.verdict != CheckStatus.FAIL or control.goodness_of_fit is None:
+    void) on a gross rejection, an impossible token or a proven violation, WARN when only alpha rejects."""
+    if control.verdict != CheckStatus.FAIL or (control.goodness_of_fit is None and not (control.server_violations or control.verify_violations)):
         return control
     return control.model_copy(update={"verdict": CheckStatus.FAIL if _gross(control, control_alpha) else CheckStatus.WARN})
 

@@ -12,10 +12,12 @@ from pydantic import ValidationError
 
 from specaudit._files import check_output_paths, json_clean, write_json_atomic
 from specaudit.analysis.concurrency import levels_of, split_alpha
+from specaudit.analysis.engine_faults import engine_faults
 from specaudit.analysis.equivalence import equivalence_section, server_scored
+from specaudit.analysis.invariants import output_invariants, output_limits
 from specaudit.config import AnalysisSettings
 from specaudit.contracts.engines import ENGINES, resolve
-from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
+from specaudit.contracts.run import CONTROL_ENGINE, FAULTS_FILE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import (
     SNAPSHOT_FILE,
     SNAPSHOT_SCHEMA_VERSION,
@@ -30,6 +32,7 @@ from specaudit.contracts.snapshot import (
 )
 from specaudit.contracts.status import CheckStatus, EquivalenceStatus
 from specaudit.errors import InputError
+from specaudit.execution.faults import read_faults
 from specaudit.execution.records import MANIFEST_FILE, RECORDS_FILE, read_manifest, read_records
 
 if TYPE_CHECKING:
@@ -181,6 +184,12 @@ def analyze(
     if write:  # before minutes of scoring, not after
         check_output_paths([run_dir / SNAPSHOT_FILE], "snapshot")
     records = read_records(run_dir / RECORDS_FILE)
+    faults = read_faults(run_dir)  # engine calls that failed: counted (engine_faults), never scored
+    if not records and faults:
+        raise InputError(
+            f"{run_dir / RECORDS_FILE} has no records: every engine call of the run failed ({len(faults)} in {run_dir / FAULTS_FILE}; "
+            f"first: {faults[0].engine} on prompt {faults[0].prompt_id}: {faults[0].error}: {' '.join(faults[0].message.split())})"
+        )
     if not records:
         raise InputError(f"{run_dir / RECORDS_FILE} has no records; run `specaudit run` first")
     dims = _dimensions(records, manifest, dimensions)
@@ -214,6 +223,8 @@ def analyze(
             note = "the server's logprobs failed parity (logprob_parity), so the outputs were scored with the local target instead"
             section = section.model_copy(update={"logprobs_note": note})
     parts: dict[str, Any] = {} if parity is None else {"logprob_parity": parity}
+    parts["output_invariants"] = output_invariants(records, output_limits(manifest, pair))
+    parts["engine_faults"] = engine_faults(records, faults)
     if any(r.get("concurrency") is not None for r in records):  # a run at several concurrency levels (endpoint, llama-server)
         from specaudit.analysis.acceptance_stability import acceptance_stability
         from specaudit.analysis.concurrency import concurrency_section

@@ -51,6 +51,11 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=seed_int, help="run seed (default 0)")
     g.add_argument("--timing-repeats", type=int, help="extra interleaved runs per prompt used only for latency")
     g.add_argument("--warmup", type=int, help="warm-up rounds before timing (default 1)")
+    g.add_argument(
+        "--max-consecutive-faults",
+        type=int,
+        help="engine calls failing in a row that stop the run (default 5); each failure is recorded in faults.jsonl",
+    )
     g.add_argument("--verify", help="module:function of your own rejection step, run inside the speculative engine")
     g.add_argument(
         "--plant-disparity",

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1  # of records.jsonl and manifest.json
 RECORDS_FILE = "records.jsonl"
 MANIFEST_FILE = "manifest.json"
+FAULTS_FILE = "faults.jsonl"  # engine faults, one line per failed engine call (Fault, below)
 CONTROL_ENGINE = "vanilla"  # the engine every other one is compared with: plain decoding by the target
 SPECULATIVE_ENGINE = "speculative"  # the reference speculative engine, and a backend's spec-ON records
 SCREEN_ENGINE = "screen"  # specaudit.engines.screen: target samples with the acceptance expected along them
@@ -167,6 +168,63 @@ class Record:
     def with_extra(self, **values: Any) -> Record:
         """This record with backend fields added after the known ones (e.g. backend="endpoint")."""
         return replace(self, extra={**self.extra, **values})
+
+
+# ----------------------------------------------------------------------------- engine faults
+# name -> (what the file should hold, its check); in the order faults are written.
+_FAULT_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "key": ("a string", lambda v: isinstance(v, str)),
+    "prompt_id": ("a string", lambda v: isinstance(v, str)),
+    "engine": ("a string", lambda v: isinstance(v, str)),
+    "sample": ("an integer or a string", lambda v: _int(v) or isinstance(v, str)),
+    "seed": ("an integer or null", _optional(_int)),
+    "timing_only": ("true or false", lambda v: isinstance(v, bool)),
+    "error": ("a string", lambda v: isinstance(v, str)),
+    "message": ("a string", lambda v: isinstance(v, str)),
+    "records_before": ("an integer", _int),
+    "invocation": ("an integer", _int),
+    "at": ("a string", lambda v: isinstance(v, str)),
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One line of faults.jsonl: an engine call that failed (raised, or a server's HTTP 5xx) for
+    one plan item, with the engine's own message. It is a finding, not a record: records.jsonl
+    holds only what engines answered, so every statistic reads it unchanged, and the item stays
+    unrecorded (a resumed run asks the engine again; faults.jsonl keeps every failure).
+
+    `error` is the exception's type (or "HTTP 503"), `message` the engine's words; `records_before`
+    counts the lines records.jsonl held when it failed (where the fault falls among the records:
+    analysis asks whether the engine still speculated after it); `invocation` is the manifest's
+    invocation count of the run that met it; `at` its UTC time.
+    """
+
+    key: str
+    prompt_id: str
+    engine: str
+    sample: int | str
+    seed: int | None
+    timing_only: bool
+    error: str
+    message: str
+    records_before: int
+    invocation: int
+    at: str
+
+    @classmethod
+    def from_json(cls, payload: Any, where: str = "fault") -> Fault:
+        if not isinstance(payload, dict):
+            raise InputError(f"{where}: not a fault (a JSON object), got {type(payload).__name__}")
+        for name, (expected, check) in _FAULT_CHECKS.items():
+            if name not in payload:
+                raise InputError(f"{where}: the fault has no {name!r} field")
+            if not check(payload[name]):
+                raise InputError(f"{where}: field {name!r} must be {expected}, got {_shown(payload[name])}")
+        return cls(**{name: payload[name] for name in _FAULT_CHECKS})
+
+    def to_json(self) -> dict:
+        return {name: getattr(self, name) for name in _FAULT_CHECKS}
 
 
 def _shown(value: Any) -> str:

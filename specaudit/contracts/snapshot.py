@@ -346,6 +346,25 @@ class IdentitySection(_Section):
     message: str
 
 
+class PromptRow(_Section):
+    """One row of `prompts`: a prompt's id, pair and groups, then its per-prompt values (acceptance,
+    speed-up, ...), which `monitor check` and `report --compare` test pair by pair. Every value
+    column is a number or null: a number written as a string would otherwise drop out of those
+    tests unseen."""
+
+    id: str
+    pair_id: str | None = None
+    attributes: dict[str, str | int | float | None] = {}
+
+    @model_validator(mode="after")
+    def _numbers(self) -> PromptRow:
+        for name, value in (self.model_extra or {}).items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                kind = {"str": "a string", "list": "a list", "dict": "an object", "bool": "a boolean"}.get(type(value).__name__, type(value).__name__)
+                raise ValueError(f"{name} of prompt {self.id!r} must be a number or null, got {kind}")
+        return self
+
+
 class Snapshot(_Section):
     """The typed view of snapshot.json (schema version SNAPSHOT_SCHEMA_VERSION)."""
 
@@ -355,7 +374,7 @@ class Snapshot(_Section):
     groups: dict[str, DimensionGroups]
     disparities: dict[str, DimensionDisparities] = {}
     recommendations: dict[str, Any] = {}
-    prompts: list[dict[str, Any]] = []
+    prompts: list[PromptRow] = []
     gate: GateSection | None = None
     logprob_parity: LogprobParitySection | None = None  # only where a server returned logprobs
     concurrency: ConcurrencySection | None = None  # only for runs at concurrency levels
@@ -485,6 +504,7 @@ __all__ = [
     "IdentityCheck",
     "IdentitySection",
     "LogprobParitySection",
+    "PromptRow",
     "RunSection",
     "Snapshot",
     "control_failed",

@@ -14,7 +14,9 @@ from specaudit.engines.decode import (
     warm_up,
 )
 from specaudit.execution.base import Emit, Executor
+from specaudit.execution.faults import attempt
 from specaudit.execution.folder import RunFolder
+from specaudit.execution.plan import derive_seed
 from specaudit.execution.preflight import check_prompt_lengths
 from specaudit.prompts import prompt_token_ids
 
@@ -42,5 +44,6 @@ class LocalExecutor(Executor):
         check_prompt_lengths(encoded, pair.target, cfg.max_new_tokens, draft=pair.draft)
         if items:
             warm_up(pair, cfg, encoded[items[0].prompt.id], self.verify, eos_ids)
-        for item in items:
-            emit(decode_item(pair, cfg, item, encoded[item.prompt.id], self.verify, eos_ids))
+        for item in items:  # an engine that raises on one item is that item's fault (execution.faults), not the run's end
+            seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
+            emit(attempt(item, lambda item=item: decode_item(pair, cfg, item, encoded[item.prompt.id], self.verify, eos_ids), seed))

@@ -26,13 +26,15 @@ from typing import TYPE_CHECKING
 
 from specaudit.contracts.engines import backend_of
 from specaudit.contracts.run import PlanItem, Record
+from specaudit.errors import InputError
 from specaudit.execution.folder import RunFolder, RunSummary
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
+    from specaudit.execution.faults import FailedItem
     from specaudit.prompts import PromptSet
 
-Emit = Callable[[Record], None]
+Emit = Callable[["Record | FailedItem"], None]
 
 
 class Executor:
@@ -86,7 +88,32 @@ def execute(
         try:
             folder.write_manifest(**executor.start(folder))
             with folder.writer(executor.label, executor.unit, progress) as emit:
-                executor.execute(folder, folder.todo, emit)
+                _execute_through_faults(executor, folder, emit)
         finally:
             executor.close()
     return folder.summary()
+
+
+def _execute_through_faults(executor: Executor, folder: RunFolder, emit: Emit) -> None:
+    """`executor.execute` over the items left; an exception that escapes it (an engine that raised
+    where the executor does not catch it with execution.faults.attempt) is recorded as the fault of
+    the first item it had not answered, and the executor is called again with the items after that
+    one. Bad input (InputError, the fault limit among them) and Ctrl-C stop the run as before."""
+    from specaudit.execution.faults import FailedItem
+    from specaudit.execution.plan import derive_seed
+
+    items = list(folder.todo)
+    while items:
+        try:
+            executor.execute(folder, items, emit)
+            return
+        except InputError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the engine's failure is a finding (execution.faults)
+            answered = folder.done | folder.failed
+            pending = [item for item in items if item.key not in answered]
+            if not pending:
+                raise  # every item was answered: the failure is not an engine call's
+            first = pending[0]
+            emit(FailedItem.of(first, err, derive_seed(executor.cfg.seed, first.prompt.id, first.sample)))
+            items = pending[1:]

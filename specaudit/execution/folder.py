@@ -27,14 +27,17 @@ from typing import TYPE_CHECKING
 
 from specaudit._files import check_output_folder, write_json_atomic
 from specaudit.contracts.run import (
+    FAULTS_FILE,
     MANIFEST_FILE,
     RECORDS_FILE,
     SCHEMA_VERSION,
     SCREEN_ENGINE,
+    Fault,
     PlanItem,
     Record,
 )
 from specaudit.errors import InputError
+from specaudit.execution.faults import FailedItem
 from specaudit.execution.plan import SEED_DERIVATION, engine_subset, plan_items, shard_prompts
 from specaudit.execution.preflight import check_plant_targets
 
@@ -68,6 +71,7 @@ class RunSummary:
     written: int  # records this invocation added
     skipped: int  # records already present (resumed)
     seconds: float
+    faults: int = 0  # engine faults this invocation met (faults.jsonl; execution.faults)
 
 
 # ----------------------------------------------------------------------------- the lock
@@ -248,29 +252,64 @@ class RunFolder:
 
     # -- records.jsonl
     @contextlib.contextmanager
-    def writer(self, label: str = "decoding", unit: str = "gen", progress: bool = True) -> Iterator[Callable[[Record], None]]:
+    def writer(
+        self, label: str = "decoding", unit: str = "gen", progress: bool = True
+    ) -> Iterator[Callable[[Record | FailedItem], None]]:
         """`emit(record)`: append one record (flushed) and advance the progress bar. A key already
-        in the file is never written twice (a re-run shard may decode an item again)."""
+        in the file is never written twice (a re-run shard may decode an item again). A FailedItem
+        (execution.faults) is appended to faults.jsonl instead; the item stays unrecorded, and the
+        run config's max_consecutive_faults in a row stop the run (FaultLimitReached)."""
         from tqdm.auto import tqdm
 
+        from specaudit.execution.faults import FaultCounter
         from specaudit.execution.records import RecordWriter
 
+        self.faults = FaultCounter(self.cfg.max_consecutive_faults, self.out_dir)
+        self.failed: set[str] = set()  # keys that faulted in this invocation
         with (
             RecordWriter(self.out_dir / RECORDS_FILE) as writer,
+            contextlib.ExitStack() as faults_file,
             tqdm(
                 total=len(self.plan), initial=len(self.plan) - len(self.todo), desc=label, unit=unit, disable=not progress, file=sys.stderr
             ) as bar,
         ):
+            fault_writer: list[RecordWriter] = []  # opened at the first fault: a run without faults has no faults.jsonl
 
-            def emit(record: Record) -> None:
+            def emit(record: Record | FailedItem) -> None:
                 if record.key in self.done:
+                    return
+                if isinstance(record, FailedItem):
+                    if not fault_writer:
+                        fault_writer.append(faults_file.enter_context(RecordWriter(self.out_dir / FAULTS_FILE)))
+                    fault = self._fault(record)
+                    fault_writer[0].write(fault.to_json())
+                    self.failed.add(record.key)
+                    bar.update(1)
+                    self.faults.fault(fault)
                     return
                 writer.write(record)
                 self.done.add(record.key)
                 self.written += 1
+                self.faults.record()
                 bar.update(1)
 
             yield emit
+
+    def _fault(self, failed: FailedItem) -> Fault:
+        item = failed.item
+        return Fault(
+            key=item.key,
+            prompt_id=item.prompt.id,
+            engine=item.engine,
+            sample=item.sample,
+            seed=failed.seed,
+            timing_only=item.timing_only,
+            error=failed.error,
+            message=failed.message,
+            records_before=len(self.existing) + self.written,
+            invocation=int(self.manifest.get("invocations") or (self.previous.get("invocations") or 0) + 1),
+            at=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
 
     def summary(self) -> RunSummary:
         return RunSummary(
@@ -279,4 +318,5 @@ class RunFolder:
             self.written,
             len(self.plan) - len(self.todo),
             time.perf_counter() - self._started,
+            getattr(getattr(self, "faults", None), "total", 0),
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from specaudit._files import write_json_atomic
@@ -30,7 +30,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "Record",
     "RecordWriter",
-    "check_invariants",
     "iter_run_records",
     "load_records",
     "read_manifest",
@@ -135,42 +134,3 @@ def iter_run_records(run_dir: str | Path, *, include_timing: bool = True) -> Ite
     for record in read_records(Path(run_dir) / RECORDS_FILE):
         if include_timing or not record.get("timing_only"):
             yield record
-
-
-def check_invariants(records: Iterable[dict]) -> list[str]:
-    """Problems with records that every engine must satisfy; an empty list means all hold.
-
-    new tokens == accepted + steps, except when an end-of-sequence token arrived inside an
-    accepted draft: the tokens drafted after it are cut, so new tokens may then be fewer; and one
-    fewer when the length budget ended inside a step's accepted drafts (an engine that drafts k
-    tokens whatever the budget left, llama.cpp: that step's correction token is cut).
-    """
-    problems = []
-    for record in records:
-        key = record["key"]
-        if record["accepted"] > record["proposed"]:
-            problems.append(f"{key}: accepted {record['accepted']} > proposed {record['proposed']}")
-        new_tokens = len(record["output_token_ids"])
-        expected = record["accepted"] + record["steps"]
-        # An endpoint sees no steps (steps = 0): its counts are not observed, not inconsistent.
-        observed = record["steps"] > 0 or not record.get("backend")
-        cut = record["finish_reason"] == "eos" or (record["finish_reason"] == "length" and new_tokens == expected - 1)
-        if observed and (new_tokens > expected or (new_tokens < expected and not cut)):
-            problems.append(f"{key}: {new_tokens} new tokens but accepted + steps = {expected}")
-        for step in record.get("beta", []):
-            if any(not (-1e-6 <= b <= 1 + 1e-6) for b in step):
-                problems.append(f"{key}: beta outside [0, 1]: {step}")
-                break
-        # Backends that see only run-level counters (vLLM, endpoints) leave the per-step lists empty.
-        per_step = bool(record.get("accepted_per_step") or record.get("proposed_per_step"))
-        if per_step and sum(record.get("accepted_per_step", [])) != record["accepted"]:
-            problems.append(f"{key}: accepted_per_step does not sum to accepted")
-        if per_step and sum(record.get("proposed_per_step", [])) != record["proposed"]:
-            problems.append(f"{key}: proposed_per_step does not sum to proposed")
-        if any(a > p for a, p in zip(record.get("accepted_per_step", []), record.get("proposed_per_step", []))):
-            problems.append(f"{key}: a step accepted more tokens than it proposed")
-        if record.get("step_pit") and len(record["step_pit"]) != new_tokens:
-            problems.append(f"{key}: step_pit has {len(record['step_pit'])} entries for {new_tokens} new tokens")
-        if record.get("accept_prob") and [len(s) for s in record["accept_prob"]] != record.get("proposed_per_step"):
-            problems.append(f"{key}: accept_prob does not have one entry per drafted token")
-    return problems

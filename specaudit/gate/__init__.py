@@ -22,6 +22,7 @@ from specaudit.gate.disparity import disparity_checks, measurement_checks
 from specaudit.gate.equivalence import equivalence_checks
 from specaudit.gate.identity import identity_checks
 from specaudit.gate.results import GateCheck, GateResult, mapping
+from specaudit.gate.robustness import robustness_checks
 from specaudit.gate.serving import serving_checks
 from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds, load_thresholds
 
@@ -36,6 +37,7 @@ def evaluate_gate(snapshot: Mapping[str, Any], thresholds: GateThresholds | None
     checks += disparity_checks(snapshot, thresholds)
     checks += measurement_checks(snapshot)
     checks += serving_checks(snapshot)
+    checks += robustness_checks(snapshot)
     checks += identity_checks(snapshot)
     return GateResult(tuple(checks), thresholds)
 

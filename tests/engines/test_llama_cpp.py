@@ -79,7 +79,7 @@ def test_acceptance_per_step_compares_proposals_with_what_was_kept():
     proposed, accepted = backend.acceptance_per_step(calls, prompt_length, output, max_new_tokens=6)
     assert proposed == [0, 3, 0, 1] and accepted == [0, 2, 0, 1]  # the prompt pass is a step without a draft
     assert len(proposed) + sum(accepted) == len(output) + 1  # steps + accepted = emitted, + 1 when it ends on a draft
-    from specaudit.execution.records import check_invariants
+    from specaudit.execution.invariants import check_invariants
 
     record = {"key": "p|speculative|0", "output_token_ids": output, "finish_reason": "length", "steps": len(proposed)}
     record |= {"proposed": sum(proposed), "accepted": sum(accepted), "proposed_per_step": proposed, "accepted_per_step": accepted}

@@ -12,7 +12,8 @@ import pytest
 from specaudit.config import RunConfig
 from specaudit.engines import run
 from specaudit.errors import InputError
-from specaudit.execution.records import check_invariants, read_records
+from specaudit.execution.invariants import check_invariants
+from specaudit.execution.records import read_records
 
 OUTPUT_FIELDS = (
     "key",

@@ -6,7 +6,8 @@ import pytest
 
 from specaudit.config import RunConfig
 from specaudit.engines import run
-from specaudit.execution.records import check_invariants, read_records
+from specaudit.execution.invariants import check_invariants
+from specaudit.execution.records import read_records
 from specaudit.prompts import load_prompts
 from specaudit.stats.equivalence import greedy_exactness
 

@@ -12,7 +12,8 @@ import socket
 import pytest
 
 from specaudit.cli import main
-from specaudit.execution.records import check_invariants, read_records
+from specaudit.execution.invariants import check_invariants
+from specaudit.execution.records import read_records
 from specaudit.models._named import NAMED_MODELS, fetch
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,8 @@ from specaudit.cli import main
 from specaudit.config import RunConfig
 from specaudit.engines import run
 from specaudit.errors import InputError
-from specaudit.execution.records import check_invariants, read_records
+from specaudit.execution.invariants import check_invariants
+from specaudit.execution.records import read_records
 
 pytestmark = pytest.mark.slow
 

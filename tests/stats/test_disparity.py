@@ -145,7 +145,7 @@ def test_a_record_that_drafted_nothing_reaches_no_position():
 
 
 def test_simulated_records_carry_proposed_per_step_and_both_paths_agree():
-    from specaudit.execution.records import check_invariants
+    from specaudit.execution.invariants import check_invariants
 
     records = simulate_records({"a": 0.6, "b": 0.4}, n_prompts=5, k=3, seed=4)
     assert check_invariants(records.to_dict(orient="records")) == []

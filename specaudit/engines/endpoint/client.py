@@ -42,7 +42,8 @@ from specaudit.engines.endpoint._responses import (
     problem,
 )
 from specaudit.engines.request_acceptance import RequestAcceptance, request_acceptance
-from specaudit.errors import InputError
+from specaudit.errors import EngineError, InputError
+from specaudit.execution.invariants import vocabulary_violations
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -141,10 +142,13 @@ class Endpoint:
             with total_deadline(self.timeout_s), self._client.stream(method, url, json=body) as response:
                 if response.status_code >= 400:
                     message = _error_message(response.read()[:65536] or b"")
-                    raise InputError(
+                    # a server's own failure (5xx) on one request is a finding mid-run (execution.faults)
+                    error = (EngineError if response.status_code >= 500 else InputError)(
                         f"{where} answered HTTP {response.status_code} "
                         f"({message or response.reason_phrase}); check the server log and the endpoint settings"
                     )
+                    error.fault_kind = f"HTTP {response.status_code}"
+                    raise error
                 yield response
         except (httpx.TimeoutException, _DeadlinePassed):
             raise InputError(f"{where} {stage} within {self.timeout_s:g} s; check the server or raise endpoint.timeout_s") from None
@@ -397,14 +401,15 @@ def out_of_vocabulary(ids: list[int], logprobs: list[dict] | None, vocab_size: i
     top-N: a correct server cannot, so each is a finding against it. The position's
     `token_logprob` becomes null (probability 0 under the target), which the equivalence audit
     reports as an impossible token: the audit FAILs, naming the record and position."""
+    emitted = {v["position"]: v["problem"] for v in vocabulary_violations(ids, vocab_size)}  # the one check every engine gets
     found = []
-    for position, token in enumerate(ids):
+    for position in range(len(ids)):
         entry = logprobs[position] if logprobs is not None and position < len(logprobs) else None
         ranked = [int(i) for i, _ in (entry or {}).get("top") or [] if not 0 <= int(i) < vocab_size]
-        if 0 <= token < vocab_size and not ranked:
+        if position not in emitted and not ranked:
             continue
-        where = f"token id {token}" if not 0 <= token < vocab_size else f"top-N id {ranked[0]}"
-        found.append({"position": position, "problem": f"the server returned {where}, outside the vocabulary [0, {vocab_size})"})
+        what = emitted.get(position) or f"top-N id {ranked[0]}, outside the vocabulary [0, {vocab_size})"
+        found.append({"position": position, "problem": f"the server returned {what}"})
         if entry is not None:
             entry["token_logprob"] = None
     return found

@@ -30,6 +30,7 @@ from specaudit.engines.ordered import emit_in_plan_order
 from specaudit.engines.spec_counters import SPEC_DECODE_COUNTERS, metrics_summary, parse_metrics
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
+from specaudit.execution.faults import FailedItem, attempt
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
 from specaudit.execution.preflight import check_fits
@@ -176,6 +177,9 @@ class EndpointExecutor(Executor):
             **extra,
         )
 
+    def _attempt(self, item: PlanItem) -> Record | FailedItem:
+        return attempt(item, lambda: self._record_of(item), derive_seed(self.cfg.seed, item.prompt.id, item.sample))
+
     def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
         cfg, settings = self.cfg, self.cfg.endpoint
         self._tokenizer_lock = threading.Lock()
@@ -188,18 +192,21 @@ class EndpointExecutor(Executor):
 
         sources: set = set()
 
-        def emit_noting_source(record: Record) -> None:
+        def emit_noting_source(record: Record | FailedItem) -> None:
             emit(record)
-            sources.add(record.extra["token_ids_source"])
+            if not isinstance(record, FailedItem):
+                sources.add(record.extra["token_ids_source"])
 
         try:
             # Items are submitted in plan order (engines of one prompt and sample back to back, order
             # alternating), so both sides of each pair run at about the same time and server load.
+            # A server's HTTP 5xx (EngineError) or an exception is that item's fault (execution.faults);
+            # a malformed answer stays an InputError that stops the run (docs/robustness.md).
             if self.levels is not None:
-                run_levels(items, tuple(settings["concurrency_levels"]), self.levels, self._record_of, emit_noting_source)
+                run_levels(items, tuple(settings["concurrency_levels"]), self.levels, self._attempt, emit_noting_source)
             else:
                 with ThreadPoolExecutor(max_workers=settings["concurrency"]) as pool:
-                    futures = {pool.submit(self._record_of, item): index for index, item in enumerate(items)}
+                    futures = {pool.submit(self._attempt, item): index for index, item in enumerate(items)}
                     emit_in_plan_order(futures, emit_noting_source)
         finally:
             self._note_run(folder, sources, before)

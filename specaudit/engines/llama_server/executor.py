@@ -26,12 +26,14 @@ from specaudit.engines.llama_server.client import (
     emitted_logprobs,
     generation_of,
     request_body,
+    request_features,
     server_args,
 )
 from specaudit.engines.llama_server.launcher import LlamaServer, ServerPair
 from specaudit.engines.llama_server.settings import server_settings, spec_type_for
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
+from specaudit.execution.faults import FailedItem, attempt
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
 from specaudit.prompts import prompt_token_ids
@@ -55,6 +57,7 @@ class LlamaServerExecutor(Executor):
         if cfg.draft is None:
             raise InputError("--engines llama-server needs a --draft: ngram (prompt lookup, the default) or a GGUF file")
         self.spec_type = spec_type_for(str(cfg.draft), self.settings)
+        request_features(cfg.sampling, cfg.max_new_tokens)  # a feature llama.cpp cannot express: refused before any server starts
         self.target = gguf_file(str(cfg.target))
         self.draft = draft_gguf(cfg)  # `--draft target`: the target's own file (the identity check)
         self.binary = require_binary()
@@ -168,7 +171,11 @@ class LlamaServerExecutor(Executor):
             for _ in range(cfg.warmup):
                 for engine in RECORD_ENGINES:
                     complete(self.endpoints[engine], request_body(cfg, first, cfg.seed, min(8, cfg.max_new_tokens)))
-        run_levels(items, self.settings.concurrency_levels, self.levels, self._record_of, emit)
+        run_levels(items, self.settings.concurrency_levels, self.levels, self._attempt, emit)
+
+    def _attempt(self, item: PlanItem) -> Record | FailedItem:
+        """The item's record, or its fault where the server answered 5xx or the call raised (execution.faults)."""
+        return attempt(item, lambda: self._record_of(item), derive_seed(self.cfg.seed, item.prompt.id, item.sample))
 
     def close(self) -> None:
         for endpoint in getattr(self, "endpoints", {}).values():
