@@ -360,7 +360,8 @@ class PromptRow(_Section):
     def _numbers(self) -> PromptRow:
         for name, value in (self.model_extra or {}).items():
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                kind = {"str": "a string", "list": "a list", "dict": "an object", "bool": "a boolean"}.get(type(value).__name__, type(value).__name__)
+                got = type(value).__name__
+                kind = {"str": "a string", "list": "a list", "dict": "an object", "bool": "a boolean"}.get(got, got)
                 raise ValueError(f"{name} of prompt {self.id!r} must be a number or null, got {kind}")
         return self
 
