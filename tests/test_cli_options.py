@@ -126,3 +126,16 @@ def test_dry_run_prints_the_plan_and_writes_nothing(capsys, tmp_path, monkeypatc
 def test_dry_run_prediction_is_within_ten_percent_of_the_measured_runs(per_group, screened, decoded, measured_s):
     cfg = RunConfig(engines="screen,vanilla,speculative", per_group=per_group, max_new_tokens=32)
     assert predicted_seconds(cfg, screened, decoded, DEFAULT_PAIR) == pytest.approx(measured_s, rel=0.10)
+
+
+def test_per_prompt_numbers_written_as_strings_are_refused_by_report_compare(tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "reports" / "example"
+    snapshot = json.loads((example / "snapshot.json").read_text())
+    snapshot["prompts"][0]["acceptance_rate"] = str(snapshot["prompts"][0]["acceptance_rate"])
+    (tmp_path / "snapshot.json").write_text(json.dumps(snapshot))
+    line = _one_sentence_exit_2(["report", str(example), "--compare", str(tmp_path), "--out", str(tmp_path / "r")], capsys)
+    assert f"prompts.0: acceptance_rate of prompt {snapshot['prompts'][0]['id']!r} must be a number or null, got a string" in line
+    assert not (tmp_path / "r").exists()
