@@ -114,6 +114,14 @@ def _parity(records: list[dict]) -> LogprobParitySection | None:
     return logprob_parity(records) if any(emitted_logprobs(r) is not None for r in records) else None
 
 
+def _stage_seconds(records: list[dict]) -> dict[str, float]:
+    """Decoding time by stage, from the records: the screen's (each record's share of its batch)
+    and the engines' (their wall time, timing repeats included). A predicted rerun scales these."""
+    screen = sum(float((r.get("screen") or {}).get("row_s") or 0.0) for r in records if r["engine"] == SCREEN_ENGINE)
+    engines = sum(float(r.get("wall_s") or 0.0) for r in records if r["engine"] != SCREEN_ENGINE)
+    return {"screen": round(screen, 2), "engines": round(engines, 2)}
+
+
 def _run_section(run_dir: Path, manifest: dict, records: list[dict], dims: list[str]) -> RunSection:
     """`run`: the manifest's identity of the run, and what its records hold."""
     try:
@@ -133,6 +141,7 @@ def _run_section(run_dir: Path, manifest: dict, records: list[dict], dims: list[
             n_prompts=len({r["prompt_id"] for r in records}),
             n_output_tokens=sum(len(r["output_token_ids"]) for r in records if not r.get("timing_only")),
             dimensions=dims,
+            stage_seconds=_stage_seconds(records),
         )
     except ValidationError as err:
         raise InputError(f"{run_dir / MANIFEST_FILE}: {first_problem(err)}; the run folder is damaged") from None

@@ -116,6 +116,8 @@ class RunSection(_Section):
     n_prompts: int | None = None
     n_output_tokens: int | None = None
     disparity_engine: str | None = None  # the engine whose records the group comparisons measure
+    # decoding seconds by stage from the records ({screen, engines}); a predicted rerun scales them
+    stage_seconds: dict[str, float] | None = None
 
 
 SKIPPED = "skipped"  # a test with no data to test: not a check outcome, so no CheckStatus
@@ -258,6 +260,39 @@ class AcceptanceStabilitySection(_Section):
     message: str | None = None
 
 
+class OutputInvariantsSection(_Section):
+    """`output_invariants` (analysis.invariants): every record of every engine against the output
+    invariants (execution.invariants.CHECKS); FAIL on any violation, each named by engine, record
+    and position."""
+
+    status: Check
+    records: int  # records checked
+    checked: list[str] = []  # the checks that ran
+    engines: dict[str, dict[str, int]] = {}  # engine -> records, records_violating, violations
+    checks: dict[str, int] = {}  # check -> violations
+    skipped: dict[str, str] = {}  # check -> why it could not run
+    violations: int = 0
+    first: dict[str, Any] | None = None  # {engine, record, check, position, problem}
+    examples: list[dict[str, Any]] = []
+    message: str | None = None
+
+
+class EngineFaultsSection(_Section):
+    """`engine_faults` (analysis.engine_faults): engine calls that failed (faults.jsonl), counted per
+    engine, with the first message, and whether each speculative engine still drafted after the
+    first fault. FAIL when any call failed."""
+
+    status: Check
+    count: int  # faults
+    items: int = 0  # plan items that faulted at least once
+    recovered: int = 0  # of those, recorded by a later attempt (a resumed run)
+    engines: dict[str, dict[str, Any]] = {}  # engine -> faults, items, recovered, first_message
+    first: dict[str, Any] | None = None  # {key, engine, error, message, at}
+    speculation_after: dict[str, dict[str, Any]] = {}  # engine -> records and drafted before / after the first fault
+    findings: list[dict[str, Any]] = []
+    message: str | None = None
+
+
 class ContextSection(_Section):
     """`context` (stats.context): acceptance by prompt length and output position; `findings` in words."""
 
@@ -383,6 +418,8 @@ class Snapshot(_Section):
     speed: SpeedSection | None = None  # only for runs with the screen (stats.cost_model)
     screen: ScreenSection | None = None  # only for runs with the screen and the speculative engine
     context: ContextSection | None = None  # where groups are compared
+    output_invariants: OutputInvariantsSection | None = None  # every record against the output invariants
+    engine_faults: EngineFaultsSection | None = None  # engine calls that failed during the run
     identity: IdentitySection | None = None  # only for runs with --draft target
     mitigation: dict[str, Any] | None = None  # `specaudit mitigate`'s before/after (its before_after.json), on a re-audit
 
@@ -501,10 +538,12 @@ __all__ = [
     "ConcurrencySection",
     "ContextSection",
     "EngineEquivalence",
+    "EngineFaultsSection",
     "EquivalenceSection",
     "IdentityCheck",
     "IdentitySection",
     "LogprobParitySection",
+    "OutputInvariantsSection",
     "PromptRow",
     "RunSection",
     "Snapshot",

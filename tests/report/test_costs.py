@@ -24,20 +24,24 @@ def test_predicted_engine_time_matches_what_the_engines_took(snapshot):
     assert engine_seconds_per_sample(snapshot) == pytest.approx(measured, rel=0.1)
 
 
-def test_the_samples_advice_carries_its_cost(snapshot):
+def test_the_samples_advice_over_the_budget_gives_no_command(snapshot):
     from specaudit.report.view import build_view
+    from specaudit.report.view.costs import BUDGET_HOURS, predicted_rerun
 
-    advice = next(a for a in build_view(snapshot)["summary"]["actions"] if "--samples" in a["command"])
-    wanted = int(advice["command"].rsplit("--samples ", 1)[1])
-    assert samples_cost(snapshot, wanted) in advice["text"]
-    assert f"{wanted:,} samples on each of 44 prompts" in advice["text"]
-    # the samples a correct engine's TV bound needs to reach delta (stats.plugin_tv), not the first-token test's power
+    advice = next(a for a in build_view(snapshot)["summary"]["actions"] if "Correctness is not proven" in a["text"])
     plan = snapshot["equivalence"]["engines"]["speculative"]["tv_bound"]["samples_to_show"]
-    assert wanted == plan["samples"] and plan["expected_upper"] <= plan["delta"] == 0.05
+    wanted = plan["samples"]
+    # the samples a correct engine's TV bound needs to reach delta (stats.plugin_tv), not the first-token test's power
+    assert plan["expected_upper"] <= plan["delta"] == 0.05
+    cost = predicted_rerun(snapshot, samples=wanted)
+    assert cost.over_budget and cost.sentence() in advice["text"]
+    assert f"{wanted:,} sample(s) on each of 44 engine prompts" in advice["text"]
     total, prompts, samples = min((int(p) * n, int(p), n) for p, n in plan["fewer_prompts"].items())
     assert total < 44 * wanted and f"{samples:,} samples on each of {prompts} of them" in advice["text"]
-    assert "The cheapest budget that reaches δ has fewer prompts" in advice["text"] and "no practical budget" in advice["text"]
-    assert samples_cost({"speed": {"source": "engines"}}, 8) is None  # no cost model, no invented figure
+    # neither budget fits in a day: no command, and the advice says what the audit did show instead
+    assert not advice["command"]
+    assert f"No rerun within {BUDGET_HOURS:g} h shows it" in advice["text"] and "What this audit did show" in advice["text"]
+    assert samples_cost({"speed": {"source": "engines"}}, 8) is None  # no cost model, no measured time: no invented figure
 
 
 def test_durations_read_at_a_prediction_precision():
@@ -66,7 +70,7 @@ def test_every_recommended_command_states_what_it_costs(snapshot):
             if action["command"]:
                 commands[action["command"]] = action["text"]
                 assert "Predicted cost on this hardware" in action["text"] or "seconds" in action["text"] or "measured" in action["text"]
-    assert len(commands) >= 4  # --samples, --k, gate, selftest
+    assert len(commands) >= 3  # --k, gate, selftest (--samples is over the budget: no command)
     rerun = next(a["text"] for a in _actions(best_k) if "--k 2" in a["command"])
     # k = 2 at 1.3x: vanilla's time plus vanilla's / 1.3, less than this audit's engines at 0.71x
     assert "the speculative one at k = 2" in rerun

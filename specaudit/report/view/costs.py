@@ -5,17 +5,19 @@ output token (`tokens_per_s`) and its predicted speed-up over vanilla; one sampl
 therefore costs n_tokens / tokens_per_s seconds speculative and `speedup` times that vanilla.
 The engines decode the cost model's timed subset (`speed.cost_model.n_prompts` prompts) with
 `samples` samples each, so their part of an audit is predicted as samples x that many prompts x
-the mean per-sample time over the screened prompts. The screen and the analysis are not in the
-model and come on top.
+the mean per-sample time over the screened prompts. The screen and the analysis come on top, from
+this audit's measured times (`run.stage_seconds`, `run.analysis.seconds`) scaled to the rerun.
+A rerun predicted over BUDGET_HOURS is not recommended (the report says what the audit showed).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from specaudit.report.view.format import finite, get
+from specaudit.report.view.format import finite, get, mapping
 
 
 def engine_seconds_per_sample(snapshot: Mapping[str, Any], speedup: float | None = None) -> float | None:
@@ -49,36 +51,107 @@ def duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-def samples_cost(snapshot: Mapping[str, Any], samples: int, *, prompts: int | None = None) -> str | None:
-    """' Predicted cost: ...' for a rerun with `samples` samples per prompt (on `prompts` of the
-    engines' prompts, default all), or None without a cost model."""
-    per_sample = engine_seconds_per_sample(snapshot)
-    if per_sample is None or not math.isfinite(per_sample):
-        return None
-    current = get(snapshot, "run", "config", "samples", default=1) or 1
-    n_engine = int(get(snapshot, "speed", "cost_model", "n_prompts"))
-    share = min(prompts, n_engine) / n_engine if prompts else 1.0  # the mean prompt's cost, on fewer of them
-    seconds = samples * per_sample * share
-    return (
-        f"Predicted cost on this hardware (the audit's cost model): about {duration(seconds)} of engine decoding "
-        f"({samples:,} samples on each of {prompts or n_engine} prompts, "
-        f"{seconds / (current * per_sample):,.0f}× this audit's {duration(current * per_sample)}), plus the screen and the analysis."
-    )
+BUDGET_HOURS = 24.0  # no rerun predicted to take longer is recommended: the report says what the audit showed instead
 
 
-def rerun_cost(snapshot: Mapping[str, Any], *, speedup: float | None = None, why: str = "") -> str | None:
-    """' Predicted cost: ...' for rerunning this audit at its own budget (another seed, a fixed
-    setup, more prompts per group: the engines decode one prompt per group either way), with the
-    speculative engine at `speedup` when given; None without a cost model."""
+@dataclass(frozen=True)
+class RerunCost:
+    """A rerun's predicted time in seconds by stage: the engines (the cost model, or their measured
+    time scaled), the screen and the analysis (this audit's measured times, scaled by the prompts and
+    samples each stage handles); `screen` or `analysis` is None where this audit recorded none."""
+
+    engines: float
+    screen: float | None
+    analysis: float | None
+    what: str  # the rerun, e.g. "30,928 samples on each of 44 prompts"
+
+    @property
+    def total(self) -> float:
+        return self.engines + (self.screen or 0.0) + (self.analysis or 0.0)
+
+    @property
+    def over_budget(self) -> bool:
+        return self.total > BUDGET_HOURS * 3600
+
+    def sentence(self) -> str:
+        parts = [f"engines {duration(self.engines)}"]
+        parts.append(f"screen {duration(self.screen)}" if self.screen is not None else "the screen's time was not recorded")
+        parts.append(f"analysis {duration(self.analysis)}" if self.analysis is not None else "analysis not timed")
+        budget = f", over the {BUDGET_HOURS:g} h budget" if self.over_budget else ""
+        return f"Predicted cost on this hardware: about {duration(self.total)}{budget} ({self.what}; {', '.join(parts)})."
+
+
+def _stage(snapshot: Mapping[str, Any], name: str) -> float | None:
+    value = get(snapshot, "run", "stage_seconds", name)
+    return float(value) if finite(value) else None
+
+
+def predicted_rerun(
+    snapshot: Mapping[str, Any],
+    *,
+    samples: int | None = None,
+    prompts: int | None = None,
+    per_group: int | None = None,
+    speedup: float | None = None,
+    why: str = "",
+) -> RerunCost | None:
+    """The predicted time of this audit rerun with `samples` per prompt (default its own), the engines
+    on `prompts` of their prompts (default all), `per_group` screened prompts per group (default its
+    own) and the speculative engine at `speedup`; None without a cost model or measured engine time.
+
+    Engines: samples x prompts x the cost model's mean per-sample time (`engine_seconds_per_sample`),
+    or their measured time scaled where no cost model was fitted. Screen: its measured time x the
+    ratio of samples x the ratio of prompts per group (every screened prompt is sampled `samples`
+    times). Analysis: its measured time x the ratio of engine records it scores."""
+    config = mapping(get(snapshot, "run", "config"))
+    current = int(config.get("samples") or 1)
+    samples = samples or current
+    n_engine = get(snapshot, "speed", "cost_model", "n_prompts")
     per_sample = engine_seconds_per_sample(snapshot, speedup)
-    if per_sample is None or not math.isfinite(per_sample):
+    measured_engines = _stage(snapshot, "engines")
+    if per_sample is not None and math.isfinite(per_sample) and finite(n_engine):
+        share = min(prompts, int(n_engine)) / int(n_engine) if prompts else 1.0
+        engines = samples * per_sample * share
+        engine_prompts = prompts or int(n_engine)
+    elif measured_engines:
+        engines, engine_prompts = measured_engines * samples / current, prompts
+    else:
         return None
-    samples = get(snapshot, "run", "config", "samples", default=1) or 1
-    n_engine = int(get(snapshot, "speed", "cost_model", "n_prompts"))
-    return (
-        f"Predicted cost on this hardware (the audit's cost model): about {duration(samples * per_sample)} of engine decoding "
-        f"({samples} sample(s) on each of {n_engine} prompts{why}), plus the screen and the analysis."
-    )
+    group_ratio = per_group / float(config["per_group"]) if per_group and finite(config.get("per_group")) else 1.0
+    screen_now = _stage(snapshot, "screen")
+    screen = screen_now * samples / current * group_ratio if screen_now is not None else None
+    analysis_now = get(snapshot, "run", "analysis", "seconds")
+    n_records, n_screen = get(snapshot, "run", "n_records"), _screened_records(snapshot)
+    analysis = None
+    if finite(analysis_now) and finite(n_records) and n_records > n_screen:
+        # scoring the engines' records dominates (the screen's carry their own numbers and are not scored)
+        analysis = analysis_now * (samples / current) * ((min(prompts, n_engine) / n_engine) if prompts and finite(n_engine) else 1.0)
+    what = f"{samples:,} sample(s) on each of {engine_prompts} engine prompts" if engine_prompts else f"{samples:,} sample(s) per prompt"
+    if per_group:
+        what += f", {per_group} prompts per group screened"
+    return RerunCost(engines, screen, analysis, what + why)
+
+
+def _screened_records(snapshot: Mapping[str, Any]) -> int:
+    """Records of the screen: every screened prompt x samples (0 without a screen)."""
+    if "screen" not in (get(snapshot, "run", "engines", default=[]) or []):
+        return 0
+    config = mapping(get(snapshot, "run", "config"))
+    return int(get(snapshot, "run", "n_prompts", default=0) or 0) * int(config.get("samples") or 1)
+
+
+def samples_cost(snapshot: Mapping[str, Any], samples: int, *, prompts: int | None = None) -> str | None:
+    """'Predicted cost: ...' for a rerun with `samples` samples per prompt (on `prompts` of the
+    engines' prompts, default all), or None without a cost model."""
+    cost = predicted_rerun(snapshot, samples=samples, prompts=prompts)
+    return cost.sentence() if cost else None
+
+
+def rerun_cost(snapshot: Mapping[str, Any], *, speedup: float | None = None, why: str = "", per_group: int | None = None) -> str | None:
+    """'Predicted cost: ...' for rerunning this audit at its own budget (another seed, a fixed
+    setup) or with `per_group` prompts per group, the speculative engine at `speedup` when given."""
+    cost = predicted_rerun(snapshot, speedup=speedup, why=why, per_group=per_group)
+    return cost.sentence() if cost else None
 
 
 def best_k_speedup(snapshot: Mapping[str, Any], k: int) -> float | None:

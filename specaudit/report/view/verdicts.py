@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
-from specaudit.report.view.costs import best_k_speedup, rerun_cost, samples_cost
+from specaudit.report.view.costs import BUDGET_HOURS, best_k_speedup, predicted_rerun, rerun_cost
 from specaudit.report.view.format import finite, get, is_status, mapping
 from specaudit.report.view.statuses import (
     DECIDED,
@@ -213,10 +213,12 @@ def actions(
                 + (f"; the gate asks for {int(minimum)}" if finite(minimum) and minimum > need else "")
                 + "."
             )
-        if per_group:
-            text = costed(
-                text, rerun_cost(snapshot, why="; the engines decode one prompt per group whatever --per-group, the screen grows with it")
-            )
+        cost = predicted_rerun(snapshot, per_group=per_group, why="; the engines decode one prompt per group") if per_group else None
+        if cost is not None and cost.over_budget:
+            text += f" {cost.sentence()} No rerun within {BUDGET_HOURS:g} h decides them, so none is recommended; the decided comparisons stand."
+            per_group = None
+        elif cost is not None:
+            text += f" {cost.sentence()}"
         add("warn", text, "disparity", with_flags(command, {"--per-group": per_group}) if per_group else None)
     if equivalence_view.get("ran"):
         audited = [e for e in equivalence_view.get("engines", []) if not e.get("is_control")]
@@ -243,15 +245,22 @@ def actions(
             else:
                 wanted, how = _samples_wanted(plan, not_shown[0] if not_shown else None)
                 wanted = max(wanted or 0, 2 if not_run else 0, (samples or 1) + 1)
-                text += f"Sample more outputs per prompt: about {wanted:,} {how}."
-                for part in (samples_cost(snapshot, wanted), _fewer_prompts(snapshot, plan, wanted)):
-                    text += f" {part}" if part else ""
-                if wanted > 100 * (samples or 1):
-                    text += (
-                        " That is no practical budget at this δ; what this audit shows instead is the smallest distortion its "
-                        "tests would have found (the Correctness section)."
-                    )
-                add("warn", text, "equivalence", with_flags(command, {"--samples": wanted}))
+                cost = predicted_rerun(snapshot, samples=wanted)
+                fewer = _fewer_prompts(snapshot, plan, wanted)
+                if cost is not None and cost.over_budget:
+                    text += f"Showing it needs more samples per prompt: about {wanted:,} {how}. {cost.sentence()} "
+                    cheap = fewer if fewer and fewer[1] is not None and not fewer[1].over_budget else None
+                    if cheap:
+                        text += f"{cheap[0]} "
+                    else:
+                        text += (f"{fewer[0]} " if fewer else "") + f"No rerun within {BUDGET_HOURS:g} h shows it, so none is recommended. "
+                    text += _what_was_shown(audited[0] if audited else {})
+                    add("warn", text, "equivalence", with_flags(command, cheap[2]) if cheap else None)
+                else:
+                    text += f"Sample more outputs per prompt: about {wanted:,} {how}."
+                    for part in (cost.sentence() if cost else None, fewer[0] if fewer else None):
+                        text += f" {part}" if part else ""
+                    add("warn", text, "equivalence", with_flags(command, {"--samples": wanted}))
         if equivalence_view.get("warning"):
             cost = rerun_cost(snapshot, why=", another seed")
             add(
@@ -313,22 +322,36 @@ def _samples_wanted(plan: Mapping[str, Any], engine: Mapping[str, Any] | None) -
     return max(2, math.ceil(samples * (mde / delta) ** 2)), detects
 
 
-def _fewer_prompts(snapshot: Mapping[str, Any], plan: Mapping[str, Any], wanted: int) -> str | None:
+def _fewer_prompts(snapshot: Mapping[str, Any], plan: Mapping[str, Any], wanted: int) -> tuple[str, Any, dict[str, int]] | None:
     """The cheapest budget in decoded samples that still reaches δ, when it has fewer prompts than
-    the audit: its claim then covers those prompts only, which the sentence says."""
+    the audit: (its sentence, its RerunCost or None, its flags); its claim covers those prompts only,
+    which the sentence says."""
     options = [(int(p) * int(n), int(p), int(n)) for p, n in mapping(plan.get("fewer_prompts")).items() if finite(n)]
     if not options or plan.get("samples") is None:
         return None
     total, prompts, samples = min(options)
     if total >= int(plan["n_prompts"]) * wanted:
         return None
-    cost = samples_cost(snapshot, samples, prompts=prompts)
+    cost = predicted_rerun(snapshot, samples=samples, prompts=prompts)
     text = (
         f"The cheapest budget that reaches δ has fewer prompts: {samples:,} samples on each of {prompts} of them "
         f"(`--engine-prompts {prompts} --samples {samples}`), for a claim about those {prompts} prompts only; each prompt "
         "needs about as many samples as before, since the plug-in distance falls with samples per prompt, not with prompts."
     )
-    return f"{text} {cost}" if cost else text
+    return (f"{text} {cost.sentence()}" if cost else text), cost, {"--engine-prompts": prompts, "--samples": samples}
+
+
+def _what_was_shown(engine: Mapping[str, Any]) -> str:
+    """What the audit did show about correctness at its own budget: the PIT bound and the power."""
+    parts = []
+    if engine.get("pit_bound", {}).get("ran"):
+        parts.append(engine["pit_bound"]["sentence"])
+    if engine.get("status") is not None and "n_tokens" in engine:
+        parts.append(f"no test found a violation in {engine['n_tokens']} tokens")
+    pit = next((p for p in engine.get("power", []) if str(p.get("label", "")).startswith("PIT")), None)
+    if pit:
+        parts.append(f"a PIT distortion of {pit['value']} or more would have been found with 80% power")
+    return ("What this audit did show: " + "; ".join(parts) + ".") if parts else ""
 
 
 __all__ = ["DECISIONS", "actions", "decide"]
