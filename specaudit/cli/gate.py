@@ -10,6 +10,9 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("snapshot", metavar="RUN_DIR|SNAPSHOT", help="run folder holding snapshot.json, or the snapshot file")
     p.add_argument("--config", help="YAML config whose `gate:` section holds the thresholds (default thresholds otherwise)")
     p.add_argument("--write", action="store_true", help="store the verdict in the snapshot's `gate` section")
+    from specaudit.cli.run import add_fail_on
+
+    add_fail_on(p)
     p.set_defaults(func=cmd_gate)
 
 
@@ -19,7 +22,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from specaudit.gate import evaluate_gate, load_thresholds
 
     snapshot = load_snapshot(args.snapshot)
-    result = evaluate_gate(snapshot, load_thresholds(args.config) if args.config else None)
+    thresholds = load_thresholds(args.config) if args.config else load_thresholds()
+    if args.fail_on:
+        thresholds = thresholds.model_copy(update={"fail_on": args.fail_on})
+    result = evaluate_gate(snapshot, thresholds)
     print(result.format())
     if args.write:
         snapshot["gate"] = result.to_dict()

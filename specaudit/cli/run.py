@@ -297,6 +297,21 @@ def add_audit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def add_fail_on(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--fail-on",
+        choices=("fail", "decision"),
+        help="exit 1 on a failing gate check (fail, the default), or also where the report's decision is Do not enable or "
+        "Insufficient evidence (decision), so the exit code agrees with the decision (config: `fail_on:` under gate:)",
+    )
+
+
+def with_fail_on(args: argparse.Namespace, gate_options: dict | None) -> dict:
+    """The config's gate section with --fail-on over it (the flag wins)."""
+    fail_on = getattr(args, "fail_on", None)
+    return {**(gate_options or {}), **({"fail_on": fail_on} if fail_on else {})}
+
+
 def add_audit(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("audit", help="run -> analyze -> report -> gate in one command (default: the embedded pair on core)")
     add_audit_options(p)
@@ -306,6 +321,7 @@ def add_audit(sub: argparse._SubParsersAction) -> None:
         "dimensions at 10 prompts per group; with --quick, the language dimension at 8 per group (docs/real-pair.md)",
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan and its predicted time, then stop (nothing is decoded)")
+    add_fail_on(p)
     p.add_argument(
         "--sampling",
         nargs="+",
@@ -352,6 +368,7 @@ def run_audit(args: argparse.Namespace) -> AuditResult | SettingsAuditResult | P
     from specaudit.config import run_config_from
 
     run_options, analysis_options, gate_options, source = _config_file_sections(args)
+    gate_options = with_fail_on(args, gate_options)
     out = args.out or run_options.pop("out", None)
     specs = _sampling_settings(args, run_options, source)
     budget = QUICK_BUDGET if args.quick else DEFAULT_BUDGET

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specaudit.errors import InputError
+from specaudit.gate.decision import decision_check, decision_key, snapshot_facts
 from specaudit.gate.disparity import disparity_checks, measurement_checks
 from specaudit.gate.equivalence import equivalence_checks
 from specaudit.gate.identity import identity_checks
@@ -39,7 +40,9 @@ def evaluate_gate(snapshot: Mapping[str, Any], thresholds: GateThresholds | None
     checks += serving_checks(snapshot)
     checks += robustness_checks(snapshot)
     checks += identity_checks(snapshot)
-    return GateResult(tuple(checks), thresholds)
+    if thresholds.fail_on == "decision":
+        checks.append(decision_check(snapshot, checks))
+    return GateResult(tuple(checks), thresholds, decision_key(snapshot_facts(snapshot, checks)))
 
 
 __all__ = ["FAIL", "PASS", "WARN", "GateCheck", "GateResult", "GateThresholds", "evaluate_gate", "load_thresholds"]

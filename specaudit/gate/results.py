@@ -29,6 +29,19 @@ class GateCheck:
 class GateResult:
     checks: tuple[GateCheck, ...]
     thresholds: GateThresholds
+    decision: str | None = None  # the report's decision (gate.decision.DECISIONS key)
+
+    @property
+    def disagreement(self) -> str | None:
+        """One sentence where the decision blocks enabling but the exit code is 0, naming the fix."""
+        from specaudit.gate.decision import BLOCKING, DECISIONS
+
+        if self.decision not in BLOCKING or self.exit_code != 0:
+            return None
+        return (
+            f"the decision is {DECISIONS[self.decision]} but the gate exits 0 (only failing checks fail it); "
+            "pass --fail-on decision (or `fail_on: decision` under gate:) to exit 1 on this decision"
+        )
 
     @property
     def status(self) -> CheckStatus:
@@ -51,6 +64,8 @@ class GateResult:
             "counts": self.counts,
             "thresholds": self.thresholds.to_dict(),
             "checks": [c.to_dict() for c in self.checks],
+            **({"decision": self.decision} if self.decision else {}),
+            **({"disagreement": self.disagreement} if self.disagreement else {}),
         }
 
     def format(self) -> str:
@@ -59,6 +74,8 @@ class GateResult:
         lines = [f"{c.status.upper():4}  {c.name:<{width}}  {c.message}" for c in self.checks]
         c = self.counts
         lines.append(f"gate: {self.status.upper()} ({c[PASS]} pass, {c[WARN]} warn, {c[FAIL]} fail)")
+        if self.disagreement:
+            lines.append(f"note: {self.disagreement}")
         return "\n".join(lines)
 
 

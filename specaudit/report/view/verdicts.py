@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
+from specaudit.gate.decision import BLOCKING, DecisionFacts, decision_key
 from specaudit.report.view.costs import BUDGET_HOURS, best_k_speedup, predicted_rerun, rerun_cost
 from specaudit.report.view.format import finite, get, is_status, mapping
 from specaudit.report.view.statuses import (
@@ -45,33 +46,39 @@ def decide(
     gate_status = CheckStatus.parse(gate["status"]) if judged else None
     reasons: list[str] = []
     violations = [name for name, status in engines if status == EquivalenceStatus.VIOLATION]
-    failing = [c for c in checks if is_status(c.get("status"), CheckStatus.FAIL)]
+    # the `decision` check (--fail-on decision) restates the decision: it is not evidence for it
+    failing = [c for c in checks if is_status(c.get("status"), CheckStatus.FAIL) and c.get("name") != "decision"]
     decided = [c for c in comps if c["status"] in DECIDED]
     flagged = [c for c in comps if c["status"] == DisparityStatus.FLAG]
+    tested = bool(engines) and not all(status == EquivalenceStatus.NOT_RUN for _, status in engines)
+    key = decision_key(
+        DecisionFacts(
+            judged=gate_status is not None,
+            failing=bool(failing),
+            violation=bool(violations),
+            tested=tested,
+            slower_overall=bool(speed.get("below_one")),
+            compared=bool(comps),
+            decided=bool(decided),
+            gate_pass=gate_status == CheckStatus.PASS,
+        )
+    )
     if gate_status is None:
-        key = "insufficient"
         reasons.append("No deployment gate has judged this snapshot.")
     elif failing or violations:
-        key = "do_not"
         reasons += [f"{name}: its output is not distributed as the target's." for name in violations]
         reasons += [
             f"Gate check {c.get('name')} fails: {c.get('message', '')}"
             for c in failing
             if not any(str(c.get("name", "")).endswith(f"[{v}]") for v in violations)
         ]
-    elif not engines or all(status == EquivalenceStatus.NOT_RUN for _, status in engines):
-        key = "insufficient"
+    elif not tested:
         reasons.append("Equivalence with the target was not tested.")
     elif speed.get("below_one"):
-        key = "do_not"
         reasons.append(
             f"Speculation is slower than vanilla: overall speed-up {speed['overall']} ({speed['overall_scope']}); "
             f"{len(speed['slower'])} of {speed['n_groups']} groups below 1×."
         )
-    elif comps and not decided:
-        key = "insufficient"
-    else:
-        key = "conditions" if gate_status != CheckStatus.PASS else "enable"
     # what else the reader must know, whatever the decision
     if engines and key != "insufficient" and not violations:
         no_proof = [name for name, status in engines if status == EquivalenceStatus.NO_VIOLATION_FOUND]
@@ -109,15 +116,11 @@ def decide(
         reasons.insert(0, "Conditions (the gate's warnings): " + ", ".join(f"{family} ({n})" for family, n in families.items()) + ".")
     title, css = DECISIONS[key]
     exit_code = get(gate, "exit_code")
-    return {
-        "key": key,
-        "title": title,
-        "css": css,
-        "reasons": reasons,
-        "gate": f"Gate: {gate_status.value} (exit {exit_code if finite(exit_code) else int(gate_status == CheckStatus.FAIL)})"
-        if gate_status
-        else "Gate: not run",
-    }
+    exit_code = exit_code if finite(exit_code) else int(gate_status == CheckStatus.FAIL)
+    line = f"Gate: {gate_status.value} (exit {exit_code})" if gate_status else "Gate: not run"
+    if gate_status and key in BLOCKING and exit_code == 0:
+        line += f"; the decision is {title}: `--fail-on decision` (gate or audit) makes the exit code 1 on it"
+    return {"key": key, "title": title, "css": css, "reasons": reasons, "gate": line}
 
 
 # ============================================================================ what to do
