@@ -253,7 +253,7 @@ def test_bad_config_is_one_sentence_exit_2(tmp_path, capsys, settings, options, 
 
 
 def test_endpoint_engine_needs_its_section():
-    with pytest.raises(InputError, match="needs an `endpoint:` section"):
+    with pytest.raises(InputError, match="needs the servers: --speculative-url URL --vanilla-url URL, or an `endpoint:` section"):
         RunConfig(engines="endpoint")
 
 

@@ -94,8 +94,8 @@ def validate_settings(settings: dict | None, engines: tuple[str, ...]) -> dict:
         )
     if settings is None:
         raise InputError(
-            "--engines endpoint needs an `endpoint:` section in the config file with speculative_url and vanilla_url "
-            "(see README, Auditing a live endpoint)"
+            "--engines endpoint needs the servers: --speculative-url URL --vanilla-url URL, or an `endpoint:` section in the "
+            "config file with speculative_url and vanilla_url (docs/servers.md)"
         )
     if not isinstance(settings, dict):
         raise InputError(f"endpoint: must be a mapping of setting: value ({', '.join(DEFAULTS)}), got {type(settings).__name__}")
