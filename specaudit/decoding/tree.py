@@ -28,12 +28,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 
 from specaudit.decoding._generation import Generation, finish
 from specaudit.decoding._shapes import parse_children
-from specaudit.decoding.verify import mass_before, residual_distribution, sample_from
+from specaudit.decoding.verify import mass_before, sample_from
 from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.errors import InputError
 from specaudit.models import NgramDraft, Stopwatch, forward_cached
@@ -96,62 +97,77 @@ class NodeOutcome:
 NodeRule = Callable[[list[int], torch.Tensor, torch.Tensor, torch.Generator], NodeOutcome]
 
 
-def _uniform(generator: torch.Generator, device: torch.device) -> float:
-    return float(torch.rand((), generator=generator, device=device, dtype=torch.float64))
+def _uniform(generator: torch.Generator) -> float:
+    return float(torch.rand((), generator=generator, device=generator.device, dtype=torch.float64))
 
 
-def _normalised(x: torch.Tensor) -> torch.Tensor:
+def _as_numpy(x: torch.Tensor) -> np.ndarray:
+    """float64 NumPy copy of a distribution: a node's rule reads single entries, and NumPy's
+    scalars cost a fraction of torch's per read (the unit audit runs thousands of trees)."""
+    return x.detach().to("cpu", torch.float64).numpy()
+
+
+def _normalised(x: np.ndarray) -> np.ndarray:
     total = x.sum()
     return x / total if total > 0 else x
 
 
+def _residual(r: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """norm(max(0, r − q)), or r itself where r <= q everywhere (then rejection cannot happen)."""
+    rest = np.clip(r - q, 0.0, None)
+    total = rest.sum()
+    return rest / total if total > 0 else r
+
+
+def _draw(law: np.ndarray, generator: torch.Generator, device: torch.device) -> int:
+    return sample_from(torch.from_numpy(law).to(device), generator)
+
+
 def multi_step_verify(tokens: list[int], q: torch.Tensor, p: torch.Tensor, generator: torch.Generator) -> NodeOutcome:
     """Multi-step speculative sampling of siblings drawn i.i.d. from q (module docstring)."""
-    q64, residual = q.double(), _normalised(p.double())
+    q64, residual = _as_numpy(q), _normalised(_as_numpy(p))
     ratios, betas, residuals = [], [], []
     for x in tokens:  # the residual chain does not depend on which token was rejected
-        ratios.append(min(1.0, float(residual[x] / q64[x])) if q64[x] > 0 else 0.0)
-        betas.append(float(torch.minimum(residual, q64).sum()))
+        ratios.append(min(1.0, residual[x] / q64[x]) if q64[x] > 0 else 0.0)
+        betas.append(float(np.minimum(residual, q64).sum()))
         residuals.append(residual)
-        residual = residual_distribution(residual, q64)
+        residual = _residual(residual, q64)
     chosen = None
     for i, x in enumerate(tokens):
-        if _uniform(generator, q.device) * float(q64[x]) < float(residuals[i][x]):
+        if _uniform(generator) * q64[x] < residuals[i][x]:
             chosen = i
             break
-    weights, reach = torch.zeros_like(q64), 1.0
+    weights, reach = np.zeros_like(q64), 1.0
     for x, a in zip(tokens, ratios):
         weights[x] += reach * a
         reach *= 1.0 - a
-    beta_none = 1.0
-    for b in betas:
-        beta_none *= 1.0 - b
+    beta_none = float(np.prod([1.0 - b for b in betas]))
     if chosen is None:
-        token = sample_from(residual, generator)
-        return NodeOutcome(None, token, 1.0 - reach, 1.0 - beta_none, residual)
-    return NodeOutcome(chosen, tokens[chosen], 1.0 - reach, 1.0 - beta_none, _normalised(weights))
+        token = _draw(residual, generator, p.device)
+        return NodeOutcome(None, token, 1.0 - reach, 1.0 - beta_none, torch.from_numpy(residual))
+    return NodeOutcome(chosen, tokens[chosen], 1.0 - reach, 1.0 - beta_none, torch.from_numpy(_normalised(weights)))
 
 
 def recursive_rejection_verify(tokens: list[int], q: torch.Tensor, p: torch.Tensor, generator: torch.Generator) -> NodeOutcome:
     """Recursive rejection sampling of deterministic (top-k) candidates: each one's proposal law is
     a point mass, so candidate c is kept with probability r(c) and a rejection removes it from r."""
-    residual = _normalised(p.double())
-    candidates = torch.zeros_like(residual, dtype=torch.bool)
+    base = _normalised(_as_numpy(p))
+    residual = base
+    candidates = np.zeros(base.shape, dtype=bool)
     candidates[list(set(tokens))] = True
-    kept = float(residual[candidates].sum())
+    kept = float(base[candidates].sum())
     chosen = None
     for i, c in enumerate(tokens):
-        if _uniform(generator, p.device) < float(residual[c]):
+        if _uniform(generator) < residual[c]:
             chosen = i
             break
-        point = torch.zeros_like(residual)
+        point = np.zeros_like(residual)
         point[c] = 1.0
-        residual = residual_distribution(residual, point)
-    base = _normalised(p.double())
+        residual = _residual(residual, point)
     if chosen is None:
-        token = sample_from(residual, generator)
-        return NodeOutcome(None, token, kept, kept, _normalised(torch.where(candidates, 0.0, base)))
-    return NodeOutcome(chosen, tokens[chosen], kept, kept, _normalised(torch.where(candidates, base, 0.0)))
+        token = _draw(residual, generator, p.device)
+        return NodeOutcome(None, token, kept, kept, torch.from_numpy(_normalised(np.where(candidates, 0.0, base))))
+    return NodeOutcome(chosen, tokens[chosen], kept, kept, torch.from_numpy(_normalised(np.where(candidates, base, 0.0))))
 
 
 @dataclass(frozen=True)
@@ -201,9 +217,9 @@ def verify_tree(
         row = node if rows is None else rows[node]
         kids = tree.children[node]
         if not kids:  # a leaf: the bonus token
-            p = _normalised(target_probs[row].double())
-            emitted.append(sample_from(p, generator))
-            laws.append(p)
+            p = _normalised(_as_numpy(target_probs[row]))
+            emitted.append(_draw(p, generator, target_probs.device))
+            laws.append(torch.from_numpy(p))
             break
         outcome = rule.verify_node([tree.tokens[c] for c in kids], draft_probs[row], target_probs[row], generator)
         emitted.append(outcome.token)
