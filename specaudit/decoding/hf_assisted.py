@@ -39,6 +39,7 @@ class _Counters:
         self.draft_forwards_since_verify = 0
         self.proposed_per_step: list[int] = []
         self.sequence_length_at_step: list[int] = []  # tokens in context before each verification
+        self.candidates_per_step: list[list[int]] = []  # the drafts each verification was fed
 
     def on_draft(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         self.draft_forwards_since_verify += 1
@@ -55,7 +56,24 @@ class _Counters:
         proposed = int(keep) - 1 if isinstance(keep, int) and keep > 0 else self.draft_forwards_since_verify
         self.proposed_per_step.append(proposed)
         self.sequence_length_at_step.append(cached + ids.shape[1] - proposed)
+        self.candidates_per_step.append(ids[0, ids.shape[1] - proposed :].tolist() if proposed > 0 else [])
         self.draft_forwards_since_verify = 0
+
+
+def _request_features(spec: SamplingSpec) -> dict:
+    """generate()'s own keywords for the request features it has (the registry refuses the rest):
+    its repetition penalty is the reference's (prompt + output, before temperature) and its min-p
+    comes after top-p, as in `warp`. Passed to the draft too, as generate() does since PR #28166."""
+    out: dict = {}
+    if spec.repetition_penalty != 1.0:
+        out["repetition_penalty"] = spec.repetition_penalty
+    if spec.min_p > 0.0 and not spec.greedy:
+        out["min_p"] = spec.min_p
+    return out
+
+
+def _common_prefix(candidates: list[int], emitted: list[int]) -> int:
+    return next((i for i, (a, b) in enumerate(zip(candidates, emitted)) if a != b), min(len(candidates), len(emitted)))
 
 
 @torch.inference_mode()
@@ -84,6 +102,7 @@ def hf_assisted_generate(
         eos_token_id=sorted(eos_ids),
         pad_token_id=pad_id if pad_id is not None else sorted(eos_ids)[0],
         **sampling,
+        **_request_features(spec),
     )
     handles = [target.register_forward_pre_hook(counters.on_target, with_kwargs=True)]
     if isinstance(draft, NgramDraft):
@@ -114,7 +133,14 @@ def hf_assisted_generate(
     tokens = output[0, len(prompt_ids) :].tolist()
     lengths = counters.sequence_length_at_step + [len(prompt_ids) + len(tokens)]
     emitted = [after - before for before, after in zip(lengths, lengths[1:])]
-    accepted_per_step = [max(0, n - 1) for n in emitted]
+    # A step keeps the drafts its emitted tokens begin with. Not `emitted - 1`: a step that ends on
+    # a kept end-of-sequence draft emits no token of the verifier's own after it (transformers
+    # then lowers its n_matches by one and emits the candidate itself), found by the identity
+    # check (docs/selftest.md, "The identity draft").
+    accepted_per_step = [
+        _common_prefix(candidates, tokens[before - len(prompt_ids) : before - len(prompt_ids) + n])
+        for candidates, before, n in zip(counters.candidates_per_step, lengths, emitted)
+    ]
     return Generation(
         tokens=tokens,
         finish_reason="eos" if tokens and tokens[-1] in eos_ids else "length",

@@ -128,8 +128,10 @@ def test_generation_ends_with_the_eos_token_it_stopped_on():
 
 
 def test_generation_refuses_an_unknown_stop():
-    with pytest.raises(InputError, match="stop_type 'word'"):
-        generation_of(_final(2, "word"), [5, 6], 0.1, 0.1, {2}, 8)
+    with pytest.raises(InputError, match="stop_type 'bogus'"):
+        generation_of(_final(2, "bogus"), [5, 6], 0.1, 0.1, {2}, 8)
+    stopped, _, _ = generation_of(_final(2, "word"), [5, 6], 0.1, 0.1, {2}, 8)  # a stop string (specaudit sends `stop`)
+    assert stopped.finish_reason == "stop"
 
 
 # ----------------------------------------------------------------------------- the build cache

@@ -149,6 +149,8 @@ def test_sampling_kwargs_are_explicit_and_seeded_per_prompt_and_sample():
         "top_k": -1,
         "min_p": 0.0,
         "repetition_penalty": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
         "max_tokens": 16,
         "seed": seeds["a", 0],
         "stop_token_ids": [2, 7],

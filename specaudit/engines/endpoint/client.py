@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     import httpx
 
     from specaudit.config import RunConfig
+    from specaudit.decoding import SamplingSpec
 
 # vLLM writes -inf logprobs as -9999.0 in its JSON: at or below it a token has zero probability.
 ZERO_LOGPROB = -9999.0
@@ -437,6 +438,21 @@ def resolve_model(endpoint: Endpoint, wanted: str | None, setting: str) -> tuple
     return served[0], served
 
 
+def request_features(spec: SamplingSpec) -> dict[str, Any]:
+    """The request features as OpenAI's completion fields (presence_penalty, frequency_penalty,
+    logit_bias with string ids, stop) and vLLM's and SGLang's extensions (min_p,
+    repetition_penalty), only those set; the registry refuses the one they lack (repeat_last_n)."""
+    features = spec.features
+    body: dict[str, Any] = {
+        name: features[name] for name in ("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty") if name in features
+    }
+    if spec.logit_bias:
+        body["logit_bias"] = {str(token): bias for token, bias in spec.logit_bias}
+    if spec.stop:
+        body["stop"] = list(spec.stop)
+    return body
+
+
 def request_body(cfg: RunConfig, settings: dict, model: str, prompt_ids: list[int], seed: int, max_tokens: int) -> dict:
     """The /v1/completions request of one plan item. Sampling settings are always sent, so a
     server's own defaults (vLLM applies the model's generation_config) cannot change them."""
@@ -449,6 +465,7 @@ def request_body(cfg: RunConfig, settings: dict, model: str, prompt_ids: list[in
         "top_k": cfg.top_k if cfg.top_k > 0 else -1,  # vLLM / SGLang: -1 = off
         "seed": seed,
         "return_tokens_as_token_ids": True,
+        **request_features(cfg.sampling),
     }
     if settings["logprobs"]:
         body["logprobs"] = settings["logprobs"]

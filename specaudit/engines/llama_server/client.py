@@ -31,7 +31,7 @@ from specaudit.errors import InputError
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
-    from specaudit.decoding import Generation
+    from specaudit.decoding import Generation, SamplingSpec
 
 SAMPLER_ORDER = ["temperature", "top_k", "top_p"]
 NEUTRAL_SAMPLING: dict[str, Any] = {
@@ -47,7 +47,7 @@ NEUTRAL_SAMPLING: dict[str, Any] = {
     "mirostat": 0,
     "dynatemp_range": 0.0,
 }
-STOP_TYPES = {"eos": "eos", "limit": "length"}  # llama-server's stop_type -> the record's finish_reason
+STOP_TYPES = {"eos": "eos", "limit": "length", "word": "stop"}  # llama-server's stop_type -> the record's finish_reason
 
 
 def server_args(model: Path, settings: LlamaServerSettings, *, spec_type: str | None, draft: Path | None, k: int) -> list[str]:
@@ -74,6 +74,40 @@ def server_args(model: Path, settings: LlamaServerSettings, *, spec_type: str | 
     return [*args, *settings.extra_args]
 
 
+def request_features(spec: SamplingSpec, context: int) -> dict[str, Any]:
+    """The request features in llama-server's fields, with the stages they need in `samplers`:
+    `penalties` first and `min_p` after top-p, as specaudit's `warp` orders them; the logit bias
+    is always the chain's first stage. llama-server feeds the prompt into its penalty window, so
+    the reference's whole-prompt-and-output repetition scope (repeat_last_n 0) is a window of
+    `context` tokens; presence and frequency counted over the output alone have no llama.cpp
+    equivalent and are refused in one sentence."""
+    body: dict[str, Any] = {}
+    samplers = list(SAMPLER_ORDER)
+    if spec.penalised:
+        if not spec.repeat_last_n and (spec.presence_penalty or spec.frequency_penalty):
+            raise InputError(
+                "llama-server counts presence and frequency penalties over its last repeat_last_n tokens of prompt and output, "
+                "not over the output alone; add repeat_last_n=N to the --sampling setting to audit llama.cpp's convention"
+            )
+        body.update(
+            repeat_penalty=spec.repetition_penalty,
+            presence_penalty=spec.presence_penalty,
+            frequency_penalty=spec.frequency_penalty,
+            repeat_last_n=spec.repeat_last_n or context,
+        )
+        samplers.insert(0, "penalties")
+    if spec.min_p > 0.0:
+        body["min_p"] = spec.min_p
+        samplers.append("min_p")
+    if spec.logit_bias:
+        body["logit_bias"] = [[token, bias] for token, bias in spec.logit_bias]
+    if spec.stop:
+        body["stop"] = list(spec.stop)
+    if samplers != SAMPLER_ORDER:
+        body["samplers"] = samplers
+    return body
+
+
 def request_body(cfg: RunConfig, prompt_ids: list[int], seed: int, max_tokens: int, logprobs: int = 0) -> dict:
     """The /completion request of one plan item: every sampling stage set, none left to the server.
     `logprobs` > 0 asks for the emitted token's logprob (and the top `logprobs`) before sampling."""
@@ -85,6 +119,7 @@ def request_body(cfg: RunConfig, prompt_ids: list[int], seed: int, max_tokens: i
         "top_p": cfg.top_p,
         "samplers": SAMPLER_ORDER,
         **NEUTRAL_SAMPLING,
+        **request_features(cfg.sampling, len(prompt_ids) + max_tokens),
         "seed": llama_seed(seed),
         "cache_prompt": False,
         "return_tokens": True,

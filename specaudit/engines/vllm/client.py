@@ -138,8 +138,14 @@ def sampling_kwargs(cfg: RunConfig, seed: int, stop_token_ids: list[int], max_to
         "temperature": cfg.temperature,
         "top_p": cfg.top_p,
         "top_k": cfg.top_k if cfg.top_k > 0 else -1,  # vLLM: -1 (or 0) = off
-        "min_p": 0.0,
-        "repetition_penalty": 1.0,
+        # request features (the registry refuses repeat_last_n): vLLM's repetition penalty counts prompt and
+        # output, presence and frequency the output, as specaudit's warp; logit_bias and stop as the OpenAI API's
+        "min_p": cfg.min_p,
+        "repetition_penalty": cfg.repetition_penalty,
+        "presence_penalty": cfg.presence_penalty,
+        "frequency_penalty": cfg.frequency_penalty,
+        **({"logit_bias": dict(cfg.logit_bias)} if cfg.logit_bias else {}),
+        **({"stop": list(cfg.stop)} if cfg.stop else {}),
         "max_tokens": max_tokens or cfg.max_new_tokens,
         "seed": seed,
         "stop_token_ids": list(stop_token_ids),
