@@ -85,7 +85,8 @@ def engine_faults(records: list[dict], faults: list[Fault]) -> EngineFaultsSecti
         message += "; " + "; ".join(f["message"] for f in findings)
     elif speculation:
         message += "; " + ", ".join(
-            f"{name} drafted on {e['drafted_after']} of {e['records_after']} records after the first fault" for name, e in speculation.items()
+            f"{name} drafted on {e['drafted_after']} of {e['records_after']} records after the first fault"
+            for name, e in speculation.items()
         )
     return EngineFaultsSection(
         status=CheckStatus.FAIL,

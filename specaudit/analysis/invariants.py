@@ -65,9 +65,7 @@ def output_limits(manifest: dict, pair: ModelPair | None) -> OutputLimits:
 
 def output_invariants(records: list[dict], limits: OutputLimits) -> OutputInvariantsSection:
     """The section: every violation of every record, counted per engine and per check."""
-    found = [
-        {"engine": r["engine"], "record": r["key"], **v} for r in records for v in record_violations(r, limits)
-    ]
+    found = [{"engine": r["engine"], "record": r["key"], **v} for r in records for v in record_violations(r, limits)]
     engines: dict[str, dict[str, Any]] = {}
     for r in records:
         entry = engines.setdefault(r["engine"], {"records": 0, "records_violating": 0, "violations": 0})

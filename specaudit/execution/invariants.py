@@ -84,7 +84,9 @@ def _after_stop(ids: list[int], stops: list[str], decode: Callable[[list[int], b
             if end == len(ids):
                 return []
             return [
-                violation("after-stop", end, f"{len(ids) - end} token(s) follow the stop string {found[0]!r}, completed at position {end - 1}")
+                violation(
+                    "after-stop", end, f"{len(ids) - end} token(s) follow the stop string {found[0]!r}, completed at position {end - 1}"
+                )
             ]
     return []
 
@@ -136,13 +138,15 @@ def counter_problems(record: dict) -> list[str]:
     tokens whatever the budget left, llama.cpp: that step's correction token is cut). An endpoint
     sees no steps (steps = 0): its counts are not observed, not inconsistent.
     """
-    problems = []
+    problems: list[str] = []
+    if any(record.get(name) is None for name in ("accepted", "proposed", "steps", "output_token_ids")):
+        return problems  # counts the record does not carry are not observed
     if record["accepted"] > record["proposed"]:
         problems.append(f"accepted {record['accepted']} > proposed {record['proposed']}")
     new_tokens = len(record["output_token_ids"])
     expected = record["accepted"] + record["steps"]
     observed = record["steps"] > 0 or not record.get("backend")
-    cut = record["finish_reason"] == "eos" or (record["finish_reason"] == "length" and new_tokens == expected - 1)
+    cut = record.get("finish_reason") == "eos" or (record.get("finish_reason") == "length" and new_tokens == expected - 1)
     if observed and (new_tokens > expected or (new_tokens < expected and not cut)):
         problems.append(f"{new_tokens} new tokens but accepted + steps = {expected}")
     for step in record.get("beta", []):
@@ -174,9 +178,7 @@ def record_violations(record: dict, limits: OutputLimits) -> list[dict]:
     ids = list(record.get("output_token_ids") or [])
     found: list[dict] = []
     if limits.max_new_tokens is not None and len(ids) > limits.max_new_tokens:
-        found.append(
-            violation("length", limits.max_new_tokens, f"{len(ids)} output tokens for max_new_tokens {limits.max_new_tokens}")
-        )
+        found.append(violation("length", limits.max_new_tokens, f"{len(ids)} output tokens for max_new_tokens {limits.max_new_tokens}"))
     if limits.vocab_size is not None:
         found += vocabulary_violations(ids, limits.vocab_size)
     if limits.eos_ids:
@@ -192,7 +194,11 @@ def record_violations(record: dict, limits: OutputLimits) -> list[dict]:
             position = _first_text_difference(text, ids, limits.decode)
             shown = limits.decode(ids, True, False)
             found.append(
-                violation("text", position, f"the text {_clip(text)} is not the ids detokenised ({_clip(shown)}), first apart at position {position}")
+                violation(
+                    "text",
+                    position,
+                    f"the text {_clip(text)} is not the ids detokenised ({_clip(shown)}), first apart at position {position}",
+                )
             )
     if record.get("engine") != SCREEN_ENGINE:  # the screen's counts are expectations along target samples
         found += [violation("counters", None, problem) for problem in counter_problems(record)]
