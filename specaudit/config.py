@@ -126,6 +126,8 @@ class RunConfig(BaseModel):
             )
         if backend and backend.name == "llama-server" and "draft" not in self.model_fields_set:
             self.draft = "ngram"  # llama-server drafts from n-grams unless a GGUF --draft is named
+        if backend and backend.name == "openvino" and "draft" not in self.model_fields_set:
+            self.draft = "target"  # OpenVINO cannot load specaudit's derived drafts: the identity draft
         endpoint = ENGINES["endpoint"]
         if self.endpoint is not None or self.engines == (endpoint.name,):
             self.endpoint = resolve(endpoint.settings).validate_settings(self.endpoint, self.engines)
@@ -304,6 +306,9 @@ class AnalysisSettings(_SectionSettings):
     # cost per step, in plain target steps
     deployment_cost_ratio: float | None = Field(None, gt=0, strict=True, allow_inf_nan=False)
     deployment_verify_cost: float = Field(1.0, gt=0, strict=True, allow_inf_nan=False)
+    # the reference group per dimension ({dialect: sae}; the flag's form "dialect=sae"); a dimension
+    # not named uses the prompt set's declared reference, else the best-served group (analysis.snapshot)
+    reference: dict[str, str] | None = None
 
     @classmethod
     def _input_error(cls, err: ValidationError, name: Callable[[str], str]) -> InputError:
@@ -326,6 +331,21 @@ class AnalysisSettings(_SectionSettings):
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("reference", mode="before")
+    @classmethod
+    def _dimension_equals_group(cls, value: Any) -> Any:
+        """The flag's form "dialect=sae" (one or a list) becomes {dialect: sae}."""
+        items = [value] if isinstance(value, str) else value
+        if isinstance(items, (list, tuple)):
+            out = {}
+            for item in items:
+                dimension, sep, group = str(item).partition("=")
+                if not (sep and dimension.strip() and group.strip()):
+                    raise sentence_error(f"must be DIMENSION=GROUP such as dialect=sae; got {item!r}")
+                out[dimension.strip()] = group.strip()
+            return out
         return value
 
     @field_validator("tolerance", mode="before")

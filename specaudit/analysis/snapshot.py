@@ -14,7 +14,7 @@ from specaudit._files import check_output_paths, json_clean, write_json_atomic
 from specaudit.analysis.concurrency import levels_of, split_alpha
 from specaudit.analysis.engine_faults import engine_faults
 from specaudit.analysis.equivalence import equivalence_section, server_scored
-from specaudit.analysis.invariants import output_invariants, output_limits
+from specaudit.analysis.invariants import output_invariants, output_limits, without_contradicting_counters
 from specaudit.config import AnalysisSettings
 from specaudit.contracts.engines import ENGINES, resolve
 from specaudit.contracts.run import CONTROL_ENGINE, FAULTS_FILE, SCREEN_ENGINE, SPECULATIVE_ENGINE
@@ -162,6 +162,7 @@ def analyze(
     equivalence: bool | None = None,
     deployment_cost_ratio: float | None = None,
     deployment_verify_cost: float | None = None,
+    reference: dict[str, str] | None = None,
     write: bool = True,
     settings: AnalysisSettings | None = None,
 ) -> dict:
@@ -180,6 +181,7 @@ def analyze(
         "equivalence": equivalence,
         "deployment_cost_ratio": deployment_cost_ratio,
         "deployment_verify_cost": deployment_verify_cost,
+        "reference": reference,
     }
     base = settings.model_dump() if settings is not None else {}
     settings = AnalysisSettings.parse({**base, **{k: v for k, v in given.items() if v is not None}})
@@ -212,6 +214,7 @@ def analyze(
     # Logprobs that are not the target's must not judge the outputs (issue 29): score them locally.
     distrusted = parity is not None and parity.status == CheckStatus.FAIL and server_scored(records)
     judged_records = [{**r, "target_logprobs": None} for r in records] if distrusted else records
+    judged_records = without_contradicting_counters(judged_records)  # output_invariants reports them
     backend = ENGINES.get(manifest.get("backend") or "")
     pair, unscorable = _scoring_pair(pair, manifest, backend, judged_records, parity if distrusted else None, equivalence, device)
     section, scores = EquivalenceSection(status=EquivalenceStatus.NOT_RUN), None
@@ -267,6 +270,7 @@ def analyze(
         fallback_threshold=fallback_threshold,
         deployment_cost_ratio=settings.deployment_cost_ratio,
         deployment_verify_cost=settings.deployment_verify_cost,
+        **({"reference": settings.reference} if settings.reference else {}),
         seconds=round(time.perf_counter() - started, 2),
     )
     # The statistics modules' payloads (groups, disparities, ..., context) are typed here: one that
@@ -337,6 +341,31 @@ def compared_acceptance(frame: pd.DataFrame, backend: EngineSpec | None) -> str:
     return "mean_beta" if len(audited) and bool(carried.all()) else "acceptance_rate"
 
 
+def _references(dims: list[str], manifest: dict, given: dict[str, str] | None) -> tuple[dict[str, str], dict[str, str]]:
+    """Each dimension's reference group and why: given (--reference DIM=GROUP, or the config's
+    `analysis: reference:`), else the prompt set's declared one (e.g. Standard American English),
+    else the best-served group, the one with the highest acceptance (never the largest group with
+    ties broken by name: a user's prompt file often has groups of equal size)."""
+    from specaudit.stats.disparity.frame import BEST_SERVED
+
+    unknown = sorted(set(given or {}) - set(dims))
+    if unknown:
+        raise InputError(
+            f"--reference names dimension(s) {', '.join(unknown)} that this run does not compare; its dimensions: {', '.join(dims)}"
+        )
+    declared = (manifest.get("prompt_set") or {}).get("dimensions") or {}
+    name = (manifest.get("prompt_set") or {}).get("name") or "the prompt set"
+    reference, reasons = {}, {}
+    for d in dims:
+        if given and d in given:
+            reference[d], reasons[d] = given[d], "given (--reference)"
+        elif (declared.get(d) or {}).get("reference"):
+            reference[d], reasons[d] = declared[d]["reference"], f"declared by the prompt set ({name})"
+        else:
+            reference[d], reasons[d] = BEST_SERVED, "best-served: the group with the highest acceptance (no reference given or declared)"
+    return reference, reasons
+
+
 def _disparity_parts(
     records: list[dict],
     manifest: dict,
@@ -375,9 +404,7 @@ def _disparity_parts(
         if SPECULATIVE_ENGINE in engines:
             screened["screen"] = screen_agreement(frame, int(config.get("max_new_tokens", 0)), path_acceptance(scores), alpha)
     decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None
-    declared = (manifest.get("prompt_set") or {}).get("dimensions") or {}
-    # The prompt set's declared reference group (e.g. Standard American English), else the largest group.
-    reference = {d: declared[d]["reference"] if declared.get(d, {}).get("reference") else "largest" for d in dims}
+    reference, reasons = _references(dims, manifest, settings.reference)
     parts = disparity_section(
         frame,
         dimensions=dims,
@@ -397,6 +424,9 @@ def _disparity_parts(
         decode=decode,
     )
     context, recommendations = _context_part(frame, records, engine, parts["recommendations"], alpha=alpha, n_boot=n_boot, seed=seed)
+    for dimension, reason in reasons.items():
+        if dimension in parts["groups"]:
+            parts["groups"][dimension]["reference_reason"] = reason
     return {
         "groups": parts["groups"],
         "disparities": parts["disparities"],

@@ -167,6 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = run(cfg, args.out, progress=not args.quiet, command=" ".join(["specaudit", *sys.argv[1:]]), shard=shard)
     print(
         f"{summary.out_dir}/records.jsonl: {summary.records} records ({summary.written} new, {summary.skipped} resumed) in {summary.seconds:.1f} s"
+        + (f"; {summary.faults} engine fault(s) in {summary.out_dir}/faults.jsonl (a finding: analyze and gate report it)" if summary.faults else "")
     )
     return 0
 
@@ -217,6 +218,13 @@ def _add_analysis_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--no-equivalence", dest="equivalence", action="store_const", const=False, help="skip the equivalence tests (no model loading)"
     )
+    g.add_argument(
+        "--reference",
+        action="append",
+        metavar="DIM=GROUP",
+        help="the reference group of a dimension, e.g. dialect=sae (repeat for several dimensions; config `reference:` under "
+        "analysis:); default: the prompt set's declared reference, else the best-served group (highest acceptance)",
+    )
 
 
 class _RenamedFlag(argparse.Action):
@@ -251,6 +259,7 @@ def _analysis_kwargs(args: argparse.Namespace, base: dict | None = None, source:
             "band",
             "deployment_cost_ratio",
             "deployment_verify_cost",
+            "reference",
         )
     }
     flags["dimensions"] = getattr(args, "analyze_dimensions", None)

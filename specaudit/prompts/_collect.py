@@ -419,6 +419,8 @@ def _dimension_dict(spec: Any) -> dict[str, Any]:
     entry: dict[str, Any] = {"groups": list(spec.groups), "reference": spec.reference, "parallel": spec.parallel}
     if spec.pairing == "reference":
         entry["pairing"] = "reference"
+    if spec.labels:
+        entry["labels"] = dict(spec.labels)
     return entry
 
 

@@ -41,6 +41,7 @@ class DimensionSpec:
     pairing: str | None = None  # "all_groups", "reference", or None when not parallel
     min_group_size: int | None = None
     compare_lengths: bool = True
+    labels: dict[str, str] | None = None  # group -> readable name ("sae" -> "Standard American English"), for reports
 
 
 @dataclass(frozen=True)
@@ -157,8 +158,25 @@ def read_manifest(path: str | Path) -> Manifest:
         )
         compare_lengths = spec.get("compare_lengths", True)
         _require(isinstance(compare_lengths, bool), path, f"{where}.compare_lengths", "must be true or false")
+        labels = spec.get("labels")
+        _require(
+            labels is None or (isinstance(labels, dict) and all(isinstance(v, str) and v.strip() for v in labels.values())),
+            path,
+            f"{where}.labels",
+            "must map groups to readable names, e.g. {sae: Standard American English}",
+        )
+        unknown = sorted(set(labels or {}) - set(groups))
+        _require(not unknown, path, f"{where}.labels", f"names group(s) {', '.join(map(str, unknown))} that are not among the groups")
         dimensions[str(dim_name)] = DimensionSpec(
-            str(dim_name), file, tuple(groups), reference, bool(parallel), pairing, own_min, compare_lengths
+            str(dim_name),
+            file,
+            tuple(groups),
+            reference,
+            bool(parallel),
+            pairing,
+            own_min,
+            compare_lengths,
+            dict(labels) if labels else None,
         )
     raw_files = data.get("files") or {}
     _require(isinstance(raw_files, dict), path, "files", "must map each data file to its sha256")
@@ -275,6 +293,7 @@ def manifest_as_dict(manifest: Manifest) -> dict[str, Any]:
                 "pairing": d.pairing,
                 "min_group_size": d.min_group_size,
                 "compare_lengths": d.compare_lengths,
+                **({"labels": d.labels} if d.labels else {}),
             }
             for name, d in manifest.dimensions.items()
         },

@@ -111,6 +111,8 @@ def dimension_entry(spec: dict[str, Any]) -> dict[str, Any]:
     entry = {"groups": list(spec["groups"]), "reference": spec["reference"], "parallel": spec["parallel"]}
     if spec.get("pairing") == "reference":
         entry["pairing"] = "reference"
+    if spec.get("labels"):
+        entry["labels"] = dict(spec["labels"])  # readable group names, for reports
     return entry
 
 

@@ -36,6 +36,16 @@ def _glossary_markdown(text: str) -> list[str]:
     return ["", "## Glossary", "", "| term | meaning |", "|---|---|"] + [f"| {md_escape(t)} | {md_escape(m)} |" for t, m in rows]
 
 
+def _group_names_markdown(view: Mapping[str, Any]) -> list[str]:
+    """The prompt set's readable names of its group codes (`sae`: Standard American English)."""
+    rows = view.get("group_names") or []
+    if not rows:
+        return []
+    return ["", "## Group names", "", "| dimension | group | name |", "|---|---|---|"] + [
+        f"| {md_escape(d)} | `{_code(g)}` | {md_escape(n)} |" for d, g, n in rows
+    ]
+
+
 def summary_markdown(view: Mapping[str, Any]) -> str:
     """The decision first, then the gate line, the cards, what to do (with commands) and the checks."""
     run, summary = view["run"], view["summary"]
@@ -86,6 +96,7 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
             lines.append(f"| {check['badge']['text']} | `{_code(check['name'])}` | {md_escape(check['message'])} |")
     lines += concurrency_markdown(view)
     lines += _glossary_markdown("\n".join(lines))
+    lines += _group_names_markdown(view)
     lines += ["", "Full report: `report.html` (self-contained; open it in a browser or print it to PDF).", ""]
     return "\n".join(lines)
 

@@ -30,7 +30,7 @@ from specaudit.report.view.format import (
     metric_label,
     setting,
 )
-from specaudit.report.view.glossary import Terms, glossary_rows
+from specaudit.report.view.glossary import Terms, glossary_rows, group_names
 from specaudit.report.view.mitigation import mitigation_view
 from specaudit.report.view.summary import speed_chart, summary_view
 
@@ -59,6 +59,7 @@ def build_view(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = 
     view["compare"] = guard("comparison", _compare_view, snapshot, compare, compare_label) if compare is not None else {"ran": False}
     view["terms"] = Terms()
     view["glossary"] = glossary_rows()
+    view["group_names"] = group_names(snapshot)
     return view
 
 

@@ -101,6 +101,7 @@ def _dimension_view(name: str, groups: Mapping[str, Any], part: Mapping[str, Any
         "badge": status_badge(headline) if headline else badge(NOT_RUN),
         "counts": counts,
         "reference": reference,
+        "reference_reason": get(groups, "reference_reason") or "not recorded by the analysis that wrote this snapshot",
         "band": f"{band[0]:g}–{band[1]:g}",
         "alpha": setting(get(part, "alpha")) if finite(get(part, "alpha")) else None,
         "correction": get(part, "correction", default=MISSING),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from markupsafe import Markup
@@ -111,3 +112,14 @@ def glossary_for(text: str) -> list[tuple[str, str]]:
 
 def glossary_rows() -> list[tuple[str, str, str]]:
     return [(key, name, meaning) for key, (name, meaning) in sorted(GLOSSARY.items(), key=lambda kv: kv[1][0].lower())]
+
+
+def group_names(snapshot: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(dimension, group code, readable name) for every group the prompt set names (its manifest's
+    `labels:`), in the set's order: codes like `sae` or `naija` read as their varieties."""
+    dimensions = ((snapshot.get("run") or {}).get("prompt_set") or {}).get("dimensions") or {}
+    rows = []
+    for dimension, spec in dimensions.items():
+        labels = (spec or {}).get("labels") or {} if isinstance(spec, Mapping) else {}
+        rows += [(str(dimension), str(group), str(labels[group])) for group in (spec.get("groups") or []) if group in labels]
+    return rows

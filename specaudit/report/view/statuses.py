@@ -255,4 +255,30 @@ def speed_summary(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         "slower_sig": slower_sig,
         "range": f"{fixed(values[0][0])}× ({values[0][1]}) to {fixed(values[-1][0])}× ({values[-1][1]})" if values else MISSING,
         "conditions": [c for c in conditions if c],
+        "machine": hardware_text(run),
+        "projection": _projection(snapshot),
+    }
+
+
+def _projection(snapshot: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The deployment projection (analysis --deployment-cost-ratio): its c, v and the range of the
+    groups' projected speed-ups; None where no cost ratio was given."""
+    values, setting = [], None
+    for part in mapping(get(snapshot, "recommendations")).values():
+        projection = get(part, "projection")
+        if isinstance(projection, Mapping):
+            setting = projection
+        for name, row in mapping(get(part, "by_group")).items():
+            projected = get(row, "projected_speedup", "value")
+            if finite(projected):
+                values.append((projected, name))
+    if setting is None or not values:
+        return None
+    values.sort()
+    return {
+        "cost": setting.get("cost_ratio"),
+        "verify": setting.get("verify_cost"),
+        "range": f"{fixed(values[0][0])}× ({values[0][1]}) to {fixed(values[-1][0])}× ({values[-1][1]})",
+        "below_one": sum(v < 1 for v, _ in values),
+        "n": len(values),
     }

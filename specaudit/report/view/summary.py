@@ -129,6 +129,16 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: 
     dims = {c["dimension"] for c in comps}
     sizes = [c["n_prompts"] for c in comps if finite(c.get("n_prompts"))]
     lows = [c["mdr_low"] for c in comps if c["mdr_low"] is not None]
+    references = mapping(get(snapshot, "groups"))
+    reference_line = (
+        "Reference groups: "
+        + "; ".join(
+            f"{dimension}: {get(part, 'reference', default='overall')} ({get(part, 'reference_reason') or 'reason not recorded'})"
+            for dimension, part in references.items()
+            if dimension in dims
+        )
+        + "."
+    )
     lines = [
         f"{len(comps)} comparisons of {len(groups)} groups with their reference in {len(dims)} dimension(s): "
         + ", ".join(f"{counts[s]} {s.value}" for s in DisparityStatus)
@@ -145,6 +155,7 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: 
     flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == DisparityStatus.FLAG})
     if flagged:
         lines.append("Outside the band: " + ", ".join(flagged) + ".")
+    lines.append(reference_line)
     screen = _screen_line(snapshot)
     if screen:
         lines.append(screen)
@@ -210,13 +221,23 @@ def _speed_card(speed: dict[str, Any]) -> dict[str, Any]:
         if speed["above_one"]
         else {"text": "UNCLEAR", "css": "warn", "symbol": "?", "key": "unclear"}
     )
+    projection = speed.get("projection")
     lines = [
-        f"{speed['word']} overall speed-up {speed['overall']} over {speed['overall_scope']}.",
+        f"{speed['word']} overall speed-up {speed['overall']} over {speed['overall_scope']}, on the audit's machine "
+        f"({speed['machine']}): a speed-up holds for the hardware it was measured on.",
         (
             f"{len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla "
             f"({len(speed['slower_sig'])} with the whole interval below 1×); range {speed['range']}."
         ),
         *speed["model_lines"],
+        (
+            f"Projected for the deployment described (draft cost c = {projection['cost']}, verification cost v = "
+            f"{projection['verify']} target steps; a projection from mean acceptance β̄, not a measurement): "
+            f"{projection['range']}; {projection['below_one']} of {projection['n']} groups below 1×."
+            if projection
+            else "For another machine, `--deployment-cost-ratio C` (its draft/target cost ratio) projects each group's speed-up "
+            "there from its mean acceptance β̄."
+        ),
     ]
     return {"label": "Speed", "anchor": "speed", "badge": shown, "lines": lines, "conditions": speed["conditions"]}
 

@@ -76,8 +76,13 @@ def decide(
         reasons.append("Equivalence with the target was not tested.")
     elif speed.get("below_one"):
         reasons.append(
-            f"Speculation is slower than vanilla: overall speed-up {speed['overall']} ({speed['overall_scope']}); "
-            f"{len(speed['slower'])} of {speed['n_groups']} groups below 1×."
+            f"Speculation is slower than vanilla on the audit's machine ({speed['machine']}): overall speed-up "
+            f"{speed['overall']} ({speed['overall_scope']}); {len(speed['slower'])} of {speed['n_groups']} groups below 1×."
+            + (
+                f" Projected for the deployment described (c = {speed['projection']['cost']}): {speed['projection']['range']}."
+                if speed.get("projection")
+                else ""
+            )
         )
     # what else the reader must know, whatever the decision
     if engines and key != "insufficient" and not violations:

@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     from specaudit.stats._bootstrap import BootstrapResult
 
 
+BEST_SERVED = "best-served"  # the reference method: the group with the highest acceptance
+SERVED_BY = ("acceptance_rate", "mean_beta", "per_position_acceptance")
+
+
 class GroupFrame:
     """Metrics per prompt group, fairlearn-MetricFrame style, with cluster-bootstrap intervals.
 
@@ -262,10 +266,22 @@ class GroupFrame:
     def reference_index(self, reference: Any = "largest") -> int | None:
         """Index into ``groups`` of the reference ('largest' = most prompts with acceptance data
         or, failing that, any data; 'overall'; or a group label). None means overall."""
+        if reference == BEST_SERVED:
+            return self.best_served()
         sizes = self._n_prompts[: len(self.groups)].max(axis=1) if self.metrics else np.zeros(len(self.groups))
         if "acceptance_rate" in self.metrics:
             sizes = self._n_prompts[: len(self.groups), self.metrics.index("acceptance_rate")]
         return _resolve_reference(reference, self.groups, sizes)
+
+    def best_served(self) -> int | None:
+        """Index of the group with the highest acceptance (the first of acceptance_rate, mean_beta,
+        per_position_acceptance computed): every other group is then compared with the group the
+        draft serves best. None (overall) where no group has an acceptance."""
+        metric = next((m for m in SERVED_BY if m in self.metrics), None)
+        if metric is None or not self.groups:
+            return None
+        values = np.array([self.value(metric, group) for group in self.groups], dtype=float)
+        return int(np.nanargmax(values)) if np.isfinite(values).any() else None
 
     def _row_index(self, rows: list[tuple[str, int]]) -> pd.MultiIndex:
         """(metric, *group levels) index for rows given as (metric, group position)."""
