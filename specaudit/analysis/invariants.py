@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from specaudit.contracts.snapshot import OutputInvariantsSection
 from specaudit.contracts.status import CheckStatus
 from specaudit.errors import InputError
-from specaudit.execution.invariants import CHECKS, OutputLimits, record_violations
+from specaudit.execution.invariants import CHECKS, OutputLimits, counter_problems, record_violations
 
 if TYPE_CHECKING:
     from specaudit.models import ModelPair
@@ -102,4 +102,14 @@ def output_invariants(records: list[dict], limits: OutputLimits) -> OutputInvari
     )
 
 
-__all__ = ["output_invariants", "output_limits", "tokenizer_name"]
+PER_STEP_FIELDS = ("accepted_per_step", "proposed_per_step", "beta", "accept_prob", "step_pit")
+
+
+def without_contradicting_counters(records: list[dict]) -> list[dict]:
+    """`records`, where a record's own counters contradict its output (output_invariants FAILs it)
+    without its per-step lists: the acceptance tests read those lists as the engine's account of
+    each step, and an account that does not add up is a finding, not input to a statistic."""
+    return [{**r, **dict.fromkeys(PER_STEP_FIELDS, [])} if counter_problems(r) else r for r in records]
+
+
+__all__ = ["output_invariants", "output_limits", "tokenizer_name", "without_contradicting_counters"]

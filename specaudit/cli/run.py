@@ -167,7 +167,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = run(cfg, args.out, progress=not args.quiet, command=" ".join(["specaudit", *sys.argv[1:]]), shard=shard)
     print(
         f"{summary.out_dir}/records.jsonl: {summary.records} records ({summary.written} new, {summary.skipped} resumed) in {summary.seconds:.1f} s"
-        + (f"; {summary.faults} engine fault(s) in {summary.out_dir}/faults.jsonl (a finding: analyze and gate report it)" if summary.faults else "")
+        + (
+            f"; {summary.faults} engine fault(s) in {summary.out_dir}/faults.jsonl (a finding: analyze and gate report it)"
+            if summary.faults
+            else ""
+        )
     )
     return 0
 

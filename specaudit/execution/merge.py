@@ -6,10 +6,14 @@ land in the same shard and its paired timings stay on one machine (the hash: spe
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
-from specaudit._files import check_output_folder, write_json_atomic
+from specaudit._files import check_output_folder, write_atomic, write_json_atomic
+from specaudit.contracts.run import FAULTS_FILE
 from specaudit.errors import InputError
+from specaudit.execution.faults import read_faults
 from specaudit.execution.plan import shard_of  # noqa: F401 - importable from here, as before
 from specaudit.execution.records import MANIFEST_FILE, RECORDS_FILE, RecordWriter, load_records, read_manifest
 
@@ -46,7 +50,9 @@ def _merge_into(out_dir: Path, run_dirs: list[Path]) -> int:
                 raise InputError(f"{directory} was run with different {section} than {run_dirs[0]}; only shards of one run can be merged")
     owner: dict[str, Path] = {}
     merged = []
+    faults = []  # every shard's engine faults, placed among the merged records as among its own
     for directory in run_dirs:
+        faults += [replace(f, records_before=f.records_before + len(merged)) for f in read_faults(directory)]
         for record in load_records(directory / RECORDS_FILE):
             if record.key in owner:
                 raise InputError(f"record {record.key!r} is in both {owner[record.key]} and {directory}; were shards overlapping?")
@@ -57,6 +63,8 @@ def _merge_into(out_dir: Path, run_dirs: list[Path]) -> int:
         for record in merged:
             writer.write(record)
     staging.replace(out_dir / RECORDS_FILE)
+    if faults:
+        write_atomic(out_dir / FAULTS_FILE, "".join(json.dumps(f.to_json(), ensure_ascii=False) + "\n" for f in faults))
     manifest = dict(first)
     manifest["shard"] = None
     manifest["merged_from"] = [{"dir": str(d), "shard": m.get("shard")} for d, m in zip(run_dirs, manifests)]

@@ -159,3 +159,22 @@ def test_a_torn_last_fault_line_is_dropped_and_a_bad_one_is_one_sentence(tmp_pat
 
     with pytest.raises(InputError, match="line 1: field 'records_before' must be an integer"):
         read_faults(tmp_path)
+
+
+def test_merged_shards_keep_every_fault_placed_among_the_records(tmp_path, tiny_pair, tiny_pair_dir, tiny_prompts_file):
+    from specaudit.execution.merge import merge_runs
+
+    cfg = _cfg(tiny_pair_dir, tiny_prompts_file)
+    shards = [tmp_path / "s0", tmp_path / "s1"]
+    for index, out in enumerate(shards):
+        handle = tiny_pair.draft.register_forward_pre_hook(_FailingCalls({1}))
+        try:
+            execute(LocalExecutor(cfg, tiny_pair), out, progress=False, shard=(index, 2))
+        finally:
+            handle.remove()
+    per_shard = [read_faults(out) for out in shards]
+    first_records = len(read_records(shards[0] / "records.jsonl"))
+    merge_runs(tmp_path / "merged", shards)
+    merged = read_faults(tmp_path / "merged")
+    assert [f.key for f in merged] == [f.key for faults in per_shard for f in faults] and len(merged) == 2
+    assert merged[1].records_before == per_shard[1][0].records_before + first_records

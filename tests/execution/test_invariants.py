@@ -131,3 +131,19 @@ def test_the_gate_names_engine_record_and_position(tmp_path, local_run):
     assert check.status == "FAIL" and f"speculative record {record['key']} position 2: the text" in check.message, check.message
     assert "is not the ids detokenised" in check.message
     assert snapshot["output_invariants"]["engines"]["speculative"]["records_violating"] == 1
+
+
+def test_counters_that_contradict_the_output_are_a_finding_not_a_stop(tmp_path, local_run):
+    """An engine whose step counts do not add up to its output: output-invariants FAILs naming it,
+    and the statistics leave its per-step account out instead of refusing the run."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "manifest.json").write_bytes((local_run / "manifest.json").read_bytes())
+    records = read_records(local_run / "records.jsonl")
+    index, record = next((i, r) for i, r in enumerate(records) if r["engine"] == "speculative" and len(r["accepted_per_step"]) > 2)
+    records[index] = {**record, "accepted_per_step": [0] * len(record["accepted_per_step"])}
+    (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    snapshot = analyze(out)
+    section = snapshot["output_invariants"]
+    assert section["status"] == "FAIL" and section["checks"]["counters"] >= 1 and section["first"]["record"] == record["key"]
+    assert "accepted_per_step does not sum to accepted" in section["message"]

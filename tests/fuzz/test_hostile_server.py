@@ -124,6 +124,33 @@ def test_out_of_vocabulary_token_fails_the_audit_naming_the_record(tmp_path, cap
     assert "the server returned token id 99999, outside the vocabulary" in (tmp_path / "out" / "summary.md").read_text()
 
 
+@pytest.mark.parametrize("logprobs", [20, 0], ids=["server-logprobs", "local-scoring"])
+def test_out_of_vocabulary_on_both_urls_fails_the_control_not_the_program(tmp_path, capsys, logprobs):
+    """Issue 42: both servers (the control too) answer one out-of-vocabulary token per request, so
+    nothing is left to test; analyze exited 70 (TypeError in judge_control). A broken control is a finding."""
+    with HostileServer(fault="oov", after=0) as speculative, HostileServer(fault="oov", after=0) as vanilla:
+        config = {
+            "engines": "endpoint",
+            "target": str(_run.target),
+            "prompts": str(_run.prompts),
+            "max_new_tokens": 1,
+            "warmup": 0,
+            "endpoint": {"speculative_url": speculative.url, "vanilla_url": vanilla.url, "concurrency": 1, "logprobs": logprobs},
+        }
+        (tmp_path / "endpoint.yaml").write_text(yaml.safe_dump(config))
+        assert main(["run", "--config", str(tmp_path / "endpoint.yaml"), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert main(["analyze", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    assert main(["gate", str(tmp_path / "out")]) == 1
+    out = capsys.readouterr().out
+    lines = {line.split()[1]: line for line in out.splitlines() if line[:4] in ("PASS", "WARN", "FAIL")}
+    assert lines["control[vanilla]"].startswith("FAIL") and "the vanilla server returned impossible output" in lines["control[vanilla]"]
+    assert (
+        lines["output-invariants"].startswith("FAIL")
+        and "vanilla record p1|vanilla|0 position 0: token id 99999" in lines["output-invariants"]
+    )
+
+
 def test_two_correct_hostile_servers_pass(tmp_path, capsys):
     """The control of the case above: the same servers without the fault pass the gate's equivalence checks."""
     with HostileServer() as speculative, HostileServer() as vanilla:
