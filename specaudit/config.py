@@ -402,7 +402,8 @@ class GateThresholds(_SectionSettings):
     band_high: float | None = Field(
         None, ge=1, strict=True, allow_inf_nan=False, description="the highest acceptable ratio of a group to the reference, e.g. 1.25"
     )
-    disparity_metrics: tuple[str, ...] | None = None  # None: those each dimension was compared on (its compared_metrics)
+    # None: those each dimension gated (its gated_metrics: an engine's own rule, not the mean β beside it)
+    disparity_metrics: tuple[str, ...] | None = None
     disparity_severity: Literal[CheckStatus.WARN, CheckStatus.FAIL] = CheckStatus.FAIL
     tv_severity: Literal[CheckStatus.WARN, CheckStatus.FAIL] = CheckStatus.WARN
     min_speedup: float = Field(1.0, gt=0, strict=True, allow_inf_nan=False, description="the speed-up every group should reach, e.g. 1.0")

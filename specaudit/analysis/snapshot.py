@@ -326,19 +326,18 @@ def _scoring_pair(
     return pair, None
 
 
-def compared_acceptance(frame: pd.DataFrame, backend: EngineSpec | None) -> str:
-    """The acceptance metric groups are compared on: the engine's accepted / proposed where it
-    accepts by rejection sampling, else α (mean β = Σ min(p, q), `position_beta`) where every
-    record the comparison reads carries it. An engine with its own rule (llama.cpp's greedy draft,
-    kept while the target's draw equals it) accepts what the rule allows, so its rate mixes the
-    pair with the rule and is noisier (a 0/1 match per position): α is the pair's portable
-    acceptance, and the engine's rule still decides the speed-up comparisons."""
+def compared_acceptance(frame: pd.DataFrame, backend: EngineSpec | None) -> tuple[str, ...]:
+    """The acceptance metrics groups are compared on, the headline (and gated) one first: the
+    engine's accepted / proposed; where the engine accepts by a rule of its own (llama.cpp's greedy
+    draft, kept while the target's draw equals it) that rate is the rule's, what decides its users'
+    speed-up, and mean β̄ = Σ min(p, q) (`position_beta`) is compared beside it as what rejection
+    sampling would give this pair, where every record the comparison reads carries it."""
     if backend is None or backend.rejection_sampling or "position_beta" not in frame.columns:
-        return "acceptance_rate"
+        return ("acceptance_rate",)
     sampled = frame[~frame["timing_only"].fillna(False).astype(bool)] if "timing_only" in frame.columns else frame  # repeats carry no β
     audited = sampled[sampled["engine"].isin([SCREEN_ENGINE] if SCREEN_ENGINE in set(frame["engine"]) else [SPECULATIVE_ENGINE])]
     carried = audited["position_beta"].map(lambda beta: isinstance(beta, list) and len(beta) > 0)
-    return "mean_beta" if len(audited) and bool(carried.all()) else "acceptance_rate"
+    return ("acceptance_rate", "mean_beta") if len(audited) and bool(carried.all()) else ("acceptance_rate",)
 
 
 def _references(dims: list[str], manifest: dict, given: dict[str, str] | None) -> tuple[dict[str, str], dict[str, str]]:
@@ -405,6 +404,7 @@ def _disparity_parts(
             screened["screen"] = screen_agreement(frame, int(config.get("max_new_tokens", 0)), path_acceptance(scores), alpha)
     decode = (lambda ids: pair.tokenizer.decode(ids)) if pair is not None else None
     reference, reasons = _references(dims, manifest, settings.reference)
+    acceptance = compared_acceptance(frame, backend)
     parts = disparity_section(
         frame,
         dimensions=dims,
@@ -420,7 +420,8 @@ def _disparity_parts(
         deployment_cost_ratio=settings.deployment_cost_ratio,
         deployment_verify_cost=settings.deployment_verify_cost,
         acceptance_rule=(backend if backend is not None else ENGINES[engine]).acceptance_rule,
-        test_metrics=(compared_acceptance(frame, backend), "speedup"),
+        test_metrics=(*acceptance, "speedup"),
+        gated_metrics=(acceptance[0], "speedup"),
         decode=decode,
     )
     context, recommendations = _context_part(frame, records, engine, parts["recommendations"], alpha=alpha, n_boot=n_boot, seed=seed)

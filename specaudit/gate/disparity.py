@@ -31,7 +31,8 @@ def disparity_checks(snapshot: Mapping[str, Any], t: GateThresholds) -> list[Gat
         alpha = t.alpha if t.alpha is not None else (part.get("alpha") if finite(part.get("alpha")) else 0.05)
         low, high = t.band(part.get("tolerance"))
         reference = part.get("reference") or mapping(groups.get(dimension)).get("reference")
-        compared = part.get("compared_metrics")
+        # by default those the analysis gated (an engine's own rule, not the mean β shown beside it), else those compared
+        compared = part.get("gated_metrics") or part.get("compared_metrics")
         for metric in t.disparity_metrics or (compared if isinstance(compared, list) and compared else DISPARITY_METRICS):
             checks.append(
                 _band_check(

@@ -53,6 +53,8 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
         return "\n".join([f"# specaudit: {md_escape(run.get('id', 'run'))}", "", md_escape(summary.get("reason")), ""])
     decision = summary["decision"]
     lines = [f"# Decision: {decision['title']}", "", f"**{decision['gate']}**", ""]
+    if decision.get("gate_note"):
+        lines += [md_escape(decision["gate_note"]).replace("\\`", "`"), ""]
     lines += [f"- {md_escape(r)}" for r in decision["reasons"]]
     lines += [
         "",

@@ -51,24 +51,26 @@ def test_a_section_that_breaks_the_contract_is_refused_before_anything_is_writte
     assert (run_dir / SNAPSHOT_FILE).read_bytes() == before
 
 
-def test_groups_are_compared_on_alpha_where_the_engine_accepts_by_its_own_rule():
-    """llama.cpp keeps a greedy draft while the target's draw equals it: its acceptance rate mixes
-    the pair with that rule, so groups are compared on α (mean β) when every sampled record the
-    comparison reads carries β; rejection-sampling engines keep accepted / proposed."""
+def test_groups_are_compared_on_the_rule_with_mean_beta_beside_it_where_the_engine_has_its_own_rule():
+    """llama.cpp keeps a greedy draft while the target's draw equals it: groups are compared on its
+    rule's acceptance rate first (what decides its users' speed-up, gated), with mean β beside it
+    (what rejection sampling would give) when every sampled record the comparison reads carries β;
+    rejection-sampling engines compare accepted / proposed alone."""
     import pandas as pd
 
     from specaudit.analysis.snapshot import compared_acceptance
     from specaudit.contracts.engines import ENGINES
 
+    rule_and_beta, rate = ("acceptance_rate", "mean_beta"), ("acceptance_rate",)
     llama_rule, rejection = ENGINES["llama-cpp"], None  # a run's backend; local engines and specaudit's screen have none
     runs = pd.DataFrame(
         {"engine": ["vanilla", "speculative", "speculative"], "timing_only": [False, False, True], "position_beta": [None, [0.7], None]}
     )
-    assert compared_acceptance(runs, llama_rule) == "mean_beta"  # a timing repeat carries no β and does not count
-    assert compared_acceptance(runs, rejection) == "acceptance_rate"
-    assert compared_acceptance(runs.assign(position_beta=[None, None, None]), llama_rule) == "acceptance_rate"  # n-gram: no β
+    assert compared_acceptance(runs, llama_rule) == rule_and_beta  # a timing repeat carries no β and does not count
+    assert compared_acceptance(runs, rejection) == rate
+    assert compared_acceptance(runs.assign(position_beta=[None, None, None]), llama_rule) == rate  # n-gram: no β
     screened = pd.DataFrame({"engine": ["screen", "speculative"], "position_beta": [[0.6, 0.8], None]})
-    assert compared_acceptance(screened, llama_rule) == "mean_beta"  # the screen's records are the ones compared
-    assert compared_acceptance(screened.drop(columns="position_beta"), llama_rule) == "acceptance_rate"
-    assert compared_acceptance(screened, rejection) == "acceptance_rate"  # specaudit's own screen (the default audit): rejection sampling
-    assert compared_acceptance(screened, ENGINES["vllm"]) == "acceptance_rate"  # vLLM accepts by rejection sampling
+    assert compared_acceptance(screened, llama_rule) == rule_and_beta  # the screen's records are the ones compared
+    assert compared_acceptance(screened.drop(columns="position_beta"), llama_rule) == rate
+    assert compared_acceptance(screened, rejection) == rate  # specaudit's own screen (the default audit): rejection sampling
+    assert compared_acceptance(screened, ENGINES["vllm"]) == rate  # vLLM accepts by rejection sampling

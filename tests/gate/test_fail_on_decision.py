@@ -41,7 +41,7 @@ def test_default_gate_exits_0_on_do_not_enable_and_says_how_to_agree(example):
     assert "--fail-on decision" in result.format() and "--fail-on decision" in result.to_dict()["disagreement"]
     view = build_view({**example, "gate": result.to_dict()})
     assert view["summary"]["decision"]["title"] == "Do not enable"
-    assert "--fail-on decision" in view["summary"]["decision"]["gate"]
+    assert "--fail-on decision" in view["summary"]["decision"]["gate_note"]
 
 
 def test_fail_on_decision_exits_1_exactly_when_the_decision_blocks(example):

@@ -85,7 +85,9 @@ def test_the_pair_audit_under_llama_cpp_records_both_acceptances_and_passes_gree
     assert snapshot["equivalence"]["status"] != "not run", snapshot["equivalence"]
     assert set(snapshot["equivalence"]["engines"]) >= {"speculative"}
     assert snapshot["run"]["disparity_engine"] == "screen"
-    assert snapshot["disparities"]["language"]["compared_metrics"] == ["mean_beta", "speedup"]  # α: llama.cpp accepts by its own rule
+    # llama.cpp accepts by its own rule: the headline and the gate are the rule's, mean β beside it
+    assert snapshot["disparities"]["language"]["compared_metrics"] == ["acceptance_rate", "mean_beta", "speedup"]
+    assert snapshot["disparities"]["language"]["gated_metrics"] == ["acceptance_rate", "speedup"]
     for language in LANGUAGES:
         metrics = snapshot["groups"]["language"]["by_group"][language]["metrics"]
         assert 0 <= metrics["mean_beta"]["value"] <= 1 and 0 <= metrics["per_position_acceptance"]["value"] <= 1

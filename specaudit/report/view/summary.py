@@ -156,6 +156,17 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: 
     if flagged:
         lines.append("Outside the band: " + ", ".join(flagged) + ".")
     lines.append(reference_line)
+    both = [
+        str(d)
+        for d, part in mapping(get(snapshot, "disparities")).items()
+        if {"acceptance_rate", "mean_beta"} <= set(get(part, "compared_metrics", default=[]) or [])
+    ]
+    if both:
+        lines.append(
+            "The engine accepts by a rule of its own: groups are compared on the rule's acceptance rate (what decides its users' "
+            "speed-up; the gate judges it), with mean acceptance β̄ = Σ min(p, q) beside it as what rejection sampling would "
+            "give this pair; both with intervals."
+        )
     screen = _screen_line(snapshot)
     if screen:
         lines.append(screen)

@@ -123,9 +123,10 @@ def decide(
     exit_code = get(gate, "exit_code")
     exit_code = exit_code if finite(exit_code) else int(gate_status == CheckStatus.FAIL)
     line = f"Gate: {gate_status.value} (exit {exit_code})" if gate_status else "Gate: not run"
+    note = None
     if gate_status and key in BLOCKING and exit_code == 0:
-        line += f"; the decision is {title}: `--fail-on decision` (gate or audit) makes the exit code 1 on it"
-    return {"key": key, "title": title, "css": css, "reasons": reasons, "gate": line}
+        note = f"The gate exits 0 on {title}: `--fail-on decision` (gate or audit) makes it exit 1 on this decision."
+    return {"key": key, "title": title, "css": css, "reasons": reasons, "gate": line, "gate_note": note}
 
 
 # ============================================================================ what to do
@@ -341,9 +342,10 @@ def _fewer_prompts(snapshot: Mapping[str, Any], plan: Mapping[str, Any], wanted:
     if total >= int(plan["n_prompts"]) * wanted:
         return None
     cost = predicted_rerun(snapshot, samples=samples, prompts=prompts)
+    flags = "" if cost is not None and cost.over_budget else f" (`--engine-prompts {prompts} --samples {samples}`)"
     text = (
-        f"The cheapest budget that reaches δ has fewer prompts: {samples:,} samples on each of {prompts} of them "
-        f"(`--engine-prompts {prompts} --samples {samples}`), for a claim about those {prompts} prompts only; each prompt "
+        f"The cheapest budget that reaches δ has fewer prompts: {samples:,} samples on each of {prompts} of them"
+        f"{flags}, for a claim about those {prompts} prompts only; each prompt "
         "needs about as many samples as before, since the plug-in distance falls with samples per prompt, not with prompts."
     )
     return (f"{text} {cost.sentence()}" if cost else text), cost, {"--engine-prompts": prompts, "--samples": samples}

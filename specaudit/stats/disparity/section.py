@@ -65,6 +65,7 @@ def disparity_section(
     baseline: str = CONTROL_ENGINE,
     metrics: Sequence[str] | None = None,
     test_metrics: Sequence[str] = ("acceptance_rate", "speedup"),
+    gated_metrics: Sequence[str] | None = None,
     tolerance: tuple[float, float] = DEFAULT_BAND,
     alpha: float = 0.05,
     power: float = 0.8,
@@ -204,6 +205,8 @@ def disparity_section(
             "tolerance": list(tolerance),
             "alpha": alpha,
             "compared_metrics": list(test_metrics),
+            # those the gate judges by default (all compared ones unless a metric is shown beside, ungated)
+            "gated_metrics": list(gated_metrics if gated_metrics is not None else test_metrics),
             "status_rule": "ratio interval at confidence 1 − alpha per comparison against the band: FLAG outside, WITHIN inside, "
             "INCONCLUSIVE across one edge, INSUFFICIENT without an interval or across the whole band",
             "correction": "rank tests (diagnostics only): holm per metric, over the groups compared with the reference",
