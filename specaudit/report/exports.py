@@ -93,7 +93,10 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
         ]
     gate = view["gate"]
     if gate.get("ran"):
-        lines += ["", "## Gate checks", "", "| status | check | finding |", "|---|---|---|"]
+        lines += ["", "## Gate checks", ""]
+        if gate.get("thresholds"):
+            lines += ["Thresholds: " + "; ".join(f"{md_escape(t['name'])} = {md_escape(t['value'])}" for t in gate["thresholds"]) + ".", ""]
+        lines += ["| status | check | finding |", "|---|---|---|"]
         for check in gate["checks"]:
             lines.append(f"| {check['badge']['text']} | `{_code(check['name'])}` | {md_escape(check['message'])} |")
     lines += concurrency_markdown(view)

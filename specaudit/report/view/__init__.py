@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from markupsafe import Markup, escape
+
 from specaudit.contracts import CheckStatus
 from specaudit.contracts.run import SPECULATIVE_ENGINE
 from specaudit.report.view.base import NOT_RUN, Ids, guard
@@ -32,6 +34,7 @@ from specaudit.report.view.format import (
 )
 from specaudit.report.view.glossary import Terms, glossary_rows, group_names
 from specaudit.report.view.mitigation import mitigation_view
+from specaudit.report.view.subject import model_hash
 from specaudit.report.view.summary import speed_chart, summary_view
 
 
@@ -42,7 +45,7 @@ def build_view(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = 
     samples = get(snapshot, "run", "config", "samples")
     equivalence = guard("equivalence", equivalence_view, get(snapshot, "equivalence", default={}), ids, samples)
     disparity = guard("disparity", disparity_view, snapshot, ids)
-    gate = guard("gate", _gate_view, snapshot.get("gate"))
+    gate = guard("gate", _gate_view, snapshot.get("gate"), get(snapshot, "run", "analysis", default={}))
     view = {
         "schema_version": snapshot.get("schema_version"),
         "run": run,
@@ -120,7 +123,23 @@ def _device_text(device: Any, models: Any) -> str:
 
 
 # ============================================================================ gate
-def _gate_view(gate: Any) -> dict[str, Any]:
+def _threshold_value(name: str, value: Any, analysis: Mapping[str, Any]) -> str:
+    """A gate threshold as set, or where the gate takes it from the analysis (None), the analysis's value."""
+    if value is None:
+        band = analysis.get("tolerance") if isinstance(analysis.get("tolerance"), list) else None
+        taken = {
+            "alpha": analysis.get("alpha"),
+            "tv_delta": analysis.get("delta"),
+            "band_low": band[0] if band else None,
+            "band_high": band[1] if band else None,
+        }.get(name)
+        if name == "disparity_metrics":
+            return "each dimension's gated metrics (the analysis's)"
+        return f"{taken:g} (the analysis's)" if finite(taken) else "the analysis's (not recorded)"
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _gate_view(gate: Any, analysis: Mapping[str, Any] | None = None) -> dict[str, Any]:
     if not isinstance(gate, Mapping) or not isinstance(gate.get("checks"), list):
         return {
             "ran": False,
@@ -148,8 +167,7 @@ def _gate_view(gate: Any) -> dict[str, Any]:
         "checks": checks,
         "counts": {s.lower(): sum(is_status(c["status"], s) for c in checks) for s in CheckStatus},
         "thresholds": [
-            {"name": k, "value": ("analysis value" if v is None else ", ".join(map(str, v)) if isinstance(v, list) else str(v))}
-            for k, v in thresholds.items()
+            {"name": k, "value": _threshold_value(k, v, analysis if isinstance(analysis, Mapping) else {})} for k, v in thresholds.items()
         ],
     }
 
@@ -166,15 +184,26 @@ def _repro_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
             continue
         hashes = model.get("sha256")
         hash_rows = [f"{k}: {v}" for k, v in hashes.items()] if isinstance(hashes, Mapping) else ([str(hashes)] if hashes else [])
+        derived = model.get("derived") or model.get("kind")
+        name = model.get("name") or (f"{derived} of {model.get('from') or 'the target'}" if derived else get(run, "config", role))
+        # only what the run recorded: a derived draft has no class or parameter count of its own
+        text = [f"<code>{escape(str(name or MISSING))}</code>"]
+        text += [escape(str(model["class"]))] if model.get("class") else []
+        text += [f"{integer(model['parameters'])} parameters"] if model.get("parameters") else []
+        text += [escape(str(derived))] if derived and model.get("name") else []
+        hash_text = hash_rows or ([model_hash(model)] if model_hash(model) != "not recorded" else [])
+        if not hash_text and derived:
+            hash_text = [f"derived in process from the target ({derived}): the target's hash identifies it"]
         models.append(
             {
                 "role": role,
-                "name": model.get("name", MISSING),
+                "name": name or MISSING,
+                "summary": Markup(" · ".join(text)),
                 "class": model.get("class", MISSING),
                 "parameters": integer(model.get("parameters")),
                 "revision": model.get("revision"),
-                "hashes": hash_rows or [model.get("revision") or MISSING],
-                "derived": model.get("derived") or model.get("kind"),
+                "hashes": hash_text or [model.get("revision") or "no hash recorded by the engine"],
+                "derived": derived,
             }
         )
     prompt_set = get(run, "prompt_set", default={})
