@@ -139,3 +139,13 @@ def test_per_prompt_numbers_written_as_strings_are_refused_by_report_compare(tmp
     line = _one_sentence_exit_2(["report", str(example), "--compare", str(tmp_path), "--out", str(tmp_path / "r")], capsys)
     assert f"prompts.0: acceptance_rate of prompt {snapshot['prompts'][0]['id']!r} must be a number or null, got a string" in line
     assert not (tmp_path / "r").exists()
+
+
+def test_dry_run_of_a_server_audit_counts_requests_per_level(capsys, tmp_path, monkeypatch, tiny_prompts_file):
+    monkeypatch.chdir(tmp_path)
+    argv = ["audit", "--dry-run", "--speculative-url", SPEC, "--vanilla-url", PLAIN, "--concurrency", "1,4"]
+    assert main([*argv, "--prompts", str(tiny_prompts_file), "--samples", "2"]) == 0  # no server is called
+    out = capsys.readouterr().out
+    assert f"servers: speculation on {SPEC}" in out
+    assert "items: speculative 8, vanilla 8; x 2 concurrency levels (1, 4)" in out
+    assert not list(tmp_path.iterdir())

@@ -70,6 +70,16 @@ def predicted_seconds(cfg: RunConfig, screened: int, decoded: int, rates: Measur
     return screen + engines + rates.analysis_fixed + decoded * rates.analysis_per_engine_prompt
 
 
+def concurrency_levels(cfg: RunConfig) -> tuple[int, ...]:
+    """The levels the plan runs at (an endpoint's or llama-server's), () for one pass."""
+    if cfg.endpoint and cfg.endpoint.get("concurrency_levels"):
+        return tuple(cfg.endpoint["concurrency_levels"])
+    if "llama-server" not in cfg.engines:
+        return ()
+    levels = (cfg.extra.get("llama_server") or {}).get("concurrency_levels") or (1, 4)
+    return tuple(int(part) for part in levels.split(",") if part.strip()) if isinstance(levels, str) else tuple(levels)
+
+
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
@@ -95,9 +105,11 @@ def print_plan(cfg: RunConfig, out: str | Path, specs: Sequence[SamplingSpec] | 
     }
     settings = len(specs) if specs else 1
     print(f"plan (nothing runs: --dry-run); the audit would write {out}/")
-    print(f"  models: target {cfg.target}, draft {cfg.draft}; engines {','.join(cfg.engines)}")
     if cfg.endpoint:
-        print(f"  servers: speculation on {cfg.endpoint['speculative_url']}, off {cfg.endpoint['vanilla_url']}")
+        print(f"  servers: speculation on {cfg.endpoint['speculative_url']}, off {cfg.endpoint['vanilla_url']}; tokenizer {cfg.target}")
+    else:
+        print(f"  models: target {cfg.target}, draft {cfg.draft}; engines {','.join(cfg.engines)}")
+    levels = concurrency_levels(cfg)
     print(
         f"  prompts: {len(prompts)} of {cfg.prompts}" + (f" ({', '.join(f'{d} {n} groups' for d, n in groups.items())})" if groups else "")
     )
@@ -108,6 +120,7 @@ def print_plan(cfg: RunConfig, out: str | Path, specs: Sequence[SamplingSpec] | 
         "  items: "
         + ", ".join(f"{engine} {count}" for engine, count in sorted(per_engine.items()))
         + (f"; x {settings} sampling settings" if settings > 1 else "")
+        + (f"; x {len(levels)} concurrency levels ({', '.join(map(str, levels))})" if len(levels) > 1 else "")
     )
     rates = measured_rates(cfg)
     if rates is None:
