@@ -57,8 +57,10 @@ def output_limits(manifest: dict, pair: ModelPair | None) -> OutputLimits:
     if not eos:
         skipped["after-eos"] = "the target's tokenizer names no end-of-sequence token"
 
+    cleans = bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))  # a BPE tokenizer refuses the clean-up, with a warning
+
     def decode(ids: list[int], skip_special: bool, clean_up: bool) -> str:
-        return tokenizer.decode(ids, skip_special_tokens=skip_special, clean_up_tokenization_spaces=clean_up)
+        return tokenizer.decode(ids, skip_special_tokens=skip_special, clean_up_tokenization_spaces=clean_up and cleans)
 
     return OutputLimits(max_new_tokens=max_new, vocab_size=vocab_size, eos_ids=frozenset(eos), decode=decode, skipped=skipped)
 
