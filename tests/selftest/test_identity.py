@@ -1,0 +1,103 @@
+"""The identity-draft check on real engines (tiny random models): a correct verifier passes, a
+self-test mutant plugged into the speculative engine fails, at greedy and at t=1; an audit with
+`--draft target` carries the check into its snapshot and gate."""
+
+import pytest
+
+from specaudit.cli import main
+from specaudit.contracts.status import CheckStatus
+from specaudit.decoding import SamplingSpec
+from specaudit.selftest.identity import identity_run
+
+GREEDY, T1 = SamplingSpec(temperature=0.0), SamplingSpec(temperature=1.0)
+Q_FLOOR = "specaudit.selftest.mutants:q_floor"
+# At greedy no mutant of mutants.py rejects a one-hot q = p; verifying against the T = 1 target
+# while drafting greedily (vLLM #9834's class, a field mutant) keeps a draft with chance max p.
+T1_TARGET = "specaudit.selftest.field_mutants:target_default_sampling"
+
+
+@pytest.fixture(scope="module")
+def identity_pair(tiny_pair_dir):
+    from specaudit.models import load_pair
+
+    return load_pair(str(tiny_pair_dir[0]), "target", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def two_prompts(tiny_texts):
+    from conftest import make_prompt_set
+
+    return make_prompt_set({pid: tiny_texts[pid] for pid in ("p1", "p2")})
+
+
+def _row(pair, prompts, engine, spec, verify=None):
+    return identity_run(
+        engine, spec, prompts, target=str(pair.target_name), pair=pair, samples=2, max_new_tokens=16, verify=verify
+    )
+
+
+@pytest.mark.parametrize("spec", [GREEDY, T1], ids=["greedy", "t=1"])
+def test_the_reference_engine_keeps_every_draft_of_the_target(identity_pair, two_prompts, spec):
+    row = _row(identity_pair, two_prompts, "speculative", spec)
+    assert row["verdict"] == CheckStatus.PASS, row["message"]
+    assert row["rule"] == "rejection sampling" and row["expected"] == 1.0
+    assert row["judged"] >= 8 and row["accepted"] == row["judged"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "mutant"), [(T1, Q_FLOOR), (GREEDY, T1_TARGET)], ids=["q_floor at t=1", "target_default_sampling at greedy"]
+)
+def test_a_broken_verifier_fails_the_identity_check(identity_pair, two_prompts, spec, mutant):
+    row = _row(identity_pair, two_prompts, "speculative", spec, verify=mutant)
+    assert row["verdict"] == CheckStatus.FAIL, row["message"]
+    assert row["acceptance"] < row["interval_low"] and row["pvalue"] < 0.05
+    assert f"accepted {row['accepted']} of {row['judged']}" in row["message"]
+
+
+@pytest.mark.parametrize("spec", [GREEDY, T1], ids=["greedy", "t=1"])
+def test_transformers_assisted_generation_passes(identity_pair, two_prompts, spec):
+    row = _row(identity_pair, two_prompts, "hf-assisted", spec)
+    assert row["verdict"] == CheckStatus.PASS, row["message"]
+    assert row["judged"] >= 8
+
+
+@pytest.mark.parametrize(("verify", "status", "code"), [(None, CheckStatus.PASS, 0), (Q_FLOOR, CheckStatus.FAIL, 1)])
+def test_an_audit_with_the_identity_draft_gets_the_check_in_its_gate(identity_pair, two_prompts, tmp_path, verify, status, code):
+    from specaudit.analysis import analyze
+    from specaudit.config import RunConfig
+    from specaudit.engines import run
+    from specaudit.gate import evaluate_gate
+
+    cfg = RunConfig(
+        engines=("speculative",), target=identity_pair.target_name, draft="target", samples=2, max_new_tokens=12, warmup=0, verify=verify
+    )
+    run(cfg, tmp_path, pair=identity_pair, prompt_set=two_prompts, progress=False)
+    snapshot = analyze(tmp_path, pair=identity_pair, equivalence=False, n_boot=10)
+    assert snapshot["identity"]["status"] == status
+    assert snapshot["identity"]["engines"]["speculative"]["rule"] == "rejection sampling"
+    check = next(c for c in evaluate_gate(snapshot).checks if c.name == "identity-draft")
+    assert check.status == status and "t=1" in check.message
+    assert (evaluate_gate(snapshot).exit_code == 1) == (code == 1)
+
+
+def test_a_run_with_another_draft_has_no_identity_check(audit_run):
+    from specaudit.analysis import analyze
+    from specaudit.gate import evaluate_gate
+
+    snapshot = analyze(audit_run, equivalence=False, n_boot=10, write=False)
+    assert snapshot.get("identity") is None
+    assert all(c.name != "identity-draft" for c in evaluate_gate(snapshot).checks)
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--identity", "--engines", "vanilla"], "--identity cannot run engine(s) vanilla"),
+        (["--identity", "--engines", ","], "--engines names no engine"),
+        (["--identity", "--samplers", "nope"], "unknown sampler(s) nope"),
+        (["--engines", "speculative"], "add --identity"),
+    ],
+)
+def test_bad_identity_flags_are_one_sentence_and_exit_2(flags, words, capsys):
+    assert main(["selftest", *flags]) == 2
+    assert words in capsys.readouterr().err
