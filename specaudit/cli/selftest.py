@@ -45,8 +45,10 @@ def add_selftest(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--sampling",
         nargs="+",
+        action="extend",
         metavar="SETTING",
-        help="end-to-end sampling settings, each run for every sampler: greedy, t=0.7,top_p=0.9, t=1,top_k=50 (default t=1)",
+        help="end-to-end sampling settings, each run for every sampler: greedy, t=0.7,top_p=0.9, t=1,top_k=50 (default t=1); "
+        "repeated --sampling flags add up",
     )
     p.set_defaults(func=cmd_selftest)
 
