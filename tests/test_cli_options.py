@@ -149,3 +149,12 @@ def test_dry_run_of_a_server_audit_counts_requests_per_level(capsys, tmp_path, m
     assert f"servers: speculation on {SPEC}" in out
     assert "items: speculative 8, vanilla 8; x 2 concurrency levels (1, 4)" in out
     assert not list(tmp_path.iterdir())
+
+
+def test_the_endpoint_example_file_is_a_valid_config_and_flags_win_over_it():
+    from pathlib import Path
+
+    example = str(Path(__file__).resolve().parents[1] / "endpoint.example.yaml")
+    cfg = _config(["--config", example])
+    assert cfg.engines == ("endpoint",) and cfg.endpoint["concurrency_levels"] == (1, 4)
+    assert _config(["--config", example, "--concurrency", "8"]).endpoint["concurrency"] == 8
