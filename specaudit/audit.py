@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -80,6 +81,7 @@ def audit(
     from specaudit.contracts.snapshot import SNAPSHOT_FILE, load_snapshot
     from specaudit.engines import run
     from specaudit.engines.decode import load_pair_for
+    from specaudit.execution.faults import FaultLimitReached
     from specaudit.gate import evaluate_gate, load_thresholds
     from specaudit.report import render_report
 
@@ -88,7 +90,10 @@ def audit(
     out_dir = Path(out_dir)
     check_output_folder(out_dir, create=False)  # an --out that cannot be written fails before the models load
     pair = pair or load_pair_for(cfg)
-    run(cfg, out_dir, pair=pair, progress=progress, command=command)
+    try:
+        run(cfg, out_dir, pair=pair, progress=progress, command=command)
+    except FaultLimitReached as stopped:  # the engine is down: what it answered is audited, its faults FAIL the gate
+        warnings.warn(str(stopped), stacklevel=2)
     snapshot = analyze(out_dir, pair=pair, settings=settings)  # validated against the contract
     result = evaluate_gate(snapshot, thresholds)
     snapshot = load_snapshot({**snapshot, "gate": result.to_dict()})  # gate and report get what every reader gets

@@ -178,3 +178,19 @@ def test_merged_shards_keep_every_fault_placed_among_the_records(tmp_path, tiny_
     merged = read_faults(tmp_path / "merged")
     assert [f.key for f in merged] == [f.key for faults in per_shard for f in faults] and len(merged) == 2
     assert merged[1].records_before == per_shard[1][0].records_before + first_records
+
+
+def test_an_audit_whose_engine_goes_down_still_reaches_the_gate(tmp_path, tiny_pair, tiny_pair_dir, tiny_prompts_file):
+    """The run stops at the fault limit; the audit analyses what was answered and its gate FAILs engine-faults."""
+    from specaudit.audit import audit
+
+    cfg = _cfg(tiny_pair_dir, tiny_prompts_file, samples=2, max_consecutive_faults=1)
+    handle = tiny_pair.draft.register_forward_pre_hook(_FailingCalls(range(1, 10_000)))
+    try:
+        with pytest.warns(UserWarning, match="the speculative engine failed on 1 plan items in a row"):
+            result = audit(cfg, tmp_path / "audit", pair=tiny_pair, progress=False)
+    finally:
+        handle.remove()
+    assert result.exit_code == 1 and len(read_records(tmp_path / "audit" / "records.jsonl")) == 1
+    failed = [c["name"] for c in result.snapshot["gate"]["checks"] if c["status"] == "FAIL"]
+    assert "engine-faults" in failed and (tmp_path / "audit" / "report.html").is_file()
