@@ -115,7 +115,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(capsys, tmp_path, monkeypatc
     assert "132 of core" in out and "the engines decode 8 of them" in out and "screen 132, speculative 8, vanilla 8" in out
     assert "predicted time: about 1 min 5" in out
     assert not (tmp_path / "plan-only").exists()
-    assert main(["audit", "--dry-run", "--target", "some/other-model", "--out", "plan-only"]) == 0
+    assert main(["audit", "--dry-run", "--target", "some/other-model", "--dimensions", "language", "--out", "plan-only"]) == 0
     assert "predicted time: unknown" in capsys.readouterr().out
 
 
