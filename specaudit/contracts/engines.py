@@ -172,6 +172,17 @@ ENGINES: dict[str, EngineSpec] = {
             "(it keeps a token with probability p(argmax q), not α)",
             rejection_sampling=False,
         ),
+        EngineSpec(
+            "openvino",
+            "backend",
+            "OpenVINO GenAI's own plain and speculative decoding (LLMPipeline, in process, CPU)",
+            (CONTROL_ENGINE, SPECULATIVE_ENGINE),
+            executor="specaudit.engines.openvino.executor:OpenVinoExecutor",
+            scoring_pair="specaudit.engines.openvino.scoring:scoring_pair",
+            acceptance_rule="OpenVINO GenAI's speculative sampling as it claims it (a draft kept with probability min(1, p/q); "
+            "greedy: kept where it is the target's argmax); the audit tests the claim",
+            refuses_because="the OpenVINO engine passes the run's temperature, top-k and top-p only",
+        ),
     )
 }
 

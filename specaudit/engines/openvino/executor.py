@@ -1,0 +1,173 @@
+"""The OpenVINO GenAI executor (`--engines openvino`): OpenVINO's own plain and speculative decoding.
+
+Models, properties, requests and counters are specaudit.engines.openvino.client's; this module turns
+plan items into records like every executor. Each item is one `generate` call decoded through
+`execution.faults.attempt`: a runtime exception is that item's fault and the run goes on with the
+same pipelines (no rebuilding), so the records after a fault show what the engine does then.
+"""
+
+from __future__ import annotations
+
+import time
+
+from specaudit.contracts.engines import IDENTITY_DRAFT
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem, Record
+from specaudit.engines.decode import library_versions, make_record
+from specaudit.engines.openvino.client import (
+    BACKEND,
+    IrModel,
+    check_config,
+    checked_ir,
+    generate,
+    generation_config,
+    gguf_path,
+    import_openvino_genai,
+    ir_folder,
+    load_pipelines,
+    runtime_properties,
+    scheduler_config,
+    scheduler_entry,
+)
+from specaudit.engines.openvino.settings import openvino_settings
+from specaudit.errors import InputError
+from specaudit.execution.base import Emit, Executor
+from specaudit.execution.faults import attempt
+from specaudit.execution.folder import RunFolder
+from specaudit.execution.plan import derive_seed
+from specaudit.prompts import prompt_token_ids
+
+
+class OpenVinoExecutor(Executor):
+    label = "decoding (OpenVINO)"
+
+    def record_engines(self) -> tuple[str, ...]:
+        return (CONTROL_ENGINE, SPECULATIVE_ENGINE)
+
+    def check(self, folder: RunFolder) -> None:
+        cfg = self.cfg
+        check_config(cfg)
+        self.settings = openvino_settings(cfg.extra)
+        import_openvino_genai()
+        self.target_gguf = None if self.settings.target_ir else gguf_path(str(cfg.target), "--target")
+        if self.settings.target_ir:
+            checked_ir(self.settings.target_ir, "target_ir")
+        identity = str(cfg.draft) == IDENTITY_DRAFT
+        self.draft_gguf = None if identity or self.settings.draft_ir else gguf_path(str(cfg.draft), "--draft")
+        if self.settings.draft_ir:
+            checked_ir(self.settings.draft_ir, "draft_ir")
+        if self.draft_gguf is not None and self.target_gguf is not None:
+            from specaudit.engines.llama_cpp.client import check_draft_vocabulary
+
+            check_draft_vocabulary(self.target_gguf, self.draft_gguf)
+        previous = folder.previous
+        if previous and previous.get("backend") != BACKEND:
+            made_by = f"by backend {previous['backend']!r}" if previous.get("backend") else "with local engines"
+            raise InputError(
+                f"{folder.out_dir} holds a run made {made_by}; OpenVINO records would be mixed with them under the same keys; choose a new --out"
+            )
+
+    def _model(self, gguf: object, given: str | None) -> IrModel:
+        from specaudit.models._cache import file_sha256
+
+        if given:
+            return IrModel(checked_ir(given, "ir"), None, None)
+        return ir_folder(gguf, file_sha256(gguf), {"INFERENCE_NUM_THREADS": self.properties["INFERENCE_NUM_THREADS"]})
+
+    def start(self, folder: RunFolder) -> dict:
+        import openvino
+
+        from specaudit.models import load_tokenizer
+        from specaudit.models._cache import file_sha256
+
+        cfg = self.cfg
+        genai = import_openvino_genai()
+        self.tokenizer = load_tokenizer(str(cfg.target))
+        self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
+        self.properties = runtime_properties(self.settings, cfg.threads)
+        target = self._model(self.target_gguf, self.settings.target_ir)
+        identity = str(cfg.draft) == IDENTITY_DRAFT
+        draft = target if identity and not self.settings.draft_ir else self._model(self.draft_gguf, self.settings.draft_ir)
+        self.scheduler = scheduler_config(self.settings)
+        eos_ids = {int(self.tokenizer.eos_token_id)} if self.tokenizer.eos_token_id is not None else set()
+        started = time.perf_counter()
+        self.draft_properties = runtime_properties(self.settings, cfg.threads, draft=True)
+        self.pipelines = load_pipelines(target.folder, draft.folder, self.properties, self.draft_properties, self.scheduler, eos_ids)
+        load_s = round(time.perf_counter() - started, 2)
+
+        def entry(name: str, model: IrModel) -> dict:
+            described = {"name": name, "ir": str(model.folder), "ir_built_s": model.built_s}
+            if model.gguf is not None:
+                described.update(gguf=str(model.gguf), gguf_sha256=file_sha256(model.gguf))
+            return described
+
+        draft_entry = {**entry(str(cfg.draft), draft), "k": cfg.k, "implementation": "openvino_genai.draft_model"}
+        if identity:
+            same = self.draft_properties == self.properties
+            draft_entry["identity"] = (
+                "the target drafts for itself (q = p): every draft must be kept under rejection sampling"
+                if same
+                else "the target drafts for itself at the draft's own precision (q = p up to rounding)"
+            )
+        return {
+            "versions": {**library_versions(), "openvino_genai": genai.__version__, "openvino": openvino.__version__},
+            "models": {"target": entry(str(cfg.target), target), "draft": draft_entry},
+            "device": {"type": "cpu", "engine": "OpenVINO GenAI", "threads": self.properties["INFERENCE_NUM_THREADS"]},
+            "backend": BACKEND,
+            "openvino": {
+                "settings": self.settings.model_dump(),
+                "properties": self.properties,
+                "draft_properties": self.draft_properties,
+                "scheduler": scheduler_entry(self.scheduler),
+                "pipeline": "LLMPipeline with an explicit SchedulerConfig (paged attention, continuous batching), "
+                "vanilla without a draft, speculative with draft_model",
+                "requests": "one prompt per generate call, token ids in (TokenizedInputs), no chat template applied by OpenVINO",
+                "seed": "rng_seed = derive_seed(...) of the record (sampling only)",
+                "warmup": f"{cfg.warmup} greedy request(s) of 8 tokens per pipeline before the plan, whatever the run samples",
+                "eos_ids": sorted(eos_ids),
+                "load_s": load_s,
+            },
+        }
+
+    def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
+        cfg = self.cfg
+        # First calls pay for allocation: run them before anything is timed. The warm-up is greedy
+        # whatever the run samples, so the first sampled request, and any fault it meets, is a record's.
+        from specaudit.decoding import SamplingSpec
+
+        greedy = SamplingSpec(temperature=0.0)
+        for _ in range(cfg.warmup if items else 0):
+            for speculative in (False, True):
+                config = generation_config(
+                    greedy,
+                    max_new_tokens=min(8, cfg.max_new_tokens),
+                    k=cfg.k if speculative else None,
+                    seed=0,
+                    eos_ids=self.pipelines.eos_ids,
+                )
+                generate(self.pipelines, speculative, self.encoded[items[0].prompt.id], config)
+        for item in items:
+            seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
+            emit(attempt(item, lambda item=item, seed=seed: self.record(item, seed), seed))
+
+    def decode(self, item: PlanItem, engine: str, seed: int, max_new_tokens: int) -> object:
+        speculative = engine != CONTROL_ENGINE
+        config = generation_config(
+            self.cfg.sampling,
+            max_new_tokens=max_new_tokens,
+            k=self.cfg.k if speculative else None,
+            seed=seed,
+            eos_ids=self.pipelines.eos_ids,
+        )
+        return generate(self.pipelines, speculative, self.encoded[item.prompt.id], config)
+
+    def record(self, item: PlanItem, seed: int) -> Record:
+        generation = self.decode(item, item.engine, seed, self.cfg.max_new_tokens)
+        text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
+        record = make_record(self.cfg, item, seed, self.encoded[item.prompt.id], generation, text)
+        return record.with_extra(
+            backend=BACKEND,
+            acceptance_source="none" if item.engine == CONTROL_ENGINE else "engine counters (extended_perf_metrics), one request per call",
+        )
+
+    def close(self) -> None:
+        self.pipelines = None
