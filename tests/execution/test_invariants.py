@@ -147,3 +147,18 @@ def test_counters_that_contradict_the_output_are_a_finding_not_a_stop(tmp_path, 
     section = snapshot["output_invariants"]
     assert section["status"] == "FAIL" and section["checks"]["counters"] >= 1 and section["first"]["record"] == record["key"]
     assert "accepted_per_step does not sum to accepted" in section["message"]
+
+
+@pytest.mark.slow
+def test_the_committed_default_pair_audit_holds_every_invariant_with_the_real_tokenizer():
+    """reports/example: the screen, vanilla and speculative on SmolLM2-135M (528 records), checked
+    with the tokenizer the run names (a real BPE tokenizer: spaces, special tokens, EOS)."""
+    from pathlib import Path
+
+    run = Path(__file__).resolve().parents[2] / "reports" / "example"
+    limits = output_limits(read_manifest(run), None)
+    assert limits.vocab_size == 49152 and limits.decode is not None and not limits.skipped
+    section = output_invariants(read_records(run / "records.jsonl"), limits)
+    assert section.status == "PASS" and section.records == 528 and set(section.engines) == {"screen", "vanilla", "speculative"}, (
+        section.message
+    )
