@@ -52,6 +52,11 @@ def add_traffic(sub: argparse._SubParsersAction) -> None:
         "--band-low", type=finite_float, default=0.8, help="disparity alert below this ratio to the other groups (default 0.8)"
     )
     analysing.add_argument("--min-change", type=finite_float, default=0.10, help="drift alert past this relative change (default 0.10)")
+    analysing.add_argument(
+        "--adjust",
+        default="prompt,output,sampling,load",
+        help="strata to compare within: some of prompt,output,sampling,load, or none (default all)",
+    )
     analysing.add_argument("--format", choices=("text", "json"), default="text")
     report = actions.add_parser(
         "report", parents=[analysing], help="per-group acceptance and latency per token with intervals; always exit 0"
@@ -93,8 +98,9 @@ def cmd_traffic_ingest(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> tuple:
-    from specaudit.traffic import evaluate, open_traffic_store
+    from specaudit.traffic import evaluate, open_traffic_store, parse_adjust
 
+    strata = parse_adjust(args.adjust)
     with open_traffic_store(args.store, create=False) as store:
         result = evaluate(
             store,
@@ -103,6 +109,7 @@ def _evaluate(args: argparse.Namespace) -> tuple:
             alpha=args.alpha,
             band_low=args.band_low,
             min_change=args.min_change,
+            strata=strata,
         )
         return result, store.url
 

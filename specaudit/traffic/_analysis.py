@@ -80,26 +80,31 @@ def _finite(value: float) -> float | None:
     return float(value) if value is not None and math.isfinite(value) else None
 
 
-def group_sums(frame: pd.DataFrame, metric: str, periods: tuple[int, ...]) -> tuple[list[str], Sums]:
-    """(group names, Sums of shape (groups, strata)) of `metric` over the rows of `periods`."""
+def group_sums(frame: pd.DataFrame, metric: str, periods: tuple[int, ...], strata: tuple[str, ...] = STRATA) -> tuple[list[str], Sums]:
+    """(group names, Sums of shape (groups, strata)) of `metric` over the rows of `periods`; `strata`
+    the columns adjusted for (none: one stratum, no adjustment)."""
+    frame = frame.assign(_all=0)
+    strata = tuple(strata) or ("_all",)
     rows = frame[frame["period"].isin(periods)]
-    keys = pd.MultiIndex.from_frame(frame[list(STRATA)].drop_duplicates())
+    keys = pd.MultiIndex.from_frame(frame[list(strata)].drop_duplicates())
     groups = sorted(frame["grp"].astype(str).unique())
     arrays = {}
     for field in FIELDS:
         column = f"{metric}_{field}"
-        table = rows.assign(grp=rows["grp"].astype(str)).pivot_table(index="grp", columns=list(STRATA), values=column, aggfunc="sum")
+        table = rows.assign(grp=rows["grp"].astype(str)).pivot_table(index="grp", columns=list(strata), values=column, aggfunc="sum")
         table = table.reindex(index=groups, columns=keys, fill_value=0).fillna(0)
         arrays[field] = table.to_numpy(dtype=float)
     return groups, Sums(**arrays)
 
 
-def summaries(frame: pd.DataFrame, *, alpha: float = 0.05, tau: float = DEFAULT_TAU) -> list[GroupSummary]:
+def summaries(
+    frame: pd.DataFrame, *, alpha: float = 0.05, tau: float = DEFAULT_TAU, strata: tuple[str, ...] = STRATA
+) -> list[GroupSummary]:
     """Per group and metric, over all stored requests: the rate with a 95% interval, and the ratio to the other groups."""
     out = []
     requests = frame.assign(grp=frame["grp"].astype(str)).groupby("grp")["n"].sum()
     for metric in METRICS:
-        groups, sums = group_sums(frame, metric, (0, 1))
+        groups, sums = group_sums(frame, metric, (0, 1), strata)
         own = overall(sums)
         rest = Sums(*(getattr(sums, f).sum(axis=0, keepdims=True) - getattr(sums, f) for f in FIELDS))
         cmp = compare(sums, rest)
@@ -152,18 +157,19 @@ def checks(
     min_change: float = 0.10,
     drift: bool = True,
     tau: float = DEFAULT_TAU,
+    strata: tuple[str, ...] = STRATA,
 ) -> list[Check]:
     """Disparity (and, with a baseline, drift) checks of every group and metric; Holm across all of them."""
     found: list[dict] = []
     for metric in METRICS:
         below = WORSE_BELOW[metric]
-        groups, sums = group_sums(frame, metric, (0, 1))
+        groups, sums = group_sums(frame, metric, (0, 1), strata)
         if len(groups) > 1:
             rest = Sums(*(getattr(sums, f).sum(axis=0, keepdims=True) - getattr(sums, f) for f in FIELDS))
             found += _checks_of("disparity", metric, groups, compare(sums, rest), band_low if below else 1 / band_low, alpha, tau)
         if drift:
-            groups, base = group_sums(frame, metric, (0,))
-            _, recent = group_sums(frame, metric, (1,))
+            groups, base = group_sums(frame, metric, (0,), strata)
+            _, recent = group_sums(frame, metric, (1,), strata)
             found += _checks_of("drift", metric, groups, compare(recent, base), 1 - min_change if below else 1 + min_change, alpha, tau)
     if not found:
         return []

@@ -14,7 +14,22 @@ from specaudit.monitor._export import _Families, append_alerts, write_atomic
 from specaudit.monitor._snapshot import utc_now
 from specaudit.traffic._analysis import Check, GroupSummary, checks, summaries
 from specaudit.traffic._sequential import DEFAULT_TAU
-from specaudit.traffic._store import Group, TrafficStore
+from specaudit.traffic._store import STRATA, Group, TrafficStore
+
+# --adjust names for the strata columns.
+ADJUSTABLE = {"prompt": "prompt_bin", "output": "output_bin", "sampling": "sampling_bin", "load": "load_bin"}
+
+
+def parse_adjust(spelling: str) -> tuple[str, ...]:
+    """Strata columns from "prompt,output,sampling,load" (any subset) or "none"."""
+    if spelling.strip() == "none":
+        return ()
+    names = [n.strip() for n in spelling.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ADJUSTABLE]
+    if unknown or not names:
+        raise InputError(f"--adjust {spelling!r}: name some of {', '.join(ADJUSTABLE)} (comma-separated), or 'none'")
+    return tuple(ADJUSTABLE[n] for n in names)
+
 
 PREFIX = "specaudit_traffic_"
 DEFAULT_BASELINE_REQUESTS = 1000
@@ -61,6 +76,7 @@ def evaluate(
     band_low: float = 0.8,
     min_change: float = 0.10,
     tau: float = DEFAULT_TAU,
+    strata: tuple[str, ...] = STRATA,
 ) -> TrafficResult:
     for name, value, low, high in (("--alpha", alpha, 0, 1), ("--band-low", band_low, 0, 1), ("--min-change", min_change, 0, 1)):
         if not low < value < high:
@@ -73,8 +89,8 @@ def evaluate(
         group_by=group_by,
         requests=total,
         baseline_requests=baseline,
-        summaries=summaries(frame, alpha=alpha, tau=tau),
-        checks=checks(frame, alpha=alpha, band_low=band_low, min_change=min_change, drift=baseline is not None, tau=tau),
+        summaries=summaries(frame, alpha=alpha, tau=tau, strata=strata),
+        checks=checks(frame, alpha=alpha, band_low=band_low, min_change=min_change, drift=baseline is not None, tau=tau, strata=strata),
     )
 
 

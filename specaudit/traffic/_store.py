@@ -15,6 +15,7 @@ import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -220,9 +221,9 @@ def _when(condition: Any, value: Any) -> Any:
     return case((condition, value), else_=None)
 
 
-def open_traffic_store(url: str, *, create: bool = True) -> TrafficStore:
+def open_traffic_store(url: str | Path, *, create: bool = True) -> TrafficStore:
     """Open (with `create`, make) the traffic store at `url`; a store that does not exist is an InputError without `create`."""
-    parsed, kind, path = _parse_url(url)
+    parsed, kind, path = _parse_url(str(url))
     if kind == "sqlite":
         if path.is_dir():
             raise InputError(f"--store {url!r} is a folder; name a file such as {path / 'traffic.db'}")

@@ -48,9 +48,9 @@ def _acceptance(model: TrafficModel, group: np.ndarray, prompt: np.ndarray, orde
     return rng.beta(mean * model.request_spread, (1 - mean) * model.request_spread)
 
 
-def simulate(model: TrafficModel, n: int, *, seed: int = 0, start: float = 1.7e9) -> Iterator[dict]:
-    """`n` log lines of simulated traffic (time order)."""
-    rng = np.random.default_rng(seed)
+def simulate_arrays(model: TrafficModel, n: int, rng: np.random.Generator, *, start: float = 1.7e9) -> dict[str, np.ndarray]:
+    """The columns of `n` simulated requests (time order): group index, prompt and output tokens,
+    temperature, arrival (Unix s), proposed and accepted drafts, latency_s."""
     order = np.arange(n)
     shares = np.asarray(model.shares, dtype=float)
     group = rng.choice(len(model.groups), size=n, p=shares / shares.sum())
@@ -65,6 +65,24 @@ def simulate(model: TrafficModel, n: int, *, seed: int = 0, start: float = 1.7e9
     accepted = np.minimum(rng.binomial(proposed, accept), np.maximum(output - 1, 0))
     # Latency: prefill, then one target pass per step (~25 ms) plus the draft's k passes (~3 ms each).
     latency = prompt * 2e-4 + steps * (0.025 + model.draft_k * 0.003) * np.exp(rng.normal(0, 0.1, n))
+    return {
+        "group": group,
+        "prompt": prompt,
+        "output": output,
+        "temperature": temperature,
+        "arrival": arrival,
+        "proposed": proposed,
+        "accepted": accepted,
+        "latency": latency,
+    }
+
+
+def simulate(model: TrafficModel, n: int, *, seed: int = 0, start: float = 1.7e9) -> Iterator[dict]:
+    """`n` log lines of simulated traffic (time order)."""
+    rng = np.random.default_rng(seed)
+    cols = simulate_arrays(model, n, rng, start=start)
+    group, prompt, output, temperature = cols["group"], cols["prompt"], cols["output"], cols["temperature"]
+    arrival, proposed, accepted, latency = cols["arrival"], cols["proposed"], cols["accepted"], cols["latency"]
     for i in range(n):
         name = model.groups[group[i]]
         yield {

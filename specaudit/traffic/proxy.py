@@ -1,0 +1,343 @@
+"""`specaudit proxy`: a logging reverse proxy for OpenAI-compatible servers that keep no request log.
+
+Every request is forwarded as it came (body bytes unchanged) and its answer returned as it came,
+streamed chunk by chunk when the client asked for a stream. One change where a server needs it to
+say what speculation did: a streamed OpenAI request without `stream_options` gets
+`{"include_usage": true}` (vLLM puts `metrics.speculative_decoding` in that trailing usage chunk),
+and that extra chunk is not passed on, so the client sees the stream it asked for.
+
+Each request becomes one JSON line (`traffic ingest` reads it): time of arrival, path, the request
+body, the response body (a stream merged into one body), status, latency_s, ttft_s, in_flight at
+arrival and labels from the `X-Specaudit-Labels: key=value,key=value` header (not forwarded). A
+writer thread appends the lines in batches, fsyncs each batch, and starts a new file every
+`rotate_lines` lines. On SIGTERM or SIGINT the proxy stops accepting, lets requests in flight
+finish, writes their lines and exits: nothing is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import threading
+import time
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from specaudit.errors import InputError
+
+LABELS_HEADER = "x-specaudit-labels"
+# Not forwarded either way: they describe one hop, not the request.
+HOP_HEADERS = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
+STREAMED_OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions")
+BATCH_LINES = 256
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+class LogWriter:
+    """Appends lines from any thread; a background thread writes them in batches, fsync per batch, rotating files."""
+
+    def __init__(self, folder: str | Path, *, rotate_lines: int = 100_000) -> None:
+        self.folder = Path(folder)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(f"--log {folder}: cannot create the folder ({err.strerror})") from None
+        if rotate_lines < 1:
+            raise InputError(f"--rotate-lines {rotate_lines} must be at least 1")
+        self.rotate_lines = rotate_lines
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._handle: Any = None
+        self._in_file = 0
+        self._files = 0
+        self.written = 0
+        self._thread = threading.Thread(target=self._run, name="specaudit-proxy-log", daemon=True)
+        self._thread.start()
+
+    def put(self, line: dict) -> None:
+        self._queue.put(json.dumps(line, ensure_ascii=False, separators=(",", ":")))
+
+    def _open(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+        self._files += 1
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        self._handle = open(self.folder / f"requests-{stamp}-{os.getpid()}-{self._files:04d}.jsonl", "a", encoding="utf-8")
+        self._in_file = 0
+
+    def _run(self) -> None:
+        done = False
+        while not done:
+            batch = [self._queue.get()]
+            while len(batch) < BATCH_LINES:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if None in batch:
+                done = True
+                batch = [line for line in batch if line is not None]
+            for line in batch:
+                if self._handle is None or self._in_file >= self.rotate_lines:
+                    self._open()
+                self._handle.write(line + "\n")
+                self._in_file += 1
+            if batch:
+                self._handle.flush()
+                os.fsync(self._handle.fileno())
+                self.written += len(batch)
+        if self._handle is not None:
+            self._handle.close()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+
+def _labels(header: str | None) -> dict[str, str]:
+    labels = {}
+    for part in (header or "").split(","):
+        key, sep, value = part.partition("=")
+        if sep and key.strip():
+            labels[key.strip()] = value.strip()
+    return labels
+
+
+def merge_stream(events: list[dict]) -> dict:
+    """One response body from a stream's JSON events: text (or message content) joined per choice, the
+    other fields as the last event that carried them (usage, metrics, timings, meta_info)."""
+    merged: dict[str, Any] = {}
+    choices: dict[int, dict[str, Any]] = {}
+    for event in events:
+        for key, value in event.items():
+            if key != "choices":
+                merged[key] = value
+        for choice in event.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            slot = choices.setdefault(int(choice.get("index", 0)), {"index": int(choice.get("index", 0)), "text": ""})
+            delta = choice.get("delta")
+            piece = choice.get("text") if "text" in choice else (delta.get("content") if isinstance(delta, dict) else None)
+            if isinstance(piece, str):
+                slot["text"] += piece
+            if choice.get("finish_reason") is not None:
+                slot["finish_reason"] = choice["finish_reason"]
+    merged["choices"] = [choices[i] for i in sorted(choices)]
+    return merged
+
+
+class _Proxy(ThreadingHTTPServer):
+    daemon_threads = False  # server_close() waits for requests in flight: their lines are written
+    block_on_close = True
+
+    def __init__(self, address: tuple[str, int], upstream: str, writer: LogWriter, timeout: float) -> None:
+        super().__init__(address, _Handler)
+        self.upstream = upstream.rstrip("/")
+        self.writer = writer
+        self.client = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), limits=httpx.Limits(max_connections=256))
+        self.in_flight = 0
+        self.lock = threading.Lock()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Proxy
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        return  # the JSON log is the log
+
+    def do_GET(self) -> None:
+        self._forward(b"")
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        self._forward(self.rfile.read(length) if length else b"")
+
+    def _send(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.send_response(status)
+        for key, value in headers:
+            if key.lower() not in HOP_HEADERS:
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _forward(self, body: bytes) -> None:
+        arrival, started = now_iso(), time.perf_counter()
+        with self.server.lock:
+            in_flight = self.server.in_flight
+            self.server.in_flight += 1
+        try:
+            self._relay(body, arrival, started, in_flight)
+        finally:
+            with self.server.lock:
+                self.server.in_flight -= 1
+
+    def _relay(self, body: bytes, arrival: str, started: float, in_flight: int) -> None:
+        self._headers_sent = False
+        headers = [(k, v) for k, v in self.headers.items() if k.lower() not in HOP_HEADERS and k.lower() != LABELS_HEADER]
+        try:
+            request = json.loads(body) if body else None
+        except ValueError:
+            request = None
+        logged = self.command == "POST" and isinstance(request, dict)
+        stream = logged and request.get("stream") is True
+        added_usage = False
+        if stream and self.path.split("?")[0] in STREAMED_OPENAI_PATHS and "stream_options" not in request:
+            body = json.dumps({**request, "stream_options": {"include_usage": True}}).encode()
+            added_usage = True
+        line: dict[str, Any] = {"time": arrival, "path": self.path, "request": request, "in_flight": in_flight}
+        labels = _labels(self.headers.get(LABELS_HEADER))
+        if labels:
+            line["labels"] = labels
+        url = self.server.upstream + self.path
+        try:
+            if stream:
+                self._relay_stream(url, headers, body, line, started, added_usage)
+            else:
+                answer = self.server.client.request(self.command, url, headers=headers, content=body)
+                self._send(answer.status_code, list(answer.headers.items()), answer.content)
+                line["status"] = answer.status_code
+                try:
+                    line["response"] = answer.json()
+                except ValueError:
+                    line["response"] = {"error": answer.text[:500]}
+                line["latency_s"] = time.perf_counter() - started
+        except httpx.HTTPError as err:
+            message = f"upstream {self.server.upstream}: {type(err).__name__}: {err}"
+            line.update(status=502, response={"error": message}, latency_s=time.perf_counter() - started)
+            if not self._headers_sent:
+                self._send(502, [("Content-Type", "application/json")], json.dumps({"error": {"message": message}}).encode())
+        if logged:
+            self.server.writer.put(line)
+
+    def _relay_stream(self, url: str, headers: list[tuple[str, str]], body: bytes, line: dict, started: float, added_usage: bool) -> None:
+        events: list[dict] = []
+        ttft = None
+        with self.server.client.stream("POST", url, headers=headers, content=body) as answer:
+            line["status"] = answer.status_code
+            self.send_response(answer.status_code)
+            for key, value in answer.headers.items():
+                if key.lower() not in HOP_HEADERS:
+                    self.send_header(key, value)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self._headers_sent = True
+            for text_line in answer.iter_lines():
+                data = text_line[5:].strip() if text_line.startswith("data:") else None
+                event = None
+                if data and data != "[DONE]":
+                    try:
+                        event = json.loads(data)
+                    except ValueError:
+                        event = None
+                if isinstance(event, dict):
+                    events.append(event)
+                    if ttft is None and event.get("choices"):
+                        ttft = time.perf_counter() - started
+                    if added_usage and not event.get("choices") and "usage" in event:
+                        continue  # the chunk we asked for, not the client
+                self._chunk((text_line + "\n").encode())
+            self._chunk(b"")
+        line["response"] = merge_stream(events)
+        line["latency_s"] = time.perf_counter() - started
+        if ttft is not None:
+            line["ttft_s"] = ttft
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
+        if not data:
+            self.wfile.flush()
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise InputError(f"--listen {listen!r}: write HOST:PORT, e.g. 127.0.0.1:8787")
+    return host, int(port)
+
+
+class RunningProxy:
+    """A proxy serving on a background thread (tests, benches); `close()` stops it as SIGTERM does."""
+
+    def __init__(
+        self,
+        upstream: str,
+        log_dir: str | Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        rotate_lines: int = 100_000,
+        timeout: float = 600.0,
+    ) -> None:
+        if not upstream.startswith(("http://", "https://")):
+            raise InputError(f"--upstream {upstream!r}: write the server's base URL, e.g. http://127.0.0.1:8080")
+        self.writer = LogWriter(log_dir, rotate_lines=rotate_lines)
+        try:
+            self.server = _Proxy((host, port), upstream, self.writer, timeout)
+        except OSError as err:
+            self.writer.close()
+            raise InputError(f"--listen {host}:{port}: cannot serve there ({err.strerror})") from None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def serve_forever(self) -> None:
+        try:
+            self.server.serve_forever(poll_interval=0.2)
+        finally:
+            self.server.server_close()  # joins the requests in flight
+            self.server.client.close()
+            self.writer.close()
+
+    def start(self) -> RunningProxy:
+        self._thread = threading.Thread(target=self.serve_forever, name="specaudit-proxy", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        threading.Thread(target=self.server.shutdown, daemon=True).start()
+
+    def close(self) -> None:
+        self.stop()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> RunningProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve(
+    upstream: str,
+    log_dir: str | Path,
+    *,
+    listen: str = "127.0.0.1:8787",
+    rotate_lines: int = 100_000,
+    timeout: float = 600.0,
+    out: TextIO | None = None,
+) -> int:
+    """Run the proxy in this thread until SIGTERM / SIGINT; the number of lines written."""
+    host, port = parse_listen(listen)
+    proxy = RunningProxy(upstream, log_dir, host=host, port=port, rotate_lines=rotate_lines, timeout=timeout)
+    signal.signal(signal.SIGTERM, lambda signum, frame: proxy.stop())
+    signal.signal(signal.SIGINT, lambda signum, frame: proxy.stop())
+    if out is not None:
+        print(f"specaudit proxy: {upstream} on {proxy.url}, logging to {log_dir}", file=out, flush=True)
+    proxy.serve_forever()
+    if out is not None:
+        print(f"specaudit proxy: stopped; {proxy.writer.written} request lines written", file=out, flush=True)
+    return proxy.writer.written
