@@ -28,6 +28,12 @@ def add_selftest(sub: argparse._SubParsersAction) -> None:
         "(1 for rejection sampling, E[max p] for a greedy draft kept on a match); about a minute per engine and setting",
     )
     p.add_argument(
+        "--trees",
+        action="store_true",
+        help="only the tree and staged rules: the unit audit (stats.tree_audit) of each exact rule and each mutant "
+        "over --seeds (default 200, 10 with --quick); docs/trees.md",
+    )
+    p.add_argument(
         "--engines",
         help="with --identity: comma list of engines (default speculative), e.g. speculative,hf-assisted,llama-cpp",
     )
@@ -68,6 +74,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
             raise InputError(f"{flag} must be an integer >= 1, got {value}")
     if args.identity:
         return _identity_part(args)
+    if args.trees:
+        return _tree_part(args)
     if args.engines is not None:
         raise InputError("--engines chooses the engines of --identity; add --identity or drop --engines")
     args.target = args.target or "tiny"
@@ -121,6 +129,21 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         if table is not None
         for name in table.loc[~table["ok"].astype(bool), column]
     ]
+    if missed:
+        print(f"\nselftest failed: {', '.join(missed)} missed the target", file=sys.stderr)
+    return 1 if missed else 0
+
+
+def _tree_part(args: argparse.Namespace) -> int:
+    """`--trees`: calibration of the exact tree and staged rules and detection of their mutants;
+    exit 1 when a row misses its target."""
+    from specaudit.selftest.tree_harness import tree_selftest
+
+    samplers = [s.strip() for s in args.samplers.split(",") if s.strip()] if args.samplers else None
+    table = tree_selftest(seeds=range(args.seeds) if args.seeds else None, quick=args.quick, samplers=samplers)
+    print("tree and staged rules (unit audit on (p, q) families, tree 3,2,1; staged k = 4 in rounds of 2):")
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    missed = list(table.loc[~table["ok"], "sampler"])
     if missed:
         print(f"\nselftest failed: {', '.join(missed)} missed the target", file=sys.stderr)
     return 1 if missed else 0

@@ -56,8 +56,8 @@ def _small_draft_q(small: torch.Tensor, medium: torch.Tensor) -> torch.Tensor:
 
 
 TREE_MUTANTS: dict[str, TreeRule] = {
-    "correct (sampled)": REFERENCE_RULES["sampled"],
-    "correct (top-k)": REFERENCE_RULES["top-k"],
+    "correct-sampled": REFERENCE_RULES["sampled"],
+    "correct-top-k": REFERENCE_RULES["top-k"],
     "siblings_without_residual": TreeRule("siblings verified without the residual update", "sampled", siblings_without_residual),
     "top_k_as_sampled": TreeRule("top-k children verified as if sampled", "top-k", multi_step_verify),
     "typical_acceptance": TreeRule("Medusa's typical acceptance", "top-k", typical_acceptance, lossy_by_design=True),
@@ -65,7 +65,7 @@ TREE_MUTANTS: dict[str, TreeRule] = {
 """Tree rules by name: the two exact ones, then one failure mode each."""
 
 STAGED_MUTANTS: dict[str, StagedRule] = {
-    "correct (staged)": REFERENCE_STAGED,
+    "correct-staged": REFERENCE_STAGED,
     "staged_small_q": StagedRule("final check against the small draft's q", _small_draft_q),
 }
 """Staged rules by name: the exact one, then the final check against the wrong proposal law."""

@@ -122,7 +122,7 @@ def test_staged_step_follows_the_target_and_the_small_q_check_does_not():
     medium = (p[:1] + small) / 2
     generator = torch.Generator().manual_seed(3)
     n = 4000  # the small-q check puts token 3 at 0.056 instead of 0.1: 9 standard errors at this size
-    for name, expected in (("correct (staged)", True), ("staged_small_q", False)):
+    for name, expected in (("correct-staged", True), ("staged_small_q", False)):
         counts = np.zeros(4)
         for _ in range(n):
             counts[int(staged_step(small, medium, p, 1, generator, STAGED_MUTANTS[name])[0])] += 1

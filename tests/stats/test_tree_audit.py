@@ -43,8 +43,8 @@ def test_tree_acceptance_in_closed_form():
 
 def test_bad_budgets_are_one_sentence():
     with pytest.raises(InputError, match="trials"):
-        audit_tree(TREE_MUTANTS["correct (sampled)"], trials=0)
+        audit_tree(TREE_MUTANTS["correct-sampled"], trials=0)
     with pytest.raises(InputError, match="--tree"):
-        audit_tree(TREE_MUTANTS["correct (sampled)"], branching="2,x")
+        audit_tree(TREE_MUTANTS["correct-sampled"], branching="2,x")
     with pytest.raises(InputError, match="families"):
         audit_staged(families=("nope",))
