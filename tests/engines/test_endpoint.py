@@ -242,6 +242,8 @@ def test_http_500_is_a_fault_record_the_run_goes_on_and_resume_asks_again(tmp_pa
     records = read_records(tmp_path / "out" / "records.jsonl")
     assert len(records) == 8 and records[:4] == kept  # the vanilla records were not redone
     assert len((tmp_path / "out" / "faults.jsonl").read_text().splitlines()) == 4  # the faults stay on file
+    invariants = analyze(tmp_path / "out")["output_invariants"]  # the server's texts and ids, over HTTP, agree
+    assert invariants["status"] == "PASS" and invariants["records"] == 8 and "text" in invariants["checked"], invariants["message"]
 
 
 @pytest.mark.parametrize(
