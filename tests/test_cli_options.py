@@ -45,13 +45,13 @@ def test_server_flags_make_an_endpoint_audit_and_win_over_the_config_file(tmp_pa
     config.write_text(
         yaml.safe_dump({"endpoint": {"speculative_url": "http://old:1/v1", "vanilla_url": PLAIN, "logprobs": 5}, "engines": "endpoint"})
     )
-    cfg = _config(["--config", str(config), "--speculative-url", SPEC, "--model", "served", "--api-key-env", "KEY_VAR"])
+    cfg = _config(["--config", str(config), "--speculative-url", SPEC, "--model", "served", "--api-key-env", "KEY_VAR", "--target", "t"])
     assert cfg.engines == ("endpoint",)
     assert cfg.endpoint["speculative_url"] == SPEC.rstrip("/")  # the flag won
     assert cfg.endpoint["vanilla_url"] == PLAIN and cfg.endpoint["logprobs"] == 5  # the file's other keys kept
     assert cfg.endpoint["speculative_model"] == cfg.endpoint["vanilla_model"] == "served"
     assert cfg.endpoint["api_key_env"] == "KEY_VAR"
-    assert _config(["--speculative-url", SPEC, "--vanilla-url", PLAIN]).engines == ("endpoint",)  # no file needed
+    assert _config(["--speculative-url", SPEC, "--vanilla-url", PLAIN, "--target", "t"]).engines == ("endpoint",)  # no file needed
 
 
 @pytest.mark.parametrize(
@@ -59,7 +59,7 @@ def test_server_flags_make_an_endpoint_audit_and_win_over_the_config_file(tmp_pa
     [("4", {"concurrency": 4, "concurrency_levels": None}), ("1,4", {"concurrency": 4, "concurrency_levels": (1, 4)})],
 )
 def test_concurrency_applies_to_endpoints_as_to_llama_server(flag, expected):
-    cfg = _config(["--speculative-url", SPEC, "--vanilla-url", PLAIN, "--concurrency", flag])
+    cfg = _config(["--speculative-url", SPEC, "--vanilla-url", PLAIN, "--target", "t", "--concurrency", flag])
     assert {key: cfg.endpoint[key] for key in expected} == expected
     server = _config(["--engines", "llama-server", "--concurrency", "1,2"])
     assert server.extra["llama_server"]["concurrency_levels"] == "1,2"  # checked by the llama-server settings
@@ -70,9 +70,13 @@ def test_concurrency_applies_to_endpoints_as_to_llama_server(flag, expected):
     [
         (["run", "--out", "x", "--engine-prompts", "1"], "--engine-prompts 1"),
         (["run", "--out", "x", "--concurrency", "4"], "--concurrency"),
-        (["run", "--out", "x", "--speculative-url", SPEC], "--vanilla-url"),
+        (["run", "--out", "x", "--speculative-url", SPEC, "--target", "t"], "--vanilla-url"),
+        (["run", "--out", "x", "--speculative-url", SPEC, "--vanilla-url", PLAIN], "--target"),
         (["run", "--out", "x", "--speculative-url", SPEC, "--vanilla-url", PLAIN, "--engines", "screen"], "--engines screen"),
-        (["run", "--out", "x", "--speculative-url", SPEC, "--vanilla-url", PLAIN, "--concurrency", "1,x"], "--concurrency"),
+        (
+            ["run", "--out", "x", "--speculative-url", SPEC, "--vanilla-url", PLAIN, "--target", "t", "--concurrency", "1,x"],
+            "--concurrency",
+        ),
     ],
 )
 def test_a_flag_that_cannot_apply_is_refused_in_one_sentence(argv, names, capsys, tmp_path, monkeypatch):
@@ -143,7 +147,7 @@ def test_per_prompt_numbers_written_as_strings_are_refused_by_report_compare(tmp
 
 def test_dry_run_of_a_server_audit_counts_requests_per_level(capsys, tmp_path, monkeypatch, tiny_prompts_file):
     monkeypatch.chdir(tmp_path)
-    argv = ["audit", "--dry-run", "--speculative-url", SPEC, "--vanilla-url", PLAIN, "--concurrency", "1,4"]
+    argv = ["audit", "--dry-run", "--speculative-url", SPEC, "--vanilla-url", PLAIN, "--target", "default", "--concurrency", "1,4"]
     assert main([*argv, "--prompts", str(tiny_prompts_file), "--samples", "2"]) == 0  # no server is called
     out = capsys.readouterr().out
     assert f"servers: speculation on {SPEC}" in out

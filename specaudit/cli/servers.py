@@ -49,6 +49,12 @@ def endpoint_options(args: argparse.Namespace, run_options: dict) -> dict:
     if engines is not None and engines.strip() != ENDPOINT:
         flags = ", ".join(f"--{dest.replace('_', '-')}" for dest in ENDPOINT_FLAGS if getattr(args, dest, None) is not None)
         raise InputError(f"{flags} audit your servers (--engines endpoint), not --engines {engines}; drop --engines or those flags")
+    if getattr(args, "target", None) is None and "target" not in run_options:
+        # the default target's tokenizer would turn the prompts into another model's token ids, unseen
+        raise InputError(
+            "--speculative-url audits your servers: name their model's tokenizer with --target (an HF id or folder, "
+            "e.g. --target meta-llama/Llama-3.1-8B-Instruct), as specaudit sends token ids"
+        )
     section = {**(run_options.get(ENDPOINT) or {}), **given}
     for url in ("speculative_url", "vanilla_url"):
         if not section.get(url):
