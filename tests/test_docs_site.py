@@ -56,3 +56,11 @@ def test_the_committed_runs_table_is_current():
 
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "results.py"), "--check"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = re.findall(r"```bash\n(python3 -m venv \.venv && .*?)\n```", readme)
+    assert len(commands) == 2, "README keeps exactly two set-up commands: the main job and the tests"
+    assert "pytest" in commands[1]
+    assert commands[1] in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
