@@ -360,7 +360,9 @@ def _sampling_settings(args: argparse.Namespace, run_options: dict, source: str)
     if not isinstance(values, (list, tuple)) or not all(isinstance(v, str) for v in values):
         raise InputError(f"{source}: `sampling:` must be a setting or a list of settings such as greedy, t=0.7,top_p=0.9")
     single = [f"--{name.replace('_', '-')}" for name in ("temperature", "top_k", "top_p") if getattr(args, name, None) is not None]
-    single += [f"`{name}:`" for name in ("temperature", "top_k", "top_p") if name in run_options]
+    from specaudit.contracts.engines import REQUEST_FEATURES
+
+    single += [f"`{name}:`" for name in ("temperature", "top_k", "top_p", *REQUEST_FEATURES) if name in run_options]
     if single:
         raise InputError(f"--sampling sets the sampling; drop {', '.join(single)} (write it into a --sampling setting instead)")
     return parse_settings(values)
