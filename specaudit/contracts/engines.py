@@ -114,7 +114,8 @@ ENGINES: dict[str, EngineSpec] = {
             (SCREEN_ENGINE,),
             executor="specaudit.engines.screen.executor:ScreenExecutor",
             acceptance_rule="expected under rejection sampling along target-sampled paths (a_t = min(1, q/p) at each position)",
-            request_features=REQUEST_FEATURES,
+            request_features=tuple(f for f in REQUEST_FEATURES if f != "stop"),
+            refuses_because="its expected counts run along whole sampled paths; audit stop strings with --engines vanilla,speculative",
         ),
         EngineSpec(
             "endpoint",
