@@ -31,8 +31,9 @@ from specaudit.engines.decode import (
 )
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
+from specaudit.execution.faults import attempt
 from specaudit.execution.folder import RunFolder
-from specaudit.execution.plan import shard_of
+from specaudit.execution.plan import derive_seed, shard_of
 from specaudit.execution.preflight import check_prompt_lengths
 from specaudit.prompts import prompt_token_ids
 
@@ -95,7 +96,11 @@ class DecodeWorker:
             if not self.warm:  # once per actor, before its first timed decoding
                 warm_up(self.pair, self.cfg, encoded[prompt.id], self.verify, self.eos_ids)
                 self.warm = True
-            yield decode_item(self.pair, self.cfg, item, encoded[prompt.id], self.verify, self.eos_ids)
+            # an engine that raises on one item is that item's fault (execution.faults), written by the one writer
+            seed = derive_seed(self.cfg.seed, prompt.id, item.sample)
+            yield attempt(
+                item, lambda item=item: decode_item(self.pair, self.cfg, item, encoded[prompt.id], self.verify, self.eos_ids), seed
+            )
 
 
 def _actor_plan(cfg: RunConfig, resources: dict, workers: int | None) -> tuple[dict, str, int]:
