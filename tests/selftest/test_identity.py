@@ -2,6 +2,8 @@
 self-test mutant plugged into the speculative engine fails, at greedy and at t=1; an audit with
 `--draft target` carries the check into its snapshot and gate."""
 
+import importlib.util
+
 import pytest
 
 from specaudit.cli import main
@@ -31,9 +33,7 @@ def two_prompts(tiny_texts):
 
 
 def _row(pair, prompts, engine, spec, verify=None):
-    return identity_run(
-        engine, spec, prompts, target=str(pair.target_name), pair=pair, samples=2, max_new_tokens=16, verify=verify
-    )
+    return identity_run(engine, spec, prompts, target=str(pair.target_name), pair=pair, samples=2, max_new_tokens=16, verify=verify)
 
 
 @pytest.mark.parametrize("spec", [GREEDY, T1], ids=["greedy", "t=1"])
@@ -101,3 +101,47 @@ def test_a_run_with_another_draft_has_no_identity_check(audit_run):
 def test_bad_identity_flags_are_one_sentence_and_exit_2(flags, words, capsys):
     assert main(["selftest", *flags]) == 2
     assert words in capsys.readouterr().err
+
+
+def test_llama_cpp_and_llama_server_take_the_target_as_draft():
+    from specaudit.config import RunConfig
+    from specaudit.engines.llama_cpp.client import check_config, draft_gguf, gguf_file
+    from specaudit.engines.llama_server.settings import LlamaServerSettings, spec_type_for
+
+    cfg = RunConfig(engines=("llama-cpp",), draft="target")
+    check_config(cfg)  # accepted, no InputError
+    assert draft_gguf(cfg) == gguf_file("default")
+    assert draft_gguf(cfg.replace(draft="ngram")) is None
+    assert spec_type_for("target", LlamaServerSettings()) == "draft-simple"  # a draft model, the target's own file
+
+
+HAVE_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install specaudit[llama-cpp])")
+def test_llama_cpp_keeps_the_greedy_draft_at_the_rate_max_p_gives(two_prompts):
+    """llama.cpp's rule with q = p: every draft at greedy, max p_t of them at t=1 (the records' position_accept)."""
+    greedy = identity_run("llama-cpp", GREEDY, two_prompts, samples=2, max_new_tokens=16)
+    sampled = identity_run("llama-cpp", T1, two_prompts, samples=2, max_new_tokens=16)
+    assert greedy["rule"] == sampled["rule"] == "greedy match"
+    assert greedy["verdict"] == sampled["verdict"] == CheckStatus.PASS, (greedy["message"], sampled["message"])
+    assert greedy["expected"] == pytest.approx(1.0) and sampled["expected"] < 0.99
+
+
+@pytest.mark.slow
+def test_the_embedded_pair_keeps_every_draft_and_a_mutant_does_not(two_prompts):
+    """The embedded SmolLM2 target drafting for itself in the reference engine (float32)."""
+    from specaudit.models import load_pair
+
+    pair = load_pair("default", "target", device="cpu")
+    rows = {
+        (spec.temperature, verify): identity_run(
+            "speculative", spec, two_prompts, target="default", pair=pair, samples=2, max_new_tokens=16, verify=verify
+        )
+        for spec, verify in ((GREEDY, None), (T1, None), (T1, Q_FLOOR))
+    }
+    for key in ((0.0, None), (1.0, None)):
+        assert rows[key]["verdict"] == CheckStatus.PASS, rows[key]["message"]
+        assert rows[key]["judged"] >= 8
+    assert rows[(1.0, Q_FLOOR)]["verdict"] == CheckStatus.FAIL, rows[(1.0, Q_FLOOR)]["message"]
