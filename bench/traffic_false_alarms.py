@@ -31,7 +31,7 @@ import pandas as pd
 
 from specaudit.traffic._estimate import FIELDS, Sums, compare
 from specaudit.traffic._sequential import one_sided_p
-from specaudit.traffic._strata import half_octave, in_flight_at_arrival, sampling_bin
+from specaudit.traffic._strata import octave, in_flight_at_arrival, sampling_bin
 from specaudit.traffic.simulate import TrafficModel, simulate_arrays
 
 BASELINE = 1000
@@ -43,10 +43,10 @@ def strata_index(cols: dict) -> np.ndarray:
     load = in_flight_at_arrival(cols["arrival"], cols["latency"])
     bins = np.stack(
         [
-            half_octave(pd.Series(cols["prompt"])),
-            half_octave(pd.Series(cols["output"])),
+            octave(pd.Series(cols["prompt"])),
+            octave(pd.Series(cols["output"])),
             sampling_bin(pd.Series(cols["temperature"])),
-            half_octave(pd.Series(load + 1)),
+            octave(pd.Series(load + 1)),
         ],
         axis=1,
     )
@@ -99,6 +99,7 @@ def main() -> None:
     parser.add_argument("--looks", type=int, default=10_000)
     parser.add_argument("--per-look", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", help="comma list of scenario names to run (default all)")
     args = parser.parse_args()
     scenarios = {
         "null": (TrafficModel(), True),
@@ -108,13 +109,20 @@ def main() -> None:
     }
     print(f"{args.runs} runs x {args.looks} looks, {args.per_look} requests per look after {BASELINE} baseline requests, alpha {ALPHA}")
     for name, (model, adjust) in scenarios.items():
+        if args.only and not any(name.startswith(o.strip()) for o in args.only.split(",")):
+            continue
         if name == "change at mid-stream":
             # change_at is a fraction of all requests; put it at the middle look.
             total = BASELINE + args.looks * args.per_look
             model = TrafficModel(change_at=(BASELINE + args.looks * args.per_look / 2) / total, change_effect=0.8, change_groups=("fr",))
         rng = np.random.default_rng(args.seed)
         started = time.perf_counter()
-        first = np.array([run_once(model, args.looks, args.per_look, rng, adjust=adjust) for _ in range(args.runs)])
+        first = []
+        for run in range(args.runs):
+            first.append(run_once(model, args.looks, args.per_look, rng, adjust=adjust))
+            if (run + 1) % 10 == 0:
+                print(f"  {name}: {run + 1} runs, {sum(f > 0 for f in first)} with an alert", flush=True)
+        first = np.array(first)
         alarms = int((first > 0).sum())
         line = f"{name:<22} runs with an alert: {alarms}/{args.runs} = {alarms / args.runs:.3f} (95% upper {wilson_high(alarms, args.runs):.3f})"
         if name == "change at mid-stream" and alarms:

@@ -67,6 +67,18 @@ def add_traffic(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--alert-file", help="append alerts as JSON lines to this file")
     check.add_argument("--metrics-file", help="write Prometheus textfile-collector gauges per group here")
     check.set_defaults(func=cmd_traffic_check)
+    fallback = actions.add_parser(
+        "fallback", help="the 'below X% acceptance, decode plainly' rule evaluated per group on the stored traffic"
+    )
+    fallback.add_argument("--store", required=True, help=STORE_HELP)
+    fallback.add_argument("--group-by", default="language", help="'language' (default) or 'label:NAME'")
+    fallback.add_argument("--threshold", type=finite_float, default=0.5, help="route requests below this acceptance (default 0.5)")
+    fallback.add_argument("--k", type=int, default=4, help="draft tokens per step of the server (default 4)")
+    fallback.add_argument(
+        "--c", type=finite_float, default=0.1, help="a draft pass's cost in target steps (default 0.1; `specaudit analyze` measures it)"
+    )
+    fallback.add_argument("--v", type=finite_float, default=1.0, help="a verification step's cost in target steps (default 1.0)")
+    fallback.set_defaults(func=cmd_traffic_fallback)
 
 
 def add_proxy(sub: argparse._SubParsersAction) -> None:
@@ -129,6 +141,16 @@ def cmd_traffic_check(args: argparse.Namespace) -> int:
     write_outputs(result, alert_file=args.alert_file, metrics_file=args.metrics_file, store_url=url)
     print(summaries_json(result) if args.format == "json" else render_text(result, verbose=args.verbose))
     return 1 if result.alerts else 0
+
+
+def cmd_traffic_fallback(args: argparse.Namespace) -> int:
+    from specaudit.traffic import open_traffic_store
+    from specaudit.traffic._fallback import evaluate_fallback, render_fallback
+
+    with open_traffic_store(args.store, create=False) as store:
+        rows = evaluate_fallback(store, group_by=args.group_by, threshold=args.threshold, k=args.k, c=args.c, v=args.v)
+    print(render_fallback(rows, args.threshold))
+    return 0
 
 
 def cmd_proxy(args: argparse.Namespace) -> int:

@@ -86,7 +86,9 @@ def group_sums(frame: pd.DataFrame, metric: str, periods: tuple[int, ...], strat
     frame = frame.assign(_all=0)
     strata = tuple(strata) or ("_all",)
     rows = frame[frame["period"].isin(periods)]
-    keys = pd.MultiIndex.from_frame(frame[list(strata)].drop_duplicates())
+    distinct = frame[list(strata)].drop_duplicates()
+    # pivot_table gives plain columns for one stratum column, a MultiIndex for several.
+    keys = pd.Index(distinct[strata[0]]) if len(strata) == 1 else pd.MultiIndex.from_frame(distinct)
     groups = sorted(frame["grp"].astype(str).unique())
     arrays = {}
     for field in FIELDS:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MIN_REQUESTS = 2  # a stratum needs two requests on each side for a variance
+MIN_REQUESTS = 10  # a stratum is compared once each side has this many requests there: fewer make its variance too noisy for a normal bound
 
 
 @dataclass(frozen=True)

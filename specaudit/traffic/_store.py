@@ -182,7 +182,7 @@ class TrafficStore:
         import pandas as pd
 
         grp = group.column(self.kind).label("grp")
-        period = (REQUESTS.c.time >= baseline_until).cast(Integer) if baseline_until is not None else text("1")
+        period = (REQUESTS.c.time >= baseline_until).cast(Integer) if baseline_until is not None else literal_column("1")
         sums = [func.count().label("n")]
         for metric, (x_name, y_name) in METRIC_COLUMNS.items():
             x, y = REQUESTS.c[x_name], REQUESTS.c[y_name]

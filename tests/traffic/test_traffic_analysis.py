@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 
 from specaudit.cli import main
 from specaudit.traffic import evaluate, ingest, open_traffic_store
@@ -82,7 +83,7 @@ def test_false_alarms_over_many_looks_stay_below_alpha(alpha):
     p = one_sided_p(d, se, 0.0, below=True, tau=0.1)
     false_alarm = (p.min(axis=1) <= alpha).mean()
     # A fixed-sample test looked at 2,000 times would alarm in most runs; the bound holds over all looks.
-    naive = (d / se < -1.6449).any(axis=1).mean()
+    naive = (d / se < norm.ppf(alpha)).any(axis=1).mean()
     assert false_alarm <= alpha and naive > 3 * alpha
 
 
@@ -93,3 +94,32 @@ def test_power_a_shift_is_detected_and_the_sequence_covers():
     assert (p.min(axis=1) <= 0.05).mean() > 0.95
     half = radius(se, 0.05, tau=0.1)
     assert ((d - half <= -0.15) & (-0.15 <= d + half)).all(axis=1).mean() >= 0.95
+
+
+def test_fallback_rule_routes_the_low_acceptance_requests_and_prices_them(tmp_path, capsys):
+    import json
+
+    def line(i, tenant, proposed, accepted, output):
+        return {
+            "time": f"2026-01-01T00:00:{i:02d}Z",
+            "request": {"prompt": "x"},
+            "response": {
+                "usage": {"prompt_tokens": 5, "completion_tokens": output},
+                "timings": {"draft_n": proposed, "draft_n_accepted": accepted},
+            },
+            "latency_s": 1.0,
+            "labels": {"tenant": tenant},
+        }
+
+    # k = 4, c = 0, v = 1: a request costs proposed / 4 steps speculatively, `output` plainly.
+    lines = [line(0, "a", 40, 4, 14), line(1, "a", 40, 36, 46), line(2, "b", 40, 32, 42), line(3, "b", 40, 30, 40)]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    db = str(tmp_path / "t.db")
+    assert main(["traffic", "ingest", str(tmp_path / "log.jsonl"), "--store", db]) == 0
+    assert main(["traffic", "fallback", "--store", db, "--group-by", "label:tenant", "--c", "0", "--v", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    a = next(x for x in out if x.strip().startswith("a "))
+    b = next(x for x in out if x.strip().startswith("b "))
+    # a's first request (acceptance 0.1) is routed: 10 speculative steps vs 14 plain: -4 steps, -4/20 of a's time.
+    assert "50.0%" in a and "-4.00" in a and "-20.0%" in a
+    assert "0.0%" in b

@@ -1,0 +1,120 @@
+"""`specaudit proxy` in front of the reference server, and the logs it made (tests/traffic/data, by
+bench/traffic_make_log.py) read by `traffic ingest` and judged by `traffic check`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specaudit.cli import main
+from specaudit.traffic.proxy import RunningProxy, merge_stream
+
+DATA = Path(__file__).parent / "data"
+CHECK = ["--group-by", "label:tenant", "--adjust", "none", "--baseline-requests", "40"]
+
+
+@pytest.mark.parametrize("after, expected", [("after_same.jsonl", 0), ("after_swapped.jsonl", 1)])
+def test_shipped_proxy_logs_alert_on_the_swapped_draft_only(tmp_path, capsys, after, expected):
+    store = str(tmp_path / "t.db")
+    assert main(["traffic", "ingest", str(DATA / "base.jsonl"), str(DATA / after), "--store", store]) == 0
+    assert main(["traffic", "report", "--store", store, "--group-by", "label:tenant"]) == 0
+    report = capsys.readouterr().out
+    assert "80 requests" in report and "acceptance" in report
+    assert main(["traffic", "check", "--store", store, *CHECK]) == expected
+    out = capsys.readouterr().out
+    assert ("ALERT drift: a: latency per token" in out) == bool(expected)
+
+
+def test_merge_stream_joins_text_and_keeps_the_last_fields():
+    events = [
+        {"id": "x", "choices": [{"index": 0, "text": "Hel"}]},
+        {"id": "x", "choices": [{"index": 0, "text": "lo", "finish_reason": "stop"}]},
+        {"id": "x", "choices": [], "usage": {"completion_tokens": 2}, "metrics": {"speculative_decoding": {"num_draft_tokens": 4}}},
+    ]
+    merged = merge_stream(events)
+    assert merged["choices"] == [{"index": 0, "text": "Hello", "finish_reason": "stop"}]
+    assert merged["usage"] == {"completion_tokens": 2} and merged["metrics"]["speculative_decoding"]["num_draft_tokens"] == 4
+    chat = merge_stream([{"choices": [{"index": 0, "delta": {"content": "Hi"}}]}, {"choices": [{"index": 0, "delta": {"content": "!"}}]}])
+    assert chat["choices"][0]["text"] == "Hi!"
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_pair_dir):
+    from specaudit.models import load_pair
+    from specaudit.testing.server import ReferenceServer
+
+    target, draft = tiny_pair_dir
+    with ReferenceServer(load_pair(str(target), str(draft), device="cpu"), speculative=True) as server:
+        yield f"http://127.0.0.1:{server.port}"
+
+
+@pytest.mark.slow
+def test_proxy_forwards_unchanged_logs_each_request_and_reports_upstream_errors(reference, tmp_path):
+    body = {"model": "target", "prompt": "Hello there", "max_tokens": 6, "temperature": 0.0}
+    direct = httpx.post(f"{reference}/v1/completions", json=body, timeout=60).json()
+    with RunningProxy(reference, tmp_path / "logs") as proxy:
+        via = httpx.post(f"{proxy.url}/v1/completions", json=body, headers={"X-Specaudit-Labels": "tenant=t1"}, timeout=60)
+        streamed = httpx.post(f"{proxy.url}/v1/completions", json={**body, "stream": True}, timeout=60)
+        missing = httpx.post(f"{proxy.url}/v1/nothing", json=body, timeout=60)
+    assert via.status_code == 200 and via.json()["choices"][0]["text"] == direct["choices"][0]["text"]  # greedy: same text
+    events = [json.loads(x[5:]) for x in streamed.text.splitlines() if x.startswith("data:") and x.strip() != "data: [DONE]"]
+    assert all(e.get("choices") for e in events)  # the usage chunk the proxy asked for is not passed on
+    assert missing.status_code == 404
+    lines = [json.loads(x) for f in sorted((tmp_path / "logs").glob("*.jsonl")) for x in f.read_text().splitlines()]
+    assert [x["status"] for x in lines] == [200, 200, 404]
+    assert lines[0]["labels"] == {"tenant": "t1"} and lines[0]["response"]["metrics"]["speculative_decoding"]["num_draft_tokens"] > 0
+    assert lines[1]["response"]["usage"]["completion_tokens"] > 0 and lines[1]["ttft_s"] <= lines[1]["latency_s"]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        free = sock.getsockname()[1]
+    with RunningProxy(f"http://127.0.0.1:{free}", tmp_path / "down") as proxy:
+        down = httpx.post(f"{proxy.url}/v1/completions", json=body, timeout=60)
+    assert down.status_code == 502 and "upstream" in down.json()["error"]["message"]
+    (line,) = [json.loads(x) for f in (tmp_path / "down").glob("*.jsonl") for x in f.read_text().splitlines()]
+    assert line["status"] == 502
+
+
+@pytest.mark.slow
+def test_sigterm_loses_no_request_in_flight(reference, tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "specaudit.cli",
+        "proxy",
+        "--upstream",
+        reference,
+        "--log",
+        str(tmp_path / "logs"),
+        "--listen",
+        f"127.0.0.1:{port}",
+    ]
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "specaudit proxy:" in proc.stderr.readline()
+        body = {"model": "target", "prompt": "Count", "max_tokens": 24, "temperature": 1.0}
+        with ThreadPoolExecutor(6) as pool:
+            futures = [pool.submit(httpx.post, f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120) for _ in range(6)]
+            time.sleep(0.5)  # requests in flight
+            proc.send_signal(signal.SIGTERM)
+            answered = sum(1 for f in futures if f.exception() is None and f.result().status_code == 200)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # Requests accepted before the signal finish and are answered; every answered one is in the log.
+    lines = [x for f in (tmp_path / "logs").glob("*.jsonl") for x in f.read_text().splitlines()]
+    assert answered >= 1 and len(lines) == answered
