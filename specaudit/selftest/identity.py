@@ -141,8 +141,14 @@ def identity_selftest(
 ) -> pd.DataFrame:
     """Every engine at every setting (and, for the speculative engine, every verify function):
     one row each. A local engine's models are loaded once."""
+    import torch
+
     from specaudit.models import load_pair
 
+    # One thread, as a run's own loading gives it (engines.decode.load_pair_for): batch-1 decoding
+    # of small models gains nothing from a second, and threads that wait on each other under any
+    # other load slowed the embedded pair's records here about tenfold.
+    torch.set_num_threads(1)
     pair = None
     rows = []
     for engine in check_engine_names(engines):
