@@ -147,7 +147,7 @@ def identity_selftest(
 
     # One thread, as a run's own loading gives it (engines.decode.load_pair_for): batch-1 decoding
     # of small models gains nothing from a second, and threads that wait on each other under any
-    # other load slowed the embedded pair's records here about tenfold.
+    # other load slowed the embedded pair here ninefold (150-270 s per 32-token record, 16-20 s on one).
     torch.set_num_threads(1)
     pair = None
     rows = []
