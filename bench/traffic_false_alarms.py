@@ -31,7 +31,7 @@ import pandas as pd
 
 from specaudit.traffic._estimate import FIELDS, Sums, compare
 from specaudit.traffic._sequential import one_sided_p
-from specaudit.traffic._strata import octave, in_flight_at_arrival, sampling_bin
+from specaudit.traffic._strata import in_flight_at_arrival, octave, sampling_bin
 from specaudit.traffic.simulate import TrafficModel, simulate_arrays
 
 BASELINE = 1000

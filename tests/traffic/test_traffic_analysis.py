@@ -12,7 +12,7 @@ from specaudit.traffic._sequential import holm, one_sided_p, radius
 from specaudit.traffic.simulate import TrafficModel, simulate, write_log
 
 
-def store_of(tmp_path, model, n=6000, seed=0):
+def store_of(tmp_path, model, n=4000, seed=0):
     log = write_log(tmp_path / "sim.jsonl", simulate(model, n, seed=seed))
     store = open_traffic_store(tmp_path / "t.db")
     ingest(store, [str(log)])
@@ -43,19 +43,19 @@ def test_a_real_group_effect_is_flagged_beside_the_confound(tmp_path):
 
 def test_drift_after_a_planted_change_and_not_without(tmp_path):
     with store_of(tmp_path, TrafficModel(change_at=0.5, change_effect=0.7, change_groups=("fr",))) as store:
-        changed = evaluate(store, baseline_requests=3000)
+        changed = evaluate(store, baseline_requests=2000)
     assert by(changed, "drift", "fr").alert
     assert [c.group for c in changed.alerts if c.metric == "acceptance"] == ["fr"]
     (tmp_path / "t.db").unlink()
     with store_of(tmp_path, TrafficModel(), seed=1) as store:
-        steady = evaluate(store, baseline_requests=3000)
+        steady = evaluate(store, baseline_requests=2000)
     assert not steady.alerts
 
 
 def test_check_cli_exit_codes_alert_file_and_prometheus(tmp_path):
-    store_of(tmp_path, TrafficModel(change_at=0.5, change_effect=0.7), n=4000).__exit__()
+    store_of(tmp_path, TrafficModel(change_at=0.5, change_effect=0.7), n=3000).__exit__()
     alerts, prom = tmp_path / "alerts.jsonl", tmp_path / "traffic.prom"
-    args = ["traffic", "check", "--store", str(tmp_path / "t.db"), "--baseline-requests", "2000"]
+    args = ["traffic", "check", "--store", str(tmp_path / "t.db"), "--baseline-requests", "1500"]
     assert main([*args, "--alert-file", str(alerts), "--metrics-file", str(prom)]) == 1
     assert '"kind": "drift"' in alerts.read_text()
     assert 'specaudit_traffic_alert{kind="drift",group_by="language",group="en",metric="acceptance"} 1' in prom.read_text()
