@@ -4,13 +4,14 @@ bench/traffic_make_log.py) read by `traffic ingest` and judged by `traffic check
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -84,37 +85,56 @@ def test_proxy_forwards_unchanged_logs_each_request_and_reports_upstream_errors(
     assert line["status"] == 502
 
 
+class _SlowUpstream(BaseHTTPRequestHandler):
+    """An OpenAI-shaped server that holds each answer until the test releases it."""
+
+    arrived = 0
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def log_message(self, *args):
+        return
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        with self.lock:
+            type(self).arrived += 1
+        self.release.wait(60)
+        body = json.dumps({"choices": [{"index": 0, "text": "ok"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 @pytest.mark.slow
-def test_sigterm_loses_no_request_in_flight(reference, tmp_path):
+def test_sigterm_loses_no_request_in_flight(tmp_path):
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _SlowUpstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "specaudit.cli",
-        "proxy",
-        "--upstream",
-        reference,
-        "--log",
-        str(tmp_path / "logs"),
-        "--listen",
-        f"127.0.0.1:{port}",
-    ]
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    cmd = [sys.executable, "-m", "specaudit.cli", "proxy", "--upstream", f"http://127.0.0.1:{upstream.server_address[1]}"]
+    proc = subprocess.Popen([*cmd, "--log", str(tmp_path / "logs"), "--listen", f"127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
     try:
         assert "specaudit proxy:" in proc.stderr.readline()
-        body = {"model": "target", "prompt": "Count", "max_tokens": 24, "temperature": 1.0}
         with ThreadPoolExecutor(6) as pool:
-            futures = [pool.submit(httpx.post, f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120) for _ in range(6)]
-            time.sleep(0.5)  # requests in flight
+            post = lambda i: httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": f"p{i}"}, timeout=120)
+            futures = [pool.submit(post, i) for i in range(6)]
+            deadline = time.monotonic() + 60
+            while _SlowUpstream.arrived < 6 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _SlowUpstream.arrived == 6  # all six are in flight in the proxy
             proc.send_signal(signal.SIGTERM)
-            answered = sum(1 for f in futures if f.exception() is None and f.result().status_code == 200)
-        assert proc.wait(timeout=120) == 0
+            time.sleep(0.5)
+            _SlowUpstream.release.set()
+            statuses = [f.result().status_code for f in futures]
+        assert proc.wait(timeout=60) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
-    # Requests accepted before the signal finish and are answered; every answered one is in the log.
-    lines = [x for f in (tmp_path / "logs").glob("*.jsonl") for x in f.read_text().splitlines()]
-    assert answered >= 1 and len(lines) == answered
+        upstream.shutdown()
+    assert statuses == [200] * 6
+    lines = [json.loads(x) for f in (tmp_path / "logs").glob("*.jsonl") for x in f.read_text().splitlines()]
+    assert sorted(x["request"]["prompt"] for x in lines) == [f"p{i}" for i in range(6)]
