@@ -252,9 +252,7 @@ class RunFolder:
 
     # -- records.jsonl
     @contextlib.contextmanager
-    def writer(
-        self, label: str = "decoding", unit: str = "gen", progress: bool = True
-    ) -> Iterator[Callable[[Record | FailedItem], None]]:
+    def writer(self, label: str = "decoding", unit: str = "gen", progress: bool = True) -> Iterator[Callable[[Record | FailedItem], None]]:
         """`emit(record)`: append one record (flushed) and advance the progress bar. A key already
         in the file is never written twice (a re-run shard may decode an item again). A FailedItem
         (execution.faults) is appended to faults.jsonl instead; the item stays unrecorded, and the
