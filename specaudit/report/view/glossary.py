@@ -103,8 +103,9 @@ def glossary_for(text: str) -> list[tuple[str, str]]:
     """(term, meaning) of every glossary term the text uses (its name, or for a name with a
     bracket, the part before it), in glossary order; α and β̄ always, as they are easily confused."""
     rows = []
+    spelled = {"pit_bound": "distortion of the PIT"}  # how the text words it
     for key, name, meaning in glossary_rows():
-        short = name.split(" (")[0].split(" / ")[0]
+        short = spelled.get(key) or name.split(" (")[0].split(" / ")[0]
         if key in ("alpha", "beta_bar") or short in text:
             rows.append((name, meaning))
     return rows
