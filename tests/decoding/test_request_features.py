@@ -162,3 +162,14 @@ def test_the_output_ends_at_the_first_stop_and_its_text_before_it():
     assert cut_at_stop([0, 1, 2, 3, 4], decode, ["END", "ere"]) == (4, "Hello ")
     assert cut_at_stop([0, 1], decode, ["END"]) is None
     assert cut_at_stop([0, 1, 2, 3, 4], decode, []) is None
+
+
+def test_a_generation_cut_at_a_stop_keeps_nothing_after_it():
+    from specaudit.decoding import Generation
+    from specaudit.decoding.stops import apply_stops
+
+    pieces = ["a", "b", "STO", "P", "c", "d"]
+    decode = lambda ids: "".join(pieces[i] for i in ids)  # noqa: E731
+    generation = Generation(tokens=[0, 1, 2, 3, 4, 5], finish_reason="length", wall_s=0.0, ttft_s=0.0, steps=2, step_pit=[[0.1, 0.2]] * 6)
+    text = apply_stops(generation, decode(generation.tokens), decode, ["STOP"])
+    assert (generation.tokens, text, generation.finish_reason, len(generation.step_pit)) == ([0, 1, 2, 3], "ab", "stop", 4)
