@@ -36,6 +36,7 @@ FAULTS = (
     "bad_gzip",  # Content-Encoding: gzip on a body that is not gzip
     "drip",  # the answer one byte at a time, slower than any sane timeout
     "drip_headers",  # the status line and headers one byte at a time
+    "http_503",  # HTTP 503 with an error body, as an overloaded or crashed server answers
 )
 
 
@@ -155,6 +156,9 @@ class _Handler(BaseHTTPRequestHandler):
         fault = app.next_fault()
         if fault == "redirect_loop":
             self._send(307, b"", {"Location": self.path})
+            return
+        if fault == "http_503":
+            self._send(503, json.dumps({"error": {"message": "CUDA out of memory (planted)", "type": "internal_error"}}).encode())
             return
         if fault == "drip_headers":
             self._drip(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"s" * DRIP_LIMIT)

@@ -151,6 +151,21 @@ def test_out_of_vocabulary_on_both_urls_fails_the_control_not_the_program(tmp_pa
     )
 
 
+def test_servers_answering_503_in_a_row_stop_the_run_with_one_sentence_and_resume(tmp_path, capsys):
+    """Issue 42: 5xx answers are faults, not bad input; 5 in a row (both servers down) stop the run
+    with one sentence, exit 2, every fault on file; the servers back, the same command finishes."""
+    with HostileServer(fault="http_503", after=1) as speculative, HostileServer(fault="http_503", after=1) as vanilla:
+        code, error = _run(tmp_path, capsys, speculative, vanilla, stream=False)
+        assert code == 2 and error.startswith("specaudit: error: the ") and "failed on 5 plan items in a row" in error, error
+        assert "HTTP 503" in error and "CUDA out of memory (planted)" in error and "faults.jsonl" in error
+        assert len(read_records(tmp_path / "out" / "records.jsonl")) == 2  # the first request of each server
+        assert len((tmp_path / "out" / "faults.jsonl").read_text().splitlines()) == 5
+        speculative.fault = vanilla.fault = None
+        code, error = _run(tmp_path, capsys, speculative, vanilla, stream=False)
+        assert code == 0, error
+    assert len(read_records(tmp_path / "out" / "records.jsonl")) == 2 * N_PROMPTS
+
+
 def test_two_correct_hostile_servers_pass(tmp_path, capsys):
     """The control of the case above: the same servers without the fault pass the gate's equivalence checks."""
     with HostileServer() as speculative, HostileServer() as vanilla:
