@@ -41,7 +41,12 @@ FULL_MASS_TOLERANCE = 1e-5
 
 
 def _identity(spec: SamplingSpec) -> bool:
-    return spec.temperature == 1.0 and spec.top_k == 0 and spec.top_p == 1.0
+    return spec.temperature == 1.0 and spec.top_k == 0 and spec.top_p == 1.0 and not _reshaping_features(spec)
+
+
+def _reshaping_features(spec: SamplingSpec) -> list[str]:
+    """Request features that change the distribution at a position (stop strings only cut the output)."""
+    return [name for name in spec.features if name != "stop"]
 
 
 def _convertible(record: Any) -> bool:
@@ -57,6 +62,8 @@ def _convertible(record: Any) -> bool:
     spec = _spec_of(record)
     if _identity(spec):
         return True
+    if _reshaping_features(spec):  # penalties, min-p, a bias: raw top-N logprobs cannot be processed into them
+        return False
     return spec.top_k >= 1 and all(len(entry["top"]) >= spec.top_k for entry in logprobs)
 
 
