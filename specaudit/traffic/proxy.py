@@ -137,6 +137,8 @@ def merge_stream(events: list[dict]) -> dict:
 class _Proxy(ThreadingHTTPServer):
     daemon_threads = False  # server_close() waits for requests in flight: their lines are written
     block_on_close = True
+    # socketserver's default backlog is 5: a burst of 16 connections had some reset (the overhead bench).
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], upstream: str, writer: LogWriter, timeout: float) -> None:
         super().__init__(address, _Handler)
