@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--service-ms", type=float, default=20.0)
     args = parser.parse_args()
     SERVICE_S = args.service_ms / 1000
+    ThreadingHTTPServer.request_queue_size = 1024  # the upstream too: a burst of 64 connections must not be reset
     upstream = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     upstream.daemon_threads = True
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
