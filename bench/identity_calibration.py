@@ -32,6 +32,9 @@ from specaudit.stats.identity import GREEDY_MATCH, REJECTION_SAMPLING, identity_
 
 
 def numerics(target: str, folder: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)  # as a run's own loading does (engines.decode.load_pair_for)
     if target == "tiny":
         target = str(save_tiny_pair(folder)[0])
     pair = load_pair(target, "target", device="cpu")
@@ -85,7 +88,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2000)
     parser.add_argument("--skip-engine", action="store_true")
     args = parser.parse_args()
-    calibration(args.seeds)
+    if args.seeds:
+        calibration(args.seeds)
     if not args.skip_engine:
         with tempfile.TemporaryDirectory() as folder:
             numerics(args.target, folder)
