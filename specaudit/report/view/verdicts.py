@@ -88,7 +88,16 @@ def decide(
     if engines and key != "insufficient" and not violations:
         no_proof = [name for name, status in engines if status == EquivalenceStatus.NO_VIOLATION_FOUND]
         if no_proof:
-            reasons.append(f"Correctness: no test found a violation for {', '.join(no_proof)}, but equivalence within δ is not shown.")
+            shown = [
+                f"no distortion of {name}'s PIT above {bound['upper']:.3f}, shown at {bound['level'] * 100:.0f}%"
+                for name in no_proof
+                for bound in [mapping(get(snapshot, "equivalence", "engines", name, "pit_bound"))]
+                if finite(bound.get("upper")) and bound["upper"] < 1 and finite(bound.get("level"))
+            ]
+            reasons.append(
+                f"Correctness: no test found a violation for {', '.join(no_proof)}, but equivalence within δ is not shown"
+                + (f"; {'; '.join(shown)}." if shown else ".")
+            )
     if engines and any(status != EquivalenceStatus.NOT_RUN for _, status in engines):
         from specaudit.report.view.sampling import sampling_view
 
