@@ -68,6 +68,12 @@ def tiny_prompts():
 
 
 @pytest.fixture(scope="session")
+def prompt_set_factory():
+    """make_prompt_set for tests in folders with a conftest of their own (`from conftest import` finds theirs)."""
+    return make_prompt_set
+
+
+@pytest.fixture(scope="session")
 def tiny_prompts_file(tmp_path_factory) -> Path:
     import json
 

@@ -26,10 +26,8 @@ def identity_pair(tiny_pair_dir):
 
 
 @pytest.fixture(scope="module")
-def two_prompts(tiny_texts):
-    from conftest import make_prompt_set
-
-    return make_prompt_set({pid: tiny_texts[pid] for pid in ("p1", "p2")})
+def two_prompts(tiny_texts, prompt_set_factory):
+    return prompt_set_factory({pid: tiny_texts[pid] for pid in ("p1", "p2")})
 
 
 def _row(pair, prompts, engine, spec, verify=None):
