@@ -15,16 +15,8 @@ from typing import Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
-from specaudit.gate.results import GateCheck, mapping
+from specaudit.gate.results import BLOCKING, DECISIONS, GateCheck, mapping
 from specaudit.gate.thresholds import finite
-
-DECISIONS = {
-    "enable": "Enable",
-    "conditions": "Enable with conditions",
-    "do_not": "Do not enable",
-    "insufficient": "Insufficient evidence",
-}
-BLOCKING = ("do_not", "insufficient")  # the decisions `--fail-on decision` exits 1 on
 
 
 @dataclass(frozen=True)

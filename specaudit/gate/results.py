@@ -9,6 +9,15 @@ from typing import Any
 from specaudit.contracts import CheckStatus, worst
 from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds, finite
 
+# The report's decisions (the rule is gate.decision's); here so a result can name its own.
+DECISIONS = {
+    "enable": "Enable",
+    "conditions": "Enable with conditions",
+    "do_not": "Do not enable",
+    "insufficient": "Insufficient evidence",
+}
+BLOCKING = ("do_not", "insufficient")  # the decisions `--fail-on decision` exits 1 on
+
 
 # ============================================================================ results
 @dataclass(frozen=True)
@@ -29,13 +38,11 @@ class GateCheck:
 class GateResult:
     checks: tuple[GateCheck, ...]
     thresholds: GateThresholds
-    decision: str | None = None  # the report's decision (gate.decision.DECISIONS key)
+    decision: str | None = None  # the report's decision (a DECISIONS key)
 
     @property
     def disagreement(self) -> str | None:
         """One sentence where the decision blocks enabling but the exit code is 0, naming the fix."""
-        from specaudit.gate.decision import BLOCKING, DECISIONS
-
         if self.decision not in BLOCKING or self.exit_code != 0:
             return None
         return (
