@@ -29,7 +29,7 @@ DRAFT = {"INFERENCE_NUM_THREADS": THREADS, "INFERENCE_PRECISION_HINT": "f32", "K
 TARGET = {"INFERENCE_NUM_THREADS": THREADS}  # the CPU defaults
 QUESTIONS = ["Write a poem about the sea.", "Explain recursion to a child.", "List three fruits.", "What is the capital of France?"]
 SETTINGS = ((1.0, 1.0), (0.7, 0.9))  # (temperature, top_p)
-SEEDS = range(1, 4)
+SEEDS = range(1, 3)
 
 
 def warped(logits: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
@@ -70,15 +70,20 @@ def main() -> None:
         "draft": core.compile_model(str(folder / "openvino_model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"}),
     }
     for temperature, top_p in SETTINGS:
-        drafted = kept = 0
+        drafted = kept = faults = 0
         expected: list[float] = []
         for seed in SEEDS:
-            pipe = genai.LLMPipeline(str(folder), "CPU", draft_model=genai.draft_model(str(folder), "CPU", **DRAFT), **TARGET)
             for prompt in ids.values():
+                # a fresh pipeline per request: after a fault (bench/openvino_repro_sampled_fault.py) one stops drafting
+                pipe = genai.LLMPipeline(str(folder), "CPU", draft_model=genai.draft_model(str(folder), "CPU", **DRAFT), **TARGET)
                 cfg = genai.GenerationConfig()
                 cfg.max_new_tokens, cfg.num_assistant_tokens = 32, 4
                 cfg.do_sample, cfg.temperature, cfg.top_p, cfg.rng_seed = True, temperature, top_p, seed
-                result = pipe.generate(inputs(prompt), cfg)
+                try:
+                    result = pipe.generate(inputs(prompt), cfg)
+                except RuntimeError:
+                    faults += 1
+                    continue
                 metrics = result.extended_perf_metrics
                 drafted += metrics.get_num_draft_tokens()
                 kept += metrics.get_num_accepted_tokens()
@@ -89,7 +94,7 @@ def main() -> None:
         print(
             f"T={temperature}, top_p={top_p}: engine kept {kept} of {drafted} drafts ({kept / max(drafted, 1):.3f}); "
             f"rejection sampling keeps sum min(p, q) = {np.mean(expected):.3f} on average along the same tokens "
-            f"(min {np.min(expected):.3f}, {len(expected)} positions)"
+            f"(min {np.min(expected):.3f}, {len(expected)} positions); {faults} of {len(SEEDS) * len(ids)} requests raised"
         )
     print("expected: the engine's acceptance close to sum min(p, q) (a few hundred drafts: within about +-0.05)")
 
