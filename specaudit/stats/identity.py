@@ -16,7 +16,7 @@ Given the tested positions, the rejections R = tested − accepted are a sum of 
 a Poisson-binomial law, computed exactly here (`_poisson_binomial_pmf`). Which positions are
 tested and their a_t depend on earlier draws, so the law is exact given them and the sum
 Σ (kept_t − a_t) is a martingale; `bench/identity_calibration.py` measures the false-alarm rate
-(docs/selftest.md, "The identity draft").
+(docs/identity.md).
 
 Numerics: the draft's distribution is computed one token a call and the verifier's in a batch of
 k + 1, so q and p differ by float rounding and a correct rejection sampler rejects now and then
@@ -41,9 +41,9 @@ from specaudit.stats._results import ConfidenceInterval
 REJECTION_SAMPLING = "rejection sampling"
 GREEDY_MATCH = "greedy match"
 # Extra rejection chance per tested position allowed for float rounding between the draft's and
-# the verifier's call shapes. Measured with the reference engine in float32 (docs/selftest.md):
-# mean 1 − min(1, p/q) over drafted tokens of 2e-7 (tiny pair) and 4e-6 (embedded pair, t=1),
-# largest single position 1e-3; ε = 1e-3 is 250 times the embedded pair's mean.
+# the verifier's call shapes. Measured with the reference engine in float32 (docs/identity.md):
+# mean 1 − min(1, p/q) over drafted tokens of 2.8e-7 (tiny pair) and 1.9e-6 (embedded pair, t=1),
+# largest single position 3e-5; ε = 1e-3 is about 500 times the larger mean, 33 times the largest.
 DEFAULT_TOLERANCE = 1e-3
 # Above this many uncertain positions the exact law is replaced by its normal approximation
 # (the exact convolution costs n² operations).
