@@ -187,11 +187,12 @@ def setting_slug(spec: SamplingSpec) -> str:
 
 
 def _warps(spec: SamplingSpec) -> bool:
-    return spec.greedy or spec.temperature != 1.0 or _truncates(spec)
+    # penalties and a logit bias also make the processed distribution differ from the raw one
+    return spec.greedy or spec.temperature != 1.0 or _truncates(spec) or spec.penalised or bool(spec.logit_bias)
 
 
 def _truncates(spec: SamplingSpec) -> bool:
-    return not spec.greedy and (spec.top_k > 0 or spec.top_p < 1.0)
+    return not spec.greedy and (spec.top_k > 0 or spec.top_p < 1.0 or spec.min_p > 0.0)
 
 
 @dataclass(frozen=True)
