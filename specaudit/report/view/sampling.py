@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 def snapshot_setting(snapshot: Mapping[str, Any]) -> SamplingSpec | None:
     """The SamplingSpec of the snapshot's run, or None where its config does not say (an old or hand-made snapshot)."""
+    from specaudit.contracts.engines import REQUEST_FEATURES
     from specaudit.decoding import SamplingSpec
 
     config = get(snapshot, "run", "config", default={})
@@ -23,12 +24,15 @@ def snapshot_setting(snapshot: Mapping[str, Any]) -> SamplingSpec | None:
     if not finite(temperature):
         return None
     try:
-        return SamplingSpec(
+        base = SamplingSpec(
             temperature=float(temperature),
             top_k=int(top_k) if finite(top_k) else 0,
             top_p=float(top_p) if finite(top_p) else 1.0,
         )
-    except InputError:
+        # the request features the run set, so the banner names the whole setting (older configs have none)
+        features = {name: config[name] for name in REQUEST_FEATURES if config.get(name) not in (None, {}, [])}
+        return SamplingSpec.from_dict({**base.to_dict(), **features}) if features else base
+    except (InputError, TypeError, ValueError):
         return None
 
 
