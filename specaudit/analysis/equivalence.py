@@ -80,7 +80,9 @@ def equivalence_section(
         if not any(r["output_token_ids"] for r in scored) and not server_scored(outputs):
             # every output was proven broken (judge_server_violations fails each engine): nothing is left to score
             broken = {r["engine"] for r in outputs if r.get("server_violations") or r.get("verify_violations")}
-            entries = {engine: EngineEquivalence(verdict=CheckStatus.FAIL if engine in broken else EquivalenceStatus.NOT_RUN) for engine in engines}
+            entries = {
+                engine: EngineEquivalence(verdict=CheckStatus.FAIL if engine in broken else EquivalenceStatus.NOT_RUN) for engine in engines
+            }
         elif server_scored(outputs):  # an endpoint run: the server's own logprobs, no local model
             from specaudit.stats.logprob_scores import scores_from_logprobs
 
@@ -242,7 +244,9 @@ def _gross(control: EngineEquivalence, control_alpha: float) -> bool:
 def judge_control(control: EngineEquivalence, control_alpha: float) -> EngineEquivalence:
     """The vanilla control judged at control_alpha (alpha x CONTROL_ALPHA_FACTOR): FAIL (the audit is
     void) on a gross rejection, an impossible token or a proven violation, WARN when only alpha rejects."""
-    if control.verdict != CheckStatus.FAIL or (control.goodness_of_fit is None and not (control.server_violations or control.verify_violations)):
+    if control.verdict != CheckStatus.FAIL or (
+        control.goodness_of_fit is None and not (control.server_violations or control.verify_violations)
+    ):
         return control
     return control.model_copy(update={"verdict": CheckStatus.FAIL if _gross(control, control_alpha) else CheckStatus.WARN})
 
