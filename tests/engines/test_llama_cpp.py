@@ -105,7 +105,7 @@ def test_bad_input_is_one_sentence_exit_2(tmp_path, tiny_prompts_file, capsys):
         (["--target", str(tmp_path / "missing.gguf"), "--draft", "ngram"], "no such file"),
         (
             ["--draft", "int8"],
-            "the draft is ngram (llama.cpp prompt lookup), a GGUF file sharing the target's vocabulary, or a named model",
+            "the draft is ngram (llama.cpp prompt lookup), a GGUF file sharing the target's vocabulary, a named model",
         ),
         (["--draft", "ngram", "--temperature", "0.7", "--top-p", "0.9"], "llama.cpp applies top-p before temperature"),
     ]

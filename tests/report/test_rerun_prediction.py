@@ -39,19 +39,17 @@ def _audit(tiny_pair_dir, prompts_file, out, samples):
 
 
 @pytest.mark.slow
-def test_predicted_rerun_matches_the_rerun(tiny_pair_dir, tiny_prompts_file, tmp_path):
-    first, _ = _audit(tiny_pair_dir, tiny_prompts_file, tmp_path / "first", 1)
-    assert set(first["run"]["stage_seconds"]) == {"screen", "engines"} and first["run"]["stage_seconds"]["screen"] > 0
+def test_predicted_rerun_scales_the_measured_stages(tiny_pair_dir, tiny_prompts_file, tmp_path):
+    # Wall-time ratios against a rerun are a benchmark's job (tests hold no timed assertions); here the
+    # prediction must be built from the stages the run measured, the screen and analysis included.
+    first, wall = _audit(tiny_pair_dir, tiny_prompts_file, tmp_path / "first", 1)
+    stages = first["run"]["stage_seconds"]
+    assert set(stages) == {"screen", "engines"} and stages["screen"] > 0
+    assert stages["screen"] + stages["engines"] <= wall  # model loading comes on top of what any stage measures
     predicted = predicted_rerun(first, samples=3)
-    assert predicted is not None and predicted.screen is not None and predicted.analysis is not None
-    rerun, wall = _audit(tiny_pair_dir, tiny_prompts_file, tmp_path / "rerun", 3)
-    measured = rerun["run"]["stage_seconds"]
-    # decoding stages on a shared CPU: within a factor of 2 of the prediction
-    assert 0.5 <= measured["screen"] / predicted.screen <= 2.0
-    assert 0.5 <= measured["engines"] / predicted.engines <= 2.0
-    decoding = measured["screen"] + measured["engines"] + rerun["run"]["analysis"]["seconds"]
-    assert 0.5 <= decoding / predicted.total <= 2.0
-    assert decoding <= wall  # model loading comes on top of what any stage measures
+    assert predicted is not None and predicted.screen == pytest.approx(3 * stages["screen"])
+    assert predicted.analysis == pytest.approx(3 * first["run"]["analysis"]["seconds"])
+    assert predicted.total == pytest.approx(predicted.engines + predicted.screen + predicted.analysis)
 
 
 def test_a_rerun_over_the_budget_says_so():
