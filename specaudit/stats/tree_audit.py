@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -188,6 +189,73 @@ def _run_trials(trials: int, step: Callable[[], list[int]], width: int) -> tuple
     return emitted, lengths
 
 
+@dataclass(frozen=True)
+class _CasePlan:
+    """How one case is run and tested: the step that emits one trial's tokens (at most `width`),
+    the target's rows p_j, the proposal rows the ratio bins follow, and per depth the probability
+    that an exact rule accepts there (which tests are planned)."""
+
+    step: Callable[[], list[int]]
+    width: int
+    target: torch.Tensor
+    proposal: torch.Tensor
+    reach: list[float]
+
+
+def _audit_cases(
+    rule: str,
+    lossy: bool,
+    depth: int,
+    plan: Callable[[Any, torch.Generator], _CasePlan],
+    *,
+    vocab_size: int,
+    trials: int,
+    seed: int,
+    families: Sequence[str] | str | None,
+    alpha: float,
+    large_vocab_sizes: Sequence[int],
+    large_vocab_trials: int | None,
+    min_expected: float,
+    ratio_bins: int,
+) -> TreeAuditResult:
+    """Draw the cases (`depth` positions each), run every case's trials (large-vocabulary cases
+    `large_vocab_trials`, default trials // 4), test the tokens at each depth and combine the
+    tests into one verdict."""
+    chosen = _check(trials, alpha, families)
+    started = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    cases = _draw_cases(chosen, vocab_size, depth, tuple(large_vocab_sizes), rng, torch.device("cpu"))
+    large_trials = large_vocab_trials or max(1, trials // 4)
+    rows, pit, impossible, total_trials, samples = [], [], 0, 0, 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small tensors: intra-op threads only add hand-off cost (as audit_sampler)
+    try:
+        for case in cases:
+            case_trials = large_trials if case.family == "large-vocab" else trials
+            run = plan(case, torch.Generator().manual_seed(int(rng.integers(2**62))))
+            emitted, lengths = _run_trials(case_trials, run.step, run.width)
+            case_rows, bad, n, case_pit = _depth_rows(
+                case.family,
+                case.vocab_size,
+                emitted,
+                lengths,
+                run.target.double().numpy(),
+                run.proposal.double().numpy(),
+                run.reach,
+                case_trials,
+                min_expected,
+                ratio_bins,
+            )
+            rows += case_rows
+            pit.append(case_pit)
+            impossible += bad
+            samples += n
+            total_trials += case_trials
+    finally:
+        torch.set_num_threads(threads)
+    return _finish(rule, lossy, rows, pit, impossible, total_trials, samples, alpha, started)
+
+
 class _LazyTree:
     """A tree of the given shape whose children are drawn when a rule first reads them. The
     distributions depend on the depth only, so drawing the subtrees a walk never enters or
@@ -229,46 +297,32 @@ def audit_tree(
     trees of shape `branching` per case (large-vocabulary cases `large_vocab_trials`, default
     trials // 4), children drawn as `rule.children` says."""
     shape = parse_branching(branching)
-    chosen = _check(trials, alpha, families)
-    started = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    cases = _draw_cases(chosen, vocab_size, len(shape), tuple(large_vocab_sizes), rng, torch.device("cpu"))
-    large_trials = large_vocab_trials or max(1, trials // 4)
-    rows, pit, impossible, total_trials, samples = [], [], 0, 0, 0
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small tensors: intra-op threads only add hand-off cost (as audit_sampler)
-    try:
-        for case in cases:
-            case_trials = large_trials if case.family == "large-vocab" else trials
-            generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
-            p, q = case.target_probs, case.draft_probs
 
-            def step(p: torch.Tensor = p, q: torch.Tensor = q, generator: torch.Generator = generator) -> list[int]:
-                tree = _LazyTree(shape, q, rule.children, generator)
-                return verify_tree(tree, q, p, rule, generator, rows=tree.depths).emitted
+    def plan(case: Any, generator: torch.Generator) -> _CasePlan:
+        p, q = case.target_probs, case.draft_probs
 
-            emitted, lengths = _run_trials(case_trials, step, len(shape) + 1)
-            reach = [tree_acceptance(p[j], q[j], count, rule.children) for j, count in enumerate(shape)]
-            case_rows, bad, n, case_pit = _depth_rows(
-                case.family,
-                case.vocab_size,
-                emitted,
-                lengths,
-                p.double().numpy(),
-                q.double().numpy(),
-                reach,
-                case_trials,
-                min_expected,
-                ratio_bins,
-            )
-            rows += case_rows
-            pit.append(case_pit)
-            impossible += bad
-            samples += n
-            total_trials += case_trials
-    finally:
-        torch.set_num_threads(threads)
-    return _finish(rule.name, rule.lossy_by_design, rows, pit, impossible, total_trials, samples, alpha, started)
+        def step() -> list[int]:
+            tree = _LazyTree(shape, q, rule.children, generator)
+            return verify_tree(tree, q, p, rule, generator, rows=tree.depths).emitted
+
+        reach = [tree_acceptance(p[j], q[j], count, rule.children) for j, count in enumerate(shape)]
+        return _CasePlan(step, len(shape) + 1, p, q, reach)
+
+    return _audit_cases(
+        rule.name,
+        rule.lossy_by_design,
+        len(shape),
+        plan,
+        vocab_size=vocab_size,
+        trials=trials,
+        seed=seed,
+        families=families,
+        alpha=alpha,
+        large_vocab_sizes=large_vocab_sizes,
+        large_vocab_trials=large_vocab_trials,
+        min_expected=min_expected,
+        ratio_bins=ratio_bins,
+    )
 
 
 def audit_staged(
@@ -291,45 +345,25 @@ def audit_staged(
     `k_small`, and the target's check; tokens at each position against p_j."""
     if not (isinstance(k, int) and k >= 1 and isinstance(k_small, int) and k_small >= 1):
         raise InputError(f"k and k_small must be integers >= 1, got {k!r} and {k_small!r}")
-    chosen = _check(trials, alpha, families)
-    started = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    cases = _draw_cases(chosen, vocab_size, k, tuple(large_vocab_sizes), rng, torch.device("cpu"))
-    large_trials = large_vocab_trials or max(1, trials // 4)
-    rows, pit, impossible, total_trials, samples = [], [], 0, 0, 0
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for case in cases:
-            case_trials = large_trials if case.family == "large-vocab" else trials
-            generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
-            p, small = case.target_probs, case.draft_probs
-            medium = (p[:k] + small) / 2.0
 
-            def step(
-                p: torch.Tensor = p, small: torch.Tensor = small, medium: torch.Tensor = medium, g: torch.Generator = generator
-            ) -> list[int]:
-                return staged_step(small, medium, p, k_small, g, rule).tolist()
+    def plan(case: Any, generator: torch.Generator) -> _CasePlan:
+        p, small = case.target_probs, case.draft_probs
+        medium = (p[:k] + small) / 2.0
+        reach = [float(torch.minimum(p[j].double(), medium[j].double()).sum()) for j in range(k)]
+        return _CasePlan(lambda: staged_step(small, medium, p, k_small, generator, rule).tolist(), k + 1, p, medium, reach)
 
-            emitted, lengths = _run_trials(case_trials, step, k + 1)
-            reach = [float(torch.minimum(p[j].double(), medium[j].double()).sum()) for j in range(k)]
-            case_rows, bad, n, case_pit = _depth_rows(
-                case.family,
-                case.vocab_size,
-                emitted,
-                lengths,
-                p.double().numpy(),
-                medium.double().numpy(),
-                reach,
-                case_trials,
-                min_expected,
-                ratio_bins,
-            )
-            rows += case_rows
-            pit.append(case_pit)
-            impossible += bad
-            samples += n
-            total_trials += case_trials
-    finally:
-        torch.set_num_threads(threads)
-    return _finish(rule.name, False, rows, pit, impossible, total_trials, samples, alpha, started)
+    return _audit_cases(
+        rule.name,
+        False,
+        k,
+        plan,
+        vocab_size=vocab_size,
+        trials=trials,
+        seed=seed,
+        families=families,
+        alpha=alpha,
+        large_vocab_sizes=large_vocab_sizes,
+        large_vocab_trials=large_vocab_trials,
+        min_expected=min_expected,
+        ratio_bins=ratio_bins,
+    )
