@@ -102,11 +102,12 @@ class TokenScores:
             mass = mass[mass["prompt_id"].isin(wanted)]
         null = self.monte_carlo_null
         if null is not None:
-            keys = set(tokens["key"])
+            keys = set(tokens["key"].unique().tolist())  # .unique(): iterating an arrow column is slow
             null = {name: {key: draws for key, draws in per_record.items() if key in keys} for name, per_record in null.items()}
         first = self.first_token_null
         if first is not None:
-            first = {pid: curve for pid, curve in first.items() if pid in set(tokens["prompt_id"])}
+            kept = set(tokens["prompt_id"].unique().tolist())
+            first = {pid: curve for pid, curve in first.items() if pid in kept}
         return TokenScores(tokens.reset_index(drop=True), mass.reset_index(drop=True), self.spec, null, first)
 
 
