@@ -23,7 +23,11 @@ def _speculation_after(records: list[dict], first_at: int) -> tuple[dict[str, di
     """Per drafting engine: records and how many drafted, before and after the first fault, and a
     finding where it stopped drafting after it."""
     parts, findings = {}, []
-    drafting = sorted({r["engine"] for r in records if r["engine"] not in (CONTROL_ENGINE, SCREEN_ENGINE) and (r.get("proposed") or 0) > 0})
+    # Engines that report drafts (a `proposed` count), whether or not any record drafted: an engine
+    # that fails on its first call and never drafts afterwards is the case this check exists for.
+    drafting = sorted(
+        {r["engine"] for r in records if r["engine"] not in (CONTROL_ENGINE, SCREEN_ENGINE) and r.get("proposed") is not None}
+    )
     for engine in drafting:
         ordered = [(index, r) for index, r in enumerate(records) if r["engine"] == engine and not r.get("timing_only")]
         before = [r for index, r in ordered if index < first_at]
@@ -46,6 +50,23 @@ def _speculation_after(records: list[dict], first_at: int) -> tuple[dict[str, di
                         f"{engine} stopped drafting after the first engine fault: none of its last {stop['stopped']} records "
                         f"(from record {stop['request']} of {stop['of']}) drafted a token, where {entry['drafted_before']} of "
                         f"{entry['records_before']} before the fault did"
+                    ),
+                }
+            )
+        elif not before and not entry["drafted_after"] and len(after) >= MIN_STOPPED:
+            # The fault came before the engine's first record (OpenVINO's sampled pipelines fail on their
+            # first request): no record shows it drafting, so there is no "before" to compare with.
+            entry["stopped"] = True
+            findings.append(
+                {
+                    "kind": "no_drafts_after_fault",
+                    "engine": engine,
+                    "request": len(before) + 1,
+                    "of": len(ordered),
+                    "stopped": len(after),
+                    "message": (
+                        f"{engine} drafted no token on any of its {len(after)} records, all written after the first "
+                        "engine fault (none before it shows whether it drafted before)"
                     ),
                 }
             )

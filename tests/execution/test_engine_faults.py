@@ -139,14 +139,18 @@ def _fault(records_before: int) -> Fault:
         ([4] * 6 + [0] * 6, 2, True),  # ... some records after it
         ([4] * 12, 6, False),  # correct: it still drafts
         ([4] * 10 + [0] * 2, 6, False),  # two empty drafts are not a stop
-        ([0] * 12, 6, False),  # never drafted: nothing stopped
+        ([0] * 12, 6, False),  # never drafted, before the fault either: nothing stopped
+        ([0] * 12, 0, True),  # the fault came first and nothing drafted after it (OpenVINO's sampled pipelines)
+        ([0] * 3, 0, False),  # ... too few records after it to say
     ],
 )
 def test_speculation_stopped_after_a_fault_is_a_finding(proposed, fault_at, stopped):
     section = engine_faults(_records(proposed), [_fault(fault_at)])
     assert section.status == "FAIL" and bool(section.findings) == stopped
-    if stopped:
+    if stopped and fault_at:
         assert "speculative stopped drafting after the first engine fault" in section.message
+    elif stopped:
+        assert "speculative drafted no token on any of its 12 records, all written after the first engine fault" in section.message
 
 
 def test_a_torn_last_fault_line_is_dropped_and_a_bad_one_is_one_sentence(tmp_path):
