@@ -41,3 +41,31 @@ def finish(tokens: list[int], eos_ids: set[int], max_new_tokens: int) -> tuple[l
     if len(tokens) >= max_new_tokens:
         return tokens[:max_new_tokens], "length"
     return tokens, None
+
+
+def record_step(
+    result: Generation, proposed: int, accepted: int, started: float, drafted: float, verified: float, decoding_start: float
+) -> None:
+    """Count one draft-and-verify step: its proposed and accepted tokens and its draft, verify and
+    step times (clock readings: the step's start, drafting done, verification done)."""
+    result.steps += 1
+    result.proposed += proposed
+    result.accepted += accepted
+    result.accepted_per_step.append(accepted)
+    result.proposed_per_step.append(proposed)
+    result.draft_s += drafted - started
+    result.verify_s += verified - drafted
+    result.step_s.append(verified - started)
+    if not result.tokens:
+        result.ttft_s = verified - decoding_start
+
+
+def end_step(result: Generation, context: list[int], emitted: list[int], eos_ids: set[int], max_new_tokens: int) -> str | None:
+    """Append a step's emitted tokens to the context and the output, cut the output (and its step
+    PIT rows) after an end-of-sequence token or at the length budget; why the decoding ended, or None."""
+    context.extend(emitted)
+    result.tokens.extend(emitted)
+    kept, reason = finish(result.tokens, eos_ids, max_new_tokens)
+    del result.tokens[len(kept) :]
+    del result.step_pit[len(kept) :]
+    return reason

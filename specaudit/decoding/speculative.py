@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from specaudit.decoding._generation import Generation, finish
+from specaudit.decoding._generation import Generation, end_step, record_step
 from specaudit.decoding.verify import (
     VerifyFn,
     VerifyLogits,
@@ -163,26 +163,13 @@ class SpeculativeDecoding:
         drafter.rollback(len(context) + kept_drafts)
         verified_at = clock.now()
 
-        result.steps += 1
-        result.proposed += len(drafted)
-        result.accepted += n_accepted
-        result.accepted_per_step.append(n_accepted)
-        result.proposed_per_step.append(len(drafted))
-        result.draft_s += drafted_at - step_start
-        result.verify_s += verified_at - drafted_at
-        result.step_s.append(verified_at - step_start)
-        if not tokens:
-            result.ttft_s = verified_at - self.start
+        record_step(result, len(drafted), n_accepted, step_start, drafted_at, verified_at, self.start)
         # The auditor's bookkeeping is not part of decoding: kept out of the timings.
         result.beta.append(acceptance_probabilities(q, target_probs).tolist() if drafted else [])
         result.accept_prob.append(token_acceptance_probabilities(drafted_ids, q, target_probs).tolist() if drafted else [])
         result.step_pit.extend(step_pit(q, target_probs, emitted_ids))
         self.untimed += clock.now() - verified_at
-        context.extend(emitted)
-        tokens.extend(emitted)
-        kept, reason = finish(tokens, self.eos_ids, self.max_new_tokens)
-        del tokens[len(kept) :]
-        del result.step_pit[len(kept) :]
+        reason = end_step(result, context, emitted, self.eos_ids, self.max_new_tokens)
         return self._end(reason) if reason is not None else False
 
     def _end(self, reason: str) -> bool:

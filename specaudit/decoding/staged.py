@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from specaudit.decoding._generation import Generation, finish
+from specaudit.decoding._generation import Generation, end_step, record_step
 from specaudit.decoding.speculative import crop_cache
 from specaudit.decoding.verify import (
     acceptance_probabilities,
@@ -175,25 +175,12 @@ def staged_generate(
             if isinstance(small_level, _Level):
                 small_level.rollback(len(context) + accepted)
             verified_at = clock.now()
-            result.steps += 1
-            result.proposed += len(chain)
-            result.accepted += accepted
-            result.accepted_per_step.append(accepted)
-            result.proposed_per_step.append(len(chain))
-            result.draft_s += drafted_at - step_start
-            result.verify_s += verified_at - drafted_at
-            result.step_s.append(verified_at - step_start)
-            if not tokens:
-                result.ttft_s = verified_at - start
+            record_step(result, len(chain), accepted, step_start, drafted_at, verified_at, start)
             result.beta.append(acceptance_probabilities(q, p).tolist() if chain else [])
             result.accept_prob.append(token_acceptance_probabilities(chain_ids, q, p).tolist() if chain else [])
             result.step_pit.extend(step_pit(q, p, torch.tensor(emitted)))
             untimed += clock.now() - verified_at
-            context.extend(emitted)
-            tokens.extend(emitted)
-            kept, reason = finish(tokens, eos_ids, max_new_tokens)
-            del tokens[len(kept) :]
-            del result.step_pit[len(kept) :]
+            reason = end_step(result, context, emitted, eos_ids, max_new_tokens)
             if reason is not None:
                 break
     result.finish_reason = reason

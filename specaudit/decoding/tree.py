@@ -32,8 +32,9 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from specaudit.decoding._generation import Generation, finish
+from specaudit.decoding._generation import Generation, end_step, record_step
 from specaudit.decoding._shapes import parse_children
+from specaudit.decoding.speculative import crop_cache
 from specaudit.decoding.verify import mass_before, sample_from
 from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.errors import InputError
@@ -251,12 +252,6 @@ def tree_mask(tree: TokenTree, cached: int, tail: int) -> tuple[torch.Tensor, li
     return mask[None, None], positions
 
 
-def _crop(cache: DynamicCache, length: int) -> None:
-    excess = cache.get_seq_length() - length
-    if excess > 0:
-        cache.crop(-excess)
-
-
 class _Scorer:
     """A model with a KV cache of the context: scores the context's last position and every node
     of a tree in one pass, then drops the nodes from the cache again."""
@@ -283,7 +278,7 @@ class _Scorer:
             position_ids=torch.tensor([positions], device=self.device),
         )[0, :, :vocab_size]
         self.cached = len(context)
-        _crop(self.cache, self.cached)  # tree nodes leave the cache; the accepted path is fed next step
+        crop_cache(self.cache, self.cached)  # tree nodes leave the cache; the accepted path is fed next step
         return logits if tail else torch.cat([logits.new_zeros((1, logits.shape[-1])), logits])
 
 
@@ -353,28 +348,15 @@ def tree_generate(
             p_rows = warp(target_scorer.logits(context, tree, vocab_size), spec)
             step = verify_tree(tree, q_rows, p_rows, rule, generator)
             verified_at = clock.now()
-            result.steps += 1
-            result.proposed += depth
-            result.accepted += step.accepted
-            result.accepted_per_step.append(step.accepted)
-            result.proposed_per_step.append(depth)
             nodes_per_step.append(len(tree.tokens) - 1)
-            result.draft_s += drafted_at - step_start
-            result.verify_s += verified_at - drafted_at
-            result.step_s.append(verified_at - step_start)
-            if not tokens:
-                result.ttft_s = verified_at - start
+            record_step(result, depth, step.accepted, step_start, drafted_at, verified_at, start)
             result.beta.append(step.beta)
             result.accept_prob.append(step.accept_prob)
             emitted = torch.tensor(step.emitted)
             below, own = mass_before(torch.stack(step.laws), emitted)
             result.step_pit.extend(torch.stack([below, own], dim=1).tolist())
             untimed += clock.now() - verified_at
-            context.extend(step.emitted)
-            tokens.extend(step.emitted)
-            kept, reason = finish(tokens, eos_ids, max_new_tokens)
-            del tokens[len(kept) :]
-            del result.step_pit[len(kept) :]
+            reason = end_step(result, context, step.emitted, eos_ids, max_new_tokens)
             if reason is not None:
                 break
     result.finish_reason = reason
