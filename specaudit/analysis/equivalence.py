@@ -238,7 +238,8 @@ def _gross(control: EngineEquivalence, control_alpha: float) -> bool:
     gof = control.goodness_of_fit  # the test's own fields pass through the contract as extras
     pvalue = getattr(gof, "pvalue", None)
     rejected = isinstance(pvalue, (int, float)) and pvalue < control_alpha
-    return rejected or bool((getattr(gof, "impossible_tokens", None) or {}).get("statistic"))
+    impossible = gof.impossible_tokens if gof is not None else None
+    return rejected or bool(impossible is not None and impossible.statistic)
 
 
 def judge_control(control: EngineEquivalence, control_alpha: float) -> EngineEquivalence:

@@ -78,6 +78,7 @@ class DimensionGroups(_Section):
     """`groups.<dimension>`: the all-prompts block and one block per group."""
 
     reference: str | None = None
+    reference_reason: str | None = None  # how the reference was chosen (absent in older snapshots)
     overall: GroupEntry | None = None
     by_group: dict[str, GroupEntry] = {}
 
@@ -173,6 +174,81 @@ class ResultVerdict(_Section):
     verdict: Verdict | None = None
 
 
+class HolmRow(_Section):
+    """A row of a battery's Holm table (`gate`): one test and its Holm-adjusted p-value."""
+
+    test: str | None = None
+    holm_pvalue: float | None = None
+
+
+class ImpossibleTokens(_Section):
+    """Tokens emitted with probability 0 under the warped target: `statistic` of `n` scored, the first `offenders`."""
+
+    statistic: int | float | None = None
+    n: int | None = None
+    verdict: Verdict | None = None
+    offenders: list[dict[str, Any]] = []
+
+
+class GoodnessOfFit(ResultVerdict):
+    """An engine's tokens against the target (stats.equivalence): the Holm table and impossible tokens."""
+
+    n_tokens: int | None = None
+    gate: list[HolmRow] = []
+    impossible_tokens: ImpossibleTokens | None = None
+    flagged_groups: list[dict[str, Any]] = []
+
+
+class TwoSample(ResultVerdict):
+    """An engine's outputs against the control's: the Holm table, or why the tests could not run."""
+
+    reference: str | None = None
+    n_prompts: int | None = None
+    gate: list[HolmRow] = []
+    tests: dict[str, Any] = {}
+    not_run_reason: str | None = None
+    flagged_prompts: list[dict[str, Any]] = []
+    flagged_groups: list[dict[str, Any]] = []
+
+
+class Divergence(_Section):
+    """Where a greedy output first differs from the control's, and why (near-tie or not)."""
+
+    prompt_id: str | None = None
+    position: int | None = None
+    classification: str | None = None
+
+
+class GreedyComparison(ResultVerdict):
+    """Greedy outputs compared with the control's token for token."""
+
+    n_pairs: int | None = None
+    n_matches: int | None = None
+    match_rate: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    divergences: list[Divergence] = []
+
+
+class TvBound(_Section):
+    """stats.equivalence.tv_bound: the first position's TV distance, its upper bound and its verdict
+    (`equivalent within delta`, `not shown`, `different`)."""
+
+    upper: float | None = None
+    estimate: float | None = None
+    delta: float | None = None
+    n_samples: int | None = None
+    verdict: str | None = None
+    samples_to_show: dict[str, Any] | None = None
+
+
+class Violations(_Section):
+    """Proven bugs the records list (a verify call that broke its contract, a server's impossible output)."""
+
+    count: int | None = None
+    first: dict[str, Any] | None = None
+
+
 class EngineEquivalence(_Section):
     """One engine's entry: its verdict (a CheckStatus; WARN only for a control rejected at alpha
     alone) and its EquivalenceStatus, which agree (a WARN control is NO_VIOLATION_FOUND)."""
@@ -180,17 +256,16 @@ class EngineEquivalence(_Section):
     verdict: Verdict | None = None
     status: Annotated[EquivalenceStatus, _parsed(EquivalenceStatus.parse)] | None = None
     status_reason: str | None = None
-    goodness_of_fit: ResultVerdict | None = None
-    two_sample: ResultVerdict | None = None
-    greedy: ResultVerdict | None = None
-    tv_bound: dict[str, Any] | None = None
+    goodness_of_fit: GoodnessOfFit | None = None
+    two_sample: TwoSample | None = None
+    greedy: GreedyComparison | None = None
+    tv_bound: TvBound | None = None
     # stats.equivalence.pit_bound: {upper, observed, margin, n, level, method}
     pit_bound: dict[str, Any] | None = None
     power: dict[str, Any] | None = None
-    # proven bugs the records list (a verify call that broke its contract, a server's impossible
-    # output): {count, records, first, examples}; `message` words the finding
-    verify_violations: dict[str, Any] | None = None
-    server_violations: dict[str, Any] | None = None
+    # {count, records, first, examples}; `message` words the finding
+    verify_violations: Violations | None = None
+    server_violations: Violations | None = None
     message: str | None = None
 
 
@@ -212,6 +287,14 @@ class EquivalenceSection(_Section):
     message: str | None = None
     logprobs_note: str | None = None  # the server's logprobs failed parity: scored locally instead
     failed_concurrency_levels: list[int] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_control_failure(cls, data: Any) -> Any:
+        # snapshots before the contracts wrote the status "error" for a failed control, without the flag
+        if isinstance(data, Mapping) and control_failed(data) and not data.get("control_failed"):
+            return {**data, "control_failed": True}
+        return data
 
 
 class ConcurrencySection(_Section):
@@ -301,9 +384,45 @@ class ContextSection(_Section):
     findings: list[str] = []
 
 
+class Comparison(_Section):
+    """One group against its reference on one metric (stats.disparity): the ratio with its interval,
+    the rank test's p-values, and the status under the band."""
+
+    ratio: MetricEstimate | None = None
+    difference: MetricEstimate | None = None
+    pvalue: float | None = None
+    pvalue_holm: float | None = None
+    n_prompts: int | None = None
+    interval_method: str | None = None  # absent in snapshots written before the ratio intervals
+    min_detectable_ratio_low: float | None = None
+    status: Annotated[DisparityStatus, _parsed(DisparityStatus.parse)] | None = None
+
+    @property
+    def has_interval_rule(self) -> bool:
+        """Whether the analysis judged this row by its ratio interval (snapshots before it did not)."""
+        return "interval_method" in self.model_fields_set
+
+
+class MetricDisparity(_Section):
+    """One metric across a dimension's groups: the pairwise comparisons and the overall rank test."""
+
+    pairwise: dict[str, Comparison] = {}
+    kruskal: dict[str, Any] | None = None
+
+
 class DimensionDisparities(_Section):
-    metrics: dict[str, dict[str, Any]] = {}
+    """`disparities.<dimension>`: each metric's comparisons with the reference group, and how they were judged."""
+
+    reference: str | None = None
+    tolerance: list[float] | None = None
+    alpha: float | None = None
+    compared_metrics: list[str] | None = None
+    gated_metrics: list[str] | None = None  # an engine's own rule where it has one, not the mean β beside it
+    correction: str | None = None
+    metrics: dict[str, MetricDisparity] = {}
     flags: list[Any] = []
+    warnings: list[Any] = []
+    drilldown: dict[str, Any] | None = None
 
 
 class GateCheckEntry(_Section):
@@ -517,6 +636,19 @@ def _one_spelling(snapshot: dict[str, Any], typed: Snapshot) -> dict[str, Any]:
     return respelt
 
 
+def read_snapshot(source: Snapshot | str | Path | Mapping[str, Any]) -> Snapshot:
+    """The typed snapshot, what report, gate and monitor read: a Snapshot is returned as it is; a
+    path, a run folder or a mapping is read and validated (InputError, one sentence, otherwise)."""
+    if isinstance(source, Snapshot):
+        return source
+    if isinstance(source, Mapping):
+        return validate_snapshot(source)
+    if isinstance(source, (str, Path)):
+        snapshot, where = _read(source)
+        return validate_snapshot(snapshot, where)
+    raise InputError(f"a snapshot is a snapshot.json path, its run folder or a mapping, not {type(source).__name__}")
+
+
 def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     """The validated snapshot (as the dict read from JSON, its statuses as the contracts' enums)
     from a snapshot.json path, a run folder holding one, or a mapping. Every command that reads a
@@ -552,6 +684,7 @@ __all__ = [
     "load_snapshot",
     "parse_battery_status",
     "parse_verdict",
+    "read_snapshot",
     "snapshot_path",
     "spelt",
     "validate_snapshot",

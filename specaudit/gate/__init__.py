@@ -17,24 +17,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from specaudit.errors import InputError
+from specaudit.contracts.snapshot import Snapshot, read_snapshot
 from specaudit.gate.decision import decision_check, decision_key, snapshot_facts
 from specaudit.gate.disparity import disparity_checks, measurement_checks
 from specaudit.gate.equivalence import equivalence_checks
 from specaudit.gate.identity import identity_checks
-from specaudit.gate.results import GateCheck, GateResult, mapping
+from specaudit.gate.results import GateCheck, GateResult
 from specaudit.gate.robustness import robustness_checks
 from specaudit.gate.serving import serving_checks
 from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds, load_thresholds
 
 
-def evaluate_gate(snapshot: Mapping[str, Any], thresholds: GateThresholds | None = None) -> GateResult:
-    """Judge a snapshot (the dict of snapshot.json) against ``thresholds`` (defaults if None)."""
-    if not isinstance(snapshot, Mapping):
-        raise InputError("the gate needs a snapshot (the mapping read from snapshot.json)")
+def evaluate_gate(snapshot: Snapshot | Mapping[str, Any], thresholds: GateThresholds | None = None) -> GateResult:
+    """Judge a snapshot (the typed Snapshot, or a mapping validated into one) against ``thresholds`` (defaults if None)."""
+    snapshot = read_snapshot(snapshot)
     thresholds = thresholds or GateThresholds()
     checks: list[GateCheck] = []
-    checks += equivalence_checks(mapping(snapshot.get("equivalence")), thresholds)
+    checks += equivalence_checks(snapshot.equivalence, thresholds)
     checks += disparity_checks(snapshot, thresholds)
     checks += measurement_checks(snapshot)
     checks += serving_checks(snapshot)

@@ -9,14 +9,17 @@ says so when the decision is stricter than its exit code.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
-from specaudit.gate.results import BLOCKING, DECISIONS, GateCheck, mapping
+from specaudit.gate.results import BLOCKING, DECISIONS, GateCheck
 from specaudit.gate.thresholds import finite
+
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import MetricEstimate, Snapshot
 
 
 @dataclass(frozen=True)
@@ -48,43 +51,38 @@ def decision_key(f: DecisionFacts) -> str:
     return "enable" if f.gate_pass else "conditions"
 
 
-def overall_speedup(snapshot: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The overall speed-up block of the dimension covering the most prompts (None without one)."""
+def overall_speedup(snapshot: Snapshot) -> MetricEstimate | None:
+    """The overall speed-up of the dimension covering the most prompts (None without one)."""
     best, best_n = None, -1
-    for part in mapping(snapshot.get("groups")).values():
-        overall = mapping(mapping(part).get("overall"))
-        block = mapping(mapping(overall.get("metrics")).get("speedup"))
-        n = overall.get("n_prompts", 0)
-        if finite(block.get("value")) and finite(n) and n > best_n:
+    for part in snapshot.groups.values():
+        if part.overall is None:
+            continue
+        block, n = part.overall.metrics.get("speedup"), part.overall.n_prompts
+        n = 0 if n is None else n
+        if block is not None and finite(block.value) and n > best_n:
             best, best_n = block, n
     return best
 
 
-def snapshot_facts(snapshot: Mapping[str, Any], checks: Iterable[GateCheck]) -> DecisionFacts:
+def snapshot_facts(snapshot: Snapshot, checks: Iterable[GateCheck]) -> DecisionFacts:
     checks = list(checks)
-    engines = mapping(mapping(snapshot.get("equivalence")).get("engines"))
-    statuses = [str(mapping(e).get("status") or "") for name, e in engines.items() if name not in (CONTROL_ENGINE, SCREEN_ENGINE)]
-    rows = [
-        row
-        for part in mapping(snapshot.get("disparities")).values()
-        for block in mapping(mapping(part).get("metrics")).values()
-        for row in mapping(mapping(block).get("pairwise")).values()
-        if isinstance(row, Mapping)
-    ]
-    speed = overall_speedup(snapshot) or {}
+    engines = snapshot.equivalence.engines
+    statuses = [e.status for name, e in engines.items() if name not in (CONTROL_ENGINE, SCREEN_ENGINE)]
+    rows = [row for part in snapshot.disparities.values() for block in part.metrics.values() for row in block.pairwise.values()]
+    speed = overall_speedup(snapshot)
     return DecisionFacts(
         judged=True,
         failing=any(c.status == CheckStatus.FAIL for c in checks if c.name != "decision"),
-        violation=any(s == EquivalenceStatus.VIOLATION.value for s in statuses),
-        tested=any(s and s != EquivalenceStatus.NOT_RUN.value for s in statuses),
-        slower_overall=finite(speed.get("ci_high")) and speed["ci_high"] < 1,
+        violation=EquivalenceStatus.VIOLATION in statuses,
+        tested=any(s is not None and s != EquivalenceStatus.NOT_RUN for s in statuses),
+        slower_overall=speed is not None and finite(speed.ci_high) and speed.ci_high < 1,
         compared=bool(rows),
-        decided=any(str(r.get("status")) in (DisparityStatus.FLAG.value, DisparityStatus.WITHIN.value) for r in rows),
+        decided=any(r.status in (DisparityStatus.FLAG, DisparityStatus.WITHIN) for r in rows),
         gate_pass=all(c.status == CheckStatus.PASS for c in checks if c.name != "decision"),
     )
 
 
-def decision_check(snapshot: Mapping[str, Any], checks: Iterable[GateCheck]) -> GateCheck:
+def decision_check(snapshot: Snapshot, checks: Iterable[GateCheck]) -> GateCheck:
     """The `decision` check of `--fail-on decision`: FAIL where the report would say Do not enable
     or Insufficient evidence, so the exit code is 1 exactly when the decision blocks."""
     key = decision_key(snapshot_facts(snapshot, checks))

@@ -3,21 +3,21 @@ floor and the group size."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from specaudit.config import DISPARITY_METRICS
 from specaudit.contracts import DisparityStatus
-from specaudit.gate.results import GateCheck, fixed, fmt, mapping, not_run
+from specaudit.contracts.snapshot import DimensionDisparities, DimensionGroups, MetricEstimate
+from specaudit.gate.results import GateCheck, fixed, fmt, not_run
 from specaudit.gate.thresholds import PASS, WARN, GateThresholds, finite
 
 if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import Comparison, GroupEntry, MetricDisparity, Snapshot
     from specaudit.contracts.status import CheckStatus
 
 
-def disparity_checks(snapshot: Mapping[str, Any], t: GateThresholds) -> list[GateCheck]:
-    disparities = mapping(snapshot.get("disparities"))
-    groups = mapping(snapshot.get("groups"))
+def disparity_checks(snapshot: Snapshot, t: GateThresholds) -> list[GateCheck]:
+    disparities, groups = snapshot.disparities, snapshot.groups
     if not disparities and not groups:
         why = "the snapshot has no disparity results (the run needs vanilla, a speculative engine and a prompt attribute)"
         return [
@@ -27,72 +27,66 @@ def disparity_checks(snapshot: Mapping[str, Any], t: GateThresholds) -> list[Gat
         ]
     checks: list[GateCheck] = []
     for dimension in dict.fromkeys([*disparities, *groups]):
-        part = mapping(disparities.get(dimension))
-        alpha = t.alpha if t.alpha is not None else (part.get("alpha") if finite(part.get("alpha")) else 0.05)
-        low, high = t.band(part.get("tolerance"))
-        reference = part.get("reference") or mapping(groups.get(dimension)).get("reference")
+        part = disparities.get(dimension) or DimensionDisparities()
+        grouped = groups.get(dimension) or DimensionGroups()
+        alpha = t.alpha if t.alpha is not None else (part.alpha if finite(part.alpha) else 0.05)
+        low, high = t.band(part.tolerance)
+        reference = part.reference or grouped.reference
         # by default those the analysis gated (an engine's own rule, not the mean β shown beside it), else those compared
-        compared = part.get("gated_metrics") or part.get("compared_metrics")
-        for metric in t.disparity_metrics or (compared if isinstance(compared, list) and compared else DISPARITY_METRICS):
-            checks.append(
-                _band_check(
-                    dimension,
-                    metric,
-                    mapping(mapping(part.get("metrics")).get(metric)),
-                    reference,
-                    alpha,
-                    low,
-                    high,
-                    t.disparity_severity,
-                )
-            )
-        by_group = mapping(mapping(groups.get(dimension)).get("by_group"))
-        checks.append(_speedup_check(dimension, by_group, t.min_speedup, t.slowdown_severity))
-        checks.append(_size_check(dimension, by_group, t.min_group_size))
+        compared = part.gated_metrics or part.compared_metrics
+        for metric in t.disparity_metrics or compared or DISPARITY_METRICS:
+            checks.append(_band_check(dimension, metric, part.metrics.get(metric), reference, alpha, low, high, t.disparity_severity))
+        checks.append(_speedup_check(dimension, grouped.by_group, t.min_speedup, t.slowdown_severity))
+        checks.append(_size_check(dimension, grouped.by_group, t.min_group_size))
     return checks
 
 
-def _comparison_status(row: Mapping[str, Any], low: float, high: float, alpha: float) -> DisparityStatus | None:
+def _comparison_status(row: Comparison, low: float, high: float, alpha: float) -> DisparityStatus | None:
     """The status of one comparison under the gate's band, from the ratio interval the analysis
     chose for it (the flag and the interval come from one method). Snapshots written before the
     intervals (no ``interval_method``) keep their rule: outside the band and Holm-significant.
     None: inside the band by the old rule."""
-    ratio = mapping(row.get("ratio"))
-    if "interval_method" not in row:
-        value = ratio.get("value")
-        if not finite(value) or low <= value <= high:
+    ratio = row.ratio or MetricEstimate(value=None)
+    if not row.has_interval_rule:
+        if not finite(ratio.value) or low <= ratio.value <= high:
             return None
-        significant = finite(row.get("pvalue_holm")) and row["pvalue_holm"] < alpha
+        significant = finite(row.pvalue_holm) and row.pvalue_holm < alpha
         return DisparityStatus.FLAG if significant else DisparityStatus.INCONCLUSIVE
-    lo, hi = ratio.get("ci_low"), ratio.get("ci_high")
+    lo, hi = ratio.ci_low, ratio.ci_high
     if not (finite(lo) and finite(hi)):
         return DisparityStatus.INSUFFICIENT
     return DisparityStatus.from_interval(lo, hi, (low, high), decidable=not (lo < low and hi > high))
 
 
 def _band_check(
-    dimension: str, metric: str, block: Mapping[str, Any], reference: str, alpha: float, low: float, high: float, severity: CheckStatus
+    dimension: str,
+    metric: str,
+    block: MetricDisparity | None,
+    reference: str | None,
+    alpha: float,
+    low: float,
+    high: float,
+    severity: CheckStatus,
 ) -> GateCheck:
     name, title = f"disparity[{dimension}/{metric}]", f"{dimension}: {metric} ratio to the reference within the band"
-    pairwise = mapping(block.get("pairwise"))
+    pairwise = block.pairwise if block is not None else {}
     if not pairwise:
         return not_run(name, title, f"no pairwise test of {metric} across {dimension} groups")
     by_status: dict[DisparityStatus, list[dict]] = {s: [] for s in DisparityStatus}
     for group, row in pairwise.items():
-        row = mapping(row)
         status = _comparison_status(row, low, high, alpha)
         if status is None:
             continue
-        ratio = mapping(row.get("ratio"))
+        ratio = row.ratio or MetricEstimate(value=None)
         by_status[status].append(
             {
                 "group": group,
-                "ratio": ratio.get("value"),
-                "ci_low": ratio.get("ci_low"),
-                "ci_high": ratio.get("ci_high"),
-                "method": row.get("interval_method") or f"Holm p = {fmt(row.get('pvalue_holm'), 2)}",
-                "n_prompts": row.get("n_prompts"),
-                "min_detectable_ratio": row.get("min_detectable_ratio_low"),
+                "ratio": ratio.value,
+                "ci_low": ratio.ci_low,
+                "ci_high": ratio.ci_high,
+                "method": row.interval_method or f"Holm p = {fmt(row.pvalue_holm, 2)}",
+                "n_prompts": row.n_prompts,
+                "min_detectable_ratio": row.min_detectable_ratio_low,
             }
         )
     flagged, inconclusive = by_status[DisparityStatus.FLAG], by_status[DisparityStatus.INCONCLUSIVE]
@@ -128,33 +122,32 @@ def _band_check(
     return GateCheck(name, title, PASS, f"every {dimension} group's {metric} is within {band} of {reference}", details)
 
 
-def _speedup_check(dimension: str, by_group: Mapping[str, Any], minimum: float, severity: CheckStatus) -> GateCheck:
+def _speedup_check(dimension: str, by_group: dict[str, GroupEntry], minimum: float, severity: CheckStatus) -> GateCheck:
     name, title = f"min-speedup[{dimension}]", f"{dimension}: no group below the minimum speed-up"
-    measured = {g: mapping(mapping(mapping(e).get("metrics")).get("speedup")) for g, e in by_group.items()}
-    measured = {g: m for g, m in measured.items() if finite(m.get("value"))}
+    measured = {g: e.metrics["speedup"] for g, e in by_group.items() if "speedup" in e.metrics and finite(e.metrics["speedup"].value)}
     if not measured:
         return not_run(name, title, f"no speed-up measured for {dimension} groups")
-    slow = {g: m for g, m in measured.items() if m["value"] < minimum}
+    slow = {g: m for g, m in measured.items() if m.value < minimum}
     details = {
         "min_speedup": minimum,
-        "groups": {g: {k: m.get(k) for k in ("value", "ci_low", "ci_high", "n_prompts")} for g, m in slow.items()},
+        "groups": {g: {k: getattr(m, k, None) for k in ("value", "ci_low", "ci_high", "n_prompts")} for g, m in slow.items()},
     }
     if slow:
         listed = "; ".join(
-            f"{g} {fixed(m['value'])}× [{fixed(m.get('ci_low'))}, {fixed(m.get('ci_high'))}]"
-            + (" (interval below)" if finite(m.get("ci_high")) and m["ci_high"] < minimum else "")
-            for g, m in sorted(slow.items(), key=lambda item: item[1]["value"])
+            f"{g} {fixed(m.value)}× [{fixed(m.ci_low)}, {fixed(m.ci_high)}]"
+            + (" (interval below)" if finite(m.ci_high) and m.ci_high < minimum else "")
+            for g, m in sorted(slow.items(), key=lambda item: item[1].value)
         )
         return GateCheck(
             name, title, severity, f"{len(slow)} of {len(measured)} groups measure a speed-up below {minimum:g}×: {listed}", details
         )
-    slowest = min(measured.items(), key=lambda item: item[1]["value"])
-    return GateCheck(name, title, PASS, f"every group reaches {minimum:g}× (slowest: {slowest[0]} {fixed(slowest[1]['value'])}×)", details)
+    slowest = min(measured.items(), key=lambda item: item[1].value)
+    return GateCheck(name, title, PASS, f"every group reaches {minimum:g}× (slowest: {slowest[0]} {fixed(slowest[1].value)}×)", details)
 
 
-def _size_check(dimension: str, by_group: Mapping[str, Any], minimum: int) -> GateCheck:
+def _size_check(dimension: str, by_group: dict[str, GroupEntry], minimum: int) -> GateCheck:
     name, title = f"group-size[{dimension}]", f"{dimension}: groups large enough to judge"
-    sizes = {g: mapping(e).get("n_prompts") for g, e in by_group.items()}
+    sizes = {g: e.n_prompts for g, e in by_group.items()}
     if not sizes:
         return not_run(name, title, f"no {dimension} groups")
     small = {g: n for g, n in sizes.items() if not finite(n) or n < minimum}
@@ -170,39 +163,38 @@ def _size_check(dimension: str, by_group: Mapping[str, Any], minimum: int) -> Ga
     return GateCheck(name, title, PASS, f"every group has at least {minimum} prompts", {"min_group_size": minimum})
 
 
-def measurement_checks(snapshot: Mapping[str, Any]) -> list[GateCheck]:
+def measurement_checks(snapshot: Snapshot) -> list[GateCheck]:
     """Where the screen measured acceptance and the cost model predicted speed-ups: did each agree
     with what the engines measured on the prompts they ran? (Absent for runs without the screen.)"""
     checks = []
-    screen = mapping(snapshot.get("screen"))
-    ratio = mapping(screen.get("engine_over_screen_acceptance"))
+    screen = snapshot.screen
+    ratio = (screen.engine_over_screen_acceptance if screen is not None else None) or {}
     if ratio:
         name, title = "screen-agreement", "The screen reproduces the engine's acceptance"
-        given = mapping(screen.get("given_engine_paths"))
-        details = {**ratio, "n_prompts": screen.get("n_prompts"), "given_engine_paths": dict(given)}
+        given = screen.given_engine_paths or {}
+        details = {**ratio, "n_prompts": screen.n_prompts, "given_engine_paths": dict(given)}
         message = f"engine / screen acceptance {fixed(ratio.get('value'))} [{fixed(ratio.get('ci_low'))}, {fixed(ratio.get('ci_high'))}] on the same prompts"
         if "value" in given:
             message += (
                 f", {fixed(given.get('value'))} [{fixed(given.get('ci_low'))}, {fixed(given.get('ci_high'))}] given the engine's own paths"
             )
-        status, message = (
-            (PASS, f"{message}: no difference at Holm-adjusted α") if screen.get("agrees") else (WARN, str(screen.get("finding")))
-        )
+        status, message = (PASS, f"{message}: no difference at Holm-adjusted α") if screen.agrees else (WARN, str(screen.finding))
         checks.append(GateCheck(name, title, status, message, details))
-    speed = mapping(snapshot.get("speed"))
-    check = mapping(mapping(speed.get("validation")).get("measured_over_predicted"))
-    if speed.get("source") == "cost model" and check:
+    speed = snapshot.speed
+    validation = (speed.validation if speed is not None else None) or {}
+    check = validation.get("measured_over_predicted") or {}
+    if speed is not None and speed.source == "cost model" and check:
         name, title = "cost-model", "Predicted speed-ups match the timed prompts"
         # A finding: the overall interval excludes 1, or a group's timed prompts differ from the rest.
-        holds = bool(mapping(speed.get("validation")).get("holds")) and not speed.get("finding")
+        holds = bool(validation.get("holds")) and not speed.finding
         interval = f"{fixed(check.get('value'))} [{fixed(check.get('ci_low'))}, {fixed(check.get('ci_high'))}]"
-        smallest = speed.get("validation_by_group_smallest_pvalue_holm")
-        if speed.get("single_prompt_outliers"):
-            per_group = f"; {speed['single_prompt_outliers']}"
+        smallest = speed.validation_by_group_smallest_pvalue_holm
+        if speed.single_prompt_outliers:
+            per_group = f"; {speed.single_prompt_outliers}"
         elif finite(smallest):
             per_group = f"; no group's timed prompts differ from the others' (smallest Holm p = {fmt(smallest, 2)})"
         else:
             per_group = ""
-        message = f"measured / predicted speed-up {interval} out of sample covers 1{per_group}" if holds else str(speed.get("finding"))
+        message = f"measured / predicted speed-up {interval} out of sample covers 1{per_group}" if holds else str(speed.finding)
         checks.append(GateCheck(name, title, PASS if holds else WARN, message, dict(check)))
     return checks

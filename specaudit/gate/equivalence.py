@@ -4,144 +4,152 @@ the TV bound."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
-from specaudit.contracts import CheckStatus, EquivalenceStatus
+from specaudit.contracts import EquivalenceStatus
 from specaudit.contracts.run import CONTROL_ENGINE
-from specaudit.contracts.snapshot import control_failed
-from specaudit.gate.results import GateCheck, fmt, mapping, not_run
+from specaudit.gate.results import GateCheck, fmt, not_run
 from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds, finite
 
+if TYPE_CHECKING:
+    from specaudit.contracts import CheckStatus
+    from specaudit.contracts.snapshot import (
+        EngineEquivalence,
+        EquivalenceSection,
+        GoodnessOfFit,
+        HolmRow,
+        ImpossibleTokens,
+        TvBound,
+        TwoSample,
+    )
 
-def _rejections(table: Any, alpha: float) -> list[dict[str, Any]]:
+
+def _rejections(table: list[HolmRow], alpha: float) -> list[HolmRow]:
     """Rows of a Holm gate table rejected at ``alpha``."""
-    rows = table if isinstance(table, list) else []
-    return [r for r in rows if isinstance(r, Mapping) and finite(r.get("holm_pvalue")) and r["holm_pvalue"] < alpha]
+    return [r for r in table if finite(r.holm_pvalue) and r.holm_pvalue < alpha]
 
 
-def _tested(table: Any) -> bool:
-    return any(isinstance(r, Mapping) and finite(r.get("holm_pvalue")) for r in (table if isinstance(table, list) else []))
+def _tested(table: list[HolmRow]) -> bool:
+    return any(finite(r.holm_pvalue) for r in table)
 
 
-def _impossible(entry: Mapping[str, Any]) -> dict[str, Any]:
-    return mapping(mapping(entry.get("goodness_of_fit")).get("impossible_tokens"))
+def _table(result: GoodnessOfFit | TwoSample | None) -> list[HolmRow]:
+    return result.gate if result is not None else []
 
 
-def equivalence_checks(section: Mapping[str, Any], t: GateThresholds) -> list[GateCheck]:
-    status = section.get("status")
-    engines = mapping(section.get("engines"))
-    if not section or status in (None, EquivalenceStatus.NOT_RUN) or not engines:
-        why = section.get("message") or "the snapshot has no equivalence results (run `specaudit analyze` without --no-equivalence)"
+def _impossible(entry: EngineEquivalence | None) -> ImpossibleTokens | None:
+    return entry.goodness_of_fit.impossible_tokens if entry is not None and entry.goodness_of_fit is not None else None
+
+
+def equivalence_checks(section: EquivalenceSection, t: GateThresholds) -> list[GateCheck]:
+    engines = section.engines
+    if section.status == EquivalenceStatus.NOT_RUN or not engines:
+        why = section.message or "the snapshot has no equivalence results (run `specaudit analyze` without --no-equivalence)"
         return [
             not_run("equivalence", "Equivalence not rejected", why),
             not_run("control", "Vanilla control passes", why),
             not_run("impossible-tokens", "No impossible tokens", why),
             not_run("tv-bound", "TV distance within the margin", why),
         ]
-    alpha = t.alpha if t.alpha is not None else (section.get("alpha") if finite(section.get("alpha")) else 0.05)
-    greedy = section.get("mode") == "greedy"
-    control = section.get("control") or CONTROL_ENGINE
+    alpha = t.alpha if t.alpha is not None else (section.alpha if finite(section.alpha) else 0.05)
+    greedy = section.mode == "greedy"
+    control = section.control or CONTROL_ENGINE
     audited = [e for e in engines if e != control]
-    checks = [_engine_equivalence(e, mapping(engines[e]), alpha, greedy) for e in audited]
+    checks = [_engine_equivalence(e, engines[e], alpha, greedy) for e in audited]
     if not audited:
         checks.append(not_run("equivalence", "Equivalence not rejected", "no speculative engine in the run"))
     checks.append(_control_check(control, engines.get(control), alpha, greedy, section))
     if not greedy:
         checks.append(_impossible_check(engines))
-        delta = t.tv_delta
         for engine in audited:
-            checks.append(_tv_check(engine, mapping(mapping(engines[engine]).get("tv_bound")), delta, t.tv_severity))
+            checks.append(_tv_check(engine, engines[engine].tv_bound, t.tv_delta, t.tv_severity))
     return checks
 
 
-def _engine_equivalence(engine: str, entry: Mapping[str, Any], alpha: float, greedy: bool) -> GateCheck:
+def _engine_equivalence(engine: str, entry: EngineEquivalence, alpha: float, greedy: bool) -> GateCheck:
     name, title = f"equivalence[{engine}]", f"Equivalence not rejected: {engine}"
-    violations = mapping(entry.get("verify_violations"))
-    if violations:  # the sampler's own output broke the verify contract: proven, no test needed
-        first = mapping(violations.get("first"))
+    violations = entry.verify_violations
+    if violations is not None:  # the sampler's own output broke the verify contract: proven, no test needed
+        first = violations.first or {}
         return GateCheck(
             name,
             title,
             FAIL,
-            f"{engine}'s verify function broke its contract in {violations.get('count')} call(s); "
+            f"{engine}'s verify function broke its contract in {violations.count} call(s); "
             f"first: call {first.get('call')} of record {first.get('record')}, it {first.get('problem')}",
-            {"verify_violations": dict(violations)},
+            {"verify_violations": violations.model_dump(exclude_unset=True)},
         )
     served = _server_violations(engine, entry)
     if served is not None:
         return served
     if greedy:
-        result = mapping(entry.get("greedy"))
-        if not result:
+        result = entry.greedy
+        if result is None:
             return not_run(name, title, f"no greedy comparison for {engine}")
-        divergences = [d for d in result.get("divergences") or [] if isinstance(d, Mapping)]
-        bad = [d for d in divergences if d.get("classification") != "near-tie"]
-        pairs, matches = result.get("n_pairs"), result.get("n_matches")
+        divergences = result.divergences
+        bad = [d for d in divergences if d.classification != "near-tie"]
+        pairs, matches = result.n_pairs, result.n_matches
         details = {"n_pairs": pairs, "n_matches": matches, "n_divergences": len(divergences), "n_unexplained": len(bad)}
         if bad:
-            kinds = sorted({str(d.get("classification")) for d in bad})
+            kinds = sorted({str(d.classification) for d in bad})
             first = bad[0]
             return GateCheck(
                 name,
                 title,
                 FAIL,
                 f"{len(bad)} greedy divergence(s) not explained by a near-tie ({', '.join(kinds)}); first: prompt "
-                f"{first.get('prompt_id')} at position {first.get('position')}",
+                f"{first.prompt_id} at position {first.position}",
                 details,
             )
         extra = f"; {len(divergences)} divergence(s), all floating-point near-ties" if divergences else ""
         return GateCheck(name, title, PASS, f"greedy output matches vanilla on {matches} of {pairs} prompts{extra}", details)
-    gof = mapping(entry.get("goodness_of_fit"))
-    two = mapping(entry.get("two_sample"))
-    rejected = [("goodness-of-fit", r) for r in _rejections(gof.get("gate"), alpha)]
-    rejected += [("two-sample", r) for r in _rejections(two.get("gate"), alpha)]
+    gof, two = entry.goodness_of_fit, entry.two_sample
+    rejected = [("goodness-of-fit", r) for r in _rejections(_table(gof), alpha)]
+    rejected += [("two-sample", r) for r in _rejections(_table(two), alpha)]
+    n_tokens = gof.n_tokens if gof is not None else None
     details = {
         "alpha": alpha,
-        "n_tokens": gof.get("n_tokens"),
-        "rejected": [{"battery": b, "test": r.get("test"), "holm_pvalue": r.get("holm_pvalue")} for b, r in rejected],
+        "n_tokens": n_tokens,
+        "rejected": [{"battery": b, "test": r.test, "holm_pvalue": r.holm_pvalue} for b, r in rejected],
     }
     if rejected:
-        listed = ", ".join(f"{r.get('test')} (Holm p = {fmt(r.get('holm_pvalue'))})" for _, r in rejected)
+        listed = ", ".join(f"{r.test} (Holm p = {fmt(r.holm_pvalue)})" for _, r in rejected)
         return GateCheck(
             name, title, FAIL, f"{engine} does not follow the target distribution: rejected by {listed} at α = {alpha:g}", details
         )
-    if not _tested(gof.get("gate")) and not _tested(two.get("gate")):
+    if not _tested(_table(gof)) and not _tested(_table(two)):
         return GateCheck(name, title, WARN, f"not run: no test of {engine} could run (no scored tokens)", {**details, "not_run": True})
-    smallest = min(
-        (r["holm_pvalue"] for b in (gof, two) for r in (b.get("gate") or []) if isinstance(r, Mapping) and finite(r.get("holm_pvalue"))),
-        default=math.nan,
-    )
+    smallest = min((r.holm_pvalue for r in (*_table(gof), *_table(two)) if finite(r.holm_pvalue)), default=math.nan)
     message = (
         f"no test rejects at α = {alpha:g} after Holm correction (smallest adjusted p = {fmt(smallest)}, "
-        f"{gof.get('n_tokens', 'n/a')} tokens)"
+        f"{n_tokens if n_tokens is not None else 'n/a'} tokens)"
     )
-    if two.get("not_run_reason"):  # a test that could not reject is not counted as passed
-        details["two_sample_not_run"] = two["not_run_reason"]
-        message += f"; two-sample tests not run: {two['not_run_reason']}"
-    if entry.get("status"):
-        details["status"] = entry["status"]
-        message += f"; {entry['status']}"
+    if two is not None and two.not_run_reason:  # a test that could not reject is not counted as passed
+        details["two_sample_not_run"] = two.not_run_reason
+        message += f"; two-sample tests not run: {two.not_run_reason}"
+    if entry.status:
+        details["status"] = entry.status
+        message += f"; {entry.status}"
     return GateCheck(name, title, PASS, message, details)
 
 
-def _server_violations(engine: str, entry: Any, name: str | None = None, title: str | None = None) -> GateCheck | None:
+def _server_violations(engine: str, entry: EngineEquivalence | None, name: str | None = None, title: str | None = None) -> GateCheck | None:
     """FAIL for an engine whose server returned impossible output (analysis.judge_server_violations)."""
-    violations = mapping(mapping(entry).get("server_violations"))
-    if not violations:
+    violations = entry.server_violations if entry is not None else None
+    if violations is None:
         return None
-    first = mapping(violations.get("first"))
+    first = violations.first or {}
     return GateCheck(
         name or f"equivalence[{engine}]",
         title or f"Equivalence not rejected: {engine}",
         FAIL,
-        f"the {engine} server returned impossible output at {violations.get('count')} position(s); first: record "
+        f"the {engine} server returned impossible output at {violations.count} position(s); first: record "
         f"{first.get('record')} position {first.get('position')}: {first.get('problem')}",
-        {"server_violations": dict(violations)},
+        {"server_violations": violations.model_dump(exclude_unset=True)},
     )
 
 
-def _control_check(control: str, entry: Any, alpha: float, greedy: bool, section: Mapping[str, Any]) -> GateCheck:
+def _control_check(control: str, entry: EngineEquivalence | None, alpha: float, greedy: bool, section: EquivalenceSection) -> GateCheck:
     name, title = f"control[{control}]", "Vanilla control passes"
     served = _server_violations(control, entry, name, title)
     if served is not None:  # the control's own server is broken: proven, whatever the tests say
@@ -154,23 +162,24 @@ def _control_check(control: str, entry: Any, alpha: float, greedy: bool, section
             "greedy mode: outputs are compared with vanilla directly; the control has no test of its own",
             {"mode": "greedy"},
         )
-    if not isinstance(entry, Mapping):
+    if entry is None:
         return not_run(name, title, f"the run has no {control} engine, so the battery's calibration is unchecked")
-    gof = mapping(entry.get("goodness_of_fit"))
-    control_alpha = section.get("control_alpha") if finite(section.get("control_alpha")) else alpha
-    rejected = _rejections(gof.get("gate"), control_alpha)
-    chance = [r for r in _rejections(gof.get("gate"), alpha) if r not in rejected]
-    offenders = _impossible(entry).get("statistic") or 0
+    table = _table(entry.goodness_of_fit)
+    control_alpha = section.control_alpha if finite(section.control_alpha) else alpha
+    rejected = _rejections(table, control_alpha)
+    chance = [r for r in _rejections(table, alpha) if r not in rejected]
+    impossible = _impossible(entry)
+    offenders = (impossible.statistic if impossible is not None else None) or 0
     details = {
         "alpha": alpha,
         "control_alpha": control_alpha,
-        "rejected": [r.get("test") for r in rejected],
-        "rejected_at_alpha": [r.get("test") for r in chance],
+        "rejected": [r.test for r in rejected],
+        "rejected_at_alpha": [r.test for r in chance],
         "impossible_tokens": offenders,
     }
-    failed = control_failed(section)
+    failed = section.control_failed
     if chance and not (rejected or offenders or failed):
-        listed = ", ".join(f"{r.get('test')} (Holm p = {fmt(r.get('holm_pvalue'))})" for r in chance)
+        listed = ", ".join(f"{r.test} (Holm p = {fmt(r.holm_pvalue)})" for r in chance)
         return GateCheck(
             name,
             title,
@@ -180,39 +189,40 @@ def _control_check(control: str, entry: Any, alpha: float, greedy: bool, section
             details,
         )
     if rejected or offenders or failed:
-        why = ", ".join(f"{r.get('test')} (Holm p = {fmt(r.get('holm_pvalue'))})" for r in rejected) or (
+        why = ", ".join(f"{r.test} (Holm p = {fmt(r.holm_pvalue)})" for r in rejected) or (
             f"{offenders} impossible token(s)" if offenders else "the analysis marked it as failed"
         )
         return GateCheck(
             name, title, FAIL, f"plain decoding fails its own test ({why}): scoring and decoding disagree, so the audit is invalid", details
         )
-    if not _tested(gof.get("gate")):
+    if not _tested(table):
         return GateCheck(name, title, WARN, "not run: the control had no scored tokens", {**details, "not_run": True})
     return GateCheck(
         name, title, PASS, f"plain decoding passes the battery at α = {alpha:g} (the tests are calibrated on this run)", details
     )
 
 
-def _impossible_check(engines: Mapping[str, Any]) -> GateCheck:
+def _impossible_check(engines: dict[str, EngineEquivalence]) -> GateCheck:
     name, title = "impossible-tokens", "No impossible tokens"
     found, tested = {}, 0
     first = None
     for engine, entry in engines.items():
-        block = _impossible(mapping(entry))
-        served = mapping(mapping(entry).get("server_violations"))
-        if served and not block.get("statistic"):  # ids outside the vocabulary, unscored: impossible all the same
-            found[engine] = int(served.get("count") or 0)
-            where = mapping(served.get("first"))
+        block = _impossible(entry)
+        served = entry.server_violations
+        if served is not None and not (
+            block is not None and block.statistic
+        ):  # ids outside the vocabulary, unscored: impossible all the same
+            found[engine] = int(served.count or 0)
+            where = served.first or {}
             first = first or (engine, {"key": where.get("record"), "position": where.get("position")})
-        if not block:
+        if block is None:
             continue
-        tested += int(block.get("n") or 0)
-        count = int(block.get("statistic") or 0)
+        tested += int(block.n or 0)
+        count = int(block.statistic or 0)
         if count:
             found[engine] = count
-            offenders = block.get("offenders") or []
-            if first is None and offenders and isinstance(offenders[0], Mapping):
-                first = (engine, offenders[0])
+            if first is None and block.offenders:
+                first = (engine, block.offenders[0])
     if not tested and not found:
         return not_run(name, title, "no scored tokens")
     if found:
@@ -228,18 +238,18 @@ def _impossible_check(engines: Mapping[str, Any]) -> GateCheck:
     return GateCheck(name, title, PASS, f"every one of {tested} scored tokens is possible under the warped target", {"n_tokens": tested})
 
 
-def _tv_check(engine: str, bound: Mapping[str, Any], delta: float | None, severity: CheckStatus) -> GateCheck:
+def _tv_check(engine: str, bound: TvBound | None, delta: float | None, severity: CheckStatus) -> GateCheck:
     name, title = f"tv-bound[{engine}]", f"TV distance within the margin: {engine}"
-    upper = bound.get("upper")
-    if not finite(upper):
+    if bound is None or not finite(bound.upper):
         return not_run(name, title, f"no TV bound for {engine}")
-    delta = delta if delta is not None else (bound.get("delta") if finite(bound.get("delta")) else 0.05)
-    details = {"upper": upper, "estimate": bound.get("estimate"), "delta": delta, "n_samples": bound.get("n_samples")}
+    upper = bound.upper
+    delta = delta if delta is not None else (bound.delta if finite(bound.delta) else 0.05)
+    details = {"upper": upper, "estimate": bound.estimate, "delta": delta, "n_samples": bound.n_samples}
     if upper <= delta:
         return GateCheck(name, title, PASS, f"TV upper bound {fmt(upper)} ≤ δ = {delta:g}: equivalent within the margin", details)
     why = (
         "and equality is rejected at this position"
-        if bound.get("verdict") == "different"
-        else f"not shown with {bound.get('n_samples', 'n/a')} samples; more samples per prompt tighten the bound"
+        if bound.verdict == "different"
+        else f"not shown with {bound.n_samples if bound.n_samples is not None else 'n/a'} samples; more samples per prompt tighten the bound"
     )
     return GateCheck(name, title, severity, f"TV upper bound {fmt(upper)} > δ = {delta:g}: equivalence within the margin {why}", details)

@@ -8,30 +8,29 @@ without the section (any other draft) gets no check.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specaudit.contracts import CheckStatus
-from specaudit.gate.results import GateCheck, mapping
+from specaudit.gate.results import GateCheck
 from specaudit.gate.thresholds import FAIL, PASS, WARN
 
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import Snapshot
 
-def identity_checks(snapshot: Mapping[str, Any]) -> list[GateCheck]:
-    identity = mapping(snapshot.get("identity"))
-    if not identity:
+_SHOWN = ("rule", "accepted", "tested", "acceptance", "expected", "interval", "pvalue")
+
+
+def identity_checks(snapshot: Snapshot) -> list[GateCheck]:
+    identity = snapshot.identity
+    if identity is None:
         return []
-    status = str(identity.get("status")).upper()
-    engines = {name: mapping(entry) for name, entry in mapping(identity.get("engines")).items()}
-    verdict = FAIL if status == CheckStatus.FAIL else PASS if status == CheckStatus.PASS else WARN
+    verdict = FAIL if identity.status == CheckStatus.FAIL else PASS if identity.status == CheckStatus.PASS else WARN
     return [
         GateCheck(
             "identity-draft",
             "with the target as its own draft, acceptance is what the engine's rule gives a correct verifier",
             verdict,
-            f"at {identity.get('sampling')}: {identity.get('message')}",
-            {
-                name: {key: entry.get(key) for key in ("rule", "accepted", "tested", "acceptance", "expected", "interval", "pvalue")}
-                for name, entry in engines.items()
-            },
+            f"at {identity.sampling}: {identity.message}",
+            {name: {key: getattr(entry, key) for key in _SHOWN} for name, entry in identity.engines.items()},
         )
     ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,10 +83,6 @@ class GateResult:
         if self.disagreement:
             lines.append(f"note: {self.disagreement}")
         return "\n".join(lines)
-
-
-def mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def fmt(value: Any, digits: int = 3) -> str:

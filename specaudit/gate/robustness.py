@@ -12,38 +12,39 @@ analysis.engine_faults); a snapshot written before these sections gets no check.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specaudit.contracts import CheckStatus
-from specaudit.gate.results import GateCheck, mapping
+from specaudit.gate.results import GateCheck
 from specaudit.gate.thresholds import FAIL, PASS
 
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import Snapshot
 
-def robustness_checks(snapshot: Mapping[str, Any]) -> list[GateCheck]:
+
+def robustness_checks(snapshot: Snapshot) -> list[GateCheck]:
     checks = []
-    invariants = mapping(snapshot.get("output_invariants"))
-    if invariants:
-        failed = str(invariants.get("status")).upper() == CheckStatus.FAIL
+    invariants = snapshot.output_invariants
+    if invariants is not None:
         checks.append(
             GateCheck(
                 "output-invariants",
                 "every record holds the output invariants",
-                FAIL if failed else PASS,
-                str(invariants.get("message") or ""),
-                {key: invariants.get(key) for key in ("records", "violations", "checks", "skipped", "first")},
+                FAIL if invariants.status == CheckStatus.FAIL else PASS,
+                invariants.message or "",
+                {key: getattr(invariants, key) for key in ("records", "violations", "checks", "skipped", "first")},
             )
         )
-    faults = mapping(snapshot.get("engine_faults"))
-    if faults:
-        failed = str(faults.get("status")).upper() == CheckStatus.FAIL
+    faults = snapshot.engine_faults
+    if faults is not None:
+        shown = ("count", "items", "recovered", "engines", "first", "speculation_after", "findings")
         checks.append(
             GateCheck(
                 "engine-faults",
                 "no engine call failed",
-                FAIL if failed else PASS,
-                str(faults.get("message") or ""),
-                {key: faults.get(key) for key in ("count", "items", "recovered", "engines", "first", "speculation_after", "findings")},
+                FAIL if faults.status == CheckStatus.FAIL else PASS,
+                faults.message or "",
+                {key: getattr(faults, key) for key in shown},
             )
         )
     return checks

@@ -13,39 +13,39 @@ check, since the audit never asked the question.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specaudit.contracts import CheckStatus, DisparityStatus
-from specaudit.gate.results import GateCheck, mapping
+from specaudit.gate.results import GateCheck
 from specaudit.gate.thresholds import FAIL, PASS, WARN
 
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import Snapshot
 
-def serving_checks(snapshot: Mapping[str, Any]) -> list[GateCheck]:
+
+def serving_checks(snapshot: Snapshot) -> list[GateCheck]:
     checks = []
-    parity = mapping(snapshot.get("logprob_parity"))
-    if parity:
-        failed = str(parity.get("status")).upper() == CheckStatus.FAIL
+    parity = snapshot.logprob_parity
+    if parity is not None:
         checks.append(
             GateCheck(
                 "logprob-parity",
                 "the server's logprobs are the target's",
-                FAIL if failed else PASS,
-                str(parity.get("message") or f"{parity.get('differing', 0)} of {parity.get('positions', 0)} positions differ"),
-                {key: parity.get(key) for key in ("positions", "differing", "zero_logprob", "max_abs_diff", "threshold")},
+                FAIL if parity.status == CheckStatus.FAIL else PASS,
+                parity.message or f"{parity.differing} of {parity.positions} positions differ",
+                {key: getattr(parity, key) for key in ("positions", "differing", "zero_logprob", "max_abs_diff", "threshold")},
             )
         )
-    stability = mapping(snapshot.get("acceptance_stability"))
-    if stability:
-        flagged = str(stability.get("status")).upper() == DisparityStatus.FLAG
-        findings = [mapping(f) for f in stability.get("findings") or []]
+    stability = snapshot.acceptance_stability
+    if stability is not None:
+        findings = [f for f in stability.findings if isinstance(f, dict)]
         if findings:
             message = "; ".join(str(f.get("message")) for f in findings)
         else:  # not shown is not "holds": say how far down each level's interval reaches
             ratios = [
                 f"level {level}: {r['estimate']:.2f}x [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
-                for level, entry in mapping(stability.get("levels")).items()
-                if (r := mapping(mapping(entry).get("ratio_to_lowest"))).get("ci_low") is not None
+                for level, entry in stability.levels.items()
+                if (r := entry.get("ratio_to_lowest") or {}).get("ci_low") is not None
             ]
             message = "no collapse under load and no stop during the run shown" + (
                 f" (accepted drafts per token against the lowest level: {'; '.join(ratios)})" if ratios else ""
@@ -54,9 +54,9 @@ def serving_checks(snapshot: Mapping[str, Any]) -> list[GateCheck]:
             GateCheck(
                 "acceptance-stability",
                 "speculation keeps working under load and over the run",
-                WARN if flagged else PASS,
+                WARN if stability.status == DisparityStatus.FLAG else PASS,
                 message,
-                {"levels": stability.get("levels"), "findings": findings},
+                {"levels": stability.levels, "findings": findings},
             )
         )
     return checks

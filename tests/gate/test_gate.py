@@ -242,10 +242,15 @@ def test_tv_bound_warns_when_not_shown_and_fails_if_configured(snapshot):
     assert _check(failing, "tv-bound[speculative]").status == FAIL and failing.exit_code == 1
 
 
+# the smallest snapshot the contract accepts: every section the gate reads is empty
+MINIMAL = {"schema_version": 1, "run": {}, "equivalence": {"status": "not run"}, "groups": {}}
+
+
 def test_greedy_divergences_fail_only_when_not_near_ties():
     def greedy(classifications):
         divergences = [{"prompt_id": f"p{i}", "position": 2, "classification": c} for i, c in enumerate(classifications)]
         return {
+            **MINIMAL,
             "equivalence": {
                 "status": "pass",
                 "mode": "greedy",
@@ -328,17 +333,17 @@ def test_group_size_threshold(snapshot):
     assert check.status == WARN and "fewer than 4 prompts" in check.message
 
 
-def test_missing_sections_warn_as_not_run_and_never_crash():
-    for partial in (
-        {"schema_version": 1},
-        {"schema_version": 1, "equivalence": {"status": "not run"}, "groups": {}, "disparities": {}},
-        {"equivalence": "garbage", "groups": [], "disparities": None},
-    ):
+def test_missing_sections_warn_as_not_run_and_garbage_is_refused():
+    for partial in (MINIMAL, {**MINIMAL, "disparities": {}, "equivalence": {"status": "not run", "engines": {}}}):
         result = evaluate_gate(partial)
         assert result.checks and all(c.status == WARN and c.message.startswith("not run") for c in result.checks)
         assert result.exit_code == 0
-    with pytest.raises(InputError):
-        evaluate_gate(["not", "a", "snapshot"])
+    # the gate reads the typed snapshot: what breaks the contract is one sentence, never judged
+    for garbage in (["not", "a", "snapshot"], {"equivalence": "garbage", "groups": [], "disparities": None}):
+        with pytest.raises(InputError):
+            evaluate_gate(garbage)
+    with pytest.raises(InputError, match="equivalence must be an object"):
+        evaluate_gate({**MINIMAL, "equivalence": "garbage"})
 
 
 # ---------------------------------------------------------------------------- CLI
