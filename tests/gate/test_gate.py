@@ -262,7 +262,7 @@ def test_greedy_divergences_fail_only_when_not_near_ties():
                         "greedy": {"n_pairs": 10, "n_matches": 10 - len(divergences), "divergences": divergences},
                     }
                 },
-            }
+            },
         }
 
     benign = evaluate_gate(greedy(["near-tie", "near-tie"]))
