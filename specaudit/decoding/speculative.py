@@ -7,6 +7,8 @@ or a self-test mutant runs inside exactly this engine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from transformers import DynamicCache
 
@@ -23,6 +25,9 @@ from specaudit.decoding.verify import (
 )
 from specaudit.decoding.warping import Prefix, SamplingSpec, warp
 from specaudit.models import NgramDraft, Stopwatch, forward_cached
+
+# The draft's processed distribution from its raw logits [V] and this step's drafts so far.
+DraftProcessing = Callable[[torch.Tensor, list[int]], torch.Tensor]
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:
@@ -42,7 +47,7 @@ class _DraftModel:
         self.logits: list[torch.Tensor] = []  # the last proposal's raw logits, for a verifier that asks (VerifyLogits)
 
     def propose(
-        self, context: list[int], k: int, spec: SamplingSpec, generator: torch.Generator, vocab_size: int, prompt_len: int
+        self, context: list[int], k: int, process: DraftProcessing, generator: torch.Generator, vocab_size: int
     ) -> tuple[list[int], list[torch.Tensor]]:
         feed = context[self.cached :]
         tokens, probs, self.logits = [], [], []
@@ -51,8 +56,7 @@ class _DraftModel:
             logits = forward_cached(self.model, ids, self.cache)
             self.cached += len(feed)
             self.logits.append(logits[0, -1, :vocab_size])
-            # the draft's distribution processed at its own prefix, drafts so far included (penalties)
-            q = warp(self.logits[-1], spec, Prefix(context[:prompt_len], context[prompt_len:] + tokens))
+            q = process(self.logits[-1], tokens)
             token = sample_from(q, generator)
             tokens.append(token)
             probs.append(q)
@@ -73,7 +77,7 @@ class _DraftLookup:
         self.logits: list[torch.Tensor] = []  # a lookup has none
 
     def propose(
-        self, context: list[int], k: int, spec: SamplingSpec, generator: torch.Generator, vocab_size: int, prompt_len: int
+        self, context: list[int], k: int, process: DraftProcessing, generator: torch.Generator, vocab_size: int
     ) -> tuple[list[int], list[torch.Tensor]]:
         tokens = self.lookup.propose(context, k)
         probs = [torch.nn.functional.one_hot(torch.tensor(t, device=generator.device), vocab_size).float() for t in tokens]
@@ -118,6 +122,21 @@ class SpeculativeDecoding:
         self.untimed = 0.0
         self.done = False
 
+    def prefix(self, drafts: list[int]) -> Prefix:
+        """The tokens before the position after this step's `drafts`: prompt, accepted output, drafts."""
+        return Prefix(self.context[: self.prompt_len], self.tokens + drafts)
+
+    def draft_distribution(self, logits: torch.Tensor, drafts: list[int]) -> torch.Tensor:
+        """The draft's processed distribution after this step's `drafts` so far: its own prefix,
+        drafts included (penalties)."""
+        return warp(logits, self.spec, self.prefix(drafts))
+
+    def target_distributions(self, logits: torch.Tensor, drafted: list[int]) -> torch.Tensor:
+        """The target's processed distributions of a verification's rows [len(drafted) + 1, V]:
+        each drafted token is verified at its own prefix, so row i's penalty state counts the
+        accepted output and drafts 0..i-1. (A served mutant overrides these two to get it wrong.)"""
+        return warp(logits, self.spec, self.prefix(drafted))
+
     @torch.inference_mode()
     def step(self, k: int | None = None) -> bool:
         """One draft-and-verify step with up to `k` drafted tokens (default the decoding's k; a
@@ -128,14 +147,12 @@ class SpeculativeDecoding:
         # Never draft past the length budget: the last slot is the verifier's own token.
         k_step = min(self.k if k is None else k, self.max_new_tokens - len(tokens) - 1)
         drafter = self.drafter
-        drafted, draft_probs = drafter.propose(context, k_step, spec, generator, vocab_size, self.prompt_len) if k_step > 0 else ([], [])
+        drafted, draft_probs = drafter.propose(context, k_step, self.draft_distribution, generator, vocab_size) if k_step > 0 else ([], [])
         drafted_at = clock.now()
 
         feed = torch.tensor([context[self.target_cached :] + drafted], device=device)
         logits = forward_cached(self.target, feed, self.target_cache, logits_to_keep=len(drafted) + 1)
-        # Each drafted token is verified against the target processed at its own prefix: the
-        # penalty state of row i counts the accepted output and drafts 0..i-1.
-        target_probs = warp(logits[0, :, :vocab_size], spec, Prefix(context[: self.prompt_len], tokens + drafted))
+        target_probs = self.target_distributions(logits[0, :, :vocab_size], drafted)
         q = torch.stack(draft_probs) if draft_probs else target_probs.new_zeros((0, vocab_size))
         drafted_ids = torch.tensor(drafted, dtype=torch.long, device=device)
         try:

@@ -39,6 +39,20 @@ class BatchPolicy:
         """The vLLM-style logprobs the server returns for an ended row."""
         return logprobs
 
+    def logprob_distributions(self, probs: Any, row: Row) -> Any:
+        """The processed target distributions [tokens, V] the returned logprobs are read from:
+        one per output position, each at its own prefix."""
+        return probs
+
+    def request_seed(self, seed: int | None) -> int | None:
+        """The seed a request's generator gets from the request's `seed` (None: fresh entropy)."""
+        return seed
+
+    def returned_tokens(self, tokens: list[int], kept: int) -> list[int]:
+        """The token ids returned for an output whose first `kept` tokens end at a stop string
+        (its text is cut there either way)."""
+        return tokens[:kept]
+
 
 @dataclass
 class Row:

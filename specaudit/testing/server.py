@@ -5,14 +5,18 @@ try `--engines endpoint` locally before pointing it at a real deployment.
 
 Serves
   POST /v1/completions  prompt (token ids or text), max_tokens, temperature, top_p, top_k, seed,
-                        logprobs N, stream. Decodes with the vanilla engine, or with the
-                        reference speculative engine (`--speculative`, rejection step `--verify`).
-                        Returns choices[0].text, finish_reason ("stop" at end of sequence, else
-                        "length"), usage, and with `logprobs` the vLLM-style fields: tokens as
+                        logprobs N, stream, and the request features (docs/request-features.md):
+                        presence_penalty, frequency_penalty, logit_bias (string ids), stop, and
+                        vLLM's min_p and repetition_penalty. Decodes with the vanilla engine, or
+                        with the reference speculative engine (`--speculative`, rejection step
+                        `--verify`). Returns choices[0].text, finish_reason ("stop" at end of
+                        sequence or at a stop string, whose text is left out; else "length"),
+                        usage, and with `logprobs` the vLLM-style fields: tokens as
                         "token_id:N" strings, token_logprobs and top_logprobs (N entries). The
-                        logprobs are those of the *warped* target distribution at each position
-                        (temperature, top-k, top-p applied exactly as in decoding: specaudit's one
-                        `warp`), computed by one teacher-forced target pass over the output; i.e.
+                        logprobs are those of the *processed* target distribution at each position
+                        (features, temperature, top-k, top-p, min-p applied exactly as in decoding:
+                        specaudit's one `warp`, at each position's prefix), computed by one
+                        teacher-forced target pass over the output; i.e.
                         vLLM's `--logprobs-mode processed_logprobs`. Zero probabilities are written
                         as -9999.0 (as vLLM does) and left out of top_logprobs. A speculative
                         server adds the request's own acceptance as vLLM's
@@ -54,7 +58,7 @@ from specaudit.testing.batching import Batcher, BatchPolicy, Row
 if TYPE_CHECKING:
     import torch
 
-    from specaudit.decoding import Generation
+    from specaudit.decoding import Generation, SamplingSpec, SpeculativeDecoding
     from specaudit.decoding.verify import VerifyFn
     from specaudit.models import ModelPair
 
@@ -80,6 +84,39 @@ def _number(body: dict, name: str, default: Any, kind: type, low: float | None =
     return value
 
 
+# The request features a completion request may carry (docs/request-features.md): OpenAI's
+# fields and vLLM's / SGLang's extensions, as the endpoint engine sends them.
+_FEATURES = ("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
+
+
+def _sampling(body: dict) -> SamplingSpec:
+    """The request's sampling: temperature, top-k (-1 or 0: off), top-p and its request features,
+    processed by specaudit's one `warp` as every engine does."""
+    from specaudit.decoding import SamplingSpec
+
+    values: dict[str, Any] = {
+        "temperature": _number(body, "temperature", 1.0, float),
+        "top_k": max(_number(body, "top_k", 0, int), 0),
+        "top_p": _number(body, "top_p", 1.0, float),
+    }
+    values |= {name: _number(body, name, None, float) for name in _FEATURES if body.get(name) is not None}
+    bias = body.get("logit_bias")
+    if bias is not None:
+        if not isinstance(bias, dict) or not all(isinstance(key, str) and key.isdigit() for key in bias):
+            raise _BadRequest("`logit_bias` must map token ids (as strings) to numbers")
+        values["logit_bias"] = tuple((int(token), _number(bias, token, 0.0, float)) for token in bias)
+    stop = body.get("stop")
+    if stop is not None:
+        stops = [stop] if isinstance(stop, str) else stop
+        if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+            raise _BadRequest("`stop` must be a string or a list of strings")
+        values["stop"] = tuple(stops)
+    try:
+        return SamplingSpec(**values)
+    except InputError as err:
+        raise _BadRequest(str(err)) from None
+
+
 class ReferenceServer:
     """An OpenAI-compatible completions server for one ModelPair (see the module docstring).
 
@@ -101,8 +138,9 @@ class ReferenceServer:
         lock: threading.Lock | None = None,
         max_batch: int = 8,
         policy: BatchPolicy | None = None,
+        decoding: type[SpeculativeDecoding] | None = None,
     ) -> None:
-        from specaudit.decoding import reference_verify
+        from specaudit.decoding import SpeculativeDecoding, reference_verify
         from specaudit.engines.decode import eos_token_ids
 
         if speculative and pair.draft is None:
@@ -110,6 +148,7 @@ class ReferenceServer:
         self.pair = pair
         self.speculative = speculative
         self.verify = verify or reference_verify
+        self.decoding = decoding or SpeculativeDecoding  # a served mutant's subclass gets the processing wrong
         self.k = k
         self.model_name = model_name or Path(str(pair.target_name)).name
         self.eos_ids = eos_token_ids(pair)
@@ -183,25 +222,22 @@ class ReferenceServer:
         """The /v1/completions answer (non-streaming form) for a request body."""
         import torch
 
-        from specaudit.decoding import SamplingSpec, SpeculativeDecoding, VanillaDecoding, warp
+        from specaudit.decoding import VanillaDecoding, warp
+        from specaudit.decoding.stops import cut_at_stop
+        from specaudit.decoding.warping import Prefix
 
         if body.get("model") not in (None, self.model_name):
             raise _BadRequest(f"The model `{body.get('model')}` does not exist; this server serves `{self.model_name}`", 404)
         prompt_ids = self._prompt_ids(body)
         max_tokens = _number(body, "max_tokens", 16, int, 1)
-        top_k = _number(body, "top_k", 0, int)
-        try:
-            spec = SamplingSpec(
-                temperature=_number(body, "temperature", 1.0, float), top_k=max(top_k, 0), top_p=_number(body, "top_p", 1.0, float)
-            )
-        except InputError as err:
-            raise _BadRequest(str(err)) from None
+        spec = _sampling(body)
         seed = body.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise _BadRequest(f"`seed` must be an integer, got {seed!r}")
         n_logprobs = _number(body, "logprobs", 0, int, 0)
-        pair = self.pair
+        pair, policy = self.pair, self.batcher.policy
         generator = torch.Generator(device=pair.device)
+        seed = policy.request_seed(seed)
         if seed is None:
             generator.seed()
         else:
@@ -209,33 +245,32 @@ class ReferenceServer:
         common = dict(spec=spec, max_new_tokens=max_tokens, generator=generator, eos_ids=self.eos_ids, vocab_size=pair.vocab_size)
         with self.lock:
             if self.speculative:
-                decoding = SpeculativeDecoding(pair.target, pair.draft, prompt_ids, k=self.k, verify=self.verify, **common)
+                decoding = self.decoding(pair.target, pair.draft, prompt_ids, k=self.k, verify=self.verify, **common)
             else:
                 decoding = VanillaDecoding(pair.target, prompt_ids, **common)
         row = self.batcher.run(Row(decoding=decoding, request={"prompt_ids": prompt_ids, "seed": seed, "max_tokens": max_tokens}))
         generation = decoding.result
-        tokens = generation.tokens
+        tokens, text = generation.tokens, pair.tokenizer.decode(generation.tokens, skip_special_tokens=True)
+        finish_reason = "stop" if generation.finish_reason == "eos" else "length"
+        # Decoded to the budget, then cut at the first stop string: tokens before a stop never
+        # depend on what follows it (decoding.stops).
+        cut = cut_at_stop(tokens, lambda ids: pair.tokenizer.decode(ids, skip_special_tokens=True), spec.stop)
+        if cut is not None:
+            tokens, text, finish_reason = policy.returned_tokens(tokens, cut[0]), cut[1], "stop"
         logprobs = None
         if n_logprobs and tokens:
             with self.lock, torch.inference_mode():
                 ids = torch.tensor([prompt_ids + tokens[:-1]], device=pair.device)
                 logits = pair.target(input_ids=ids).logits[0, len(prompt_ids) - 1 :, : pair.vocab_size]
-                probs = warp(logits.double(), spec)
-            logprobs = self.batcher.policy.logprobs(self._logprobs(probs, tokens, n_logprobs), row)
+                probs = warp(logits.double(), spec, Prefix(prompt_ids, tokens[:-1]))
+            logprobs = policy.logprobs(self._logprobs(policy.logprob_distributions(probs, row), tokens, n_logprobs), row)
         number = self._count(prompt_ids, generation)
         answer = {
             "id": f"cmpl-specaudit-{number}",
             "object": "text_completion",
             "created": int(time.time()),
             "model": self.model_name,
-            "choices": [
-                {
-                    "index": 0,
-                    "text": pair.tokenizer.decode(tokens, skip_special_tokens=True),
-                    "logprobs": logprobs,
-                    "finish_reason": "stop" if generation.finish_reason == "eos" else "length",
-                }
-            ],
+            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(tokens), "total_tokens": len(prompt_ids) + len(tokens)},
         }
         if self.speculative:

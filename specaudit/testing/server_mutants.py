@@ -18,13 +18,42 @@ each and name its cause (`caught_by`: the finding of the snapshot that names it)
   requests). Output correct; acceptance stops during the run, at any load.
 - draft_off_under_load: with more than `limit` sequences in the batch the draft length drops to
   0 (TensorRT-LLM PR #16888): output correct, acceptance collapses only under load.
+
+The request-feature classes (issue 38; audited at FEATURE_SAMPLING, which sets every feature):
+- penalties_last_token: the penalty state counts only the last token of each accepted run, and
+  drafts and verification rows all see the state at the step's start (SGLang #33643: frequency
+  penalty about nominal / run length).
+- penalties_off_speculating: penalties silently dropped on the speculative path, draft and target
+  alike (TensorRT-LLM #17701).
+- min_p_bias_bonus_only: min-p and logit bias, judged argmax-invariant, skipped for the verified
+  rows and applied to the bonus row only (vLLM #42744, #38202); the draft samples as requested.
+- post_stop_tokens: the text is cut at the stop string but the token ids (and their logprobs)
+  after it are returned (vLLM #47616).
+- seed_ignored: the speculative path ignores the request's seed and seeds every request alike,
+  so samples of one prompt are copies at any load (TensorRT-LLM #19487, #17599). SharedRng does
+  not cover it: there only a request joining a running batch takes another's seed.
+- logprobs_first_of_step: every returned logprob of a step is read from the distribution at the
+  step's first position, right for the first token only (llama.cpp #27196).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
+import torch
+
+from specaudit.decoding import SamplingSpec, SpeculativeDecoding
+from specaudit.decoding.warping import Prefix, warp
 from specaudit.testing.batching import BatchPolicy, Row
+
+# The audits' settings: a truncating one for the batch classes (the one-sided top-p bug shows
+# only where top-p < 1), and one with every request feature for theirs. On the tiny pair's
+# characters "k." ends about one output in five; token 10 is the character "h".
+SAMPLING = SamplingSpec(temperature=1.0, top_p=0.9)
+FEATURE_SAMPLING = SamplingSpec(
+    temperature=1.0, presence_penalty=0.5, frequency_penalty=0.5, min_p=0.1, logit_bias=((10, -1.0),), stop=("k.",)
+)
 
 
 class SharedRng(BatchPolicy):
@@ -81,6 +110,76 @@ class DraftOffUnderLoad(BatchPolicy):
         return 0 if batch_size > self.limit else k
 
 
+class LastTokenPenalties(SpeculativeDecoding):
+    """Penalties counted on the last token of each accepted run only, at the step's start state."""
+
+    def _stale_prefix(self) -> Prefix:
+        ends, end = [], 0
+        for accepted in self.result.accepted_per_step:
+            end += accepted + 1
+            ends.append(end)
+        return Prefix(self.context[: self.prompt_len], [self.tokens[e - 1] for e in ends if e <= len(self.tokens)])
+
+    def draft_distribution(self, logits: torch.Tensor, drafts: list[int]) -> torch.Tensor:
+        return warp(logits, self.spec, self._stale_prefix())
+
+    def target_distributions(self, logits: torch.Tensor, drafted: list[int]) -> torch.Tensor:
+        stale = self._stale_prefix()
+        return torch.cat([warp(row[None], self.spec, stale) for row in logits])
+
+
+def _without(spec: SamplingSpec, *names: str) -> SamplingSpec:
+    return replace(spec, **{name: SamplingSpec.__dataclass_fields__[name].default for name in names})
+
+
+PENALTIES = ("repetition_penalty", "presence_penalty", "frequency_penalty")
+
+
+class PenaltiesOffSpeculating(SpeculativeDecoding):
+    """The speculative path processes draft and target without the request's penalties."""
+
+    def draft_distribution(self, logits: torch.Tensor, drafts: list[int]) -> torch.Tensor:
+        return warp(logits, _without(self.spec, *PENALTIES), self.prefix(drafts))
+
+    def target_distributions(self, logits: torch.Tensor, drafted: list[int]) -> torch.Tensor:
+        return warp(logits, _without(self.spec, *PENALTIES), self.prefix(drafted))
+
+
+class MinPBiasBonusOnly(SpeculativeDecoding):
+    """min-p and logit bias skipped for the verified rows, applied to the bonus row only."""
+
+    def target_distributions(self, logits: torch.Tensor, drafted: list[int]) -> torch.Tensor:
+        full = super().target_distributions(logits, drafted)
+        skipped = warp(logits, _without(self.spec, "min_p", "logit_bias"), self.prefix(drafted))
+        return torch.cat([skipped[:-1], full[-1:]])
+
+
+class PostStopTokens(BatchPolicy):
+    name = "post_stop_tokens"
+
+    def returned_tokens(self, tokens: list[int], kept: int) -> list[int]:
+        return list(tokens)
+
+
+class SeedIgnored(BatchPolicy):
+    name = "seed_ignored"
+
+    def request_seed(self, seed: int | None) -> int | None:
+        return 0
+
+
+class LogprobsFirstOfStep(BatchPolicy):
+    name = "logprobs_first_of_step"
+
+    def logprob_distributions(self, probs: Any, row: Row) -> Any:
+        rows, start = [], 0
+        for accepted in row.decoding.result.accepted_per_step:
+            rows += [start] * (accepted + 1)
+            start += accepted + 1
+        rows = rows[: probs.shape[0]] + list(range(len(rows), probs.shape[0]))  # a stop or EOS cut the last step
+        return probs[rows]
+
+
 @dataclass(frozen=True)
 class ServerMutant:
     """A served bug: the batch policy and verify function of the speculative server, and the
@@ -91,6 +190,8 @@ class ServerMutant:
     verify: str | None  # module:function of the rejection step, None for the correct one
     caught_by: str | None
     cause: str
+    decoding: type[SpeculativeDecoding] = SpeculativeDecoding  # the speculative server's engine
+    sampling: SamplingSpec = SAMPLING  # the setting its audit runs at
 
 
 SERVER_MUTANTS: dict[str, ServerMutant] = {
@@ -118,7 +219,72 @@ SERVER_MUTANTS: dict[str, ServerMutant] = {
             "acceptance_collapse",
             "draft length 0 under load, output correct (TensorRT-LLM #16888)",
         ),
+        ServerMutant("correct_features", BatchPolicy, None, None, "-", sampling=FEATURE_SAMPLING),
+        ServerMutant(
+            "penalties_last_token",
+            BatchPolicy,
+            None,
+            "equivalence",
+            "penalties counted on the last token of an accepted run only (SGLang #33643)",
+            decoding=LastTokenPenalties,
+            sampling=FEATURE_SAMPLING,
+        ),
+        ServerMutant(
+            "penalties_off_speculating",
+            BatchPolicy,
+            None,
+            "equivalence",
+            "penalties ignored on the speculative path (TensorRT-LLM #17701)",
+            decoding=PenaltiesOffSpeculating,
+            sampling=FEATURE_SAMPLING,
+        ),
+        ServerMutant(
+            "min_p_bias_bonus_only",
+            BatchPolicy,
+            None,
+            "equivalence",
+            "min-p and logit bias applied to the bonus token only (vLLM #42744, #38202)",
+            decoding=MinPBiasBonusOnly,
+            sampling=FEATURE_SAMPLING,
+        ),
+        ServerMutant(
+            "post_stop_tokens",
+            PostStopTokens,
+            None,
+            "invariant:after-stop",
+            "token ids after a stop string returned (vLLM #47616)",
+            sampling=FEATURE_SAMPLING,
+        ),
+        ServerMutant(
+            "seed_ignored",
+            SeedIgnored,
+            None,
+            "equivalence",
+            "request seed ignored when speculating, every request seeded alike (TensorRT-LLM #19487)",
+        ),
+        ServerMutant(
+            "logprobs_first_of_step",
+            LogprobsFirstOfStep,
+            None,
+            "logprob_parity",
+            "logprobs right for the first token of a step only (llama.cpp #27196)",
+        ),
     )
 }
 
-__all__ = ["SERVER_MUTANTS", "DraftOffUnderLoad", "ServerMutant", "SharedRng", "StaleDraftState", "ZeroLogprobs"]
+__all__ = [
+    "FEATURE_SAMPLING",
+    "SAMPLING",
+    "SERVER_MUTANTS",
+    "DraftOffUnderLoad",
+    "LastTokenPenalties",
+    "LogprobsFirstOfStep",
+    "MinPBiasBonusOnly",
+    "PenaltiesOffSpeculating",
+    "PostStopTokens",
+    "SeedIgnored",
+    "ServerMutant",
+    "SharedRng",
+    "StaleDraftState",
+    "ZeroLogprobs",
+]

@@ -7,7 +7,8 @@ What names a cause, per snapshot (`findings`):
 - equivalence: the battery (pooled or at a level) fails the speculative engine;
 - independence: the concurrency section's independence test fails it at a level;
 - logprob_parity: the logprob parity section is FAIL;
-- acceptance_stopped / acceptance_collapse: the acceptance stability section's findings.
+- acceptance_stopped / acceptance_collapse: the acceptance stability section's findings;
+- invariant:CHECK: the output invariants section counts a violation of CHECK (e.g. after-stop).
 A mutant is caught in an audit when the finding its `caught_by` names is there; the correct
 server's audit is a false alarm when any finding is.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Iterable
+from dataclasses import fields
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -29,16 +31,15 @@ from specaudit.decoding._spec import SamplingSpec
 from specaudit.decoding.settings import setting_label
 from specaudit.errors import InputError
 from specaudit.testing.server import ReferenceServer
-from specaudit.testing.server_mutants import SERVER_MUTANTS
+from specaudit.testing.server_mutants import SAMPLING, SERVER_MUTANTS
 
 if TYPE_CHECKING:
     from specaudit.models import ModelPair
     from specaudit.prompts import PromptSet
 
 # The endpoint audit's budget here: the end-to-end self-test's (8 prompts x 8 samples x 32 tokens),
-# at each of two levels, with a truncating setting so that the one-sided top-p bug can show.
+# at each of two levels, at the mutant's setting (server_mutants.SAMPLING or FEATURE_SAMPLING).
 LEVELS = (1, 4)
-SAMPLING = SamplingSpec(temperature=1.0, top_p=0.9)
 # The quick self-test's budget per audit (a quarter of the requests' tokens: 4 samples x 16 tokens),
 # over 3 seeds; measured to reach every mutant (docs/selftest.md).
 QUICK_BUDGET = {"samples": 4, "max_new_tokens": 16}
@@ -70,7 +71,14 @@ def findings(snapshot: dict) -> list[str]:
     if stability.get("status") == DisparityStatus.FLAG:
         kinds = {f["kind"] for f in stability.get("findings", [])}
         found += [name for name, kind in ACCEPTANCE_KINDS.items() if kind in kinds]
+    checks = (snapshot.get("output_invariants") or {}).get("checks") or {}
+    found += [f"invariant:{check}" for check, count in checks.items() if count]
     return found
+
+
+def _sampling_fields(spec: SamplingSpec) -> dict:
+    """A SamplingSpec as RunConfig's fields (the same names; logit_bias a mapping)."""
+    return {f.name: dict(spec.logit_bias) if f.name == "logit_bias" else getattr(spec, f.name) for f in fields(spec)}
 
 
 def server_audit(
@@ -85,7 +93,9 @@ def server_audit(
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
         with (
-            ReferenceServer(pair, speculative=True, verify=verify, policy=bug.policy(), max_batch=max(LEVELS)) as speculative,
+            ReferenceServer(
+                pair, speculative=True, verify=verify, policy=bug.policy(), decoding=bug.decoding, max_batch=max(LEVELS)
+            ) as speculative,
             ReferenceServer(pair, max_batch=max(LEVELS)) as vanilla,
         ):
             cfg = RunConfig(
@@ -93,8 +103,7 @@ def server_audit(
                 engines="endpoint",
                 samples=samples,
                 max_new_tokens=max_new_tokens,
-                temperature=SAMPLING.temperature,
-                top_p=SAMPLING.top_p,
+                **_sampling_fields(bug.sampling),
                 seed=seed,
                 warmup=0,
                 endpoint={"speculative_url": speculative.url, "vanilla_url": vanilla.url, "concurrency_levels": list(LEVELS)},
@@ -149,7 +158,7 @@ def server_selftest(
         rows.append(
             {
                 "server": name,
-                "sampling": setting_label(SAMPLING),
+                "sampling": setting_label(SERVER_MUTANTS[name].sampling),
                 "levels": ",".join(map(str, LEVELS)),
                 "samples": budget.get("samples", 8),
                 "max_new_tokens": budget.get("max_new_tokens", 32),
