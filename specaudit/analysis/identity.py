@@ -127,11 +127,13 @@ def identity_section(
     spec = SamplingSpec(temperature=config.get("temperature", 1.0), top_k=config.get("top_k", 0), top_p=config.get("top_p", 1.0))
     backend = ENGINES.get(manifest.get("backend") or "")
     engines: dict[str, IdentityCheck] = {}
+    drafted: dict[str, str] = {}  # engine -> "d of n records drafted", said where nothing was judged
     for name in sorted({r["engine"] for r in records} - {CONTROL_ENGINE, SCREEN_ENGINE}):
         registry = backend or ENGINES.get(name)
         if registry is None:
             continue
         mine = [r for r in records if r["engine"] == name and not r.get("timing_only")]
+        drafted[name] = f"{name} drafted on {sum((r.get('proposed') or 0) > 0 for r in mine)} of {len(mine)} records"
         result, note = identity_check(mine, rule_of(registry), spec=spec, pair=pair, alpha=alpha, tolerance=tolerance)
         engines[name] = IdentityCheck(engine=registry.name, message=result.describe() + (f"; {note}" if note else ""), **result.to_dict())
     failed = [name for name, check in engines.items() if check.verdict == CheckStatus.FAIL]
@@ -141,7 +143,10 @@ def identity_section(
     elif judged:
         status, message = CheckStatus.PASS, "; ".join(f"{name}: {engines[name].message}" for name in judged)
     else:
-        status, message = CheckStatus.WARN, "no drafted position was judged, so the identity draft showed nothing"
+        status = CheckStatus.WARN
+        message = (
+            f"no drafted position was judged ({'; '.join(drafted.values()) or 'no drafting engine'}), so the identity draft showed nothing"
+        )
     return IdentitySection(status=status, sampling=setting_label(spec), tolerance=tolerance, engines=engines, message=message)
 
 

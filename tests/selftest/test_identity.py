@@ -143,3 +143,24 @@ def test_the_embedded_pair_keeps_every_draft_and_a_mutant_does_not(two_prompts):
         assert rows[key]["verdict"] == CheckStatus.PASS, rows[key]["message"]
         assert rows[key]["judged"] >= 8
     assert rows[(1.0, Q_FLOOR)]["verdict"] == CheckStatus.FAIL, rows[(1.0, Q_FLOOR)]["message"]
+
+
+def test_an_identity_run_that_never_drafted_says_so_in_its_warning():
+    """OpenVINO's sampled pipelines after their first fault: records without a single draft. Nothing
+    is judged, and the warning names how many records drafted."""
+    from specaudit.analysis.identity import identity_section
+
+    records = [
+        {
+            "key": f"p{i}|speculative|0",
+            "prompt_id": f"p{i}",
+            "engine": "speculative",
+            "proposed": 0,
+            "accepted": 0,
+            "output_token_ids": [5, 6],
+        }
+        for i in range(3)
+    ]
+    section = identity_section(records, {"config": {"draft": "target", "temperature": 1.0}})
+    assert section.status == CheckStatus.WARN
+    assert section.message == "no drafted position was judged (speculative drafted on 0 of 3 records), so the identity draft showed nothing"
