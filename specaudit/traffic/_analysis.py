@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from specaudit.traffic._estimate import FIELDS, Sums, compare, overall
+from specaudit.traffic._rollup import METRIC_COLUMNS, STRATA
 from specaudit.traffic._sequential import DEFAULT_TAU, holm, one_sided_p, radius
-from specaudit.traffic._store import METRIC_COLUMNS, STRATA
 
 METRICS = tuple(METRIC_COLUMNS)
 # Which way is worse: acceptance falling, latency per token rising.

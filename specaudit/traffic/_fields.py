@@ -14,6 +14,7 @@ SGLang's `meta_info.prompt_tokens` / `completion_tokens`.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from datetime import datetime
@@ -40,6 +41,17 @@ ROW_FIELDS = (
     "labels",
     "text",
 )
+
+
+# Labels that declare a request's language (the log's word beats the identifier's guess).
+LANGUAGE_LABELS = ("language", "lang")
+
+
+def canonical_labels(labels: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(the labels as stored: values as strings, keys sorted, JSON; the language they declare, if any)."""
+    flat = {str(k): str(v) for k, v in labels.items()}
+    declared = next((flat[k] for k in LANGUAGE_LABELS if k in flat), None)
+    return json.dumps(flat, sort_keys=True, ensure_ascii=False), declared
 
 
 def parse_column_map(items: list[str] | None) -> dict[str, str]:

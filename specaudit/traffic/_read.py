@@ -25,12 +25,19 @@ CHUNK_LINES = 50_000
 
 @dataclass
 class Chunk:
-    """Parsed log lines of one file: the objects, their raw bytes (for the digest) and line numbers."""
+    """Log lines of one file: their raw bytes (for the digest and the columnar parser) and line numbers.
+    `objects` parses them one by one (the per-line path), naming the file and line of a bad one."""
 
     source: str
-    objects: list[dict[str, Any]]
     raw: list[bytes]
     lines: list[int]
+    parsed: list[dict[str, Any]] | None = None  # Parquet rows come parsed
+
+    @property
+    def objects(self) -> list[dict[str, Any]]:
+        if self.parsed is None:
+            self.parsed = [_parse(raw, self.source, line) for raw, line in zip(self.raw, self.lines)]
+        return self.parsed
 
 
 def log_files(paths: Sequence[str]) -> list[str]:
@@ -64,34 +71,24 @@ def _parse(raw: bytes, source: str, line: int) -> dict[str, Any]:
 
 
 def _jsonl_chunks(handle: Any, source: str, chunk_lines: int) -> Iterator[Chunk]:
-    chunk = Chunk(source, [], [], [])
-    pending: tuple[bytes, int] | None = None  # the previous line, held back until we know it is not the torn last one
+    """Chunks of the non-empty lines, unparsed; a last line without its newline only if it is whole JSON."""
+    chunk = Chunk(source, [], [])
     for number, line in enumerate(handle, start=1):
-        if pending is not None:
-            raw, at = pending
-            chunk.objects.append(_parse(raw, source, at))
-            chunk.raw.append(raw)
-            chunk.lines.append(at)
-            if len(chunk.objects) >= chunk_lines:
-                yield chunk
-                chunk = Chunk(source, [], [], [])
-            pending = None
         stripped = line.strip()
         if not stripped:
             continue
         if not line.endswith(b"\n"):
-            # The last line of a file being written: parse it only if it is whole.
+            # The last line of a file being written: take it only if it is whole.
             try:
                 json.loads(stripped)
             except ValueError:
                 break
-        pending = (stripped, number)
-    if pending is not None:
-        raw, at = pending
-        chunk.objects.append(_parse(raw, source, at))
-        chunk.raw.append(raw)
-        chunk.lines.append(at)
-    if chunk.objects:
+        chunk.raw.append(stripped)
+        chunk.lines.append(number)
+        if len(chunk.raw) >= chunk_lines:
+            yield chunk
+            chunk = Chunk(source, [], [])
+    if chunk.raw:
         yield chunk
 
 
@@ -110,7 +107,7 @@ def _parquet_chunks(path: str, chunk_lines: int) -> Iterator[Chunk]:
         raw = [json.dumps(obj, sort_keys=True, default=str).encode() for obj in objects]
         lines = list(range(row + 1, row + 1 + len(objects)))
         row += len(objects)
-        yield Chunk(path, objects, raw, lines)
+        yield Chunk(path, raw, lines, objects)
 
 
 def read_chunks(files: Sequence[str], *, chunk_lines: int = CHUNK_LINES) -> Iterator[Chunk]:

@@ -4,8 +4,11 @@ Its own tables (`traffic_requests`, `traffic_ingests`), so it can share a databa
 monitor's history or live alone. URLs are read as the history store reads them
 (`monitor._store`): sqlite:///relative.db, sqlite:////absolute.db, a bare path, postgresql://...
 A request is stored once: `digest` (BLAKE2b of the log line) is unique and a second copy is skipped.
-Checks read sums per group, period and stratum (`aggregates`), one GROUP BY in the database, so a
-check over millions of rows never loads them.
+
+Checks read sums per group, period and stratum (`aggregates`). Ingest keeps those sums per hour,
+language, label set and stratum in a roll-up table (`traffic_rollup`, see _rollup.py), so a check
+over ten million requests reads about a hundred thousand roll-up rows, plus the rows of the hour
+the baseline ends in; the per-request table stays for regrouping and for the fallback rule.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     Float,
     Index,
@@ -28,6 +32,7 @@ from sqlalchemy import (
     Table,
     Text,
     create_engine,
+    event,
     func,
     insert,
     inspect,
@@ -39,15 +44,15 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from specaudit.errors import InputError
 from specaudit.monitor._store import _configure_sqlite, _parse_url, utc_now
+from specaudit.traffic._rollup import HOUR_S, ROW_COLUMNS, STRATA, SUM_COLUMNS, hour_of, rollup_sums
 
 if TYPE_CHECKING:
     import pandas as pd
     from sqlalchemy.engine import Connection, Engine
 
-# The strata every comparison is adjusted over (see _strata.py).
-STRATA = ("prompt_bin", "output_bin", "sampling_bin", "load_bin")
-# Per-request columns summed per group and stratum: (x, y) pairs for the two ratio metrics.
-METRIC_COLUMNS = {"acceptance": ("proposed", "accepted"), "latency_per_token": ("output_tokens", "latency_s")}
+SQLITE_CACHE_KB = 65536
+# Rows per read when the roll-up is rebuilt from the requests (a store made before it existed).
+REBUILD_ROWS = 500_000
 
 _metadata = MetaData()
 REQUESTS = Table(
@@ -87,6 +92,17 @@ INGESTS = Table(
     Column("added", Integer, nullable=False),
 )
 STORED = [c.name for c in REQUESTS.columns if c.name != "id"]
+ROLLUP = Table(
+    "traffic_rollup",
+    _metadata,
+    Column("hour", BigInteger, nullable=False),
+    Column("language", String(16), nullable=False),
+    Column("labels", Text, nullable=False),
+    *(Column(s, Integer, nullable=False) for s in STRATA),
+    *(Column(name, BigInteger if name == "n" or name.endswith("_n") else Float, nullable=False) for name in SUM_COLUMNS),
+)
+ROLLUP_KEY = ("hour", "language", "labels", *STRATA)
+Index("traffic_rollup_key", *(ROLLUP.c[k] for k in ROLLUP_KEY), unique=True)
 
 
 @dataclass(frozen=True)
@@ -101,13 +117,21 @@ class Group:
             return cls(spelling)
         raise InputError(f"--group-by {spelling!r}: write 'language' or 'label:NAME' (a key of the log lines' labels, e.g. label:tenant)")
 
-    def column(self, kind: str) -> Any:
+    def column(self, kind: str, table: Table | None = None) -> Any:
+        table = REQUESTS if table is None else table
         if self.key == "language":
-            return REQUESTS.c.language
+            return table.c.language
         name = self.key.split(":", 1)[1]
         if kind == "postgresql":
-            return func.coalesce(text(f"(labels::json ->> {_quoted(name)})"), "_none")
-        return func.coalesce(func.json_extract(REQUESTS.c.labels, f"$.{_quoted_path(name)}"), "_none")
+            return func.coalesce(text(f"({table.name}.labels::json ->> {_quoted(name)})"), "_none")
+        return func.coalesce(func.json_extract(table.c.labels, f"$.{_quoted_path(name)}"), "_none")
+
+    def of_rows(self, frame: pd.DataFrame) -> pd.Series:
+        """The group of each request row (language, or the label's value; "_none" without it)."""
+        if self.key == "language":
+            return frame["language"].astype(str)
+        name = self.key.split(":", 1)[1]
+        return frame["labels"].map(lambda labels: json.loads(labels).get(name, "_none"))
 
 
 def _quoted(name: str) -> str:
@@ -142,26 +166,63 @@ class TrafficStore:
             raise InputError(f"traffic store {self.url}: the database reported: {reason}") from None
 
     def add(self, frame: pd.DataFrame) -> int:
-        """Insert the rows of `frame` (columns STORED) whose digest is new; the number added."""
+        """Insert the rows of `frame` (columns STORED) whose digest is new, and add them to the roll-up; the number added."""
         if frame.empty:
             return 0
-        frame = frame[STORED].astype(object).where(frame[STORED].notna(), None)
         with self._conn() as conn:
-            before = conn.execute(select(func.count()).select_from(REQUESTS)).scalar_one()
+            if self.kind == "postgresql":
+                # One writer at a time: the rows after `before` must be this transaction's alone.
+                conn.exec_driver_sql(f"LOCK TABLE {REQUESTS.name} IN SHARE ROW EXCLUSIVE MODE")
+            before = conn.execute(select(func.coalesce(func.max(REQUESTS.c.id), 0))).scalar_one()
             if self.kind == "sqlite":
                 # The driver's executemany on plain tuples: SQLAlchemy's per-row parameter dicts cost more than the insert.
                 columns = ", ".join(STORED)
                 marks = ", ".join("?" * len(STORED))
                 conn.exec_driver_sql(
-                    f"INSERT OR IGNORE INTO {REQUESTS.name} ({columns}) VALUES ({marks})", list(frame.itertuples(index=False, name=None))
+                    f"INSERT INTO {REQUESTS.name} ({columns}) VALUES ({marks}) ON CONFLICT (digest) DO NOTHING", _tuples(frame, STORED)
                 )
             else:
-                rows = [dict(zip(STORED, values)) for values in frame.itertuples(index=False, name=None)]
                 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+                rows = [dict(zip(STORED, values)) for values in _tuples(frame, STORED)]
                 conn.execute(pg_insert(REQUESTS).on_conflict_do_nothing(index_elements=["digest"]), rows)
-            after = conn.execute(select(func.count()).select_from(REQUESTS)).scalar_one()
-        return int(after - before)
+            added = conn.execute(select(func.count()).select_from(REQUESTS).where(REQUESTS.c.id > before)).scalar_one()
+            if added < len(frame):
+                new = {d for (d,) in conn.execute(select(REQUESTS.c.digest).where(REQUESTS.c.id > before))}
+                frame = frame[frame["digest"].isin(new)]
+            self._roll_up(conn, frame)
+        return int(added)
+
+    def _roll_up(self, conn: Connection, rows: pd.DataFrame) -> None:
+        """Add the sums of `rows` (new requests) to the roll-up, per hour, language, labels and stratum."""
+        if rows.empty:
+            return
+        sums = rollup_sums(rows.assign(hour=hour_of(rows["time"].to_numpy(dtype=float))), list(ROLLUP_KEY))
+        if self.kind == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        statement = dialect_insert(ROLLUP)
+        statement = statement.on_conflict_do_update(
+            index_elements=list(ROLLUP_KEY), set_={c: ROLLUP.c[c] + statement.excluded[c] for c in SUM_COLUMNS}
+        )
+        conn.execute(statement, sums.to_dict("records"))
+
+    def rebuild_rollup(self) -> None:
+        """Recompute the roll-up from the requests (a store made before the roll-up, or rows inserted by hand)."""
+        import pandas as pd
+
+        with self._conn() as conn:
+            conn.execute(ROLLUP.delete())
+            last = 0
+            while True:
+                query = select(REQUESTS.c.id, *(REQUESTS.c[c] for c in ROW_COLUMNS)).where(REQUESTS.c.id > last)
+                chunk = conn.execute(query.order_by(REQUESTS.c.id).limit(REBUILD_ROWS)).all()
+                if not chunk:
+                    break
+                frame = pd.DataFrame(chunk, columns=["id", *ROW_COLUMNS])
+                last = int(frame["id"].max())
+                self._roll_up(conn, frame)
 
     def note_ingest(self, sources: Sequence[str], lines: int, added: int) -> None:
         with self._conn() as conn:
@@ -169,42 +230,57 @@ class TrafficStore:
 
     def count(self) -> int:
         with self._conn() as conn:
-            return int(conn.execute(select(func.count()).select_from(REQUESTS)).scalar_one())
+            return int(conn.execute(select(func.coalesce(func.sum(ROLLUP.c.n), 0))).scalar_one())
 
     def time_at(self, rank: int) -> float | None:
-        """The arrival time of the `rank`-th request (1-based) in time order, or None past the end."""
-        with self._conn() as conn:
-            return conn.execute(select(REQUESTS.c.time).order_by(REQUESTS.c.time).offset(rank - 1).limit(1)).scalar()
+        """The arrival time of the `rank`-th request (1-based) in time order, or None past the end: the
+        roll-up's counts per hour find the hour, that hour's rows the time."""
+        import numpy as np
 
-    def aggregates(self, group: Group, *, baseline_until: float | None = None, since: float | None = None) -> pd.DataFrame:
-        """Sums per (group, period, stratum): n and, per metric, n with x > 0, Σx, Σy, Σx², Σy², Σxy.
-        `period` is 0 for requests before `baseline_until` (the baseline), else 1."""
+        with self._conn() as conn:
+            per_hour = conn.execute(select(ROLLUP.c.hour, func.sum(ROLLUP.c.n)).group_by(ROLLUP.c.hour).order_by(ROLLUP.c.hour)).all()
+            hours = np.array([h for h, _ in per_hour], dtype=np.int64)
+            through = np.cumsum([int(n) for _, n in per_hour])
+            at = int(np.searchsorted(through, rank))
+            if at >= len(hours):
+                return None
+            times = np.sort(self._hour_rows(conn, int(hours[at]), ["time"])["time"].to_numpy(dtype=float))
+            before = int(through[at - 1]) if at else 0
+            return float(times[rank - before - 1])
+
+    def _hour_rows(self, conn: Connection, hour: int, columns: Sequence[str]) -> pd.DataFrame:
+        """The request rows (`columns`) that arrived in `hour` (hour_of, as the roll-up counts them)."""
         import pandas as pd
 
-        grp = group.column(self.kind).label("grp")
-        period = (REQUESTS.c.time >= baseline_until).cast(Integer) if baseline_until is not None else literal_column("1")
-        sums = [func.count().label("n")]
-        for metric, (x_name, y_name) in METRIC_COLUMNS.items():
-            x, y = REQUESTS.c[x_name], REQUESTS.c[y_name]
-            ok = (REQUESTS.c.status < 400) & (x > 0) & y.is_not(None)
-            xs = func.coalesce(func.sum(_when(ok, x)), 0)
-            ys = func.coalesce(func.sum(_when(ok, y)), 0)
-            sums += [
-                func.sum(_when(ok, 1)).label(f"{metric}_n"),
-                xs.label(f"{metric}_x"),
-                ys.label(f"{metric}_y"),
-                func.coalesce(func.sum(_when(ok, x * x)), 0).label(f"{metric}_xx"),
-                func.coalesce(func.sum(_when(ok, y * y)), 0).label(f"{metric}_yy"),
-                func.coalesce(func.sum(_when(ok, x * y)), 0).label(f"{metric}_xy"),
-            ]
-        keys = [grp, period.label("period"), *(REQUESTS.c[s] for s in STRATA)]
-        query = select(*keys, *sums)
-        if since is not None:
-            query = query.where(REQUESTS.c.time >= since)
+        # A second of margin each side for the float rounding of time / 3600; hour_of decides.
+        start = hour * HOUR_S
+        query = select(*(REQUESTS.c[c] for c in columns)).where(REQUESTS.c.time >= start - 1, REQUESTS.c.time < start + HOUR_S + 1)
+        frame = pd.DataFrame(conn.execute(query).all(), columns=list(columns))
+        return frame[hour_of(frame["time"].to_numpy(dtype=float)) == hour]
+
+    def aggregates(self, group: Group, *, baseline_until: float | None = None) -> pd.DataFrame:
+        """Sums per (group, period, stratum): n and, per metric, n with x > 0, Σx, Σy, Σx², Σy², Σxy.
+        `period` is 0 for requests before `baseline_until` (the baseline), else 1. Whole hours come
+        from the roll-up; the hour the baseline ends in from its rows."""
+        import pandas as pd
+
+        grp = group.column(self.kind, ROLLUP).label("grp")
+        cut = int(hour_of(baseline_until)) if baseline_until is not None else None
+        period = (ROLLUP.c.hour > cut).cast(Integer) if cut is not None else literal_column("1")
+        keys = [grp, period.label("period"), *(ROLLUP.c[s] for s in STRATA)]
+        query = select(*keys, *(func.sum(ROLLUP.c[c]).label(c) for c in SUM_COLUMNS))
+        if cut is not None:
+            query = query.where(ROLLUP.c.hour != cut)
         query = query.group_by(*(literal_column(str(i)) for i in range(1, len(keys) + 1)))
+        columns = ["grp", "period", *STRATA, *SUM_COLUMNS]
         with self._conn() as conn:
-            frame = pd.DataFrame(conn.execute(query).all(), columns=["grp", "period", *STRATA, *(s.name for s in sums)])
-        return frame.fillna(0)
+            frame = pd.DataFrame(conn.execute(query).all(), columns=columns)
+            if cut is not None:
+                rows = self._hour_rows(conn, cut, ROW_COLUMNS)
+                rows = rows.assign(grp=group.of_rows(rows), period=(rows["time"] >= baseline_until).astype(int))
+                frame = pd.concat([frame, rollup_sums(rows, ["grp", "period", *STRATA])], ignore_index=True)
+        frame[SUM_COLUMNS] = frame[SUM_COLUMNS].astype(float)
+        return frame.groupby(["grp", "period", *STRATA], as_index=False)[SUM_COLUMNS].sum()
 
     def requests(self, columns: Sequence[str]) -> pd.DataFrame:
         """Whole columns of every stored request (for the fallback evaluation; small stores)."""
@@ -215,10 +291,18 @@ class TrafficStore:
         return pd.DataFrame(rows, columns=list(columns))
 
 
-def _when(condition: Any, value: Any) -> Any:
-    from sqlalchemy import case
+def _bigger_cache(dbapi_connection: Any, _record: object) -> None:
+    # 64 MB of page cache (the default is 2 MB): the digest index of millions of requests is read at every insert.
+    dbapi_connection.execute(f"PRAGMA cache_size = -{SQLITE_CACHE_KB}")
 
-    return case((condition, value), else_=None)
+
+def _tuples(frame: pd.DataFrame, columns: Sequence[str]) -> list[tuple]:
+    """The rows of `frame` as tuples of plain Python values, None where missing (column by column: fast)."""
+    values = []
+    for name in columns:
+        column = frame[name]
+        values.append(column.astype(object).where(column.notna(), None).tolist() if column.hasnans else column.tolist())
+    return list(zip(*values))
 
 
 def open_traffic_store(url: str | Path, *, create: bool = True) -> TrafficStore:
@@ -233,6 +317,7 @@ def open_traffic_store(url: str | Path, *, create: bool = True) -> TrafficStore:
             path.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(parsed)
         _configure_sqlite(engine)
+        event.listen(engine, "connect", _bigger_cache)
         shown = str(path)
     else:
         try:
@@ -244,12 +329,11 @@ def open_traffic_store(url: str | Path, *, create: bool = True) -> TrafficStore:
     try:
         with store._conn() as conn:
             tables = set(inspect(conn).get_table_names())
-            if REQUESTS.name not in tables:
-                if not create:
-                    raise InputError(
-                        f"{shown} holds no traffic (no {REQUESTS.name} table); ingest a log first with `specaudit traffic ingest`"
-                    )
-                _metadata.create_all(conn)
+            if REQUESTS.name not in tables and not create:
+                raise InputError(f"{shown} holds no traffic (no {REQUESTS.name} table); ingest a log first with `specaudit traffic ingest`")
+            _metadata.create_all(conn)
+        if REQUESTS.name in tables and ROLLUP.name not in tables:
+            store.rebuild_rollup()  # a store from before the roll-up
     except BaseException:
         engine.dispose()
         raise
