@@ -76,7 +76,7 @@ def resolve_baseline(store: HistoryStore, current: StoredRun, spec: str = "auto"
 def _views(store: HistoryStore, runs: Sequence[StoredRun], with_snapshot: Sequence[StoredRun] = ()) -> dict[int, RunView]:
     points = store.points(runs)
     verdicts = store.engine_verdicts(runs)
-    snapshots = {r.id: store.snapshot(r) for r in with_snapshot}
+    snapshots = {r.id: store.typed_snapshot(r) for r in with_snapshot}
     return {
         r.id: RunView(r.label, {p.key: p for p in points[r.id]}, r.equivalence_status, verdicts[r.id], _context(r), snapshots.get(r.id))
         for r in runs

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specaudit.contracts import CheckStatus, EquivalenceStatus, worst
-from specaudit.contracts.snapshot import load_snapshot
+from specaudit.contracts.snapshot import Snapshot, read_snapshot
 from specaudit.errors import InputError
 from specaudit.monitor._drift_tests import (
     ConfidenceInterval,
@@ -147,26 +147,25 @@ class RunView:
     equivalence_status: str
     engine_verdicts: Mapping[str, str]
     context: Mapping[str, str]
-    snapshot: Mapping[str, Any] | None = None
+    snapshot: Snapshot | None = None
 
     @classmethod
-    def from_snapshot(cls, snapshot: Mapping[str, Any], label: str | None = None) -> RunView:
-        snapshot = load_snapshot(snapshot)
+    def from_snapshot(cls, snapshot: Snapshot | Mapping[str, Any], label: str | None = None) -> RunView:
+        snapshot = read_snapshot(snapshot)
         s = summarize(snapshot)
         return cls(label or s.name, {p.key: p for p in s.points}, s.equivalence_status, s.engine_verdicts, _context(s), snapshot)
 
 
-def prompt_values(snapshot: Mapping[str, Any] | None, dimension: str, group: str, metric: str) -> dict[str, float]:
+def prompt_values(snapshot: Snapshot | None, dimension: str, group: str, metric: str) -> dict[str, float]:
     """Prompt id → finite value of `metric` for the prompts of one group (every prompt of the
     dimension for its overall row), from a snapshot's `prompts` section; empty without one."""
     out: dict[str, float] = {}
-    for row in (snapshot or {}).get("prompts") or []:
-        attributes = row.get("attributes") or {}
-        value = row.get(metric)
-        if dimension not in attributes or (group != OVERALL and str(attributes[dimension]) != group):
+    for row in snapshot.prompts if snapshot is not None else []:
+        value = getattr(row, metric, None)  # the value columns are the row's extras, numbers or null
+        if dimension not in row.attributes or (group != OVERALL and str(row.attributes[dimension]) != group):
             continue
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            out[str(row.get("id"))] = float(value)
+            out[row.id] = float(value)
     return out
 
 
@@ -363,7 +362,7 @@ def _context_checks(current: RunView, baseline: Sequence[RunView]) -> list[Check
     ref = last_differing("versions_hash")
     if ref is not None:
         detail = (
-            _differences((ref.snapshot.get("run") or {}).get("versions") or {}, (current.snapshot.get("run") or {}).get("versions") or {})
+            _differences(ref.snapshot.run.versions or {}, current.snapshot.run.versions or {})
             if ref.snapshot and current.snapshot
             else "library versions differ"
         )

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property, lru_cache
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specaudit.contracts import EquivalenceStatus
-from specaudit.contracts.snapshot import parse_verdict, spelt
+from specaudit.contracts.snapshot import parse_verdict, read_snapshot, spelt
+
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import Snapshot
 
 # The row label of each dimension's "all prompts" metrics (the snapshot's `overall` block).
 OVERALL = "_overall"
@@ -82,9 +84,9 @@ class SnapshotSummary:
     points: tuple[MetricPoint, ...] = field(repr=False)
 
 
-def ci_level(snapshot: Mapping[str, Any]) -> float:
-    analysis = (snapshot.get("run") or {}).get("analysis") or {}
-    level = analysis.get("ci", analysis.get("confidence_level", DEFAULT_CI_LEVEL))
+def ci_level(snapshot: Snapshot) -> float:
+    analysis = snapshot.run.analysis
+    level = getattr(analysis, "ci", getattr(analysis, "confidence_level", DEFAULT_CI_LEVEL))  # extras, where written
     return float(level) if isinstance(level, (int, float)) and 0 < level < 1 else DEFAULT_CI_LEVEL
 
 
@@ -99,25 +101,26 @@ def _count(v: Any) -> int | None:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def metric_points(snapshot: Mapping[str, Any]) -> list[MetricPoint]:
-    """Every (dimension, group, metric) of a snapshot, the overall block as group OVERALL."""
+def metric_points(snapshot: Snapshot | Mapping[str, Any]) -> list[MetricPoint]:
+    """Every (dimension, group, metric) of a snapshot (a mapping is validated first), the overall block as group OVERALL."""
+    snapshot = read_snapshot(snapshot)
     level = ci_level(snapshot)
     points = []
-    for dimension, block in snapshot.get("groups", {}).items():
-        entries = [(OVERALL, block["overall"])] if block.get("overall") is not None else []
-        entries += list(block.get("by_group", {}).items())
+    for dimension, block in snapshot.groups.items():
+        entries = [(OVERALL, block.overall)] if block.overall is not None else []
+        entries += list(block.by_group.items())
         for group, entry in entries:
-            for metric, triple in entry["metrics"].items():
+            for metric, estimate in entry.metrics.items():
                 points.append(
                     MetricPoint(
                         str(dimension),
                         str(group),
                         str(metric),
-                        _number(triple.get("value")),
-                        _number(triple.get("ci_low")),
-                        _number(triple.get("ci_high")),
-                        _count(triple.get("n_prompts")),
-                        _count(triple.get("n_tokens")),
+                        _number(estimate.value),
+                        _number(estimate.ci_low),
+                        _number(estimate.ci_high),
+                        _count(getattr(estimate, "n_prompts", None)),  # counts ride along as extras
+                        _count(getattr(estimate, "n_tokens", None)),
                         level,
                     )
                 )
@@ -154,15 +157,16 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def config_context(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+def config_context(snapshot: Snapshot) -> dict[str, Any]:
     """The settings that change what a run measures, apart from models and prompt set (their own fingerprints).
 
     Paths to models and prompts are left out: the same weights moved to another folder are the
     same audit subject, and their content hashes are compared separately.
     """
-    run = snapshot.get("run") or {}
-    config = {k: v for k, v in (run.get("config") or {}).items() if k not in ("target", "draft", "prompts")}
-    analysis = {k: v for k, v in (run.get("analysis") or {}).items() if k != "seconds"}
+    run = snapshot.run
+    config = {k: v for k, v in (run.config or {}).items() if k not in ("target", "draft", "prompts")}
+    written = run.analysis.model_dump(exclude_unset=True) if run.analysis is not None else {}
+    analysis = {k: v for k, v in written.items() if k != "seconds"}
     return {"config": config, "analysis": analysis}
 
 
@@ -177,22 +181,22 @@ def _model_context(models: Mapping[str, Any], role: str) -> tuple[str, str]:
     return str(entry.get("name", "")), fingerprint(identity or entry)
 
 
-def summarize(snapshot: Mapping[str, Any]) -> SnapshotSummary:
+def summarize(snapshot: Snapshot) -> SnapshotSummary:
     """Fingerprints, tags and metric points of a validated snapshot."""
-    run = snapshot.get("run") or {}
-    models = run.get("models") or {}
+    run = snapshot.run
+    models = run.models or {}
     target, target_hash = _model_context(models, "target")
     draft, draft_hash = _model_context(models, "draft")
-    prompt_set = run.get("prompt_set") or {}
-    equivalence = snapshot.get("equivalence") or {}
+    prompt_set = run.prompt_set or {}
+    equivalence = snapshot.equivalence
     verdicts = {
-        str(engine): spelt((entry or {}).get("verdict", "unknown"), parse_verdict)
-        for engine, entry in (equivalence.get("engines") or {}).items()
+        str(engine): spelt(entry.verdict if "verdict" in entry.model_fields_set else "unknown", parse_verdict)
+        for engine, entry in equivalence.engines.items()
     }
     return SnapshotSummary(
-        name=str(run.get("id") or "run"),
-        created=_utc_iso(run.get("created")) or utc_now(),
-        equivalence_status=spelt(equivalence.get("status", EquivalenceStatus.NOT_RUN)),
+        name=str(run.id or "run"),
+        created=_utc_iso(run.created) or utc_now(),
+        equivalence_status=spelt(equivalence.status),
         engine_verdicts=verdicts,
         target=target,
         target_hash=target_hash,
@@ -202,7 +206,7 @@ def summarize(snapshot: Mapping[str, Any]) -> SnapshotSummary:
         prompt_set_version=str(prompt_set.get("version", "")),
         prompt_set_checksum=str(prompt_set.get("checksum") or (fingerprint(prompt_set) if prompt_set else "")),
         config_hash=fingerprint(config_context(snapshot)),
-        versions_hash=fingerprint(run.get("versions") or {}),
+        versions_hash=fingerprint(run.versions or {}),
         ci_level=ci_level(snapshot),
         points=tuple(metric_points(snapshot)),
     )

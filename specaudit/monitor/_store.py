@@ -25,7 +25,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQL
 
 import specaudit.monitor._schema as _schema
 from specaudit.contracts import CheckStatus
-from specaudit.contracts.snapshot import load_snapshot, parse_verdict, spelt, validate_snapshot
+from specaudit.contracts.snapshot import Snapshot, load_snapshot, parse_verdict, spelt, validate_snapshot
 from specaudit.errors import InputError
 from specaudit.monitor._snapshot import MetricPoint, canonical_json, snapshot_digest, summarize, utc_now
 
@@ -331,8 +331,8 @@ class HistoryStore:
         """Store a snapshot (path, run folder or dict). Adding the same snapshot twice stores it once."""
         if source is None:
             source = "" if isinstance(snapshot, Mapping) else str(snapshot)
-        snapshot = load_snapshot(snapshot)
-        summary = summarize(snapshot)
+        snapshot = load_snapshot(snapshot)  # stored as read (the digest is the file's), summarised typed
+        summary = summarize(validate_snapshot(snapshot))
         digest = snapshot_digest(snapshot)
         runs = self._t["runs"]
         all_tags = {
@@ -533,22 +533,36 @@ class HistoryStore:
         return {env: runs[run_id] for env, run_id in pins}
 
     def snapshot(self, run: StoredRun | str | int) -> dict:
-        """The snapshot exactly as it was stored."""
+        """The snapshot exactly as it was stored (validated, not changed)."""
         run = run if isinstance(run, StoredRun) else self.get(run)
+        raw = self._stored_json(run.id, self._payload(run.id))
+        validate_snapshot(raw, self._where(run.id))
+        return raw
+
+    def typed_snapshot(self, run: StoredRun | str | int) -> Snapshot:
+        """A stored snapshot as the typed view the checks read."""
+        run = run if isinstance(run, StoredRun) else self.get(run)
+        return self._typed(run.id, self._payload(run.id))
+
+    def _payload(self, run_id: int) -> Any:
         runs = self._t["runs"]
         with self._read() as conn:
-            payload = conn.execute(select(runs.c.snapshot).where(runs.c.id == run.id)).scalar()
-        return self._stored_snapshot(run.id, payload)
+            return conn.execute(select(runs.c.snapshot).where(runs.c.id == run_id)).scalar()
 
-    def _stored_snapshot(self, run_id: int, payload: Any) -> dict:
+    def _where(self, run_id: int) -> str:
+        return f"history store {self.url}, run #{run_id}: the stored snapshot"
+
+    def _typed(self, run_id: int, payload: Any) -> Snapshot:
         """A stored snapshot read through the snapshot contract; a damaged one is one sentence naming the store and run."""
-        where = f"history store {self.url}, run #{run_id}: the stored snapshot"
+        return validate_snapshot(self._stored_json(run_id, payload), self._where(run_id))
+
+    def _stored_json(self, run_id: int, payload: Any) -> Any:
         try:
-            snapshot = json.loads(payload)
+            return json.loads(payload)
         except (TypeError, ValueError, RecursionError):
-            raise InputError(f"{where} is not JSON (the database was edited or damaged); remove that run or restore the store") from None
-        validate_snapshot(snapshot, where)  # as stored, exactly; validated only
-        return snapshot
+            raise InputError(
+                f"{self._where(run_id)} is not JSON (the database was edited or damaged); remove that run or restore the store"
+            ) from None
 
     def points(self, runs: Sequence[StoredRun]) -> dict[int, list[MetricPoint]]:
         """Metric points of each run, keyed by run id."""
@@ -616,7 +630,7 @@ class HistoryStore:
                 problems += [f"foreign key: {tuple(r)}" for r in conn.exec_driver_sql("PRAGMA foreign_key_check").all()]
             for run_id, payload in conn.execute(select(runs.c.id, runs.c.snapshot)):
                 try:
-                    expected = len(summarize(self._stored_snapshot(run_id, payload)).points)
+                    expected = len(summarize(self._typed(run_id, payload)).points)
                 except InputError as err:
                     problems.append(str(err))
                     continue
