@@ -5,7 +5,9 @@ A correctness verdict holds for the setting it was tested at. Several bugs that 
 engines change the output only when warping does something: at T = 1 without top-k or top-p the
 warped and raw distributions are the same, so a bug that mixes them up is invisible there; at
 greedy decoding every randomised rule collapses to argmax. `blind_spots(spec)` lists the classes
-a setting cannot see, from the definitions below (each was checked end to end, docs/selftest.md).
+a setting cannot see, from the definitions below (each was checked end to end, docs/selftest.md);
+`FEATURE_CLASSES` are the request features' classes, each visible only where the setting uses
+its feature.
 Torch-free, so the CLI checks a bad `--sampling` in a fraction of a second.
 """
 
@@ -256,6 +258,54 @@ BUG_CLASSES: tuple[BugClass, ...] = (
         "shared_uniform, power_ratio, q_floor, deterministic_accept",
         lambda spec: not spec.greedy,
         "greedy decoding (p and q are one-hot, so every such rule accepts exactly the argmax)",
+    ),
+)
+
+
+# The request-feature classes (issue 38): each changes the output only where the setting uses its
+# feature, so they are listed in the report's table beside the classes above but left out of the
+# banner's sentence (a deployment that never sends penalties cannot ship a penalty bug to its
+# users). Their mutants are the self-test's served ones (specaudit.testing.server_mutants).
+FEATURE_CLASSES: tuple[BugClass, ...] = (
+    BugClass(
+        "penalties on the speculative path",
+        "penalties counted on the last token of an accepted run only, or dropped when speculating",
+        "SGLang #33643; TensorRT-LLM #17701",
+        "penalties_last_token, penalties_off_speculating",
+        lambda spec: spec.penalised,
+        "no repetition, presence or frequency penalty in the setting",
+    ),
+    BugClass(
+        "min-p and logit bias on the bonus token only",
+        "processors judged argmax-invariant skipped for the verified tokens",
+        "vLLM #42744, #38202",
+        "min_p_bias_bonus_only",
+        lambda spec: bool(spec.logit_bias) or (spec.min_p > 0.0 and not spec.greedy),
+        "no logit bias and no min-p (or min-p at greedy, where it changes nothing)",
+    ),
+    BugClass(
+        "tokens after a stop string",
+        "the text cut at the stop, the token ids and logprobs after it returned",
+        "vLLM #47616; SGLang #31599",
+        "post_stop_tokens",
+        lambda spec: bool(spec.stop),
+        "no stop string in the setting",
+    ),
+    BugClass(
+        "seed ignored when speculating",
+        "every request seeded alike, so samples of one prompt are copies",
+        "TensorRT-LLM #19487, #17599",
+        "seed_ignored",
+        lambda spec: not spec.greedy,
+        "greedy decoding (the seed then changes nothing)",
+    ),
+    BugClass(
+        "logprobs of a step's later tokens",
+        "logprobs right for the first token of a step only",
+        "llama.cpp #27196",
+        "logprobs_first_of_step",
+        lambda spec: not spec.greedy,
+        "greedy decoding (processed logprobs are then 0 for every emitted token)",
     ),
 )
 

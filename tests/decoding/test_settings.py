@@ -107,3 +107,24 @@ def test_blind_spots_follow_what_warping_does():
     sentence = blind_spot_sentence(SamplingSpec())
     assert sentence.startswith("Sampling: tested at t=1 only") and "transformers #47932" in sentence and "vLLM #9834" in sentence
     assert all(c.reports and c.mutant for c in BUG_CLASSES)
+
+
+def test_request_feature_classes_show_where_the_setting_uses_their_feature():
+    from specaudit.decoding.settings import FEATURE_CLASSES
+    from specaudit.report.view.sampling import sampling_view
+
+    shown = lambda spec: {c.name for c in FEATURE_CLASSES if c.visible(spec)}  # noqa: E731
+    sampled = {"seed ignored when speculating", "logprobs of a step's later tokens"}
+    assert shown(SamplingSpec(0.7, 0, 0.9)) == sampled
+    assert shown(SamplingSpec(0.0)) == set()
+    assert shown(parse_setting("t=1,repetition_penalty=1.3")) == sampled | {"penalties on the speculative path"}
+    assert shown(parse_setting("t=1,min_p=0.1")) == sampled | {"min-p and logit bias on the bonus token only"}
+    assert "min-p and logit bias on the bonus token only" in shown(parse_setting("greedy,logit_bias=42:-5"))
+    assert "min-p and logit bias on the bonus token only" not in shown(parse_setting("greedy,min_p=0.1"))
+    assert shown(parse_setting("t=1,stop=END")) == sampled | {"tokens after a stop string"}
+    # the banner's sentence names only the core classes; the report's table lists both
+    assert blind_spot_sentence(SamplingSpec(0.7, 0, 0.9)) is None
+    view = sampling_view({"run": {"config": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.1}}})
+    rows = {row["class"]: row["visible"] for row in view["rows"]}
+    assert len(rows) == len(BUG_CLASSES) + len(FEATURE_CLASSES)
+    assert rows["min-p and logit bias on the bonus token only"] and not rows["tokens after a stop string"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from specaudit.decoding.settings import BUG_CLASSES, blind_spot_sentence, setting_label
+from specaudit.decoding.settings import BUG_CLASSES, FEATURE_CLASSES, blind_spot_sentence, setting_label
 from specaudit.errors import InputError
 from specaudit.report.view.format import finite, get
 
@@ -37,12 +37,13 @@ def snapshot_setting(snapshot: Mapping[str, Any]) -> SamplingSpec | None:
 
 
 def sampling_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
-    """{ran, label, sentence, rows}: one row per bug class, whether this setting can show it."""
+    """{ran, label, sentence, rows}: one row per bug class, the request-feature classes after the
+    others, whether this setting can show it."""
     spec = snapshot_setting(snapshot)
     if spec is None:
         return {"ran": False}
     rows = [
         {"class": c.name, "example": c.example, "reports": c.reports, "visible": c.visible(spec), "blind_when": c.blind_when}
-        for c in BUG_CLASSES
+        for c in (*BUG_CLASSES, *FEATURE_CLASSES)
     ]
     return {"ran": True, "label": setting_label(spec), "sentence": blind_spot_sentence(spec), "rows": rows}
