@@ -179,6 +179,10 @@ class RunConfig(BaseModel):
         """A copy with `changes` applied and checked again."""
         return RunConfig(**{**self.model_dump(), **changes})
 
+    def with_setting(self, spec: SamplingSpec) -> RunConfig:
+        """A copy at `spec`: its temperature, top-k, top-p and request features, nothing else changed."""
+        return self.replace(**{**vars(spec), "logit_bias": dict(spec.logit_bias)})
+
     @property
     def sampling(self) -> SamplingSpec:
         return SamplingSpec(

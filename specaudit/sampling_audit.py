@@ -40,12 +40,6 @@ class SettingsAuditResult:
         return "FAIL" if self.exit_code else ("WARN" if any(r["gate"] == "WARN" for r in self.rows) else "PASS")
 
 
-def with_setting(cfg: RunConfig, spec: SamplingSpec) -> RunConfig:
-    """The run config at `spec`: its temperature, top-k, top-p and request features, nothing else changed."""
-    fields = {**vars(spec), "logit_bias": dict(spec.logit_bias)}
-    return cfg.replace(**fields)
-
-
 def setting_row(spec: SamplingSpec, snapshot: dict, folder: Path, exit_code: int) -> dict[str, Any]:
     """What one setting's audit concluded about the speculative engine(s): the worst engine's
     status, its TV bound and detectable PIT distortion, the gate."""
@@ -92,7 +86,7 @@ def audit_settings(
     rows = []
     for spec in specs:
         folder = out_dir / setting_slug(spec)
-        result = audit(with_setting(cfg, spec), folder, analysis=analysis, gate=gate, pair=pair, progress=progress, command=command)
+        result = audit(cfg.with_setting(spec), folder, analysis=analysis, gate=gate, pair=pair, progress=progress, command=command)
         rows.append(setting_row(spec, result.snapshot, folder, result.exit_code))
     out_dir.mkdir(parents=True, exist_ok=True)
     never = [c for c in BUG_CLASSES if not any(c.visible(spec) for spec in specs)]

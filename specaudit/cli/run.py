@@ -396,9 +396,7 @@ def run_audit(args: argparse.Namespace) -> AuditResult | SettingsAuditResult | P
         args, lambda extra: run_config_from(_within_budget(budget, {**run_options, **_flag_options(args), **extra}), source), run_options
     )
     if specs is not None and len(specs) == 1:  # one setting: an ordinary audit at it
-        from specaudit.sampling_audit import with_setting
-
-        cfg, specs = with_setting(cfg, specs[0]), None
+        cfg, specs = cfg.with_setting(specs[0]), None
     from specaudit.execution.preflight import check_model_sources
 
     check_model_sources(cfg)

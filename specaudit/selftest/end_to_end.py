@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from specaudit.config import RunConfig
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.status import CheckStatus
 from specaudit.decoding._spec import SamplingSpec
 from specaudit.decoding.settings import BUG_CLASSES, setting_label
 from specaudit.errors import InputError
+from specaudit.selftest.harness import selftest_config
 from specaudit.selftest.mutants import MUTANTS
 
 if TYPE_CHECKING:
@@ -66,17 +66,14 @@ def end_to_end_audit(
 
     spec = spec or SamplingSpec(temperature=temperature)
     function = e2e_samplers()[sampler]
-    cfg = RunConfig(
-        # greedy runs are judged against vanilla's argmax path, one sample per prompt being all there is
+    cfg = selftest_config(
+        spec,
+        samples=samples,
+        # greedy runs are judged against vanilla's argmax path
         engines=(CONTROL_ENGINE, SPECULATIVE_ENGINE) if spec.greedy else (SPECULATIVE_ENGINE,),
         k=k,
-        temperature=spec.temperature,
-        top_k=spec.top_k,
-        top_p=spec.top_p,
-        samples=1 if spec.greedy else samples,
         max_new_tokens=max_new_tokens,
         seed=seed,
-        warmup=0,
         verify=f"{function.__module__}:{function.__name__}",
         target=pair.target_name,
         draft=pair.draft_name,
@@ -180,22 +177,6 @@ def subsampled_detection(
     return pd.DataFrame(rows)
 
 
-# What fixes the distribution a run samples from: pooled runs may differ only in seed and budget.
-_SAME_IN_A_POOL = (
-    "target",
-    "draft",
-    "k",
-    "temperature",
-    "top_k",
-    "top_p",
-    "max_new_tokens",
-    "verify",
-    "plant_disparity",
-    "chat_template",
-    "dtype",
-)
-
-
 def _pool_setting(run_dirs: Sequence[str | Path]) -> dict:
     """The sampling setting the runs share; an InputError names the first run that differs."""
     from specaudit.execution.records import read_manifest
@@ -205,10 +186,11 @@ def _pool_setting(run_dirs: Sequence[str | Path]) -> dict:
     settings = []
     for folder in run_dirs:
         manifest = read_manifest(folder)
-        settings.append(
-            {key: manifest.get("config", {}).get(key) for key in _SAME_IN_A_POOL} | {"prompt set": manifest.get("prompt_set_checksum")}
-        )
-        differ = [key for key in settings[0] if settings[-1][key] != settings[0][key]]
+        # what fixes the distribution a run samples from (the run's decoding identity): pooled runs
+        # may differ only in seed and budget
+        decoding = {key: value for key, value in (manifest.get("decoding") or {}).items() if key != "seed"}
+        settings.append(decoding | {"prompt set": manifest.get("prompt_set_checksum")})
+        differ = [key for key in {**settings[0], **settings[-1]} if settings[-1].get(key) != settings[0].get(key)]
         if differ:
             raise InputError(f"cannot pool {folder} with {run_dirs[0]}: their {', '.join(differ)} differ")
     return settings[0]

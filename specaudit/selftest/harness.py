@@ -24,7 +24,10 @@ from specaudit.stats.sampler_audit import audit_sampler
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["RejectionRate", "calibrate_unit", "power_unit", "unit_selftest"]
+    from specaudit.config import RunConfig
+    from specaudit.decoding import SamplingSpec
+
+__all__ = ["RejectionRate", "calibrate_unit", "power_unit", "selftest_config", "unit_selftest"]
 
 # Seeds used when a quick self-test is asked for: a smoke test, too few for calibration claims.
 # Its mutant target is "detected above chance" (Clopper-Pearson lower bound > alpha, >= 3 of 10),
@@ -60,6 +63,14 @@ class RejectionRate:
     def calibrated(self) -> bool:
         """The nominal alpha lies inside the 95% interval of the rejection rate."""
         return self.ci_low <= self.alpha <= self.ci_high
+
+
+def selftest_config(spec: SamplingSpec, *, samples: int, **fields: Any) -> RunConfig:
+    """The run config of one self-test run at `spec` (its whole sampling setting, request features
+    included): one sample per prompt where greedy (one output is all there is), no warm-up."""
+    from specaudit.config import RunConfig
+
+    return RunConfig(samples=1 if spec.greedy else samples, warmup=0, **fields).with_setting(spec)
 
 
 def _name_of(verify: VerifyFn | str) -> tuple[str, VerifyFn]:

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from specaudit.config import RunConfig
 from specaudit.contracts.engines import ENGINES, IDENTITY_DRAFT, resolve
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.status import CheckStatus
 from specaudit.decoding._spec import SamplingSpec
 from specaudit.decoding.settings import setting_label
 from specaudit.errors import InputError
+from specaudit.selftest.harness import selftest_config
 from specaudit.stats.identity import DEFAULT_TOLERANCE
 
 if TYPE_CHECKING:
@@ -73,18 +73,15 @@ def identity_run(
     from specaudit.execution.records import read_manifest, read_records
 
     registry = ENGINES[engine]
-    cfg = RunConfig(
+    cfg = selftest_config(
+        spec,
+        samples=samples,
         engines=(engine,),
         target=target,
         draft=IDENTITY_DRAFT,
         k=k,
-        temperature=spec.temperature,
-        top_k=spec.top_k,
-        top_p=spec.top_p,
-        samples=1 if spec.greedy else samples,
         max_new_tokens=max_new_tokens,
         seed=seed,
-        warmup=0,
         verify=verify,
         extra=extra or {},
     )
