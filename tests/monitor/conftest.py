@@ -1,4 +1,4 @@
-"""Fixtures of the monitoring tests: synthetic snapshots on disk and a SQLite store URL."""
+"""Fixtures of the monitoring tests: synthetic snapshots on disk, a SQLite store URL, a PostgreSQL cluster."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from monitor_factory import base_snapshot, write
+from postgres_cluster import pg_server, pg_url  # noqa: F401 (fixtures of the PostgreSQL tests)
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
