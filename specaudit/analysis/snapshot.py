@@ -258,6 +258,11 @@ def analyze(
     identity = identity_section(records, manifest, pair=pair, alpha=alpha)  # a run with --draft target (analysis.identity)
     if identity is not None:
         parts["identity"] = identity
+    from specaudit.analysis.shapes import shapes_section
+
+    shapes = shapes_section(records, config, dims, n_boot=n_boot, seed=seed)  # a run with the tree or staged engine
+    if shapes is not None:
+        parts["shapes"] = shapes
     disparity = _disparity_parts(records, manifest, dims, scores, pair, backend, settings)
     if "disparity_engine" in disparity:
         run = run.model_copy(update={"disparity_engine": disparity.pop("disparity_engine")})

@@ -425,6 +425,38 @@ class DimensionDisparities(_Section):
     drilldown: dict[str, Any] | None = None
 
 
+class ShapeFigures(_Section):
+    """One engine's step shape over some prompts (stats.shape_acceptance), each figure a ratio of
+    sums with its prompt-bootstrap interval: tokens emitted per verification step, the acceptance
+    at depth d (`depths[d - 1]`: a step that reached depth d accepted there; a chain's position d),
+    each staged level's accepted / proposed, and the speed-up over plain decoding (measured time
+    per output token, paired prompts; absent without the control's timings)."""
+
+    n_prompts: int
+    steps: int
+    tokens_per_step: MetricEstimate
+    depths: list[MetricEstimate] = []
+    levels: dict[str, MetricEstimate] = {}  # "small_to_medium", "medium_to_target"
+    speedup: MetricEstimate | None = None
+
+
+class ShapeEngine(_Section):
+    """`shapes.engines.<engine>`: what its steps look like (`shape`, e.g. "tree 2,2,1, sampled
+    children"), over all its prompts and per group of each dimension."""
+
+    shape: str
+    overall: ShapeFigures | None = None
+    groups: dict[str, dict[str, ShapeFigures]] = {}  # dimension -> group -> figures
+
+
+class ShapesSection(_Section):
+    """`shapes` (analysis.shapes), for a run with the tree or staged engine: per engine (the chain
+    beside them where it ran), tokens per step and acceptance per depth and level, per group."""
+
+    method: str
+    engines: dict[str, ShapeEngine] = {}
+
+
 class GateCheckEntry(_Section):
     name: str | None = None
     status: Check
@@ -540,6 +572,7 @@ class Snapshot(_Section):
     output_invariants: OutputInvariantsSection | None = None  # every record against the output invariants
     engine_faults: EngineFaultsSection | None = None  # engine calls that failed during the run
     identity: IdentitySection | None = None  # only for runs with --draft target
+    shapes: ShapesSection | None = None  # only for runs with the tree or staged engine
     mitigation: dict[str, Any] | None = None  # `specaudit mitigate`'s before/after (its before_after.json), on a re-audit
 
 
@@ -678,6 +711,9 @@ __all__ = [
     "OutputInvariantsSection",
     "PromptRow",
     "RunSection",
+    "ShapeEngine",
+    "ShapeFigures",
+    "ShapesSection",
     "Snapshot",
     "control_failed",
     "first_problem",

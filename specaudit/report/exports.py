@@ -13,6 +13,7 @@ from typing import Any
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.report.view.concurrency import concurrency_markdown
 from specaudit.report.view.format import MISSING, finite, get
+from specaudit.report.view.shapes import shapes_markdown
 
 # ============================================================================ summary.md
 # Only what can start markup inside running text or a table cell: links need "[", emphasis "*"/"_",
@@ -100,6 +101,7 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
         for check in gate["checks"]:
             lines.append(f"| {check['badge']['text']} | `{_code(check['name'])}` | {md_escape(check['message'])} |")
     lines += concurrency_markdown(view)
+    lines += shapes_markdown(view)
     lines += _glossary_markdown("\n".join(lines))
     lines += _group_names_markdown(view)
     lines += ["", "Full report: `report.html` (self-contained; open it in a browser or print it to PDF).", ""]

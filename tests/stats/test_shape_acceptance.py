@@ -40,3 +40,25 @@ def test_depths_and_levels_per_group():
     staged = table.loc["staged"]
     assert math.isclose(staged["small_to_medium"], 0.25) and math.isclose(staged["medium_to_target"], 0.5)
     assert math.isclose(staged["depth_3"], 0.0)
+
+
+def test_intervals_resample_prompts():
+    """With n_boot, each figure gets a prompt-bootstrap interval: prompts that agree give a
+    zero-width one, prompts that differ one that spans them."""
+
+    def record(prompt: str, group: str, accepted: list[int]) -> dict:
+        return {
+            "engine": "tree",
+            "prompt_id": prompt,
+            "attributes": {"lang": group},
+            "accepted_per_step": accepted,
+            "proposed_per_step": [2] * len(accepted),
+            "output_token_ids": [0] * (sum(accepted) + len(accepted)),
+        }
+
+    records = [record("p1", "en", [2, 0]), record("p2", "en", [2, 0]), record("p3", "zh", [2, 2]), record("p4", "zh", [0, 0])]
+    table = shape_acceptance(records, "lang", n_boot=200, seed=1).set_index("lang")
+    en, zh = table.loc["en"], table.loc["zh"]
+    assert en["n_prompts"] == 2 and en["depth_1"] == 0.5 and en["depth_1_ci_low"] == en["depth_1_ci_high"] == 0.5
+    assert zh["depth_1"] == 0.5 and zh["depth_1_ci_low"] == 0.0 and zh["depth_1_ci_high"] == 1.0
+    assert zh["tokens_per_step_ci_low"] == 1.0 and zh["tokens_per_step_ci_high"] == 3.0

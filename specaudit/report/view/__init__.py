@@ -34,6 +34,7 @@ from specaudit.report.view.format import (
 )
 from specaudit.report.view.glossary import Terms, glossary_rows, group_names
 from specaudit.report.view.mitigation import mitigation_view
+from specaudit.report.view.shapes import shapes_view
 from specaudit.report.view.subject import model_hash
 from specaudit.report.view.summary import speed_chart, summary_view
 
@@ -57,6 +58,7 @@ def build_view(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = 
     view["summary"] = guard("summary", summary_view, view, snapshot)
     view["speed_chart"] = guard("speed chart", lambda: {"chart": speed_chart(snapshot, ids)})
     view["context"] = guard("long context", context_view, snapshot)
+    view["shapes"] = guard("shapes", shapes_view, snapshot)
     view["mitigation"] = guard("before/after mitigation", mitigation_view, snapshot)
     view["concurrency"] = guard("concurrency", concurrency_view, snapshot, ids)
     view["compare"] = guard("comparison", _compare_view, snapshot, compare, compare_label) if compare is not None else {"ran": False}

@@ -1,0 +1,102 @@
+"""The snapshot's `shapes` section: for a run with the tree or staged engine, each shape's tokens
+per step, acceptance per depth and per level, and speed-up over plain decoding, per group, with
+prompt-bootstrap intervals (stats.shape_acceptance; the speed-up as the group comparisons
+measure it, stats.disparity)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.contracts.snapshot import MetricEstimate, ShapeEngine, ShapeFigures, ShapesSection
+from specaudit.stats.shape_acceptance import SHAPE_ENGINES, shape_acceptance
+
+BEYOND_CHAINS = ("tree", "staged")
+_ALL = "__all__"  # one group holding every prompt: the engine's overall figures
+
+METHOD = (
+    "tokens per step = output tokens / verification steps; acceptance at depth d = steps that accepted at depth d / steps "
+    "that reached it; a staged level = accepted / proposed; speed-up = the control's time per output token over the "
+    "engine's (paired prompts); 95% percentile intervals of the cluster bootstrap over prompts"
+)
+
+
+def describe_shape(engine: str, config: dict[str, Any]) -> str:
+    """The shape an engine's steps had, in words, from the run's config."""
+    if engine == "tree":
+        return f"tree {config.get('tree', '3,2,1')}, {config.get('tree_children', 'sampled')} children"
+    if engine == "staged":
+        levels = str(config.get("levels", "ngram,int8")).split(",")
+        ks = str(config.get("level_k", "4,4")).split(",")
+        return " -> ".join(f"{name}:{k}" for name, k in zip(levels, ks)) + " -> target"
+    return f"chain, k = {config.get('k', 4)}"
+
+
+def _estimate(row: pd.Series, name: str) -> MetricEstimate:
+    def number(key: str) -> float | None:
+        value = row.get(key)
+        return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+    return MetricEstimate(value=number(name), ci_low=number(f"{name}_ci_low"), ci_high=number(f"{name}_ci_high"))
+
+
+def _speedups(records: list[dict], engine: str, dimension: str | None, n_boot: int, seed: int) -> dict[str, MetricEstimate]:
+    """Group -> the engine's speed-up over the control (stats.disparity.GroupFrame); empty without the control's timings."""
+    from specaudit.stats.disparity import GroupFrame
+
+    mine = [r for r in records if r["engine"] in (engine, CONTROL_ENGINE)]
+    if not any(r["engine"] == CONTROL_ENGINE for r in mine):
+        return {}
+    frame = pd.DataFrame([{**r, _ALL: _ALL} for r in mine] if dimension is None else mine)
+    table = GroupFrame(frame, dimension or _ALL, ["speedup"], engine=engine, n_boot=n_boot, seed=seed).by_group["speedup"]
+    return {
+        str(group): _estimate(row.rename(lambda c: f"speedup_{c}" if c != "value" else "speedup"), "speedup")
+        for group, row in table.iterrows()
+    }
+
+
+def _figures(row: pd.Series, speedup: MetricEstimate | None) -> ShapeFigures:
+    depths = sorted((c for c in row.index if c.startswith("depth_") and not c.endswith(("_ci_low", "_ci_high"))), key=lambda c: int(c[6:]))
+    levels = [c for c in ("small_to_medium", "medium_to_target") if c in row.index and not pd.isna(row[c])]
+    return ShapeFigures(
+        n_prompts=int(row["n_prompts"]),
+        steps=int(row["steps"]),
+        tokens_per_step=_estimate(row, "tokens_per_step"),
+        depths=[_estimate(row, d) for d in depths if not pd.isna(row[d])],
+        levels={name: _estimate(row, name) for name in levels},
+        speedup=speedup,
+    )
+
+
+def shapes_section(records: list[dict], config: dict[str, Any], dimensions: list[str], *, n_boot: int, seed: int) -> ShapesSection | None:
+    """None for a run without the tree or staged engine; otherwise their figures (and the chain's
+    where it ran beside them), overall and per group of each dimension."""
+    present = {r["engine"] for r in records}
+    if not present & set(BEYOND_CHAINS):
+        return None
+    engines: dict[str, ShapeEngine] = {}
+    for engine in [e for e in SHAPE_ENGINES if e in present]:
+        mine = [r for r in records if r["engine"] == engine]
+        overall_table = shape_acceptance(mine, _ALL, (engine,), n_boot=n_boot, seed=seed)
+        if overall_table.empty:  # timing-only records alone
+            continue
+        overall_speed = _speedups(records, engine, None, n_boot, seed).get(_ALL)
+        groups: dict[str, dict[str, ShapeFigures]] = {}
+        for dimension in dimensions:
+            table = shape_acceptance(
+                [r for r in mine if dimension in (r.get("attributes") or {})], dimension, (engine,), n_boot=n_boot, seed=seed
+            )
+            if table.empty:
+                continue
+            speed = _speedups([r for r in records if dimension in (r.get("attributes") or {})], engine, dimension, n_boot, seed)
+            groups[dimension] = {str(row[dimension]): _figures(row, speed.get(str(row[dimension]))) for _, row in table.iterrows()}
+        engines[engine] = ShapeEngine(
+            shape=describe_shape(engine, config), overall=_figures(overall_table.iloc[0], overall_speed), groups=groups
+        )
+    return ShapesSection(method=METHOD, engines=engines) if engines else None
+
+
+__all__ = ["BEYOND_CHAINS", "describe_shape", "shapes_section"]
