@@ -68,7 +68,8 @@ def add_traffic(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--metrics-file", help="write Prometheus textfile-collector gauges per group here")
     check.set_defaults(func=cmd_traffic_check)
     fallback = actions.add_parser(
-        "fallback", help="the 'below X% acceptance, decode plainly' rule evaluated per group on the stored traffic"
+        "fallback",
+        help="the 'below X% acceptance, decode plainly' rule and mitigate's per-group policies, evaluated per group on the stored traffic",
     )
     fallback.add_argument("--store", required=True, help=STORE_HELP)
     fallback.add_argument("--group-by", default="language", help="'language' (default) or 'label:NAME'")
@@ -145,11 +146,13 @@ def cmd_traffic_check(args: argparse.Namespace) -> int:
 
 def cmd_traffic_fallback(args: argparse.Namespace) -> int:
     from specaudit.traffic import open_traffic_store
-    from specaudit.traffic._fallback import evaluate_fallback, render_fallback
+    from specaudit.traffic._fallback import evaluate_fallback, evaluate_policies, render_fallback, render_policies
 
     with open_traffic_store(args.store, create=False) as store:
         rows = evaluate_fallback(store, group_by=args.group_by, threshold=args.threshold, k=args.k, c=args.c, v=args.v)
+        policies = evaluate_policies(store, group_by=args.group_by, k=args.k, c=args.c, v=args.v)
     print(render_fallback(rows, args.threshold))
+    print(render_policies(policies, args.k))
     return 0
 
 

@@ -123,3 +123,42 @@ def test_fallback_rule_routes_the_low_acceptance_requests_and_prices_them(tmp_pa
     # a's first request (acceptance 0.1) is routed: 10 speculative steps vs 14 plain: -4 steps, -4/20 of a's time.
     assert "50.0%" in a and "-4.00" in a and "-20.0%" in a
     assert "0.0%" in b
+
+
+def test_mitigate_policies_on_traffic_route_the_slow_group_and_retune_the_fast_one(tmp_path, capsys):
+    import json
+
+    from specaudit.stats.advice import acceptance_rate_from_alpha, best_draft_length
+    from specaudit.traffic import open_traffic_store
+    from specaudit.traffic._fallback import evaluate_policies
+
+    def line(i, tenant, proposed, accepted, output):
+        return {
+            "time": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}Z",
+            "response": {"usage": {"completion_tokens": output}, "timings": {"draft_n": proposed, "draft_n_accepted": accepted}},
+            "latency_s": 1.0,
+            "labels": {"tenant": tenant},
+        }
+
+    # Served at k = 4 with c = 0.3, v = 1: "slow" keeps 10% of its drafts, "fast" 80% (output = steps + kept drafts).
+    lines = [line(i, "slow", 40 + 4 * (i % 2), 4, 14 + i % 2) for i in range(20)]
+    lines += [line(20 + i, "fast", 40, 32, 42) for i in range(20)]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    db = str(tmp_path / "t.db")
+    assert main(["traffic", "ingest", str(tmp_path / "log.jsonl"), "--store", db]) == 0
+    with open_traffic_store(db, create=False) as store:
+        rows = {r.group: r for r in evaluate_policies(store, group_by="label:tenant", k=4, c=0.3, v=1.0)}
+    slow, fast = rows["slow"], rows["fast"]
+    assert fast.acceptance == pytest.approx(0.8) and slow.acceptance == pytest.approx(80 / 840)
+    assert acceptance_rate_from_alpha(fast.alpha, 4) == pytest.approx(0.8, abs=1e-9)
+    best_k, best = best_draft_length(fast.alpha, 0.3, 8, 1.0)
+    assert fast.policy == f"k={best_k}" and fast.speedup_policy == pytest.approx(best)
+    assert fast.saving_share_of_total == pytest.approx(1 - fast.speedup_served / best) and fast.saving_share_of_total >= 0
+    # "slow" goes to plain decoding; priced on its own requests: speculative proposed / 4 · (1 + 4 · 0.3) vs output plainly.
+    assert slow.policy == "plain" and slow.speedup_served < 1
+    speculative = sum((40 + 4 * (i % 2)) / 4 * 2.2 for i in range(20))
+    plain = sum(14 + i % 2 for i in range(20))
+    assert slow.saving_share_of_total == pytest.approx((speculative - plain) / speculative) and slow.saving_share_of_total > 0
+    assert main(["traffic", "fallback", "--store", db, "--group-by", "label:tenant", "--c", "0.3"]) == 0
+    out = capsys.readouterr().out
+    assert "mitigate's per-group policies" in out and "plain" in out and f"k={best_k}" in out
