@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -109,6 +109,30 @@ def input_error(
         return InputError(f"{name(field)} is missing")
     expected = _EXPECTED.get(kind, first["msg"].removeprefix("Value error, ").lower())
     return InputError(f"{name(field)} must be {expected}, got {value!r}{_hint(model, field)}")
+
+
+Settings = TypeVar("Settings", bound=BaseModel)
+
+
+def settings_section(section: Any, model: type[Settings], label: str, *, levels: str | None = None) -> Settings:
+    """A config section (a mapping such as `extra.openvino`) validated into `model`, every error one
+    sentence naming `label`.field. Keys may be spelled with dashes; the field `levels`, where named,
+    may be given as "1,4" (a flag's value or a YAML scalar)."""
+    known = ", ".join(model.model_fields)
+    if not isinstance(section, dict):
+        raise InputError(f"{label} must be a mapping of setting: value ({known}), got {type(section).__name__}")
+    section = {str(key).replace("-", "_"): value for key, value in section.items()}
+    if levels and isinstance(section.get(levels), str):
+        try:
+            section[levels] = tuple(int(part) for part in section[levels].split(",") if part.strip())
+        except ValueError:
+            raise InputError(f"{label}.{levels} must be integers such as 1,4, got {section[levels]!r}") from None
+    try:
+        return model(**section)
+    except ValidationError as err:
+        raise input_error(
+            err, model, lambda field: f"{label}.{field}", lambda names: f"{label}: unknown setting(s) {', '.join(names)}; known: {known}"
+        ) from None
 
 
 # ----------------------------------------------------------------------------- numbers, checked once

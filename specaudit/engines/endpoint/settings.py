@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from specaudit._validation import SETTINGS_CONFIG, input_error
+from specaudit._validation import SETTINGS_CONFIG, settings_section
 from specaudit.engines.levels import check_levels
 from specaudit.errors import InputError
 
@@ -97,23 +97,7 @@ def validate_settings(settings: dict | None, engines: tuple[str, ...]) -> dict:
             "--engines endpoint needs the servers: --speculative-url URL --vanilla-url URL, or an `endpoint:` section in the "
             "config file with speculative_url and vanilla_url (docs/servers.md)"
         )
-    if not isinstance(settings, dict):
-        raise InputError(f"endpoint: must be a mapping of setting: value ({', '.join(DEFAULTS)}), got {type(settings).__name__}")
-    settings = {str(key).replace("-", "_"): value for key, value in settings.items()}
-    if isinstance(settings.get("concurrency_levels"), str):  # "1,4" as a YAML scalar
-        try:
-            settings["concurrency_levels"] = tuple(int(part) for part in settings["concurrency_levels"].split(",") if part.strip())
-        except ValueError:
-            raise InputError(f"endpoint.concurrency_levels must be integers such as 1,4, got {settings['concurrency_levels']!r}") from None
-    try:
-        return EndpointSettings(**settings).model_dump()
-    except ValidationError as err:
-        raise input_error(
-            err,
-            EndpointSettings,
-            lambda field: f"endpoint.{field}",
-            lambda names: f"endpoint: unknown setting(s) {', '.join(names)}; known: {', '.join(DEFAULTS)}",
-        ) from None
+    return settings_section(settings, EndpointSettings, "endpoint", levels="concurrency_levels").model_dump()
 
 
 def public_settings(settings: dict) -> dict:

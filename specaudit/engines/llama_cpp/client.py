@@ -41,7 +41,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from pydantic import BaseModel, Field
 
+from specaudit._validation import SETTINGS_CONFIG, settings_section
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.errors import InputError
 
@@ -74,7 +76,6 @@ NEUTRAL_SAMPLERS: dict[str, Any] = {
     "grammar": None,
     "logits_processor": None,
 }
-_SETTINGS = ("n_ctx", "n_threads", "n_batch", "draft_threads")
 
 
 # ----------------------------------------------------------------------------- checks
@@ -163,20 +164,22 @@ def llama_seed(seed: int) -> int:
     return low if low != RANDOM_SEED else 0
 
 
+class LlamaCppSettings(BaseModel):
+    """`extra.llama_cpp` of a run: context, threads and batch of the in-process llama.cpp."""
+
+    model_config = SETTINGS_CONFIG
+
+    n_ctx: int = Field(DEFAULT_CONTEXT, ge=1, strict=True)
+    n_threads: int | None = Field(None, ge=1, strict=True)  # None: --threads
+    n_batch: int = Field(512, ge=1, strict=True)
+    draft_threads: int | None = Field(None, ge=1, strict=True)  # None: --threads
+
+
 def backend_settings(cfg: RunConfig) -> dict:
     """`extra.llama_cpp` of the run (n_ctx, n_threads, n_batch, draft_threads), with defaults:
     threads = --threads, context = 2048 tokens."""
-    extra = (cfg.extra or {}).get("llama_cpp") or {}
-    if not isinstance(extra, dict):
-        raise InputError(f"extra.llama_cpp must be a mapping of setting: value ({', '.join(_SETTINGS)}), got {type(extra).__name__}")
-    unknown = sorted(set(extra) - set(_SETTINGS))
-    if unknown:
-        raise InputError(f"extra.llama_cpp: unknown setting(s) {', '.join(unknown)}; known: {', '.join(_SETTINGS)}")
-    settings = {"n_ctx": DEFAULT_CONTEXT, "n_threads": cfg.threads, "n_batch": 512, "draft_threads": cfg.threads, **extra}
-    for name, value in settings.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"extra.llama_cpp.{name} must be an integer >= 1, got {value!r}")
-    return settings
+    settings = settings_section((cfg.extra or {}).get("llama_cpp") or {}, LlamaCppSettings, "extra.llama_cpp").model_dump()
+    return {**settings, "n_threads": settings["n_threads"] or cfg.threads, "draft_threads": settings["draft_threads"] or cfg.threads}
 
 
 def check_config(cfg: RunConfig) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from specaudit._validation import input_error
+from specaudit._validation import settings_section
 from specaudit.engines.levels import check_levels
 from specaudit.errors import InputError
 
@@ -57,26 +57,7 @@ DEFAULTS: dict[str, Any] = {name: info.get_default(call_default_factory=True) fo
 
 def server_settings(extra: dict | None) -> LlamaServerSettings:
     """The run's llama_server settings (its config's `extra: {llama_server: {...}}`), checked."""
-    section = (extra or {}).get("llama_server") or {}
-    if not isinstance(section, dict):
-        raise InputError(f"extra.llama_server must be a mapping of setting: value ({', '.join(DEFAULTS)}), got {type(section).__name__}")
-    section = {str(key).replace("-", "_"): value for key, value in section.items()}
-    if isinstance(section.get("concurrency_levels"), str):  # "1,4" from a flag or a hand-written YAML value
-        try:
-            section["concurrency_levels"] = tuple(int(part) for part in section["concurrency_levels"].split(",") if part.strip())
-        except ValueError:
-            raise InputError(
-                f"llama_server.concurrency_levels must be integers such as 1,4, got {section['concurrency_levels']!r}"
-            ) from None
-    try:
-        return LlamaServerSettings(**section)
-    except ValidationError as err:
-        raise input_error(
-            err,
-            LlamaServerSettings,
-            lambda field: f"llama_server.{field}",
-            lambda names: f"llama_server: unknown setting(s) {', '.join(names)}; known: {', '.join(DEFAULTS)}",
-        ) from None
+    return settings_section((extra or {}).get("llama_server") or {}, LlamaServerSettings, "llama_server", levels="concurrency_levels")
 
 
 def spec_type_for(draft: str, settings: LlamaServerSettings) -> str:

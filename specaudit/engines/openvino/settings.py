@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from specaudit._validation import input_error
-from specaudit.errors import InputError
+from specaudit._validation import settings_section
 
 INFERENCE_PRECISIONS = ("default", "f32", "bf16", "f16")
 KV_CACHE_PRECISIONS = ("default", "u8", "u4", "f16", "bf16", "f32")
@@ -47,19 +46,7 @@ DEFAULTS: dict[str, Any] = {name: info.get_default(call_default_factory=True) fo
 
 def openvino_settings(extra: dict | None) -> OpenVinoSettings:
     """The run's openvino settings (its config's `extra: {openvino: {...}}`), checked."""
-    section = (extra or {}).get("openvino") or {}
-    if not isinstance(section, dict):
-        raise InputError(f"extra.openvino must be a mapping of setting: value ({', '.join(DEFAULTS)}), got {type(section).__name__}")
-    section = {str(key).replace("-", "_"): value for key, value in section.items()}
-    try:
-        return OpenVinoSettings(**section)
-    except ValidationError as err:
-        raise input_error(
-            err,
-            OpenVinoSettings,
-            lambda field: f"extra.openvino.{field}",
-            lambda names: f"extra.openvino: unknown setting(s) {', '.join(names)}; known: {', '.join(DEFAULTS)}",
-        ) from None
+    return settings_section((extra or {}).get("openvino") or {}, OpenVinoSettings, "extra.openvino")
 
 
 __all__ = ["DEFAULTS", "INFERENCE_PRECISIONS", "KV_CACHE_PRECISIONS", "OpenVinoSettings", "openvino_settings"]
