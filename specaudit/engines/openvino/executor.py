@@ -8,7 +8,9 @@ same pipelines (no rebuilding), so the records after a fault show what the engin
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 from specaudit.contracts.engines import IDENTITY_DRAFT
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem, Record
@@ -28,6 +30,8 @@ from specaudit.engines.openvino.client import (
     scheduler_config,
     scheduler_entry,
 )
+from specaudit.engines.openvino.export import RECORD as EXPORT_RECORD
+from specaudit.engines.openvino.export import named_ir
 from specaudit.engines.openvino.settings import openvino_settings
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
@@ -48,13 +52,16 @@ class OpenVinoExecutor(Executor):
         check_config(cfg)
         self.settings = openvino_settings(cfg.extra)
         import_openvino_genai()
-        self.target_gguf = None if self.settings.target_ir else gguf_path(str(cfg.target), "--target")
         if self.settings.target_ir:
             checked_ir(self.settings.target_ir, "target_ir")
         identity = str(cfg.draft) == IDENTITY_DRAFT
-        self.draft_gguf = None if identity or self.settings.draft_ir else gguf_path(str(cfg.draft), "--draft")
         if self.settings.draft_ir:
             checked_ir(self.settings.draft_ir, "draft_ir")
+        # a named model (the Qwen pair) runs from its optimum-intel export: OpenVINO cannot read its GGUF
+        self.target_ir = self.settings.target_ir or named_ir(str(cfg.target), "--target")
+        self.draft_ir = self.settings.draft_ir or (None if identity else named_ir(str(cfg.draft), "--draft"))
+        self.target_gguf = None if self.target_ir else gguf_path(str(cfg.target), "--target")
+        self.draft_gguf = None if identity or self.draft_ir else gguf_path(str(cfg.draft), "--draft")
         if self.draft_gguf is not None and self.target_gguf is not None:
             from specaudit.engines.llama_cpp.client import check_draft_vocabulary
 
@@ -66,11 +73,11 @@ class OpenVinoExecutor(Executor):
                 f"{folder.out_dir} holds a run made {made_by}; OpenVINO records would be mixed with them under the same keys; choose a new --out"
             )
 
-    def _model(self, gguf: object, given: str | None) -> IrModel:
+    def _model(self, gguf: object, given: str | Path | None) -> IrModel:
         from specaudit.models._cache import file_sha256
 
         if given:
-            return IrModel(checked_ir(given, "ir"), None, None)
+            return IrModel(checked_ir(str(given), "ir"), None, None)
         return ir_folder(gguf, file_sha256(gguf), {"INFERENCE_NUM_THREADS": self.properties["INFERENCE_NUM_THREADS"]})
 
     def start(self, folder: RunFolder) -> dict:
@@ -84,9 +91,9 @@ class OpenVinoExecutor(Executor):
         self.tokenizer = load_tokenizer(str(cfg.target))
         self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
         self.properties = runtime_properties(self.settings, cfg.threads)
-        target = self._model(self.target_gguf, self.settings.target_ir)
+        target = self._model(self.target_gguf, self.target_ir)
         identity = str(cfg.draft) == IDENTITY_DRAFT
-        draft = target if identity and not self.settings.draft_ir else self._model(self.draft_gguf, self.settings.draft_ir)
+        draft = target if identity and not self.draft_ir else self._model(self.draft_gguf, self.draft_ir)
         self.scheduler = scheduler_config(self.settings)
         eos_ids = {int(self.tokenizer.eos_token_id)} if self.tokenizer.eos_token_id is not None else set()
         started = time.perf_counter()
@@ -98,6 +105,8 @@ class OpenVinoExecutor(Executor):
             described = {"name": name, "ir": str(model.folder), "ir_built_s": model.built_s}
             if model.gguf is not None:
                 described.update(gguf=str(model.gguf), gguf_sha256=file_sha256(model.gguf))
+            if (model.folder / EXPORT_RECORD).is_file():  # made by `specaudit models export-openvino`
+                described["export"] = json.loads((model.folder / EXPORT_RECORD).read_text())
             return described
 
         draft_entry = {**entry(str(cfg.draft), draft), "k": cfg.k, "implementation": "openvino_genai.draft_model"}
