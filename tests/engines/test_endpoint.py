@@ -331,3 +331,30 @@ def test_reference_server_command_line_errors(capsys):
 
     assert serve(["--target", "unused", "--speculative"]) == 2
     assert "--speculative needs --draft" in capsys.readouterr().err
+
+
+def test_logprobs_in_the_chat_content_shape_give_token_ids_and_logprobs():
+    """llama-server answers /v1/completions with `logprobs.content` (the chat API's shape): ids
+    and logprobs come from it, as from vLLM's token_id:N lists."""
+    from specaudit.engines.endpoint._responses import CompletionPart
+    from specaudit.engines.endpoint.client import output_tokens
+
+    entry = {
+        "id": 253,
+        "token": " a",
+        "logprob": -0.5,
+        "top_logprobs": [{"id": 354, "token": " an", "logprob": -0.2}, {"id": 253, "logprob": -0.5}],
+    }
+    part = CompletionPart.model_validate({"choices": [{"text": " a", "logprobs": {"content": [entry]}}]})
+    logprobs = part.choices[0].logprobs
+    assert logprobs.tokens == ["token_id:253"] and logprobs.token_logprobs == [-0.5]
+    assert logprobs.top_logprobs == [{"token_id:354": -0.2, "token_id:253": -0.5}]
+    completion = type(
+        "C",
+        (),
+        {"tokens": logprobs.tokens, "token_ids": None, "token_logprobs": logprobs.token_logprobs, "top_logprobs": logprobs.top_logprobs},
+    )
+    ids, target = output_tokens(completion, top_n=2)
+    assert ids == [253] and target is not None and len(target) == 1
+    with pytest.raises(ValueError):  # an id in that shape is checked like any other
+        CompletionPart.model_validate({"choices": [{"text": "x", "logprobs": {"content": [{**entry, "id": -1}]}}]})

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from specaudit._validation import expected
 
@@ -25,6 +25,7 @@ LOGPROB_SLACK = 1e-4
 TEXT_CHARS_PER_TOKEN = 1024
 ANSWER_BYTES_PER_TOKEN = 64 * 1024
 ANSWER_BYTES_BASE = 1 << 20
+TOKEN_ID_PREFIX = "token_id:"  # a token named by its id in logprobs (vLLM's return_tokens_as_token_ids)
 
 
 def _logprob(value: float) -> float:
@@ -47,12 +48,33 @@ class _Part(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
 
+class TopLogprob(_Part):
+    id: TokenId
+    logprob: Logprob
+
+
+class ContentLogprob(TopLogprob):
+    """One emitted token in the chat API's shape, which llama-server answers with on /v1/completions too."""
+
+    top_logprobs: list[TopLogprob] = []
+
+
 class LogprobsPart(_Part):
-    """`choices[i].logprobs` of the legacy completions API."""
+    """`choices[i].logprobs` of the legacy completions API, or its `content` list (llama-server),
+    read into the legacy lists with tokens named by id ("token_id:N", as vLLM writes them)."""
 
     tokens: list[str] | None = None
     token_logprobs: list[Logprob | None] | None = None
     top_logprobs: list[dict[str, Logprob | None] | None] | None = None
+    content: list[ContentLogprob] | None = None
+
+    @model_validator(mode="after")
+    def _from_content(self) -> LogprobsPart:
+        if self.content is not None and self.tokens is None:
+            self.tokens = [f"{TOKEN_ID_PREFIX}{entry.id}" for entry in self.content]
+            self.token_logprobs = [entry.logprob for entry in self.content]
+            self.top_logprobs = [{f"{TOKEN_ID_PREFIX}{top.id}": top.logprob for top in entry.top_logprobs} for entry in self.content]
+        return self
 
 
 class ChoicePart(_Part):

@@ -32,11 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from specaudit.decoding._grammar_source import grammar_format
 from specaudit.engines.endpoint._deadline import deadline_transport, total_deadline
 from specaudit.engines.endpoint._responses import (
     ANSWER_BYTES_BASE,
     ANSWER_BYTES_PER_TOKEN,
     TEXT_CHARS_PER_TOKEN,
+    TOKEN_ID_PREFIX,
     CompletionPart,
     ModelList,
     problem,
@@ -55,7 +57,6 @@ if TYPE_CHECKING:
 
 # vLLM writes -inf logprobs as -9999.0 in its JSON: at or below it a token has zero probability.
 ZERO_LOGPROB = -9999.0
-TOKEN_ID_PREFIX = "token_id:"
 METRICS_PAGE_BYTES = 16 << 20  # a Prometheus page with many label sets is larger than any completion
 
 
@@ -265,7 +266,9 @@ class Endpoint:
             choices = chunk.get("choices")
             choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
             logprobs = choice.get("logprobs")
-            if first is None and (choice.get("text") or (isinstance(logprobs, dict) and logprobs.get("tokens"))):
+            if first is None and (
+                choice.get("text") or (isinstance(logprobs, dict) and (logprobs.get("tokens") or logprobs.get("content")))
+            ):
                 first = time.perf_counter()
             chunks.append(chunk)
         return chunks, first
@@ -441,7 +444,8 @@ def resolve_model(endpoint: Endpoint, wanted: str | None, setting: str) -> tuple
 def request_features(spec: SamplingSpec) -> dict[str, Any]:
     """The request features as OpenAI's completion fields (presence_penalty, frequency_penalty,
     logit_bias with string ids, stop) and vLLM's and SGLang's extensions (min_p,
-    repetition_penalty), only those set; the registry refuses the one they lack (repeat_last_n)."""
+    repetition_penalty; a grammar as vLLM's `structured_outputs`, SGLang's fields through
+    endpoint.extra_body), only those set; the registry refuses the one they lack (repeat_last_n)."""
     features = spec.features
     body: dict[str, Any] = {
         name: features[name] for name in ("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty") if name in features
@@ -450,6 +454,9 @@ def request_features(spec: SamplingSpec) -> dict[str, Any]:
         body["logit_bias"] = {str(token): bias for token, bias in spec.logit_bias}
     if spec.stop:
         body["stop"] = list(spec.stop)
+    if spec.grammar:  # vLLM's structured outputs (v0.12 on): a JSON schema as `json`, GBNF as `grammar`
+        is_schema = grammar_format(spec.grammar) == "json_schema"
+        body["structured_outputs"] = {"json": json.loads(spec.grammar)} if is_schema else {"grammar": spec.grammar}
     return body
 
 
