@@ -45,14 +45,12 @@ from pydantic import BaseModel, Field
 
 from specaudit._validation import SETTINGS_CONFIG, settings_section
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
+from specaudit.engines.external_logits import ExternalLogits, ScoringPair
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from types import ModuleType
-    from typing import Self
-
-    import torch
 
     from specaudit.config import RunConfig
     from specaudit.decoding import Generation, SamplingSpec
@@ -537,13 +535,9 @@ def _system_info(llama_cpp: ModuleType) -> str | None:
 
 
 # ----------------------------------------------------------------------------- scoring
-class LlamaCppLogits:
-    """llama.cpp's target as a scoring model: `model(input_ids=..., attention_mask=...).logits`
-    teacher-forces each row (its real length) through llama.cpp with `logits_all` and returns the
-    logits of every position, so specaudit.stats.scoring and greedy_exactness use llama.cpp's own
-    numbers. Rows are evaluated one at a time from an empty KV cache."""
-
-    training = False
+class LlamaCppLogits(ExternalLogits):
+    """llama.cpp's target as a scoring model (engines.external_logits): each row teacher-forced
+    through llama.cpp with `logits_all` from an empty KV cache, so the scores are llama.cpp's own."""
 
     def __init__(self, path: Path, *, n_ctx: int = DEFAULT_CONTEXT, n_threads: int = 1) -> None:
         llama_cpp = import_llama_cpp()
@@ -551,15 +545,7 @@ class LlamaCppLogits:
         self.llm = llama_cpp.Llama(
             model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, logits_all=True, verbose=False
         )
-
-    def eval(self) -> Self:
-        return self
-
-    def train(self, mode: bool = True) -> Self:
-        return self
-
-    def parameters(self) -> Iterator[torch.nn.Parameter]:
-        return iter(())  # nothing for torch to move; scoring reads the device as CPU
+        self.vocab_size = self.llm.n_vocab()
 
     def sequence_logits(self, ids: list[int]) -> np.ndarray:
         """[len(ids), V] float32 logits, position t predicting token t + 1."""
@@ -570,34 +556,6 @@ class LlamaCppLogits:
         self.llm.reset()
         self.llm.eval(ids)
         return np.array(self.llm.scores[: len(ids)], copy=True)
-
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, use_cache: bool = False) -> _Output:
-        import torch
-
-        rows = input_ids.tolist()
-        lengths = attention_mask.sum(dim=1).tolist() if attention_mask is not None else [len(r) for r in rows]
-        vocab = self.llm.n_vocab()
-        out = torch.zeros((len(rows), len(rows[0]), vocab), dtype=torch.float32)
-        for i, (row, length) in enumerate(zip(rows, lengths)):
-            out[i, : int(length)] = torch.from_numpy(self.sequence_logits(row[: int(length)]))
-        return _Output(out)
-
-
-@dataclass(frozen=True)
-class _Output:
-    logits: Any
-
-
-@dataclass
-class ScoringPair:
-    """What analyze needs of a model pair, with llama.cpp's target and no draft model."""
-
-    target: LlamaCppLogits
-    tokenizer: Any
-    vocab_size: int
-    device: Any
-    draft: Any = None
-    draft_is_model: bool = False
 
 
 def _run_target(manifest: dict, use: str) -> Path:

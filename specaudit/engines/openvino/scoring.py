@@ -13,23 +13,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specaudit.engines.external_logits import ExternalLogits, ScoringPair
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from typing import Self
-
     import numpy as np
-    import torch
 
 SCORING_PRECISION = "f32"
 
 
-class OpenVinoLogits:
+class OpenVinoLogits(ExternalLogits):
     """An IR as a scoring model: `model(input_ids=..., attention_mask=...).logits`, each row
     evaluated alone in one call from an empty state (the IR is stateful: its KV cache is reset)."""
-
-    training = False
 
     def __init__(self, folder: Path, *, threads: int = 1) -> None:
         import openvino as ov
@@ -41,15 +36,6 @@ class OpenVinoLogits:
         self.output = compiled.outputs[0]
         self.inputs = {name for port in compiled.inputs for name in port.get_names()}
         self.vocab_size = int(compiled.outputs[0].get_partial_shape()[-1].get_length())
-
-    def eval(self) -> Self:
-        return self
-
-    def train(self, mode: bool = True) -> Self:
-        return self
-
-    def parameters(self) -> Iterator[torch.nn.Parameter]:
-        return iter(())  # nothing for torch to move; scoring reads the device as CPU
 
     def sequence_logits(self, ids: list[int]) -> np.ndarray:
         """[len(ids), V] float32 logits, position t predicting token t + 1."""
@@ -65,18 +51,6 @@ class OpenVinoLogits:
         self.request.reset_state()
         result = self.request.infer({name: value for name, value in feed.items() if name in self.inputs})
         return np.array(result[self.output][0], dtype=np.float32, copy=True)
-
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, use_cache: bool = False) -> Any:
-        import torch
-
-        from specaudit.engines.llama_cpp.client import _Output
-
-        rows = input_ids.tolist()
-        lengths = attention_mask.sum(dim=1).tolist() if attention_mask is not None else [len(r) for r in rows]
-        out = torch.zeros((len(rows), len(rows[0]), self.vocab_size), dtype=torch.float32)
-        for i, (row, length) in enumerate(zip(rows, lengths, strict=True)):
-            out[i, : int(length)] = torch.from_numpy(self.sequence_logits(row[: int(length)]))
-        return _Output(out)
 
 
 def run_ir(manifest: dict) -> Path:
@@ -96,7 +70,6 @@ def scoring_pair(manifest: dict, device: str | None = None) -> Any:
     """The scoring pair of an OpenVINO run folder: its target IR and specaudit's tokenizer of the target."""
     import torch
 
-    from specaudit.engines.llama_cpp.client import ScoringPair
     from specaudit.models import load_tokenizer
 
     config = manifest.get("config") or {}
