@@ -54,6 +54,7 @@ class RunConfig(BaseModel):
     repeat_last_n: int = Field(0, strict=True)
     logit_bias: dict[int, float] = Field(default_factory=dict)
     stop: tuple[str, ...] = ()
+    grammar: str = ""  # the text of a JSON schema or GBNF grammar (--sampling grammar=FILE reads it)
     samples: int = Field(1, ge=1, strict=True)
     max_new_tokens: int = Field(32, ge=1, strict=True)  # one default for run, audit and monitor run
     prompts: str = "core"
@@ -196,6 +197,7 @@ class RunConfig(BaseModel):
             repeat_last_n=self.repeat_last_n,
             logit_bias=tuple(self.logit_bias.items()),
             stop=self.stop,
+            grammar=self.grammar,
         )
 
     def to_dict(self) -> dict:

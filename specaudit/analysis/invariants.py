@@ -62,7 +62,14 @@ def output_limits(manifest: dict, pair: ModelPair | None) -> OutputLimits:
     def decode(ids: list[int], skip_special: bool, clean_up: bool) -> str:
         return tokenizer.decode(ids, skip_special_tokens=skip_special, clean_up_tokenization_spaces=clean_up and cleans)
 
-    return OutputLimits(max_new_tokens=max_new, vocab_size=vocab_size, eos_ids=frozenset(eos), decode=decode, skipped=skipped)
+    def grammar_error(grammar: str, ids: list[int], ended: bool) -> str | None:
+        from specaudit.decoding.grammar import grammar_violation
+
+        return grammar_violation(grammar, ids, ended, sorted(eos), tokenizer=tokenizer)
+
+    return OutputLimits(
+        max_new_tokens=max_new, vocab_size=vocab_size, eos_ids=frozenset(eos), decode=decode, grammar_error=grammar_error, skipped=skipped
+    )
 
 
 def output_invariants(records: list[dict], limits: OutputLimits) -> OutputInvariantsSection:

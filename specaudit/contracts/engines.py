@@ -33,6 +33,7 @@ REQUEST_FEATURES = (
     "repeat_last_n",
     "logit_bias",
     "stop",
+    "grammar",
 )
 
 
@@ -86,7 +87,7 @@ ENGINES: dict[str, EngineSpec] = {
             acceptance_rule="multi-step speculative sampling of i.i.d. children (top-k children: recursive rejection sampling); "
             "per step, the accepted path's length out of the tree's depth",
             request_features=("min_p", "logit_bias", "stop"),
-            refuses_because="its tree verification warps without the prefix penalties need",
+            refuses_because="its tree verification warps without the prefix penalties and grammars need",
         ),
         EngineSpec(
             "staged",
@@ -95,7 +96,7 @@ ENGINES: dict[str, EngineSpec] = {
             ("staged",),
             acceptance_rule="rejection sampling at each level; the target's check uses the medium's q, the law its verified chain follows",
             request_features=("min_p", "logit_bias", "stop"),
-            refuses_because="its levels warp without the prefix penalties need",
+            refuses_because="its levels warp without the prefix penalties and grammars need",
         ),
         EngineSpec(
             "hf-assisted",
@@ -105,7 +106,7 @@ ENGINES: dict[str, EngineSpec] = {
             acceptance_rule="transformers' assisted generation: rejection sampling when sampling, the target's argmax match when greedy",
             request_features=("min_p", "repetition_penalty", "stop"),
             refuses_because="transformers' generate() has no presence or frequency penalty, no llama.cpp penalty window, "
-            "and applies its sequence bias at another place in the chain than the reference",
+            "no grammar, and applies its sequence bias at another place in the chain than the reference",
         ),
         EngineSpec(
             SCREEN_ENGINE,
@@ -114,8 +115,9 @@ ENGINES: dict[str, EngineSpec] = {
             (SCREEN_ENGINE,),
             executor="specaudit.engines.screen.executor:ScreenExecutor",
             acceptance_rule="expected under rejection sampling along target-sampled paths (a_t = min(1, q/p) at each position)",
-            request_features=tuple(f for f in REQUEST_FEATURES if f != "stop"),
-            refuses_because="its expected counts run along whole sampled paths; audit stop strings with --engines vanilla,speculative",
+            request_features=tuple(f for f in REQUEST_FEATURES if f not in ("stop", "grammar")),
+            refuses_because="its expected counts run along whole sampled paths; audit stop strings and grammars with "
+            "--engines vanilla,speculative",
         ),
         EngineSpec(
             "endpoint",
@@ -124,7 +126,7 @@ ENGINES: dict[str, EngineSpec] = {
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.endpoint.executor:EndpointExecutor",
             settings="specaudit.engines.endpoint.settings",
-            request_features=("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop"),
+            request_features=("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop", "grammar"),
             refuses_because="the OpenAI API and vLLM's and SGLang's extensions have no llama.cpp penalty window",
             acceptance_rule="the server's own rule, as its responses or metrics report it (not known to specaudit)",
         ),
@@ -135,7 +137,7 @@ ENGINES: dict[str, EngineSpec] = {
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.vllm.executor:VllmExecutor",
             request_features=("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop"),
-            refuses_because="vLLM's SamplingParams have no llama.cpp penalty window",
+            refuses_because="vLLM's SamplingParams have no llama.cpp penalty window, and its structured outputs are not mapped yet",
             acceptance_rule="vLLM's rejection sampler (greedy match at T = 0)",
         ),
         EngineSpec(
@@ -166,6 +168,7 @@ ENGINES: dict[str, EngineSpec] = {
                 "repeat_last_n",
                 "logit_bias",
                 "stop",
+                "grammar",
             ),
             refuses_because="llama.cpp counts every penalty over one window of prompt and output (set repeat_last_n)",
             scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",

@@ -3,7 +3,7 @@ sampling settings without importing torch (a bad flag fails in a fraction of a s
 
 Besides temperature, top-k and top-p it carries the request features that change the target's
 distribution (docs/request-features.md): penalties (each convention users meet), min-p, a logit
-bias and stop strings. Their semantics live in `decoding.warping` (one implementation for every
+bias, stop strings and a grammar. Their semantics live in `decoding.warping` (one implementation for every
 engine, the scoring and the screen); this module only holds and checks the values.
 """
 
@@ -37,6 +37,8 @@ class SamplingSpec:
     repeat_last_n: int = 0
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit), sorted by id
     stop: tuple[str, ...] = ()  # text-level stop strings: the output ends where one first appears
+    # a JSON schema or GBNF grammar (its text): the target masked to the tokens it allows, renormalised
+    grammar: str = ""
 
     def __post_init__(self) -> None:
         if not (self.temperature >= 0.0) or self.temperature != self.temperature:
@@ -59,6 +61,8 @@ class SamplingSpec:
             raise InputError(f"logit_bias must name each token id >= 0 once, got ids {ids}")
         if any(not math.isfinite(bias) for _, bias in self.logit_bias):
             raise InputError("logit_bias values must be finite numbers (use -100 to ban a token)")
+        if not isinstance(self.grammar, str):
+            raise InputError(f"grammar must be the text of a JSON schema or GBNF grammar, got {type(self.grammar).__name__}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise InputError(f"stop strings must be non-empty text, got {list(self.stop)}")
         object.__setattr__(self, "logit_bias", tuple(sorted((int(t), float(b)) for t, b in self.logit_bias)))
@@ -66,6 +70,11 @@ class SamplingSpec:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def path_dependent(self) -> bool:
+        """Whether processing a position needs the tokens before it (penalties, a grammar)."""
+        return self.penalised or bool(self.grammar)
 
     @property
     def penalised(self) -> bool:

@@ -13,9 +13,11 @@ Torch-free, so the CLI checks a bad `--sampling` in a fraction of a second.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from specaudit.decoding._spec import SamplingSpec
 from specaudit.errors import InputError
@@ -37,6 +39,7 @@ _KEYS = {
     "repeat_last_n": "repeat_last_n",
     "logit_bias": "logit_bias",
     "stop": "stop",
+    "grammar": "grammar",
 }
 _INTEGERS = ("top_k", "repeat_last_n")
 _EXAMPLES = "greedy, t=0.7,top_p=0.9, t=1,top_k=50, t=1,repetition_penalty=1.3 or t=1,min_p=0.1"
@@ -98,11 +101,32 @@ def _logit_bias(text: str, value: str) -> tuple[tuple[int, float], ...]:
     return tuple(pairs)
 
 
+def _grammar(text: str, path: str) -> str:
+    """The grammar file's text (a JSON schema or GBNF), checked to compile."""
+    from specaudit.decoding._grammar_source import compile_grammar
+
+    try:
+        grammar = Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"--sampling {text!r}: cannot read the grammar file {path!r} ({err.__class__.__name__})") from None
+    try:
+        compile_grammar(grammar)
+    except InputError as err:
+        raise InputError(f"--sampling {text!r}: {path}: {err}") from None
+    return grammar
+
+
+def grammar_digest(grammar: str) -> str:
+    """A grammar's short name in labels: the first 8 hex digits of its text's sha256."""
+    return hashlib.sha256(grammar.encode("utf-8")).hexdigest()[:8]
+
+
 def parse_setting(text: str) -> SamplingSpec:
     """One `--sampling` value: `greedy`, or comma-separated key=value pairs of t (temperature),
     top_k, top_p, min_p, the penalties (repetition_penalty or llama.cpp's repeat_penalty,
-    presence_penalty, frequency_penalty, repeat_last_n), logit_bias=ID:BIAS;ID:BIAS and
-    stop=TEXT|TEXT (\\n, \\t, \\, \\| and \\; escape what the syntax uses); unset ones are off."""
+    presence_penalty, frequency_penalty, repeat_last_n), logit_bias=ID:BIAS;ID:BIAS,
+    stop=TEXT|TEXT (\\n, \\t, \\, \\| and \\; escape what the syntax uses) and grammar=FILE (a JSON
+    schema or GBNF grammar, read and checked here); unset ones are off."""
     words = str(text).strip()
     if words.lower() == "greedy":
         return SamplingSpec(temperature=0.0)
@@ -124,6 +148,9 @@ def parse_setting(text: str) -> SamplingSpec:
             continue
         if field == "stop":
             values[field] = tuple(_unescape(v) for v in _split(value, "|"))
+            continue
+        if field == "grammar":
+            values[field] = _grammar(text, value.strip())
             continue
         try:
             values[field] = int(value) if field in _INTEGERS else float(value)
@@ -177,6 +204,8 @@ def setting_label(spec: SamplingSpec) -> str:
             parts.append("logit_bias=" + ";".join(f"{token}:{bias:g}" for token, bias in value))
         elif name == "stop":
             parts.append("stop=" + "|".join(_escape(v) for v in value))
+        elif name == "grammar":
+            parts.append(f"grammar=#{grammar_digest(value)}")
         else:
             parts.append(f"{name}={value:g}")
     return ",".join(parts)
@@ -189,8 +218,8 @@ def setting_slug(spec: SamplingSpec) -> str:
 
 
 def _warps(spec: SamplingSpec) -> bool:
-    # penalties and a logit bias also make the processed distribution differ from the raw one
-    return spec.greedy or spec.temperature != 1.0 or _truncates(spec) or spec.penalised or bool(spec.logit_bias)
+    # penalties, a logit bias and a grammar also make the processed distribution differ from the raw one
+    return spec.greedy or spec.temperature != 1.0 or _truncates(spec) or spec.penalised or bool(spec.logit_bias) or bool(spec.grammar)
 
 
 def _truncates(spec: SamplingSpec) -> bool:
@@ -290,6 +319,14 @@ FEATURE_CLASSES: tuple[BugClass, ...] = (
         "post_stop_tokens",
         lambda spec: bool(spec.stop),
         "no stop string in the setting",
+    ),
+    BugClass(
+        "draft tokens past the grammar",
+        "drafted tokens verified without the grammar's mask (a bitmask out of step with the draft)",
+        "vLLM #31858, #34650; SGLang #9187",
+        "draft_skips_grammar",
+        lambda spec: bool(spec.grammar),
+        "no grammar in the setting",
     ),
     BugClass(
         "seed ignored when speculating",

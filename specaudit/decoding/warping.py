@@ -1,5 +1,5 @@
 """The ONE warping implementation every engine, the scoring and the screen use: request features
-(logit bias, penalties), then temperature, top-k, top-p and min-p.
+(logit bias, penalties, a grammar's mask), then temperature, top-k, top-p and min-p.
 
 Target and draft distributions go through the same function with the same `SamplingSpec`, so a
 "warper applied to one side only" bug cannot come from this package itself. Order and tie rules
@@ -81,32 +81,45 @@ def penalise(logits: torch.Tensor, spec: SamplingSpec, prefix: Prefix) -> torch.
 
 
 def process_logits(logits: torch.Tensor, spec: SamplingSpec, prefix: Prefix | Sequence[Prefix] | None = None) -> torch.Tensor:
-    """The request features applied to raw logits [..., V]: logit bias, then penalties.
+    """The request features applied to raw logits [..., V]: logit bias, then penalties, then a
+    grammar's mask (decoding.grammar).
 
     `prefix`: one `Prefix` (rows of the last-but-one dimension are consecutive positions), or one
-    per leading batch row (logits [B, V] or [B, n, V]). Needed only when the spec penalises."""
+    per leading batch row (logits [B, V] or [B, n, V]). Needed only when the spec penalises or
+    has a grammar."""
     if spec.logit_bias:
         logits = logits.clone()
         vocab = logits.shape[-1]
         for token, bias in spec.logit_bias:
             if token < vocab:
                 logits[..., token] += bias
-    if not spec.penalised:
+    if not spec.path_dependent:
         return logits
     if prefix is None:
-        raise ValueError("penalties depend on the tokens before each position: pass prefix=")
+        raise ValueError("penalties and grammars depend on the tokens before each position: pass prefix=")
     if isinstance(prefix, Prefix):
         block = logits if logits.dim() >= 2 else logits[None]
-        return penalise(block, spec, prefix).reshape(logits.shape)
+        return _along_path(block, spec, prefix).reshape(logits.shape)
     if len(prefix) != logits.shape[0]:
         raise ValueError(f"{len(prefix)} prefixes for {logits.shape[0]} batch rows")
-    return torch.stack([penalise(row if row.dim() == 2 else row[None], spec, p).reshape(row.shape) for row, p in zip(logits, prefix)])
+    return torch.stack([_along_path(row if row.dim() == 2 else row[None], spec, p).reshape(row.shape) for row, p in zip(logits, prefix)])
+
+
+def _along_path(block: torch.Tensor, spec: SamplingSpec, prefix: Prefix) -> torch.Tensor:
+    """Penalties, then the grammar's mask (tokens it does not allow get -inf), on a block [n, V]."""
+    out = penalise(block, spec, prefix) if spec.penalised else block
+    if spec.grammar:
+        from specaudit.decoding.grammar import grammar_mask
+
+        allowed = grammar_mask(spec.grammar, prefix.output, out.shape[-2], out.shape[-1], out.device)
+        out = out.masked_fill(~allowed, float("-inf"))
+    return out
 
 
 def warp(logits: torch.Tensor, spec: SamplingSpec, prefix: Prefix | Sequence[Prefix] | None = None) -> torch.Tensor:
     """Map logits [..., V] to the warped probability distribution [..., V] (float32, or float64
     when given float64). `prefix` is the tokens before the positions (see `process_logits`);
-    only a spec with penalties needs it.
+    only a spec with penalties or a grammar needs it.
 
     Greedy gives a one-hot distribution on the argmax of the processed logits (first index on
     exact ties, as torch.argmax).

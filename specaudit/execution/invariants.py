@@ -14,6 +14,8 @@ The checks (CHECKS):
 - `after-eos`: no token after the first end-of-sequence id.
 - `after-stop`: no token after the one that completes the first stop string of the record's
   sampling (`sampling.stop`); the completing token may carry text past the stop string.
+- `grammar`: under a grammar (`sampling.grammar`), every token allowed where it stands, and an
+  output that ended (end-of-sequence or a stop) a complete sentence of the grammar.
 - `text`: the record's text is its ids detokenised by the target's tokenizer, up to the ways
   engines legitimately differ (`text_matches`).
 - `counters`: the engine's own counts consistent: accepted <= proposed, per-step lists summing
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 
 from specaudit.contracts.run import SCREEN_ENGINE
 
-CHECKS = ("length", "vocabulary", "after-eos", "after-stop", "text", "counters")
+CHECKS = ("length", "vocabulary", "after-eos", "after-stop", "grammar", "text", "counters")
 REPLACEMENT = "\ufffd"  # what a decoder writes for the bytes of a character cut in two
 
 
@@ -41,6 +43,8 @@ class OutputLimits:
     eos_ids: frozenset[int] = frozenset()
     # ids -> text, as the target's tokenizer decodes them: (skip_special_tokens, clean_up_spaces) -> str
     decode: Callable[[list[int], bool, bool], str] | None = None
+    # (grammar text, ids, ended) -> why the ids break the grammar, or None (decoding.grammar)
+    grammar_error: Callable[[str, list[int], bool], str | None] | None = None
     skipped: dict[str, str] = field(default_factory=dict)  # check -> why it could not run
 
 
@@ -189,6 +193,10 @@ def record_violations(record: dict, limits: OutputLimits) -> list[dict]:
     if limits.decode is not None and in_vocabulary:
         stops = _stop_strings(record)
         found += _after_stop(ids, stops, limits.decode)
+        grammar = (record.get("sampling") or {}).get("grammar")
+        if grammar and limits.grammar_error is not None:
+            problem = limits.grammar_error(grammar, ids, record.get("finish_reason") in ("eos", "stop"))
+            found += [violation("grammar", None, problem)] if problem else []
         text = record.get("text")
         if own_ids and isinstance(text, str) and not text_matches(text, ids, limits.decode, stops):
             position = _first_text_difference(text, ids, limits.decode)

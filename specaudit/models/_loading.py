@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -284,6 +284,16 @@ def check_same_vocabulary(
         )
 
 
+# The last loaded target's tokenizer: one process audits one target, and a grammar's masks need its
+# token ids as bytes (decoding.grammar), where only logits and token ids are passed.
+_LOADED: dict[str, Any] = {}
+
+
+def loaded_tokenizer() -> Any | None:
+    """The tokenizer of the target `load_pair` loaded last in this process (None before any)."""
+    return _LOADED.get("tokenizer")
+
+
 def load_pair(target: str = DEFAULT_TARGET, draft: str | None = "int8", device: str = "auto", dtype: str = "auto") -> ModelPair:
     """Load a target and a draft. `draft` is a derived kind (int8, early-exit:N, ngram), another
     model (hub id, folder, GGUF file), or None for vanilla-only runs."""
@@ -317,6 +327,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = "int8", device: 
         vocab_size = min(vocab_size, _logits_rows(draft_model))
         if vocab_size < len(tokenizer):
             raise InputError(f"draft {draft!r} produces {_logits_rows(draft_model)} logits but the tokenizer has {len(tokenizer)} tokens")
+    _LOADED["tokenizer"] = tokenizer  # a grammar (--sampling grammar=FILE) is matched on the target's tokens
     return ModelPair(
         target=target_model,
         draft=draft_model,

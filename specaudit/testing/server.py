@@ -7,7 +7,8 @@ Serves
   POST /v1/completions  prompt (token ids or text), max_tokens, temperature, top_p, top_k, seed,
                         logprobs N, stream, and the request features (docs/request-features.md):
                         presence_penalty, frequency_penalty, logit_bias (string ids), stop, and
-                        vLLM's min_p and repetition_penalty. Decodes with the vanilla engine, or
+                        vLLM's min_p, repetition_penalty and structured_outputs (`json`: a JSON
+                        schema, `grammar`: GBNF; needs llguidance). Decodes with the vanilla engine, or
                         with the reference speculative engine (`--speculative`, rejection step
                         `--verify`). Returns choices[0].text, finish_reason ("stop" at end of
                         sequence or at a stop string, whose text is left out; else "length"),
@@ -93,6 +94,7 @@ def _sampling(body: dict) -> SamplingSpec:
     """The request's sampling: temperature, top-k (-1 or 0: off), top-p and its request features,
     processed by specaudit's one `warp` as every engine does."""
     from specaudit.decoding import SamplingSpec
+    from specaudit.decoding._grammar_source import compile_grammar
 
     values: dict[str, Any] = {
         "temperature": _number(body, "temperature", 1.0, float),
@@ -111,6 +113,16 @@ def _sampling(body: dict) -> SamplingSpec:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
             raise _BadRequest("`stop` must be a string or a list of strings")
         values["stop"] = tuple(stops)
+    structured = body.get("structured_outputs")
+    if structured is not None:  # vLLM's: a JSON schema as `json`, a GBNF grammar as `grammar`
+        if not isinstance(structured, dict) or set(structured) - {"json", "grammar"} or len(structured) != 1:
+            raise _BadRequest("`structured_outputs` must hold one of `json` (a JSON schema) or `grammar` (GBNF)")
+        grammar = structured.get("grammar", structured.get("json"))
+        values["grammar"] = grammar if isinstance(grammar, str) else json.dumps(grammar)
+        try:
+            compile_grammar(values["grammar"])
+        except InputError as err:
+            raise _BadRequest(f"`structured_outputs`: {err}") from None
     try:
         return SamplingSpec(**values)
     except InputError as err:

@@ -34,6 +34,9 @@ The request-feature classes (issue 38; audited at FEATURE_SAMPLING, which sets e
   not cover it: there only a request joining a running batch takes another's seed.
 - logprobs_first_of_step: every returned logprob of a step is read from the distribution at the
   step's first position, right for the first token only (llama.cpp #27196).
+- draft_skips_grammar: the draft proposes and the verified rows are judged without the grammar's
+  mask, the bonus row with it (vLLM #31858 / #34650: draft tokens past a boundary skipped the
+  grammar); audited at GRAMMAR_SAMPLING (needs llguidance).
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ SAMPLING = SamplingSpec(temperature=1.0, top_p=0.9)
 FEATURE_SAMPLING = SamplingSpec(
     temperature=1.0, presence_penalty=0.5, frequency_penalty=0.5, min_p=0.1, logit_bias=((10, -1.0),), stop=("k.",)
 )
+# Lower-case words and digits ended by a full stop: the tiny pair's target puts much of its mass on
+# capitals, so a mask left out shows at once.
+GRAMMAR_SAMPLING = SamplingSpec(temperature=1.0, grammar='root ::= [a-z0-9 ]+ "."')
 
 
 class SharedRng(BatchPolicy):
@@ -151,6 +157,18 @@ class MinPBiasBonusOnly(SpeculativeDecoding):
     def target_distributions(self, logits: torch.Tensor, drafted: list[int]) -> torch.Tensor:
         full = super().target_distributions(logits, drafted)
         skipped = warp(logits, _without(self.spec, "min_p", "logit_bias"), self.prefix(drafted))
+        return torch.cat([skipped[:-1], full[-1:]])
+
+
+class DraftSkipsGrammar(SpeculativeDecoding):
+    """The grammar's mask left off the draft and the verified rows, kept on the bonus row."""
+
+    def draft_distribution(self, logits: torch.Tensor, drafts: list[int]) -> torch.Tensor:
+        return warp(logits, _without(self.spec, "grammar"), self.prefix(drafts))
+
+    def target_distributions(self, logits: torch.Tensor, drafted: list[int]) -> torch.Tensor:
+        full = super().target_distributions(logits, drafted)
+        skipped = warp(logits, _without(self.spec, "grammar"), self.prefix(drafted))
         return torch.cat([skipped[:-1], full[-1:]])
 
 
@@ -262,6 +280,16 @@ SERVER_MUTANTS: dict[str, ServerMutant] = {
             "equivalence",
             "request seed ignored when speculating, every request seeded alike (TensorRT-LLM #19487)",
         ),
+        ServerMutant("correct_grammar", BatchPolicy, None, None, "-", sampling=GRAMMAR_SAMPLING),
+        ServerMutant(
+            "draft_skips_grammar",
+            BatchPolicy,
+            None,
+            "invariant:grammar",
+            "draft tokens verified without the grammar's mask (vLLM #31858, #34650)",
+            decoding=DraftSkipsGrammar,
+            sampling=GRAMMAR_SAMPLING,
+        ),
         ServerMutant(
             "logprobs_first_of_step",
             LogprobsFirstOfStep,
@@ -274,9 +302,11 @@ SERVER_MUTANTS: dict[str, ServerMutant] = {
 
 __all__ = [
     "FEATURE_SAMPLING",
+    "GRAMMAR_SAMPLING",
     "SAMPLING",
     "SERVER_MUTANTS",
     "DraftOffUnderLoad",
+    "DraftSkipsGrammar",
     "LastTokenPenalties",
     "LogprobsFirstOfStep",
     "MinPBiasBonusOnly",

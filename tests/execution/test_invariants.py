@@ -49,7 +49,7 @@ def test_real_local_engines_hold_every_invariant(local_run, limits):
     assert any(r["finish_reason"] == "eos" for r in records) and any(r["finish_reason"] == "length" for r in records)
     section = output_invariants(records, limits)
     assert section.status == "PASS" and section.violations == 0 and not section.skipped, section.message
-    assert section.checked == ["length", "vocabulary", "after-eos", "after-stop", "text", "counters"]
+    assert section.checked == ["length", "vocabulary", "after-eos", "after-stop", "grammar", "text", "counters"]
     without_pair = output_limits(read_manifest(local_run), None)  # the tokenizer the run names, loaded by analysis
     assert without_pair.vocab_size == limits.vocab_size and without_pair.eos_ids <= limits.eos_ids
     assert output_invariants(records, without_pair).status == "PASS"

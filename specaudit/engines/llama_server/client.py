@@ -19,10 +19,12 @@ request ran before it on the slot. The seed is the record's seed cut to llama.cp
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specaudit.decoding._grammar_source import grammar_format
 from specaudit.engines.endpoint.client import Endpoint
 from specaudit.engines.llama_cpp.client import llama_seed
 from specaudit.engines.llama_server.settings import NGRAM_LOOKUP, NGRAM_TYPES, LlamaServerSettings
@@ -80,7 +82,8 @@ def request_features(spec: SamplingSpec, context: int) -> dict[str, Any]:
     is always the chain's first stage. llama-server feeds the prompt into its penalty window, so
     the reference's whole-prompt-and-output repetition scope (repeat_last_n 0) is a window of
     `context` tokens; presence and frequency counted over the output alone have no llama.cpp
-    equivalent and are refused in one sentence."""
+    equivalent and are refused in one sentence. A grammar goes as `json_schema` (a JSON schema) or
+    `grammar` (GBNF)."""
     body: dict[str, Any] = {}
     samplers = list(SAMPLER_ORDER)
     if spec.penalised:
@@ -103,6 +106,11 @@ def request_features(spec: SamplingSpec, context: int) -> dict[str, Any]:
         body["logit_bias"] = [[token, bias] for token, bias in spec.logit_bias]
     if spec.stop:
         body["stop"] = list(spec.stop)
+    if spec.grammar:  # a JSON schema as llama-server's json_schema, GBNF as its grammar
+        if grammar_format(spec.grammar) == "json_schema":
+            body["json_schema"] = json.loads(spec.grammar)
+        else:
+            body["grammar"] = spec.grammar
     if samplers != SAMPLER_ORDER:
         body["samplers"] = samplers
     return body
