@@ -199,10 +199,13 @@ def _server_part(args: argparse.Namespace) -> pd.DataFrame:
     return table
 
 
-def _server_names(args: argparse.Namespace) -> list[str]:
+def _server_names(args: argparse.Namespace) -> list[str] | None:
+    """The --servers names, checked; None without the flag (every server the install can run)."""
     from specaudit.testing.server_mutants import SERVER_MUTANTS
 
-    servers = [s.strip() for s in args.servers.split(",") if s.strip()] if args.servers is not None else list(SERVER_MUTANTS)
+    if args.servers is None:
+        return None
+    servers = [s.strip() for s in args.servers.split(",") if s.strip()]
     if not servers:
         raise InputError(f"--servers names no server; give a comma list from {', '.join(SERVER_MUTANTS)}, or leave it out for all")
     unknown = [s for s in servers if s not in SERVER_MUTANTS]

@@ -4,6 +4,7 @@ grammar=FILE` is checked before anything loads; the masks are decoding.grammar's
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from typing import Any
 
@@ -17,6 +18,11 @@ def grammar_format(text: str) -> str:
         return "json_schema" if isinstance(json.loads(text), dict) else "gbnf"
     except ValueError:
         return "gbnf"
+
+
+def grammar_available() -> bool:
+    """Whether llguidance is installed (grammars are an optional extra)."""
+    return importlib.util.find_spec("llguidance") is not None
 
 
 def llguidance_module() -> Any:
@@ -44,4 +50,4 @@ def compile_grammar(text: str) -> str:
     return compiled
 
 
-__all__ = ["compile_grammar", "grammar_format", "llguidance_module"]
+__all__ = ["compile_grammar", "grammar_available", "grammar_format", "llguidance_module"]

@@ -27,6 +27,7 @@ from scipy import stats
 from specaudit.config import RunConfig
 from specaudit.contracts.run import SPECULATIVE_ENGINE
 from specaudit.contracts.status import CheckStatus, DisparityStatus
+from specaudit.decoding._grammar_source import grammar_available
 from specaudit.decoding._spec import SamplingSpec
 from specaudit.decoding.settings import setting_label
 from specaudit.errors import InputError
@@ -140,10 +141,13 @@ def server_selftest(
     """One row per served mutant: how often its cause was named over `seeds` (the correct server:
     how often anything was), a Clopper-Pearson 95% interval, and whether it met its target:
     the correct server's rate holds alpha in its interval; a mutant's interval lies above alpha.
-    Default seeds: 20, or QUICK_SEEDS at the QUICK_BUDGET with `quick`."""
+    Default seeds: 20, or QUICK_SEEDS at the QUICK_BUDGET with `quick`; default servers: all, the
+    grammar ones where llguidance is installed."""
     budget = QUICK_BUDGET if quick else {}
     seeds = range(QUICK_SEEDS if quick else 20) if seeds is None else seeds
-    names = list(SERVER_MUTANTS) if servers is None else list(servers)
+    # by default, the grammar servers only where llguidance (the optional extra) is installed
+    default = [n for n, m in SERVER_MUTANTS.items() if not m.sampling.grammar or grammar_available()]
+    names = default if servers is None else list(servers)
     unknown = [n for n in names if n not in SERVER_MUTANTS]
     if unknown:
         raise InputError(f"unknown server mutant(s) {', '.join(unknown)}; choose from {', '.join(SERVER_MUTANTS)}")
