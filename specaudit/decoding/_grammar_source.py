@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from functools import lru_cache
 from typing import Any
 
 from specaudit.errors import InputError
@@ -37,8 +38,10 @@ def _clause(message: str) -> str:
     return " ".join(str(message).split())[:200]
 
 
+@lru_cache(maxsize=16)
 def compile_grammar(text: str) -> str:
-    """The llguidance grammar of a JSON schema or GBNF text; an InputError naming what is wrong."""
+    """The llguidance grammar of a JSON schema or GBNF text; an InputError naming what is wrong.
+    Cached: a server checks each request's grammar, mostly the same one."""
     llguidance = llguidance_module()
     try:
         compiled = llguidance.grammar_from(grammar_format(text), text)
