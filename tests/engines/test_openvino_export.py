@@ -16,9 +16,12 @@ import pytest
 from specaudit.cli import main
 from specaudit.errors import InputError
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("openvino_genai") is None, reason="openvino-genai is not installed (pip install specaudit[openvino])"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("openvino_genai") is None, reason="openvino-genai is not installed (pip install specaudit[openvino])"
+    ),
+    pytest.mark.filterwarnings("ignore::UserWarning"),  # 2-prompt groups: the prompt-set warning is expected
+]
 
 
 @pytest.fixture
@@ -42,6 +45,14 @@ def test_a_named_model_not_exported_is_one_sentence_naming_the_command(cache):
     message = str(err.value)
     assert "specaudit models export-openvino qwen2.5-coder" in message and "\n" not in message
     assert str(cache / "openvino" / "qwen2.5-coder-0.5b-fp16") in message
+
+
+def test_a_run_naming_the_pair_before_its_export_stops_in_one_sentence(cache, tmp_path, tiny_prompts_file, capsys):
+    args = ["run", "--engines", "openvino", "--target", "qwen2.5-coder-1.5b", "--draft", "qwen2.5-coder-0.5b"]
+    assert main([*args, "--prompts", str(tiny_prompts_file), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "`specaudit models export-openvino qwen2.5-coder`" in err and len(err.strip().splitlines()) == 1
+    assert not (cache / "models").exists()  # nothing fetched for a run that cannot start
 
 
 def test_an_exported_model_is_found_only_when_complete(cache):
