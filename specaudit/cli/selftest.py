@@ -46,7 +46,7 @@ def add_selftest(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--samplers", help="comma list of samplers (default: correct and every mutant)")
     p.add_argument("--skip-e2e", action="store_true", help="only the unit audit (and the server part)")
     p.add_argument("--skip-servers", action="store_true", help="leave out the server mutants (the endpoint audit of batching servers)")
-    p.add_argument("--servers", help="comma list of served mutants (default: correct and every server mutant)")
+    p.add_argument("--servers", help="comma list of served mutants (default: all; the grammar ones need llguidance)")
     p.add_argument("--server-seeds", type=int, help="seeds per served mutant (default 20, 3 with --quick)")
     p.add_argument(
         "--sampling",
