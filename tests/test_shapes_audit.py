@@ -1,6 +1,7 @@
-"""`specaudit audit` with the tree and staged engines end to end on the tiny pair: equivalence for
-each, and the shapes section (tokens per step, acceptance per depth and level, speed-up per
-group, with intervals) in the snapshot, the report and summary.md."""
+"""`specaudit audit` with the screen, the tree and staged engines end to end on the tiny pair:
+equivalence for each, and the shapes section (tokens per step, acceptance per depth and level,
+speed-up per group, with intervals; the screen's expectation for the tree) in the snapshot, the
+report and summary.md."""
 
 import json
 
@@ -21,7 +22,7 @@ def test_tree_and_staged_audit_end_to_end(tmp_path, tiny_pair_dir, tiny_prompts_
         "target": str(target),
         "draft": str(draft),
         "prompts": str(tiny_prompts_file),
-        "engines": "vanilla,speculative,tree,staged",
+        "engines": "screen,vanilla,speculative,tree,staged",
         "tree": "2,2,1",
         "levels": "ngram,int8",
         "level_k": "2,3",
@@ -41,7 +42,7 @@ def test_tree_and_staged_audit_end_to_end(tmp_path, tiny_pair_dir, tiny_prompts_
         assert engines[name].verdict == CheckStatus.PASS, (name, engines[name].status, engines[name].status_reason)
 
     shapes = snapshot.shapes
-    assert shapes is not None and set(shapes.engines) == {"speculative", "tree", "staged"}
+    assert shapes is not None and set(shapes.engines) == {"speculative", "tree", "staged", "screen"}
     assert shapes.engines["tree"].shape == "tree 2,2,1, sampled children"
     assert shapes.engines["staged"].shape == "ngram:2 -> int8:3 -> target"
     records = [r for r in read_records(out / "records.jsonl") if not r.get("timing_only")]
@@ -57,6 +58,14 @@ def test_tree_and_staged_audit_end_to_end(tmp_path, tiny_pair_dir, tiny_prompts_
         assert overall.speedup is not None and overall.speedup.value > 0
         groups = shapes.engines[name].groups["group"]
         assert set(groups) == {"a", "b"} and sum(g.n_prompts for g in groups.values()) == overall.n_prompts
+    # the screen's expectation for the tree: its expected sums along each screened path
+    screened = [r for r in records if r["engine"] == "screen"]
+    expected = shapes.engines["screen"].overall
+    assert shapes.engines["screen"].shape.startswith("tree 2,2,1, sampled children: the screen's expectation")
+    tokens, steps = (sum(r["tree_expected"]["tokens_per_step"][i] for r in screened) for i in (0, 1))
+    assert expected.tokens_per_step.value == pytest.approx(tokens / steps) and 1.0 <= tokens / steps <= 4.0
+    assert len(expected.depths) == 3 and all(0.0 <= d.value <= 1.0 for d in expected.depths)
+    assert expected.speedup is None  # the screen times nothing
     levels = shapes.engines["staged"].overall.levels
     assert set(levels) == {"small_to_medium", "medium_to_target"}
     totals = [lvl for r in records if r["engine"] == "staged" for lvl in r["levels"]]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
 from specaudit.contracts.snapshot import MetricEstimate, ShapeEngine, ShapeFigures, ShapesSection
 from specaudit.stats.shape_acceptance import SHAPE_ENGINES, shape_acceptance
 
@@ -20,12 +20,15 @@ _ALL = "__all__"  # one group holding every prompt: the engine's overall figures
 METHOD = (
     "tokens per step = output tokens / verification steps; acceptance at depth d = steps that accepted at depth d / steps "
     "that reached it; a staged level = accepted / proposed; speed-up = the control's time per output token over the "
-    "engine's (paired prompts); 95% percentile intervals of the cluster bootstrap over prompts"
+    "engine's (paired prompts); the screen's tree figures are the same ratios of sums expected along its target paths "
+    "(exact given each path); 95% percentile intervals of the cluster bootstrap over prompts"
 )
 
 
 def describe_shape(engine: str, config: dict[str, Any]) -> str:
     """The shape an engine's steps had, in words, from the run's config."""
+    if engine == SCREEN_ENGINE:
+        return describe_shape("tree", config) + ": the screen's expectation along its target paths (exact given each path)"
     if engine == "tree":
         return f"tree {config.get('tree', '3,2,1')}, {config.get('tree_children', 'sampled')} children"
     if engine == "staged":
@@ -63,7 +66,7 @@ def _figures(row: pd.Series, speedup: MetricEstimate | None) -> ShapeFigures:
     levels = [c for c in ("small_to_medium", "medium_to_target") if c in row.index and not pd.isna(row[c])]
     return ShapeFigures(
         n_prompts=int(row["n_prompts"]),
-        steps=int(row["steps"]),
+        steps=int(row["steps"]) if float(row["steps"]).is_integer() else round(float(row["steps"]), 2),
         tokens_per_step=_estimate(row, "tokens_per_step"),
         depths=[_estimate(row, d) for d in depths if not pd.isna(row[d])],
         levels={name: _estimate(row, name) for name in levels},
@@ -73,17 +76,22 @@ def _figures(row: pd.Series, speedup: MetricEstimate | None) -> ShapeFigures:
 
 def shapes_section(records: list[dict], config: dict[str, Any], dimensions: list[str], *, n_boot: int, seed: int) -> ShapesSection | None:
     """None for a run without the tree or staged engine; otherwise their figures (and the chain's
-    where it ran beside them), overall and per group of each dimension."""
+    where it ran beside them; the screen's expectation for the tree where the screen ran beside
+    it), overall and per group of each dimension."""
     present = {r["engine"] for r in records}
     if not present & set(BEYOND_CHAINS):
         return None
     engines: dict[str, ShapeEngine] = {}
-    for engine in [e for e in SHAPE_ENGINES if e in present]:
-        mine = [r for r in records if r["engine"] == engine]
+    screened = [r for r in records if r["engine"] == SCREEN_ENGINE and r.get("tree_expected")]
+    for engine in [e for e in (*SHAPE_ENGINES, SCREEN_ENGINE) if e in present]:
+        mine = screened if engine == SCREEN_ENGINE else [r for r in records if r["engine"] == engine]
+        if not mine:
+            continue
         overall_table = shape_acceptance(mine, _ALL, (engine,), n_boot=n_boot, seed=seed)
         if overall_table.empty:  # timing-only records alone
             continue
-        overall_speed = _speedups(records, engine, None, n_boot, seed).get(_ALL)
+        timed = engine != SCREEN_ENGINE  # the screen's speed is the chain's cost model's, not the tree's
+        overall_speed = _speedups(records, engine, None, n_boot, seed).get(_ALL) if timed else None
         groups: dict[str, dict[str, ShapeFigures]] = {}
         for dimension in dimensions:
             table = shape_acceptance(
@@ -91,7 +99,8 @@ def shapes_section(records: list[dict], config: dict[str, Any], dimensions: list
             )
             if table.empty:
                 continue
-            speed = _speedups([r for r in records if dimension in (r.get("attributes") or {})], engine, dimension, n_boot, seed)
+            in_dimension = [r for r in records if dimension in (r.get("attributes") or {})]
+            speed = _speedups(in_dimension, engine, dimension, n_boot, seed) if timed else {}
             groups[dimension] = {str(row[dimension]): _figures(row, speed.get(str(row[dimension]))) for _, row in table.iterrows()}
         engines[engine] = ShapeEngine(
             shape=describe_shape(engine, config), overall=_figures(overall_table.iloc[0], overall_speed), groups=groups

@@ -433,7 +433,7 @@ class ShapeFigures(_Section):
     per output token, paired prompts; absent without the control's timings)."""
 
     n_prompts: int
-    steps: int
+    steps: int | float  # verification steps (expected steps for the screen's expectation)
     tokens_per_step: MetricEstimate
     depths: list[MetricEstimate] = []
     levels: dict[str, MetricEstimate] = {}  # "small_to_medium", "medium_to_target"

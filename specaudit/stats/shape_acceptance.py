@@ -6,7 +6,9 @@ A tree step offers a path of up to its depth D; the accepted path's length a say
 #{steps with a >= d} / #{steps with a >= d − 1 and D >= d}: the chance that a step which reached
 depth d found a child to accept there (for a chain, position d of its k). A staged record
 carries both levels' totals (`levels`): small → medium and medium → target, proposed and
-accepted. Tokens per step is the output's length over the verification steps.
+accepted. Tokens per step is the output's length over the verification steps. A screen record
+beside the tree engine carries the same sums in expectation along its target path
+(`tree_expected`, stats.shape_screen), read as they are.
 
 Every figure is a ratio of two sums over the group's records. The prompt is the unit that is
 sampled (a prompt's steps are correlated), so the intervals come from the cluster bootstrap over
@@ -44,6 +46,11 @@ def _tally(record: Any) -> dict[str, float]:
         counts[f"{metric}:n"] = counts.get(f"{metric}:n", 0.0) + n
         counts[f"{metric}:d"] = counts.get(f"{metric}:d", 0.0) + d
 
+    expected = _field(record, "tree_expected")
+    if expected:  # the screen's expectation for the tree along its path: the same sums, in expectation
+        for metric, (n, d) in expected.items():
+            add(metric, n, d)
+        return counts
     accepted, offered = _field(record, "accepted_per_step") or [], _field(record, "proposed_per_step") or []
     add("tokens_per_step", len(_field(record, "output_token_ids") or []), len(accepted))
     for a, depth in zip(accepted, offered):
@@ -78,7 +85,7 @@ def shape_acceptance(
     `<figure>_ci_high`: the percentile interval of the cluster bootstrap over the group's prompts.
     Timing-only records are left out."""
     prompts: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
-    steps: dict[tuple[str, str], int] = {}
+    steps: dict[tuple[str, str], float] = {}  # expected steps for the screen
     for index, record in enumerate(records):
         engine = _field(record, "engine")
         if engine not in engines or _field(record, "timing_only"):
@@ -88,7 +95,8 @@ def shape_acceptance(
         totals = prompts.setdefault((engine, group), {}).setdefault(str(index if prompt is None else prompt), {})
         for key, value in _tally(record).items():
             totals[key] = totals.get(key, 0.0) + value
-        steps[(engine, group)] = steps.get((engine, group), 0) + len(_field(record, "accepted_per_step") or [])
+        counted = (_field(record, "tree_expected") or {}).get("tokens_per_step", [0, len(_field(record, "accepted_per_step") or [])])[1]
+        steps[(engine, group)] = steps.get((engine, group), 0) + counted
     out = []
     for (engine, group), per_prompt in sorted(prompts.items()):
         table = pd.DataFrame(list(per_prompt.values())).fillna(0.0)

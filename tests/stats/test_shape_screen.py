@@ -3,6 +3,8 @@ programme against the tree engine's own walk, by simulation; the chain as its on
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -78,3 +80,27 @@ def test_one_child_is_the_chain():
     steps, proposed, accepted, _ = expected_counts(chain.tolist(), 4, T)
     assert (shape.steps, shape.proposed, shape.accepted) == pytest.approx((steps, proposed, accepted))
     assert shape.tokens == pytest.approx(T)
+
+
+def test_screen_records_the_tree_expectation_chunked_or_whole():
+    """The screen's tree expectation is the same whether the draft's logits come a few positions
+    at a time or all at once, and is computed only when asked for."""
+    from specaudit.decoding import SamplingSpec
+    from specaudit.engines.screen import screen_paths
+    from specaudit.models import tiny_draft_of, tiny_model, tiny_tokenizer
+
+    target = tiny_model()
+    draft, tokenizer = tiny_draft_of(target, noise=0.3), tiny_tokenizer()
+    prompts = [tokenizer(text)["input_ids"] for text in ("Hello there, how are you?", "List three fruits.", "Hi")]
+    common = dict(spec=SamplingSpec(1.0), k=3, max_new_tokens=10, eos_ids={2}, vocab_size=target.config.vocab_size, pad_id=0)
+    tree = ((3, 1), "sampled")
+    whole = screen_paths(target, draft, prompts, [1, 2, 3], chunk_elements=None, tree=tree, **common)
+    chunked = screen_paths(target, draft, prompts, [1, 2, 3], chunk_elements=2 * target.config.vocab_size, tree=tree, **common)
+    for a, b in zip(whole, chunked, strict=True):
+        assert a.tree is not None and b.tree is not None
+        # equal to float rounding (the residual chain sums V terms per child: measured 2e-9)
+        flat = [np.hstack([np.ravel(v) for v in dataclasses.astuple(path.tree)]) for path in (a, b)]
+        np.testing.assert_allclose(flat[0], flat[1], rtol=1e-6, atol=1e-9)
+        assert 1.0 <= a.tree.tokens_per_step <= 3.0 and a.tree.tokens == len(a.tokens)
+    plain = screen_paths(target, draft, prompts, [1, 2, 3], **common)
+    assert all(path.tree is None for path in plain)  # asked for nothing, nothing computed

@@ -34,6 +34,8 @@ from specaudit.stats.acceptance import position_acceptance
 if TYPE_CHECKING:
     from specaudit.models import DisparityPlant
 
+TreeShape = tuple[tuple[int, ...], str]  # a tree's branching per depth and how its children are drawn ("sampled", "top-k")
+
 
 @dataclass
 class SampledBatch:
@@ -192,9 +194,12 @@ def teacher_forced_acceptance(
     plant: DisparityPlant | None = None,
     planted_rows: torch.Tensor | None = None,
     chunk_elements: int | None = CHUNK_ELEMENTS,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    tree: TreeShape | None = None,
+) -> tuple[torch.Tensor, ...]:
     """(beta, accept_cond), each [B, T']: position_acceptance of the batch's kept target
-    distributions against the draft's teacher-forced ones along the batch's paths.
+    distributions against the draft's teacher-forced ones along the batch's paths. With `tree`
+    (branching per depth, how children are drawn), a third tensor [B, D, T']: the acceptance of
+    each path position were it at depth d of a tree step (stats.shape_screen.tree_accept_cond).
 
     The draft's logits are made a few positions at a time from its last hidden states (about
     `chunk_elements` entries per chunk), so the draft's [B, T', V] never exists beside the
@@ -209,7 +214,10 @@ def teacher_forced_acceptance(
         q = teacher_forced_probs(rows_draft, batch, spec=spec, vocab_size=vocab_size)
         # row by row: float64 copies of [B, T, V] would cost gigabytes at a real vocabulary
         parts = [position_acceptance(batch.probs[r], q[r], path_ids[r]) for r in range(q.shape[0])]
-        return torch.stack([b for b, _ in parts]), torch.stack([a for _, a in parts])
+        chain = torch.stack([b for b, _ in parts]), torch.stack([a for _, a in parts])
+        if tree is None:
+            return chain
+        return (*chain, torch.stack([_tree_rows(batch.probs[r], q[r], path_ids[r], tree) for r in range(q.shape[0])]))
     outputs = path_ids.shape[1]
     device = batch.input_ids.device
     cache = cached_prefix(draft, batch.input_ids[0, : batch.prefix].tolist(), batch.input_ids.shape[0], device)
@@ -225,6 +233,7 @@ def teacher_forced_acceptance(
     rows = path_ids.shape[0]
     beta = torch.zeros((rows, outputs), dtype=torch.float64, device=device)
     accept = torch.zeros((rows, outputs), dtype=torch.float64, device=device)
+    depth_accept = None if tree is None else torch.zeros((rows, len(tree[0]), outputs), dtype=torch.float64, device=device)
     step = positions_per_chunk(rows, vocab_size, chunk_elements)
     for lo in range(0, outputs, step):
         hi = min(lo + step, outputs)
@@ -234,4 +243,15 @@ def teacher_forced_acceptance(
         q = warp(logits[..., :vocab_size], spec, path_prefixes(batch, spec, hi))
         for r in range(rows):  # row by row, as the whole-batch path: the same sums in the same order
             beta[r, lo:hi], accept[r, lo:hi] = position_acceptance(batch.probs[r, lo:hi], q[r], path_ids[r, lo:hi])
-    return beta, accept
+            if depth_accept is not None:
+                depth_accept[r, :, lo:hi] = _tree_rows(batch.probs[r, lo:hi], q[r], path_ids[r, lo:hi], tree)
+    return (beta, accept) if depth_accept is None else (beta, accept, depth_accept)
+
+
+def _tree_rows(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, tree: TreeShape) -> torch.Tensor:
+    """[D, T]: each position's acceptance at each depth of the tree (one computation per distinct branching)."""
+    from specaudit.stats.shape_screen import tree_accept_cond
+
+    branching, children = tree
+    by_count = {b: tree_accept_cond(p, q, tokens, b, children) for b in set(branching)}
+    return torch.stack([by_count[b] for b in branching])

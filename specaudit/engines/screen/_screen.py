@@ -11,11 +11,12 @@ import torch
 from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.engines.screen._batching import token_batches
-from specaudit.engines.screen._sampling import sample_batch, teacher_forced_acceptance
+from specaudit.engines.screen._sampling import TreeShape, sample_batch, teacher_forced_acceptance
 from specaudit.errors import InputError
 from specaudit.models import DisparityPlant, NgramDraft, forward_cached
 from specaudit.models._chunked import CHUNK_ELEMENTS
 from specaudit.stats.acceptance import PathAcceptance, model_draft_acceptance, ngram_counts
+from specaudit.stats.shape_screen import ShapeCounts, expected_shape_counts
 
 if TYPE_CHECKING:
     from specaudit.models import ModelPair
@@ -39,6 +40,7 @@ class ScreenedPath:
     acceptance: PathAcceptance
     batch_s: float  # wall time of the row's batch (sampling + draft pass), shared by its rows
     batch_rows: int
+    tree: ShapeCounts | None = None  # with a tree shape asked for: the tree's expected counts along the path
 
 
 def draft_kind(draft: object) -> str:
@@ -128,13 +130,15 @@ def screen_paths(
     plant: DisparityPlant | None = None,
     planted: list[bool] | None = None,
     chunk_elements: int | None = CHUNK_ELEMENTS,
+    tree: TreeShape | None = None,
 ) -> list[ScreenedPath]:
     """Screen every (prompt, seed) row; rows come back in input order. Batches group prompts of
     similar length (less padding), at most `batch_size` rows and `batch_tokens` padded positions
     (screen._batching.token_batches); no row's result depends on which batch it landed in.
     `plant` mixes the draft's q on the rows where `planted` is true (the planted group's prompts),
     as the speculative engine does for those prompts. The draft's logits are made `chunk_elements`
-    entries at a time (None: the whole batch at once; the results are equal)."""
+    entries at a time (None: the whole batch at once; the results are equal). With `tree` (a model
+    draft only) each row also gets the tree's expected counts along its path (stats.shape_screen)."""
     kind = draft_kind(draft)
     if plant is not None and kind != "model":
         raise InputError("--plant-disparity mixes a draft model's distribution, and the ngram draft has none; use a model draft")
@@ -163,7 +167,7 @@ def screen_paths(
             mask = None
             if plant is not None and planted is not None and any(planted[i] for i in rows):
                 mask = torch.tensor([planted[i] for i in rows], device=device)
-            beta, accept = teacher_forced_acceptance(
+            beta, accept, *depth_accept = teacher_forced_acceptance(
                 draft,
                 batch,
                 spec=spec,
@@ -171,6 +175,7 @@ def screen_paths(
                 plant=plant if mask is not None else None,
                 planted_rows=mask,
                 chunk_elements=chunk_elements,
+                tree=tree,
             )
             del batch.probs
         elapsed = time.perf_counter() - started
@@ -180,5 +185,6 @@ def screen_paths(
                 acceptance = model_draft_acceptance(beta[r, : len(path)].tolist(), accept[r, : len(path)].tolist(), k, max_new_tokens)
             else:
                 acceptance = ngram_counts(draft, prompts[index], path, k, max_new_tokens)
-            results[index] = ScreenedPath(path, batch.finish_reasons[r], acceptance, elapsed, len(rows))
+            shape = expected_shape_counts(depth_accept[0][r, :, : len(path)].tolist(), max_new_tokens) if kind == "model" and tree else None
+            results[index] = ScreenedPath(path, batch.finish_reasons[r], acceptance, elapsed, len(rows), shape)
     return results  # type: ignore[return-value]

@@ -8,7 +8,9 @@ the run's k (specaudit.stats.acceptance): `proposed`, `accepted`, `steps` (expec
 the path; exact counts for n-gram), `expected_reached`, and per output position `position_beta`
 (Σ min(p_t, q_t)) and `position_accept` (min(1, q_t(x_t)/p_t(x_t)); 1/0 for n-gram). No engine
 latency is measured: `wall_s` / `ttft_s` stay null and the record's share of its batch's time
-goes under `screen`. Records are written batch by batch, so a run resumes. A planted disparity
+goes under `screen`. Beside the tree engine (`--engines screen,tree`) a record also holds
+`tree_expected`: the tree's expected tokens over steps and, per depth, accepted over reached
+along the path (stats.shape_screen). Records are written batch by batch, so a run resumes. A planted disparity
 (`--plant-disparity`) mixes the draft's q on the rows of its group only, as the engine does.
 """
 
@@ -86,6 +88,7 @@ class ScreenExecutor(Executor):
             self.engines.execute(folder, engine_items, emit)
 
     def screen(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
+        from specaudit.decoding._shapes import parse_branching, parse_children
         from specaudit.engines.screen import screen_paths
         from specaudit.engines.screen._batching import DEFAULT_BATCH_ROWS, DEFAULT_BATCH_TOKENS, token_batches
         from specaudit.models import DisparityPlant
@@ -101,6 +104,8 @@ class ScreenExecutor(Executor):
         # Timing repeats mean nothing without an engine to time. Similar lengths share a batch
         # (less padding), long prompts fewer to a batch; a row's tokens do not depend on its batch-mates.
         todo = [item for item in items if not item.timing_only]
+        # beside the tree engine, the tree's expected counts along each path (stats.shape_screen)
+        tree = (parse_branching(cfg.tree), parse_children(cfg.tree_children)) if "tree" in cfg.engines else None
         lengths = [len(encoded[item.prompt.id]) for item in todo]
         for number, indices in enumerate(token_batches(lengths, cfg.max_new_tokens, max_rows=batch_size, max_tokens=batch_tokens)):
             chunk = [todo[i] for i in indices]
@@ -121,6 +126,7 @@ class ScreenExecutor(Executor):
                 check_draft=number == 0,
                 plant=plant,
                 planted=[plant is not None and plant.applies_to(item.prompt.attributes) for item in chunk],
+                tree=tree,
             )
             for item, seed, prompt_ids, path in zip(chunk, seeds, prompts, paths, strict=True):
                 emit(screen_record(cfg, item, seed, prompt_ids, path, pair.tokenizer.decode(path.tokens, skip_special_tokens=True)))
@@ -149,9 +155,15 @@ def screen_record(cfg: RunConfig, item: PlanItem, seed: int, prompt_ids: list[in
     record = make_record(cfg, item, seed, prompt_ids, generation, text)
     row_s = path.batch_s / path.batch_rows
     counts = "exact" if acceptance.accepted_per_step else "expected"
-    return record.replace(wall_s=None, ttft_s=None).with_extra(
+    record = record.replace(wall_s=None, ttft_s=None).with_extra(
         expected_reached=acceptance.reached,
         position_beta=acceptance.beta,
         position_accept=acceptance.accept_cond,
         screen={"batch_rows": path.batch_rows, "batch_s": path.batch_s, "row_s": row_s, "counts": counts},
     )
+    if path.tree is None:
+        return record
+    # the tree's expected [numerator, denominator] of each figure stats.shape_acceptance reports
+    shape = {"tokens_per_step": [path.tree.tokens, path.tree.steps]}
+    shape |= {f"depth_{d + 1}": [a, r] for d, (a, r) in enumerate(zip(path.tree.accepted_at, path.tree.reached_at))}
+    return record.with_extra(tree_expected=shape)

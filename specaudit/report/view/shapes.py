@@ -43,7 +43,7 @@ def shapes_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
             {
                 "name": name,
                 "shape": engine.get("shape", MISSING),
-                "depth_labels": [f"{'depth' if name == 'tree' else 'position'} {d + 1}" for d in range(depth)],
+                "depth_labels": [f"{'depth' if name in ('tree', 'screen') else 'position'} {d + 1}" for d in range(depth)],
                 "level_labels": [LEVEL_LABELS[n] for n in levels],
                 "rows": rows,
             }
