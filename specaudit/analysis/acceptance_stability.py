@@ -59,6 +59,13 @@ def _ratio(level: dict, base: dict, n_boot: int, seed: int) -> dict[str, Any]:
     return {"estimate": estimate, "ci_low": float(result.ci_low), "ci_high": float(result.ci_high), "n_prompts": len(prompts)}
 
 
+def _drafted_share(records: list[dict]) -> float | None:
+    """The share of requests that drafted, of those whose drafted count is reported (None: none is;
+    OpenVINO's batched requests report accepted drafts only)."""
+    reported = [(r["proposed"] or 0) > 0 for r in records if r.get("proposed") is not None]
+    return float(np.mean(reported)) if reported else None
+
+
 def _stop(spec: list[dict]) -> dict[str, Any] | None:
     """The point from which every request drafted nothing (see the module docstring), or None."""
     return stopped_drafting(sorted((r for r in spec if r.get("started_at") is not None), key=lambda r: r["started_at"]))
@@ -87,7 +94,7 @@ def acceptance_stability(
 ) -> AcceptanceStabilitySection | None:
     """The section, or None for a run without levels or without per-request acceptance counts."""
     spec = [r for r in records if r["engine"] == SPECULATIVE_ENGINE and not r.get("timing_only") and r.get("concurrency") is not None]
-    if not spec or not any((r.get("proposed") or 0) > 0 for r in spec):
+    if not spec or not any((r.get("proposed") or 0) > 0 or (r.get("accepted") or 0) > 0 for r in spec):
         return None
     levels = sorted({int(r["concurrency"]) for r in spec})
     by_level = {level: _per_token([r for r in spec if r["concurrency"] == level]) for level in levels}
@@ -96,7 +103,7 @@ def acceptance_stability(
         tokens = sum(n for _, n in by_level[level].values())
         stats[str(level)] = {
             "accepted_per_token": sum(a for a, _ in by_level[level].values()) / tokens if tokens else None,
-            "drafted_share": float(np.mean([(r.get("proposed") or 0) > 0 for r in spec if r["concurrency"] == level])),
+            "drafted_share": _drafted_share([r for r in spec if r["concurrency"] == level]),
             "ratio_to_lowest": _ratio(by_level[level], by_level[levels[0]], n_boot, seed) if level != levels[0] else None,
         }
     findings = []

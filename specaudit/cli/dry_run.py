@@ -71,13 +71,20 @@ def predicted_seconds(cfg: RunConfig, screened: int, decoded: int, rates: Measur
 
 
 def concurrency_levels(cfg: RunConfig) -> tuple[int, ...]:
-    """The levels the plan runs at (an endpoint's or llama-server's), () for one pass."""
+    """The levels the plan runs at (an endpoint's, llama-server's or OpenVINO's, read by their own
+    settings, so a bad value is refused here too), () for one pass."""
     if cfg.endpoint and cfg.endpoint.get("concurrency_levels"):
         return tuple(cfg.endpoint["concurrency_levels"])
-    if "llama-server" not in cfg.engines:
-        return ()
-    levels = (cfg.extra.get("llama_server") or {}).get("concurrency_levels") or (1, 4)
-    return tuple(int(part) for part in levels.split(",") if part.strip()) if isinstance(levels, str) else tuple(levels)
+    if "llama-server" in cfg.engines:
+        from specaudit.engines.llama_server.settings import server_settings
+
+        return server_settings(cfg.extra).concurrency_levels
+    if "openvino" in cfg.engines:
+        from specaudit.engines.openvino.settings import openvino_settings
+
+        settings = openvino_settings(cfg.extra)
+        return settings.concurrency_levels if settings.batched else ()
+    return ()
 
 
 def _duration(seconds: float) -> str:

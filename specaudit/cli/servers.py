@@ -22,6 +22,7 @@ ENDPOINT_FLAGS = {  # flag dest -> endpoint setting
 }
 ENDPOINT = "endpoint"
 LLAMA_SERVER = "llama-server"
+OPENVINO = "openvino"
 
 
 def add_server_options(p: argparse.ArgumentParser) -> None:
@@ -35,7 +36,7 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--concurrency",
         help="requests in flight: one number (one pass) or a comma list of levels, the plan once per level "
-        "(endpoint default: one pass at 4; llama-server default 1,4)",
+        "(endpoint default: one pass at 4; llama-server default 1,4; openvino default 1: one request per call)",
     )
 
 
@@ -71,8 +72,8 @@ def _levels(text: str) -> tuple[int, ...]:
 
 def with_server_flags(args: argparse.Namespace, make: Callable[[dict], RunConfig], run_options: dict) -> RunConfig:
     """The RunConfig `make(extra options)` builds, with the server flags: the endpoint section, and
-    --concurrency as the endpoint's `concurrency` / `concurrency_levels` or llama-server's
-    `concurrency_levels` (extra.llama_server)."""
+    --concurrency as the endpoint's `concurrency` / `concurrency_levels` or the `concurrency_levels`
+    of llama-server (extra.llama_server) or OpenVINO (extra.openvino)."""
     from specaudit.engines.endpoint.settings import DEFAULTS as ENDPOINT_DEFAULTS
 
     extra = endpoint_options(args, run_options)
@@ -81,9 +82,10 @@ def with_server_flags(args: argparse.Namespace, make: Callable[[dict], RunConfig
     if concurrency is None:
         return cfg
     levels = _levels(concurrency)
-    if cfg.engines == (LLAMA_SERVER,):
+    if cfg.engines in ((LLAMA_SERVER,), (OPENVINO,)):  # their settings take the levels as given ("1,4")
+        section = cfg.engines[0].replace("-", "_")
         options = dict(run_options.get("extra") or {})
-        options["llama_server"] = {**(options.get("llama_server") or {}), "concurrency_levels": concurrency}
+        options[section] = {**(options.get(section) or {}), "concurrency_levels": concurrency}
         return make({**extra, "extra": options})
     if cfg.engines == (ENDPOINT,):
         section = dict(cfg.endpoint or {})
@@ -93,5 +95,6 @@ def with_server_flags(args: argparse.Namespace, make: Callable[[dict], RunConfig
             section.update(concurrency=ENDPOINT_DEFAULTS["concurrency"], concurrency_levels=levels)  # levels require the default
         return make({**extra, "engines": ENDPOINT, ENDPOINT: section})
     raise InputError(
-        f"--concurrency applies to engines that serve requests (--engines endpoint or llama-server), not --engines {','.join(cfg.engines)}"
+        "--concurrency applies to engines that serve requests in batches (--engines endpoint, llama-server or openvino), "
+        f"not --engines {','.join(cfg.engines)}"
     )

@@ -83,7 +83,9 @@ _CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "wall_s": ("a number or null", _optional(_number)),  # null: no engine latency (the screen)
     "ttft_s": ("a number or null", _optional(_number)),
     "steps": ("a number", _number),  # an integer count, or an expectation (the screen)
-    "proposed": ("a number", _number),  # an integer count, or an expectation (the screen)
+    # an integer count, an expectation (the screen), or null where the engine does not report it
+    # (OpenVINO's requests in flight together)
+    "proposed": ("a number or null", _optional(_number)),
     "accepted": ("a number", _number),  # an integer count, or an expectation (the screen)
     "accepted_per_step": ("a list of integers", _INT_LIST),
     "proposed_per_step": ("a list of integers", _INT_LIST),

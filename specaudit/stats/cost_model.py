@@ -245,6 +245,7 @@ def step_costs(frame: pd.DataFrame) -> tuple[float, float] | None:
         return None
     timed = frame[(pd.to_numeric(frame["wall_s"], errors="coerce") > 0) & pd.to_numeric(frame["ttft_s"], errors="coerce").notna()]
     plain, spec = timed[timed["engine"] == "vanilla"], timed[timed["engine"] == "speculative"]
+    spec = spec[pd.to_numeric(spec["proposed"], errors="coerce").notna()]  # a drafted count not reported: no cost
     if plain.empty or spec.empty:
         return None
     plain_tokens = plain["output_token_ids"].map(len).sum() - len(plain)

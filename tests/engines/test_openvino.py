@@ -127,3 +127,48 @@ def test_greedy_speculation_is_vanilla_at_exact_precision_with_the_engines_own_c
     for (_, engine), record in by_key.items():
         if engine == "vanilla":
             assert int(scorer.sequence_logits(record["prompt_token_ids"])[-1].argmax()) == record["output_token_ids"][0]
+
+
+def test_concurrency_levels_reach_the_openvino_settings_from_the_flag(tmp_path, tiny_prompts_file, capsys):
+    from specaudit.engines.openvino.settings import openvino_settings
+
+    flags = ["audit", "--engines", "openvino", "--prompts", str(tiny_prompts_file), "--dry-run", "--out", str(tmp_path / "plan")]
+    assert main([*flags, "--concurrency", "1,3"]) == 0
+    assert openvino_settings({"openvino": {"concurrency_levels": "1,3"}}).batched
+    assert not openvino_settings({}).batched  # the default: one request per generate call, no level recorded
+    assert main([*flags, "--concurrency", "0,3"]) == 2
+    assert "extra.openvino.concurrency_levels must be integers >= 1, got [0, 3]" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_requests_in_flight_keep_greedy_speculation_exact_and_count_accepted_drafts_per_request(tmp_path, tiny_prompts_file):
+    """Levels 1 and 3 (two prompts, two samples: at level 3 every request of a side is in flight at
+    once, in one ContinuousBatchingPipeline), at the precision where greedy speculation is exact."""
+    from specaudit.analysis import analyze
+    from specaudit.engines import run
+    from specaudit.execution.invariants import check_invariants
+    from specaudit.execution.records import read_records
+
+    out = tmp_path / "run"
+    cfg = _config(tiny_prompts_file, per_group=1, samples=2, extra={"openvino": {**EXACT, "concurrency_levels": [1, 3]}})
+    run(cfg, out, progress=False)
+    records = read_records(out / "records.jsonl")
+    # (level 1's counters miss the step that reaches max_new_tokens: finding 6 of docs/openvino.md)
+    assert len(records) == 16 and not check_invariants([r for r in records if r["concurrency"] == 3])
+    assert sorted({r["concurrency"] for r in records}) == [1, 3]
+    outputs = {}
+    for record in records:
+        outputs.setdefault(record["prompt_id"], set()).add(tuple(record["output_token_ids"]))
+        if record["engine"] == "speculative" and record["concurrency"] == 3:
+            sizes = record["engine_counters"]["batch_sizes"]
+            assert record["proposed"] is None and record["steps"] == len(sizes) and sum(sizes) == len(record["output_token_ids"])
+            assert record["accepted"] == sum(size - 1 for size in sizes[1:]) > 0
+        elif record["engine"] == "speculative":
+            assert record["proposed"] == record["engine_counters"]["num_draft_tokens"] > 0
+    assert all(len(seen) == 1 for seen in outputs.values())  # greedy: one output per prompt, at every level and on both sides
+    snapshot = analyze(out, n_boot=20)
+    concurrency = snapshot["concurrency"]
+    assert concurrency["levels"] == [1, 3] and set(concurrency["equivalence"]) == {"1", "3"}
+    assert concurrency["failed_levels"] == []  # greedy at exact precision: speculative = vanilla at both loads
+    levels = snapshot["acceptance_stability"]["levels"]
+    assert levels["3"]["drafted_share"] is None and levels["1"]["drafted_share"] == 1.0 and levels["3"]["accepted_per_token"] > 0

@@ -163,4 +163,7 @@ def test_an_identity_run_that_never_drafted_says_so_in_its_warning():
     ]
     section = identity_section(records, {"config": {"draft": "target", "temperature": 1.0}})
     assert section.status == CheckStatus.WARN
-    assert section.message == "no drafted position was judged (speculative drafted on 0 of 3 records), so the identity draft showed nothing"
+    assert (
+        section.message
+        == "no drafted position was judged (speculative drafted on 0 of 3 records reporting drafts), so the identity draft showed nothing"
+    )

@@ -193,6 +193,17 @@ def load_pipelines(target: Path, draft: Path, properties: dict, draft_properties
     return Pipelines(vanilla, speculative, set(eos_ids))
 
 
+def load_batching_pipelines(
+    target: Path, draft: Path, properties: dict, draft_properties: dict, scheduler: Any, eos_ids: set[int]
+) -> Pipelines:
+    """The same two models as `load_pipelines`, as ContinuousBatchingPipelines driven request by
+    request (engines/openvino/batching.py), for concurrency levels above 1."""
+    genai = import_openvino_genai()
+    vanilla = genai.ContinuousBatchingPipeline(str(target), scheduler, DEVICE, properties)
+    with_draft = {**properties, "draft_model": genai.draft_model(str(draft), DEVICE, **draft_properties)}
+    return Pipelines(vanilla, genai.ContinuousBatchingPipeline(str(target), scheduler, DEVICE, with_draft), set(eos_ids))
+
+
 def generation_config(spec: SamplingSpec, *, max_new_tokens: int, k: int | None, seed: int, eos_ids: set[int]) -> Any:
     """One request's GenerationConfig: the run's sampling, the record's seed, k drafts a step
     (None: no draft), end-of-sequence ids given explicitly."""
@@ -302,6 +313,7 @@ __all__ = [
     "gguf_path",
     "import_openvino_genai",
     "ir_folder",
+    "load_batching_pipelines",
     "load_pipelines",
     "runtime_properties",
     "scheduler_config",

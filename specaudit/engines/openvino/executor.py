@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from specaudit.contracts.engines import IDENTITY_DRAFT
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem, Record
+from specaudit.decoding import Generation
 from specaudit.engines.decode import library_versions, make_record
+from specaudit.engines.levels import plan_levels
+from specaudit.engines.openvino.batching import InFlightResult, run_in_flight
 from specaudit.engines.openvino.client import (
     BACKEND,
     IrModel,
@@ -25,6 +29,7 @@ from specaudit.engines.openvino.client import (
     gguf_path,
     import_openvino_genai,
     ir_folder,
+    load_batching_pipelines,
     load_pipelines,
     runtime_properties,
     scheduler_config,
@@ -35,7 +40,7 @@ from specaudit.engines.openvino.export import named_ir
 from specaudit.engines.openvino.settings import openvino_settings
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
-from specaudit.execution.faults import attempt
+from specaudit.execution.faults import FailedItem, attempt
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
 from specaudit.prompts import prompt_token_ids
@@ -72,6 +77,9 @@ class OpenVinoExecutor(Executor):
             raise InputError(
                 f"{folder.out_dir} holds a run made {made_by}; OpenVINO records would be mixed with them under the same keys; choose a new --out"
             )
+        # Concurrency levels: the plan once per level (engines.levels), what is recorded already skipped
+        levels = self.settings.concurrency_levels
+        self.levels = plan_levels(folder, levels, cfg.samples, cfg.timing_repeats) if self.settings.batched else None
 
     def _model(self, gguf: object, given: str | Path | None) -> IrModel:
         from specaudit.models._cache import file_sha256
@@ -99,6 +107,11 @@ class OpenVinoExecutor(Executor):
         started = time.perf_counter()
         self.draft_properties = runtime_properties(self.settings, cfg.threads, draft=True)
         self.pipelines = load_pipelines(target.folder, draft.folder, self.properties, self.draft_properties, self.scheduler, eos_ids)
+        self.batching = None
+        if self.settings.batched and max(self.settings.concurrency_levels) > 1:
+            self.batching = load_batching_pipelines(
+                target.folder, draft.folder, self.properties, self.draft_properties, self.scheduler, eos_ids
+            )
         load_s = round(time.perf_counter() - started, 2)
 
         def entry(name: str, model: IrModel) -> dict:
@@ -134,6 +147,15 @@ class OpenVinoExecutor(Executor):
                 "warmup": f"{cfg.warmup} greedy request(s) of 8 tokens per pipeline before the plan, whatever the run samples",
                 "eos_ids": sorted(eos_ids),
                 "load_s": load_s,
+                **(
+                    {
+                        "concurrency": "level 1: one request per generate call (the engine's counters per record); above 1: "
+                        "that many requests in flight in a ContinuousBatchingPipeline (add_request / step), each record's "
+                        "accepted drafts counted from its own per-step sizes, its drafted count not reported (proposed: null)"
+                    }
+                    if self.settings.batched
+                    else {}
+                ),
             },
         }
 
@@ -154,9 +176,75 @@ class OpenVinoExecutor(Executor):
                     eos_ids=self.pipelines.eos_ids,
                 )
                 generate(self.pipelines, speculative, self.encoded[items[0].prompt.id], config)
-        for item in items:
-            seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
-            emit(attempt(item, lambda item=item, seed=seed: self.record(item, seed), seed))
+        if self.levels is None:
+            for item in items:
+                emit(self._attempt(item))
+            return
+        for level in self.settings.concurrency_levels:
+            batch = [item for item in items if self.levels[item.key] == level]
+            if level == 1:
+                for item in batch:
+                    emit(self._attempt(item))
+            elif batch:
+                for record in self._in_flight(batch, level):
+                    emit(record)
+
+    def _attempt(self, item: PlanItem) -> Record | FailedItem:
+        seed = derive_seed(self.cfg.seed, item.prompt.id, item.sample)
+        return attempt(item, lambda: self.record(item, seed), seed)
+
+    def _in_flight(self, items: list[PlanItem], level: int) -> list[Record | FailedItem]:
+        """A level's items, `level` requests in flight per pipeline (vanilla's, then speculative's: each side
+        has the CPU to itself at that load), returned in plan order."""
+        cfg, done = self.cfg, {}
+        for engine in (CONTROL_ENGINE, SPECULATIVE_ENGINE):
+            mine = [item for item in items if item.engine == engine]
+            seeds = [derive_seed(cfg.seed, item.prompt.id, item.sample) for item in mine]
+            speculative = engine != CONTROL_ENGINE
+            requests = [
+                (
+                    self.encoded[item.prompt.id],
+                    generation_config(
+                        cfg.sampling,
+                        max_new_tokens=cfg.max_new_tokens,
+                        k=cfg.k if speculative else None,
+                        seed=seed,
+                        eos_ids=self.pipelines.eos_ids,
+                    ),
+                )
+                for item, seed in zip(mine, seeds, strict=True)
+            ]
+            pipeline = self.batching.speculative if speculative else self.batching.vanilla
+            for item, seed, result in zip(mine, seeds, run_in_flight(pipeline, requests, level), strict=True):
+                done[item.key] = (
+                    FailedItem.of(item, result, seed) if isinstance(result, Exception) else self._level_record(item, seed, result)
+                )
+        return [done[item.key] for item in items]
+
+    def _level_record(self, item: PlanItem, seed: int, result: InFlightResult) -> Record:
+        speculative = item.engine != CONTROL_ENGINE
+        finish = "eos" if result.tokens and result.tokens[-1] in self.pipelines.eos_ids else "length"
+        generation = Generation(
+            tokens=result.tokens,
+            finish_reason=finish,
+            wall_s=result.wall_s,
+            ttft_s=result.ttft_s,
+            steps=len(result.batch_sizes) or len(result.tokens),
+            accepted=result.accepted if speculative else 0,
+            verify_s=result.wall_s,
+            extra={"engine_counters": {"batch_sizes": result.batch_sizes}} if speculative else {},
+        )
+        text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
+        record = make_record(self.cfg, item, seed, self.encoded[item.prompt.id], generation, text)
+        if speculative:  # drafted tokens are not reported per request under batching: unknown, not zero
+            record = replace(record, proposed=None)
+        return record.with_extra(
+            backend=BACKEND,
+            concurrency=self.levels[item.key],
+            acceptance_source="none"
+            if not speculative
+            else "per-request step sizes (raw_metrics.m_batch_sizes) under batching; drafted count not reported",
+        )
 
     def decode(self, item: PlanItem, engine: str, seed: int, max_new_tokens: int) -> object:
         speculative = engine != CONTROL_ENGINE
@@ -173,10 +261,12 @@ class OpenVinoExecutor(Executor):
         generation = self.decode(item, item.engine, seed, self.cfg.max_new_tokens)
         text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
         record = make_record(self.cfg, item, seed, self.encoded[item.prompt.id], generation, text)
+        level = {"concurrency": self.levels[item.key]} if self.levels is not None else {}
         return record.with_extra(
             backend=BACKEND,
             acceptance_source="none" if item.engine == CONTROL_ENGINE else "engine counters (extended_perf_metrics), one request per call",
+            **level,
         )
 
     def close(self) -> None:
-        self.pipelines = None
+        self.pipelines = self.batching = None

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specaudit._validation import settings_section
+from specaudit.engines.levels import check_levels
 
 INFERENCE_PRECISIONS = ("default", "f32", "bf16", "f16")
 KV_CACHE_PRECISIONS = ("default", "u8", "u4", "f16", "bf16", "f32")
@@ -39,6 +40,18 @@ class OpenVinoSettings(BaseModel):
     # The GGUF's IR is written once into the cache; a folder with openvino_model.xml overrides it
     target_ir: str | None = None
     draft_ir: str | None = None
+    # Above 1, the plan runs once per level with `level` requests in flight in one continuous-batching
+    # pipeline (engines/openvino/batching.py); (1,) keeps one request per generate call, no level recorded
+    concurrency_levels: tuple[int, ...] = (1,)
+
+    @model_validator(mode="after")
+    def _levels(self) -> OpenVinoSettings:
+        check_levels(self.concurrency_levels, "extra.openvino.concurrency_levels")
+        return self
+
+    @property
+    def batched(self) -> bool:
+        return self.concurrency_levels != (1,)
 
 
 DEFAULTS: dict[str, Any] = {name: info.get_default(call_default_factory=True) for name, info in OpenVinoSettings.model_fields.items()}
@@ -46,7 +59,7 @@ DEFAULTS: dict[str, Any] = {name: info.get_default(call_default_factory=True) fo
 
 def openvino_settings(extra: dict | None) -> OpenVinoSettings:
     """The run's openvino settings (its config's `extra: {openvino: {...}}`), checked."""
-    return settings_section((extra or {}).get("openvino") or {}, OpenVinoSettings, "extra.openvino")
+    return settings_section((extra or {}).get("openvino") or {}, OpenVinoSettings, "extra.openvino", levels="concurrency_levels")
 
 
 __all__ = ["DEFAULTS", "INFERENCE_PRECISIONS", "KV_CACHE_PRECISIONS", "OpenVinoSettings", "openvino_settings"]

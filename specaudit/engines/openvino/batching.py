@@ -1,0 +1,90 @@
+"""Concurrency levels for `--engines openvino`: `level` requests in flight in one
+`ContinuousBatchingPipeline`, as a server batches them.
+
+OpenVINO GenAI batches requests only inside one pipeline driven by `add_request` / `step`: its
+`generate` refuses a second caller while one runs, and a batched `generate` call gives each result
+the call's totals. So each level above 1 keeps `level` requests added, steps the pipeline, and
+refills a slot as soon as a request finishes, until the level's items are done. Each request's
+handle gives its tokens and its own per-step sizes (`raw_metrics.m_batch_sizes`: the tokens each
+main-model inference emitted for it), from which its accepted drafts are counted (every step after
+the prompt's emits its accepted drafts plus one). Its drafted count is not reported per request
+(openvino-genai 2026.4), so `proposed` is left None: acceptance rates at these levels are not
+claimed, tokens per step are.
+
+Level 1 keeps the executor's one-request-per-`generate` path, whose counters are the engine's own;
+`LLMPipeline` with a scheduler config is the same continuous-batching runtime.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class InFlightResult:
+    """One request's outcome at a level: its tokens, wall and first-token seconds from the moment
+    it was added, and its per-step sizes."""
+
+    tokens: list[int]
+    wall_s: float
+    ttft_s: float
+    batch_sizes: list[int]
+
+    @property
+    def accepted(self) -> int:
+        return sum(size - 1 for size in self.batch_sizes[1:])  # the first step is the prompt's: one token
+
+
+@dataclass
+class _Request:
+    handle: Any
+    added: float
+    first: float | None = None
+    tokens: list[int] = field(default_factory=list)
+
+
+def run_in_flight(pipeline: Any, requests: list[tuple[list[int], Any]], level: int) -> list[InFlightResult | Exception]:
+    """`requests` (prompt ids, GenerationConfig) through `pipeline` with at most `level` in flight;
+    one result per request in order. A step that raises is every in-flight request's fault, and
+    the next requests still run, as a deployment's pipeline would go on."""
+    import numpy as np
+    import openvino as ov
+
+    results: list[InFlightResult | Exception | None] = [None] * len(requests)
+    waiting = list(range(len(requests)))
+    running: dict[int, _Request] = {}
+
+    while waiting or running:
+        while waiting and len(running) < level:
+            index = waiting.pop(0)
+            ids, config = requests[index]
+            handle = pipeline.add_request(index, ov.Tensor(np.asarray([ids], dtype=np.int64)), config)
+            running[index] = _Request(handle, time.perf_counter())
+        try:
+            pipeline.step()
+        except Exception as err:  # noqa: BLE001 - the engine's own failure: a fault of every request in the step
+            for index in running:
+                results[index] = err
+            running.clear()
+            continue
+        now = time.perf_counter()
+        for index, request in list(running.items()):
+            if request.handle.can_read():  # the tokens this step emitted for the request (one sequence: no beams)
+                for output in request.handle.read().values():
+                    request.tokens.extend(int(t) for t in output.generated_ids)
+                request.first = request.first or now
+            if request.handle.get_status().name != "RUNNING":  # FINISHED, or STOP / CANCEL / IGNORED by the pipeline
+                metrics = request.handle.get_perf_metrics()
+                results[index] = InFlightResult(
+                    tokens=request.tokens,
+                    wall_s=now - request.added,
+                    ttft_s=(request.first or now) - request.added,
+                    batch_sizes=[int(b) for b in metrics.raw_metrics.m_batch_sizes],
+                )
+                del running[index]
+    return results  # type: ignore[return-value]
+
+
+__all__ = ["InFlightResult", "run_in_flight"]
