@@ -56,6 +56,15 @@ def test_tree_and_staged_audit_end_to_end(tmp_path, tiny_pair_dir, tiny_prompts_
         assert 1 <= len(overall.depths) <= depth
         assert all(0.0 <= d.value <= 1.0 for d in overall.depths)
         assert overall.speedup is not None and overall.speedup.value > 0
+        # the step's measured cost turns tokens per step into the predicted speed-up (timings on
+        # tiny models can leave the cost unmeasurable: then there is no prediction)
+        engine = shapes.engines[name]
+        if engine.verify_cost is None:
+            assert overall.predicted_speedup is None
+        else:
+            assert engine.verify_cost > 0 and engine.cost_ratio >= 0 and 0 < engine.offered_per_step <= depth
+            cost = engine.cost_ratio * engine.offered_per_step + engine.verify_cost
+            assert overall.predicted_speedup.value == pytest.approx(overall.tokens_per_step.value / cost)
         groups = shapes.engines[name].groups["group"]
         assert set(groups) == {"a", "b"} and sum(g.n_prompts for g in groups.values()) == overall.n_prompts
     # the screen's expectation for the tree: its expected sums along each screened path
@@ -66,6 +75,8 @@ def test_tree_and_staged_audit_end_to_end(tmp_path, tiny_pair_dir, tiny_prompts_
     assert expected.tokens_per_step.value == pytest.approx(tokens / steps) and 1.0 <= tokens / steps <= 4.0
     assert len(expected.depths) == 3 and all(0.0 <= d.value <= 1.0 for d in expected.depths)
     assert expected.speedup is None  # the screen times nothing
+    assert (expected.predicted_speedup is None) == (shapes.engines["tree"].verify_cost is None)  # at the tree's measured cost
+    assert shapes.engines["tree"].nodes_per_step <= 10 and shapes.engines["staged"].nodes_per_step is None  # 2 + 4 + 4 nodes
     levels = shapes.engines["staged"].overall.levels
     assert set(levels) == {"small_to_medium", "medium_to_target"}
     totals = [lvl for r in records if r["engine"] == "staged" for lvl in r["levels"]]

@@ -6,11 +6,12 @@ measure it, stats.disparity)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
+from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import MetricEstimate, ShapeEngine, ShapeFigures, ShapesSection
 from specaudit.stats.shape_acceptance import SHAPE_ENGINES, shape_acceptance
 
@@ -21,7 +22,9 @@ METHOD = (
     "tokens per step = output tokens / verification steps; acceptance at depth d = steps that accepted at depth d / steps "
     "that reached it; a staged level = accepted / proposed; speed-up = the control's time per output token over the "
     "engine's (paired prompts); the screen's tree figures are the same ratios of sums expected along its target paths "
-    "(exact given each path); 95% percentile intervals of the cluster bootstrap over prompts"
+    "(exact given each path); predicted speed-up = tokens per step / (c·D + v), the step's cost measured on the engine's timed "
+    "records in plain decoding steps (c per offered position, v per verification, D offered per step; the interval is "
+    "tokens per step's, the cost taken as known); 95% percentile intervals of the cluster bootstrap over prompts"
 )
 
 
@@ -61,7 +64,38 @@ def _speedups(records: list[dict], engine: str, dimension: str | None, n_boot: i
     }
 
 
-def _figures(row: pd.Series, speedup: MetricEstimate | None) -> ShapeFigures:
+@dataclass(frozen=True)
+class _StepCost:
+    """What one step of an engine costs in plain decoding steps: c per offered position, v per
+    verification, D offered positions per step; `predict` turns tokens per step into a speed-up."""
+
+    cost_ratio: float
+    verify_cost: float
+    offered_per_step: float
+
+    def predict(self, tokens_per_step: MetricEstimate) -> MetricEstimate:
+        cost = self.cost_ratio * self.offered_per_step + self.verify_cost
+        scaled = [None if v is None else v / cost for v in (tokens_per_step.value, tokens_per_step.ci_low, tokens_per_step.ci_high)]
+        return MetricEstimate(value=scaled[0], ci_low=scaled[1], ci_high=scaled[2])
+
+
+def _step_cost(records: list[dict], engine: str) -> _StepCost | None:
+    """The engine's (c, v) as the chain's are measured (stats.cost_model.step_costs: its records
+    read as the speculative engine's, against the control's), with its offered positions per step."""
+    from specaudit.stats.cost_model import step_costs
+
+    mine = [r for r in records if r["engine"] == engine and not r.get("timing_only")]
+    pairs = [
+        {**r, "engine": SPECULATIVE_ENGINE} if r["engine"] == engine else r for r in records if r["engine"] in (engine, CONTROL_ENGINE)
+    ]
+    measured = step_costs(pd.DataFrame(pairs)) if pairs else None
+    steps = sum(len(r.get("proposed_per_step") or []) for r in mine)
+    if measured is None or not steps:
+        return None
+    return _StepCost(measured[0], measured[1], sum(sum(r.get("proposed_per_step") or []) for r in mine) / steps)
+
+
+def _figures(row: pd.Series, speedup: MetricEstimate | None, cost: _StepCost | None = None) -> ShapeFigures:
     depths = sorted((c for c in row.index if c.startswith("depth_") and not c.endswith(("_ci_low", "_ci_high"))), key=lambda c: int(c[6:]))
     levels = [c for c in ("small_to_medium", "medium_to_target") if c in row.index and not pd.isna(row[c])]
     return ShapeFigures(
@@ -71,6 +105,7 @@ def _figures(row: pd.Series, speedup: MetricEstimate | None) -> ShapeFigures:
         depths=[_estimate(row, d) for d in depths if not pd.isna(row[d])],
         levels={name: _estimate(row, name) for name in levels},
         speedup=speedup,
+        predicted_speedup=None if cost is None else cost.predict(_estimate(row, "tokens_per_step")),
     )
 
 
@@ -92,6 +127,7 @@ def shapes_section(records: list[dict], config: dict[str, Any], dimensions: list
             continue
         timed = engine != SCREEN_ENGINE  # the screen's speed is the chain's cost model's, not the tree's
         overall_speed = _speedups(records, engine, None, n_boot, seed).get(_ALL) if timed else None
+        cost = _step_cost(records, "tree" if engine == SCREEN_ENGINE else engine)  # the screen's tree costs what the tree's steps cost
         groups: dict[str, dict[str, ShapeFigures]] = {}
         for dimension in dimensions:
             table = shape_acceptance(
@@ -101,9 +137,16 @@ def shapes_section(records: list[dict], config: dict[str, Any], dimensions: list
                 continue
             in_dimension = [r for r in records if dimension in (r.get("attributes") or {})]
             speed = _speedups(in_dimension, engine, dimension, n_boot, seed) if timed else {}
-            groups[dimension] = {str(row[dimension]): _figures(row, speed.get(str(row[dimension]))) for _, row in table.iterrows()}
+            groups[dimension] = {str(row[dimension]): _figures(row, speed.get(str(row[dimension])), cost) for _, row in table.iterrows()}
+        nodes = [n for r in mine for n in (r.get("tree_nodes_per_step") or [])]
         engines[engine] = ShapeEngine(
-            shape=describe_shape(engine, config), overall=_figures(overall_table.iloc[0], overall_speed), groups=groups
+            shape=describe_shape(engine, config),
+            overall=_figures(overall_table.iloc[0], overall_speed, cost),
+            groups=groups,
+            cost_ratio=None if cost is None else cost.cost_ratio,
+            verify_cost=None if cost is None else cost.verify_cost,
+            offered_per_step=None if cost is None else cost.offered_per_step,
+            nodes_per_step=sum(nodes) / len(nodes) if nodes else None,
         )
     return ShapesSection(method=METHOD, engines=engines) if engines else None
 

@@ -438,15 +438,23 @@ class ShapeFigures(_Section):
     depths: list[MetricEstimate] = []
     levels: dict[str, MetricEstimate] = {}  # "small_to_medium", "medium_to_target"
     speedup: MetricEstimate | None = None
+    # tokens per step over the step's measured cost, τ / (c·D + v) (ShapeEngine's costs; the interval τ's)
+    predicted_speedup: MetricEstimate | None = None
 
 
 class ShapeEngine(_Section):
     """`shapes.engines.<engine>`: what its steps look like (`shape`, e.g. "tree 2,2,1, sampled
-    children"), over all its prompts and per group of each dimension."""
+    children"), over all its prompts and per group of each dimension, and what a step costs."""
 
     shape: str
     overall: ShapeFigures | None = None
     groups: dict[str, dict[str, ShapeFigures]] = {}  # dimension -> group -> figures
+    # measured on its timed records, in plain decoding steps (stats.cost_model.step_costs): c the
+    # draft's time per offered position, v one verification's time, D positions offered per step
+    cost_ratio: float | None = None
+    verify_cost: float | None = None
+    offered_per_step: float | None = None
+    nodes_per_step: float | None = None  # a tree's drafted tokens the target verified per step
 
 
 class ShapesSection(_Section):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from specaudit.report.view.format import MISSING, get, integer, triple
+from specaudit.report.view.format import MISSING, finite, get, integer, num, triple
 
 LEVEL_LABELS = {"small_to_medium": "small → medium", "medium_to_target": "medium → target"}
 
@@ -24,7 +24,21 @@ def _row(dimension: str, group: str, figures: Mapping[str, Any], depth: int, lev
         "depths": [triple(depths[d]) if d < len(depths) else MISSING for d in range(depth)],
         "levels": [triple(get(figures, "levels", name)) for name in levels],
         "speedup": triple(figures.get("speedup"), suffix="×"),
+        "predicted": triple(figures.get("predicted_speedup"), suffix="×"),
     }
+
+
+def _costs(engine: Mapping[str, Any]) -> str:
+    """One line: what a step cost, in plain decoding steps (empty where nothing was timed)."""
+    if not finite(engine.get("verify_cost")):
+        return ""
+    text = (
+        f"a step costs c·D + v = {num(engine.get('cost_ratio'))} × {num(engine.get('offered_per_step'))} + "
+        f"{num(engine.get('verify_cost'))} plain decoding steps"
+    )
+    if finite(engine.get("nodes_per_step")):
+        text += f" (v for {num(engine['nodes_per_step'])} tree tokens verified per step)"
+    return text
 
 
 def shapes_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
@@ -46,6 +60,7 @@ def shapes_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
                 "depth_labels": [f"{'depth' if name in ('tree', 'screen') else 'position'} {d + 1}" for d in range(depth)],
                 "level_labels": [LEVEL_LABELS[n] for n in levels],
                 "rows": rows,
+                "costs": _costs(engine),
             }
         )
     return {"ran": bool(engines), "method": part.get("method", ""), "engines": engines}
@@ -58,9 +73,12 @@ def shapes_markdown(view: Mapping[str, Any]) -> list[str]:
         return []
     lines = ["", "## Shapes: tokens per step and acceptance per depth and level", "", f"{part['method']}."]
     for engine in part["engines"]:
-        head = ["dimension", "group", "prompts", "steps", "tokens per step", *engine["depth_labels"], *engine["level_labels"], "speed-up"]
-        lines += ["", f"**{engine['name']}** ({engine['shape']})", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        head = ["dimension", "group", "prompts", "steps", "tokens per step", *engine["depth_labels"], *engine["level_labels"]]
+        head += ["speed-up", "predicted speed-up"]
+        costs = f"; {engine['costs']}" if engine["costs"] else ""
+        lines += ["", f"**{engine['name']}** ({engine['shape']}{costs})", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in engine["rows"]:
-            cells = [r["dimension"], r["group"], r["prompts"], r["steps"], r["tokens_per_step"], *r["depths"], *r["levels"], r["speedup"]]
+            cells = [r["dimension"], r["group"], r["prompts"], r["steps"], r["tokens_per_step"], *r["depths"], *r["levels"]]
+            cells += [r["speedup"], r["predicted"]]
             lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return lines
