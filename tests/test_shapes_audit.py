@@ -41,6 +41,8 @@ def test_tree_and_staged_audit_end_to_end(tmp_path, tiny_pair_dir, tiny_prompts_
     for name in ("vanilla", "speculative", "tree", "staged"):
         assert engines[name].verdict == CheckStatus.PASS, (name, engines[name].status, engines[name].status_reason)
 
+    # a tree record's per-step lists cover the depths its steps reached: they keep the invariants
+    assert snapshot.output_invariants.status == CheckStatus.PASS, snapshot.output_invariants.first
     shapes = snapshot.shapes
     assert shapes is not None and set(shapes.engines) == {"speculative", "tree", "staged", "screen"}
     assert shapes.engines["tree"].shape == "tree 2,2,1, sampled children"

@@ -167,8 +167,12 @@ def counter_problems(record: dict) -> list[str]:
         problems.append("a step accepted more tokens than it proposed")
     if record.get("step_pit") and len(record["step_pit"]) != new_tokens:
         problems.append(f"step_pit has {len(record['step_pit'])} entries for {new_tokens} new tokens")
-    if record.get("accept_prob") and [len(s) for s in record["accept_prob"]] != record.get("proposed_per_step"):
-        problems.append("accept_prob does not have one entry per drafted token")
+    # a tree step has one drafted token per depth it reached only (past a rejection: a subtree)
+    entries = record.get("proposed_per_step")
+    if record.get("tree") is not None and entries is not None:
+        entries = [min(a + 1, d) for a, d in zip(record.get("accepted_per_step") or [], entries)]
+    if record.get("accept_prob") and [len(s) for s in record["accept_prob"]] != entries:
+        problems.append("accept_prob does not have one entry per drafted token" + (" reached" if record.get("tree") is not None else ""))
     return problems
 
 
