@@ -103,14 +103,15 @@ def _counts_ok(values: np.ndarray) -> bool:
 def columnar_rows(chunk: Chunk) -> pd.DataFrame | None:
     """The chunk's rows (ROW_FIELDS, labels as their stored JSON text, plus `declared_language`), or None
     when some line needs the per-line path."""
-    raw = pa.array(chunk.raw, type=pa.binary()).cast(pa.string(), safe=False)
-    if pc.any(pc.match_substring_regex(raw, _NULL_THAT_MATTERS)).as_py():
-        return None
     try:
+        # The reader checks the bytes are UTF-8 before the expressions below read them as text.
         table = pa_json.read_json(pa.py_buffer(b"\n".join(chunk.raw)), parse_options=_OPTIONS).combine_chunks()
     except pa.ArrowInvalid:
         return None
     if table.num_rows != len(chunk.raw):
+        return None
+    raw = pa.array(chunk.raw, type=pa.binary()).cast(pa.string(), safe=False)
+    if pc.any(pc.match_substring_regex(raw, _NULL_THAT_MATTERS)).as_py():
         return None
     row = pa.StructArray.from_arrays([table.column(n).chunk(0) for n in table.column_names], names=table.column_names)
     try:

@@ -21,7 +21,7 @@ from specaudit.traffic.simulate import TrafficModel, simulate, write_log
 
 
 def chunk_of(lines: list) -> Chunk:
-    raw = [(x if isinstance(x, str) else json.dumps(x)).encode() for x in lines]
+    raw = [x if isinstance(x, bytes) else (x if isinstance(x, str) else json.dumps(x)).encode() for x in lines]
     return Chunk("log.jsonl", raw, list(range(1, len(raw) + 1)))
 
 
@@ -81,6 +81,7 @@ ODD = [
     base(response={"usage": {"completion_tokens": 2.5}}),
     "[1, 2]",
     "{not json",
+    b'{"time": "2026-01-01T00:00:00Z", "latency_s": 0.5, "labels": {"t": "\xff"}}',  # not UTF-8
 ]
 
 
