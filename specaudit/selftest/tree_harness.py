@@ -25,10 +25,10 @@ _QUICK_SEEDS = 10
 _DETECTION_TARGET = 0.99
 
 
-def _audit(name: str, seed: int, branching: str, alpha: float):  # noqa: ANN202 (a TreeAuditResult)
+def _audit(name: str, seed: int, branching: str, alpha: float, trials: int):  # noqa: ANN202 (a TreeAuditResult)
     if name in TREE_MUTANTS:
-        return audit_tree(TREE_MUTANTS[name], branching=branching, seed=seed, alpha=alpha)
-    return audit_staged(STAGED_MUTANTS[name], seed=seed, alpha=alpha)
+        return audit_tree(TREE_MUTANTS[name], branching=branching, seed=seed, alpha=alpha, trials=trials)
+    return audit_staged(STAGED_MUTANTS[name], seed=seed, alpha=alpha, trials=trials)
 
 
 def tree_selftest(
@@ -37,12 +37,14 @@ def tree_selftest(
     samplers: Iterable[str] | None = None,
     branching: str = "3,2,1",
     alpha: float = 0.05,
+    trials: int = 400,
 ) -> pd.DataFrame:
     """One row per rule: rule, kind (exact / mutant / lossy by design), seeds, rejections,
     rejection_rate with its Clopper-Pearson 95% interval, target, ok, seconds_per_audit.
     Exact rules: the interval's lower end <= alpha (not shown to fail more often than alpha).
     Mutants: >= 0.99 of seeds rejected (with `quick`: the interval above alpha). Default seeds:
-    200 (10 with `quick`); the tree shape `branching`, staged rules at k = 4 in rounds of 2."""
+    200 (10 with `quick`); the tree shape `branching`, staged rules at k = 4 in rounds of 2, `trials`
+    trees or staged steps per case (the audits' default 400; a quarter of it on the large vocabularies)."""
     seeds = list(range(_QUICK_SEEDS if quick else 200) if seeds is None else seeds)
     names = list(TREE_SELFTEST_SAMPLERS if samplers is None else samplers)
     unknown = [n for n in names if n not in TREE_SELFTEST_SAMPLERS]
@@ -51,7 +53,7 @@ def tree_selftest(
     rows = []
     for name in names:
         started = time.perf_counter()
-        results = [_audit(name, seed, branching, alpha) for seed in seeds]
+        results = [_audit(name, seed, branching, alpha, trials) for seed in seeds]
         rejections = sum(r.verdict is CheckStatus.FAIL for r in results)
         interval = _scipy_stats.binomtest(rejections, len(seeds)).proportion_ci(confidence_level=0.95)
         rate = rejections / len(seeds)
