@@ -17,6 +17,7 @@ Level 1 keeps the executor's one-request-per-`generate` path, whose counters are
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,8 +48,8 @@ class _Request:
 
 def run_in_flight(pipeline: Any, requests: list[tuple[list[int], Any]], level: int) -> list[InFlightResult | Exception]:
     """`requests` (prompt ids, GenerationConfig) through `pipeline` with at most `level` in flight;
-    one result per request in order. A step that raises is every in-flight request's fault, and
-    the next requests still run, as a deployment's pipeline would go on."""
+    one result per request in order. A step that raises is every in-flight request's fault: their
+    handles are cancelled and the next requests still run, as a deployment's pipeline would go on."""
     import numpy as np
     import openvino as ov
 
@@ -65,8 +66,10 @@ def run_in_flight(pipeline: Any, requests: list[tuple[list[int], Any]], level: i
         try:
             pipeline.step()
         except Exception as err:  # noqa: BLE001 - the engine's own failure: a fault of every request in the step
-            for index in running:
+            for index, request in running.items():
                 results[index] = err
+                with contextlib.suppress(Exception):  # release it, as a server would drop a failed request
+                    request.handle.cancel()
             running.clear()
             continue
         now = time.perf_counter()
