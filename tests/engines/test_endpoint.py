@@ -352,7 +352,13 @@ def test_logprobs_in_the_chat_content_shape_give_token_ids_and_logprobs():
     completion = type(
         "C",
         (),
-        {"tokens": logprobs.tokens, "token_ids": None, "token_logprobs": logprobs.token_logprobs, "top_logprobs": logprobs.top_logprobs},
+        {
+            "tokens": logprobs.tokens,
+            "token_ids": None,
+            "all_token_ids": None,
+            "token_logprobs": logprobs.token_logprobs,
+            "top_logprobs": logprobs.top_logprobs,
+        },
     )
     ids, target = output_tokens(completion, top_n=2)
     assert ids == [253] and target is not None and len(target) == 1

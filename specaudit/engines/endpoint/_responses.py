@@ -85,11 +85,19 @@ class ChoicePart(_Part):
     token_ids: list[TokenId] | None = None  # vLLM's return_token_ids
 
 
+class LlamaServerVerbose(_Part):
+    """llama-server's `__verbose` (asked for with `verbose: true`): its native answer, whose `tokens`
+    (with `return_tokens: true`) lists every generated token, where its logprobs skip some."""
+
+    tokens: list[TokenId] | None = None
+
+
 class CompletionPart(_Part):
     """A non-streamed answer, or one chunk of a stream (the final usage chunk has no choices)."""
 
     choices: list[ChoicePart] | None = None
     usage: dict[str, Any] | None = None
+    verbose: LlamaServerVerbose | None = Field(None, alias="__verbose")
 
 
 class ModelEntry(_Part):

@@ -19,6 +19,13 @@ Token ids come from the server (`return_tokens_as_token_ids`: vLLM then writes "
 for every token); a server that returns only token text gets its output re-tokenised, which
 the manifest says, and such records carry no logprobs (a text token cannot be mapped back to
 an id safely).
+
+llama-server (its /v1/models says `owned_by: llamacpp`) gets its own request: it fills every
+sampling field a request leaves out from its defaults (min_p 0.05 among them), so the whole chain
+is sent (engines.llama_server.sampling); its `logprobs.content` has no entry for a token whose
+text ends inside a UTF-8 character, so the answer is not streamed and the ids are read from its
+`__verbose.tokens` (`return_tokens`, `verbose`), and a record whose logprobs skip a token keeps
+the ids but not the logprobs. Its logprobs are the model's softmax before the chain (raw).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from specaudit.engines.endpoint._responses import (
     ModelList,
     problem,
 )
+from specaudit.engines.llama_server.sampling import sampling_fields
 from specaudit.engines.request_acceptance import RequestAcceptance, request_acceptance
 from specaudit.errors import EngineError, InputError
 from specaudit.execution.invariants import vocabulary_violations
@@ -58,6 +66,7 @@ if TYPE_CHECKING:
 # vLLM writes -inf logprobs as -9999.0 in its JSON: at or below it a token has zero probability.
 ZERO_LOGPROB = -9999.0
 METRICS_PAGE_BYTES = 16 << 20  # a Prometheus page with many label sets is larger than any completion
+LLAMA_SERVER_OWNER = "llamacpp"  # `owned_by` of llama-server's /v1/models entries
 
 
 def _error_message(body: bytes) -> str:
@@ -86,6 +95,7 @@ class Completion:
     token_logprobs: list[float | None] | None = None
     top_logprobs: list[dict | None] | None = None
     token_ids: list[int] | None = None  # vLLM's `return_token_ids` field, when present
+    all_token_ids: list[int] | None = None  # llama-server's `__verbose.tokens`: every token, where its logprobs skip some
     wall_s: float = 0.0
     ttft_s: float | None = None
     usage: dict = field(default_factory=dict)
@@ -223,6 +233,10 @@ class Endpoint:
         self.model_entries = [entry for entry in payload["data"] if isinstance(entry, dict) and entry.get("id") is not None]
         return [entry.id for entry in listed.data]
 
+    def is_llama_server(self) -> bool:
+        """Whether the models listed (served_models first) are llama-server's."""
+        return any(entry.get("owned_by") == LLAMA_SERVER_OWNER for entry in getattr(self, "model_entries", []))
+
     def advertised_context(self, model: str) -> int | None:
         """The context the server says `model` has (`max_model_len` in vLLM's /v1/models), if it says."""
         for entry in getattr(self, "model_entries", []):
@@ -249,7 +263,7 @@ class Endpoint:
         wall = time.perf_counter() - start
         completion = self._merge(chunks, url, request, max_tokens)
         completion.wall_s = wall
-        completion.ttft_s = None if first is None else first - start
+        completion.ttft_s = _server_prompt_s(chunks) if first is None else first - start
         return completion
 
     def _read_stream(self, pieces: Iterable[bytes], url: str, request: str) -> tuple[list[dict], float | None]:
@@ -311,6 +325,8 @@ class Endpoint:
                         lists[name].extend(values)
             if choice.token_ids is not None:
                 token_ids = (token_ids or []) + list(choice.token_ids)
+            if part.verbose is not None and part.verbose.tokens is not None:
+                merged.all_token_ids = list(part.verbose.tokens)
             if len(merged.text) > TEXT_CHARS_PER_TOKEN * max(max_tokens, 1):
                 raise self._malformed(
                     url,
@@ -332,6 +348,8 @@ class Endpoint:
             if any(prefixed) and not all(parse_token_id(t) is not None for t in merged.tokens):
                 bad = next(t for t in merged.tokens if parse_token_id(t) is None)
                 raise self._malformed(url, request, f"token {bad[:40]!r} among {TOKEN_ID_PREFIX}N tokens is not a token id")
+        if merged.all_token_ids is not None and len(merged.all_token_ids) > max_tokens:
+            raise self._malformed(url, request, f"{len(merged.all_token_ids)} __verbose.tokens for max_tokens {max_tokens}")
         if token_ids is not None:
             if len(token_ids) > max_tokens:
                 raise self._malformed(url, request, f"{len(token_ids)} token_ids for max_tokens {max_tokens}")
@@ -339,6 +357,17 @@ class Endpoint:
                 raise self._malformed(url, request, f"{len(token_ids)} token_ids for {len(merged.tokens)} logprobs tokens")
         merged.token_ids = token_ids
         return merged
+
+
+def _server_prompt_s(chunks: list[dict]) -> float | None:
+    """An unstreamed answer's time to first token as the server states it (llama-server's
+    `timings.prompt_ms`: it samples the first token from the prompt's last logits), else None."""
+    for chunk in chunks:
+        timings = chunk.get("timings")
+        value = timings.get("prompt_ms") if isinstance(timings, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+            return float(value) / 1000.0
+    return None
 
 
 def _lines(pieces: Iterable[bytes]) -> Any:
@@ -379,6 +408,9 @@ def output_tokens(completion: Completion, top_n: int) -> tuple[list[int] | None,
     if completion.tokens is not None:
         parsed = [parse_token_id(t) for t in completion.tokens]
         ids = parsed if all(i is not None for i in parsed) else None
+    if completion.all_token_ids is not None:  # llama-server: its logprobs name a subsequence of its tokens
+        if ids != completion.all_token_ids:
+            return list(completion.all_token_ids), None  # logprobs that skip a token cannot be placed
     if ids is None and completion.token_ids is not None:
         ids = list(completion.token_ids)
     if ids is None:
@@ -460,23 +492,35 @@ def request_features(spec: SamplingSpec) -> dict[str, Any]:
     return body
 
 
-def request_body(cfg: RunConfig, settings: dict, model: str, prompt_ids: list[int], seed: int, max_tokens: int) -> dict:
+def request_body(
+    cfg: RunConfig, settings: dict, model: str, prompt_ids: list[int], seed: int, max_tokens: int, *, llama_server: bool = False
+) -> dict:
     """The /v1/completions request of one plan item. Sampling settings are always sent, so a
-    server's own defaults (vLLM applies the model's generation_config) cannot change them."""
+    server's own defaults (vLLM applies the model's generation_config) cannot change them; to
+    llama-server every stage of its chain (see the module docstring), unstreamed."""
+    sampling = (
+        sampling_fields(cfg, len(prompt_ids) + max_tokens)
+        if llama_server
+        else {
+            "temperature": cfg.temperature,
+            "top_p": cfg.top_p,
+            "top_k": cfg.top_k if cfg.top_k > 0 else -1,  # vLLM / SGLang: -1 = off
+            **request_features(cfg.sampling),
+        }
+    )
     body: dict[str, Any] = {
         "model": model,
         "prompt": prompt_ids,
         "max_tokens": max_tokens,
-        "temperature": cfg.temperature,
-        "top_p": cfg.top_p,
-        "top_k": cfg.top_k if cfg.top_k > 0 else -1,  # vLLM / SGLang: -1 = off
+        **sampling,
         "seed": seed,
         "return_tokens_as_token_ids": True,
-        **request_features(cfg.sampling),
     }
+    if llama_server:  # every generated id in __verbose.tokens; no prefix reuse between requests
+        body.update(return_tokens=True, verbose=True, cache_prompt=False)
     if settings["logprobs"]:
         body["logprobs"] = settings["logprobs"]
-    if settings["stream"]:
+    if settings["stream"] and not llama_server:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
     body.update(settings["extra_body"])

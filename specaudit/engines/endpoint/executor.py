@@ -76,6 +76,8 @@ class EndpointExecutor(Executor):
         self.models, served = {}, {}
         for engine, endpoint in self.endpoints.items():  # also the health check: nothing is written if a server is down
             self.models[engine], served[engine] = resolve_model(endpoint, settings[f"{engine}_model"], f"{engine}_model")
+        # llama-server gets its whole sampling chain and answers unstreamed (engines.endpoint.client)
+        self.llama_server = {engine: endpoint.is_llama_server() for engine, endpoint in self.endpoints.items()}
         self.metrics = (
             Endpoint(settings["metrics_url"], setting="metrics_url", api_key=api_key, timeout_s=settings["timeout_s"])
             if settings["metrics_url"]
@@ -98,6 +100,15 @@ class EndpointExecutor(Executor):
         )
         self.notes = dict(folder.previous.get("endpoint") or {})
         self.notes.update({"logprobs": settings["logprobs"], "logprobs_mode": settings["logprobs_mode"], "stream": settings["stream"]})
+        if any(self.llama_server.values()):
+            self.notes["llama_server"] = {
+                "sides": sorted(engine for engine, is_llama in self.llama_server.items() if is_llama),
+                "note": (
+                    "llama-server: every sampling stage sent (its defaults include min_p 0.05); answers not streamed and ids "
+                    "read from __verbose.tokens (its logprobs skip tokens that end inside a UTF-8 character; such a record "
+                    "keeps no logprobs); logprobs recorded as raw (llama-server's are the model's softmax before its chain)"
+                ),
+            }
         fields = {
             "versions": library_versions(),
             "models": {
@@ -120,7 +131,15 @@ class EndpointExecutor(Executor):
         return fields
 
     def _call(self, engine: str, prompt_id: str, seed: int, max_tokens: int, request: str = "") -> Completion:
-        body = request_body(self.cfg, self.cfg.endpoint, self.models[engine], self.encoded[prompt_id], seed, max_tokens)
+        body = request_body(
+            self.cfg,
+            self.cfg.endpoint,
+            self.models[engine],
+            self.encoded[prompt_id],
+            seed,
+            max_tokens,
+            llama_server=self.llama_server[engine],
+        )
         if prompt_id in self.texts:
             body["prompt"] = self.texts[prompt_id]
         return self.endpoints[engine].complete(body, request=request or f"warm-up request, prompt {prompt_id}")
@@ -171,7 +190,7 @@ class EndpointExecutor(Executor):
         return record.with_extra(
             backend="endpoint",
             token_ids_source=source,
-            logprobs_mode=settings["logprobs_mode"],
+            logprobs_mode="raw" if self.llama_server[item.engine] else settings["logprobs_mode"],
             target_logprobs=logprobs,
             started_at=started_at,
             **extra,

@@ -7,11 +7,10 @@ engine's HTTP client (specaudit.engines.endpoint.client.Endpoint: its timeouts a
 transport errors). Its OpenAI route `/v1/completions` takes the same sampling fields but returns
 no token ids, so the endpoint engine's token-id path cannot be used on it unchanged.
 
-Sampling is set explicitly on every request, as the in-process llama-cpp engine does: the chain is
-`samplers: [temperature, top_k, top_p]` (temperature first, as transformers and specaudit apply
-it; llama-server takes the order per request, so temperature with top-p is allowed here, unlike in
-the in-process engine), then llama.cpp's `dist`; every other stage neutral (min_p 0, typical_p 1,
-penalties off, DRY off, XTC off, top-n-sigma off, mirostat off, dynamic temperature off).
+Sampling is set explicitly on every request, as the in-process llama-cpp engine does
+(engines.llama_server.sampling: the chain temperature, top_k, top_p, every other stage neutral;
+llama-server takes the order per request, so temperature with top-p is allowed here, unlike in
+the in-process engine).
 `cache_prompt: false`: no prefix reuse between requests, so a record does not depend on which
 request ran before it on the slot. The seed is the record's seed cut to llama.cpp's uint32
 (engines.llama_cpp.client.llama_seed), the same draws the in-process engine makes.
@@ -19,36 +18,21 @@ request ran before it on the slot. The seed is the record's seed cut to llama.cp
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specaudit.decoding._grammar_source import grammar_format
 from specaudit.engines.endpoint.client import Endpoint
 from specaudit.engines.llama_cpp.client import llama_seed
+from specaudit.engines.llama_server.sampling import NEUTRAL_SAMPLING, SAMPLER_ORDER, request_features, sampling_fields
 from specaudit.engines.llama_server.settings import NGRAM_LOOKUP, NGRAM_TYPES, LlamaServerSettings
 from specaudit.engines.request_acceptance import RequestAcceptance, llama_server_acceptance
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
-    from specaudit.decoding import Generation, SamplingSpec
+    from specaudit.decoding import Generation
 
-SAMPLER_ORDER = ["temperature", "top_k", "top_p"]
-NEUTRAL_SAMPLING: dict[str, Any] = {
-    "min_p": 0.0,
-    "typical_p": 1.0,
-    "repeat_penalty": 1.0,
-    "repeat_last_n": 0,
-    "frequency_penalty": 0.0,
-    "presence_penalty": 0.0,
-    "dry_multiplier": 0.0,
-    "xtc_probability": 0.0,
-    "top_n_sigma": -1.0,
-    "mirostat": 0,
-    "dynatemp_range": 0.0,
-}
 STOP_TYPES = {"eos": "eos", "limit": "length", "word": "stop"}  # llama-server's stop_type -> the record's finish_reason
 
 
@@ -76,58 +60,13 @@ def server_args(model: Path, settings: LlamaServerSettings, *, spec_type: str | 
     return [*args, *settings.extra_args]
 
 
-def request_features(spec: SamplingSpec, context: int) -> dict[str, Any]:
-    """The request features in llama-server's fields, with the stages they need in `samplers`:
-    `penalties` first and `min_p` after top-p, as specaudit's `warp` orders them; the logit bias
-    is always the chain's first stage. llama-server feeds the prompt into its penalty window, so
-    the reference's whole-prompt-and-output repetition scope (repeat_last_n 0) is a window of
-    `context` tokens; presence and frequency counted over the output alone have no llama.cpp
-    equivalent and are refused in one sentence. A grammar goes as `json_schema` (a JSON schema) or
-    `grammar` (GBNF)."""
-    body: dict[str, Any] = {}
-    samplers = list(SAMPLER_ORDER)
-    if spec.penalised:
-        if not spec.repeat_last_n and (spec.presence_penalty or spec.frequency_penalty):
-            raise InputError(
-                "llama-server counts presence and frequency penalties over its last repeat_last_n tokens of prompt and output, "
-                "not over the output alone; add repeat_last_n=N to the --sampling setting to audit llama.cpp's convention"
-            )
-        body.update(
-            repeat_penalty=spec.repetition_penalty,
-            presence_penalty=spec.presence_penalty,
-            frequency_penalty=spec.frequency_penalty,
-            repeat_last_n=spec.repeat_last_n or context,
-        )
-        samplers.insert(0, "penalties")
-    if spec.min_p > 0.0:
-        body["min_p"] = spec.min_p
-        samplers.append("min_p")
-    if spec.logit_bias:
-        body["logit_bias"] = [[token, bias] for token, bias in spec.logit_bias]
-    if spec.stop:
-        body["stop"] = list(spec.stop)
-    if spec.grammar:  # a JSON schema as llama-server's json_schema, GBNF as its grammar
-        if grammar_format(spec.grammar) == "json_schema":
-            body["json_schema"] = json.loads(spec.grammar)
-        else:
-            body["grammar"] = spec.grammar
-    if samplers != SAMPLER_ORDER:
-        body["samplers"] = samplers
-    return body
-
-
 def request_body(cfg: RunConfig, prompt_ids: list[int], seed: int, max_tokens: int, logprobs: int = 0) -> dict:
     """The /completion request of one plan item: every sampling stage set, none left to the server.
     `logprobs` > 0 asks for the emitted token's logprob (and the top `logprobs`) before sampling."""
     return {
         "prompt": list(prompt_ids),
         "n_predict": max_tokens,
-        "temperature": cfg.temperature,
-        "top_k": cfg.top_k,  # 0: off (llama.cpp's top-k keeps everything for k <= 0)
-        "top_p": cfg.top_p,
-        "samplers": SAMPLER_ORDER,
-        **NEUTRAL_SAMPLING,
-        **request_features(cfg.sampling, len(prompt_ids) + max_tokens),
+        **sampling_fields(cfg, len(prompt_ids) + max_tokens),
         "seed": llama_seed(seed),
         "cache_prompt": False,
         "return_tokens": True,
@@ -217,4 +156,13 @@ def generation_of(
     return generation, acceptance, server_times
 
 
-__all__ = ["RequestAcceptance", "complete", "generation_of", "request_body", "server_args"]
+__all__ = [
+    "NEUTRAL_SAMPLING",  # defined in engines.llama_server.sampling, shared with the endpoint engine
+    "SAMPLER_ORDER",
+    "RequestAcceptance",
+    "complete",
+    "generation_of",
+    "request_body",
+    "request_features",
+    "server_args",
+]
