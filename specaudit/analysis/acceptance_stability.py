@@ -10,8 +10,12 @@ right, so that no equivalence test can see them, and that only an acceptance mon
 - stopped during the run: ordered by when each request left (`started_at`), the speculative
   requests from some point on drafted nothing at all, at least MIN_STOPPED of them and a tenth of
   the run, where earlier ones drafted, within one level (a stop that comes with a change of level
-  is the load's). When that point falls inside the lowest level (before any load), the cause is state the server keeps across requests, not load; the collapse of the levels
-  after it is then that stop, not a load effect, and is not reported twice.
+  is the load's), and the same prompts drafted before the point and not after it more often than
+  chance allows (p < STOP_P; prompt lookup drafts only on prompts whose n-grams recur, so a tail of
+  requests of other prompts that drafted nothing is no stop). When that point falls inside the
+  lowest level (before any load), the cause is state the server keeps across requests, not load;
+  the collapse of the levels after it is then that stop, not a load effect, and is not reported
+  twice.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from specaudit.contracts.snapshot import AcceptanceStabilitySection
 
 MIN_STOPPED = 5  # requests in a row that drafted nothing, at the least, before a stop is claimed
 MIN_PROMPTS = 5  # fewer prompts give an estimate without an interval, and no collapse is claimed
+STOP_P = 0.01  # a stop is claimed when drafting that depends on the prompt leaves it this unlikely
 
 
 def _per_token(records: list[dict]) -> dict[str, tuple[float, float]]:
@@ -67,8 +72,34 @@ def _drafted_share(records: list[dict]) -> float | None:
 
 
 def _stop(spec: list[dict]) -> dict[str, Any] | None:
-    """The point from which every request drafted nothing (see the module docstring), or None."""
-    return stopped_drafting(sorted((r for r in spec if r.get("started_at") is not None), key=lambda r: r["started_at"]))
+    """The point from which every request drafted nothing (see the module docstring), or None
+    where drafting that depends on the prompt explains it (_tail_p_value at least STOP_P)."""
+    timed = sorted((r for r in spec if r.get("started_at") is not None), key=lambda r: r["started_at"])
+    stop = stopped_drafting(timed)
+    if stop is None:
+        return None
+    p_value = _tail_p_value(timed, stop["request"] - 1)
+    return {**stop, "p_value": p_value} if p_value < STOP_P else None
+
+
+def _tail_p_value(timed: list[dict], first_stopped: int) -> float:
+    """The chance that every drafting request falls before `first_stopped` when, per prompt, which
+    of its requests draft is exchangeable: prod over prompts of C(before, k) / C(all, k), k its
+    drafting requests. Prompt lookup drafts only where a prompt's n-grams recur, so requests of
+    prompts that never repeat draw nothing anywhere; only prompts seen on both sides of the point
+    weigh, and a stop shown by other prompts alone is not claimed."""
+    from math import comb
+
+    counts: dict[str, list[int]] = {}
+    for index, record in enumerate(timed):
+        entry = counts.setdefault(record["prompt_id"], [0, 0, 0])  # before the point, all, drafted
+        entry[0] += index < first_stopped
+        entry[1] += 1
+        entry[2] += (record.get("proposed") or 0) > 0
+    p_value = 1.0
+    for before, total, drafted in counts.values():
+        p_value *= comb(before, drafted) / comb(total, drafted)
+    return p_value
 
 
 def stopped_drafting(timed: list[dict]) -> dict[str, Any] | None:
@@ -113,7 +144,7 @@ def acceptance_stability(
         state = stop["level"] == levels[0]
         message = (
             f"the speculative server stopped drafting during the run: from request {stop['request']} of {stop['of']} ({at}) "
-            f"on, none of {stop['stopped']} requests drafted a token"
+            f"on, none of {stop['stopped']} requests drafted a token (p = {stop['p_value']:.2g} for drafting that depends on the prompt only)"
             + (", before any load: state the server keeps across requests, not load, ended speculation" if state else "")
         )
         findings.append({**stop, "kind": "stopped_during_run", "message": message})
