@@ -5,6 +5,7 @@ addresses, the tokenizer and the test's size (prompts, tokens) are filled in."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -68,6 +69,9 @@ def test_the_readme_command_audits_a_server_with_no_yaml_written(tmp_path, serve
     assert snapshot["run"]["config"]["endpoint"]["concurrency_levels"] == [1, 4]  # --concurrency 1,4 from the command
     assert snapshot["equivalence"]["engines"]["speculative"]["verdict"] == "PASS"
     assert (tmp_path / "report" / "report.html").stat().st_size > 10_000
+    # the command recorded (and repeated in the report's advice) is the one given, not pytest's
+    manifest = json.loads((tmp_path / "report" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["command"] == " ".join(["specaudit", "audit", *argv, *size])
     assert not list(tmp_path.rglob("*.yaml")) and not list(tmp_path.rglob("*.yml"))  # nothing written by hand, nothing asked for
 
 

@@ -84,6 +84,7 @@ def _internal_error(command: str, err: BaseException) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse itself exits 2 on bad flags
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what the run records as its command
     warnings.formatwarning = _one_line_warning  # users get sentences, not source lines
     try:
         return int(args.func(args) or 0)

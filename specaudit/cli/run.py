@@ -24,6 +24,14 @@ if TYPE_CHECKING:
 
 
 # --------------------------------------------------------------------------- run
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command as the user gave it: main()'s argv (a test or a script calling it has its own
+    sys.argv), else the process's."""
+    return " ".join(["specaudit", *getattr(args, "argv", sys.argv[1:])])
+
+
 def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     """Options shared by `run` and `audit`; defaults live in RunConfig, so unset flags stay None."""
     g = p.add_argument_group("models")
@@ -164,7 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specaudit.execution.merge import parse_shard
 
     shard = parse_shard(args.shard) if args.shard else None
-    summary = run(cfg, args.out, progress=not args.quiet, command=" ".join(["specaudit", *sys.argv[1:]]), shard=shard)
+    summary = run(cfg, args.out, progress=not args.quiet, command=command_line(args), shard=shard)
     print(
         f"{summary.out_dir}/records.jsonl: {summary.records} records ({summary.written} new, {summary.skipped} resumed) in {summary.seconds:.1f} s"
         + (
@@ -413,7 +421,7 @@ def run_audit(args: argparse.Namespace) -> AuditResult | SettingsAuditResult | P
         analysis=_analysis_kwargs(args, analysis_options, source),
         gate=gate_options,
         progress=not args.quiet,
-        command=" ".join(["specaudit", *sys.argv[1:]]),
+        command=command_line(args),
     )
     print(f"report: {result.files['html']}")
     print(
@@ -441,7 +449,7 @@ def _run_settings_audit(
         analysis=_analysis_kwargs(args, analysis_options, source),
         gate=gate_options,
         progress=not args.quiet,
-        command=" ".join(["specaudit", *sys.argv[1:]]),
+        command=command_line(args),
     )
     for row in result.rows:
         print(
