@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
-from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection
+from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection, Violations
 from specaudit.contracts.status import CheckStatus, EquivalenceStatus
 
 if TYPE_CHECKING:
@@ -195,7 +195,10 @@ def _judge_proven_violations(
     if not found:
         return entry
     summary = {"count": len(found), "records": len({f["record"] for f in found}), "first": found[0], "examples": found[:5]}
-    return entry.model_copy(update={field: summary, "verdict": CheckStatus.FAIL, "message": sentence(found, summary)})
+    # model_copy does not validate: the summary is made the typed section here
+    return entry.model_copy(
+        update={field: Violations.model_validate(summary), "verdict": CheckStatus.FAIL, "message": sentence(found, summary)}
+    )
 
 
 def judge_verify_violations(entry: EngineEquivalence, outputs: list[dict], engine: str) -> EngineEquivalence:
