@@ -185,41 +185,40 @@ class OpenVinoExecutor(Executor):
             if level == 1:
                 for item in batch:
                     emit(self._attempt(item))
-            elif batch:
-                for record in self._in_flight(batch, level):
-                    emit(record)
+            else:
+                for engine in (CONTROL_ENGINE, SPECULATIVE_ENGINE):  # each side written when done: a crash keeps the other's
+                    for record in self._in_flight([item for item in batch if item.engine == engine], level):
+                        emit(record)
 
     def _attempt(self, item: PlanItem) -> Record | FailedItem:
         seed = derive_seed(self.cfg.seed, item.prompt.id, item.sample)
         return attempt(item, lambda: self.record(item, seed), seed)
 
     def _in_flight(self, items: list[PlanItem], level: int) -> list[Record | FailedItem]:
-        """A level's items, `level` requests in flight per pipeline (vanilla's, then speculative's: each side
-        has the CPU to itself at that load), returned in plan order."""
-        cfg, done = self.cfg, {}
-        for engine in (CONTROL_ENGINE, SPECULATIVE_ENGINE):
-            mine = [item for item in items if item.engine == engine]
-            seeds = [derive_seed(cfg.seed, item.prompt.id, item.sample) for item in mine]
-            speculative = engine != CONTROL_ENGINE
-            requests = [
-                (
-                    self.encoded[item.prompt.id],
-                    generation_config(
-                        cfg.sampling,
-                        max_new_tokens=cfg.max_new_tokens,
-                        k=cfg.k if speculative else None,
-                        seed=seed,
-                        eos_ids=self.pipelines.eos_ids,
-                    ),
-                )
-                for item, seed in zip(mine, seeds, strict=True)
-            ]
-            pipeline = self.batching.speculative if speculative else self.batching.vanilla
-            for item, seed, result in zip(mine, seeds, run_in_flight(pipeline, requests, level), strict=True):
-                done[item.key] = (
-                    FailedItem.of(item, result, seed) if isinstance(result, Exception) else self._level_record(item, seed, result)
-                )
-        return [done[item.key] for item in items]
+        """One side's items of a level, `level` requests in flight in its pipeline (vanilla's side runs
+        before speculative's, so each has the CPU to itself at that load), in plan order."""
+        if not items:
+            return []
+        cfg, speculative = self.cfg, items[0].engine != CONTROL_ENGINE
+        seeds = [derive_seed(cfg.seed, item.prompt.id, item.sample) for item in items]
+        requests = [
+            (
+                self.encoded[item.prompt.id],
+                generation_config(
+                    cfg.sampling,
+                    max_new_tokens=cfg.max_new_tokens,
+                    k=cfg.k if speculative else None,
+                    seed=seed,
+                    eos_ids=self.pipelines.eos_ids,
+                ),
+            )
+            for item, seed in zip(items, seeds, strict=True)
+        ]
+        pipeline = self.batching.speculative if speculative else self.batching.vanilla
+        return [
+            FailedItem.of(item, result, seed) if isinstance(result, Exception) else self._level_record(item, seed, result)
+            for item, seed, result in zip(items, seeds, run_in_flight(pipeline, requests, level), strict=True)
+        ]
 
     def _level_record(self, item: PlanItem, seed: int, result: InFlightResult) -> Record:
         speculative = item.engine != CONTROL_ENGINE
