@@ -151,25 +151,35 @@ class PenaltiesOffSpeculating(SpeculativeDecoding):
         return warp(logits, _without(self.spec, *PENALTIES), self.prefix(drafted))
 
 
-class MinPBiasBonusOnly(SpeculativeDecoding):
-    """min-p and logit bias skipped for the verified rows, applied to the bonus row only."""
+class _BonusRowOnly(SpeculativeDecoding):
+    """The features named in `skipped` left off the verified rows (and off the draft too with
+    `draft_skips`), kept on the bonus row: the shape of both bugs below."""
 
-    def target_distributions(self, logits: torch.Tensor, drafted: list[int]) -> torch.Tensor:
-        full = super().target_distributions(logits, drafted)
-        skipped = warp(logits, _without(self.spec, "min_p", "logit_bias"), self.prefix(drafted))
-        return torch.cat([skipped[:-1], full[-1:]])
-
-
-class DraftSkipsGrammar(SpeculativeDecoding):
-    """The grammar's mask left off the draft and the verified rows, kept on the bonus row."""
+    skipped: tuple[str, ...] = ()
+    draft_skips = False
 
     def draft_distribution(self, logits: torch.Tensor, drafts: list[int]) -> torch.Tensor:
-        return warp(logits, _without(self.spec, "grammar"), self.prefix(drafts))
+        spec = _without(self.spec, *self.skipped) if self.draft_skips else self.spec
+        return warp(logits, spec, self.prefix(drafts))
 
     def target_distributions(self, logits: torch.Tensor, drafted: list[int]) -> torch.Tensor:
         full = super().target_distributions(logits, drafted)
-        skipped = warp(logits, _without(self.spec, "grammar"), self.prefix(drafted))
+        skipped = warp(logits, _without(self.spec, *self.skipped), self.prefix(drafted))
         return torch.cat([skipped[:-1], full[-1:]])
+
+
+class MinPBiasBonusOnly(_BonusRowOnly):
+    """min-p and logit bias skipped for the verified rows, applied to the bonus row only; the
+    draft samples as requested."""
+
+    skipped = ("min_p", "logit_bias")
+
+
+class DraftSkipsGrammar(_BonusRowOnly):
+    """The grammar's mask left off the draft and the verified rows, kept on the bonus row."""
+
+    skipped = ("grammar",)
+    draft_skips = True
 
 
 class PostStopTokens(BatchPolicy):

@@ -152,3 +152,26 @@ def test_the_policy_mutants(tiny_pair):
 
     probs = torch.arange(6.0)[:, None].expand(6, 4)
     assert LogprobsFirstOfStep().logprob_distributions(probs, Row)[:, 0].tolist() == [0, 0, 2, 3, 3, 3]
+
+
+def test_the_grammar_mutant_masks_only_the_bonus_row(tiny_pair):
+    pytest.importorskip("llguidance")
+    from specaudit.testing.server_mutants import GRAMMAR_SAMPLING, DraftSkipsGrammar
+
+    decoding = DraftSkipsGrammar(  # before its first step: the output is empty, the grammar at its start
+        tiny_pair.target,
+        tiny_pair.draft,
+        PROMPT,
+        spec=GRAMMAR_SAMPLING,
+        k=4,
+        max_new_tokens=4,
+        generator=torch.Generator().manual_seed(0),
+        eos_ids=set(),
+        vocab_size=tiny_pair.vocab_size,
+    )
+    logits = torch.randn(3, tiny_pair.vocab_size, generator=torch.Generator().manual_seed(2))
+    rows = decoding.target_distributions(logits[:1], [])
+    assert (rows[0] > 0).sum() < tiny_pair.vocab_size  # a lone row is the bonus row: masked
+    rows = decoding.target_distributions(logits, [20, 21])  # two drafts ('r', 's') and the bonus row
+    assert (rows[0] > 0).sum() == (rows[1] > 0).sum() == tiny_pair.vocab_size and (rows[2] > 0).sum() < tiny_pair.vocab_size
+    assert (decoding.draft_distribution(logits[0], []) > 0).sum() == tiny_pair.vocab_size
