@@ -3,19 +3,15 @@ roll-up, label groups and the check behave as on SQLite."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from postgres_cluster import pytestmark  # noqa: F401 (the module's skip without a server)
+from test_traffic_proxy import CHECK, DATA
 
 from specaudit.cli import main
 from specaudit.traffic import evaluate, ingest, open_traffic_store
 from specaudit.traffic._rollup import STRATA
 from specaudit.traffic._store import Group
 from specaudit.traffic.simulate import TrafficModel, simulate, write_log
-
-DATA = Path(__file__).parent / "data"
-CHECK = ["--group-by", "label:tenant", "--adjust", "none", "--baseline-requests", "40"]
 
 
 @pytest.mark.parametrize("after, expected", [("after_same.jsonl", 0), ("after_swapped.jsonl", 1)])

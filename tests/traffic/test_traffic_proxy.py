@@ -1,5 +1,5 @@
-"""`specaudit proxy` in front of the reference server, and the logs it made (tests/traffic/data, by
-bench/traffic_make_log.py) read by `traffic ingest` and judged by `traffic check`."""
+"""`specaudit proxy` in front of the reference server, and the logs it made in front of llama-server
+(tests/traffic/data, by bench/traffic_make_log.py) read by `traffic ingest` and judged by `traffic check`."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from specaudit.cli import main
 from specaudit.traffic.proxy import RunningProxy, merge_stream
 
 DATA = Path(__file__).parent / "data"
-CHECK = ["--group-by", "label:tenant", "--adjust", "none", "--baseline-requests", "40"]
+CHECK = ["--group-by", "label:tenant", "--adjust", "none", "--baseline-requests", "120"]
 
 
 @pytest.mark.parametrize("after, expected", [("after_same.jsonl", 0), ("after_swapped.jsonl", 1)])
@@ -30,10 +30,14 @@ def test_shipped_proxy_logs_alert_on_the_swapped_draft_only(tmp_path, capsys, af
     assert main(["traffic", "ingest", str(DATA / "base.jsonl"), str(DATA / after), "--store", store]) == 0
     assert main(["traffic", "report", "--store", store, "--group-by", "label:tenant"]) == 0
     report = capsys.readouterr().out
-    assert "80 requests" in report and "acceptance" in report
+    assert "240 requests" in report and "acceptance" in report
     assert main(["traffic", "check", "--store", store, *CHECK]) == expected
     out = capsys.readouterr().out
     assert ("ALERT drift: a: latency per token" in out) == bool(expected)
+    assert ("ALERT drift: b: acceptance" in out) == bool(expected)
+    # Made by the proxy in front of llama-server: its per-request timings, drafts counted.
+    first = json.loads((DATA / after).read_text().splitlines()[0])
+    assert "draft_n" in first["response"]["timings"] and first["labels"]["tenant"] in ("a", "b")
 
 
 def test_merge_stream_joins_text_and_keeps_the_last_fields():
