@@ -10,7 +10,10 @@ import sqlite3
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from specaudit.errors import InputError
 from specaudit.traffic import evaluate, ingest, open_traffic_store
 from specaudit.traffic._columnar import columnar_rows
 from specaudit.traffic._ingest import per_line_rows
@@ -172,3 +175,54 @@ def test_reingest_leaves_the_rollup_alone_and_an_old_store_gets_one(hours_store,
     for got, want in zip(rebuilt["checks"], before["checks"]):
         assert got["ratio"] == pytest.approx(want["ratio"], rel=1e-9)
         assert got["p_value"] == pytest.approx(want["p_value"], rel=1e-6)
+
+
+# Any JSON value, small: what a damaged or unusual log may hold in any field.
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "draft_n", "labels", "time"]), inner, max_size=3),
+    max_leaves=8,
+)
+_paths = st.sampled_from(
+    [
+        ("time",),
+        ("latency_s",),
+        ("ttft_s",),
+        ("in_flight",),
+        ("status",),
+        ("labels",),
+        ("labels", "tenant"),
+        ("request",),
+        ("request", "temperature"),
+        ("response",),
+        ("response", "usage"),
+        ("response", "usage", "completion_tokens"),
+        ("response", "timings"),
+        ("response", "timings", "draft_n"),
+        ("response", "timings", "draft_n_accepted"),
+        ("response", "metrics"),
+        ("response", "tokens_predicted"),
+    ]
+)
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(edits=st.lists(st.tuples(_paths, _values), min_size=1, max_size=3))
+def test_any_edit_of_a_line_gives_the_per_line_rows_or_the_per_line_path(edits):
+    line = base()
+    for path, value in edits:
+        node = line
+        for key in path[:-1]:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[path[-1]] = value
+    chunk = chunk_of([base(), line])
+    fast = columnar_rows(chunk)
+    try:
+        slow = per_line_rows(chunk, {})
+    except InputError:
+        assert fast is None, "the columnar path took a line the per-line path rejects"
+        return
+    if fast is not None:
+        pd.testing.assert_frame_equal(comparable(fast), comparable(slow))
