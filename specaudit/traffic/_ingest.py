@@ -126,20 +126,24 @@ def _ahead(items: Iterator[T]) -> Iterator[T]:
     slot: queue.Queue = queue.Queue(maxsize=1)
     stop = threading.Event()
 
+    def hand_over(item: object) -> bool:
+        """Put `item` in the slot unless the consumer has stopped; False once it has."""
+        while not stop.is_set():
+            try:
+                slot.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def make() -> None:
         try:
             for item in items:
-                while not stop.is_set():
-                    try:
-                        slot.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not hand_over(item):
                     return
-            slot.put(done)
+            hand_over(done)
         except BaseException as err:  # noqa: BLE001 (handed to the consumer, which raises it)
-            slot.put(err)
+            hand_over(err)
 
     worker = threading.Thread(target=make, name="traffic-ingest-reader", daemon=True)
     worker.start()

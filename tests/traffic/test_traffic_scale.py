@@ -226,3 +226,44 @@ def test_any_edit_of_a_line_gives_the_per_line_rows_or_the_per_line_path(edits):
         return
     if fast is not None:
         pd.testing.assert_frame_equal(comparable(fast), comparable(slow))
+
+
+def test_reading_ahead_hands_over_errors_and_stops_when_the_writer_fails():
+    from specaudit.traffic._ingest import _ahead
+
+    def chunks():
+        yield 1
+        yield 2
+        raise InputError("log.jsonl:3 is not a JSON object")
+
+    got = []
+    with pytest.raises(InputError, match="log.jsonl:3"):
+        for item in _ahead(chunks()):
+            got.append(item)
+    assert got == [1, 2]
+    made = []
+
+    def many():
+        for i in range(1000):
+            made.append(i)
+            yield i
+
+    with pytest.raises(RuntimeError):
+        for item in _ahead(many()):
+            if item == 1:
+                raise RuntimeError("the store failed")  # the reader must stop, not fill the queue forever
+    assert len(made) < 10
+
+
+def test_a_malformed_line_in_a_later_chunk_is_named_and_earlier_chunks_are_stored(tmp_path):
+
+    lines = [json.dumps(base(time=f"2026-01-01T00:00:{i:02d}Z")) for i in range(30)]
+    lines[25] = "{not json"
+    (tmp_path / "log.jsonl").write_text("\n".join(lines) + "\n")
+    store = tmp_path / "t.db"
+    with pytest.raises(InputError, match=r"log.jsonl:26 is not a JSON object"):
+        with open_traffic_store(store) as opened:
+            ingest(opened, [str(tmp_path / "log.jsonl")], chunk_lines=10)
+    with sqlite3.connect(store) as conn:
+        assert conn.execute("SELECT count(*) FROM traffic_requests").fetchone() == (20,)
+        assert conn.execute("SELECT sum(n) FROM traffic_rollup").fetchone() == (20,)
