@@ -4,8 +4,8 @@
     python bench/traffic_scale.py [--lines 1000000] [--store-rows 10000000] [--folder /tmp/traffic-scale]
 
 1. Writes `--lines` simulated log lines (specaudit.traffic.simulate) to a file, ingests them into a
-   new SQLite store and prints lines/s and the process's peak RSS (which a chunk bounds: 50,000
-   lines are held at once).
+   new SQLite store and prints lines/s and the process's peak RSS (which chunks bound: at most
+   three of 50,000 lines are held at once).
 2. Fills a second store with `--store-rows` rows (the same columns, drawn with numpy and stored
    through `TrafficStore.add` in batches, which keeps the roll-up; no log parsing) and times
    `evaluate` (the check) over it, in a fresh process's worth of work: open, count, baseline cut,

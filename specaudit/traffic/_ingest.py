@@ -1,8 +1,10 @@
 """`specaudit traffic ingest`: request logs into the traffic store, a chunk of lines at a time.
 
-Each chunk becomes one DataFrame (one Python pass over its lines to flatten them, then column
-operations for digests, strata and load), is inserted in one transaction, and is dropped: memory
-is bounded by the chunk, not the log.
+Each chunk becomes one DataFrame (pyarrow's JSON reader over the whole chunk when every line has
+the common shape, `_columnar.py`; else one Python pass over its lines; then column operations for
+digests, strata and load), is inserted in one transaction with its roll-up sums, and is dropped.
+A second thread parses the next chunk while one is inserted: memory is bounded by three chunks,
+not the log.
 """
 
 from __future__ import annotations
