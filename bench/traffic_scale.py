@@ -8,8 +8,8 @@
    three of 50,000 lines are held at once).
 2. Fills a second store with `--store-rows` rows (the same columns, drawn with numpy and stored
    through `TrafficStore.add` in batches, which keeps the roll-up; no log parsing) and times
-   `evaluate` (the check) over it, in a fresh process's worth of work: open, count, baseline cut,
-   the roll-up's sums, the checks.
+   `evaluate` over it in the same process (the check's work: open, count, baseline cut, the
+   roll-up's sums, the checks; `specaudit traffic check --store` on the file times a fresh process).
 
 Prints the load average and the process's CPU seconds beside each wall time: on a shared machine
 the wall time says more about the neighbours than about the code.
