@@ -162,3 +162,26 @@ def test_the_committed_default_pair_audit_holds_every_invariant_with_the_real_to
     assert section.status == "PASS" and section.records == 528 and set(section.engines) == {"screen", "vanilla", "speculative"}, (
         section.message
     )
+
+
+def test_a_tree_step_lists_one_acceptance_per_depth_it_reached():
+    """A tree step reached depths 1..min(a + 1, D) only (past a rejection there is a subtree, not
+    one drafted token): its accept_prob has that many entries; a chain's has one per drafted token."""
+    from specaudit.execution.invariants import counter_problems
+
+    tree = {
+        "tree": [2, 2, 1],
+        "accepted": 3,
+        "proposed": 6,
+        "steps": 2,
+        "output_token_ids": [1, 2, 3, 4, 5],
+        "accepted_per_step": [0, 3],
+        "proposed_per_step": [3, 3],
+        "accept_prob": [[0.4], [0.9, 0.8, 0.7]],
+    }
+    assert counter_problems(tree) == []
+    assert counter_problems({**tree, "accept_prob": [[0.4, 0.1, 0.1], [0.9, 0.8, 0.7]]}) == [
+        "accept_prob does not have one entry per drafted token reached"
+    ]
+    chain = {key: value for key, value in tree.items() if key != "tree"}
+    assert counter_problems(chain) == ["accept_prob does not have one entry per drafted token"]
