@@ -1,5 +1,6 @@
 """Scoring an OpenVINO run with OpenVINO's own target: the IR its pipelines loaded, teacher-forced
-by the OpenVINO runtime at f32 (the model's exact form; the run's precision is in its manifest).
+by the OpenVINO runtime at f32 without dynamic quantisation (the model's exact form; the run's
+precision is in its manifest).
 
 Why not specaudit's torch copy of the same GGUF: OpenVINO's reading of the embedded Q4_1 file is
 another model (docs/openvino.md: TV 0.69 between the two first-token distributions of one prompt),
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
     import numpy as np
 
 SCORING_PRECISION = "f32"
+# The exact form: f32 arithmetic, and no on-the-fly int8 quantisation of activations, which the CPU
+# plugin applies to compressed-weight layers (groups of 32) even at f32 unless told not to; with it
+# on, a token at the edge of a top-p nucleus moved across it (docs/openvino.md, finding 8)
+SCORING_PROPERTIES = {"INFERENCE_PRECISION_HINT": SCORING_PRECISION, "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
 
 
 class OpenVinoLogits(ExternalLogits):
@@ -30,8 +35,9 @@ class OpenVinoLogits(ExternalLogits):
         import openvino as ov
 
         compiled = ov.Core().compile_model(
-            str(folder / "openvino_model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": SCORING_PRECISION, "INFERENCE_NUM_THREADS": threads}
+            str(folder / "openvino_model.xml"), "CPU", {**SCORING_PROPERTIES, "INFERENCE_NUM_THREADS": threads}
         )
+        self.properties = {name: str(compiled.get_property(name)) for name in SCORING_PROPERTIES}
         self.request = compiled.create_infer_request()
         self.output = compiled.outputs[0]
         self.inputs = {name for port in compiled.inputs for name in port.get_names()}
