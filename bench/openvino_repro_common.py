@@ -27,6 +27,16 @@ PROMPTS = {
 CHAT_TEMPLATE = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 
 
+def model_folders() -> tuple[Path, Path]:
+    """(target, draft) IR folders: two folders given as arguments (e.g. optimum-intel exports of a
+    target and a separate draft), else the GGUF's IR as both (the target drafts for itself)."""
+    given = [Path(arg) for arg in sys.argv[1:3] if (Path(arg) / "openvino_model.xml").is_file()]
+    if len(given) == 2:
+        return given[0], given[1]
+    folder = ir_folder(gguf_path())
+    return folder, folder
+
+
 def gguf_path() -> Path:
     if len(sys.argv) > 1 and sys.argv[1].endswith(".gguf"):
         return Path(sys.argv[1])
@@ -62,11 +72,14 @@ def header(settings: dict) -> None:
     print("settings:", ", ".join(f"{k}={v}" for k, v in settings.items()))
 
 
-def pipelines(folder: Path, properties: dict, *, prefix_caching: bool = True) -> tuple[genai.LLMPipeline, genai.LLMPipeline]:
-    """(plain, speculative with the model as its own draft), the same properties and scheduler."""
+def pipelines(
+    folder: Path, properties: dict, *, prefix_caching: bool = True, draft_folder: Path | None = None
+) -> tuple[genai.LLMPipeline, genai.LLMPipeline]:
+    """(plain, speculative with `draft_folder`'s model as draft: by default the model itself), the
+    same properties and scheduler."""
     scheduler = genai.SchedulerConfig()
     scheduler.enable_prefix_caching = prefix_caching
     plain = genai.LLMPipeline(str(folder), "CPU", scheduler_config=scheduler, **properties)
-    draft = genai.draft_model(str(folder), "CPU", **properties)
+    draft = genai.draft_model(str(draft_folder or folder), "CPU", **properties)
     speculative = genai.LLMPipeline(str(folder), "CPU", draft_model=draft, scheduler_config=scheduler, **properties)
     return plain, speculative
