@@ -17,7 +17,8 @@ a token far outside it; the script prints the mass of the tokens more likely tha
 Expected: no token outside the nucleus, with and without the draft.
 Observed (openvino-genai 2026.4.1.0, CPU): see the printed counts.
 
-Run: python bench/openvino_repro_impossible_drafts.py TARGET_IR DRAFT_IR   (no specaudit needed)
+Run: python bench/openvino_repro_impossible_drafts.py TARGET_IR DRAFT_IR   (no specaudit needed;
+4 min wall, 192 CPU s and 21 GB peak RSS, file mappings included, for the 1.5B/0.5B pair)
 """
 
 from __future__ import annotations
