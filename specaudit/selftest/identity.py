@@ -68,8 +68,9 @@ def identity_run(
     extra: dict | None = None,
 ) -> dict[str, Any]:
     """One engine at one setting with `--draft target`: its identity check as a table row."""
-    from specaudit.analysis.identity import identity_section
+    from specaudit.analysis.identity import identity_section, rule_of
     from specaudit.engines import run
+    from specaudit.execution.faults import read_faults
     from specaudit.execution.records import read_manifest, read_records
 
     registry = ENGINES[engine]
@@ -91,28 +92,39 @@ def identity_run(
         run(cfg, folder, pair=pair if local else None, prompt_set=prompt_set, progress=False)
         seconds = time.perf_counter() - started
         records, manifest = read_records(f"{folder}/records.jsonl"), read_manifest(folder)
+        faults = read_faults(folder)
         scorer = pair if local else _scoring_pair(registry, manifest, records)
         section = identity_section(records, manifest, pair=scorer, alpha=alpha, tolerance=tolerance)
     name = engine if local else SPECULATIVE_ENGINE
     check = section.engines.get(name) if section is not None else None
-    if check is None:
+    if check is None and not faults:
         raise InputError(f"the {engine} run with --draft target wrote no speculative records to check")
-    return {
+    row = {
         "engine": engine,
         "sampling": setting_label(spec),
         "verify": (verify or "correct").rpartition(":")[2],
-        "rule": check.rule,
-        "accepted": check.accepted,
-        "judged": check.tested,
-        "acceptance": check.acceptance,
-        "expected": check.expected,
-        "interval_low": check.interval[0] if check.interval else None,
-        "interval_high": check.interval[1] if check.interval else None,
-        "pvalue": check.pvalue,
-        "verdict": check.verdict,
+        "rule": check.rule if check else rule_of(registry),
+        "accepted": check.accepted if check else 0,
+        "judged": check.tested if check else 0,
+        "acceptance": check.acceptance if check else None,
+        "expected": check.expected if check else None,
+        "interval_low": check.interval[0] if check and check.interval else None,
+        "interval_high": check.interval[1] if check and check.interval else None,
+        "pvalue": check.pvalue if check else None,
+        "verdict": check.verdict if check else None,
+        "faults": len(faults),
         "seconds": seconds,
-        "message": check.message,
+        "message": check.message if check else "",
     }
+    if faults and not row["judged"]:  # an engine that fails instead of speculating cannot pass its identity check
+        first = faults[0]
+        drafted = sum((r.get("proposed") or 0) > 0 for r in records)
+        row["verdict"] = CheckStatus.FAIL
+        row["message"] = (
+            f"nothing judged: {len(faults)} engine call(s) failed (first: {first.error}: {' '.join(first.message.split())[:160]}), "
+            f"and the {len(records)} records written drafted on {drafted}"
+        )
+    return row
 
 
 def _scoring_pair(registry: Any, manifest: dict, records: list[dict]) -> Any:

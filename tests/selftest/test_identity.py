@@ -167,3 +167,20 @@ def test_an_identity_run_that_never_drafted_says_so_in_its_warning():
         section.message
         == "no drafted position was judged (speculative drafted on 0 of 3 records reporting drafts), so the identity draft showed nothing"
     )
+
+
+def test_an_engine_that_faults_instead_of_drafting_fails_its_identity_check(identity_pair, two_prompts):
+    """As OpenVINO's sampled pipelines do: every speculative call raises (here the model's forward
+    pass, as a runtime's kernel would), nothing is judged, and the row is a FAIL naming the faults,
+    not a skip."""
+
+    def failing(module, args):
+        raise RuntimeError("planted: the runtime failed")
+
+    handle = identity_pair.target.register_forward_pre_hook(failing)
+    try:  # 2 prompts x 2 samples: under the run's limit of 5 faults in a row
+        row = _row(identity_pair, two_prompts, "speculative", T1)
+    finally:
+        handle.remove()
+    assert row["verdict"] == CheckStatus.FAIL and row["judged"] == 0 and row["faults"] == 4
+    assert row["message"].startswith("nothing judged: 4 engine call(s) failed (first: RuntimeError: planted: the runtime failed)")
