@@ -12,10 +12,12 @@ With a separate draft (optimum-intel 2.2.0 fp16 exports of Qwen2.5-Coder-1.5B-In
 -0.5B-Instruct as TARGET_IR DRAFT_IR) the same check is raised by some sampled calls: the third of
 the three fresh pipelines in one run of this script (the first two drafted and finished).
 
-Run: python bench/openvino_repro_sampled_fault.py [model.gguf | TARGET_IR DRAFT_IR]   (no specaudit needed)
+Run: python bench/openvino_repro_sampled_fault.py [model.gguf | TARGET_IR DRAFT_IR] [--no-prefix-caching]   (no specaudit needed)
 """
 
 from __future__ import annotations
+
+import sys
 
 import openvino_genai as genai
 from openvino_repro_common import header, inputs, model_folders, pipelines, prompts
@@ -46,17 +48,30 @@ def call(pipe: genai.LLMPipeline, ids: list[int], cfg: genai.GenerationConfig) -
     )
 
 
+PREFIX_CACHING = "--no-prefix-caching" not in sys.argv  # LLMPipeline's default is on
+
+
 def main() -> None:
     folder, draft = model_folders()
     drafter = "the target itself" if draft == folder else str(draft)
-    header({**PROPERTIES, "target": str(folder), "draft": drafter, "num_assistant_tokens": 4, "max_new_tokens": 32, "temperature": 1.0})
+    header(
+        {
+            **PROPERTIES,
+            "target": str(folder),
+            "draft": drafter,
+            "num_assistant_tokens": 4,
+            "max_new_tokens": 32,
+            "temperature": 1.0,
+            "prefix caching": PREFIX_CACHING,
+        }
+    )
     ids = prompts(genai.Tokenizer(str(folder)), QUESTIONS)
     print("\n1. a fresh pipeline per sampled request (seed 1):")
     for question, prompt in ids.items():
-        _, speculative = pipelines(folder, PROPERTIES, draft_folder=draft)
+        _, speculative = pipelines(folder, PROPERTIES, draft_folder=draft, prefix_caching=PREFIX_CACHING)
         print(f"  {question!r}: {call(speculative, prompt, config(True, 1))}")
     print("\n2. one pipeline: greedy, sampled, sampled, greedy:")
-    _, speculative = pipelines(folder, PROPERTIES, draft_folder=draft)
+    _, speculative = pipelines(folder, PROPERTIES, draft_folder=draft, prefix_caching=PREFIX_CACHING)
     prompt = ids[QUESTIONS[0]]
     for step, sample in enumerate((False, True, True, False), 1):
         print(f"  call {step} ({'sampled' if sample else 'greedy'}): {call(speculative, prompt, config(sample, 1))}")
