@@ -18,6 +18,7 @@ Level 1 keeps the executor's one-request-per-`generate` path, whose counters are
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,10 @@ class InFlightResult:
     @property
     def accepted(self) -> int:
         return sum(size - 1 for size in self.batch_sizes[1:])  # the first step is the prompt's: one token
+
+
+# Request ids unique for the process: a cancelled request may linger in its pipeline under its id.
+_REQUEST_IDS = itertools.count()
 
 
 @dataclass
@@ -61,7 +66,7 @@ def run_in_flight(pipeline: Any, requests: list[tuple[list[int], Any]], level: i
         while waiting and len(running) < level:
             index = waiting.pop(0)
             ids, config = requests[index]
-            handle = pipeline.add_request(index, ov.Tensor(np.asarray([ids], dtype=np.int64)), config)
+            handle = pipeline.add_request(next(_REQUEST_IDS), ov.Tensor(np.asarray([ids], dtype=np.int64)), config)
             running[index] = _Request(handle, time.perf_counter())
         try:
             pipeline.step()
