@@ -67,6 +67,8 @@ class MetricEstimate(_Section):
     value: float | None
     ci_low: float | None = None
     ci_high: float | None = None
+    n_prompts: int | None = None  # a group's metric: the prompts and tokens it was measured on
+    n_tokens: int | None = None
 
 
 class GroupEntry(_Section):
@@ -179,6 +181,7 @@ class HolmRow(_Section):
 
     test: str | None = None
     holm_pvalue: float | None = None
+    reject: bool | None = None  # Holm-adjusted p below alpha
 
 
 class ImpossibleTokens(_Section):
@@ -195,6 +198,7 @@ class GoodnessOfFit(ResultVerdict):
 
     n_tokens: int | None = None
     gate: list[HolmRow] = []
+    tests: dict[str, Any] = {}  # test -> its figures (statistic, pvalue, n, method; the PIT's histogram and ks)
     impossible_tokens: ImpossibleTokens | None = None
     flagged_groups: list[dict[str, Any]] = []
 
@@ -216,6 +220,13 @@ class Divergence(_Section):
 
     prompt_id: str | None = None
     position: int | None = None
+    # the engine's token id and the control's there (null past an output's end; a float where the
+    # results table widened the column for that null)
+    token: int | float | None = None
+    reference_token: int | float | None = None
+    logit_gap: float | None = None
+    top2_gap: float | None = None
+    tolerance: float | None = None
     classification: str | None = None
 
 
@@ -236,8 +247,13 @@ class TvBound(_Section):
 
     upper: float | None = None
     estimate: float | None = None
+    kl_upper: float | None = None
+    pvalue: float | None = None
     delta: float | None = None
     n_samples: int | None = None
+    n_prompts: int | None = None
+    position: int = 0  # the output position bounded (the first)
+    reference: str = "target"  # what the engine's distribution is compared with
     verdict: str | None = None
     samples_to_show: dict[str, Any] | None = None
 
@@ -380,6 +396,8 @@ class ContextSection(_Section):
     """`context` (stats.context): acceptance by prompt length and output position; `findings` in words."""
 
     engine: str
+    prompt_bands: dict[str, int] = {}  # prompt-length band -> prompts
+    by_output_position: dict[str, Any] | None = None  # {bands: [{band, value, ci_low, ci_high, n_prompts, n_positions}]}
     length_fallback: dict[str, Any] | None = None
     findings: list[str] = []
 
@@ -392,9 +410,17 @@ class Comparison(_Section):
     difference: MetricEstimate | None = None
     pvalue: float | None = None
     pvalue_holm: float | None = None
+    test: str | None = None  # "mannwhitneyu", or "wilcoxon" for parallel prompts
+    effect_size: float | None = None
+    effect_size_name: str | None = None
     n_prompts: int | None = None
+    n_reference_prompts: int | None = None
+    n_pairs: int | None = None  # parallel prompts: the pairs the signed-rank test used
+    small_group: bool | None = None
     interval_method: str | None = None  # absent in snapshots written before the ratio intervals
+    # the smallest drop and rise of the ratio detected with 80% power (older snapshots: `mdr`, an extra)
     min_detectable_ratio_low: float | None = None
+    min_detectable_ratio_high: float | None = None
     status: Annotated[DisparityStatus, _parsed(DisparityStatus.parse)] | None = None
 
     @property
@@ -407,7 +433,10 @@ class MetricDisparity(_Section):
     """One metric across a dimension's groups: the pairwise comparisons and the overall rank test."""
 
     pairwise: dict[str, Comparison] = {}
-    kruskal: dict[str, Any] | None = None
+    kruskal: dict[str, Any] | None = None  # statistic, pvalue, n_groups, n_prompts
+    # the spread across groups: "between_groups" (max − min, min ÷ max) and "to_overall"
+    difference: dict[str, MetricEstimate | None] = {}
+    ratio: dict[str, MetricEstimate | None] = {}
 
 
 class DimensionDisparities(_Section):
@@ -423,6 +452,20 @@ class DimensionDisparities(_Section):
     flags: list[Any] = []
     warnings: list[Any] = []
     drilldown: dict[str, Any] | None = None
+
+
+class DimensionAdvice(_Section):
+    """`recommendations.<dimension>` (stats.advice): per group the cost model's draft length and
+    speed-ups, the fallback routing simulation, and the projection for a deployment described
+    with --deployment-cost-ratio."""
+
+    model: str | None = None  # the speed-up model, in words
+    acceptance_rule: str | None = None  # what engine_rule_rate measures
+    # group -> k, alpha, cost_ratio, expected / measured / projected speed-up, best_k, slowed_down, ...
+    by_group: dict[str, dict[str, Any]] = {}
+    fallback: dict[str, Any] | None = None  # threshold, rule, oracle, reference, by_group, overall, sweep
+    projection: dict[str, Any] | None = None  # cost_ratio, verify_cost, formula, note
+    messages: list[str] = []
 
 
 class ShapeFigures(_Section):
@@ -467,14 +510,19 @@ class ShapesSection(_Section):
 
 class GateCheckEntry(_Section):
     name: str | None = None
+    title: str | None = None
     status: Check
+    message: str | None = None
+    details: dict[str, Any] | None = None  # what the check measured; `not_run`, `status` where it could not judge
 
 
 class GateSection(_Section):
     """`gate`: the gate's status and its checks, as `specaudit gate` wrote them."""
 
     status: Check
+    exit_code: int | None = None
     counts: dict[Check, int] | None = None
+    thresholds: dict[str, Any] | None = None  # the gate's thresholds (None: taken from the analysis)
     checks: list[GateCheckEntry] = []
 
 
@@ -568,7 +616,7 @@ class Snapshot(_Section):
     equivalence: EquivalenceSection
     groups: dict[str, DimensionGroups]
     disparities: dict[str, DimensionDisparities] = {}
-    recommendations: dict[str, Any] = {}
+    recommendations: dict[str, DimensionAdvice] = {}
     prompts: list[PromptRow] = []
     gate: GateSection | None = None
     logprob_parity: LogprobParitySection | None = None  # only where a server returned logprobs
@@ -710,6 +758,7 @@ __all__ = [
     "AnalysisBlock",
     "ConcurrencySection",
     "ContextSection",
+    "DimensionAdvice",
     "EngineEquivalence",
     "EngineFaultsSection",
     "EquivalenceSection",
