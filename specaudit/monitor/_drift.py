@@ -421,18 +421,18 @@ def compare(
 
 
 def compare_snapshots(
-    current: Mapping[str, Any],
-    baseline: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    current: Snapshot | Mapping[str, Any],
+    baseline: Snapshot | Mapping[str, Any] | Sequence[Snapshot | Mapping[str, Any]],
     *,
-    history: Sequence[Mapping[str, Any]] = (),
+    history: Sequence[Snapshot | Mapping[str, Any]] = (),
     **options: Any,
 ) -> MonitorResult:
-    """`compare` for snapshot dicts (no store): `baseline` one snapshot or a window (oldest first);
-    `history` the runs before `current`, oldest first, for the CUSUM (`current` is appended)."""
-    baselines = [baseline] if isinstance(baseline, Mapping) else list(baseline)
+    """`compare` for snapshots (typed, or dicts; no store): `baseline` one snapshot or a window (oldest
+    first); `history` the runs before `current`, oldest first, for the CUSUM (`current` is appended)."""
+    baselines = [baseline] if isinstance(baseline, (Snapshot, Mapping)) else list(baseline)
     cache: dict[int, RunView] = {}  # a snapshot in both the window and the history is read once
 
-    def view(snapshot: Mapping[str, Any], label: str) -> RunView:
+    def view(snapshot: Snapshot | Mapping[str, Any], label: str) -> RunView:
         if id(snapshot) not in cache:
             cache[id(snapshot)] = RunView.from_snapshot(snapshot, label=label)
         return cache[id(snapshot)]
