@@ -18,11 +18,11 @@ def add_report(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from specaudit.contracts.snapshot import load_snapshot, snapshot_path
+    from specaudit.contracts.snapshot import read_snapshot, snapshot_path
     from specaudit.report import render_report
 
-    snapshot = load_snapshot(args.snapshot)
-    other = load_snapshot(args.compare) if args.compare else None
+    snapshot = read_snapshot(args.snapshot)
+    other = read_snapshot(args.compare) if args.compare else None
     paths = render_report(snapshot, args.out or snapshot_path(args.snapshot).parent, compare=other, compare_label=str(args.compare or ""))
     html = paths["html"]
     print(f"{html} ({html.stat().st_size / 1024:.0f} KiB); also {', '.join(p.name for k, p in paths.items() if k != 'html')}")

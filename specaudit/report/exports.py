@@ -8,12 +8,17 @@ import io
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
+from specaudit.contracts.snapshot import DimensionDisparities, GroupEntry, MetricEstimate, read_snapshot
 from specaudit.report.view.concurrency import concurrency_markdown
-from specaudit.report.view.format import MISSING, finite, get
+from specaudit.report.view.format import finite, recorded
 from specaudit.report.view.shapes import shapes_markdown
+
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import GateCheckEntry, Snapshot
 
 # ============================================================================ summary.md
 # Only what can start markup inside running text or a table cell: links need "[", emphasis "*"/"_",
@@ -147,32 +152,33 @@ def _csv_number(value: Any) -> str:
     return repr(float(value)) if finite(value) else ""
 
 
-def groups_rows(snapshot: Mapping[str, Any]) -> list[dict[str, str]]:
+def groups_rows(snapshot: Snapshot | Mapping[str, Any] | str | Path) -> list[dict[str, str]]:
     """One row per dimension × group × metric (the overall population has kind 'overall'), with the
     group's ratio to its reference, the test's p and Holm p and its DisparityStatus where compared."""
     from specaudit.report.view.statuses import band_of, comparison_status
     from specaudit.report.view.subject import subject_ids
 
-    run = get(snapshot, "run", default={})
+    snapshot = read_snapshot(snapshot)
     target, draft = (_csv_text(text) for text in subject_ids(snapshot))
-    run_id = _csv_text(get(run, "id", default=""))
+    run_id = _csv_text(snapshot.run.id or "")
     rows = []
-    for dimension, part in (get(snapshot, "groups", default={}) or {}).items():
-        disparity = get(snapshot, "disparities", dimension, default={})
-        reference = get(disparity, "reference", default=get(part, "reference"))
+    for dimension, part in snapshot.groups.items():
+        disparity = snapshot.disparities.get(dimension) or DimensionDisparities()
+        reference = disparity.reference or part.reference
         band = band_of(disparity)
-        entries = [("overall", "overall", get(part, "overall", default={}))]
-        entries += [(group, "group", entry) for group, entry in (get(part, "by_group", default={}) or {}).items()]
+        entries = [("overall", "overall", part.overall or GroupEntry(metrics={}))]
+        entries += [(group, "group", entry) for group, entry in part.by_group.items()]
         for group, kind, entry in entries:
-            for metric, block in (get(entry, "metrics", default={}) or {}).items():
-                compared = get(disparity, "metrics", metric, "pairwise", group) if kind == "group" else None
+            for metric, block in entry.metrics.items():
+                compared_metric = disparity.metrics.get(metric)
+                compared = compared_metric.pairwise.get(group) if compared_metric is not None and kind == "group" else None
                 is_reference = kind == "group" and str(group) == str(reference)
-                ratio = get(compared, "ratio", default={}) if isinstance(compared, Mapping) else {}
+                ratio = (compared.ratio if compared is not None else None) or MetricEstimate(value=None)
                 status = (
                     comparison_status(compared, band).value
-                    if isinstance(compared, Mapping)
+                    if compared is not None
                     else "reference"
-                    if is_reference and get(disparity, "metrics", metric)
+                    if is_reference and compared_metric is not None
                     else ""
                 )
                 rows.append(
@@ -185,23 +191,23 @@ def groups_rows(snapshot: Mapping[str, Any]) -> list[dict[str, str]]:
                         "is_reference": "true" if is_reference else "false",
                         "kind": kind,
                         "metric": _csv_text(metric),
-                        "value": _csv_number(get(block, "value")),
-                        "ci_low": _csv_number(get(block, "ci_low")),
-                        "ci_high": _csv_number(get(block, "ci_high")),
-                        "n_prompts": str(int(block["n_prompts"])) if finite(get(block, "n_prompts")) else "",
-                        "n_tokens": str(int(block["n_tokens"])) if finite(get(block, "n_tokens")) else "",
-                        "ratio": _csv_number(get(ratio, "value")),
-                        "ratio_ci_low": _csv_number(get(ratio, "ci_low")),
-                        "ratio_ci_high": _csv_number(get(ratio, "ci_high")),
-                        "pvalue": _csv_number(get(compared, "pvalue")),
-                        "pvalue_holm": _csv_number(get(compared, "pvalue_holm")),
+                        "value": _csv_number(block.value),
+                        "ci_low": _csv_number(block.ci_low),
+                        "ci_high": _csv_number(block.ci_high),
+                        "n_prompts": str(block.n_prompts) if block.n_prompts is not None else "",
+                        "n_tokens": str(block.n_tokens) if block.n_tokens is not None else "",
+                        "ratio": _csv_number(ratio.value),
+                        "ratio_ci_low": _csv_number(ratio.ci_low),
+                        "ratio_ci_high": _csv_number(ratio.ci_high),
+                        "pvalue": _csv_number(compared.pvalue if compared is not None else None),
+                        "pvalue_holm": _csv_number(compared.pvalue_holm if compared is not None else None),
                         "status": status,
                     }
                 )
     return rows
 
 
-def groups_csv(snapshot: Mapping[str, Any]) -> str:
+def groups_csv(snapshot: Snapshot | Mapping[str, Any] | str | Path) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -221,35 +227,31 @@ def _xml_text(value: Any) -> str:
 INSUFFICIENT = DisparityStatus.INSUFFICIENT
 
 
-def _junit_status(check: Mapping[str, Any]) -> CheckStatus | DisparityStatus:
+def _junit_status(check: GateCheckEntry) -> CheckStatus | DisparityStatus:
     """The check's CheckStatus, or INSUFFICIENT for a check that could not judge (it says it was
     not run, or its comparisons are INSUFFICIENT): CI shows those as skipped, with the reason."""
-    try:
-        status = CheckStatus.parse(check.get("status", ""))
-    except ValueError:
+    details = check.details or {}  # what the check measured: an open part, each check its own figures
+    if check.status is not CheckStatus.FAIL and (details.get("not_run") or str(details.get("status", "")).upper() == INSUFFICIENT):
         return INSUFFICIENT
-    details = check.get("details") if isinstance(check.get("details"), Mapping) else {}
-    if status is not CheckStatus.FAIL and (details.get("not_run") or str(details.get("status", "")).upper() == INSUFFICIENT):
-        return INSUFFICIENT
-    return status
+    return check.status
 
 
-def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str, Any] | None = None) -> str:
-    """One test case per gate check. FAIL → <failure>; WARN → a passed case (CI must not read a
-    warning as "not run") with a `status` property and the finding in system-out; a check that
-    could not judge (INSUFFICIENT, not run) → <skipped> with its reason; PASS → a plain case.
-    The suite carries target, draft, seed and commit as properties, a timestamp and a time."""
+def junit_xml(snapshot: Snapshot | Mapping[str, Any] | str | Path, *, suite: str = "specaudit gate") -> str:
+    """One test case per check of the snapshot's gate. FAIL → <failure>; WARN → a passed case (CI
+    must not read a warning as "not run") with a `status` property and the finding in system-out; a
+    check that could not judge (INSUFFICIENT, not run) → <skipped> with its reason; PASS → a plain
+    case. The suite carries target, draft, seed and commit as properties, a timestamp and a time."""
     from specaudit.report.view.subject import subject, subject_ids
 
-    checks = [c for c in (gate.get("checks") or []) if isinstance(c, Mapping)] if isinstance(gate, Mapping) else []
-    snapshot = snapshot or {}
-    run = get(snapshot, "run", default={})
+    snapshot = read_snapshot(snapshot)
+    gate, run = snapshot.gate, snapshot.run
+    checks = gate.checks if gate is not None else []
     root = ET.Element("testsuites", name="specaudit")
     statuses = [_junit_status(c) for c in checks]
     failures = statuses.count(CheckStatus.FAIL)
     skipped = statuses.count(INSUFFICIENT) if checks else 1
     tests = len(checks) or 1
-    seconds = get(run, "analysis", "seconds")
+    seconds = run.analysis.seconds if run.analysis is not None else None
     suite_el = ET.SubElement(
         root,
         "testsuite",
@@ -258,32 +260,32 @@ def junit_xml(gate: Any, *, suite: str = "specaudit gate", snapshot: Mapping[str
         failures=str(failures),
         errors="0",
         skipped=str(skipped),
-        timestamp=_xml_text(get(run, "created", default="")),
+        timestamp=_xml_text(run.created or ""),
         time=f"{float(seconds):.3f}" if finite(seconds) else "0",
     )
     root.set("tests", str(tests))
     root.set("failures", str(failures))
-    about = dict(subject(snapshot)) if run else {}
-    target, draft = subject_ids(snapshot) if run else (None, None)
+    about = dict(subject(snapshot))
+    target, draft = subject_ids(snapshot)
     properties = ET.SubElement(suite_el, "properties")
     for name, value in (
-        ("run_id", get(run, "id")),
+        ("run_id", run.id),
         ("target", target),
         ("draft", draft),
         ("seed", about.get("Seed")),
         ("commit", about.get("specaudit")),
-        ("gate_status", gate.get("status") if isinstance(gate, Mapping) else EquivalenceStatus.NOT_RUN),
+        ("gate_status", gate.status if gate is not None else EquivalenceStatus.NOT_RUN),
     ):
-        ET.SubElement(properties, "property", name=name, value=_xml_text(value if value is not None else MISSING))
+        ET.SubElement(properties, "property", name=name, value=_xml_text(recorded(value)))
     if not checks:
         case = ET.SubElement(suite_el, "testcase", classname="specaudit.gate", name="gate")
         ET.SubElement(case, "skipped", message="gate not run: run `specaudit gate SNAPSHOT --write` to judge this snapshot")
     for check, status in zip(checks, statuses):
-        name = str(check.get("name", MISSING))
+        name = str(recorded(check.name))
         family = name.split("[", 1)[0]
         case = ET.SubElement(suite_el, "testcase", classname=_xml_text(f"specaudit.gate.{family}"), name=_xml_text(name), time="0")
-        message = _xml_text(check.get("message", ""))
-        title = check.get("title", name)
+        message = _xml_text(recorded(check.message, ""))
+        title = recorded(check.title, name)
         ET.SubElement(
             ET.SubElement(case, "properties"),
             "property",

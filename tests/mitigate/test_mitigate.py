@@ -299,6 +299,7 @@ def _report_text(path) -> str:
 
 def test_mitigate_writes_a_report_with_the_before_after_section(mitigated, tmp_path):
     from specaudit.contracts import EquivalenceStatus
+    from specaudit.contracts.snapshot import read_snapshot
     from specaudit.report.view.statuses import engine_status
 
     out, summary = mitigated.out_dir, mitigated.summary
@@ -315,11 +316,11 @@ def test_mitigate_writes_a_report_with_the_before_after_section(mitigated, tmp_p
     worst = comparison["worst_ratio"]
     assert f"{worst['before']:.2f} → {worst['after']:.2f}" in text
     # the equivalence verdict shown is the re-audit snapshot's own, which the report re-derives
-    reaudit = json.loads((out / "reaudit-run" / "snapshot.json").read_text())
-    status = engine_status(reaudit["equivalence"]["engines"]["speculative"])
+    reaudit = read_snapshot(out / "reaudit-run")
+    status = engine_status(reaudit.equivalence.engines["speculative"])
     assert status != EquivalenceStatus.NOT_RUN and status.value.upper() in text
     # the before/after lives in the re-audit's snapshot, so `specaudit report` renders it again
-    assert reaudit["mitigation"]["comparison"] == comparison
+    assert reaudit.mitigation["comparison"] == comparison
     assert _cli("report", out / "reaudit-run", "--out", tmp_path / "again") == 0
     assert 'id="mitigation"' in (tmp_path / "again" / "report.html").read_text(encoding="utf-8")
 

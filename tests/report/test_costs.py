@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from specaudit.contracts.snapshot import read_snapshot
 from specaudit.report.view.costs import duration, engine_seconds_per_sample, samples_cost
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "reports" / "example"
@@ -21,7 +22,7 @@ def test_predicted_engine_time_matches_what_the_engines_took(snapshot):
         for r in map(json.loads, (EXAMPLE / "records.jsonl").read_text().splitlines())
         if r.get("engine") in ("vanilla", "speculative") and r.get("wall_s")
     )
-    assert engine_seconds_per_sample(snapshot) == pytest.approx(measured, rel=0.1)
+    assert engine_seconds_per_sample(read_snapshot(snapshot)) == pytest.approx(measured, rel=0.1)
 
 
 def test_the_samples_advice_over_the_budget_gives_no_command(snapshot):
@@ -33,7 +34,7 @@ def test_the_samples_advice_over_the_budget_gives_no_command(snapshot):
     wanted = plan["samples"]
     # the samples a correct engine's TV bound needs to reach delta (stats.plugin_tv), not the first-token test's power
     assert plan["expected_upper"] <= plan["delta"] == 0.05
-    cost = predicted_rerun(snapshot, samples=wanted)
+    cost = predicted_rerun(read_snapshot(snapshot), samples=wanted)
     assert cost.over_budget and cost.sentence() in advice["text"]
     assert f"{wanted:,} sample(s) on each of 44 engine prompts" in advice["text"]
     total, prompts, samples = min((int(p) * n, int(p), n) for p, n in plan["fewer_prompts"].items())
@@ -41,7 +42,8 @@ def test_the_samples_advice_over_the_budget_gives_no_command(snapshot):
     # neither budget fits in a day: no command, and the advice says what the audit did show instead
     assert not advice["command"]
     assert f"No rerun within {BUDGET_HOURS:g} h shows it" in advice["text"] and "What this audit did show" in advice["text"]
-    assert samples_cost({"speed": {"source": "engines"}}, 8) is None  # no cost model, no measured time: no invented figure
+    bare = {"schema_version": 1, "run": {}, "equivalence": {"status": "not run"}, "groups": {}, "speed": {"source": "engines"}}
+    assert samples_cost(read_snapshot(bare), 8) is None  # no cost model, no measured time: no invented figure
 
 
 def test_durations_read_at_a_prediction_precision():
@@ -74,4 +76,5 @@ def test_every_recommended_command_states_what_it_costs(snapshot):
     rerun = next(a["text"] for a in _actions(best_k) if "--k 2" in a["command"])
     # k = 2 at 1.3x: vanilla's time plus vanilla's / 1.3, less than this audit's engines at 0.71x
     assert "the speculative one at k = 2" in rerun
-    assert engine_seconds_per_sample(snapshot, speedup=1.3) < engine_seconds_per_sample(snapshot)
+    typed = read_snapshot(snapshot)
+    assert engine_seconds_per_sample(typed, speedup=1.3) < engine_seconds_per_sample(typed)

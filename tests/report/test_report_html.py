@@ -18,7 +18,7 @@ from report_inputs import HOSTILE_GROUP, HOSTILE_ID, HOSTILE_TOKEN
 from specaudit.charts import GROUP_COLOURS, STATUS_STYLE, contrast_ratio
 from specaudit.cli import main
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
-from specaudit.contracts.snapshot import load_snapshot
+from specaudit.contracts.snapshot import Comparison, EngineEquivalence, load_snapshot, read_snapshot
 from specaudit.errors import InputError
 from specaudit.gate import GateThresholds, evaluate_gate
 from specaudit.report import OUTPUT_FILES, groups_rows, junit_xml, render_html, render_report, render_summary
@@ -27,6 +27,7 @@ from specaudit.report.view.statuses import comparison_status, engine_status, not
 from specaudit.report.view.subject import with_flags
 
 MAX_BYTES = 2 * 1024 * 1024
+BARE = {"schema_version": 1, "run": {}, "equivalence": {"status": "not run"}, "groups": {}}  # the least a snapshot holds
 
 
 class _Elements(HTMLParser):
@@ -204,6 +205,10 @@ def test_markdown_escape():
 
 
 # ---------------------------------------------------------------------------- missing and odd sections
+# the sections the contract requires, at their least: what a snapshot holds where they did not run
+NOT_RUN_SECTIONS = {"equivalence": {"status": "not run"}, "groups": {}, "run": {}}
+
+
 @pytest.mark.parametrize(
     "drop",
     [
@@ -217,6 +222,10 @@ def test_missing_sections_render_as_not_run(tmp_path, snapshot, drop):
     _gated(snapshot)
     for key in drop:
         snapshot.pop(key, None)
+        if key in NOT_RUN_SECTIONS:
+            with pytest.raises(InputError, match=f"has no '{key}' section"):  # the contract's sections are never guessed
+                render_report(snapshot, tmp_path)
+            snapshot[key] = NOT_RUN_SECTIONS[key]
     paths = render_report(snapshot, tmp_path)
     html = paths["html"].read_text(encoding="utf-8")
     parsed = _parse(html)
@@ -238,18 +247,25 @@ def test_missing_sections_render_as_not_run(tmp_path, snapshot, drop):
     assert "not run" in paths["summary"].read_text(encoding="utf-8").lower() or len(drop) == 0
 
 
-def test_equivalence_marked_not_run_and_odd_shapes_never_crash(tmp_path, snapshot):
+def test_equivalence_marked_not_run_and_odd_shapes_refused(tmp_path, snapshot):
     snapshot["equivalence"] = {"status": "not run"}
-    snapshot["disparities"] = {"style": ["not", "a", "mapping"]}
-    snapshot["recommendations"] = "garbage"
-    snapshot["gate"] = {"status": "pass"}  # no checks: not a gate result
+    snapshot.pop("gate")
     html = render_html(snapshot)
     parsed = _parse(html)
     assert "Equivalence tests: not run" in _section(parsed, "equivalence")
     assert "Gate: not run" in _section(parsed, "gate")
     assert "Fairness" in _section(parsed, "disparity") and "Insufficient evidence" in _section(parsed, "summary")
+    # a snapshot that breaks the contract is refused with one sentence naming the first problem, never half-rendered
+    for odd, problem in (
+        ({"disparities": {"style": ["not", "a", "mapping"]}}, "disparities.style must be an object, got a list"),
+        ({"recommendations": "garbage"}, "recommendations must be an object, got a string"),
+        ({"gate": {"checks": []}}, "has no 'gate.status'"),
+    ):
+        with pytest.raises(InputError, match=re.escape(problem)):
+            render_html({**snapshot, **odd})
     for empty in ({}, {"schema_version": 1}, {"schema_version": 1, "run": None, "groups": None}):
-        assert "not run" in render_html(empty)
+        with pytest.raises(InputError, match="not a specaudit snapshot|has no|run must be an object"):
+            render_html(empty)
     with pytest.raises(InputError):
         render_report(["not a snapshot"], tmp_path)
 
@@ -411,7 +427,7 @@ def test_junit_has_one_case_per_gate_check(tmp_path, snapshot):
 
 
 def test_junit_without_a_gate_is_valid_and_says_so():
-    root = ET.fromstring(junit_xml(None))
+    root = ET.fromstring(junit_xml(BARE))
     cases = list(root.iter("testcase"))
     assert len(cases) == 1 and "not run" in cases[0].find("skipped").get("message")
 
@@ -460,15 +476,17 @@ needs_example = pytest.mark.skipif(not EXAMPLE.is_file(), reason="reports/exampl
 
 
 def _ratio(low, high, **extra):
-    return {"ratio": {"value": (low * high) ** 0.5, "ci_low": low, "ci_high": high}, **extra}
+    return Comparison.model_validate({"ratio": {"value": (low * high) ** 0.5, "ci_low": low, "ci_high": high}, **extra})
 
 
 def test_comparison_status_uses_the_carried_status_or_the_interval_never_ok():
     band = (0.8, 1.25)
-    # the issue's example: an interval straddling the band is INCONCLUSIVE, whatever an old snapshot called it
-    assert comparison_status(_ratio(0.46, 1.52, status="ok"), band) == DisparityStatus.INCONCLUSIVE
+    # the issue's example: an interval straddling the band is INCONCLUSIVE; an old snapshot's "ok" breaks the contract
+    assert comparison_status(_ratio(0.46, 1.52), band) == DisparityStatus.INCONCLUSIVE
+    with pytest.raises(ValueError, match="'ok' is not a DisparityStatus"):
+        _ratio(0.46, 1.52, status="ok")
     assert comparison_status(_ratio(0.85, 1.2), band) == DisparityStatus.WITHIN
-    assert comparison_status(_ratio(0.3, 0.7, status="inconclusive"), band) == DisparityStatus.FLAG
+    assert comparison_status(_ratio(0.3, 0.7), band) == DisparityStatus.FLAG
     assert comparison_status(_ratio(1.3, 1.9), band) == DisparityStatus.FLAG
     # a design that cannot detect a ratio at the band's edges cannot decide, even with a narrow interval
     assert (
@@ -476,18 +494,21 @@ def test_comparison_status_uses_the_carried_status_or_the_interval_never_ok():
         == DisparityStatus.INSUFFICIENT
     )
     assert comparison_status(_ratio(0.85, 1.2, mdr={"low": 0.7, "high": 1.3}), band) == DisparityStatus.INSUFFICIENT
-    assert comparison_status({"ratio": {"value": None}}, band) == DisparityStatus.INSUFFICIENT
+    assert comparison_status(Comparison.model_validate({"ratio": {"value": None}}), band) == DisparityStatus.INSUFFICIENT
     # the decisive-audits vocabulary, when a snapshot carries it, is used as it is
     assert comparison_status(_ratio(0.46, 1.52, status="WITHIN"), band) == DisparityStatus.WITHIN
 
 
 def test_engine_status_and_tests_that_cannot_reject():
-    assert engine_status({"verdict": "pass", "goodness_of_fit": {"tests": {}}}) == EquivalenceStatus.NO_VIOLATION_FOUND
-    assert engine_status({"verdict": "fail", "goodness_of_fit": {}, "two_sample": {"x": 1}}) == EquivalenceStatus.VIOLATION
-    assert engine_status({"verdict": "pass", "goodness_of_fit": {"impossible_tokens": {"statistic": 2}}}) == EquivalenceStatus.VIOLATION
-    assert engine_status({"goodness_of_fit": {"n": 1}, "tv_bound": {"verdict": "equivalent within delta"}}) == EquivalenceStatus.EQUIVALENT
-    assert engine_status({}) == EquivalenceStatus.NOT_RUN
-    assert engine_status({"status": "equivalent within delta"}) == EquivalenceStatus.EQUIVALENT
+    def status(entry):
+        return engine_status(EngineEquivalence.model_validate(entry))
+
+    assert status({"verdict": "pass", "goodness_of_fit": {"tests": {}}}) == EquivalenceStatus.NO_VIOLATION_FOUND
+    assert status({"verdict": "fail", "goodness_of_fit": {}, "two_sample": {"x": 1}}) == EquivalenceStatus.VIOLATION
+    assert status({"verdict": "pass", "goodness_of_fit": {"impossible_tokens": {"statistic": 2}}}) == EquivalenceStatus.VIOLATION
+    assert status({"goodness_of_fit": {"n": 1}, "tv_bound": {"verdict": "equivalent within delta"}}) == EquivalenceStatus.EQUIVALENT
+    assert status({}) == EquivalenceStatus.NOT_RUN
+    assert status({"status": "equivalent within delta"}) == EquivalenceStatus.EQUIVALENT
     assert "p = 1 by construction" in not_run_reason({"pvalue": 1.0}, two_sample=True, samples=1)
     assert not_run_reason({"pvalue": 1.0}, two_sample=True, samples=5) is None
     assert not_run_reason({"not_run_reason": "no vanilla samples"}, two_sample=True, samples=5) == "no vanilla samples"
@@ -628,7 +649,7 @@ def test_junit_marks_checks_that_could_not_judge_as_skipped_with_the_reason():
             {"name": "impossible-tokens", "title": "i", "status": "pass", "message": "none"},
         ],
     }
-    root = ET.fromstring(junit_xml(gate))
+    root = ET.fromstring(junit_xml({**BARE, "gate": gate}))
     cases = {c.get("name"): c for c in root.iter("testcase")}
     for name in ("disparity[d/speedup]", "min-speedup[d]"):
         assert cases[name].find("skipped").get("message").startswith("INSUFFICIENT: ")
@@ -642,7 +663,7 @@ def test_junit_marks_checks_that_could_not_judge_as_skipped_with_the_reason():
 
 def test_decision_follows_the_gate_and_the_evidence(snapshot):
     from specaudit.report.view.statuses import comparisons, speed_summary
-    from specaudit.report.view.verdicts import decide
+    from specaudit.report.view.verdicts import decide as decide_typed
 
     snapshot = _gated(snapshot)
     for part in snapshot["groups"].values():  # a draft that pays off everywhere, measured precisely
@@ -652,8 +673,12 @@ def test_decision_follows_the_gate_and_the_evidence(snapshot):
         for block in part["metrics"].values():
             for row in block.get("pairwise", {}).values():
                 row["status"] = "WITHIN"
-    comps, speed = comparisons(snapshot), speed_summary(snapshot)
+    comps, speed = comparisons(read_snapshot(snapshot)), speed_summary(read_snapshot(snapshot))
     ok = [("speculative", EquivalenceStatus.EQUIVALENT)]
+
+    def decide(snapshot, engines, comps, speed):
+        return decide_typed(read_snapshot(snapshot), engines, comps, speed)
+
     snapshot["gate"] = {"status": "pass", "exit_code": 0, "checks": [{"name": "impossible-tokens", "status": "pass"}]}
     assert decide(snapshot, ok, comps, speed)["title"] == "Enable"
     snapshot["gate"] = {

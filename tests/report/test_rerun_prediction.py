@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 
+from specaudit.contracts.snapshot import read_snapshot
 from specaudit.report.view.costs import BUDGET_HOURS, RerunCost, predicted_rerun
 
 
@@ -46,7 +47,7 @@ def test_predicted_rerun_scales_the_measured_stages(tiny_pair_dir, tiny_prompts_
     stages = first["run"]["stage_seconds"]
     assert set(stages) == {"screen", "engines"} and stages["screen"] > 0
     assert stages["screen"] + stages["engines"] <= wall  # model loading comes on top of what any stage measures
-    predicted = predicted_rerun(first, samples=3)
+    predicted = predicted_rerun(read_snapshot(first), samples=3)
     assert predicted is not None and predicted.screen == pytest.approx(3 * stages["screen"])
     assert predicted.analysis == pytest.approx(3 * first["run"]["analysis"]["seconds"])
     assert predicted.total == pytest.approx(predicted.engines + predicted.screen + predicted.analysis)

@@ -11,12 +11,14 @@ statuses.py, verdicts.py, subject.py, glossary.py); this one assembles them and 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup, escape
 
 from specaudit.contracts import CheckStatus
 from specaudit.contracts.run import SPECULATIVE_ENGINE
+from specaudit.contracts.snapshot import AnalysisBlock, GateSection, RunSection, Snapshot, read_snapshot
 from specaudit.report.view.base import NOT_RUN, Ids, guard
 from specaudit.report.view.concurrency import concurrency_view
 from specaudit.report.view.context import context_view
@@ -26,10 +28,10 @@ from specaudit.report.view.format import (
     MISSING,
     badge,
     finite,
-    get,
     integer,
-    is_status,
+    mapping,
     metric_label,
+    recorded,
     setting,
 )
 from specaudit.report.view.glossary import Terms, glossary_rows, group_names
@@ -39,16 +41,23 @@ from specaudit.report.view.subject import model_hash
 from specaudit.report.view.summary import speed_chart, summary_view
 
 
-def build_view(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = None, compare_label: str = "") -> dict[str, Any]:
+def build_view(
+    snapshot: Snapshot | Mapping[str, Any] | str | Path,
+    compare: Snapshot | Mapping[str, Any] | str | Path | None = None,
+    compare_label: str = "",
+) -> dict[str, Any]:
+    """The view of a snapshot (a Snapshot, or a mapping or path validated into one: InputError if
+    it breaks the contract); with `compare`, another run's snapshot to show what changed."""
+    snapshot = read_snapshot(snapshot)
+    compare = read_snapshot(compare) if compare is not None else None
     ids = Ids()
-    snapshot = snapshot if isinstance(snapshot, Mapping) else {}
-    run = guard("run", _run_view, snapshot)
-    samples = get(snapshot, "run", "config", "samples")
-    equivalence = guard("equivalence", equivalence_view, get(snapshot, "equivalence", default={}), ids, samples)
+    run = guard("run", _run_view, snapshot.run)
+    samples = (snapshot.run.config or {}).get("samples")
+    equivalence = guard("equivalence", equivalence_view, snapshot.equivalence, ids, samples)
     disparity = guard("disparity", disparity_view, snapshot, ids)
-    gate = guard("gate", _gate_view, snapshot.get("gate"), get(snapshot, "run", "analysis", default={}))
+    gate = guard("gate", _gate_view, snapshot.gate, snapshot.run.analysis)
     view = {
-        "schema_version": snapshot.get("schema_version"),
+        "schema_version": snapshot.schema_version,
         "run": run,
         "equivalence": equivalence,
         "disparity": disparity,
@@ -57,62 +66,62 @@ def build_view(snapshot: Mapping[str, Any], compare: Mapping[str, Any] | None = 
     }
     view["summary"] = guard("summary", summary_view, view, snapshot)
     view["speed_chart"] = guard("speed chart", lambda: {"chart": speed_chart(snapshot, ids)})
-    view["context"] = guard("long context", context_view, snapshot)
-    view["shapes"] = guard("shapes", shapes_view, snapshot)
+    view["context"] = guard("long context", context_view, snapshot.context)
+    view["shapes"] = guard("shapes", shapes_view, snapshot.shapes)
     view["mitigation"] = guard("before/after mitigation", mitigation_view, snapshot)
     view["concurrency"] = guard("concurrency", concurrency_view, snapshot, ids)
     view["compare"] = guard("comparison", _compare_view, snapshot, compare, compare_label) if compare is not None else {"ran": False}
     view["terms"] = Terms()
     view["glossary"] = glossary_rows()
-    view["group_names"] = group_names(snapshot)
+    view["group_names"] = group_names(snapshot.run)
     return view
 
 
 # ============================================================================ run / header
-def _run_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
-    run = get(snapshot, "run", default={})
-    config = get(run, "config", default={})
-    models = get(run, "models", default={})
-    prompt_set = get(run, "prompt_set", default={})
-    temperature = get(config, "temperature")
+def _run_view(run: RunSection) -> dict[str, Any]:
+    config = run.config or {}
+    models = run.models or {}
+    prompt_set = run.prompt_set or {}
+    temperature = config.get("temperature")
     sampling = (
         "greedy"
         if temperature == 0
         else (
             f"T = {setting(temperature)}"
-            + (f", top-k {config['top_k']}" if get(config, "top_k") else "")
-            + (f", top-p {setting(config['top_p'])}" if finite(get(config, "top_p")) and config["top_p"] < 1 else "")
+            + (f", top-k {config['top_k']}" if config.get("top_k") else "")
+            + (f", top-p {setting(config['top_p'])}" if finite(config.get("top_p")) and config["top_p"] < 1 else "")
             if finite(temperature)
             else MISSING
         )
     )
-    target = get(models, "target", "name", default=get(config, "target", default=MISSING))
-    draft = get(models, "draft", "name", default=get(config, "draft", default=MISSING))
-    if get(models, SPECULATIVE_ENGINE, "url"):  # a live endpoint pair: the servers are the models audited
-        target = f"{get(models, 'vanilla', 'model')} at {get(models, 'vanilla', 'url')} (speculation off)"
-        draft = f"{get(models, 'speculative', 'model')} at {get(models, 'speculative', 'url')} (speculation on)"
+    target = mapping(models.get("target")).get("name") or config.get("target") or MISSING
+    draft = mapping(models.get("draft")).get("name") or config.get("draft") or MISSING
+    if mapping(models.get(SPECULATIVE_ENGINE)).get("url"):  # a live endpoint pair: the servers are the models audited
+        vanilla, speculative = mapping(models.get("vanilla")), mapping(models.get("speculative"))
+        target = f"{vanilla.get('model')} at {vanilla.get('url')} (speculation off)"
+        draft = f"{speculative.get('model')} at {speculative.get('url')} (speculation on)"
     return {
-        "ran": bool(run),
-        "id": get(run, "id", default="unnamed run"),
-        "created": get(run, "created", default=MISSING),
+        "ran": True,
+        "id": run.id or "unnamed run",
+        "created": run.created or MISSING,
         "target": target,
         "draft": draft,
-        "engines": ", ".join(map(str, get(run, "engines", default=[]))) or MISSING,
-        "disparity_engine": get(run, "disparity_engine", default=MISSING),
-        "n_prompts": integer(get(run, "n_prompts")),
-        "n_records": integer(get(run, "n_records")),
-        "n_output_tokens": integer(get(run, "n_output_tokens")),
-        "dimensions": ", ".join(map(str, get(run, "dimensions", default=[]))) or MISSING,
+        "engines": ", ".join(map(str, run.engines)) or MISSING,
+        "disparity_engine": run.disparity_engine or MISSING,
+        "n_prompts": integer(run.n_prompts),
+        "n_records": integer(run.n_records),
+        "n_output_tokens": integer(run.n_output_tokens),
+        "dimensions": ", ".join(map(str, run.dimensions)) or MISSING,
         "sampling": sampling,
-        "k": get(config, "k", default=MISSING),
-        "samples": get(config, "samples", default=MISSING),
-        "max_new_tokens": get(config, "max_new_tokens", default=MISSING),
-        "prompt_set": f"{get(prompt_set, 'name', default=MISSING)} v{get(prompt_set, 'version', default='?')}",
-        "device": _device_text(get(run, "device"), models),
+        "k": recorded(config.get("k")),
+        "samples": recorded(config.get("samples")),
+        "max_new_tokens": recorded(config.get("max_new_tokens")),
+        "prompt_set": f"{prompt_set.get('name', MISSING)} v{prompt_set.get('version', '?')}",
+        "device": _device_text(run.device, models),
     }
 
 
-def _device_text(device: Any, models: Any) -> str:
+def _device_text(device: Any, models: Mapping[str, Any]) -> str:
     if isinstance(device, Mapping):
         parts = [str(device.get("type", "")), str(device.get("name", ""))]
         if device.get("threads"):
@@ -120,18 +129,18 @@ def _device_text(device: Any, models: Any) -> str:
         text = ", ".join(p for p in parts if p)
     else:
         text = str(device) if device else ""
-    dtype = get(models, "dtype")
+    dtype = models.get("dtype")
     return (f"{text} ({dtype})" if dtype else text) or MISSING
 
 
 # ============================================================================ gate
-def _threshold_value(name: str, value: Any, analysis: Mapping[str, Any]) -> str:
+def _threshold_value(name: str, value: Any, analysis: AnalysisBlock) -> str:
     """A gate threshold as set, or where the gate takes it from the analysis (None), the analysis's value."""
     if value is None:
-        band = analysis.get("tolerance") if isinstance(analysis.get("tolerance"), list) else None
+        band = analysis.tolerance
         taken = {
-            "alpha": analysis.get("alpha"),
-            "tv_delta": analysis.get("delta"),
+            "alpha": analysis.alpha,
+            "tv_delta": analysis.delta,
             "band_low": band[0] if band else None,
             "band_high": band[1] if band else None,
         }.get(name)
@@ -141,8 +150,8 @@ def _threshold_value(name: str, value: Any, analysis: Mapping[str, Any]) -> str:
     return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def _gate_view(gate: Any, analysis: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    if not isinstance(gate, Mapping) or not isinstance(gate.get("checks"), list):
+def _gate_view(gate: GateSection | None, analysis: AnalysisBlock | None) -> dict[str, Any]:
+    if gate is None:
         return {
             "ran": False,
             "status": NOT_RUN,
@@ -152,42 +161,40 @@ def _gate_view(gate: Any, analysis: Mapping[str, Any] | None = None) -> dict[str
         }
     checks = [
         {
-            "name": c.get("name", MISSING),
-            "title": c.get("title", c.get("name", MISSING)),
-            "status": c.get("status"),
-            "badge": badge(c.get("status")),
-            "message": c.get("message", ""),
+            "name": c.name or MISSING,
+            "title": c.title or c.name or MISSING,
+            "status": c.status,
+            "badge": badge(c.status),
+            "message": c.message or "",
         }
-        for c in gate["checks"]
-        if isinstance(c, Mapping)
+        for c in gate.checks
     ]
-    thresholds = gate.get("thresholds") if isinstance(gate.get("thresholds"), Mapping) else {}
     return {
         "ran": True,
-        "status": gate.get("status", NOT_RUN),
-        "badge": badge(gate.get("status")),
+        "status": gate.status,
+        "badge": badge(gate.status),
         "checks": checks,
-        "counts": {s.lower(): sum(is_status(c["status"], s) for c in checks) for s in CheckStatus},
+        "counts": {s.lower(): sum(c["status"] is s for c in checks) for s in CheckStatus},
         "thresholds": [
-            {"name": k, "value": _threshold_value(k, v, analysis if isinstance(analysis, Mapping) else {})} for k, v in thresholds.items()
+            {"name": k, "value": _threshold_value(k, v, analysis or AnalysisBlock())} for k, v in (gate.thresholds or {}).items()
         ],
     }
 
 
 # ============================================================================ reproducibility
-def _repro_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
-    run = get(snapshot, "run", default={})
-    if not run:
-        return {"ran": False, "reason": "the snapshot has no run section"}
+def _repro_view(snapshot: Snapshot) -> dict[str, Any]:
+    run = snapshot.run
+    if not run.model_fields_set:
+        return {"ran": False, "reason": "the snapshot's run section is empty"}
     models = []
     for role in ("target", "draft"):
-        model = get(run, "models", role)
+        model = (run.models or {}).get(role)
         if not isinstance(model, Mapping):
             continue
         hashes = model.get("sha256")
         hash_rows = [f"{k}: {v}" for k, v in hashes.items()] if isinstance(hashes, Mapping) else ([str(hashes)] if hashes else [])
         derived = model.get("derived") or model.get("kind")
-        name = model.get("name") or (f"{derived} of {model.get('from') or 'the target'}" if derived else get(run, "config", role))
+        name = model.get("name") or (f"{derived} of {model.get('from') or 'the target'}" if derived else (run.config or {}).get(role))
         # only what the run recorded: a derived draft has no class or parameter count of its own
         text = [f"<code>{escape(str(name or MISSING))}</code>"]
         text += [escape(str(model["class"]))] if model.get("class") else []
@@ -208,33 +215,30 @@ def _repro_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
                 "derived": derived,
             }
         )
-    prompt_set = get(run, "prompt_set", default={})
-    seeds = get(run, "seeds", default={})
-    analysis = get(run, "analysis", default={})
-    config = get(run, "config", default={})
+    prompt_set = run.prompt_set or {}
+    seeds = run.seeds or {}
+    analysis = run.analysis.model_dump(exclude_unset=True) if run.analysis is not None else {}
     return {
         "ran": True,
-        "command": get(run, "command", default=MISSING),
+        "command": run.command or MISSING,
         "models": models,
-        "model_extra": {k: v for k, v in (get(run, "models", default={}) or {}).items() if k not in ("target", "draft")},
-        "versions": get(run, "versions", default={}) or {},
-        "device": get(run, "device"),
-        "device_text": _device_text(get(run, "device"), get(run, "models")),
-        "seeds": seeds if isinstance(seeds, Mapping) else {"run": seeds},
+        "model_extra": {k: v for k, v in (run.models or {}).items() if k not in ("target", "draft")},
+        "versions": run.versions or {},
+        "device": run.device,
+        "device_text": _device_text(run.device, run.models or {}),
+        "seeds": seeds,
         "prompt_set": {
             "name": prompt_set.get("name", MISSING),
             "version": prompt_set.get("version", MISSING),
             "checksum": prompt_set.get("checksum", MISSING),
             "source": prompt_set.get("source", MISSING),
             "n_prompts": integer(prompt_set.get("n_prompts")),
-        }
-        if isinstance(prompt_set, Mapping)
-        else {},
-        "config": {k: _plain(v) for k, v in config.items()} if isinstance(config, Mapping) else {},
-        "analysis": {k: _plain(v) for k, v in analysis.items()} if isinstance(analysis, Mapping) else {},
-        "schema_version": snapshot.get("schema_version", MISSING),
-        "created": get(run, "created", default=MISSING),
-        "dir": get(run, "dir", default=MISSING),
+        },
+        "config": {k: _plain(v) for k, v in (run.config or {}).items()},
+        "analysis": {k: _plain(v) for k, v in analysis.items()},
+        "schema_version": snapshot.schema_version,
+        "created": run.created or MISSING,
+        "dir": run.dir or MISSING,
     }
 
 
@@ -249,7 +253,7 @@ def _plain(value: Any) -> str:
 
 
 # ============================================================================ compare
-def _compare_view(snapshot: Mapping[str, Any], other: Mapping[str, Any], label: str) -> dict[str, Any]:
+def _compare_view(snapshot: Snapshot, other: Snapshot, label: str) -> dict[str, Any]:
     """Per group and metric, what changed against another run: the monitor's drift tests."""
     from specaudit.monitor import compare_snapshots
 
@@ -277,12 +281,12 @@ def _compare_view(snapshot: Mapping[str, Any], other: Mapping[str, Any], label: 
     counts = {s: sum(c.status == s for c in result.checks if c.kind == "drift") for s in CheckStatus}
     return {
         "ran": True,
-        "label": label or get(other, "run", "id", default="the other run"),
+        "label": label or other.run.id or "the other run",
         "rows": rows,
         "notes": notes,
         "counts": counts,
         "status": result.status,
-        "other_id": get(other, "run", "id", default=MISSING),
+        "other_id": other.run.id or MISSING,
     }
 
 

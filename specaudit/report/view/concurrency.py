@@ -8,28 +8,35 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import specaudit.charts as charts
-from specaudit.report.view.format import badge, fixed, get, mapping, with_ci
+from specaudit.report.view.format import badge, fixed, mapping, with_ci
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from specaudit.contracts.snapshot import ConcurrencySection, LogprobParitySection, Snapshot
     from specaudit.report.view.base import Ids
 
 MAX_GROUPS_PER_CHART = 8  # more lines than this are no longer told apart; the table has them all
 
 
 def _interval(block: Any, fmt: Callable[[Any], str] = fixed, suffix: str = "") -> str:
-    return with_ci(get(block, "estimate"), get(block, "ci_low"), get(block, "ci_high"), fmt=fmt, suffix=suffix)
+    block = mapping(block)
+    return with_ci(block.get("estimate"), block.get("ci_low"), block.get("ci_high"), fmt=fmt, suffix=suffix)
 
 
-def crossover_charts(section: Mapping[str, Any], ids: Ids | None = None) -> list[Any]:
+def _crossover(section: ConcurrencySection, dimension: str, group: str) -> int | None:
+    return section.crossover.get(dimension, {}).get(group)
+
+
+def crossover_charts(section: ConcurrencySection, ids: Ids | None = None) -> list[Any]:
     """Per dimension: speed-up and acceptance per group across the levels, with 95% intervals,
     each group's crossover (the lowest level whose speed-up interval lies below 1x) marked."""
-    levels = [str(level) for level in section.get("levels") or []]
+    levels = [str(level) for level in section.levels]
     if len(levels) < 2:
         return []
     made = []
-    for dimension, groups in mapping(section.get("groups")).items():
+    # dimension -> group -> level -> metrics {estimate, ci_low, ci_high}: analysis.concurrency.group_metrics's open shape
+    for dimension, groups in section.groups.items():
         for metric, label, reference in (
             ("speedup", "speed-up (vanilla / speculative time per token)", 1.0),
             ("acceptance", "acceptance", None),
@@ -40,7 +47,7 @@ def crossover_charts(section: Mapping[str, Any], ids: Ids | None = None) -> list
                 values = [b.get("estimate") for b in blocks]
                 if not any(isinstance(v, (int, float)) for v in values):
                     continue
-                crossover = get(section, "crossover", dimension, group) if metric == "speedup" else None
+                crossover = _crossover(section, dimension, group) if metric == "speedup" else None
                 at = levels.index(str(crossover)) if crossover is not None and str(crossover) in levels else None
                 colour = charts.OVERALL_COLOUR if group == "all" else charts.group_colour(index)
                 series.append(
@@ -72,28 +79,43 @@ def crossover_charts(section: Mapping[str, Any], ids: Ids | None = None) -> list
     return made
 
 
-def concurrency_view(snapshot: Mapping[str, Any], ids: Ids | None = None) -> dict[str, Any]:
-    section = mapping(get(snapshot, "concurrency"))
-    parity = mapping(get(snapshot, "logprob_parity"))
-    if not section and not parity:
+def concurrency_view(snapshot: Snapshot, ids: Ids | None = None) -> dict[str, Any]:
+    section, parity, stability = snapshot.concurrency, snapshot.logprob_parity, snapshot.acceptance_stability
+    if section is None and parity is None:
         return {"ran": False}
-    levels = [str(level) for level in section.get("levels") or []]
+    no_levels = {"levels": [], "charts": [], "message": "", "equivalence": [], "alpha_split": "", "rows": []}  # a server's parity alone
+    return {
+        "ran": True,
+        **(_levels_view(section, ids) if section is not None else no_levels),
+        "stability": {
+            "ran": stability is not None,
+            "badge": badge(stability.status if stability is not None else None),
+            "message": (stability.message if stability is not None else None) or "",
+        },
+        "parity": {
+            "ran": parity is not None,
+            "badge": badge(parity.status if parity is not None else None),
+            "message": (parity.message if parity is not None else None) or _parity_line(parity),
+        },
+    }
+
+
+def _levels_view(section: ConcurrencySection, ids: Ids | None) -> dict[str, Any]:
+    """Equivalence per level, the per group x level table with the crossover, and the charts."""
+    levels = [str(level) for level in section.levels]
     equivalence = [
-        {
-            "level": level,
-            "badge": badge(get(section, "equivalence", level, "status")),
-            "message": get(section, "equivalence", level, "message") or "",
-        }
+        {"level": level, "badge": badge(section.equivalence[level].status), "message": section.equivalence[level].message or ""}
         for level in levels
-        if get(section, "equivalence", level)
+        if level in section.equivalence
     ]
     rows = []
-    for dimension, groups in mapping(section.get("groups")).items():
+    for dimension, groups in section.groups.items():
         for group, by_level in mapping(groups).items():
             for level in levels:
                 metrics = mapping(mapping(by_level).get(level))
                 if not metrics:
                     continue
+                speculative = mapping(metrics.get("speculative"))
                 rows.append(
                     {
                         "dimension": dimension,
@@ -101,30 +123,26 @@ def concurrency_view(snapshot: Mapping[str, Any], ids: Ids | None = None) -> dic
                         "level": level,
                         "acceptance": _interval(metrics.get("acceptance"), fmt=lambda v: f"{v:.2f}"),
                         "speedup": _interval(metrics.get("speedup"), suffix="×"),
-                        "ttft_ms": _interval(get(metrics, "speculative", "ttft_s"), fmt=lambda v: f"{1000 * v:.0f}"),
-                        "tokens_per_s": _interval(get(metrics, "speculative", "tokens_per_s"), fmt=lambda v: f"{v:.1f}"),
-                        "crossover": get(section, "crossover", dimension, group),
+                        "ttft_ms": _interval(speculative.get("ttft_s"), fmt=lambda v: f"{1000 * v:.0f}"),
+                        "tokens_per_s": _interval(speculative.get("tokens_per_s"), fmt=lambda v: f"{v:.1f}"),
+                        "crossover": _crossover(section, dimension, group),
                     }
                 )
-    stability = mapping(get(snapshot, "acceptance_stability"))
     return {
-        "ran": True,
         "levels": levels,
         "charts": crossover_charts(section, ids),
-        "stability": {"ran": bool(stability), "badge": badge(stability.get("status")), "message": stability.get("message") or ""},
-        "message": section.get("message") or "",
+        "message": section.message or "",
         "equivalence": equivalence,
         "alpha_split": _alpha_split_line(section),
         "rows": rows,
-        "parity": {"ran": bool(parity), "badge": badge(parity.get("status")), "message": parity.get("message") or _parity_line(parity)},
     }
 
 
-def _alpha_split_line(section: Mapping[str, Any]) -> str:
+def _alpha_split_line(section: ConcurrencySection) -> str:
     """How the run's alpha was split over the families its equivalence decision combines (none
     said for a snapshot written before the split, or a run at one level)."""
-    pooled, level, independence = (section.get(k) for k in ("pooled_alpha", "level_alpha", "independence_alpha"))
-    if pooled is None or len(section.get("levels") or []) < 2:
+    pooled, level, independence = section.pooled_alpha, section.level_alpha, section.independence_alpha
+    if pooled is None or len(section.levels) < 2:
         return ""
     return (
         f"The run's equivalence fails when the pooled battery, a level's battery or a level's independence test fails, so its "
@@ -134,12 +152,12 @@ def _alpha_split_line(section: Mapping[str, Any]) -> str:
     )
 
 
-def _parity_line(parity: Mapping[str, Any]) -> str:
-    if not parity:
+def _parity_line(parity: LogprobParitySection | None) -> str:
+    if parity is None:
         return "the server returned no logprobs"
     return (
-        f"{parity.get('positions', 0)} positions compared with the spec-OFF server's logprobs for the same prefix, none differing by more "
-        f"than {fixed(parity.get('threshold'), 3)} nats (twice the measured batch noise, {fixed(get(parity, 'batch_noise', 'max_abs_diff'), 4)})"
+        f"{parity.positions} positions compared with the spec-OFF server's logprobs for the same prefix, none differing by more "
+        f"than {fixed(parity.threshold, 3)} nats (twice the measured batch noise, {fixed((parity.batch_noise or {}).get('max_abs_diff'), 4)})"
     )
 
 

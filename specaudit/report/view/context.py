@@ -4,22 +4,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specaudit.report.view.format import get, integer, num, with_ci
+from specaudit.report.view.format import integer, num, with_ci
+
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import ContextSection
 
 
-def context_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
-    part = snapshot.get("context")
-    if not isinstance(part, Mapping):
+def context_view(part: ContextSection | None) -> dict[str, Any]:
+    if part is None:
         return {"ran": False, "reason": "the snapshot has no context section (analysed before it existed, or no speculative engine ran)"}
-    positions = get(part, "by_output_position", "bands", default=[]) or []
-    bands = get(part, "prompt_bands", default={}) or {}
-    options = get(part, "length_fallback", "options", default=[]) or []
+    positions = (part.by_output_position or {}).get("bands") or []
+    options = (part.length_fallback or {}).get("options") or []
     return {
         "ran": True,
-        "engine": part.get("engine"),
-        "prompt_bands": ", ".join(f"{label}: {integer(n)}" for label, n in bands.items()),
+        "engine": part.engine,
+        "prompt_bands": ", ".join(f"{label}: {integer(n)}" for label, n in part.prompt_bands.items()),
         "positions": [
             {
                 "band": row.get("band"),
@@ -39,5 +40,5 @@ def context_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
             for o in options
             if isinstance(o, Mapping)
         ],
-        "findings": [str(f) for f in part.get("findings") or []],
+        "findings": part.findings,
     }

@@ -13,25 +13,28 @@ A rerun predicted over BUDGET_HOURS is not recommended (the report says what the
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specaudit.report.view.format import finite, get, mapping
+from specaudit.report.view.format import finite
+
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import Snapshot
 
 
-def engine_seconds_per_sample(snapshot: Mapping[str, Any], speedup: float | None = None) -> float | None:
+def engine_seconds_per_sample(snapshot: Snapshot, speedup: float | None = None) -> float | None:
     """Predicted seconds of one vanilla + one speculative sample of the engines' prompts, summed
     over those prompts; None when the snapshot has no cost model. With `speedup`, the speculative
     engine runs at that speed-up over vanilla instead of each prompt's predicted one (the cost
     model's expected speed-up at another draft length k)."""
-    prompts = get(snapshot, "prompts", default=[]) or []
-    n_engine = get(snapshot, "speed", "cost_model", "n_prompts")
-    if get(snapshot, "speed", "source") != "cost model" or not finite(n_engine) or not prompts:
+    prompts = snapshot.prompts
+    n_engine = _engine_prompts(snapshot)
+    if snapshot.speed is None or snapshot.speed.source != "cost model" or not finite(n_engine) or not prompts:
         return None
     per_prompt = []
     for row in prompts:
-        tokens, rate, predicted = (get(row, key) for key in ("n_tokens", "tokens_per_s", "speedup"))
+        # a prompt row's value columns are its extras (numbers or null, checked by the contract)
+        tokens, rate, predicted = (getattr(row, key, None) for key in ("n_tokens", "tokens_per_s", "speedup"))
         if finite(tokens) and finite(rate) and finite(predicted) and rate > 0:
             vanilla = tokens / rate * predicted  # speculative seconds x speed-up
             per_prompt.append(vanilla * (1.0 + 1.0 / (speedup if finite(speedup) and speedup > 0 else predicted)))
@@ -81,13 +84,18 @@ class RerunCost:
         return f"Predicted cost on this hardware: about {duration(self.total)}{budget} ({self.what}; {', '.join(parts)})."
 
 
-def _stage(snapshot: Mapping[str, Any], name: str) -> float | None:
-    value = get(snapshot, "run", "stage_seconds", name)
+def _stage(snapshot: Snapshot, name: str) -> float | None:
+    value = (snapshot.run.stage_seconds or {}).get(name)
     return float(value) if finite(value) else None
 
 
+def _engine_prompts(snapshot: Snapshot) -> Any:
+    """The prompts the engines decoded: the cost model's timed subset (None without a cost model)."""
+    return ((snapshot.speed.cost_model if snapshot.speed is not None else None) or {}).get("n_prompts")
+
+
 def predicted_rerun(
-    snapshot: Mapping[str, Any],
+    snapshot: Snapshot,
     *,
     samples: int | None = None,
     prompts: int | None = None,
@@ -103,10 +111,10 @@ def predicted_rerun(
     or their measured time scaled where no cost model was fitted. Screen: its measured time x the
     ratio of samples x the ratio of prompts per group (every screened prompt is sampled `samples`
     times). Analysis: its measured time x the ratio of engine records it scores."""
-    config = mapping(get(snapshot, "run", "config"))
+    config = snapshot.run.config or {}
     current = int(config.get("samples") or 1)
     samples = samples or current
-    n_engine = get(snapshot, "speed", "cost_model", "n_prompts")
+    n_engine = _engine_prompts(snapshot)
     per_sample = engine_seconds_per_sample(snapshot, speedup)
     measured_engines = _stage(snapshot, "engines")
     if per_sample is not None and math.isfinite(per_sample) and finite(n_engine):
@@ -120,8 +128,8 @@ def predicted_rerun(
     group_ratio = per_group / float(config["per_group"]) if per_group and finite(config.get("per_group")) else 1.0
     screen_now = _stage(snapshot, "screen")
     screen = screen_now * samples / current * group_ratio if screen_now is not None else None
-    analysis_now = get(snapshot, "run", "analysis", "seconds")
-    n_records, n_screen = get(snapshot, "run", "n_records"), _screened_records(snapshot)
+    analysis_now = snapshot.run.analysis.seconds if snapshot.run.analysis is not None else None
+    n_records, n_screen = snapshot.run.n_records, _screened_records(snapshot)
     analysis = None
     if finite(analysis_now) and finite(n_records) and n_records > n_screen:
         # scoring the engines' records dominates (the screen's carry their own numbers and are not scored)
@@ -132,34 +140,33 @@ def predicted_rerun(
     return RerunCost(engines, screen, analysis, what + why)
 
 
-def _screened_records(snapshot: Mapping[str, Any]) -> int:
+def _screened_records(snapshot: Snapshot) -> int:
     """Records of the screen: every screened prompt x samples (0 without a screen)."""
-    if "screen" not in (get(snapshot, "run", "engines", default=[]) or []):
+    if "screen" not in snapshot.run.engines:
         return 0
-    config = mapping(get(snapshot, "run", "config"))
-    return int(get(snapshot, "run", "n_prompts", default=0) or 0) * int(config.get("samples") or 1)
+    return int(snapshot.run.n_prompts or 0) * int((snapshot.run.config or {}).get("samples") or 1)
 
 
-def samples_cost(snapshot: Mapping[str, Any], samples: int, *, prompts: int | None = None) -> str | None:
+def samples_cost(snapshot: Snapshot, samples: int, *, prompts: int | None = None) -> str | None:
     """'Predicted cost: ...' for a rerun with `samples` samples per prompt (on `prompts` of the
     engines' prompts, default all), or None without a cost model."""
     cost = predicted_rerun(snapshot, samples=samples, prompts=prompts)
     return cost.sentence() if cost else None
 
 
-def rerun_cost(snapshot: Mapping[str, Any], *, speedup: float | None = None, why: str = "", per_group: int | None = None) -> str | None:
+def rerun_cost(snapshot: Snapshot, *, speedup: float | None = None, why: str = "", per_group: int | None = None) -> str | None:
     """'Predicted cost: ...' for rerunning this audit at its own budget (another seed, a fixed
     setup) or with `per_group` prompts per group, the speculative engine at `speedup` when given."""
     cost = predicted_rerun(snapshot, speedup=speedup, why=why, per_group=per_group)
     return cost.sentence() if cost else None
 
 
-def best_k_speedup(snapshot: Mapping[str, Any], k: int) -> float | None:
+def best_k_speedup(snapshot: Snapshot, k: int) -> float | None:
     """The cost model's expected speed-up at draft length `k`, averaged over the groups whose
     best k it is (snapshot recommendations); None if no group recommends it."""
     values = []
-    for part in (get(snapshot, "recommendations", default={}) or {}).values():
-        for row in (get(part, "by_group", default={}) or {}).values():
-            if get(row, "best_k") == k and finite(get(row, "best_k_expected_speedup")):
-                values.append(float(get(row, "best_k_expected_speedup")))
+    for part in snapshot.recommendations.values():
+        for row in part.by_group.values():
+            if row.get("best_k") == k and finite(row.get("best_k_expected_speedup")):
+                values.append(float(row["best_k_expected_speedup"]))
     return sum(values) / len(values) if values else None

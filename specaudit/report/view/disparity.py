@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import specaudit.charts as charts
 from specaudit.contracts import DEFAULT_BAND, DisparityStatus
 from specaudit.contracts.run import SPECULATIVE_ENGINE
+from specaudit.contracts.snapshot import DimensionDisparities, DimensionGroups, GroupEntry, MetricEstimate
 from specaudit.report.view.base import FOREST_METRICS, MAX_ROWS, NOT_RUN, Ids, guard
 from specaudit.report.view.format import (
     METRIC_FAMILIES,
@@ -16,29 +17,29 @@ from specaudit.report.view.format import (
     badge,
     finite,
     fixed,
-    get,
     integer,
     metric_label,
     num,
     percent,
     pvalue,
+    recorded,
     setting,
     triple,
     visible,
     with_ci,
     worst,
 )
-from specaudit.report.view.statuses import band_of, comparison_status, comparisons, detectable_ratios, status_badge
+from specaudit.report.view.statuses import band_of, comparison_status, detectable_ratios, dimension_comparisons, status_badge
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from specaudit.contracts.snapshot import DimensionAdvice, MetricDisparity, Snapshot
 
-def disparity_view(snapshot: Mapping[str, Any], ids: Ids) -> dict[str, Any]:
-    groups = get(snapshot, "groups", default={})
-    disparities = get(snapshot, "disparities", default={})
-    recommendations = get(snapshot, "recommendations", default={})
-    names = list(dict.fromkeys([*(groups or {}), *(disparities or {})]))
+
+def disparity_view(snapshot: Snapshot, ids: Ids) -> dict[str, Any]:
+    groups, disparities = snapshot.groups, snapshot.disparities
+    names = list(dict.fromkeys([*groups, *disparities]))
     if not names:
         return {
             "ran": False,
@@ -53,9 +54,9 @@ def disparity_view(snapshot: Mapping[str, Any], ids: Ids) -> dict[str, Any]:
             f"disparity ({name})",
             _dimension_view,
             str(name),
-            get(groups, name, default={}),
-            get(disparities, name, default={}),
-            get(recommendations, name, default={}),
+            groups.get(name) or DimensionGroups(),
+            disparities.get(name) or DimensionDisparities(),
+            snapshot.recommendations.get(name),
             ids,
         )
         for name in names
@@ -69,7 +70,7 @@ def disparity_view(snapshot: Mapping[str, Any], ids: Ids) -> dict[str, Any]:
         "status": status,
         "badge": badge(status),
         "dimensions": dimensions,
-        "engine": get(snapshot, "run", "disparity_engine", default=SPECULATIVE_ENGINE),
+        "engine": snapshot.run.disparity_engine or SPECULATIVE_ENGINE,
     }
 
 
@@ -84,13 +85,15 @@ def dimension_summary(statuses: list[DisparityStatus]) -> DisparityStatus | None
     return DisparityStatus.WITHIN
 
 
-def _dimension_view(name: str, groups: Mapping[str, Any], part: Mapping[str, Any], advice: Mapping[str, Any], ids: Ids) -> dict[str, Any]:
-    by_group = get(groups, "by_group", default={})
-    reference = get(part, "reference", default=get(groups, "reference", default="overall"))
+def _dimension_view(
+    name: str, groups: DimensionGroups, part: DimensionDisparities, advice: DimensionAdvice | None, ids: Ids
+) -> dict[str, Any]:
+    by_group = groups.by_group
+    reference = part.reference or groups.reference or "overall"
     band = band_of(part)
-    metrics = get(part, "metrics", default={})
+    metrics = part.metrics
     colours = {str(g): charts.group_colour(i) for i, g in enumerate(by_group)}
-    comps = [c for c in comparisons({"disparities": {name: part}})]
+    comps = dimension_comparisons(name, part)
     headline = dimension_summary([c["status"] for c in comps])
     status = {"FLAG": "fail", "WITHIN": "pass"}.get(headline.value, "warn") if headline else NOT_RUN
     counts = {s.value: sum(c["status"] == s for c in comps) for s in DisparityStatus}
@@ -101,12 +104,12 @@ def _dimension_view(name: str, groups: Mapping[str, Any], part: Mapping[str, Any
         "badge": status_badge(headline) if headline else badge(NOT_RUN),
         "counts": counts,
         "reference": reference,
-        "reference_reason": get(groups, "reference_reason") or "not recorded by the analysis that wrote this snapshot",
+        "reference_reason": groups.reference_reason or "not recorded by the analysis that wrote this snapshot",
         "band": f"{band[0]:g}–{band[1]:g}",
-        "alpha": setting(get(part, "alpha")) if finite(get(part, "alpha")) else None,
-        "correction": get(part, "correction", default=MISSING),
+        "alpha": setting(part.alpha) if finite(part.alpha) else None,
+        "correction": part.correction or MISSING,
         "n_groups": len(by_group),
-        "overall_n": integer(get(groups, "overall", "n_prompts")),
+        "overall_n": integer(groups.overall.n_prompts if groups.overall is not None else None),
         "forest": _ratio_forest(name, groups, metrics, reference, band, colours, ids),
         "group_tables": _group_tables(groups),
         "tests": _pairwise_tables(metrics, reference, band),
@@ -117,14 +120,14 @@ def _dimension_view(name: str, groups: Mapping[str, Any], part: Mapping[str, Any
                 "group": c["group"],
                 "status": c["status"].value,
                 "badge": status_badge(c["status"]),
-                "ratio": triple(c["row"].get("ratio"), fixed),
-                "pvalue_holm": pvalue(c["row"].get("pvalue_holm")),
+                "ratio": triple(c["row"].ratio, fixed),
+                "pvalue_holm": pvalue(c["row"].pvalue_holm),
             }
             for c in comps
             if c["status"] == DisparityStatus.FLAG
         ],
-        "warnings": [str(w) for w in (get(part, "warnings", default=[]) or [])],
-        "drilldown": guard(f"drill-down ({name})", _drilldown_view, name, get(part, "drilldown", default={}), ids, colours),
+        "warnings": [str(w) for w in part.warnings],
+        "drilldown": guard(f"drill-down ({name})", _drilldown_view, name, part.drilldown or {}, ids, colours),
         "advice": guard(f"recommendations ({name})", _advice_view, advice),
     }
     return view
@@ -132,42 +135,34 @@ def _dimension_view(name: str, groups: Mapping[str, Any], part: Mapping[str, Any
 
 def _ratio_forest(
     dimension: str,
-    groups: Mapping[str, Any],
-    metrics: Mapping[str, Any],
+    groups: DimensionGroups,
+    metrics: dict[str, MetricDisparity],
     reference: str,
     band: tuple[float, float],
     colours: dict[str, str],
     ids: Ids,
 ) -> dict[str, Any] | None:
     """One chart per dimension: each group's ratio to the reference, one panel per metric."""
-    shown = [m for m in FOREST_METRICS if get(metrics, m, "pairwise")]
+    shown = [m for m in FOREST_METRICS if m in metrics and metrics[m].pairwise]
     if not shown:
         return None
-    by_group = get(groups, "by_group", default={})
     rows, described = [], []
-    for group, entry in by_group.items():
+    for group, entry in groups.by_group.items():
         cells = []
         for metric in shown:
-            row = get(metrics, metric, "pairwise", group)
+            row = metrics[metric].pairwise.get(group)
             if str(group) == str(reference):
                 cells.append(charts.RatioCell(1.0, None, None, "reference", "reference"))
                 continue
-            if not isinstance(row, Mapping):
+            if row is None:
                 cells.append(charts.RatioCell(None, None, None, "INSUFFICIENT", "not compared"))
                 continue
             status = comparison_status(row, band)
-            ratio = get(row, "ratio", default={})
-            cells.append(
-                charts.RatioCell(
-                    get(ratio, "value"),
-                    get(ratio, "ci_low"),
-                    get(ratio, "ci_high"),
-                    status.value,
-                    with_ci(get(ratio, "value"), get(ratio, "ci_low"), get(ratio, "ci_high"), fmt=fixed),
-                )
-            )
+            ratio = row.ratio or MetricEstimate(value=None)
+            text = with_ci(ratio.value, ratio.ci_low, ratio.ci_high, fmt=fixed)
+            cells.append(charts.RatioCell(ratio.value, ratio.ci_low, ratio.ci_high, status.value, text))
             described.append(f"{group} {metric_label(metric)} {cells[-1].text} {status.value}")
-        rows.append(charts.RatioRow(str(group), get(entry, "n_prompts"), colours.get(str(group), charts.OVERALL_COLOUR), cells))
+        rows.append(charts.RatioRow(str(group), entry.n_prompts, colours.get(str(group), charts.OVERALL_COLOUR), cells))
     labels = [metric_label(m) for m in shown]
     counts = {}
     for row in rows:
@@ -193,16 +188,14 @@ def _ratio_forest(
     }
 
 
-def _group_tables(groups: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _group_tables(groups: DimensionGroups) -> list[dict[str, Any]]:
     """Per-group tables, one per metric family (value over its interval in each cell)."""
-    by_group = get(groups, "by_group", default={})
-    present = list(
-        dict.fromkeys(m for e in [get(groups, "overall", default={}), *by_group.values()] for m in (get(e, "metrics", default={}) or {}))
-    )
+    overall = groups.overall or GroupEntry(metrics={})
+    present = list(dict.fromkeys(m for e in [overall, *groups.by_group.values()] for m in e.metrics))
     families = [(title, [m for m in members if m in present]) for title, members in METRIC_FAMILIES.items()]
     known = {m for _, members in families for m in members}
     families.append(("Other metrics", [m for m in present if m not in known]))
-    entries = [("overall", True, get(groups, "overall", default={}))] + [(g, False, e) for g, e in by_group.items()]
+    entries = [("overall", True, overall)] + [(g, False, e) for g, e in groups.by_group.items()]
     tables = []
     for title, metrics in families:
         if not metrics:
@@ -211,49 +204,47 @@ def _group_tables(groups: Mapping[str, Any]) -> list[dict[str, Any]]:
         for label, is_overall, entry in entries:
             cells = []
             for metric in metrics:
-                block = get(entry, "metrics", metric, default={})
-                value = get(block, "value")
+                block = entry.metrics.get(metric) or MetricEstimate(value=None)
                 fmt, suffix = (fixed, "×") if metric == "speedup" else (num, "")
                 cells.append(
                     {
-                        "value": f"{fmt(value)}{suffix}" if finite(value) else MISSING,
-                        "ci": f"[{fmt(get(block, 'ci_low'))}, {fmt(get(block, 'ci_high'))}]" if finite(get(block, "ci_low")) else "",
+                        "value": f"{fmt(block.value)}{suffix}" if finite(block.value) else MISSING,
+                        "ci": f"[{fmt(block.ci_low)}, {fmt(block.ci_high)}]" if finite(block.ci_low) else "",
                     }
                 )
-            rows.append({"group": label, "is_overall": is_overall, "n_prompts": integer(get(entry, "n_prompts")), "cells": cells})
+            rows.append({"group": label, "is_overall": is_overall, "n_prompts": integer(entry.n_prompts), "cells": cells})
         tables.append({"title": title, "metrics": [metric_label(m) for m in metrics], "rows": rows})
     return tables
 
 
-def _pairwise_tables(metrics: Mapping[str, Any], reference: str, band: tuple[float, float] = DEFAULT_BAND) -> list[dict[str, Any]]:
+def _pairwise_tables(metrics: dict[str, MetricDisparity], reference: str, band: tuple[float, float] = DEFAULT_BAND) -> list[dict[str, Any]]:
     tables = []
-    for metric, block in (metrics or {}).items():
-        pairwise = get(block, "pairwise", default={})
-        if not pairwise:
+    for metric, block in metrics.items():
+        if not block.pairwise:
             continue
         fmt = fixed if metric == "speedup" else num
         rows = []
-        for group, row in pairwise.items():
+        for group, row in block.pairwise.items():
             status = comparison_status(row, band)
             mdr_low, mdr_high = detectable_ratios(row)
             rows.append(
                 {
                     "group": group,
-                    "n": f"{integer(row.get('n_prompts'))} vs {integer(row.get('n_reference_prompts'))}",
-                    "ratio": triple(row.get("ratio"), fixed),
-                    "difference": triple(row.get("difference"), fmt),
-                    "pairs": integer(row.get("n_pairs")) if row.get("n_pairs") else MISSING,
-                    "pvalue": pvalue(row.get("pvalue")),
-                    "pvalue_holm": pvalue(row.get("pvalue_holm")),
-                    "effect": num(row.get("effect_size"), 2),
+                    "n": f"{integer(row.n_prompts)} vs {integer(row.n_reference_prompts)}",
+                    "ratio": triple(row.ratio, fixed),
+                    "difference": triple(row.difference, fmt),
+                    "pairs": integer(row.n_pairs) if row.n_pairs else MISSING,
+                    "pvalue": pvalue(row.pvalue),
+                    "pvalue_holm": pvalue(row.pvalue_holm),
+                    "effect": num(row.effect_size, 2),
                     "mdr": _detectable(mdr_low, mdr_high),
-                    "small": bool(row.get("small_group")),
+                    "small": bool(row.small_group),
                     "status": status.value,
                     "badge": status_badge(status),
                 }
             )
-        names = {str(row.get("effect_size_name", "")).replace("_", "-") for row in pairwise.values()} - {""}
-        tests = {str(row.get("test", "")) for row in pairwise.values()} - {""}
+        names = {str(row.effect_size_name or "").replace("_", "-") for row in block.pairwise.values()} - {""}
+        tests = {str(row.test or "") for row in block.pairwise.values()} - {""}
         tables.append(
             {
                 "metric": metric,
@@ -277,21 +268,21 @@ def _detectable(low: Any, high: Any) -> str:
     return f"{below} or {above}"
 
 
-def _across_rows(metrics: Mapping[str, Any]) -> list[dict[str, str]]:
+def _across_rows(metrics: dict[str, MetricDisparity]) -> list[dict[str, str]]:
     """Per metric: Kruskal–Wallis across all groups, and the max − min / min ÷ max summaries."""
     rows = []
-    for metric, block in (metrics or {}).items():
-        kw = get(block, "kruskal", default={})
+    for metric, block in metrics.items():
+        kw = block.kruskal or {}
         fmt = fixed if metric == "speedup" else num
         rows.append(
             {
                 "metric": metric_label(metric),
-                "statistic": num(get(kw, "statistic")),
-                "pvalue": pvalue(get(kw, "pvalue")),
-                "n_groups": integer(get(kw, "n_groups")),
-                "n_prompts": integer(get(kw, "n_prompts")),
-                "difference": triple(get(block, "difference", "between_groups"), fmt),
-                "ratio": triple(get(block, "ratio", "between_groups"), fixed),
+                "statistic": num(kw.get("statistic")),
+                "pvalue": pvalue(kw.get("pvalue")),
+                "n_groups": integer(kw.get("n_groups")),
+                "n_prompts": integer(kw.get("n_prompts")),
+                "difference": triple(block.difference.get("between_groups"), fmt),
+                "ratio": triple(block.ratio.get("between_groups"), fixed),
             }
         )
     return rows
@@ -357,12 +348,13 @@ def _bars(
         + [g for g in colours if g in groups]
         + [g for g in groups if g != "overall" and g not in colours]
     )
+    cell = {(g, c): table.get((g, c), {}) for g in ordered for c in categories}
     series = [
         charts.BarSeries(
             g,
-            [get(table.get((g, c)), "value") for c in categories],
-            [get(table.get((g, c)), "ci_low") for c in categories],
-            [get(table.get((g, c)), "ci_high") for c in categories],
+            [cell[g, c].get("value") for c in categories],
+            [cell[g, c].get("ci_low") for c in categories],
+            [cell[g, c].get("ci_high") for c in categories],
         )
         for g in ordered
     ]
@@ -381,8 +373,8 @@ def _bars(
         {
             "group": g,
             "cells": [
-                with_ci(get(table.get((g, c)), "value"), get(table.get((g, c)), "ci_low"), get(table.get((g, c)), "ci_high"))
-                + (f" (n={integer(get(table.get((g, c)), 'n_positions'))})" if (g, c) in table else "")
+                with_ci(cell[g, c].get("value"), cell[g, c].get("ci_low"), cell[g, c].get("ci_high"))
+                + (f" (n={integer(cell[g, c].get('n_positions'))})" if (g, c) in table else "")
                 for c in categories
             ],
         }
@@ -391,11 +383,11 @@ def _bars(
     return {"chart": chart, "categories": [name(c) for c in categories], "rows": table_rows, "note": ""}
 
 
-def _advice_view(advice: Mapping[str, Any]) -> dict[str, Any]:
-    if not advice:
+def _advice_view(advice: DimensionAdvice | None) -> dict[str, Any]:
+    if advice is None:
         return {"ran": False, "reason": "no recommendations in this snapshot"}
     per_group = []
-    for group, row in (get(advice, "by_group", default={}) or {}).items():
+    for group, row in advice.by_group.items():
         per_group.append(
             {
                 "group": group,
@@ -417,9 +409,9 @@ def _advice_view(advice: Mapping[str, Any]) -> dict[str, Any]:
                 else None,
             }
         )
-    fallback = get(advice, "fallback", default={})
+    fallback = advice.fallback or {}
     fallback_rows = []
-    for group, row in [*(get(fallback, "by_group", default={}) or {}).items(), ("overall", get(fallback, "overall", default={}))]:
+    for group, row in [*(fallback.get("by_group") or {}).items(), ("overall", fallback.get("overall"))]:
         if not row:
             continue
         fallback_rows.append(
@@ -438,15 +430,15 @@ def _advice_view(advice: Mapping[str, Any]) -> dict[str, Any]:
             "routed": percent(s.get("share_routed")),
             "ratio": fixed(s.get("min_max_speedup_ratio")),
         }
-        for s in (get(fallback, "sweep", default=[]) or [])
+        for s in fallback.get("sweep") or []
         if isinstance(s, Mapping)
     ]
-    projection = get(advice, "projection", default={}) or {}
+    projection = advice.projection or {}
     return {
         "ran": True,
-        "model": advice.get("model", MISSING),
+        "model": recorded(advice.model),
         "per_group": per_group,
-        "acceptance_rule": advice.get("acceptance_rule") or MISSING,
+        "acceptance_rule": advice.acceptance_rule or MISSING,
         "projection": {
             "cost": num(projection.get("cost_ratio")),
             "verify": num(projection.get("verify_cost")),
@@ -456,15 +448,15 @@ def _advice_view(advice: Mapping[str, Any]) -> dict[str, Any]:
         if projection
         else None,
         "fallback": {
-            "rule": get(fallback, "rule", default=MISSING),
-            "threshold": setting(get(fallback, "threshold")),
-            "oracle": bool(get(fallback, "oracle")),
-            "reference": get(fallback, "reference", default="overall"),
+            "rule": recorded(fallback.get("rule")),
+            "threshold": setting(fallback.get("threshold")),
+            "oracle": bool(fallback.get("oracle")),
+            "reference": recorded(fallback.get("reference"), "overall"),
             "rows": fallback_rows,
             "sweep": sweep,
-            "ratio": f"{fixed(get(fallback, 'min_max_speedup_ratio_before'))} → {fixed(get(fallback, 'min_max_speedup_ratio_after'))}",
+            "ratio": f"{fixed(fallback.get('min_max_speedup_ratio_before'))} → {fixed(fallback.get('min_max_speedup_ratio_after'))}",
         }
         if fallback
         else None,
-        "messages": [str(m) for m in (advice.get("messages") or [])],
+        "messages": advice.messages,
     }

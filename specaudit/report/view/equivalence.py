@@ -4,53 +4,53 @@ greedy divergences."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import specaudit.charts as charts
 from specaudit.contracts import CheckStatus
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
-from specaudit.contracts.snapshot import control_failed
+from specaudit.contracts.snapshot import GreedyComparison, ImpossibleTokens
 from specaudit.report.view.base import MAX_ROWS, NOT_RUN, Ids, generic_rows
 from specaudit.report.view.format import (
     MISSING,
     badge,
     finite,
-    get,
     integer,
     is_status,
+    mapping,
     num,
     percent,
     pvalue,
+    recorded,
     setting,
     test_label,
     with_ci,
 )
 from specaudit.report.view.statuses import engine_status, not_run_reason, status_badge
 
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection, GoodnessOfFit, HolmRow, TvBound, TwoSample
 
-def equivalence_view(section: Mapping[str, Any], ids: Ids, samples: Any = None) -> dict[str, Any]:
+
+def equivalence_view(section: EquivalenceSection, ids: Ids, samples: Any = None) -> dict[str, Any]:
     # a failed control voids the audit: the section shows ERROR, not the battery's FAIL
-    status = "error" if control_failed(section) else get(section, "status", default=NOT_RUN)
-    engines = get(section, "engines", default={})
-    if status == NOT_RUN or not isinstance(engines, Mapping) or not engines:
+    status = "error" if section.control_failed else section.status
+    if status == NOT_RUN or not section.engines:
         return {
             "ran": False,
             "status": NOT_RUN,
             "badge": badge(NOT_RUN),
-            "reason": get(
-                section,
-                "message",
-                default="the equivalence tests were not run for this snapshot (run `specaudit analyze` without --no-equivalence)",
-            ),
+            "reason": section.message
+            or "the equivalence tests were not run for this snapshot (run `specaudit analyze` without --no-equivalence)",
         }
-    control = get(section, "control", default=CONTROL_ENGINE)
-    greedy = get(section, "mode") == "greedy"
+    control = section.control or CONTROL_ENGINE
+    greedy = section.mode == "greedy"
     # the reference speculative engine first, other audited engines next, the control last
-    order = sorted(engines, key=lambda e: (e == control, e != SPECULATIVE_ENGINE, str(e)))
+    order = sorted(section.engines, key=lambda e: (e == control, e != SPECULATIVE_ENGINE, str(e)))
     views = [
-        _greedy_engine(str(name), get(engines, name, default={}), name == control, ids)
+        _greedy_engine(str(name), section.engines[name], name == control)
         if greedy
-        else _sampling_engine(str(name), get(engines, name, default={}), name == control, ids, samples)
+        else _sampling_engine(str(name), section.engines[name], name == control, ids, samples)
         for name in order
     ]
     return {
@@ -58,32 +58,33 @@ def equivalence_view(section: Mapping[str, Any], ids: Ids, samples: Any = None) 
         "status": status,
         "badge": badge(status),
         "mode": "greedy" if greedy else "sampling",
-        "alpha": setting(get(section, "alpha")),
-        "delta": setting(get(section, "delta")),
-        "family_rule": get(section, "family_rule", default=MISSING),
-        "message": get(section, "message"),
-        "warning": get(section, "control_warning"),
+        "alpha": setting(section.alpha),
+        "delta": setting(section.delta),
+        "family_rule": section.family_rule or MISSING,
+        "message": section.message,
+        "warning": section.control_warning,
         "control": control,
         "engines": views,
     }
 
 
-def _gate_rows(table: Any) -> dict[str, Mapping[str, Any]]:
-    return {str(r.get("test")): r for r in (table or []) if isinstance(r, Mapping)}
-
-
-def _test_rows(block: Mapping[str, Any], *, two_sample: bool = False, samples: Any = None, control: bool = False) -> list[dict[str, Any]]:
-    holm = _gate_rows(get(block, "gate"))
+def _test_rows(
+    block: GoodnessOfFit | TwoSample | None, *, two_sample: bool = False, samples: Any = None, control: bool = False
+) -> list[dict[str, Any]]:
+    if block is None:
+        return []
+    holm = {str(r.test): r for r in block.gate}
     rows = []
-    for name, test in (get(block, "tests", default={}) or {}).items():
+    # each test writes the figures it has (statistic, pvalue, n, method; the PIT its histogram and ks): an open part
+    for name, test in block.tests.items():
         if not isinstance(test, Mapping):
             continue
         gated = holm.get(str(name))
         reason = not_run_reason(test, two_sample=two_sample, samples=samples)
-        rows.append(_test_row(str(name), test, gated, gated is not None, reason, control))
+        rows.append(_test_row(str(name), test, gated, reason, control))
         ks = test.get("ks")
         if isinstance(ks, Mapping):
-            rows.append(_test_row(str(ks.get("name", "pit_ks")), ks, None, False, None, control))
+            rows.append(_test_row(str(ks.get("name", "pit_ks")), ks, None, None, control))
     return rows
 
 
@@ -96,11 +97,11 @@ TEST_BADGES = {  # a test rejects or does not; "not rejected" is not a pass
 
 
 def _test_row(
-    name: str, test: Mapping[str, Any], gated: Mapping[str, Any] | None, in_gate: bool, reason: str | None = None, control: bool = False
+    name: str, test: Mapping[str, Any], gated: HolmRow | None, reason: str | None = None, control: bool = False
 ) -> dict[str, Any]:
     verdict = test.get("verdict")
     if gated is not None:  # the gate's decision is the Holm-corrected one
-        verdict = CheckStatus.FAIL if gated.get("reject") else CheckStatus.PASS
+        verdict = CheckStatus.FAIL if gated.reject else CheckStatus.PASS
     if reason:
         shown = TEST_BADGES["not_run"]
     elif is_status(verdict, CheckStatus.FAIL):
@@ -112,22 +113,19 @@ def _test_row(
         "name": test_label(name),
         "statistic": num(test.get("statistic")),
         "pvalue": pvalue(test.get("pvalue")),
-        "holm": pvalue(get(gated, "holm_pvalue")) if in_gate else "not gated",
+        "holm": pvalue(gated.holm_pvalue) if gated is not None else "not gated",
         "n": integer(test.get("n")),
         "method": test.get("method") or MISSING,
         "badge": shown,
-        "gated": in_gate,
+        "gated": gated is not None,
     }
 
 
-def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids: Ids, samples: Any = None) -> dict[str, Any]:
-    gof = get(entry, "goodness_of_fit", default={})
-    two = get(entry, "two_sample", default={})
-    impossible = get(gof, "impossible_tokens", default={})
-    tv = get(entry, "tv_bound", default={})
-    power = get(entry, "power", default={})
-    histogram = get(gof, "tests", "pit", "histogram", default=[])
-    pit = get(gof, "tests", "pit", default={})
+def _sampling_engine(name: str, entry: EngineEquivalence, is_control: bool, ids: Ids, samples: Any = None) -> dict[str, Any]:
+    gof, two = entry.goodness_of_fit, entry.two_sample
+    impossible = (gof.impossible_tokens if gof is not None else None) or ImpossibleTokens()
+    pit = mapping(gof.tests.get("pit")) if gof is not None else {}
+    histogram = pit.get("histogram") or []
     chart = None
     if histogram:
         chart = charts.pit_histogram(
@@ -140,9 +138,8 @@ def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids:
                 f"{pvalue(pit.get('pvalue'))}."
             ),
         )
-    offenders = [o for o in (get(impossible, "offenders", default=[]) or []) if isinstance(o, Mapping)]
-    gated = [r for block in (gof, two) for r in (get(block, "gate", default=[]) or []) if isinstance(r, Mapping)]
-    holm_values = [r["holm_pvalue"] for r in gated if finite(r.get("holm_pvalue"))]
+    gated = [r for block in (gof, two) if block is not None for r in block.gate]
+    holm_values = [r.holm_pvalue for r in gated if finite(r.holm_pvalue)]
     status = engine_status(entry)
     return {
         "name": name,
@@ -150,36 +147,36 @@ def _sampling_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids:
         "mode": "sampling",
         "status": status,
         "samples": samples,
-        "badge": _control_badge(get(entry, "verdict")) if is_control else status_badge(status),
-        "n_tokens": integer(get(gof, "n_tokens")),
+        "badge": _control_badge(entry.verdict) if is_control else status_badge(status),
+        "n_tokens": integer(gof.n_tokens if gof is not None else None),
         "battery_p": pvalue(min(holm_values)) if holm_values else MISSING,  # over both batteries
         # a proven bug that needs no test: the sampler's verify contract, or a server's impossible output
-        "proof": get(entry, "message") if (get(entry, "server_violations") or get(entry, "verify_violations")) else None,
-        "rejected": [f"{test_label(str(r.get('test')))} (Holm p = {pvalue(r.get('holm_pvalue'))})" for r in gated if r.get("reject")],
+        "proof": entry.message if (entry.server_violations or entry.verify_violations) else None,
+        "rejected": [f"{test_label(str(r.test))} (Holm p = {pvalue(r.holm_pvalue)})" for r in gated if r.reject],
         "tests": _test_rows(gof, control=is_control),
         "two_sample": {
-            "ran": bool(two),
+            "ran": two is not None,
             "badge": _two_sample_badge(two, samples),
             "rows": _test_rows(two, two_sample=True, samples=samples),
-            "reference": get(two, "reference", default=CONTROL_ENGINE),
-            "n_prompts": integer(get(two, "n_prompts")),
-            "flagged_prompts": generic_rows(get(two, "flagged_prompts", default=[])),
-            "flagged_groups": generic_rows(get(two, "flagged_groups", default=[])),
+            "reference": recorded(two.reference, CONTROL_ENGINE),
+            "n_prompts": integer(two.n_prompts),
+            "flagged_prompts": generic_rows(two.flagged_prompts),
+            "flagged_groups": generic_rows(two.flagged_groups),
         }
-        if not is_control
+        if two is not None and not is_control
         else {"ran": False},
         "impossible": {
-            "count": integer(get(impossible, "statistic", default=0)),
-            "n": integer(get(impossible, "n")),
-            "badge": badge(get(impossible, "verdict", default=NOT_RUN)),
-            "offenders": offenders[:MAX_ROWS],
-            "more": max(0, len(offenders) - MAX_ROWS),
+            "count": integer(recorded(impossible.statistic, 0)),
+            "n": integer(impossible.n),
+            "badge": badge(recorded(impossible.verdict, NOT_RUN)),
+            "offenders": impossible.offenders[:MAX_ROWS],
+            "more": max(0, len(impossible.offenders) - MAX_ROWS),
         },
-        "tv": _tv_view(tv),
-        "pit_bound": pit_bound_view(get(entry, "pit_bound", default={})),
-        "power": _power_rows(power),
+        "tv": _tv_view(entry.tv_bound),
+        "pit_bound": pit_bound_view(entry.pit_bound or {}),
+        "power": _power_rows(entry.power),
         "pit_chart": chart,
-        "flagged_groups": generic_rows(get(gof, "flagged_groups", default=[])),
+        "flagged_groups": generic_rows(gof.flagged_groups if gof is not None else []),
     }
 
 
@@ -193,31 +190,31 @@ def _control_badge(verdict: Any) -> dict[str, str]:
     return {"text": text, "css": css, "symbol": symbol, "key": str(verdict).lower()}
 
 
-def _two_sample_badge(two: Mapping[str, Any], samples: Any) -> dict[str, str]:
-    tests = [t for t in (get(two, "tests", default={}) or {}).values() if isinstance(t, Mapping)]
+def _two_sample_badge(two: TwoSample, samples: Any) -> dict[str, str]:
+    tests = [t for t in two.tests.values() if isinstance(t, Mapping)]
     if tests and all(not_run_reason(t, two_sample=True, samples=samples) for t in tests):
         return TEST_BADGES["not_run"]
-    return TEST_BADGES["rejected"] if is_status(get(two, "verdict"), CheckStatus.FAIL) else TEST_BADGES["not_rejected"]
+    return TEST_BADGES["rejected"] if two.verdict is CheckStatus.FAIL else TEST_BADGES["not_rejected"]
 
 
-def _tv_view(tv: Mapping[str, Any]) -> dict[str, Any]:
-    if not tv:
+def _tv_view(tv: TvBound | None) -> dict[str, Any]:
+    if tv is None:
         return {"ran": False}
-    verdict = get(tv, "verdict", default=NOT_RUN)
+    verdict = tv.verdict or NOT_RUN
     status = {"equivalent within delta": "pass", "not shown": "warn", "different": "fail"}.get(verdict, NOT_RUN)
     return {
         "ran": True,
-        "delta_value": tv.get("delta"),
-        "samples_to_show": tv.get("samples_to_show"),
-        "estimate": num(tv.get("estimate")),
-        "upper": num(tv.get("upper")),
-        "kl_upper": num(tv.get("kl_upper")),
-        "delta": setting(tv.get("delta")),
-        "pvalue": pvalue(tv.get("pvalue")),
-        "n_samples": integer(tv.get("n_samples")),
-        "n_prompts": integer(tv.get("n_prompts")),
-        "position": tv.get("position", 0),
-        "reference": tv.get("reference", "target"),
+        "delta_value": tv.delta,
+        "samples_to_show": tv.samples_to_show,
+        "estimate": num(tv.estimate),
+        "upper": num(tv.upper),
+        "kl_upper": num(tv.kl_upper),
+        "delta": setting(tv.delta),
+        "pvalue": pvalue(tv.pvalue),
+        "n_samples": integer(tv.n_samples),
+        "n_prompts": integer(tv.n_prompts),
+        "position": tv.position,
+        "reference": tv.reference,
         "verdict": verdict,
         "badge": badge(status),
     }
@@ -263,35 +260,34 @@ def _power_rows(power: Any) -> list[dict[str, str]]:
     return rows
 
 
-def _greedy_engine(name: str, entry: Mapping[str, Any], is_control: bool, ids: Ids) -> dict[str, Any]:
-    result = get(entry, "greedy", default={})
-    divergences = [d for d in (get(result, "divergences", default=[]) or []) if isinstance(d, Mapping)]
+def _greedy_engine(name: str, entry: EngineEquivalence, is_control: bool) -> dict[str, Any]:
+    result = entry.greedy or GreedyComparison()
     rows = [
         {
-            "prompt_id": d.get("prompt_id", MISSING),
-            "position": d.get("position", MISSING),
-            "token": d.get("token", MISSING),
-            "reference_token": d.get("reference_token", MISSING),
-            "logit_gap": num(d.get("logit_gap")),
-            "top2_gap": num(d.get("top2_gap")),
-            "tolerance": num(d.get("tolerance")),
-            "classification": d.get("classification", MISSING),
-            "benign": d.get("classification") == "near-tie",
+            "prompt_id": recorded(d.prompt_id),
+            "position": recorded(d.position),
+            "token": recorded(d.token),
+            "reference_token": recorded(d.reference_token),
+            "logit_gap": num(d.logit_gap),
+            "top2_gap": num(d.top2_gap),
+            "tolerance": num(d.tolerance),
+            "classification": recorded(d.classification),
+            "benign": d.classification == "near-tie",
         }
-        for d in divergences
+        for d in result.divergences
     ]
     kinds: dict[str, int] = {}
-    for d in divergences:
-        kinds[str(d.get("classification"))] = kinds.get(str(d.get("classification")), 0) + 1
+    for d in result.divergences:
+        kinds[str(d.classification)] = kinds.get(str(d.classification), 0) + 1
     return {
         "name": name,
         "is_control": is_control,
         "status": engine_status(entry),
         "mode": "greedy",
-        "badge": badge(get(entry, "verdict", default=NOT_RUN)),
-        "match_rate": with_ci(get(result, "match_rate"), get(result, "ci_low"), get(result, "ci_high"), fmt=percent),
-        "n_pairs": integer(get(result, "n_pairs")),
-        "n_matches": integer(get(result, "n_matches")),
+        "badge": badge(recorded(entry.verdict, NOT_RUN)),
+        "match_rate": with_ci(result.match_rate, result.ci_low, result.ci_high, fmt=percent),
+        "n_pairs": integer(result.n_pairs),
+        "n_matches": integer(result.n_matches),
         "kinds": kinds,
         "divergences": rows[:MAX_ROWS],
         "more": max(0, len(rows) - MAX_ROWS),

@@ -1,7 +1,8 @@
 """Number and status formatting shared by the HTML report, summary.md and the CLI.
 
-Everything takes whatever the snapshot holds (a float, None for NaN, a missing key) and returns
-text; nothing here raises on odd input, because a report must render whatever it is given.
+Everything takes a value as the snapshot holds it (a number, None for NaN or not recorded) and
+returns text; nothing here raises on an odd value, so an open part of the snapshot (the run's
+config, a test's figures) renders whatever it holds.
 """
 
 from __future__ import annotations
@@ -75,18 +76,9 @@ def finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def get(data: Any, *keys: Any, default: Any = None) -> Any:
-    """data[k1][k2]… or `default` when any level is missing or not a mapping/list."""
-    for key in keys:
-        if isinstance(data, Mapping):
-            data = data.get(key, default)
-        elif isinstance(data, (list, tuple)) and isinstance(key, int) and -len(data) <= key < len(data):
-            data = data[key]
-        else:
-            return default
-        if data is None:
-            return default
-    return data
+def recorded(value: Any, otherwise: Any = MISSING) -> Any:
+    """A value from one of the snapshot's open parts (the run's config, its seeds) as recorded; null is not recorded."""
+    return otherwise if value is None else value
 
 
 def mapping(value: Any) -> Mapping[str, Any]:
@@ -163,8 +155,14 @@ def with_ci(value: Any, low: Any, high: Any, fmt: Callable[[Any], str] = num, su
 
 
 def triple(block: Any, fmt: Callable[[Any], str] = num, suffix: str = "") -> str:
-    """A {value, ci_low, ci_high} mapping as text."""
-    return with_ci(get(block, "value"), get(block, "ci_low"), get(block, "ci_high"), fmt=fmt, suffix=suffix)
+    """An estimate with its interval as text: a MetricEstimate, or a {value, ci_low, ci_high}
+    mapping inside one of the snapshot's open parts (recommendations, mitigation, screen)."""
+    keys = ("value", "ci_low", "ci_high")
+    if isinstance(block, Mapping):
+        value, low, high = (block.get(key) for key in keys)
+    else:
+        value, low, high = (getattr(block, key, None) for key in keys)
+    return with_ci(value, low, high, fmt=fmt, suffix=suffix)
 
 
 def metric_label(metric: str) -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from markupsafe import Markup
+
+    from specaudit.contracts.snapshot import RunSection
 
 GLOSSARY = {
     "acceptance": ("acceptance rate", "the share of drafted tokens the target accepts"),
@@ -115,10 +117,10 @@ def glossary_rows() -> list[tuple[str, str, str]]:
     return [(key, name, meaning) for key, (name, meaning) in sorted(GLOSSARY.items(), key=lambda kv: kv[1][0].lower())]
 
 
-def group_names(snapshot: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+def group_names(run: RunSection) -> list[tuple[str, str, str]]:
     """(dimension, group code, readable name) for every group the prompt set names (its manifest's
     `labels:`), in the set's order: codes like `sae` or `naija` read as their varieties."""
-    dimensions = ((snapshot.get("run") or {}).get("prompt_set") or {}).get("dimensions") or {}
+    dimensions = (run.prompt_set or {}).get("dimensions") or {}  # the prompt set's manifest: an open part
     rows = []
     for dimension, spec in dimensions.items():
         labels = (spec or {}).get("labels") or {} if isinstance(spec, Mapping) else {}

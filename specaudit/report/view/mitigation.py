@@ -6,20 +6,24 @@ real engine's run, never taken from the summary's word)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import EquivalenceStatus
 from specaudit.report.view.base import NOT_RUN
-from specaudit.report.view.format import MISSING, badge, finite, fixed, get, integer, mapping, num, triple
+from specaudit.report.view.format import MISSING, badge, finite, fixed, integer, mapping, num, recorded, triple
 from specaudit.report.view.statuses import engine_status, status_badge
+
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import Snapshot
 
 OVERALL = "(overall)"
 LOSS_LIMIT = -0.05  # a group losing more than 5% of its acceptance is named
 
 
-def mitigation_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
-    part = get(snapshot, "mitigation")
-    if not isinstance(part, Mapping):
+def mitigation_view(snapshot: Snapshot) -> dict[str, Any]:
+    # mitigate's before_after.json as it wrote it: a summary of its own, read as the open mapping it is
+    part = snapshot.mitigation
+    if part is None:
         return {"ran": False}
     comparison = mapping(part.get("comparison"))
     rows = mapping(comparison.get("groups"))
@@ -34,7 +38,7 @@ def mitigation_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         "ran": True,
         "trained": bool(part.get("trained", True)),
         "not_trained": str(part.get("not_trained") or ""),
-        "fit_source": get(part, "policy_fit", "speed_source", default=MISSING),
+        "fit_source": recorded(mapping(part.get("policy_fit")).get("speed_source")),
         "fit_prompts": integer(part.get("train_prompts")),
         "held_prompts": integer(part.get("held_out_prompts")),
         "policy_reaudit": _policy_reaudit(mapping(part.get("policy_reaudit"))),
@@ -45,26 +49,25 @@ def mitigation_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
         "reference": reference,
         "lowest": lowest or MISSING,
         "lowest_badge": _change_badge(lowest_row.get("change")),
-        "lowest_text": f"{triple(get(lowest_row, 'before'), _three)} → {triple(get(lowest_row, 'after'), _three)}"
-        if lowest_row
-        else MISSING,
+        "lowest_text": f"{triple(lowest_row.get('before'), _three)} → {triple(lowest_row.get('after'), _three)}" if lowest_row else MISSING,
         "worst_ratio": f"{fixed(worst.get('before'))} → {fixed(worst.get('after'))}",
-        "overall_speedup": f"{triple(get(overall['raw'], 'speedup', 'before'), fixed, '×')} → "
-        f"{triple(get(overall['raw'], 'speedup', 'after'), fixed, '×')}",
+        "overall_speedup": f"{triple(mapping(overall['raw'].get('speedup')).get('before'), fixed, '×')} → "
+        f"{triple(mapping(overall['raw'].get('speedup')).get('after'), fixed, '×')}",
         "losers": losers,
         "run_k": part.get("run_k", MISSING),
-        "cost_ratio": fixed(comparison.get("cost_ratio", get(part, "cost", "cost_ratio")), 3),
+        "cost_ratio": fixed(comparison.get("cost_ratio", mapping(part.get("cost")).get("cost_ratio")), 3),
         "groups": groups,
         "overall": overall,
         "weightings": [
             {
                 "name": str(name),
-                "overall": triple(get(entry, "overall_after"), _three),
-                "lowest": triple(get(entry, "lowest_group_after"), _three),
-                "change": triple(get(entry, "lowest_group_change"), _three),
-                "worst": fixed(get(entry, "worst_ratio", "after")),
+                "overall": triple(entry.get("overall_after"), _three),
+                "lowest": triple(entry.get("lowest_group_after"), _three),
+                "change": triple(entry.get("lowest_group_change"), _three),
+                "worst": fixed(mapping(entry.get("worst_ratio")).get("after")),
             }
             for name, entry in mapping(part.get("weightings")).items()
+            if isinstance(entry, Mapping)
         ],
         "policies": [_policy(str(g), p) for g, p in mapping(part.get("policies")).items() if isinstance(p, Mapping)],
         "equivalence": _equivalence(snapshot, mapping(part.get("equivalence"))),
@@ -84,7 +87,7 @@ def _row(label: str, row: Mapping[str, Any], lowest: bool, reference: bool) -> d
         "raw": row,
         "lowest": lowest,
         "reference": reference,
-        "n": integer(get(row, "before", "n_prompts")),
+        "n": integer(mapping(row.get("before")).get("n_prompts")),
         "before": triple(row.get("before"), _three),
         "after": triple(row.get("after"), _three),
         "change": triple(row.get("change"), _three),
@@ -100,7 +103,7 @@ def _row(label: str, row: Mapping[str, Any], lowest: bool, reference: bool) -> d
 
 def _change_badge(change: Any) -> dict[str, str]:
     """A paired change whose whole interval lies above 0 gained, below 0 lost, else unclear."""
-    low, high = get(change, "ci_low"), get(change, "ci_high")
+    low, high = mapping(change).get("ci_low"), mapping(change).get("ci_high")
     if not (finite(low) and finite(high)):
         return badge(NOT_RUN)
     if low > 0:
@@ -151,7 +154,7 @@ def _policy_reaudit(part: Mapping[str, Any]) -> dict[str, Any]:
         "ran": True,
         "rows": rows,
         "run_k": part.get("run_k", MISSING),
-        "timed": integer(get(part, "groups", OVERALL, "n_prompts")),
+        "timed": integer(mapping(mapping(part.get("groups")).get(OVERALL)).get("n_prompts")),
         "max_new_tokens": part.get("max_new_tokens", MISSING),
         "routed": ", ".join(str(g) for g in part.get("routed") or []) or "none",
         "slower": ", ".join(slower) or "none",
@@ -164,12 +167,11 @@ def _policy_reaudit(part: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _equivalence(snapshot: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:
+def _equivalence(snapshot: Snapshot, summary: Mapping[str, Any]) -> dict[str, Any]:
     """The verdict on the mitigated draft: the snapshot's own equivalence result for its
     speculative engine(s); 'not run' (with the summary's reason) when the re-audit did not run."""
-    section = get(snapshot, "equivalence", default={})
-    control = get(section, "control")
-    engines = [(str(n), engine_status(e)) for n, e in mapping(get(section, "engines")).items() if n != control and isinstance(e, Mapping)]
+    section = snapshot.equivalence
+    engines = [(str(n), engine_status(e)) for n, e in section.engines.items() if n != section.control]
     if not engines or all(status == EquivalenceStatus.NOT_RUN for _, status in engines):
         return {
             "ran": False,
@@ -184,8 +186,8 @@ def _equivalence(snapshot: Mapping[str, Any], summary: Mapping[str, Any]) -> dic
         "badge": status_badge(status),
         "engine": name,
         "prompts": len(summary.get("prompts") or []) or MISSING,
-        "records": integer(get(snapshot, "run", "n_records")),
-        "tokens": integer(get(snapshot, "run", "n_output_tokens")),
+        "records": integer(snapshot.run.n_records),
+        "tokens": integer(snapshot.run.n_output_tokens),
         "gof_p": num(summary.get("goodness_of_fit_p")),
         "tv_upper": num(summary.get("tv_bound")),
     }

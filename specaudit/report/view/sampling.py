@@ -3,24 +3,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specaudit.decoding.settings import BUG_CLASSES, FEATURE_CLASSES, blind_spot_sentence, setting_label
 from specaudit.errors import InputError
-from specaudit.report.view.format import finite, get
+from specaudit.report.view.format import finite
 
 if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import Snapshot
     from specaudit.decoding import SamplingSpec
 
 
-def snapshot_setting(snapshot: Mapping[str, Any]) -> SamplingSpec | None:
+def snapshot_setting(snapshot: Snapshot) -> SamplingSpec | None:
     """The SamplingSpec of the snapshot's run, or None where its config does not say (an old or hand-made snapshot)."""
     from specaudit.contracts.engines import REQUEST_FEATURES
     from specaudit.decoding import SamplingSpec
 
-    config = get(snapshot, "run", "config", default={})
-    temperature, top_k, top_p = (get(config, name) for name in ("temperature", "top_k", "top_p"))
+    config = snapshot.run.config or {}
+    temperature, top_k, top_p = (config.get(name) for name in ("temperature", "top_k", "top_p"))
     if not finite(temperature):
         return None
     try:
@@ -36,7 +36,7 @@ def snapshot_setting(snapshot: Mapping[str, Any]) -> SamplingSpec | None:
         return None
 
 
-def sampling_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+def sampling_view(snapshot: Snapshot) -> dict[str, Any]:
     """{ran, label, sentence, rows}: one row per bug class, the request-feature classes after the
     others, whether this setting can show it."""
     spec = snapshot_setting(snapshot)

@@ -6,64 +6,65 @@ specaudit.analysis.shapes)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specaudit.report.view.format import MISSING, finite, get, integer, num, triple
+from specaudit.report.view.format import MISSING, finite, integer, num, triple
+
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import ShapeEngine, ShapeFigures, ShapesSection
 
 LEVEL_LABELS = {"small_to_medium": "small → medium", "medium_to_target": "medium → target"}
 
 
-def _row(dimension: str, group: str, figures: Mapping[str, Any], depth: int, levels: list[str]) -> dict[str, Any]:
-    depths = figures.get("depths") or []
+def _row(dimension: str, group: str, figures: ShapeFigures, depth: int, levels: list[str]) -> dict[str, Any]:
+    depths = figures.depths
     return {
         "dimension": dimension,
         "group": group,
-        "prompts": integer(figures.get("n_prompts")),
-        "steps": integer(figures.get("steps")),
-        "tokens_per_step": triple(figures.get("tokens_per_step")),
+        "prompts": integer(figures.n_prompts),
+        "steps": integer(figures.steps),
+        "tokens_per_step": triple(figures.tokens_per_step),
         "depths": [triple(depths[d]) if d < len(depths) else MISSING for d in range(depth)],
-        "levels": [triple(get(figures, "levels", name)) for name in levels],
-        "speedup": triple(figures.get("speedup"), suffix="×"),
-        "predicted": triple(figures.get("predicted_speedup"), suffix="×"),
+        "levels": [triple(figures.levels.get(name)) for name in levels],
+        "speedup": triple(figures.speedup, suffix="×"),
+        "predicted": triple(figures.predicted_speedup, suffix="×"),
     }
 
 
-def _costs(engine: Mapping[str, Any]) -> str:
+def _costs(engine: ShapeEngine) -> str:
     """One line: what a step cost, in plain decoding steps (empty where nothing was timed)."""
-    if not finite(engine.get("verify_cost")):
+    if not finite(engine.verify_cost):
         return ""
     text = (
-        f"a step costs c·D + v = {num(engine.get('cost_ratio'))} × {num(engine.get('offered_per_step'))} + "
-        f"{num(engine.get('verify_cost'))} plain decoding steps"
+        f"a step costs c·D + v = {num(engine.cost_ratio)} × {num(engine.offered_per_step)} + {num(engine.verify_cost)} plain decoding steps"
     )
-    if finite(engine.get("nodes_per_step")):
-        text += f" (v for {num(engine['nodes_per_step'])} tree tokens verified per step)"
+    if finite(engine.nodes_per_step):
+        text += f" (v for {num(engine.nodes_per_step)} tree tokens verified per step)"
     return text
 
 
-def shapes_view(snapshot: Mapping[str, Any]) -> dict[str, Any]:
-    part = snapshot.get("shapes")
-    if not isinstance(part, Mapping):
+def shapes_view(part: ShapesSection | None) -> dict[str, Any]:
+    if part is None:
         return {"ran": False, "reason": "no tree or staged engine in this run"}
     engines = []
-    for name, engine in (part.get("engines") or {}).items():
-        every = [engine.get("overall") or {}] + [f for groups in (engine.get("groups") or {}).values() for f in groups.values()]
-        depth = max((len(f.get("depths") or []) for f in every), default=0)
-        levels = [n for n in LEVEL_LABELS if any(n in (f.get("levels") or {}) for f in every)]
-        rows = [_row("all prompts", "", engine["overall"], depth, levels)] if engine.get("overall") else []
-        for dimension, groups in (engine.get("groups") or {}).items():
+    for name, engine in part.engines.items():
+        every = [f for f in [engine.overall] if f is not None] + [f for groups in engine.groups.values() for f in groups.values()]
+        depth = max((len(f.depths) for f in every), default=0)
+        levels = [n for n in LEVEL_LABELS if any(n in f.levels for f in every)]
+        rows = [_row("all prompts", "", engine.overall, depth, levels)] if engine.overall is not None else []
+        for dimension, groups in engine.groups.items():
             rows += [_row(dimension, group, figures, depth, levels) for group, figures in groups.items()]
         engines.append(
             {
                 "name": name,
-                "shape": engine.get("shape", MISSING),
+                "shape": engine.shape,
                 "depth_labels": [f"{'depth' if name in ('tree', 'screen') else 'position'} {d + 1}" for d in range(depth)],
                 "level_labels": [LEVEL_LABELS[n] for n in levels],
                 "rows": rows,
                 "costs": _costs(engine),
             }
         )
-    return {"ran": bool(engines), "method": part.get("method", ""), "engines": engines}
+    return {"ran": bool(engines), "method": part.method, "engines": engines}
 
 
 def shapes_markdown(view: Mapping[str, Any]) -> list[str]:

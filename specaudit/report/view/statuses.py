@@ -1,55 +1,57 @@
 """Statuses read (or honestly derived) from the snapshot, their badges, the group comparisons and
 the speed summary.
 
-A snapshot written before the decisive statuses existed carries old labels ("ok", "pass"); those
-are never shown as they are: a comparison's status is then derived from its ratio's interval
-against the band (an interval that straddles a band edge is INCONCLUSIVE, never "OK"), and a
-two-sample test that cannot reject by construction is "not run"."""
+A status the contract parsed is shown as it is; one the snapshot does not carry is derived: a
+comparison's from its ratio's interval against the band (an interval that straddles a band edge
+is INCONCLUSIVE, never "OK"; an old label such as "ok" breaks the contract and is refused on
+read), an engine's from its tests, and a two-sample test that cannot reject by construction is
+"not run"."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import DEFAULT_BAND, CheckStatus, DisparityStatus, EquivalenceStatus
-from specaudit.report.view.format import MISSING, finite, fixed, get, integer, is_status, mapping, triple
+from specaudit.report.view.format import MISSING, finite, fixed, integer, mapping, recorded, triple
 from specaudit.report.view.subject import hardware_text
+
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import Comparison, DimensionDisparities, EngineEquivalence, Snapshot
 
 DECIDED = (DisparityStatus.FLAG, DisparityStatus.WITHIN)
 
 
-def band_of(part: Mapping[str, Any]) -> tuple[float, float]:
-    tolerance = get(part, "tolerance")
-    if isinstance(tolerance, (list, tuple)) and len(tolerance) == 2 and all(map(finite, tolerance)) and 0 < tolerance[0] < tolerance[1]:
+def band_of(part: DimensionDisparities | None) -> tuple[float, float]:
+    tolerance = part.tolerance if part is not None else None
+    if isinstance(tolerance, list) and len(tolerance) == 2 and all(map(finite, tolerance)) and 0 < tolerance[0] < tolerance[1]:
         return float(tolerance[0]), float(tolerance[1])
     return DEFAULT_BAND
 
 
-def detectable_ratios(row: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """The smallest drop and rise of the ratio the comparison detects with 80% power: the
-    comparison's `mdr` (a number, [low, high] or {low, high}) or the older
-    min_detectable_ratio_low/high fields; None where unknown."""
-    mdr = row.get("mdr")
+def detectable_ratios(row: Comparison) -> tuple[float | None, float | None]:
+    """The smallest drop and rise of the ratio the comparison detects with 80% power: its
+    min_detectable_ratio_low/high, or the `mdr` extra of hand-made and early snapshots (a number,
+    [low, high] or {low, high}); None where unknown."""
+    mdr = getattr(row, "mdr", None)
     if isinstance(mdr, Mapping):
         low, high = mdr.get("low"), mdr.get("high")
-    elif isinstance(mdr, (list, tuple)) and len(mdr) == 2:
+    elif isinstance(mdr, list) and len(mdr) == 2:
         low, high = mdr
     elif finite(mdr):
         low, high = (mdr, None) if mdr < 1 else (None, mdr)
     else:
-        low, high = row.get("min_detectable_ratio_low"), row.get("min_detectable_ratio_high")
+        low, high = row.min_detectable_ratio_low, row.min_detectable_ratio_high
     return (low if finite(low) else None), (high if finite(high) else None)
 
 
-def comparison_status(row: Mapping[str, Any], band: tuple[float, float]) -> DisparityStatus:
+def comparison_status(row: Comparison, band: tuple[float, float]) -> DisparityStatus:
     """A group comparison's DisparityStatus: the one it carries, else derived from its ratio's
     interval against the band; a design whose detectable ratio lies beyond the band cannot decide."""
-    carried = row.get("status")
-    if isinstance(carried, str) and carried in DisparityStatus.__members__:  # the new vocabulary is upper case
-        return DisparityStatus(carried)
-    ratio = row.get("ratio") if isinstance(row.get("ratio"), Mapping) else {}
-    low, high = ratio.get("ci_low"), ratio.get("ci_high")
+    if row.status is not None:
+        return row.status
+    low, high = (row.ratio.ci_low, row.ratio.ci_high) if row.ratio is not None else (None, None)
     mdr_low, mdr_high = detectable_ratios(row)
     decidable = (
         finite(low) and finite(high) and not ((mdr_low is not None and mdr_low < band[0]) or (mdr_high is not None and mdr_high > band[1]))
@@ -57,30 +59,25 @@ def comparison_status(row: Mapping[str, Any], band: tuple[float, float]) -> Disp
     return DisparityStatus.from_interval(low if finite(low) else math.nan, high if finite(high) else math.nan, band, decidable=decidable)
 
 
-def engine_status(entry: Mapping[str, Any]) -> EquivalenceStatus:
+def engine_status(entry: EngineEquivalence) -> EquivalenceStatus:
     """An engine's EquivalenceStatus: carried, else derived (a rejection or an impossible token is
     a violation; a bound below δ is equivalence; otherwise only "no violation found")."""
-    carried = entry.get("status")
-    if isinstance(carried, str):
-        try:
-            return EquivalenceStatus.parse(carried)
-        except ValueError:
-            pass
-    gof, two = get(entry, "goodness_of_fit", default={}), get(entry, "two_sample", default={})
-    greedy = get(entry, "greedy", default={})
-    if not (gof or two or greedy):
+    if entry.status is not None:
+        return entry.status
+    if entry.goodness_of_fit is None and entry.two_sample is None and entry.greedy is None:
         return EquivalenceStatus.NOT_RUN
-    impossible = get(gof, "impossible_tokens", "statistic", default=0)
-    if is_status(entry.get("verdict"), CheckStatus.FAIL) or (finite(impossible) and impossible > 0):
+    impossible = entry.goodness_of_fit.impossible_tokens if entry.goodness_of_fit is not None else None
+    if entry.verdict is CheckStatus.FAIL or (impossible is not None and finite(impossible.statistic) and impossible.statistic > 0):
         return EquivalenceStatus.VIOLATION
-    if get(entry, "tv_bound", "verdict") == "equivalent within delta":
+    if entry.tv_bound is not None and entry.tv_bound.verdict == "equivalent within delta":
         return EquivalenceStatus.EQUIVALENT
     return EquivalenceStatus.NO_VIOLATION_FOUND
 
 
 def not_run_reason(test: Mapping[str, Any], *, two_sample: bool, samples: Any) -> str | None:
-    """Why a test could not reject: the reason it carries, else (two-sample tests permuted within
-    prompts) one sample per prompt and engine, which makes every permutation give the same statistic."""
+    """Why a test could not reject (`test` one of a battery's open `tests` entries): the reason it
+    carries, else (two-sample tests permuted within prompts) one sample per prompt and engine,
+    which makes every permutation give the same statistic."""
     reason = test.get("not_run_reason")
     if reason:
         return str(reason)
@@ -128,33 +125,33 @@ def status_badge(status: DisparityStatus | EquivalenceStatus | str) -> dict[str,
 
 
 # ============================================================================ comparisons
-def comparisons(snapshot: Mapping[str, Any]) -> list[dict[str, Any]]:
+def comparisons(snapshot: Snapshot) -> list[dict[str, Any]]:
     """Every (dimension, metric, group) comparison with the reference, its status and figures."""
+    return [c for dimension, part in snapshot.disparities.items() for c in dimension_comparisons(dimension, part)]
+
+
+def dimension_comparisons(dimension: str, part: DimensionDisparities) -> list[dict[str, Any]]:
+    """One dimension's comparisons (metric x group) with its reference."""
     out = []
-    for dimension, part in mapping(get(snapshot, "disparities")).items():
-        if not isinstance(part, Mapping):
-            continue
-        band = band_of(part)
-        for metric, block in mapping(get(part, "metrics")).items():
-            for group, row in mapping(get(block, "pairwise")).items():
-                if not isinstance(row, Mapping):
-                    continue
-                status = comparison_status(row, band)
-                low, high = detectable_ratios(row)
-                out.append(
-                    {
-                        "dimension": str(dimension),
-                        "metric": str(metric),
-                        "group": str(group),
-                        "status": status,
-                        "band": band,
-                        "reference": get(part, "reference", default="overall"),
-                        "row": row,
-                        "n_prompts": row.get("n_prompts"),
-                        "mdr_low": low,
-                        "mdr_high": high,
-                    }
-                )
+    band = band_of(part)
+    for metric, block in part.metrics.items():
+        for group, row in block.pairwise.items():
+            status = comparison_status(row, band)
+            low, high = detectable_ratios(row)
+            out.append(
+                {
+                    "dimension": str(dimension),
+                    "metric": str(metric),
+                    "group": str(group),
+                    "status": status,
+                    "band": band,
+                    "reference": part.reference or "overall",
+                    "row": row,
+                    "n_prompts": row.n_prompts,
+                    "mdr_low": low,
+                    "mdr_high": high,
+                }
+            )
     return out
 
 
@@ -177,32 +174,31 @@ def prompts_to_decide(items: list[dict[str, Any]]) -> tuple[int, int] | None:
     return needed[len(needed) // 2], needed[-1]
 
 
-def speed_summary(snapshot: Mapping[str, Any]) -> dict[str, Any]:
+def speed_summary(snapshot: Snapshot) -> dict[str, Any]:
     """Overall speed-up (the dimension covering the most prompts), groups slower than vanilla, and
     the conditions the timings were taken under."""
-    groups = mapping(get(snapshot, "groups"))
     overall, overall_dim, overall_n = None, None, -1
     slower, slower_sig, total, by_dim = [], [], 0, []
-    for dimension, part in groups.items():
-        block = get(part, "overall", "metrics", "speedup")
-        n = get(part, "overall", "n_prompts", default=0)
-        if isinstance(block, Mapping) and finite(block.get("value")) and finite(n) and n > overall_n:
+    for dimension, part in snapshot.groups.items():
+        block = part.overall.metrics.get("speedup") if part.overall is not None else None
+        n = part.overall.n_prompts if part.overall is not None and part.overall.n_prompts is not None else 0
+        if block is not None and finite(block.value) and finite(n) and n > overall_n:
             overall, overall_dim, overall_n = block, dimension, n
-        for group, entry in mapping(get(part, "by_group")).items():
-            sp = get(entry, "metrics", "speedup")
-            if not isinstance(sp, Mapping) or not finite(sp.get("value")):
+        for group, entry in part.by_group.items():
+            sp = entry.metrics.get("speedup")
+            if sp is None or not finite(sp.value):
                 continue
             total += 1
-            if sp["value"] < 1:
+            if sp.value < 1:
                 slower.append(f"{dimension}={group}")
-                if finite(sp.get("ci_high")) and sp["ci_high"] < 1:
+                if finite(sp.ci_high) and sp.ci_high < 1:
                     slower_sig.append(f"{dimension}={group}")
-            by_dim.append((sp["value"], f"{dimension}={group}"))
-    run = get(snapshot, "run", default={})
-    config = get(run, "config", default={})
-    device = get(run, "device", default={})
-    threads = get(device, "threads", default=get(config, "threads"))
-    repeats = get(config, "timing_repeats")
+            by_dim.append((sp.value, f"{dimension}={group}"))
+    run = snapshot.run
+    config = run.config or {}
+    device = mapping(run.device)
+    threads = recorded(device.get("threads"), config.get("threads"))
+    repeats = config.get("timing_repeats")
     conditions = [
         f"{threads} CPU thread{'s' if threads != 1 else ''}" if finite(threads) else "threads not recorded",
         (
@@ -212,44 +208,44 @@ def speed_summary(snapshot: Mapping[str, Any]) -> dict[str, Any]:
             if finite(repeats)
             else "timing repeats not recorded"
         ),
-        f"warm-up {get(config, 'warmup')}" if finite(get(config, "warmup")) else None,
+        f"warm-up {config.get('warmup')}" if finite(config.get("warmup")) else None,
         f"device {hardware_text(run)}",
         "vanilla and speculative timed back to back per prompt",
     ]
-    if get(device, "shared") is True:
+    if device.get("shared") is True:
         conditions.append("shared machine (other processes ran)")
     values = sorted(by_dim)
-    model = mapping(get(snapshot, "speed"))
-    predicted = model.get("source") == "cost model"
+    model = snapshot.speed
+    predicted = model is not None and model.source == "cost model"
     model_lines = []
     if predicted:
-        check = mapping(get(model, "validation", "measured_over_predicted"))
+        check = (model.validation or {}).get("measured_over_predicted")
         model_lines.append(
-            f"Predicted for every screened prompt by a cost model fitted on {integer(get(model, 'cost_model', 'n_prompts'))} "
+            f"Predicted for every screened prompt by a cost model fitted on {integer((model.cost_model or {}).get('n_prompts'))} "
             f"prompts timed by both engines; out of sample, measured / predicted = {triple(check, fixed, '×')}."
         )
-        smallest = model.get("validation_by_group_smallest_pvalue_holm")
-        if model.get("finding"):
-            model_lines.append(f"Finding: {model['finding']}.")
-        elif model.get("single_prompt_outliers"):
-            model_lines.append(f"Note: {model['single_prompt_outliers']}.")
+        smallest = model.validation_by_group_smallest_pvalue_holm
+        if model.finding:
+            model_lines.append(f"Finding: {model.finding}.")
+        elif model.single_prompt_outliers:
+            model_lines.append(f"Note: {model.single_prompt_outliers}.")
         elif finite(smallest):
             model_lines.append(
                 f"Per group, no group's timed prompts differ from the other timed prompts' measured / predicted "
-                f"({integer(model.get('validation_by_group_tested'))} groups; smallest Holm-adjusted p = {smallest:.2g})."
+                f"({integer(model.validation_by_group_tested)} groups; smallest Holm-adjusted p = {smallest:.2g})."
             )
-    elif model.get("source") == "none":
-        model_lines.append(f"No speed-up: {model.get('reason')}.")
+    elif model is not None and model.source == "none":
+        model_lines.append(f"No speed-up: {model.reason}.")
     return {
         "predicted": predicted,
         "word": "Predicted" if predicted else "Measured",
         "model_lines": model_lines,
         "ran": overall is not None,
         "overall": triple(overall, fixed, "×") if overall else MISSING,
-        "overall_block": overall or {},
+        "overall_block": overall,
         "overall_scope": f"{integer(overall_n)} prompts of the {overall_dim} dimension" if overall else "",
-        "below_one": bool(overall) and finite(overall.get("ci_high")) and overall["ci_high"] < 1,
-        "above_one": bool(overall) and finite(overall.get("ci_low")) and overall["ci_low"] > 1,
+        "below_one": bool(overall) and finite(overall.ci_high) and overall.ci_high < 1,
+        "above_one": bool(overall) and finite(overall.ci_low) and overall.ci_low > 1,
         "n_groups": total,
         "slower": slower,
         "slower_sig": slower_sig,
@@ -260,16 +256,15 @@ def speed_summary(snapshot: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _projection(snapshot: Mapping[str, Any]) -> dict[str, Any] | None:
+def _projection(snapshot: Snapshot) -> dict[str, Any] | None:
     """The deployment projection (analysis --deployment-cost-ratio): its c, v and the range of the
     groups' projected speed-ups; None where no cost ratio was given."""
     values, setting = [], None
-    for part in mapping(get(snapshot, "recommendations")).values():
-        projection = get(part, "projection")
-        if isinstance(projection, Mapping):
-            setting = projection
-        for name, row in mapping(get(part, "by_group")).items():
-            projected = get(row, "projected_speedup", "value")
+    for part in snapshot.recommendations.values():
+        if part.projection is not None:
+            setting = part.projection
+        for name, row in part.by_group.items():
+            projected = mapping(row.get("projected_speedup")).get("value")
             if finite(projected):
                 values.append((projected, name))
     if setting is None or not values:

@@ -7,10 +7,13 @@ import shlex
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import SPECULATIVE_ENGINE
-from specaudit.report.view.format import MISSING, finite, get, integer, mapping, setting
+from specaudit.report.view.format import MISSING, finite, integer, mapping, recorded, setting
+
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import RunSection, Snapshot
 
 DRAFT_KINDS = {
     "int8": "int8 weights of the target (per-channel scales, float activations; same architecture)",
@@ -29,7 +32,7 @@ def describe_draft(draft: Mapping[str, Any], config: Mapping[str, Any], target_n
             text = DRAFT_KINDS[derived].replace("the target", source)
             return f"{derived}: {text}"
         return f"{derived} derived from {source}"
-    name = draft.get("name") or get(config, "draft", default=MISSING)
+    name = draft.get("name") or config.get("draft") or MISSING
     return f"separate model {name}"
 
 
@@ -45,8 +48,8 @@ def model_hash(model: Mapping[str, Any]) -> str:
     return "not recorded"
 
 
-def hardware_text(run: Mapping[str, Any]) -> str:
-    device = get(run, "device", default={})
+def hardware_text(run: RunSection) -> str:
+    device = run.device or {}
     if not isinstance(device, Mapping):
         return str(device or MISSING)
     kind = str(device.get("type", "")).lower()
@@ -63,7 +66,7 @@ def hardware_text(run: Mapping[str, Any]) -> str:
             parts.append(f"{cores} cores")
     if device.get("threads"):
         parts.append(f"{device['threads']} thread{'s' if device['threads'] != 1 else ''} used")
-    dtype = get(run, "models", "dtype")
+    dtype = (run.models or {}).get("dtype")
     if dtype:
         parts.append(str(dtype))
     return ", ".join(parts)
@@ -87,49 +90,47 @@ def _report_time_commit() -> str | None:
     return done.stdout.strip() or None
 
 
-def subject(snapshot: Mapping[str, Any]) -> list[tuple[str, str]]:
+def subject(snapshot: Snapshot) -> list[tuple[str, str]]:
     """The audit subject, model-card style: (label, text) rows."""
-    run = get(snapshot, "run", default={})
-    models = mapping(get(run, "models"))
-    config = mapping(get(run, "config"))
-    target = mapping(get(models, "target"))
-    draft = mapping(get(models, "draft"))
-    target_name = str(target.get("name") or get(config, "target", default=MISSING))
+    run = snapshot.run
+    models, config = run.models or {}, run.config or {}
+    target, draft = mapping(models.get("target")), mapping(models.get("draft"))
+    target_name = str(target.get("name") or config.get("target") or MISSING)
     shown_target = target_name + (" (the embedded SmolLM2-135M-Instruct, GGUF)" if target_name == "default" else "")
     if target.get("parameters"):
         shown_target += f", {integer(target['parameters'])} parameters"
-    prompt_set = mapping(get(run, "prompt_set"))
-    versions = mapping(get(run, "versions"))
-    commit = versions.get("specaudit_commit") or get(run, "git_commit") or versions.get("git")
+    prompt_set, versions = run.prompt_set or {}, run.versions or {}
+    commit = versions.get("specaudit_commit") or getattr(run, "git_commit", None) or versions.get("git")  # git_commit: older runs
     commit_text = f"commit {commit}" if commit else None
     if not commit_text:
         at_report = _report_time_commit()
         commit_text = f"commit not recorded by the run; report rendered at {at_report}" if at_report else "commit not recorded"
-    temperature = get(config, "temperature")
+    temperature = config.get("temperature")
     sampling = (
         "greedy"
         if temperature == 0
         else f"temperature {setting(temperature)}"
-        + (f", top-k {config['top_k']}" if get(config, "top_k") else "")
-        + (f", top-p {setting(config['top_p'])}" if finite(get(config, "top_p")) and config["top_p"] < 1 else "")
+        + (f", top-k {config['top_k']}" if config.get("top_k") else "")
+        + (f", top-p {setting(config['top_p'])}" if finite(config.get("top_p")) and config["top_p"] < 1 else "")
         if finite(temperature)
         else MISSING
     )
-    endpoint = get(models, SPECULATIVE_ENGINE, "url")
+    endpoint = mapping(models.get(SPECULATIVE_ENGINE)).get("url")
+    vanilla = mapping(models.get("vanilla"))
     rows = [
-        ("Target", f"{get(models, 'vanilla', 'model')} at {get(models, 'vanilla', 'url')}" if endpoint else shown_target),
+        ("Target", f"{vanilla.get('model')} at {vanilla.get('url')}" if endpoint else shown_target),
         ("Target revision", model_hash(target)),
-        ("Draft", f"{get(models, 'speculative', 'model')} at {endpoint}" if endpoint else describe_draft(draft, config, target_name)),
+        ("Draft", f"{models[SPECULATIVE_ENGINE].get('model')} at {endpoint}" if endpoint else describe_draft(draft, config, target_name)),
         (
             "Decoding",
             (
-                f"k = {get(config, 'k', default=MISSING)} draft tokens per step; {sampling}; up to "
-                f"{get(config, 'max_new_tokens', default=MISSING)} new tokens; {get(config, 'samples', default=MISSING)} "
+                f"k = {recorded(config.get('k'))} draft tokens per step; {sampling}; up to "
+                f"{recorded(config.get('max_new_tokens'))} new tokens; {recorded(config.get('samples'))} "
                 f"sample(s) per prompt and engine"
             ),
         ),
         ("Hardware", hardware_text(run)),
-        ("Seed", str(get(run, "seeds", "run", default=get(config, "seed", default=MISSING)))),
+        ("Seed", str(recorded((run.seeds or {}).get("run"), recorded(config.get("seed"))))),
         (
             "Prompt set",
             (
@@ -138,17 +139,15 @@ def subject(snapshot: Mapping[str, Any]) -> list[tuple[str, str]]:
             ),
         ),
         ("specaudit", f"{versions.get('specaudit', MISSING)}, {commit_text}"),
-        ("Date", str(get(run, "created", default=MISSING))),
+        ("Date", str(recorded(run.created))),
     ]
     return rows
 
 
-def subject_ids(snapshot: Mapping[str, Any]) -> tuple[str, str]:
+def subject_ids(snapshot: Snapshot) -> tuple[str, str]:
     """Short target and draft identifiers for machine-read files (CSV columns, junit properties)."""
-    run = mapping(get(snapshot, "run"))
-    models, config = mapping(get(run, "models")), mapping(get(run, "config"))
-    target = mapping(models.get("target"))
-    draft = mapping(models.get("draft"))
+    models, config = snapshot.run.models or {}, snapshot.run.config or {}
+    target, draft = mapping(models.get("target")), mapping(models.get("draft"))
     target_id = str(target.get("name") or config.get("target") or MISSING)
     revision = model_hash(target)
     if revision != "not recorded":

@@ -3,21 +3,20 @@ headline numbers and the speed chart."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import specaudit.charts as charts
 from specaudit.contracts import DisparityStatus, EquivalenceStatus
+from specaudit.contracts.snapshot import DimensionGroups, GroupEntry
 from specaudit.report.view.base import FOREST_METRICS, NOT_RUN, Ids
 from specaudit.report.view.disparity import dimension_summary
 from specaudit.report.view.format import (
     badge,
     finite,
     fixed,
-    get,
     integer,
-    mapping,
     metric_label,
+    recorded,
     triple,
 )
 from specaudit.report.view.sampling import sampling_view
@@ -25,8 +24,11 @@ from specaudit.report.view.statuses import comparisons, speed_summary, status_ba
 from specaudit.report.view.subject import subject
 from specaudit.report.view.verdicts import actions, decide
 
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import MetricEstimate, Snapshot
 
-def summary_view(view: dict[str, Any], snapshot: Mapping[str, Any]) -> dict[str, Any]:
+
+def summary_view(view: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
     eq, disp, gate = view["equivalence"], view["disparity"], view["gate"]
     engines = [(e["name"], e["status"]) for e in eq.get("engines", []) if not e["is_control"]] if eq.get("ran") else []
     comps = comparisons(snapshot)
@@ -94,21 +96,21 @@ def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
     return {"label": "Correctness", "anchor": "equivalence", "badge": status_badge(worst_status), "lines": lines}
 
 
-def _screen_line(snapshot: Mapping[str, Any]) -> str | None:
+def _screen_line(snapshot: Snapshot) -> str | None:
     """Where acceptance per group came from, when the screen measured it, and its check against the engine."""
-    if get(snapshot, "run", "disparity_engine") != "screen":
+    if snapshot.run.disparity_engine != "screen":
         return None
-    check = mapping(get(snapshot, "screen"))
+    check = snapshot.screen
     line = "Acceptance per group is the screen's: the expected acceptance along target samples of every prompt."
-    ratio = get(check, "engine_over_screen_acceptance")
-    if isinstance(ratio, Mapping):
-        given = mapping(get(check, "given_engine_paths"))
+    ratio = check.engine_over_screen_acceptance if check is not None else None
+    if ratio is not None:
+        given = check.given_engine_paths or {}
         line += (
-            f" On the {integer(check.get('n_prompts'))} prompts the speculative engine also ran, its acceptance is "
+            f" On the {integer(check.n_prompts)} prompts the speculative engine also ran, its acceptance is "
             f"{triple(ratio, fixed, '×')} the screen's"
             + (f", and {triple(given, fixed, '×')} what the screen's model gives its own paths" if "value" in given else "")
         )
-        if check.get("agrees"):
+        if check.agrees:
             line += " (agrees)."
         elif given.get("rejected"):
             line += ": the screen may not reproduce this engine (see the gate's screen-agreement check)."
@@ -120,7 +122,7 @@ def _screen_line(snapshot: Mapping[str, Any]) -> str | None:
     return line
 
 
-def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: Mapping[str, Any]) -> dict[str, Any]:
+def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
     if not comps:
         return {"label": "Fairness", "anchor": "disparity", "badge": badge(NOT_RUN), "lines": [disp.get("reason", "no group comparisons")]}
     headline = dimension_summary([c["status"] for c in comps])
@@ -129,12 +131,11 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: 
     dims = {c["dimension"] for c in comps}
     sizes = [c["n_prompts"] for c in comps if finite(c.get("n_prompts"))]
     lows = [c["mdr_low"] for c in comps if c["mdr_low"] is not None]
-    references = mapping(get(snapshot, "groups"))
     reference_line = (
         "Reference groups: "
         + "; ".join(
-            f"{dimension}: {get(part, 'reference', default='overall')} ({get(part, 'reference_reason') or 'reason not recorded'})"
-            for dimension, part in references.items()
+            f"{dimension}: {recorded(part.reference, 'overall')} ({part.reference_reason or 'reason not recorded'})"
+            for dimension, part in snapshot.groups.items()
             if dimension in dims
         )
         + "."
@@ -156,11 +157,7 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: 
     if flagged:
         lines.append("Outside the band: " + ", ".join(flagged) + ".")
     lines.append(reference_line)
-    both = [
-        str(d)
-        for d, part in mapping(get(snapshot, "disparities")).items()
-        if {"acceptance_rate", "mean_beta"} <= set(get(part, "compared_metrics", default=[]) or [])
-    ]
+    both = [str(d) for d, part in snapshot.disparities.items() if {"acceptance_rate", "mean_beta"} <= set(part.compared_metrics or [])]
     if both:
         lines.append(
             "The engine accepts by a rule of its own: groups are compared on the rule's acceptance rate (what decides its users' "
@@ -173,33 +170,31 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: 
     return {"label": "Fairness", "anchor": "disparity", "badge": status_badge(headline), "lines": lines}
 
 
-def speed_chart(snapshot: Mapping[str, Any], ids: Ids) -> Any:
+def speed_chart(snapshot: Snapshot, ids: Ids) -> Any:
     """Every group's measured speed-up against vanilla (not a ratio to a reference group): the
     decisive fact when speculation slows groups down."""
     rows, described = [], []
-    for dimension, part in (get(snapshot, "groups", default={}) or {}).items():
-        if not isinstance(part, Mapping):
-            continue
-        for index, (group, entry) in enumerate((get(part, "by_group", default={}) or {}).items()):
-            block = get(entry, "metrics", "speedup")
-            if not isinstance(block, Mapping) or not finite(block.get("value")):
+    for dimension, part in snapshot.groups.items():
+        for index, (group, entry) in enumerate(part.by_group.items()):
+            block = entry.metrics.get("speedup")
+            if block is None or not finite(block.value):
                 continue
-            low, high = block.get("ci_low"), block.get("ci_high")
+            low, high = block.ci_low, block.ci_high
             status = "SLOWER" if finite(high) and high < 1 else "FASTER" if finite(low) and low > 1 else "UNCLEAR"
             text = triple(block, fixed, "×")
             rows.append(
                 charts.RatioRow(
                     f"{dimension}={group}",
-                    get(entry, "n_prompts"),
+                    entry.n_prompts,
                     charts.group_colour(index),
-                    [charts.RatioCell(block["value"], low, high, status, text)],
+                    [charts.RatioCell(block.value, low, high, status, text)],
                 )
             )
             described.append(f"{dimension}={group} {text} {status}")
     if not rows:
         return None
     counts = {s: sum(r.cells[0].status == s for r in rows) for s in ("SLOWER", "UNCLEAR", "FASTER")}
-    word = "Predicted" if get(snapshot, "speed", "source") == "cost model" else "Measured"
+    word = "Predicted" if _predicted(snapshot) else "Measured"
     desc = (
         f"{word} speed-up of speculative over vanilla decoding for each of {len(rows)} groups, log scale, with 95% intervals; "
         f"{counts['SLOWER']} slower (interval below 1×), {counts['UNCLEAR']} unclear, {counts['FASTER']} faster. " + "; ".join(described)
@@ -290,7 +285,12 @@ def _gate_line(gate: dict[str, Any]) -> str:
     return f"{c['pass']} pass, {c['warn']} warn, {c['fail']} fail"
 
 
-def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Mapping[str, Any]) -> list[dict[str, str]]:
+def _predicted(snapshot: Snapshot) -> bool:
+    """Whether the speed-ups are the screen's cost model's predictions (else measured)."""
+    return snapshot.speed is not None and snapshot.speed.source == "cost model"
+
+
+def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Snapshot) -> list[dict[str, str]]:
     rows: list[dict[str, str]] = []
     for engine in eq.get("engines", []) if eq.get("ran") else []:
         if engine["is_control"]:
@@ -329,31 +329,29 @@ def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Mapping[str, A
                     "note": "distortions smaller than this could pass unseen",
                 }
             )
-    groups = get(snapshot, "groups", default={})
     for d in disp.get("dimensions", []) if disp.get("ran") else []:
         name = d.get("name")
-        dim = get(groups, name, default={})
-        overall = get(dim, "overall", "metrics", default={})
-        n = integer(get(dim, "overall", "n_prompts"))
-        if get(overall, "acceptance_rate"):
+        dim = snapshot.groups.get(name) or DimensionGroups()
+        overall = dim.overall or GroupEntry(metrics={})
+        n = integer(overall.n_prompts)
+        if "acceptance_rate" in overall.metrics:
             rows.append(
-                {"what": f"acceptance rate, all prompts ({name})", "value": triple(get(overall, "acceptance_rate")), "note": f"{n} prompts"}
+                {
+                    "what": f"acceptance rate, all prompts ({name})",
+                    "value": triple(overall.metrics["acceptance_rate"]),
+                    "note": f"{n} prompts",
+                }
             )
-        if get(overall, "speedup"):
+        if "speedup" in overall.metrics:
             rows.append(
                 {
                     "what": f"speed-up, all prompts ({name})",
-                    "value": triple(get(overall, "speedup"), fixed, "×"),
-                    "note": f"{n} prompts, "
-                    + (
-                        "predicted by the cost model"
-                        if get(snapshot, "speed", "source") == "cost model"
-                        else "paired vanilla vs speculative"
-                    ),
+                    "value": triple(overall.metrics["speedup"], fixed, "×"),
+                    "note": f"{n} prompts, " + ("predicted by the cost model" if _predicted(snapshot) else "paired vanilla vs speculative"),
                 }
             )
         for metric in FOREST_METRICS:
-            lowest = _lowest_group(get(dim, "by_group", default={}), metric)
+            lowest = _lowest_group(dim.by_group, metric)
             if lowest:
                 group, block, size = lowest
                 rows.append(
@@ -366,10 +364,10 @@ def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Mapping[str, A
     return rows
 
 
-def _lowest_group(by_group: Mapping[str, Any], metric: str) -> tuple[str, Any, str] | None:
-    candidates = [(g, get(e, "metrics", metric), get(e, "n_prompts")) for g, e in (by_group or {}).items()]
-    candidates = [(g, b, n) for g, b, n in candidates if finite(get(b, "value"))]
+def _lowest_group(by_group: dict[str, GroupEntry], metric: str) -> tuple[str, MetricEstimate, str] | None:
+    candidates = [(g, e.metrics.get(metric), e.n_prompts) for g, e in by_group.items()]
+    candidates = [(g, b, n) for g, b, n in candidates if b is not None and finite(b.value)]
     if len(candidates) < 2:
         return None
-    group, block, n = min(candidates, key=lambda c: c[1]["value"])
+    group, block, n = min(candidates, key=lambda c: c[1].value)
     return group, block, integer(n)

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.gate.decision import BLOCKING, DecisionFacts, decision_key
 from specaudit.report.view.costs import BUDGET_HOURS, best_k_speedup, predicted_rerun, rerun_cost
-from specaudit.report.view.format import finite, get, is_status, mapping
+from specaudit.report.view.format import finite, mapping, recorded
 from specaudit.report.view.statuses import (
     DECIDED,
     prompts_to_decide,
 )
 from specaudit.report.view.subject import with_flags
+
+if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import Snapshot
 
 # ============================================================================ decision
 DECISIONS = {
@@ -32,7 +35,7 @@ DECISIONS = {
 
 
 def decide(
-    snapshot: Mapping[str, Any], engines: list[tuple[str, EquivalenceStatus]], comps: list[dict[str, Any]], speed: dict[str, Any]
+    snapshot: Snapshot, engines: list[tuple[str, EquivalenceStatus]], comps: list[dict[str, Any]], speed: dict[str, Any]
 ) -> dict[str, Any]:
     """The banner: derived from the gate, with the evidence that decides it.
 
@@ -40,14 +43,13 @@ def decide(
     enable; equivalence not tested → insufficient; speculation slower than vanilla overall (the
     gate's min-speed-up checks) → do not enable; no disparity comparison decidable → insufficient;
     warnings → enable with conditions; else enable."""
-    gate = get(snapshot, "gate", default={})
-    checks = [c for c in (get(gate, "checks", default=[]) or []) if isinstance(c, Mapping)]
-    judged = isinstance(gate, Mapping) and isinstance(gate.get("checks"), list) and gate.get("status")
-    gate_status = CheckStatus.parse(gate["status"]) if judged else None
+    gate = snapshot.gate
+    checks = gate.checks if gate is not None else []
+    gate_status = gate.status if gate is not None else None
     reasons: list[str] = []
     violations = [name for name, status in engines if status == EquivalenceStatus.VIOLATION]
     # the `decision` check (--fail-on decision) restates the decision: it is not evidence for it
-    failing = [c for c in checks if is_status(c.get("status"), CheckStatus.FAIL) and c.get("name") != "decision"]
+    failing = [c for c in checks if c.status is CheckStatus.FAIL and c.name != "decision"]
     decided = [c for c in comps if c["status"] in DECIDED]
     flagged = [c for c in comps if c["status"] == DisparityStatus.FLAG]
     tested = bool(engines) and not all(status == EquivalenceStatus.NOT_RUN for _, status in engines)
@@ -68,9 +70,9 @@ def decide(
     elif failing or violations:
         reasons += [f"{name}: its output is not distributed as the target's." for name in violations]
         reasons += [
-            f"Gate check {c.get('name')} fails: {c.get('message', '')}"
+            f"Gate check {c.name} fails: {recorded(c.message, '')}"
             for c in failing
-            if not any(str(c.get("name", "")).endswith(f"[{v}]") for v in violations)
+            if not any(str(c.name or "").endswith(f"[{v}]") for v in violations)
         ]
     elif not tested:
         reasons.append("Equivalence with the target was not tested.")
@@ -91,7 +93,7 @@ def decide(
             shown = [
                 f"no distortion of {name}'s PIT above {bound['upper']:.3f}, shown at {bound['level'] * 100:.0f}%"
                 for name in no_proof
-                for bound in [mapping(get(snapshot, "equivalence", "engines", name, "pit_bound"))]
+                for bound in [_pit_bound(snapshot, name)]
                 if finite(bound.get("upper")) and bound["upper"] < 1 and finite(bound.get("level"))
             ]
             reasons.append(
@@ -124,13 +126,12 @@ def decide(
     if key == "conditions":
         families: dict[str, int] = {}
         for check in checks:
-            if is_status(check.get("status"), CheckStatus.WARN):
-                family = str(check.get("name", "")).split("[", 1)[0]
+            if check.status is CheckStatus.WARN:
+                family = str(check.name or "").split("[", 1)[0]
                 families[family] = families.get(family, 0) + 1
         reasons.insert(0, "Conditions (the gate's warnings): " + ", ".join(f"{family} ({n})" for family, n in families.items()) + ".")
     title, css = DECISIONS[key]
-    exit_code = get(gate, "exit_code")
-    exit_code = exit_code if finite(exit_code) else int(gate_status == CheckStatus.FAIL)
+    exit_code = gate.exit_code if gate is not None and finite(gate.exit_code) else int(gate_status == CheckStatus.FAIL)
     line = f"Gate: {gate_status.value} (exit {exit_code})" if gate_status else "Gate: not run"
     note = None
     if gate_status and key in BLOCKING and exit_code == 0:
@@ -138,19 +139,25 @@ def decide(
     return {"key": key, "title": title, "css": css, "reasons": reasons, "gate": line, "gate_note": note}
 
 
+def _pit_bound(snapshot: Snapshot, engine: str) -> Mapping[str, Any]:
+    """An engine's PIT bound (stats.equivalence.pit_bound: upper, level, ...), empty where it has none."""
+    entry = snapshot.equivalence.engines.get(engine)
+    return (entry.pit_bound if entry is not None else None) or {}
+
+
 # ============================================================================ what to do
 def actions(
-    snapshot: Mapping[str, Any],
+    snapshot: Snapshot,
     engines: list[tuple[str, EquivalenceStatus]],
     comps: list[dict[str, Any]],
     speed: dict[str, Any],
     equivalence_view: Mapping[str, Any],
 ) -> list[dict[str, str]]:
     """One item per problem (never one per dimension), MUST before SHOULD, each with a command."""
-    run = get(snapshot, "run", default={})
-    command = get(run, "command")
-    config = mapping(get(run, "config"))
-    run_dir = get(run, "dir", default="RUN_DIR")
+    run = snapshot.run
+    command = run.command
+    config = run.config or {}
+    run_dir = recorded(run.dir, "RUN_DIR")
     items: list[dict[str, str]] = []
 
     def add(level: str, text: str, anchor: str, cmd: str | None = None) -> None:
@@ -180,11 +187,11 @@ def actions(
                 "equivalence",
                 "specaudit selftest --quick",
             )
-    gate_checks = [c for c in (get(snapshot, "gate", "checks", default=[]) or []) if isinstance(c, Mapping)]
+    gate_checks = snapshot.gate.checks if snapshot.gate is not None else []
     for check in gate_checks:
-        name = str(check.get("name", ""))
-        if is_status(check.get("status"), CheckStatus.FAIL) and not name.startswith(("equivalence[", "disparity[")):
-            add("fail", f"Gate check {name} fails: {check.get('message', '')}", "gate")
+        name = str(check.name or "")
+        if check.status is CheckStatus.FAIL and not name.startswith(("equivalence[", "disparity[")):
+            add("fail", f"Gate check {name} fails: {recorded(check.message, '')}", "gate")
     flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == DisparityStatus.FLAG})
     if flagged:
         add(
@@ -202,11 +209,11 @@ def actions(
             + ("Do not enable it with this draft on this hardware; " if level == "fail" else "Route those groups to vanilla; ")
             + (
                 f"the cost model's best draft length is k = {best_k}, so re-audit with it, or use a cheaper or better-matched draft."
-                if best_k and best_k != get(config, "k")
+                if best_k and best_k != config.get("k")
                 else "use a cheaper or better-matched draft."
             )
         )
-        rerun_k = bool(best_k and best_k != get(config, "k"))
+        rerun_k = bool(best_k and best_k != config.get("k"))
         if rerun_k:
             text = costed(
                 text, rerun_cost(snapshot, speedup=best_k_speedup(snapshot, best_k), why=f", the speculative one at k = {best_k}")
@@ -216,7 +223,7 @@ def actions(
     if undecided:
         planned = prompts_to_decide(undecided)
         need = planned[0] if planned else None
-        minimum = get(snapshot, "gate", "thresholds", "min_group_size")
+        minimum = ((snapshot.gate.thresholds if snapshot.gate is not None else None) or {}).get("min_group_size")
         per_group = max([n for n in (need, int(minimum) if finite(minimum) else None) if n] or [0]) or None
         groups = sorted({f"{c['dimension']}={c['group']}" for c in undecided})
         text = (
@@ -243,7 +250,7 @@ def actions(
         not_shown = [e for e in audited if e.get("tv", {}).get("verdict") == "not shown"]
         not_run = [e for e in audited if any(r.get("not_run") for r in e.get("two_sample", {}).get("rows", []) or [])]
         if not_shown or not_run:
-            samples = get(config, "samples", default=1)
+            samples = recorded(config.get("samples"), 1)
             plan = mapping(not_shown[0]["tv"].get("samples_to_show")) if not_shown else {}
             parts = []
             if not_shown:
@@ -285,7 +292,7 @@ def actions(
                 "warn",
                 f"Rerun with another seed: {str(equivalence_view['warning']).split(': a correct')[0]}." + (f" {cost}" if cost else ""),
                 "equivalence",
-                with_flags(command, {"--seed": (get(config, "seed", default=0) or 0) + 1}),
+                with_flags(command, {"--seed": (config.get("seed") or 0) + 1}),
             )
     else:
         add(
@@ -308,11 +315,11 @@ def actions(
     return sorted(items, key=lambda a: order[a["level"]])  # stable: within a level, the order above is the impact order
 
 
-def _common_best_k(snapshot: Mapping[str, Any]) -> int | None:
+def _common_best_k(snapshot: Snapshot) -> int | None:
     counts: dict[int, int] = {}
-    for part in mapping(get(snapshot, "recommendations")).values():
-        for row in mapping(get(part, "by_group")).values():
-            k = get(row, "best_k")
+    for part in snapshot.recommendations.values():
+        for row in part.by_group.values():
+            k = row.get("best_k")
             if isinstance(k, int):
                 counts[k] = counts.get(k, 0) + 1
     return max(counts, key=lambda k: (counts[k], -k)) if counts else None
@@ -340,7 +347,7 @@ def _samples_wanted(plan: Mapping[str, Any], engine: Mapping[str, Any] | None) -
     return max(2, math.ceil(samples * (mde / delta) ** 2)), detects
 
 
-def _fewer_prompts(snapshot: Mapping[str, Any], plan: Mapping[str, Any], wanted: int) -> tuple[str, Any, dict[str, int]] | None:
+def _fewer_prompts(snapshot: Snapshot, plan: Mapping[str, Any], wanted: int) -> tuple[str, Any, dict[str, int]] | None:
     """The cheapest budget in decoded samples that still reaches δ, when it has fewer prompts than
     the audit: (its sentence, its RerunCost or None, its flags); its claim covers those prompts only,
     which the sentence says."""
