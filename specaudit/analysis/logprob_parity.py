@@ -86,16 +86,23 @@ def logprob_parity(records: list[dict]) -> LogprobParitySection | None:
         return None
     noise, noise_positions = batch_noise(outputs)
     threshold = max(2 * noise, MIN_THRESHOLD) if noise is not None else UNMEASURED_THRESHOLD
-    control = {(r["prompt_id"], r["sample"]): r for r in outputs if r["engine"] == CONTROL_ENGINE}
+    # the vanilla pair of each (prompt, sample) that returned logprobs, by level: a speculative record
+    # is compared with vanilla's at its own level where that one returned them (an engine may return
+    # them at some levels only), else at another level
+    control: dict[tuple, dict] = defaultdict(dict)
+    for r in outputs:
+        if r["engine"] == CONTROL_ENGINE and emitted_logprobs(r) is not None:
+            control[(r["prompt_id"], r["sample"])][r.get("concurrency")] = r
     compared = differing = zero = 0
     largest = 0.0
     by_level: dict[str, dict[str, int]] = {}
     examples = []
     for r in outputs:
-        if r["engine"] != SPECULATIVE_ENGINE or (r["prompt_id"], r["sample"]) not in control:
+        pairs = control.get((r["prompt_id"], r["sample"]))
+        if r["engine"] != SPECULATIVE_ENGINE or not pairs or emitted_logprobs(r) is None:
             continue
         level = by_level.setdefault(str(r.get("concurrency")), {"positions": 0, "differing": 0})
-        for position, spec, target in _gaps(r, control[(r["prompt_id"], r["sample"])]):
+        for position, spec, target in _gaps(r, pairs.get(r.get("concurrency")) or next(iter(pairs.values()))):
             gap = _difference(spec, target)
             compared += 1
             level["positions"] += 1

@@ -163,6 +163,9 @@ def test_requests_in_flight_keep_greedy_speculation_exact_and_count_accepted_dra
             sizes = record["engine_counters"]["batch_sizes"]
             assert record["proposed"] is None and record["steps"] == len(sizes) and sum(sizes) == len(record["output_token_ids"])
             assert record["accepted"] == sum(size - 1 for size in sizes[1:]) > 0
+        if record["concurrency"] == 3:  # the engine's log-probability of each token it emitted
+            logprobs = record["server_logprobs"]
+            assert len(logprobs) == len(record["output_token_ids"]) and max(logprobs) <= 0 < -min(logprobs)
         elif record["engine"] == "speculative":
             assert record["proposed"] == record["engine_counters"]["num_draft_tokens"] > 0
     assert all(len(seen) == 1 for seen in outputs.values())  # greedy: one output per prompt, at every level and on both sides
@@ -170,5 +173,7 @@ def test_requests_in_flight_keep_greedy_speculation_exact_and_count_accepted_dra
     concurrency = snapshot["concurrency"]
     assert concurrency["levels"] == [1, 3] and set(concurrency["equivalence"]) == {"1", "3"}
     assert concurrency["failed_levels"] == []  # greedy at exact precision: speculative = vanilla at both loads
+    parity = snapshot["logprob_parity"]  # greedy, same outputs: speculative's logprobs are vanilla's at level 3
+    assert parity["status"] == "PASS" and parity["positions"] == sum(len(r["output_token_ids"]) for r in records) // 4
     levels = snapshot["acceptance_stability"]["levels"]
     assert levels["3"]["drafted_share"] is None and levels["1"]["drafted_share"] == 1.0 and levels["3"]["accepted_per_token"] > 0

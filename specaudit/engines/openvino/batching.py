@@ -11,6 +11,11 @@ the prompt's emits its accepted drafts plus one). Its drafted count is not repor
 (openvino-genai 2026.4), so `proposed` is left None: acceptance rates at these levels are not
 claimed, tokens per step are.
 
+Each handle also gives the engine's log-probability of every token it emitted
+(`generated_log_probs`), which `LLMPipeline.generate` sums into one score per sequence: recorded as
+`server_logprobs`, so the logprob parity check (analysis/logprob_parity.py) compares speculative's
+with vanilla's along their common prefix, as it does for servers.
+
 Level 1 keeps the executor's one-request-per-`generate` path, whose counters are the engine's own;
 `LLMPipeline` with a scheduler config is the same continuous-batching runtime.
 """
@@ -26,10 +31,11 @@ from typing import Any
 
 @dataclass(frozen=True)
 class InFlightResult:
-    """One request's outcome at a level: its tokens, wall and first-token seconds from the moment
-    it was added, and its per-step sizes."""
+    """One request's outcome at a level: its tokens and the engine's log-probability of each, wall
+    and first-token seconds from the moment it was added, and its per-step sizes."""
 
     tokens: list[int]
+    logprobs: list[float]
     wall_s: float
     ttft_s: float
     batch_sizes: list[int]
@@ -49,6 +55,7 @@ class _Request:
     added: float
     first: float | None = None
     tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
 
 
 def run_in_flight(pipeline: Any, requests: list[tuple[list[int], Any]], level: int) -> list[InFlightResult | Exception]:
@@ -82,11 +89,13 @@ def run_in_flight(pipeline: Any, requests: list[tuple[list[int], Any]], level: i
             if request.handle.can_read():  # the tokens this step emitted for the request (one sequence: no beams)
                 for output in request.handle.read().values():
                     request.tokens.extend(int(t) for t in output.generated_ids)
+                    request.logprobs.extend(float(x) for x in output.generated_log_probs)
                 request.first = request.first or now
             if request.handle.get_status().name != "RUNNING":  # FINISHED, or STOP / CANCEL / IGNORED by the pipeline
                 metrics = request.handle.get_perf_metrics()
                 results[index] = InFlightResult(
                     tokens=request.tokens,
+                    logprobs=request.logprobs,
                     wall_s=now - request.added,
                     ttft_s=(request.first or now) - request.added,
                     batch_sizes=[int(b) for b in metrics.raw_metrics.m_batch_sizes],

@@ -204,12 +204,17 @@ def load_batching_pipelines(
     return Pipelines(vanilla, genai.ContinuousBatchingPipeline(str(target), scheduler, DEVICE, with_draft), set(eos_ids))
 
 
-def generation_config(spec: SamplingSpec, *, max_new_tokens: int, k: int | None, seed: int, eos_ids: set[int]) -> Any:
+def generation_config(
+    spec: SamplingSpec, *, max_new_tokens: int, k: int | None, seed: int, eos_ids: set[int], logprobs: bool = False
+) -> Any:
     """One request's GenerationConfig: the run's sampling, the record's seed, k drafts a step
-    (None: no draft), end-of-sequence ids given explicitly."""
+    (None: no draft), end-of-sequence ids given explicitly; with `logprobs`, each emitted token's
+    log-probability (without it a greedy request reports 0.0 for every token)."""
     genai = import_openvino_genai()
     config = genai.GenerationConfig()
     config.max_new_tokens = max_new_tokens
+    if logprobs:
+        config.logprobs = 1
     config.apply_chat_template = False  # token ids in: the template, if any, is in them already
     config.stop_token_ids = set(eos_ids)
     if eos_ids:

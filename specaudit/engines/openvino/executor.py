@@ -210,6 +210,7 @@ class OpenVinoExecutor(Executor):
                     k=cfg.k if speculative else None,
                     seed=seed,
                     eos_ids=self.pipelines.eos_ids,
+                    logprobs=True,
                 ),
             )
             for item, seed in zip(items, seeds, strict=True)
@@ -237,9 +238,12 @@ class OpenVinoExecutor(Executor):
         record = make_record(self.cfg, item, seed, self.encoded[item.prompt.id], generation, text)
         if speculative:  # drafted tokens are not reported per request under batching: unknown, not zero
             record = replace(record, proposed=None)
+        # one logprob a token, or none: a count that disagrees is not passed off as per-token figures
+        logprobs = result.logprobs if len(result.logprobs) == len(result.tokens) else None
         return record.with_extra(
             backend=BACKEND,
             concurrency=self.levels[item.key],
+            server_logprobs=logprobs,
             acceptance_source="none"
             if not speculative
             else "per-request step sizes (raw_metrics.m_batch_sizes) under batching; drafted count not reported",
