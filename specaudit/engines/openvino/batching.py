@@ -33,6 +33,7 @@ class InFlightResult:
     wall_s: float
     ttft_s: float
     batch_sizes: list[int]
+    finish_reason: Any = None  # the engine's GenerationFinishReason of the last output read
 
     @property
     def accepted(self) -> int:
@@ -49,6 +50,7 @@ class _Request:
     added: float
     first: float | None = None
     tokens: list[int] = field(default_factory=list)
+    finish_reason: Any = None
 
 
 def run_in_flight(pipeline: Any, requests: list[tuple[list[int], Any]], level: int) -> list[InFlightResult | Exception]:
@@ -82,6 +84,7 @@ def run_in_flight(pipeline: Any, requests: list[tuple[list[int], Any]], level: i
             if request.handle.can_read():  # the tokens this step emitted for the request (one sequence: no beams)
                 for output in request.handle.read().values():
                     request.tokens.extend(int(t) for t in output.generated_ids)
+                    request.finish_reason = output.finish_reason
                 request.first = request.first or now
             if request.handle.get_status().name != "RUNNING":  # FINISHED, or STOP / CANCEL / IGNORED by the pipeline
                 metrics = request.handle.get_perf_metrics()
@@ -90,6 +93,7 @@ def run_in_flight(pipeline: Any, requests: list[tuple[list[int], Any]], level: i
                     wall_s=now - request.added,
                     ttft_s=(request.first or now) - request.added,
                     batch_sizes=[int(b) for b in metrics.raw_metrics.m_batch_sizes],
+                    finish_reason=request.finish_reason,
                 )
                 del running[index]
     return results  # type: ignore[return-value]
