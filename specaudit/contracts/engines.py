@@ -185,7 +185,10 @@ ENGINES: dict[str, EngineSpec] = {
             scoring_pair="specaudit.engines.openvino.scoring:scoring_pair",
             acceptance_rule="OpenVINO GenAI's speculative sampling as it claims it (a draft kept with probability min(1, p/q); "
             "greedy: kept where it is the target's argmax); the audit tests the claim",
-            refuses_because="the OpenVINO engine passes the run's temperature, top-k and top-p only",
+            request_features=("min_p", "repetition_penalty", "stop", "grammar"),
+            refuses_because="OpenVINO GenAI has no logit bias and no llama.cpp penalty window, and its presence and frequency "
+            "penalties move a seen token's logit toward zero (subtracted from a positive logit, added to a negative one) "
+            "where OpenAI's always subtract",
         ),
     )
 }

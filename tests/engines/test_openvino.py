@@ -177,3 +177,106 @@ def test_requests_in_flight_keep_greedy_speculation_exact_and_count_accepted_dra
     assert parity["status"] == "PASS" and parity["positions"] == sum(len(r["output_token_ids"]) for r in records) // 4
     levels = snapshot["acceptance_stability"]["levels"]
     assert levels["3"]["drafted_share"] is None and levels["1"]["drafted_share"] == 1.0 and levels["3"]["accepted_per_token"] > 0
+
+
+# ----------------------------------------------------------------------------- request features
+@pytest.mark.parametrize(
+    ("setting", "feature"),
+    [
+        ("logit_bias=42:-5", "logit_bias"),
+        ("presence_penalty=0.5", "presence_penalty"),
+        ("frequency_penalty=0.5", "frequency_penalty"),
+        ("repetition_penalty=1.3,repeat_last_n=8", "repeat_last_n"),
+    ],
+)
+def test_a_feature_openvino_cannot_express_is_refused_in_one_sentence(tmp_path, tiny_prompts_file, capsys, setting, feature):
+    args = ["audit", "--engines", "openvino", "--prompts", str(tiny_prompts_file), "--dry-run", "--out", str(tmp_path / "o")]
+    assert main([*args, "--sampling", f"t=1,{setting}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--engines openvino cannot apply {feature}:" in err and "no logit bias" in err and "toward zero" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_each_feature_it_takes_is_set_in_its_generation_config_field():
+    from specaudit.engines.openvino.client import generation_config
+
+    def config(**features):
+        return generation_config(SamplingSpec(0.7, **features), max_new_tokens=8, k=3, seed=1, eos_ids={2})
+
+    plain = config()
+    assert plain.repetition_penalty == 1.0 and plain.min_p == 0.0 and not plain.stop_strings
+    assert plain.structured_output_config is None and plain.presence_penalty == 0.0 and plain.frequency_penalty == 0.0
+    assert config(repetition_penalty=1.3).repetition_penalty == pytest.approx(1.3)
+    assert config(min_p=0.1).min_p == pytest.approx(0.1)
+    stopped = config(stop=("END", "\n\n"))
+    assert stopped.stop_strings == {"END", "\n\n"} and stopped.include_stop_str_in_output is True  # the reference keeps the stop's token
+    schema = json.dumps({"type": "object", "properties": {"day": {"type": "string"}}})
+    assert config(grammar=schema).structured_output_config.json_schema == schema
+    gbnf = 'root ::= "yes" | "no"'
+    structured = config(grammar=gbnf).structured_output_config
+    assert structured.grammar == gbnf and structured.json_schema is None
+    greedy = generation_config(SamplingSpec(0.0, repetition_penalty=1.3), max_new_tokens=8, k=None, seed=1, eos_ids={2})
+    assert greedy.is_greedy_decoding() and greedy.repetition_penalty == pytest.approx(1.3)  # OpenVINO penalises greedy too
+
+
+def test_a_stop_ends_the_recorded_text_and_the_finish_reason_says_so():
+    from specaudit.engines.openvino.client import finish_reason, recorded_text
+
+    class Reason:  # openvino_genai.GenerationFinishReason's shape
+        def __init__(self, name):
+            self.name = name
+
+    assert recorded_text("Monday\n2. Tuesday", ("Tuesday", "\n")) == "Monday"
+    assert recorded_text("no stop here", ("END",)) == "no stop here" and recorded_text("x", ()) == "x"
+    assert finish_reason([5, 2], Reason("STOP"), {2}) == "eos"
+    assert finish_reason([5, 6], Reason("STOP"), {2}) == "stop"
+    assert finish_reason([5, 6], Reason("LENGTH"), {2}) == finish_reason([5], None, {2}) == "length"
+
+
+def _reference_argmax_mismatches(scorer, record, spec) -> list[int]:
+    """Positions where a greedy output is not the argmax of the scoring target processed by
+    specaudit's warp at that position (the reference the vanilla control must follow)."""
+    import torch
+
+    from specaudit.decoding.warping import Prefix, warp
+
+    prompt, output = record["prompt_token_ids"], record["output_token_ids"]
+    rows = scorer.sequence_logits(prompt + output)[len(prompt) - 1 : len(prompt) - 1 + len(output)]
+    argmax = warp(torch.from_numpy(rows).double(), spec, Prefix(prompt, output[:-1])).argmax(-1).tolist()
+    return [i for i, (want, got) in enumerate(zip(argmax, output, strict=True)) if want != got]
+
+
+@pytest.mark.slow
+def test_greedy_under_a_repetition_penalty_and_a_stop_follows_the_reference_and_speculation_keeps_it(tmp_path, tiny_prompts_file):
+    """The repetition penalty's state across accepted drafts: with the target as its own draft at
+    exact precision, speculative must equal vanilla token for token, and vanilla must be the argmax
+    of the reference warp (penalty over prompt + output) at every position; records end at the stop."""
+    from specaudit.engines import run
+    from specaudit.engines.openvino.scoring import scoring_pair
+    from specaudit.execution.invariants import OutputLimits, record_violations
+    from specaudit.execution.records import read_records
+
+    out = tmp_path / "run"
+    cfg = _config(tiny_prompts_file, per_group=1, max_new_tokens=20, repetition_penalty=1.3, stop=("fruit",), extra={"openvino": EXACT})
+    run(cfg, out, progress=False)
+    records = read_records(out / "records.jsonl")
+    pair = scoring_pair(json.loads((out / "manifest.json").read_text()))
+    scorer, tokenizer = pair.target, pair.tokenizer
+    limits = OutputLimits(
+        max_new_tokens=20,
+        eos_ids=frozenset({tokenizer.eos_token_id}),
+        decode=lambda ids, skip, _clean: tokenizer.decode(ids, skip_special_tokens=skip),
+    )
+    # the output invariants hold (the counters' disagreement is finding 6 of docs/openvino.md)
+    assert len(records) == 4 and not [v for r in records for v in record_violations(r, limits) if v["check"] != "counters"]
+    by_key = {(r["prompt_id"], r["engine"]): r for r in records}
+    for (prompt, engine), record in by_key.items():
+        assert record["sampling"]["repetition_penalty"] == 1.3 and record["sampling"]["stop"] == ["fruit"]
+        if engine == "speculative":
+            assert record["output_token_ids"] == by_key[(prompt, "vanilla")]["output_token_ids"]
+            assert record["accepted"] == record["engine_counters"]["num_accepted_tokens"] == record["proposed"] > 0
+        else:
+            assert _reference_argmax_mismatches(scorer, record, cfg.sampling) == []
+        stopped = "fruit" in tokenizer.decode(record["output_token_ids"])
+        assert (record["finish_reason"] == "stop") == stopped and "fruit" not in record["text"]
+    assert any(record["finish_reason"] == "stop" for record in records)

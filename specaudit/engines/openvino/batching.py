@@ -39,6 +39,7 @@ class InFlightResult:
     wall_s: float
     ttft_s: float
     batch_sizes: list[int]
+    finish_reason: Any = None  # the engine's GenerationFinishReason of the last output read
 
     @property
     def accepted(self) -> int:
@@ -56,6 +57,7 @@ class _Request:
     first: float | None = None
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    finish_reason: Any = None
 
 
 def run_in_flight(pipeline: Any, requests: list[tuple[list[int], Any]], level: int) -> list[InFlightResult | Exception]:
@@ -90,6 +92,7 @@ def run_in_flight(pipeline: Any, requests: list[tuple[list[int], Any]], level: i
                 for output in request.handle.read().values():
                     request.tokens.extend(int(t) for t in output.generated_ids)
                     request.logprobs.extend(float(x) for x in output.generated_log_probs)
+                    request.finish_reason = output.finish_reason
                 request.first = request.first or now
             if request.handle.get_status().name != "RUNNING":  # FINISHED, or STOP / CANCEL / IGNORED by the pipeline
                 metrics = request.handle.get_perf_metrics()
@@ -99,6 +102,7 @@ def run_in_flight(pipeline: Any, requests: list[tuple[list[int], Any]], level: i
                     wall_s=now - request.added,
                     ttft_s=(request.first or now) - request.added,
                     batch_sizes=[int(b) for b in metrics.raw_metrics.m_batch_sizes],
+                    finish_reason=request.finish_reason,
                 )
                 del running[index]
     return results  # type: ignore[return-value]

@@ -20,8 +20,11 @@ record's: drafted, accepted and rejected tokens, and the main model's per-infere
 (`raw_metrics.m_batch_sizes`: the tokens each verification step emitted). Sampling: do_sample with
 the run's temperature, top-k, top-p and the record's seed as `rng_seed`; greedy otherwise;
 `num_assistant_tokens = k`. OpenVINO warps top-k -> temperature -> top-p, the order specaudit's
-warp has (top-k and temperature commute). An exception from the runtime propagates with its own
-message (the run loop records it as the item's fault).
+warp has (top-k and temperature commute). Request features where OpenVINO's convention is specaudit's
+(`request_features`, docs/openvino.md "Request features"): repetition penalty, min-p, stop strings
+(kept in the output, the record's text cut before them as the reference's), a grammar (xgrammar:
+a JSON schema or GBNF-style EBNF). An exception from the runtime propagates with its own message
+(the run loop records it as the item's fault).
 """
 
 from __future__ import annotations
@@ -230,7 +233,54 @@ def generation_config(
         config.rng_seed = int(seed)
     if k is not None:
         config.num_assistant_tokens = int(k)
+    request_features(config, spec)
     return config
+
+
+def request_features(config: Any, spec: SamplingSpec) -> None:
+    """The request features the registry lets through, in GenerationConfig's fields (only those set).
+    OpenVINO penalises a seen token of prompt or output as transformers does (a positive logit
+    divided, a negative one multiplied) and keeps tokens with p >= min_p * max p after temperature;
+    it orders min-p before top-p, which keeps the same tokens (both keep a head of the sorted
+    distribution and its top-p sums the unrenormalised probabilities). Stop strings stay in the
+    output (`include_stop_str_in_output`): the reference keeps the token that completes a stop."""
+    if spec.repetition_penalty != 1.0:
+        config.repetition_penalty = float(spec.repetition_penalty)
+    if spec.min_p > 0.0:
+        config.min_p = float(spec.min_p)
+    if spec.stop:
+        config.stop_strings = set(spec.stop)
+        config.include_stop_str_in_output = True
+    if spec.grammar:
+        config.structured_output_config = structured_output(spec.grammar)
+
+
+def structured_output(grammar: str) -> Any:
+    """A grammar as OpenVINO's StructuredOutputConfig (its xgrammar backend): a JSON schema as
+    `json_schema`, anything else as `grammar` (xgrammar's EBNF, which reads llama.cpp's GBNF)."""
+    from specaudit.decoding._grammar_source import grammar_format
+
+    genai = import_openvino_genai()
+    if grammar_format(grammar) == "json_schema":
+        return genai.StructuredOutputConfig(json_schema=grammar)
+    return genai.StructuredOutputConfig(grammar=grammar)
+
+
+def finish_reason(tokens: list[int], engine_reason: Any, eos_ids: set[int]) -> str:
+    """The record's finish reason: "eos" on an end-of-sequence token, "stop" where OpenVINO stopped
+    on a stop string (its STOP without one), else "length"."""
+    if tokens and tokens[-1] in eos_ids:
+        return "eos"
+    return "stop" if getattr(engine_reason, "name", "") == "STOP" else "length"
+
+
+def recorded_text(text: str, stops: tuple[str, ...]) -> str:
+    """The output's text as the reference records it: cut before the first stop string (the
+    tokens stay as OpenVINO returned them, so the output invariants see anything after a stop)."""
+    from specaudit.decoding.stops import first_stop
+
+    at = first_stop(text, stops) if stops else None
+    return text if at is None else text[:at]
 
 
 def generate(pipelines: Pipelines, speculative: bool, prompt_ids: list[int], config: Any) -> Generation:
@@ -249,7 +299,7 @@ def generate(pipelines: Pipelines, speculative: bool, prompt_ids: list[int], con
     result = pipe.generate(inputs, config)
     wall = time.perf_counter() - start
     tokens = [int(t) for t in result.tokens[0]]
-    finish = "eos" if tokens and tokens[-1] in pipelines.eos_ids else "length"
+    finish = finish_reason(tokens, result.finish_reasons[0] if result.finish_reasons else None, pipelines.eos_ids)
     metrics = result.extended_perf_metrics if speculative else result.perf_metrics
     ttft = _seconds(metrics.get_ttft().mean) if metrics is not None else wall
     batch_sizes = [int(b) for b in metrics.raw_metrics.m_batch_sizes] if metrics is not None else []
@@ -313,6 +363,7 @@ __all__ = [
     "IrModel",
     "Pipelines",
     "check_config",
+    "finish_reason",
     "generate",
     "generation_config",
     "gguf_path",
@@ -320,6 +371,8 @@ __all__ = [
     "ir_folder",
     "load_batching_pipelines",
     "load_pipelines",
+    "recorded_text",
+    "request_features",
     "runtime_properties",
     "scheduler_config",
 ]

@@ -24,6 +24,7 @@ from specaudit.engines.openvino.client import (
     IrModel,
     check_config,
     checked_ir,
+    finish_reason,
     generate,
     generation_config,
     gguf_path,
@@ -31,6 +32,7 @@ from specaudit.engines.openvino.client import (
     ir_folder,
     load_batching_pipelines,
     load_pipelines,
+    recorded_text,
     runtime_properties,
     scheduler_config,
     scheduler_entry,
@@ -223,10 +225,9 @@ class OpenVinoExecutor(Executor):
 
     def _level_record(self, item: PlanItem, seed: int, result: InFlightResult) -> Record:
         speculative = item.engine != CONTROL_ENGINE
-        finish = "eos" if result.tokens and result.tokens[-1] in self.pipelines.eos_ids else "length"
         generation = Generation(
             tokens=result.tokens,
-            finish_reason=finish,
+            finish_reason=finish_reason(result.tokens, result.finish_reason, self.pipelines.eos_ids),
             wall_s=result.wall_s,
             ttft_s=result.ttft_s,
             steps=len(result.batch_sizes) or len(result.tokens),
@@ -234,8 +235,7 @@ class OpenVinoExecutor(Executor):
             verify_s=result.wall_s,
             extra={"engine_counters": {"batch_sizes": result.batch_sizes}} if speculative else {},
         )
-        text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
-        record = make_record(self.cfg, item, seed, self.encoded[item.prompt.id], generation, text)
+        record = make_record(self.cfg, item, seed, self.encoded[item.prompt.id], generation, self._text(generation))
         if speculative:  # drafted tokens are not reported per request under batching: unknown, not zero
             record = replace(record, proposed=None)
         # one logprob a token, or none: a count that disagrees is not passed off as per-token figures
@@ -262,14 +262,16 @@ class OpenVinoExecutor(Executor):
 
     def record(self, item: PlanItem, seed: int) -> Record:
         generation = self.decode(item, item.engine, seed, self.cfg.max_new_tokens)
-        text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
-        record = make_record(self.cfg, item, seed, self.encoded[item.prompt.id], generation, text)
+        record = make_record(self.cfg, item, seed, self.encoded[item.prompt.id], generation, self._text(generation))
         level = {"concurrency": self.levels[item.key]} if self.levels is not None else {}
         return record.with_extra(
             backend=BACKEND,
             acceptance_source="none" if item.engine == CONTROL_ENGINE else "engine counters (extended_perf_metrics), one request per call",
             **level,
         )
+
+    def _text(self, generation: Generation) -> str:
+        return recorded_text(self.tokenizer.decode(generation.tokens, skip_special_tokens=True), self.cfg.sampling.stop)
 
     def close(self) -> None:
         self.pipelines = self.batching = None
