@@ -14,6 +14,8 @@ The checks (CHECKS):
 - `after-eos`: no token after the first end-of-sequence id.
 - `after-stop`: no token after the one that completes the first stop string of the record's
   sampling (`sampling.stop`); the completing token may carry text past the stop string.
+- `stop-reason`: a record that says it ended on a stop string (finish_reason "stop") holds one in
+  its output ids (an engine that drops the stop's token yet reports the stop).
 - `grammar`: under a grammar (`sampling.grammar`), every token allowed where it stands, and an
   output that ended (end-of-sequence or a stop) a complete sentence of the grammar.
 - `text`: the record's text is its ids detokenised by the target's tokenizer, up to the ways
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 
 from specaudit.contracts.run import SCREEN_ENGINE
 
-CHECKS = ("length", "vocabulary", "after-eos", "after-stop", "grammar", "text", "counters")
+CHECKS = ("length", "vocabulary", "after-eos", "after-stop", "stop-reason", "grammar", "text", "counters")
 REPLACEMENT = "\ufffd"  # what a decoder writes for the bytes of a character cut in two
 
 
@@ -93,6 +95,14 @@ def _after_stop(ids: list[int], stops: list[str], decode: Callable[[list[int], b
                 )
             ]
     return []
+
+
+def _stop_reason(ids: list[int], stops: list[str], finish_reason: object, decode: Callable[[list[int], bool, bool], str]) -> list[dict]:
+    """A record ended "stop" must hold a stop string in its ids' text."""
+    if finish_reason != "stop" or not stops or any(s in decode(ids, True, False) for s in stops):
+        return []
+    listed = ", ".join(repr(s) for s in stops)
+    return [violation("stop-reason", None, f"finish_reason is stop but no stop string ({listed}) is in the output's ids")]
 
 
 def _candidates(ids: list[int], decode: Callable[[list[int], bool, bool], str]) -> list[str]:
@@ -197,6 +207,7 @@ def record_violations(record: dict, limits: OutputLimits) -> list[dict]:
     if limits.decode is not None and in_vocabulary:
         stops = _stop_strings(record)
         found += _after_stop(ids, stops, limits.decode)
+        found += _stop_reason(ids, stops, record.get("finish_reason"), limits.decode)
         grammar = (record.get("sampling") or {}).get("grammar")
         if grammar and limits.grammar_error is not None:
             problem = limits.grammar_error(grammar, ids, record.get("finish_reason") in ("eos", "stop"))

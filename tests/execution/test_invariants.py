@@ -49,7 +49,7 @@ def test_real_local_engines_hold_every_invariant(local_run, limits):
     assert any(r["finish_reason"] == "eos" for r in records) and any(r["finish_reason"] == "length" for r in records)
     section = output_invariants(records, limits)
     assert section.status == "PASS" and section.violations == 0 and not section.skipped, section.message
-    assert section.checked == ["length", "vocabulary", "after-eos", "after-stop", "grammar", "text", "counters"]
+    assert section.checked == ["length", "vocabulary", "after-eos", "after-stop", "stop-reason", "grammar", "text", "counters"]
     without_pair = output_limits(read_manifest(local_run), None)  # the tokenizer the run names, loaded by analysis
     assert without_pair.vocab_size == limits.vocab_size and without_pair.eos_ids <= limits.eos_ids
     assert output_invariants(records, without_pair).status == "PASS"
@@ -92,6 +92,20 @@ def test_a_token_after_a_stop_string_is_found_and_the_completing_token_may_carry
     cut = {**record, "output_token_ids": ids[:4], "text": decode(ids[:4], True, False)}
     assert not record_violations(cut, OutputLimits(decode=decode))
     assert text_matches(text[:2], ids[:4], decode, [stop])  # a server that leaves the stop string out of its text
+
+
+def test_a_record_ended_on_a_stop_must_hold_the_stop(limits):
+    """OpenVINO GenAI drops a stop string ending in whitespace with its token and still reports STOP
+    (docs/openvino.md, finding 10): the ids then end before the stop."""
+    decode = limits.decode
+    ids = [10, 11, 12, 13]
+    stop = decode(ids, True, False)[-2:]  # completed by the last token
+    record = {"key": "p|vanilla|0", "engine": "vanilla", "sampling": {"stop": [stop]}, "finish_reason": "stop", "output_token_ids": ids}
+    assert not record_violations(record, OutputLimits(decode=decode))
+    dropped = {**record, "output_token_ids": ids[:-1]}
+    found = [v for v in record_violations(dropped, OutputLimits(decode=decode)) if v["check"] == "stop-reason"]
+    assert len(found) == 1 and "finish_reason is stop but no stop string" in found[0]["problem"]
+    assert not record_violations({**dropped, "finish_reason": "length"}, OutputLimits(decode=decode))
 
 
 def _piece_decode(ids: list[int], skip_special: bool, clean_up: bool) -> str:
