@@ -1,5 +1,7 @@
 """`--sampling` settings: parsing, labels, and the bug classes each setting cannot show."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from specaudit.decoding import SamplingSpec
@@ -124,7 +126,9 @@ def test_request_feature_classes_show_where_the_setting_uses_their_feature():
     assert shown(parse_setting("t=1,stop=END")) == sampled | {"tokens after a stop string"}
     # the banner's sentence names only the core classes; the report's table lists both
     assert blind_spot_sentence(SamplingSpec(0.7, 0, 0.9)) is None
-    view = sampling_view({"run": {"config": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.1}}})
+    # the view reads only the run's config of the typed snapshot
+    run = SimpleNamespace(run=SimpleNamespace(config={"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.1}))
+    view = sampling_view(run)
     rows = {row["class"]: row["visible"] for row in view["rows"]}
     assert len(rows) == len(BUG_CLASSES) + len(FEATURE_CLASSES)
     assert rows["min-p and logit bias on the bonus token only"] and not rows["tokens after a stop string"]
