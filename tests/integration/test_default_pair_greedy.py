@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 def test_greedy_engines_match_vanilla_or_diverge_only_at_near_ties(tmp_path, default_pair):
     prompts = load_prompts("core", dimensions=["register"], per_group=6, seed=0)  # 12 prompts, 6 parallel pairs
-    cfg = RunConfig(engines=("vanilla", "speculative", "hf-assisted"), temperature=0.0, max_new_tokens=32, warmup=0)
+    cfg = RunConfig(engines=("vanilla", "speculative", "hf-assisted"), temperature=0.0, max_new_tokens=24, warmup=0)
     run(cfg, tmp_path, pair=default_pair, prompt_set=prompts, progress=False)
     records = read_records(tmp_path / "records.jsonl")
     assert len(records) == 36 and not check_invariants(records)

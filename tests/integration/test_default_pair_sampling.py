@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 def test_sampling_audit_passes_for_vanilla_and_reference_engine(tmp_path, default_pair):
     prompts = load_prompts("core", dimensions=["language"], per_group=1, seed=0)  # 13 languages, one parallel request
-    cfg = RunConfig(engines=("vanilla", "speculative"), temperature=1.0, samples=3, max_new_tokens=24, warmup=0)
+    cfg = RunConfig(engines=("vanilla", "speculative"), temperature=1.0, samples=2, max_new_tokens=24, warmup=0)
     run(cfg, tmp_path, pair=default_pair, prompt_set=prompts, progress=False)
     snapshot = analyze(tmp_path, pair=default_pair, n_boot=200)
     engines = snapshot["equivalence"]["engines"]
