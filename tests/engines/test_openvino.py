@@ -163,11 +163,11 @@ def test_requests_in_flight_keep_greedy_speculation_exact_and_count_accepted_dra
             sizes = record["engine_counters"]["batch_sizes"]
             assert record["proposed"] is None and record["steps"] == len(sizes) and sum(sizes) == len(record["output_token_ids"])
             assert record["accepted"] == sum(size - 1 for size in sizes[1:]) > 0
+        elif record["engine"] == "speculative":
+            assert record["proposed"] == record["engine_counters"]["num_draft_tokens"] > 0
         if record["concurrency"] == 3:  # the engine's log-probability of each token it emitted
             logprobs = record["server_logprobs"]
             assert len(logprobs) == len(record["output_token_ids"]) and max(logprobs) <= 0 < -min(logprobs)
-        elif record["engine"] == "speculative":
-            assert record["proposed"] == record["engine_counters"]["num_draft_tokens"] > 0
     assert all(len(seen) == 1 for seen in outputs.values())  # greedy: one output per prompt, at every level and on both sides
     snapshot = analyze(out, n_boot=20)
     concurrency = snapshot["concurrency"]
