@@ -185,12 +185,14 @@ class HolmRow(_Section):
 
 
 class ImpossibleTokens(_Section):
-    """Tokens emitted with probability 0 under the warped target: `statistic` of `n` scored, the first `offenders`."""
+    """Tokens emitted with probability 0 under the warped target: `statistic` of `n` scored, the first
+    `offenders`; `near_boundary` those within the scorer's numerical tolerance of a truncation, not counted."""
 
     statistic: int | float | None = None
     n: int | None = None
     verdict: Verdict | None = None
     offenders: list[dict[str, Any]] = []
+    near_boundary: list[dict[str, Any]] = []
 
 
 class GoodnessOfFit(ResultVerdict):

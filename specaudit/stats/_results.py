@@ -100,11 +100,14 @@ class PITResult(StatTestResult):
 class ImpossibleTokens:
     """Emitted tokens whose warped target probability is exactly 0: proof of a bug.
 
-    `offenders` lists (key, position, token) for each one, in record order.
+    `offenders` lists (key, position, token) for each one, in record order; `near_boundary` the
+    tokens of probability 0 that the scoring put within its numerical tolerance of a truncation
+    boundary (not counted: the engine's own numbers may have kept them).
     """
 
     offenders: tuple[tuple[str, int, int], ...]
     n: int
+    near_boundary: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def statistic(self) -> int:
@@ -129,6 +132,7 @@ class ImpossibleTokens:
             "n": int(self.n),
             "verdict": self.verdict,
             "offenders": [{"key": k, "position": p, "token": t} for k, p, t in self.offenders],
+            **({"near_boundary": [{"key": k, "position": p, "token": t} for k, p, t in self.near_boundary]} if self.near_boundary else {}),
         }
 
 

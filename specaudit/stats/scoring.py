@@ -40,6 +40,10 @@ LOGITS_BUDGET_BYTES = 2 << 30
 TARGET_COLUMNS = ("p", "cdf_below", "surprisal", "entropy", "surprisal_var", "p_min")
 DRAFT_COLUMNS = ("q", "q_mean", "q_var", "beta")
 ID_COLUMNS = ("key", "prompt_id", "engine", "sample", "position", "token")
+# True where an emitted token has probability 0 under the warped target yet would be kept with its
+# logit raised by the scoring model's `boundary_rel_tolerance` x max|logit|: a token the engine's
+# own numbers put just inside a truncation (top-k, top-p, min-p) that the scorer's put just outside.
+BOUNDARY_COLUMN = "near_boundary"
 ATTRIBUTE_PREFIX = "attr."
 
 
@@ -336,6 +340,7 @@ def score_records(
     max_mass_position: int = 64,
     null_draws: int = NULL_DRAWS,
     chunked: bool | None = None,
+    boundary_tolerance: float | None = None,
 ) -> TokenScores:
     """Teacher-force `model` over each record's prompt + output and score every emitted token.
 
@@ -350,7 +355,12 @@ def score_records(
     approximation). `chunked` makes each model's logits one record at a time from its hidden
     states, where the model allows it (None, the default: when a batch's logits would pass
     LOGITS_BUDGET_BYTES); the scores are the same to float rounding (tests/stats check it).
+    `boundary_tolerance` (None: the model's `boundary_rel_tolerance`, else 0) marks an emitted token
+    of probability 0 as near_boundary when raising its logit by that much times its row's
+    max |logit| would keep it (BOUNDARY_COLUMN).
     """
+    if boundary_tolerance is None:
+        boundary_tolerance = float(getattr(model, "boundary_rel_tolerance", 0.0))
     rows = _audited(records)
     if not rows:
         raise InputError("no records to score (all missing or timing_only); run the audit first")
@@ -401,6 +411,7 @@ def score_records(
                 draft_logits = draft_plant.mix(draft_logits, draft_logits.shape[-1])
             draft = warp(draft_logits, spec, prefix)
         columns[i] = token_statistics(target, tokens, draft)
+        columns[i][BOUNDARY_COLUMN] = _near_boundary(rows_logits[0], target, tokens, spec, prefix, boundary_tolerance)
         if null_draws:
             key = str(_field(rows[i], "key"))
             # float32 storage: 8 kB per record and statistic at 2,000 draws; the sums need no more precision.
@@ -414,6 +425,25 @@ def score_records(
 
     tokens_frame = _token_frame(rows, outputs, columns, has_draft=draft_model is not None)
     return TokenScores(tokens_frame, mass_plan.frame(), spec, dict(null) if null_draws else None, first_token_null)
+
+
+def _near_boundary(
+    logits: torch.Tensor, target: torch.Tensor, tokens: torch.Tensor, spec: SamplingSpec, prefix: Prefix, tolerance: float
+) -> np.ndarray:
+    """[N] bool: emitted tokens of probability 0 under `target` [N, V] (= warp(logits [N, V], spec,
+    prefix)) that the same warp keeps once their raw logit is raised by `tolerance` x max|logit| of
+    their row. Each such row is warped again alone, at its own prefix; there are few of them."""
+    flags = np.zeros(tokens.shape[0], dtype=bool)
+    if tolerance <= 0:
+        return flags
+    p_emitted = target.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    for t in torch.nonzero(p_emitted <= 0).flatten().tolist():
+        row = logits[t : t + 1].clone()
+        token = int(tokens[t])
+        row[0, token] += tolerance * float(row.abs().max())
+        raised = warp(row, spec, Prefix(prefix.prompt, list(prefix.output[:t])))
+        flags[t] = bool(raised[0, token] > 0)
+    return flags
 
 
 def _token_frame(
@@ -438,13 +468,15 @@ def _token_frame(
         for d in dims:
             piece[ATTRIBUTE_PREFIX + d] = [attributes.get(d)] * n
         pieces.append(pd.DataFrame(piece))
-    names = list(ID_COLUMNS) + list(TARGET_COLUMNS) + list(DRAFT_COLUMNS) + [ATTRIBUTE_PREFIX + d for d in dims]
+    names = list(ID_COLUMNS) + list(TARGET_COLUMNS) + list(DRAFT_COLUMNS) + [BOUNDARY_COLUMN] + [ATTRIBUTE_PREFIX + d for d in dims]
     if not pieces:
         return pd.DataFrame({name: [] for name in names})
     frame = pd.concat(pieces, ignore_index=True)
     if not has_draft:
         for name in DRAFT_COLUMNS:
             frame[name] = np.nan
+    if BOUNDARY_COLUMN not in frame:  # scored from logprobs: no logits to judge a boundary by
+        frame[BOUNDARY_COLUMN] = False
     return frame[names]
 
 
@@ -534,6 +566,7 @@ def logit_gaps(
 
 
 __all__ = [
+    "BOUNDARY_COLUMN",
     "DRAFT_COLUMNS",
     "TARGET_COLUMNS",
     "TokenScores",

@@ -539,6 +539,12 @@ class LlamaCppLogits(ExternalLogits):
     """llama.cpp's target as a scoring model (engines.external_logits): each row teacher-forced
     through llama.cpp with `logits_all` from an empty KV cache, so the scores are llama.cpp's own."""
 
+    # The engine computed its logits in other batch shapes (and, for llama-server, in another
+    # process): llama.cpp's logits for one prefix differ between batch shapes by up to 5.4% of the
+    # row's max |logit| on the embedded Q4_1 GGUF (docs/llama-cpp.md), enough to move a token across
+    # a top-k / top-p / min-p boundary. An emitted token within 6% of it is near_boundary (scoring).
+    boundary_rel_tolerance = 0.06
+
     def __init__(self, path: Path, *, n_ctx: int = DEFAULT_CONTEXT, n_threads: int = 1) -> None:
         llama_cpp = import_llama_cpp()
         self.path = path

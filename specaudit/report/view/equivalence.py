@@ -171,6 +171,7 @@ def _sampling_engine(name: str, entry: EngineEquivalence, is_control: bool, ids:
             "badge": badge(recorded(impossible.verdict, NOT_RUN)),
             "offenders": impossible.offenders[:MAX_ROWS],
             "more": max(0, len(impossible.offenders) - MAX_ROWS),
+            "near_boundary": len(impossible.near_boundary),
         },
         "tv": _tv_view(entry.tv_bound),
         "pit_bound": pit_bound_view(entry.pit_bound or {}),

@@ -23,7 +23,7 @@ from specaudit.stats.disparity.per_prompt import (
     _reached_positions,  # the one rule for which drafted positions a step reached
 )
 from specaudit.stats.equivalence._common import _frame
-from specaudit.stats.scoring import ATTRIBUTE_PREFIX, TokenScores, _audited, _field
+from specaudit.stats.scoring import ATTRIBUTE_PREFIX, BOUNDARY_COLUMN, TokenScores, _audited, _field
 
 
 # ============================================================================ PIT
@@ -226,11 +226,18 @@ def draft_affinity(
 
 
 def impossible_tokens(scores: TokenScores | pd.DataFrame) -> ImpossibleTokens:
-    """Emitted tokens with warped target probability exactly 0 (outside top-k/top-p, or masked)."""
+    """Emitted tokens with warped target probability exactly 0 (outside top-k/top-p, or masked),
+    apart from those the scoring marked near a truncation boundary (scoring.BOUNDARY_COLUMN: the
+    engine's and the scorer's numbers differ there), which are counted but prove nothing."""
     frame = _frame(scores)
-    bad = frame[frame["p"] <= 0]
-    offenders = tuple((str(k), int(t), int(x)) for k, t, x in zip(bad["key"], bad["position"], bad["token"]))
-    return ImpossibleTokens(offenders, len(frame))
+    zero = frame["p"].to_numpy(float) <= 0
+    near = frame[BOUNDARY_COLUMN].fillna(False).to_numpy(bool) if BOUNDARY_COLUMN in frame else np.zeros(len(frame), dtype=bool)
+
+    def listed(mask: np.ndarray) -> tuple[tuple[str, int, int], ...]:
+        rows = frame[mask]
+        return tuple((str(k), int(t), int(x)) for k, t, x in zip(rows["key"], rows["position"], rows["token"]))
+
+    return ImpossibleTokens(listed(zero & ~near), len(frame), listed(zero & near))
 
 
 def _draft_lengths(record: Any, accepted: list[int], betas: list[Any], key: str) -> list[int]:
