@@ -29,6 +29,8 @@ SETTINGS = {
     "logit-bias": "t=1,logit_bias=28:-3;30:2;260:1.5",
     "stop": r"t=1,stop=\n|. ",
     "grammar": f"t=1,grammar={HERE / 'data' / 'answer.schema.json'}",
+    # every sampling feature at once: a screen for the slower pair, taken apart only if it fails
+    "combined": "t=1,repetition_penalty=1.3,presence_penalty=0.5,frequency_penalty=0.5,repeat_last_n=64,min_p=0.05,logit_bias=28:-3;30:2;260:1.5",
 }
 PAIRS = {
     "embedded": [],  # the embedded SmolLM2-135M-Instruct Q4_1 GGUF, prompt lookup (ngram-simple)
