@@ -35,8 +35,10 @@ SETTINGS = {
 PAIRS = {
     "embedded": [],  # the embedded SmolLM2-135M-Instruct Q4_1 GGUF, prompt lookup (ngram-simple)
     "qwen": [
-        "--target", str(Path.home() / ".cache/specaudit/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
-        "--draft", str(Path.home() / ".cache/specaudit/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+        "--target",
+        str(Path.home() / ".cache/specaudit/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
+        "--draft",
+        str(Path.home() / ".cache/specaudit/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
     ],
 }
 
@@ -54,8 +56,13 @@ def summarise(folder: Path) -> dict:
     def fit(name: str) -> dict:
         test = engines[name].get("goodness_of_fit") or {}
         power = engines[name].get("power") or {}
-        return {"verdict": engines[name]["verdict"], "holm_p": test.get("pvalue"), "tokens": test.get("n_tokens"),
-                "impossible": (test.get("impossible_tokens") or {}).get("statistic"), "pit_tv_80": power.get("pit_tv")}
+        return {
+            "verdict": engines[name]["verdict"],
+            "holm_p": test.get("pvalue"),
+            "tokens": test.get("n_tokens"),
+            "impossible": (test.get("impossible_tokens") or {}).get("statistic"),
+            "pit_tv_80": power.get("pit_tv"),
+        }
 
     parity = snapshot.get("logprob_parity") or {}
     invariants = snapshot.get("output_invariants") or {}
@@ -87,13 +94,39 @@ def main() -> None:
             if (args.pair, name, seed) in done:
                 continue
             folder = args.out / f"{args.pair}-{name}-s{seed}"
-            command = [str(Path(sys.executable).parent / "specaudit"), "audit", "--engines", "llama-server", "--concurrency", "1,4",
-                       "--dimensions", "language", "--per-group", "1", "--max-new-tokens", "24", "--seed", str(seed),
-                       *PAIRS[args.pair], "--sampling", SETTINGS[name], "--out", str(folder), "--quiet"]
+            command = [
+                str(Path(sys.executable).parent / "specaudit"),
+                "audit",
+                "--engines",
+                "llama-server",
+                "--concurrency",
+                "1,4",
+                "--dimensions",
+                "language",
+                "--per-group",
+                "1",
+                "--max-new-tokens",
+                "24",
+                "--seed",
+                str(seed),
+                *PAIRS[args.pair],
+                "--sampling",
+                SETTINGS[name],
+                "--out",
+                str(folder),
+                "--quiet",
+            ]
             started = time.perf_counter()
             finished = subprocess.run(command, capture_output=True, text=True)
-            row = {"pair": args.pair, "setting": name, "sampling": SETTINGS[name], "seed": seed, "exit": finished.returncode,
-                   "seconds": round(time.perf_counter() - started), "command": command[1:]}
+            row = {
+                "pair": args.pair,
+                "setting": name,
+                "sampling": SETTINGS[name],
+                "seed": seed,
+                "exit": finished.returncode,
+                "seconds": round(time.perf_counter() - started),
+                "command": command[1:],
+            }
             if (folder / "snapshot.json").exists():
                 row.update(summarise(folder))
             else:
@@ -101,7 +134,10 @@ def main() -> None:
             with args.log.open("a") as log:
                 log.write(json.dumps(row) + "\n")
             rows.append(row)
-            print(json.dumps({key: row.get(key) for key in ("setting", "seed", "exit", "seconds", "speculative", "control", "gate")}), flush=True)
+            print(
+                json.dumps({key: row.get(key) for key in ("setting", "seed", "exit", "seconds", "speculative", "control", "gate")}),
+                flush=True,
+            )
 
     for name in names:
         runs = [row for row in rows if row["pair"] == args.pair and row["setting"] == name and "speculative" in row]

@@ -20,6 +20,7 @@ _LAZY = {
     "int8_draft": "specaudit.models._loading",
     "load_pair": "specaudit.models._loading",
     "loaded_tokenizer": "specaudit.models._loading",
+    "remember_tokenizer": "specaudit.models._loading",
     "load_tokenizer": "specaudit.models._loading",
     "resolve_device": "specaudit.models._device",
     "resolve_dtype": "specaudit.models._device",

@@ -294,6 +294,12 @@ def loaded_tokenizer() -> Any | None:
     return _LOADED.get("tokenizer")
 
 
+def remember_tokenizer(tokenizer: Any) -> None:
+    """Make `tokenizer` the loaded target's, as `load_pair` does: a grammar (--sampling
+    grammar=FILE) is matched on the target's tokens, also when a target outside torch scores."""
+    _LOADED["tokenizer"] = tokenizer
+
+
 def load_pair(target: str = DEFAULT_TARGET, draft: str | None = "int8", device: str = "auto", dtype: str = "auto") -> ModelPair:
     """Load a target and a draft. `draft` is a derived kind (int8, early-exit:N, ngram), another
     model (hub id, folder, GGUF file), or None for vanilla-only runs."""
@@ -327,7 +333,7 @@ def load_pair(target: str = DEFAULT_TARGET, draft: str | None = "int8", device: 
         vocab_size = min(vocab_size, _logits_rows(draft_model))
         if vocab_size < len(tokenizer):
             raise InputError(f"draft {draft!r} produces {_logits_rows(draft_model)} logits but the tokenizer has {len(tokenizer)} tokens")
-    _LOADED["tokenizer"] = tokenizer  # a grammar (--sampling grammar=FILE) is matched on the target's tokens
+    remember_tokenizer(tokenizer)
     return ModelPair(
         target=target_model,
         draft=draft_model,

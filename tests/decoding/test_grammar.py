@@ -114,3 +114,20 @@ def test_the_grammar_invariant_names_a_broken_record(tiny_pair):
     assert [v for v in record_violations({**record, "output_token_ids": good}, limits) if v["check"] == "grammar"] == []
     broken = record_violations({**record, "output_token_ids": _ids(tiny_pair, "aB.")}, limits)
     assert [v["check"] for v in broken if v["check"] == "grammar"] == ["grammar"]
+
+
+def test_a_target_scored_outside_torch_matches_grammars_on_its_own_tokenizer(tiny_pair):
+    """analyze of a llama.cpp or OpenVINO run loads no torch pair: its ScoringPair makes the
+    target's tokenizer the one a grammar is matched on (a llama-server grammar run once failed
+    its analysis for want of it)."""
+    from specaudit.engines.external_logits import ScoringPair
+    from specaudit.models import load_tokenizer, loaded_tokenizer, remember_tokenizer
+
+    embedded = load_tokenizer("default")
+    try:
+        ScoringPair(target=None, tokenizer=embedded, vocab_size=len(embedded), device=torch.device("cpu"))
+        assert loaded_tokenizer() is embedded
+        assert grammar_violation(SCHEMA, list(embedded('{"a": 12}', add_special_tokens=False)["input_ids"]), True) is None
+        assert "not allowed" in grammar_violation(SCHEMA, list(embedded('{"b": 1}', add_special_tokens=False)["input_ids"]), True)
+    finally:
+        remember_tokenizer(tiny_pair.tokenizer)  # the other tests match on the tiny pair's tokens
