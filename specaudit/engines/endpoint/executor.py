@@ -4,6 +4,9 @@ The servers, their settings and the HTTP client are specaudit.engines.endpoint.c
 only turns plan items into requests and their answers into records (engine "vanilla" for the
 spec-OFF server, "speculative" for the spec-ON one), `concurrency` requests at a time, or, with
 `concurrency_levels`, the plan once per level (specaudit.engines.levels), the level on each record.
+With `--prefix-cache` the plan also runs once per cache state: a warm record's request follows a
+one-token request of the same prompt to the same server (engines.endpoint.client), and the record
+keeps the state and the prompt tokens the server reports it reused (None where it reports none).
 """
 
 from __future__ import annotations
@@ -13,19 +16,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, WARM, PlanItem, cache_fields
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.endpoint.client import (
     FINISH_REASONS,
     Completion,
     Endpoint,
+    cached_prompt_tokens,
     out_of_vocabulary,
     output_tokens,
     request_body,
     resolve_model,
 )
 from specaudit.engines.endpoint.settings import api_key_of
-from specaudit.engines.levels import plan_levels, run_levels
+from specaudit.engines.levels import cache_states, plan_passes, run_levels
 from specaudit.engines.ordered import emit_in_plan_order
 from specaudit.engines.spec_counters import SPEC_DECODE_COUNTERS, metrics_summary, parse_metrics
 from specaudit.errors import InputError
@@ -60,9 +64,15 @@ class EndpointExecutor(Executor):
     label, unit = "requests", "req"
 
     def check(self, folder: RunFolder) -> None:
-        levels = self.cfg.endpoint.get("concurrency_levels")
-        # The plan once per concurrency level (engines.levels); what is recorded already is skipped.
-        self.levels = plan_levels(folder, tuple(levels), self.cfg.samples, self.cfg.timing_repeats) if levels else None
+        cfg = self.cfg
+        levels = cfg.endpoint.get("concurrency_levels")
+        # The plan once per concurrency level and cache state (engines.levels); what is recorded already is skipped.
+        self.states: dict[str, str | None] = {}
+        self.levels = None
+        if levels or cfg.prefix_cache:
+            passes = plan_passes(folder, tuple(levels or (None,)), cache_states(cfg.prefix_cache), cfg.samples, cfg.timing_repeats)
+            self.levels = {key: level for key, (level, _) in passes.items()} if levels else None
+            self.states = {key: state for key, (_, state) in passes.items()}
 
     def start(self, folder: RunFolder) -> dict:
         from specaudit.models import load_tokenizer
@@ -130,7 +140,7 @@ class EndpointExecutor(Executor):
             fields["server_metrics"] = folder.previous["server_metrics"]
         return fields
 
-    def _call(self, engine: str, prompt_id: str, seed: int, max_tokens: int, request: str = "") -> Completion:
+    def _call(self, engine: str, prompt_id: str, seed: int, max_tokens: int, request: str = "", *, warm: bool = False) -> Completion:
         body = request_body(
             self.cfg,
             self.cfg.endpoint,
@@ -139,6 +149,7 @@ class EndpointExecutor(Executor):
             seed,
             max_tokens,
             llama_server=self.llama_server[engine],
+            cache_prompt=warm,
         )
         if prompt_id in self.texts:
             body["prompt"] = self.texts[prompt_id]
@@ -151,8 +162,11 @@ class EndpointExecutor(Executor):
         seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
         prompt_ids = self.encoded[item.prompt.id]
         request = f"prompt {item.prompt.id}, sample {item.sample}"
+        state = self.states.get(item.key)
+        if state == WARM:  # the same prompt first, so that the record's request finds its prefix in the server's cache
+            self._call(item.engine, item.prompt.id, seed, 1, f"priming request of {request}", warm=True)
         started_at = time.time()  # when the request left: the order the server saw them in
-        completion = self._call(item.engine, item.prompt.id, seed, cfg.max_new_tokens, request)
+        completion = self._call(item.engine, item.prompt.id, seed, cfg.max_new_tokens, request, warm=state == WARM)
         finish = FINISH_REASONS.get(str(completion.finish_reason))
         if finish is None:
             raise InputError(
@@ -183,6 +197,8 @@ class EndpointExecutor(Executor):
         extra = {"server_acceptance": acceptance.to_dict()} if acceptance is not None else {}
         if self.levels is not None:
             extra["concurrency"] = self.levels[item.key]
+        if state is not None:
+            extra.update(cache_fields(state, cached_prompt_tokens(completion)))
         if source == "server":  # kept as evidence: the equivalence audit fails these positions as impossible tokens
             violations = out_of_vocabulary(ids, logprobs, self.vocab_size)
             if violations:

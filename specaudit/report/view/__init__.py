@@ -21,6 +21,7 @@ from specaudit.contracts.run import SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import AnalysisBlock, GateSection, RunSection, Snapshot, read_snapshot
 from specaudit.report.view.base import NOT_RUN, Ids, guard
 from specaudit.report.view.concurrency import concurrency_view
+from specaudit.report.view.prefix_cache import prefix_cache_view
 from specaudit.report.view.context import context_view
 from specaudit.report.view.disparity import disparity_view
 from specaudit.report.view.equivalence import equivalence_view
@@ -70,6 +71,7 @@ def build_view(
     view["shapes"] = guard("shapes", shapes_view, snapshot.shapes)
     view["mitigation"] = guard("before/after mitigation", mitigation_view, snapshot)
     view["concurrency"] = guard("concurrency", concurrency_view, snapshot, ids)
+    view["prefix_cache"] = guard("prefix cache", prefix_cache_view, snapshot)
     view["compare"] = guard("comparison", _compare_view, snapshot, compare, compare_label) if compare is not None else {"ran": False}
     view["terms"] = Terms()
     view["glossary"] = glossary_rows()
