@@ -196,9 +196,7 @@ class RunConfig(BaseModel):
         states = self.prefix_cache
         wrong = [s for s in states if s not in PREFIX_CACHE_STATES]
         if not states or wrong or len(set(states)) != len(states):
-            raise InputError(
-                f"--prefix-cache takes cold, warm or cold,warm (each state once), got {','.join(states) or 'nothing'}"
-            )
+            raise InputError(f"--prefix-cache takes cold, warm or cold,warm (each state once), got {','.join(states) or 'nothing'}")
         refusal = prefix_cache_refusal(self.engines, states)
         if refusal:
             raise InputError(refusal)

@@ -64,9 +64,7 @@ def split_alpha(alpha: float, levels: list[int], states: int = 0) -> AlphaSplit:
     family = alpha / families
     if len(levels) < 2:
         return AlphaSplit(pooled=family, level=family, independence=family, state=family / max(states, 1))
-    return AlphaSplit(
-        pooled=family, level=family / len(levels), independence=family / (len(levels) - 1), state=family / max(states, 1)
-    )
+    return AlphaSplit(pooled=family, level=family / len(levels), independence=family / (len(levels) - 1), state=family / max(states, 1))
 
 
 def _interval(values_by_prompt: dict[str, tuple[float, float]], n_boot: int, seed: int) -> dict | None:
@@ -152,7 +150,6 @@ def concurrency_section(
 ) -> ConcurrencySection | None:
     """The section, or None for a run without concurrency levels."""
     from specaudit.analysis.equivalence import equivalence_section
-
     from specaudit.analysis.prefix_cache import states_of
 
     levels = levels_of(records)

@@ -163,8 +163,12 @@ def judge_by_state(equivalence: EquivalenceSection, section: PrefixCacheSection 
             at_state = battery.engines.get(name) if battery is not None else None
             if entry.verdict == CheckStatus.FAIL or at_state is None or at_state.verdict != CheckStatus.FAIL:
                 continue
-            engines[name] = entry.model_copy(update={"verdict": CheckStatus.FAIL, "status": at_state.status, "status_reason": section.message})
-    message = f"{equivalence.message}; {section.message}" if equivalence.message and equivalence.status == CheckStatus.FAIL else section.message
+            engines[name] = entry.model_copy(
+                update={"verdict": CheckStatus.FAIL, "status": at_state.status, "status_reason": section.message}
+            )
+    message = (
+        f"{equivalence.message}; {section.message}" if equivalence.message and equivalence.status == CheckStatus.FAIL else section.message
+    )
     update: dict[str, Any] = {"status": CheckStatus.FAIL, "failed_cache_states": section.failed_states, "message": message}
     return equivalence.model_copy(update={**update, "engines": engines})
 

@@ -234,7 +234,6 @@ def backend_of(engines: tuple[str, ...] | list[str]) -> EngineSpec | None:
     return None
 
 
-
 __all__ = ["BACKENDS", "ENGINES", "IDENTITY_DRAFT", "LOCAL_ENGINES", "LOCAL_EXECUTORS", "EngineSpec", "backend_of", "resolve"]
 
 

@@ -70,7 +70,9 @@ def serving_checks(snapshot: Snapshot) -> list[GateCheck]:
 
 
 def _prefix_cache_check(cache: PrefixCacheSection) -> GateCheck:
-    not_run = [state for state in cache.states if (battery := cache.equivalence.get(state)) is None or battery.status not in list(CheckStatus)]
+    not_run = [
+        state for state in cache.states if (battery := cache.equivalence.get(state)) is None or battery.status not in list(CheckStatus)
+    ]
     if cache.failed_states:
         status = FAIL
     elif cache.warm_misses or cache.cold_hits or cache.unverified or not_run:

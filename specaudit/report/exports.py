@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.contracts.snapshot import DimensionDisparities, GroupEntry, MetricEstimate, read_snapshot
 from specaudit.report.view.concurrency import concurrency_markdown
-from specaudit.report.view.prefix_cache import prefix_cache_markdown
 from specaudit.report.view.format import finite, recorded
+from specaudit.report.view.prefix_cache import prefix_cache_markdown
 from specaudit.report.view.shapes import shapes_markdown
 
 if TYPE_CHECKING:

@@ -29,7 +29,9 @@ the ids but not the logprobs. Its logprobs are the model's softmax before the ch
 
 `--prefix-cache` (docs/request-features.md, "Prefix caching"): a warm record's request is sent
 again after a one-token request of the same prompt (to llama-server with `cache_prompt: true`; a
-cold one with `cache_prompt: false`); what the server reports it reused is read from
+cold one with `cache_prompt: false`; to other servers with vLLM's `cache_salt`, one fresh salt per
+cold request, so that it can share no cached block, and one shared by a warm request and its
+priming request, so that it can share only theirs); what the server reports it reused is read from
 `usage.prompt_tokens_details.cached_tokens` (vLLM with `--enable-prompt-tokens-details`,
 llama-server, OpenAI's API), None where the answer does not say.
 """
@@ -516,6 +518,7 @@ def request_body(
     *,
     llama_server: bool = False,
     cache_prompt: bool = False,
+    cache_salt: str | None = None,
 ) -> dict:
     """The /v1/completions request of one plan item. Sampling settings are always sent, so a
     server's own defaults (vLLM applies the model's generation_config) cannot change them; to
@@ -540,6 +543,8 @@ def request_body(
     }
     if llama_server:  # every generated id in __verbose.tokens; no prefix reuse between requests but a warm record's
         body.update(return_tokens=True, verbose=True, cache_prompt=cache_prompt)
+    elif cache_salt is not None:  # vLLM: a request reuses only cached blocks made under its own salt
+        body["cache_salt"] = cache_salt
     if settings["logprobs"]:
         body["logprobs"] = settings["logprobs"]
     if settings["stream"] and not llama_server:

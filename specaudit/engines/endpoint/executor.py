@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -110,6 +111,14 @@ class EndpointExecutor(Executor):
         )
         self.notes = dict(folder.previous.get("endpoint") or {})
         self.notes.update({"logprobs": settings["logprobs"], "logprobs_mode": settings["logprobs_mode"], "stream": settings["stream"]})
+        if cfg.prefix_cache:
+            self.notes["prefix_cache"] = {
+                "states": list(cfg.prefix_cache),
+                "cold": "llama-server: cache_prompt false; other servers: a fresh cache_salt per request",
+                "warm": "a priming request of the same prompt (1 token) first, then the record's request (llama-server: "
+                "cache_prompt true; other servers: the priming request's cache_salt)",
+                "reused": "usage.prompt_tokens_details.cached_tokens, null where the server does not report it",
+            }
         if any(self.llama_server.values()):
             self.notes["llama_server"] = {
                 "sides": sorted(engine for engine, is_llama in self.llama_server.items() if is_llama),
@@ -140,7 +149,9 @@ class EndpointExecutor(Executor):
             fields["server_metrics"] = folder.previous["server_metrics"]
         return fields
 
-    def _call(self, engine: str, prompt_id: str, seed: int, max_tokens: int, request: str = "", *, warm: bool = False) -> Completion:
+    def _call(
+        self, engine: str, prompt_id: str, seed: int, max_tokens: int, request: str = "", *, warm: bool = False, salt: str | None = None
+    ) -> Completion:
         body = request_body(
             self.cfg,
             self.cfg.endpoint,
@@ -150,6 +161,7 @@ class EndpointExecutor(Executor):
             max_tokens,
             llama_server=self.llama_server[engine],
             cache_prompt=warm,
+            cache_salt=salt,
         )
         if prompt_id in self.texts:
             body["prompt"] = self.texts[prompt_id]
@@ -163,10 +175,11 @@ class EndpointExecutor(Executor):
         prompt_ids = self.encoded[item.prompt.id]
         request = f"prompt {item.prompt.id}, sample {item.sample}"
         state = self.states.get(item.key)
+        salt = f"specaudit-{state}-{uuid.uuid4().hex}" if state is not None else None  # this record's (and its priming's) alone
         if state == WARM:  # the same prompt first, so that the record's request finds its prefix in the server's cache
-            self._call(item.engine, item.prompt.id, seed, 1, f"priming request of {request}", warm=True)
+            self._call(item.engine, item.prompt.id, seed, 1, f"priming request of {request}", warm=True, salt=salt)
         started_at = time.time()  # when the request left: the order the server saw them in
-        completion = self._call(item.engine, item.prompt.id, seed, cfg.max_new_tokens, request, warm=state == WARM)
+        completion = self._call(item.engine, item.prompt.id, seed, cfg.max_new_tokens, request, warm=state == WARM, salt=salt)
         finish = FINISH_REASONS.get(str(completion.finish_reason))
         if finish is None:
             raise InputError(

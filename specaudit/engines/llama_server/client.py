@@ -62,9 +62,7 @@ def server_args(model: Path, settings: LlamaServerSettings, *, spec_type: str | 
     return [*args, *settings.extra_args]
 
 
-def request_body(
-    cfg: RunConfig, prompt_ids: list[int], seed: int, max_tokens: int, logprobs: int = 0, *, slot: int | None = None
-) -> dict:
+def request_body(cfg: RunConfig, prompt_ids: list[int], seed: int, max_tokens: int, logprobs: int = 0, *, slot: int | None = None) -> dict:
     """The /completion request of one plan item: every sampling stage set, none left to the server.
     `logprobs` > 0 asks for the emitted token's logprob (and the top `logprobs`) before sampling.
     `slot`: reuse the prompt's prefix cached on that slot (`cache_prompt: true`, `id_slot`);

@@ -80,9 +80,7 @@ class LlamaServerExecutor(Executor):
                 f"re-run them or choose a new --out (now: {identity})"
             )
         # The plan once per concurrency level and cache state (engines.levels); what is recorded already is skipped.
-        self.passes = plan_passes(
-            folder, self.settings.concurrency_levels, cache_states(cfg.prefix_cache), cfg.samples, cfg.timing_repeats
-        )
+        self.passes = plan_passes(folder, self.settings.concurrency_levels, cache_states(cfg.prefix_cache), cfg.samples, cfg.timing_repeats)
         self.levels = {key: level for key, (level, _) in self.passes.items()}
 
     def _identity(self) -> dict:

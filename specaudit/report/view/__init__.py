@@ -21,7 +21,6 @@ from specaudit.contracts.run import SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import AnalysisBlock, GateSection, RunSection, Snapshot, read_snapshot
 from specaudit.report.view.base import NOT_RUN, Ids, guard
 from specaudit.report.view.concurrency import concurrency_view
-from specaudit.report.view.prefix_cache import prefix_cache_view
 from specaudit.report.view.context import context_view
 from specaudit.report.view.disparity import disparity_view
 from specaudit.report.view.equivalence import equivalence_view
@@ -37,6 +36,7 @@ from specaudit.report.view.format import (
 )
 from specaudit.report.view.glossary import Terms, glossary_rows, group_names
 from specaudit.report.view.mitigation import mitigation_view
+from specaudit.report.view.prefix_cache import prefix_cache_view
 from specaudit.report.view.shapes import shapes_view
 from specaudit.report.view.subject import model_hash
 from specaudit.report.view.summary import speed_chart, summary_view

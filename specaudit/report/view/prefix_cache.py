@@ -64,8 +64,8 @@ def prefix_cache_markdown(view: Mapping[str, Any]) -> list[str]:
     lines += [
         f"Each state's battery at alpha {part['alpha']}.",
         "",
-        "| state | engine | equivalence | records | judged | tokens | cache hits | misses | not reported | mean reused prompt tokens "
-        "per hit | acceptance | speed-up |",
+        "| state | engine | equivalence | records | judged | tokens | reused prompt tokens | reused none | no count | mean reused "
+        "prompt tokens (where any) | acceptance | speed-up |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in part["rows"]:
