@@ -92,6 +92,16 @@ def test_the_flag_and_the_config_key_reach_the_run(tmp_path, capsys, monkeypatch
     assert not (tmp_path / "x").exists()
 
 
+def test_dry_run_counts_the_cache_states(capsys, tmp_path, monkeypatch, tiny_prompts_file):
+    monkeypatch.chdir(tmp_path)
+    argv = ["audit", "--dry-run", "--speculative-url", SPEC, "--vanilla-url", PLAIN, "--target", "default", "--concurrency", "1,4"]
+    assert main([*argv, "--prompts", str(tiny_prompts_file), "--prefix-cache", "cold,warm"]) == 0  # no server is called
+    out = capsys.readouterr().out
+    assert "x 2 concurrency levels (1, 4); x 2 prompt-cache states (cold, warm)" in out
+    assert "each warm request follows a one-token priming request" in out
+    assert not list(tmp_path.iterdir())
+
+
 # ----------------------------------------------------------------------------- the plan and the requests
 def test_each_level_and_state_is_a_pass_with_its_own_samples():
     prompt = Prompt(id="p", text="x", attributes={})
@@ -257,3 +267,7 @@ def test_llama_server_run_is_judged_per_cache_state(cached_run):
     assert section["counts"][WARM][SPECULATIVE_ENGINE]["hits"] == 6 and section["counts"][COLD][SPECULATIVE_ENGINE]["misses"] == 6
     check = next(c for c in evaluate_gate(snapshot).checks if c.name == "prefix-cache")
     assert str(check.status) in ("PASS", "FAIL") and json.dumps(check.details)
+    assert main(["report", str(cached_run)]) == 0
+    summary = (cached_run / "summary.md").read_text()
+    assert "## Prefix cache" in summary and "| warm | speculative |" in summary
+    assert 'id="prefix-cache"' in (cached_run / "report.html").read_text()
