@@ -101,9 +101,13 @@ def prefix_cache_section(
             )
             continue
         result, _ = equivalence_section(judged, pair, alpha=level_alpha, delta=delta, dimensions=dimensions, seed=seed)
-        batteries[state] = EquivalenceSection(
+        batteries[state] = EquivalenceSection(  # the tests kept beside the verdicts: their Holm-adjusted p-values per state
             status=result.status,
-            engines={name: EngineEquivalence(verdict=e.verdict, status=e.status) for name, e in result.engines.items()},
+            alpha=level_alpha,
+            engines={
+                name: EngineEquivalence(verdict=e.verdict, status=e.status, goodness_of_fit=e.goodness_of_fit, two_sample=e.two_sample)
+                for name, e in result.engines.items()
+            },
             **({"message": result.message} if result.message else {}),
         )
         if result.control_failed:
@@ -151,6 +155,20 @@ def _message(states: list[str], failed: list[str], control_failed: list[str], mi
     return "; ".join(said) or None
 
 
+def smallest_holm_p(entry: EngineEquivalence | None) -> float | None:
+    """The smallest Holm-adjusted p-value of an engine's goodness-of-fit and two-sample tests (None where neither ran)."""
+    if entry is None:
+        return None
+    values = [
+        row.holm_pvalue
+        for part in (entry.goodness_of_fit, entry.two_sample)
+        if part is not None
+        for row in part.gate
+        if row.holm_pvalue is not None
+    ]
+    return min(values) if values else None
+
+
 def judge_by_state(equivalence: EquivalenceSection, section: PrefixCacheSection | None) -> EquivalenceSection:
     """The equivalence section judged by the prefix-cache section: a state whose battery fails
     fails the run's equivalence, naming the state, even where the pooled battery passed."""
@@ -173,4 +191,4 @@ def judge_by_state(equivalence: EquivalenceSection, section: PrefixCacheSection 
     return equivalence.model_copy(update={**update, "engines": engines})
 
 
-__all__ = ["judge_by_state", "judged_in_state", "prefix_cache_section", "states_of"]
+__all__ = ["judge_by_state", "judged_in_state", "prefix_cache_section", "smallest_holm_p", "states_of"]

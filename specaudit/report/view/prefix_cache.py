@@ -34,6 +34,7 @@ def prefix_cache_view(snapshot: Snapshot) -> dict[str, Any]:
                     "engine": engine,
                     "badge": badge(battery.status if battery is not None else None),
                     "verdict": str((battery.engines.get(engine).status if battery is not None and engine in battery.engines else "") or ""),
+                    "holm_p": _holm_p(battery.engines.get(engine) if battery is not None else None),
                     "records": c["records"],
                     "judged": c["judged"],
                     "tokens": c["tokens"],
@@ -53,6 +54,19 @@ def prefix_cache_view(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
+def _holm_p(entry: Any) -> str:
+    """The smallest Holm-adjusted p of an engine's tests in a state (analysis.prefix_cache.smallest_holm_p's rule,
+    read from the snapshot: the report never imports the analysis)."""
+    values = [
+        row.holm_pvalue
+        for part in (getattr(entry, "goodness_of_fit", None), getattr(entry, "two_sample", None))
+        if part is not None
+        for row in part.gate
+        if row.holm_pvalue is not None
+    ]
+    return f"{min(values):.3g}" if values else "-"
+
+
 def prefix_cache_markdown(view: Mapping[str, Any]) -> list[str]:
     """summary.md lines for the part (none for a run without --prefix-cache)."""
     part = view.get("prefix_cache") or {}
@@ -64,13 +78,13 @@ def prefix_cache_markdown(view: Mapping[str, Any]) -> list[str]:
     lines += [
         f"Each state's battery at alpha {part['alpha']}.",
         "",
-        "| state | engine | equivalence | records | judged | tokens | reused prompt tokens | reused none | no count | mean reused "
+        "| state | engine | equivalence | smallest Holm p | records | judged | tokens | reused prompt tokens | reused none | no count | mean reused "
         "prompt tokens (where any) | acceptance | speed-up |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in part["rows"]:
         lines.append(
-            f"| {r['state']} | {r['engine']} | {r['badge']['symbol']} {r['badge']['text']} {r['verdict']} | {r['records']} | "
+            f"| {r['state']} | {r['engine']} | {r['badge']['symbol']} {r['badge']['text']} {r['verdict']} | {r['holm_p']} | {r['records']} | "
             f"{r['judged']} | {r['tokens']} | {r['hits']} | {r['misses']} | {r['unreported']} | {r['reused']} | "
             f"{r['acceptance']} | {r['speedup']} |"
         )
