@@ -263,11 +263,12 @@ def test_llama_server_run_is_judged_per_cache_state(cached_run):
     for state in (COLD, WARM):
         assert set(section["equivalence"][state]["engines"]) == {CONTROL_ENGINE, SPECULATIVE_ENGINE}
         assert section["counts"][state][SPECULATIVE_ENGINE]["judged"] == 6
+        assert section["equivalence"][state]["engines"][SPECULATIVE_ENGINE]["goodness_of_fit"]["gate"]  # its Holm table kept
     assert section["warm_misses"] == section["cold_hits"] == section["unverified"] == 0
     assert section["counts"][WARM][SPECULATIVE_ENGINE]["hits"] == 6 and section["counts"][COLD][SPECULATIVE_ENGINE]["misses"] == 6
     check = next(c for c in evaluate_gate(snapshot).checks if c.name == "prefix-cache")
     assert str(check.status) in ("PASS", "FAIL") and json.dumps(check.details)
     assert main(["report", str(cached_run)]) == 0
     summary = (cached_run / "summary.md").read_text()
-    assert "## Prefix cache" in summary and "| warm | speculative |" in summary
+    assert "## Prefix cache" in summary and "| warm | speculative |" in summary and "smallest Holm p" in summary
     assert 'id="prefix-cache"' in (cached_run / "report.html").read_text()
