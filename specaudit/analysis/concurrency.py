@@ -147,15 +147,15 @@ def concurrency_section(
     seed: int,
     n_boot: int,
     equivalence: bool,
+    states: int = 0,
 ) -> ConcurrencySection | None:
-    """The section, or None for a run without concurrency levels."""
+    """The section, or None for a run without concurrency levels. `states`: the prompt-cache states
+    of a run with --prefix-cache (analysis.prefix_cache), a family of its own in the alpha split."""
     from specaudit.analysis.equivalence import equivalence_section
-    from specaudit.analysis.prefix_cache import states_of
-
     levels = levels_of(records)
     if not levels:
         return None
-    split = split_alpha(alpha, levels, len(states_of(records)))  # `alpha` is the run's; the pooled battery was judged at split.pooled
+    split = split_alpha(alpha, levels, states)  # `alpha` is the run's; the pooled battery was judged at split.pooled
     batteries: dict[str, EquivalenceSection] = {}
     independence: dict[str, dict[str, dict[str, Any]]] = {}
     groups: dict[str, dict[str, dict[str, Any]]] = {}

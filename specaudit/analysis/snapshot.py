@@ -243,6 +243,7 @@ def analyze(
     if any(r.get("concurrency") is not None for r in records):  # a run at several concurrency levels (endpoint, llama-server)
         from specaudit.analysis.acceptance_stability import acceptance_stability
         from specaudit.analysis.concurrency import concurrency_section
+        from specaudit.analysis.prefix_cache import states_of
 
         parts["concurrency"] = concurrency_section(
             judged_records,
@@ -253,6 +254,7 @@ def analyze(
             seed=seed,
             n_boot=n_boot,
             equivalence=bool(equivalence and not unscorable),
+            states=len(states_of(judged_records)),
         )
         section = judge_by_level(section, parts["concurrency"])
         parts["acceptance_stability"] = acceptance_stability(records, n_boot=n_boot, seed=seed)
