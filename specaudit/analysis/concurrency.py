@@ -152,6 +152,7 @@ def concurrency_section(
     """The section, or None for a run without concurrency levels. `states`: the prompt-cache states
     of a run with --prefix-cache (analysis.prefix_cache), a family of its own in the alpha split."""
     from specaudit.analysis.equivalence import equivalence_section
+
     levels = levels_of(records)
     if not levels:
         return None
