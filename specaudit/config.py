@@ -19,7 +19,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specaudit._validation import SETTINGS_CONFIG, input_error, seed_field, sentence_error
 from specaudit.contracts import DEFAULT_BAND, MIN_CHECKED_PROMPTS, CheckStatus
-from specaudit.contracts.engines import BACKENDS, ENGINES, LOCAL_ENGINES, LOCAL_EXECUTORS, backend_of, feature_refusal, resolve
+from specaudit.contracts.engines import (
+    BACKENDS,
+    ENGINES,
+    LOCAL_ENGINES,
+    LOCAL_EXECUTORS,
+    backend_of,
+    feature_refusal,
+    prefix_cache_refusal,
+    resolve,
+)
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 from specaudit.decoding import SamplingSpec
 from specaudit.errors import InputError
@@ -88,6 +97,9 @@ class RunConfig(BaseModel):
     levels: str = "ngram,int8"  # --engines staged: the small draft, then the medium model
     level_k: str = "4,4"  # --engines staged: tokens per round of the small draft, and of the medium (the target's k)
     chat_template: bool = Field(True, strict=True)
+    # `--prefix-cache cold,warm`: the plan once per cache state, the state on each record (served
+    # engines only; contracts.run.PREFIX_CACHE_STATES, docs/request-features.md "Prefix caching")
+    prefix_cache: tuple[str, ...] | None = None
     endpoint: dict | None = None  # settings of `--engines endpoint` (specaudit.engines.endpoint.settings.EndpointSettings)
     extra: dict = Field(default_factory=dict)
 
@@ -97,7 +109,7 @@ class RunConfig(BaseModel):
         except ValidationError as err:
             raise input_error(err, RunConfig, _flag, lambda names: f"unknown option(s) {', '.join(names)}") from None
 
-    @field_validator("engines", "dimensions", mode="before")
+    @field_validator("engines", "dimensions", "prefix_cache", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -148,6 +160,8 @@ class RunConfig(BaseModel):
         refusal = feature_refusal(self.engines, self.sampling.features)  # also checks every sampling value
         if refusal:
             raise InputError(refusal)
+        if self.prefix_cache is not None:
+            self._check_prefix_cache()
         if isinstance(self.draft, str) and self.draft.startswith("early-exit") and not self.draft.partition(":")[2].isdigit():
             raise InputError(f"--draft {self.draft!r}: write early-exit:N with N the number of layers to keep, e.g. early-exit:8")
         if self.plant_disparity is not None:  # "" is a mistake to name, not "no plant"
@@ -175,6 +189,17 @@ class RunConfig(BaseModel):
         if self.draft is None and not backend and any(e != CONTROL_ENGINE for e in self.engines):
             raise InputError("the speculative engines need a --draft (int8, early-exit:N, ngram, or a model)")
         return self
+
+    def _check_prefix_cache(self) -> None:
+        from specaudit.contracts.run import PREFIX_CACHE_STATES
+
+        states = self.prefix_cache
+        wrong = [s for s in states if s not in PREFIX_CACHE_STATES]
+        if not states or wrong or len(set(states)) != len(states):
+            raise InputError(f"--prefix-cache takes cold, warm or cold,warm (each state once), got {','.join(states) or 'nothing'}")
+        refusal = prefix_cache_refusal(self.engines, states)
+        if refusal:
+            raise InputError(refusal)
 
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with `changes` applied and checked again."""
@@ -204,6 +229,10 @@ class RunConfig(BaseModel):
         payload = self.model_dump()
         payload["engines"] = list(self.engines)
         payload["dimensions"] = list(self.dimensions) if self.dimensions else None
+        if self.prefix_cache is None:  # manifests of runs without the axis stay as they were
+            payload.pop("prefix_cache")
+        else:
+            payload["prefix_cache"] = list(self.prefix_cache)
         if self.endpoint:  # never write an API key into a manifest
             payload["endpoint"] = resolve(ENGINES["endpoint"].settings).public_settings(self.endpoint)
         return payload
@@ -233,6 +262,8 @@ class RunConfig(BaseModel):
             identity.update(levels=self.levels, level_k=self.level_k)
         if self.endpoint:
             identity["endpoint"] = resolve(ENGINES["endpoint"].settings).settings_identity(self.endpoint)
+        if self.prefix_cache is not None:  # only where set: runs without it keep their identity
+            identity["prefix_cache"] = list(self.prefix_cache)
         return identity
 
     def load_verify(self) -> VerifyFn:

@@ -52,16 +52,19 @@ class AlphaSplit:
     pooled: float  # the battery on every record (analysis.equivalence)
     level: float  # the battery on one level's records
     independence: float  # one level's independence tests, split again over the engines tested
+    state: float = 0.0  # the battery on one prompt-cache state's records (analysis.prefix_cache)
 
 
-def split_alpha(alpha: float, levels: list[int]) -> AlphaSplit:
-    """Bonferroni over the three families, then over the levels inside each. At one level the
+def split_alpha(alpha: float, levels: list[int], states: int = 0) -> AlphaSplit:
+    """Bonferroni over the families, then over the levels (or states) inside each. At one level the
     level's battery is the pooled one on the same records and there is no independence test, so
-    alpha is not split."""
+    neither is a family of its own; a run with --prefix-cache (`states` > 0) adds the states'
+    batteries as one family, split over the states."""
+    families = (3 if len(levels) >= 2 else 1) + (1 if states else 0)
+    family = alpha / families
     if len(levels) < 2:
-        return AlphaSplit(pooled=alpha, level=alpha, independence=alpha)
-    family = alpha / 3
-    return AlphaSplit(pooled=family, level=family / len(levels), independence=family / (len(levels) - 1))
+        return AlphaSplit(pooled=family, level=family, independence=family, state=family / max(states, 1))
+    return AlphaSplit(pooled=family, level=family / len(levels), independence=family / (len(levels) - 1), state=family / max(states, 1))
 
 
 def _interval(values_by_prompt: dict[str, tuple[float, float]], n_boot: int, seed: int) -> dict | None:
@@ -144,14 +147,16 @@ def concurrency_section(
     seed: int,
     n_boot: int,
     equivalence: bool,
+    states: int = 0,
 ) -> ConcurrencySection | None:
-    """The section, or None for a run without concurrency levels."""
+    """The section, or None for a run without concurrency levels. `states`: the prompt-cache states
+    of a run with --prefix-cache (analysis.prefix_cache), a family of its own in the alpha split."""
     from specaudit.analysis.equivalence import equivalence_section
 
     levels = levels_of(records)
     if not levels:
         return None
-    split = split_alpha(alpha, levels)  # `alpha` is the run's; the pooled battery was judged at split.pooled
+    split = split_alpha(alpha, levels, states)  # `alpha` is the run's; the pooled battery was judged at split.pooled
     batteries: dict[str, EquivalenceSection] = {}
     independence: dict[str, dict[str, dict[str, Any]]] = {}
     groups: dict[str, dict[str, dict[str, Any]]] = {}

@@ -227,7 +227,10 @@ def analyze(
         judged = [r for r in judged_records if r["engine"] != SCREEN_ENGINE] if len(run.engines) > 1 else judged_records
         judged_dims = [d for d in dims if any(d in r.get("attributes", {}) for r in judged)]  # the subset may miss some
         # A run at several concurrency levels is also judged per level (below): alpha is split
-        pooled_alpha = split_alpha(alpha, levels_of(judged_records)).pooled
+        # and so is a run with --prefix-cache, per cache state (analysis.prefix_cache)
+        from specaudit.analysis.prefix_cache import states_of
+
+        pooled_alpha = split_alpha(alpha, levels_of(judged_records), len(states_of(judged_records))).pooled
         section, scores = equivalence_section(
             judged, pair, alpha=pooled_alpha, delta=delta, dimensions=judged_dims, seed=seed, plant_disparity=config.get("plant_disparity")
         )
@@ -240,6 +243,7 @@ def analyze(
     if any(r.get("concurrency") is not None for r in records):  # a run at several concurrency levels (endpoint, llama-server)
         from specaudit.analysis.acceptance_stability import acceptance_stability
         from specaudit.analysis.concurrency import concurrency_section
+        from specaudit.analysis.prefix_cache import states_of
 
         parts["concurrency"] = concurrency_section(
             judged_records,
@@ -250,9 +254,25 @@ def analyze(
             seed=seed,
             n_boot=n_boot,
             equivalence=bool(equivalence and not unscorable),
+            states=len(states_of(judged_records)),
         )
         section = judge_by_level(section, parts["concurrency"])
         parts["acceptance_stability"] = acceptance_stability(records, n_boot=n_boot, seed=seed)
+    from specaudit.analysis.prefix_cache import judge_by_state, prefix_cache_section
+
+    cache = prefix_cache_section(  # a run with --prefix-cache: the battery per cache state
+        judged_records,
+        pair,
+        alpha=alpha,
+        delta=delta,
+        dimensions=dims,
+        seed=seed,
+        n_boot=n_boot,
+        equivalence=bool(equivalence and not unscorable),
+    )
+    if cache is not None:
+        parts["prefix_cache"] = cache
+        section = judge_by_state(section, cache)
     from specaudit.analysis.identity import identity_section
 
     identity = identity_section(records, manifest, pair=pair, alpha=alpha)  # a run with --draft target (analysis.identity)

@@ -128,7 +128,10 @@ def print_plan(cfg: RunConfig, out: str | Path, specs: Sequence[SamplingSpec] | 
         + ", ".join(f"{engine} {count}" for engine, count in sorted(per_engine.items()))
         + (f"; x {settings} sampling settings" if settings > 1 else "")
         + (f"; x {len(levels)} concurrency levels ({', '.join(map(str, levels))})" if len(levels) > 1 else "")
+        + (f"; x {len(cfg.prefix_cache)} prompt-cache states ({', '.join(cfg.prefix_cache)})" if cfg.prefix_cache else "")
     )
+    if cfg.prefix_cache and "warm" in cfg.prefix_cache:
+        print("  each warm request follows a one-token priming request of the same prompt on the same server")
     rates = measured_rates(cfg)
     if rates is None:
         print("  predicted time: unknown (no measured rate for this pair, backend or device); `--quick` measures one")

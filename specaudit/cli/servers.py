@@ -38,6 +38,11 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
         help="requests in flight: one number (one pass) or a comma list of levels, the plan once per level "
         "(endpoint default: one pass at 4; llama-server default 1,4; openvino default 1: one request per call)",
     )
+    g.add_argument(
+        "--prefix-cache",
+        help="cold, warm or cold,warm: the plan once per prompt-cache state; warm requests follow a request with the same "
+        "prompt, cache on (--engines llama-server or endpoint; docs/request-features.md)",
+    )
 
 
 def endpoint_options(args: argparse.Namespace, run_options: dict) -> dict:

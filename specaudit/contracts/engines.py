@@ -59,6 +59,10 @@ class EngineSpec:
     # an engine takes none until its entry lists them (its mapping written and tested: docs/request-features.md)
     request_features: tuple[str, ...] = ()
     refuses_because: str = "its engine does not pass request features on yet"
+    # `--prefix-cache` (docs/request-features.md, "Prefix caching"): whether its records can be made
+    # cold and warm, and why not (one clause, for the refusal sentence)
+    prefix_cache: bool = False
+    no_prefix_cache_because: str = "it keeps no prompt cache across requests: every request is decoded from an empty cache"
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -129,6 +133,7 @@ ENGINES: dict[str, EngineSpec] = {
             request_features=("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop", "grammar"),
             refuses_because="the OpenAI API and vLLM's and SGLang's extensions have no llama.cpp penalty window",
             acceptance_rule="the server's own rule, as its responses or metrics report it (not known to specaudit)",
+            prefix_cache=True,
         ),
         EngineSpec(
             "vllm",
@@ -139,6 +144,8 @@ ENGINES: dict[str, EngineSpec] = {
             request_features=("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop"),
             refuses_because="vLLM's SamplingParams have no llama.cpp penalty window, and its structured outputs are not mapped yet",
             acceptance_rule="vLLM's rejection sampler (greedy match at T = 0)",
+            no_prefix_cache_because="its prefix caching is an engine-wide setting (enable_prefix_caching) that the offline "
+            "engine does not map per request yet; audit a vLLM server with --engines endpoint",
         ),
         EngineSpec(
             "llama-cpp",
@@ -153,6 +160,7 @@ ENGINES: dict[str, EngineSpec] = {
             "(it keeps a token with probability p(argmax q), not α)",
             screens=True,
             rejection_sampling=False,
+            no_prefix_cache_because="the in-process engine clears llama.cpp's KV cache before every record (use --engines llama-server)",
         ),
         EngineSpec(
             "llama-server",
@@ -171,6 +179,7 @@ ENGINES: dict[str, EngineSpec] = {
                 "grammar",
             ),
             refuses_because="llama.cpp counts every penalty over one window of prompt and output (set repeat_last_n)",
+            prefix_cache=True,
             scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
             acceptance_rule="llama.cpp's: a greedy draft, each token kept while the target's own sample equals it "
             "(it keeps a token with probability p(argmax q), not α)",
@@ -189,6 +198,9 @@ ENGINES: dict[str, EngineSpec] = {
             refuses_because="OpenVINO GenAI has no logit bias and no llama.cpp penalty window, and its presence and frequency "
             "penalties move a seen token's logit toward zero (subtracted from a positive logit, added to a negative one) "
             "where OpenAI's always subtract",
+            no_prefix_cache_because="OpenVINO GenAI's prefix caching is a pipeline-wide scheduler setting with no per-request "
+            "switch and no count of the prompt tokens a request reused, so a request cannot be made or shown cold or warm; "
+            "compare two runs with extra.openvino.prefix_caching false and true instead",
         ),
     )
 }
@@ -236,4 +248,14 @@ def feature_refusal(engines: tuple[str, ...], features: dict[str, Any]) -> str |
                 f"--engines {name} cannot apply {', '.join(refused)}: {spec.refuses_because}; "
                 "drop them from --sampling or audit them with another engine"
             )
+    return None
+
+
+def prefix_cache_refusal(engines: tuple[str, ...], states: tuple[str, ...]) -> str | None:
+    """One sentence refusing `--prefix-cache` for an engine of `engines` that cannot make its
+    records cold and warm, and why; None when every engine can."""
+    for name in engines:
+        spec = ENGINES[name]
+        if not spec.prefix_cache:
+            return f"--engines {name} cannot run --prefix-cache {','.join(states)}: {spec.no_prefix_cache_because}; drop --prefix-cache"
     return None

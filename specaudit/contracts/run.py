@@ -25,6 +25,16 @@ CONTROL_ENGINE = "vanilla"  # the engine every other one is compared with: plain
 SPECULATIVE_ENGINE = "speculative"  # the reference speculative engine, and a backend's spec-ON records
 SCREEN_ENGINE = "screen"  # specaudit.engines.screen: target samples with the acceptance expected along them
 
+# Prefix caching as an audit axis (`--prefix-cache cold,warm`; docs/request-features.md, "Prefix
+# caching"). A served engine's records in such a run say whether the prompt's prefix was meant to
+# be in the server's cache (`prefix_cache`: cold, or warm: an earlier request computed the same
+# prompt) and how many prompt tokens the server reported reusing (`cached_prompt_tokens`, null
+# where the server reports none). They are extras, written only in runs with --prefix-cache.
+COLD, WARM = "cold", "warm"
+PREFIX_CACHE_STATES = (COLD, WARM)
+PREFIX_CACHE_FIELD = "prefix_cache"
+CACHED_TOKENS_FIELD = "cached_prompt_tokens"
+
 
 def record_key(prompt_id: str, engine: str, sample: int | str) -> str:
     return f"{prompt_id}|{engine}|{sample}"
@@ -99,6 +109,20 @@ _CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "verify_violations": ("a list of objects", _list_of(lambda v: isinstance(v, dict))),
 }
 _REQUIRED = ("key",)
+# Extras with a meaning of their own, checked where a record has them.
+_EXTRA_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    PREFIX_CACHE_FIELD: (f"one of {', '.join(PREFIX_CACHE_STATES)}", lambda v: v in PREFIX_CACHE_STATES),
+    CACHED_TOKENS_FIELD: ("an integer >= 0 or null", _optional(lambda v: _int(v) and v >= 0)),
+}
+
+
+def cache_fields(state: str, cached_tokens: int | None) -> dict[str, Any]:
+    """A record's prefix-cache extras (`Record.with_extra(**cache_fields(...))`), checked."""
+    for name, value in ((PREFIX_CACHE_FIELD, state), (CACHED_TOKENS_FIELD, cached_tokens)):
+        expected, check = _EXTRA_CHECKS[name]
+        if not check(value):
+            raise InputError(f"record field {name!r} must be {expected}, got {_shown(value)}")
+    return {PREFIX_CACHE_FIELD: state, CACHED_TOKENS_FIELD: cached_tokens}
 
 
 @dataclass(frozen=True)
@@ -153,6 +177,8 @@ class Record:
                     raise InputError(f"{where}: field {name!r} must be {expected}, got {_shown(value)}")
                 known[name] = value
             else:
+                if name in _EXTRA_CHECKS and not _EXTRA_CHECKS[name][1](value):
+                    raise InputError(f"{where}: field {name!r} must be {_EXTRA_CHECKS[name][0]}, got {_shown(value)}")
                 extra[name] = value
         return cls(**known, extra=extra, present=frozenset(known))
 

@@ -305,6 +305,7 @@ class EquivalenceSection(_Section):
     message: str | None = None
     logprobs_note: str | None = None  # the server's logprobs failed parity: scored locally instead
     failed_concurrency_levels: list[int] | None = None
+    failed_cache_states: list[str] | None = None  # --prefix-cache: the states whose battery failed (PrefixCacheSection)
 
     @model_validator(mode="before")
     @classmethod
@@ -332,6 +333,25 @@ class ConcurrencySection(_Section):
     failed_levels: list[int] = []
     control_failed_levels: list[int] = []
     dependent_levels: list[int] = []
+    message: str | None = None
+
+
+class PrefixCacheSection(_Section):
+    """`prefix_cache` (analysis.prefix_cache), for a run with `--prefix-cache`: the battery per
+    cache state, what the server reported reusing per state, and the records not judged in their
+    state (a warm request that reused nothing, a cold one that reused tokens)."""
+
+    states: list[str]  # the states the run asked for (contracts.run.PREFIX_CACHE_STATES), in order
+    state_alpha: float  # each state's battery is judged at this level (analysis.concurrency.split_alpha)
+    equivalence: dict[str, EquivalenceSection] = {}  # state -> the battery's status and verdicts on that state's judged records
+    # state -> engine -> {records, judged, tokens, reused_tokens, hits, misses, unreported}
+    counts: dict[str, dict[str, dict[str, int]]] = {}
+    metrics: dict[str, Any] = {}  # state -> acceptance, latency and paired speed-up (analysis.concurrency.group_metrics)
+    warm_misses: int = 0  # warm records whose server reported reusing no prompt token: not warm, left out of the warm battery
+    cold_hits: int = 0  # cold records whose server reported reusing prompt tokens: not cold, left out of the cold battery
+    unverified: int = 0  # warm records whose server reports no cached-token count: judged as warm, not shown to be
+    failed_states: list[str] = []
+    control_failed_states: list[str] = []
     message: str | None = None
 
 
@@ -623,6 +643,7 @@ class Snapshot(_Section):
     gate: GateSection | None = None
     logprob_parity: LogprobParitySection | None = None  # only where a server returned logprobs
     concurrency: ConcurrencySection | None = None  # only for runs at concurrency levels
+    prefix_cache: PrefixCacheSection | None = None  # only for runs with --prefix-cache
     acceptance_stability: AcceptanceStabilitySection | None = None  # runs at levels with the server's acceptance counts
     speed: SpeedSection | None = None  # only for runs with the screen (stats.cost_model)
     screen: ScreenSection | None = None  # only for runs with the screen and the speculative engine
@@ -768,6 +789,7 @@ __all__ = [
     "IdentitySection",
     "LogprobParitySection",
     "OutputInvariantsSection",
+    "PrefixCacheSection",
     "PromptRow",
     "RunSection",
     "ShapeEngine",

@@ -1,5 +1,5 @@
-"""Concurrency as a dimension of the plan, for the executors that serve requests (endpoint,
-llama-server).
+"""Concurrency (and the prompt cache's state) as dimensions of the plan, for the executors that
+serve requests (endpoint, llama-server).
 
 Every (prompt, sample) is decoded once per level, as its own sample label (level i of L takes
 samples i*S .. i*S+S-1 for --samples S, so each level has its own seeds and the plan's pairs stay
@@ -7,6 +7,11 @@ paired), and the record says at which level it ran (`concurrency`). The levels r
 another, in the order given; within one, `level` requests are in flight at a time on each server, so
 at level 4 a batching server holds up to 4 sequences of one side in its batch. Records are
 written in plan order within a level.
+
+`--prefix-cache cold,warm` adds the cache state as a second dimension: the plan runs once per
+(level, state) pass, each pass its own block of sample labels as above, level-major (a level's cold
+pass, then its warm pass), and the record says its state (contracts.run.PREFIX_CACHE_FIELD). With
+one state and no levels the labels are the plan's own.
 """
 
 from __future__ import annotations
@@ -33,27 +38,52 @@ def check_levels(levels: Sequence[int], setting: str) -> tuple[int, ...]:
     return levels
 
 
-def level_plan(plan: list[PlanItem], levels: tuple[int, ...], samples: int, timing_repeats: int) -> list[tuple[int, PlanItem]]:
-    """The plan once per concurrency level, level-major: (level, item) with the item's sample
-    relabelled into that level's block (outputs i*samples + s, timing repeats t(i*R + r))."""
+Pass = tuple[int | None, str | None]  # (concurrency level or None: one pass without levels, cache state or None)
+
+
+def pass_plan(
+    plan: list[PlanItem], levels: Sequence[int | None], states: Sequence[str | None], samples: int, timing_repeats: int
+) -> list[tuple[Pass, PlanItem]]:
+    """The plan once per (level, state) pass, level-major: (pass, item) with the item's sample
+    relabelled into that pass's block (outputs i*samples + s, timing repeats t(i*R + r))."""
     expanded = []
-    for index, level in enumerate(levels):
+    passes = [(level, state) for level in levels for state in states]
+    for index, one in enumerate(passes):
         for item in plan:
             if item.timing_only:
                 label: int | str = f"t{index * timing_repeats + int(str(item.sample)[1:])}"
             else:
                 label = index * samples + int(item.sample)
-            expanded.append((level, PlanItem(item.prompt, item.engine, label, item.timing_only)))
+            expanded.append((one, PlanItem(item.prompt, item.engine, label, item.timing_only)))
     return expanded
+
+
+def level_plan(plan: list[PlanItem], levels: tuple[int, ...], samples: int, timing_repeats: int) -> list[tuple[int, PlanItem]]:
+    """The plan once per concurrency level, level-major: (level, item) with the item's sample
+    relabelled into that level's block (outputs i*samples + s, timing repeats t(i*R + r))."""
+    return [(level, item) for (level, _), item in pass_plan(plan, levels, (None,), samples, timing_repeats)]
+
+
+def plan_passes(
+    folder: RunFolder, levels: Sequence[int | None], states: Sequence[str | None], samples: int, timing_repeats: int
+) -> dict[str, Pass]:
+    """Replace the folder's plan by its per-pass expansion (what is recorded already is skipped)
+    and return each item key's (level, state)."""
+    expanded = pass_plan(folder.plan, levels, states, samples, timing_repeats)
+    folder.plan = [item for _, item in expanded]
+    folder.todo = [item for item in folder.plan if item.key not in folder.done]
+    return {item.key: one for one, item in expanded}
 
 
 def plan_levels(folder: RunFolder, levels: tuple[int, ...], samples: int, timing_repeats: int) -> dict[str, int]:
     """Replace the folder's plan by its per-level expansion (what is recorded already is skipped)
     and return each item key's level."""
-    expanded = level_plan(folder.plan, levels, samples, timing_repeats)
-    folder.plan = [item for _, item in expanded]
-    folder.todo = [item for item in folder.plan if item.key not in folder.done]
-    return {item.key: level for level, item in expanded}
+    return {key: level for key, (level, _) in plan_passes(folder, levels, (None,), samples, timing_repeats).items()}
+
+
+def cache_states(states: tuple[str, ...] | None) -> tuple[str | None, ...]:
+    """The passes' cache states of a run's `prefix_cache` (None: one pass, no state recorded)."""
+    return tuple(states) if states else (None,)
 
 
 def run_levels(
@@ -84,4 +114,4 @@ def run_level(items: list[PlanItem], level: int, record_of: Callable[[PlanItem],
             pool.shutdown(wait=True)
 
 
-__all__ = ["check_levels", "level_plan", "plan_levels", "run_level", "run_levels"]
+__all__ = ["cache_states", "check_levels", "level_plan", "pass_plan", "plan_levels", "plan_passes", "run_level", "run_levels"]

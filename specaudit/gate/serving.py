@@ -9,6 +9,10 @@ check, since the audit never asked the question.
   is given wrong numbers, even where the tokens are right (llama.cpp #27972).
 - `acceptance-stability` WARNs when acceptance collapses under load or stops during the run: the
   output stays right, the speed-up is lost (TensorRT-LLM PR #16888, llama.cpp PR #27692).
+- `prefix-cache` (runs with `--prefix-cache`): FAILs when a cache state's battery fails (the
+  equivalence check fails too, naming the state); WARNs when a state was not what it was meant to
+  be on some requests (a warm request that reused nothing, a cold one that reused tokens), when
+  warm requests could not be shown warm (no cached-token count), or when a state was not judged.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from specaudit.gate.results import GateCheck
 from specaudit.gate.thresholds import FAIL, PASS, WARN
 
 if TYPE_CHECKING:
-    from specaudit.contracts.snapshot import Snapshot
+    from specaudit.contracts.snapshot import PrefixCacheSection, Snapshot
 
 
 def serving_checks(snapshot: Snapshot) -> list[GateCheck]:
@@ -59,4 +63,40 @@ def serving_checks(snapshot: Snapshot) -> list[GateCheck]:
                 {"levels": stability.levels, "findings": findings},
             )
         )
+    cache = snapshot.prefix_cache
+    if cache is not None:
+        checks.append(_prefix_cache_check(cache))
     return checks
+
+
+def _prefix_cache_check(cache: PrefixCacheSection) -> GateCheck:
+    not_run = [
+        state for state in cache.states if (battery := cache.equivalence.get(state)) is None or battery.status not in list(CheckStatus)
+    ]
+    if cache.failed_states:
+        status = FAIL
+    elif cache.warm_misses or cache.cold_hits or cache.unverified or not_run:
+        status = WARN
+    else:
+        status = PASS
+    per_state = "; ".join(
+        f"{state}: {battery.status} ({sum(c['judged'] for c in cache.counts.get(state, {}).values())} records judged)"
+        for state in cache.states
+        if (battery := cache.equivalence.get(state)) is not None
+    )
+    message = cache.message or f"every request was in its cache state as meant; {per_state}"
+    if not_run and not cache.failed_states:
+        message += f"; not judged: {', '.join(not_run)}"
+    return GateCheck(
+        "prefix-cache",
+        "the speculative server follows the target with the prompt's prefix cold and warm in its cache",
+        status,
+        message,
+        {
+            "states": cache.states,
+            "failed_states": cache.failed_states,
+            "warm_misses": cache.warm_misses,
+            "cold_hits": cache.cold_hits,
+            "unverified": cache.unverified,
+        },
+    )

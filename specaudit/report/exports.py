@@ -15,6 +15,7 @@ from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.contracts.snapshot import DimensionDisparities, GroupEntry, MetricEstimate, read_snapshot
 from specaudit.report.view.concurrency import concurrency_markdown
 from specaudit.report.view.format import finite, recorded
+from specaudit.report.view.prefix_cache import prefix_cache_markdown
 from specaudit.report.view.shapes import shapes_markdown
 
 if TYPE_CHECKING:
@@ -106,6 +107,7 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
         for check in gate["checks"]:
             lines.append(f"| {check['badge']['text']} | `{_code(check['name'])}` | {md_escape(check['message'])} |")
     lines += concurrency_markdown(view)
+    lines += prefix_cache_markdown(view)
     lines += shapes_markdown(view)
     lines += _glossary_markdown("\n".join(lines))
     lines += _group_names_markdown(view)

@@ -24,6 +24,10 @@ Serves
                         `--per-request-spec-decode-metrics` does: `metrics.speculative_decoding`
                         (num_draft_tokens, num_accepted_draft_tokens, num_spec_steps,
                         acceptance_histogram, draft_acceptance_rate), on the last chunk when streamed.
+                        A prefix cache as vLLM's is modelled: a request whose prompt (and
+                        `cache_salt`) an earlier request sent reuses all but its last prompt
+                        token, reported as `usage.prompt_tokens_details.cached_tokens`; the
+                        tokens do not change (a served mutant's engine may make them change).
   GET /v1/models        the one served model.
   GET /metrics          Prometheus text with vLLM's counter names: vllm:spec_decode_num_drafts,
                         vllm:spec_decode_num_draft_tokens, vllm:spec_decode_num_accepted_tokens,
@@ -48,6 +52,7 @@ import os
 import sys
 import threading
 import time
+from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,6 +69,7 @@ if TYPE_CHECKING:
     from specaudit.models import ModelPair
 
 ZERO_LOGPROB = -9999.0
+PREFIX_CACHE_ENTRIES = 256  # prompts the modelled prefix cache holds, least recently used evicted
 _DEFAULT_LOCK = threading.Lock()  # shared by all servers of a process: they may share one model
 
 
@@ -168,6 +174,7 @@ class ReferenceServer:
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "requests": 0, "prompt_tokens": 0, "generation_tokens": 0}
         self.accepted_per_position = [0] * k
         self._counter_lock = threading.Lock()
+        self._prefix_cache: OrderedDict[tuple, None] = OrderedDict()  # (salt, prompt ids) seen, least recent first
         self.batcher = Batcher(k=k, max_batch=max_batch, lock=self.lock, policy=policy, name="specaudit-batcher")
         self.httpd = ThreadingHTTPServer((host, port), _Handler)
         self.httpd.daemon_threads = True
@@ -247,6 +254,10 @@ class ReferenceServer:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise _BadRequest(f"`seed` must be an integer, got {seed!r}")
         n_logprobs = _number(body, "logprobs", 0, int, 0)
+        salt = body.get("cache_salt")
+        if salt is not None and (not isinstance(salt, str) or not salt):
+            raise _BadRequest("`cache_salt` must be a non-empty string")
+        cached = self._cached_tokens(prompt_ids, salt)
         pair, policy = self.pair, self.batcher.policy
         generator = torch.Generator(device=pair.device)
         seed = policy.request_seed(seed)
@@ -258,6 +269,7 @@ class ReferenceServer:
         with self.lock:
             if self.speculative:
                 decoding = self.decoding(pair.target, pair.draft, prompt_ids, k=self.k, verify=self.verify, **common)
+                decoding.prefix_cached = cached  # what a served mutant's engine may get wrong on a cache hit
             else:
                 decoding = VanillaDecoding(pair.target, prompt_ids, **common)
         row = self.batcher.run(Row(decoding=decoding, request={"prompt_ids": prompt_ids, "seed": seed, "max_tokens": max_tokens}))
@@ -283,11 +295,28 @@ class ReferenceServer:
             "created": int(time.time()),
             "model": self.model_name,
             "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
-            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(tokens), "total_tokens": len(prompt_ids) + len(tokens)},
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": len(tokens),
+                "total_tokens": len(prompt_ids) + len(tokens),
+                "prompt_tokens_details": {"cached_tokens": cached},
+            },
         }
         if self.speculative:
             answer["metrics"] = {"speculative_decoding": self._request_acceptance(generation)}
         return answer
+
+    def _cached_tokens(self, prompt_ids: list[int], salt: str | None) -> int:
+        """The prompt tokens the modelled prefix cache gives this request: all but the last (whose
+        logits are needed) where the same prompt under the same salt was sent before, else none."""
+        key = (salt, tuple(prompt_ids))
+        with self._counter_lock:
+            hit = key in self._prefix_cache
+            self._prefix_cache[key] = None
+            self._prefix_cache.move_to_end(key)
+            while len(self._prefix_cache) > PREFIX_CACHE_ENTRIES:
+                self._prefix_cache.popitem(last=False)
+        return len(prompt_ids) - 1 if hit else 0
 
     def _request_acceptance(self, generation: Generation) -> dict:
         """The request's own speculation, in vLLM's per-request shape (--per-request-spec-decode-metrics)."""

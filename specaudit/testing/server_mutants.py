@@ -37,6 +37,14 @@ The request-feature classes (issue 38; audited at FEATURE_SAMPLING, which sets e
 - draft_skips_grammar: the draft proposes and the verified rows are judged without the grammar's
   mask, the bonus row with it (vLLM #31858 / #34650: draft tokens past a boundary skipped the
   grammar); audited at GRAMMAR_SAMPLING (needs llguidance).
+
+The prefix-cache class (issue 38; audited with `--prefix-cache cold,warm`):
+- warm_first_token_stale: on a prefix-cache hit the speculative path draws the first output token
+  from the logits cached for the prompt without its last token (a fully cached prompt is trimmed
+  by one so that one token is evaluated, and the first step reads the cached last row instead of
+  the new one: the hazard llama.cpp's server guards against, "need to evaluate at least 1 token",
+  in the class of vLLM #43559's accuracy drop with prefix caching and multi-token prediction).
+  Right on cold requests, wrong on warm ones only.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from typing import Any
 
 import torch
 
+from specaudit.contracts.run import COLD, WARM
 from specaudit.decoding import SamplingSpec, SpeculativeDecoding
 from specaudit.decoding.warping import Prefix, warp
 from specaudit.testing.batching import BatchPolicy, Row
@@ -182,6 +191,19 @@ class DraftSkipsGrammar(_BonusRowOnly):
     draft_skips = True
 
 
+class WarmFirstTokenStale(SpeculativeDecoding):
+    """On a prefix-cache hit (the reference server sets `prefix_cached`), the first step's first
+    row is the target's distribution at the prompt without its last token."""
+
+    def target_distributions(self, logits: torch.Tensor, drafted: list[int]) -> torch.Tensor:
+        rows = super().target_distributions(logits, drafted)
+        if not getattr(self, "prefix_cached", 0) or self.tokens or self.prompt_len < 2:
+            return rows
+        prompt = self.context[: self.prompt_len]
+        stale = self.target(input_ids=torch.tensor([prompt[:-1]], device=logits.device)).logits[0, -1:, : logits.shape[-1]]
+        return torch.cat([warp(stale.to(logits.dtype), self.spec, Prefix(prompt[:-1], [])), rows[1:]])
+
+
 class PostStopTokens(BatchPolicy):
     name = "post_stop_tokens"
 
@@ -220,6 +242,7 @@ class ServerMutant:
     cause: str
     decoding: type[SpeculativeDecoding] = SpeculativeDecoding  # the speculative server's engine
     sampling: SamplingSpec = SAMPLING  # the setting its audit runs at
+    prefix_cache: tuple[str, ...] | None = None  # its audit's --prefix-cache states
 
 
 SERVER_MUTANTS: dict[str, ServerMutant] = {
@@ -300,6 +323,17 @@ SERVER_MUTANTS: dict[str, ServerMutant] = {
             decoding=DraftSkipsGrammar,
             sampling=GRAMMAR_SAMPLING,
         ),
+        ServerMutant("correct_prefix_cache", BatchPolicy, None, None, "-", prefix_cache=(COLD, WARM)),
+        ServerMutant(
+            "warm_first_token_stale",
+            BatchPolicy,
+            None,
+            "equivalence:warm",
+            "first token drawn from the cached logits of the prompt without its last token, on prefix-cache hits only "
+            "(the class of vLLM #43559)",
+            decoding=WarmFirstTokenStale,
+            prefix_cache=(COLD, WARM),
+        ),
         ServerMutant(
             "logprobs_first_of_step",
             LogprobsFirstOfStep,
@@ -326,5 +360,6 @@ __all__ = [
     "ServerMutant",
     "SharedRng",
     "StaleDraftState",
+    "WarmFirstTokenStale",
     "ZeroLogprobs",
 ]

@@ -5,6 +5,8 @@ and name its cause, and must pass the correct server at the stated false-alarm r
 
 What names a cause, per snapshot (`findings`):
 - equivalence: the battery (pooled or at a level) fails the speculative engine;
+- equivalence:STATE: with --prefix-cache, the battery on that cache state's records (cold, warm)
+  fails the speculative engine;
 - independence: the concurrency section's independence test fails it at a level;
 - logprob_parity: the logprob parity section is FAIL;
 - acceptance_stopped / acceptance_collapse: the acceptance stability section's findings;
@@ -72,6 +74,9 @@ def findings(snapshot: dict) -> list[str]:
     if stability.get("status") == DisparityStatus.FLAG:
         kinds = {f["kind"] for f in stability.get("findings", [])}
         found += [name for name, kind in ACCEPTANCE_KINDS.items() if kind in kinds]
+    for state, entry in ((snapshot.get("prefix_cache") or {}).get("equivalence") or {}).items():
+        if ((entry.get("engines") or {}).get(SPECULATIVE_ENGINE) or {}).get("verdict") == CheckStatus.FAIL:
+            found.append(f"equivalence:{state}")
     checks = (snapshot.get("output_invariants") or {}).get("checks") or {}
     found += [f"invariant:{check}" for check, count in checks.items() if count]
     return found
@@ -107,6 +112,7 @@ def server_audit(
                 **_sampling_fields(bug.sampling),
                 seed=seed,
                 warmup=0,
+                prefix_cache=bug.prefix_cache,
                 endpoint={"speculative_url": speculative.url, "vanilla_url": vanilla.url, "concurrency_levels": list(LEVELS)},
             )
             run(cfg, folder, prompt_set=prompt_set, progress=False)

@@ -26,6 +26,14 @@ is sent (engines.llama_server.sampling); its `logprobs.content` has no entry for
 text ends inside a UTF-8 character, so the answer is not streamed and the ids are read from its
 `__verbose.tokens` (`return_tokens`, `verbose`), and a record whose logprobs skip a token keeps
 the ids but not the logprobs. Its logprobs are the model's softmax before the chain (raw).
+
+`--prefix-cache` (docs/request-features.md, "Prefix caching"): a warm record's request is sent
+again after a one-token request of the same prompt (to llama-server with `cache_prompt: true`; a
+cold one with `cache_prompt: false`; to other servers with vLLM's `cache_salt`, one fresh salt per
+cold request, so that it can share no cached block, and one shared by a warm request and its
+priming request, so that it can share only theirs); what the server reports it reused is read from
+`usage.prompt_tokens_details.cached_tokens` (vLLM with `--enable-prompt-tokens-details`,
+llama-server, OpenAI's API), None where the answer does not say.
 """
 
 from __future__ import annotations
@@ -492,8 +500,25 @@ def request_features(spec: SamplingSpec) -> dict[str, Any]:
     return body
 
 
+def cached_prompt_tokens(completion: Completion) -> int | None:
+    """The prompt tokens the server says it took from its prefix cache
+    (`usage.prompt_tokens_details.cached_tokens`), None where it does not say."""
+    details = completion.usage.get("prompt_tokens_details") if isinstance(completion.usage, dict) else None
+    value = details.get("cached_tokens") if isinstance(details, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def request_body(
-    cfg: RunConfig, settings: dict, model: str, prompt_ids: list[int], seed: int, max_tokens: int, *, llama_server: bool = False
+    cfg: RunConfig,
+    settings: dict,
+    model: str,
+    prompt_ids: list[int],
+    seed: int,
+    max_tokens: int,
+    *,
+    llama_server: bool = False,
+    cache_prompt: bool = False,
+    cache_salt: str | None = None,
 ) -> dict:
     """The /v1/completions request of one plan item. Sampling settings are always sent, so a
     server's own defaults (vLLM applies the model's generation_config) cannot change them; to
@@ -516,8 +541,10 @@ def request_body(
         "seed": seed,
         "return_tokens_as_token_ids": True,
     }
-    if llama_server:  # every generated id in __verbose.tokens; no prefix reuse between requests
-        body.update(return_tokens=True, verbose=True, cache_prompt=False)
+    if llama_server:  # every generated id in __verbose.tokens; no prefix reuse between requests but a warm record's
+        body.update(return_tokens=True, verbose=True, cache_prompt=cache_prompt)
+    elif cache_salt is not None:  # vLLM: a request reuses only cached blocks made under its own salt
+        body["cache_salt"] = cache_salt
     if settings["logprobs"]:
         body["logprobs"] = settings["logprobs"]
     if settings["stream"] and not llama_server:
@@ -530,6 +557,7 @@ def request_body(
 __all__ = [
     "Completion",
     "Endpoint",
+    "cached_prompt_tokens",
     "out_of_vocabulary",
     "output_tokens",
     "parse_token_id",

@@ -4,28 +4,33 @@ The servers, their settings and the HTTP client are specaudit.engines.endpoint.c
 only turns plan items into requests and their answers into records (engine "vanilla" for the
 spec-OFF server, "speculative" for the spec-ON one), `concurrency` requests at a time, or, with
 `concurrency_levels`, the plan once per level (specaudit.engines.levels), the level on each record.
+With `--prefix-cache` the plan also runs once per cache state: a warm record's request follows a
+one-token request of the same prompt to the same server (engines.endpoint.client), and the record
+keeps the state and the prompt tokens the server reports it reused (None where it reports none).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, WARM, PlanItem, cache_fields
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.endpoint.client import (
     FINISH_REASONS,
     Completion,
     Endpoint,
+    cached_prompt_tokens,
     out_of_vocabulary,
     output_tokens,
     request_body,
     resolve_model,
 )
 from specaudit.engines.endpoint.settings import api_key_of
-from specaudit.engines.levels import plan_levels, run_levels
+from specaudit.engines.levels import cache_states, plan_passes, run_levels
 from specaudit.engines.ordered import emit_in_plan_order
 from specaudit.engines.spec_counters import SPEC_DECODE_COUNTERS, metrics_summary, parse_metrics
 from specaudit.errors import InputError
@@ -60,9 +65,15 @@ class EndpointExecutor(Executor):
     label, unit = "requests", "req"
 
     def check(self, folder: RunFolder) -> None:
-        levels = self.cfg.endpoint.get("concurrency_levels")
-        # The plan once per concurrency level (engines.levels); what is recorded already is skipped.
-        self.levels = plan_levels(folder, tuple(levels), self.cfg.samples, self.cfg.timing_repeats) if levels else None
+        cfg = self.cfg
+        levels = cfg.endpoint.get("concurrency_levels")
+        # The plan once per concurrency level and cache state (engines.levels); what is recorded already is skipped.
+        self.states: dict[str, str | None] = {}
+        self.levels = None
+        if levels or cfg.prefix_cache:
+            passes = plan_passes(folder, tuple(levels or (None,)), cache_states(cfg.prefix_cache), cfg.samples, cfg.timing_repeats)
+            self.levels = {key: level for key, (level, _) in passes.items()} if levels else None
+            self.states = {key: state for key, (_, state) in passes.items()}
 
     def start(self, folder: RunFolder) -> dict:
         from specaudit.models import load_tokenizer
@@ -100,6 +111,14 @@ class EndpointExecutor(Executor):
         )
         self.notes = dict(folder.previous.get("endpoint") or {})
         self.notes.update({"logprobs": settings["logprobs"], "logprobs_mode": settings["logprobs_mode"], "stream": settings["stream"]})
+        if cfg.prefix_cache:
+            self.notes["prefix_cache"] = {
+                "states": list(cfg.prefix_cache),
+                "cold": "llama-server: cache_prompt false; other servers: a fresh cache_salt per request",
+                "warm": "a priming request of the same prompt (1 token) first, then the record's request (llama-server: "
+                "cache_prompt true; other servers: the priming request's cache_salt)",
+                "reused": "usage.prompt_tokens_details.cached_tokens, null where the server does not report it",
+            }
         if any(self.llama_server.values()):
             self.notes["llama_server"] = {
                 "sides": sorted(engine for engine, is_llama in self.llama_server.items() if is_llama),
@@ -130,7 +149,9 @@ class EndpointExecutor(Executor):
             fields["server_metrics"] = folder.previous["server_metrics"]
         return fields
 
-    def _call(self, engine: str, prompt_id: str, seed: int, max_tokens: int, request: str = "") -> Completion:
+    def _call(
+        self, engine: str, prompt_id: str, seed: int, max_tokens: int, request: str = "", *, warm: bool = False, salt: str | None = None
+    ) -> Completion:
         body = request_body(
             self.cfg,
             self.cfg.endpoint,
@@ -139,6 +160,8 @@ class EndpointExecutor(Executor):
             seed,
             max_tokens,
             llama_server=self.llama_server[engine],
+            cache_prompt=warm,
+            cache_salt=salt,
         )
         if prompt_id in self.texts:
             body["prompt"] = self.texts[prompt_id]
@@ -151,8 +174,12 @@ class EndpointExecutor(Executor):
         seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
         prompt_ids = self.encoded[item.prompt.id]
         request = f"prompt {item.prompt.id}, sample {item.sample}"
+        state = self.states.get(item.key)
+        salt = f"specaudit-{state}-{uuid.uuid4().hex}" if state is not None else None  # this record's (and its priming's) alone
+        if state == WARM:  # the same prompt first, so that the record's request finds its prefix in the server's cache
+            self._call(item.engine, item.prompt.id, seed, 1, f"priming request of {request}", warm=True, salt=salt)
         started_at = time.time()  # when the request left: the order the server saw them in
-        completion = self._call(item.engine, item.prompt.id, seed, cfg.max_new_tokens, request)
+        completion = self._call(item.engine, item.prompt.id, seed, cfg.max_new_tokens, request, warm=state == WARM, salt=salt)
         finish = FINISH_REASONS.get(str(completion.finish_reason))
         if finish is None:
             raise InputError(
@@ -183,6 +210,8 @@ class EndpointExecutor(Executor):
         extra = {"server_acceptance": acceptance.to_dict()} if acceptance is not None else {}
         if self.levels is not None:
             extra["concurrency"] = self.levels[item.key]
+        if state is not None:
+            extra.update(cache_fields(state, cached_prompt_tokens(completion)))
         if source == "server":  # kept as evidence: the equivalence audit fails these positions as impossible tokens
             violations = out_of_vocabulary(ids, logprobs, self.vocab_size)
             if violations:

@@ -12,7 +12,9 @@ Sampling is set explicitly on every request, as the in-process llama-cpp engine 
 llama-server takes the order per request, so temperature with top-p is allowed here, unlike in
 the in-process engine).
 `cache_prompt: false`: no prefix reuse between requests, so a record does not depend on which
-request ran before it on the slot. The seed is the record's seed cut to llama.cpp's uint32
+request ran before it on the slot; with `--prefix-cache warm` a record's request is sent with
+`cache_prompt: true` to the slot (`id_slot`) that an earlier request of the same prompt has just
+filled, and the server's `timings.cache_n` (prompt tokens taken from the cache) is recorded. The seed is the record's seed cut to llama.cpp's uint32
 (engines.llama_cpp.client.llama_seed), the same draws the in-process engine makes.
 """
 
@@ -60,20 +62,32 @@ def server_args(model: Path, settings: LlamaServerSettings, *, spec_type: str | 
     return [*args, *settings.extra_args]
 
 
-def request_body(cfg: RunConfig, prompt_ids: list[int], seed: int, max_tokens: int, logprobs: int = 0) -> dict:
+def request_body(cfg: RunConfig, prompt_ids: list[int], seed: int, max_tokens: int, logprobs: int = 0, *, slot: int | None = None) -> dict:
     """The /completion request of one plan item: every sampling stage set, none left to the server.
-    `logprobs` > 0 asks for the emitted token's logprob (and the top `logprobs`) before sampling."""
-    return {
+    `logprobs` > 0 asks for the emitted token's logprob (and the top `logprobs`) before sampling.
+    `slot`: reuse the prompt's prefix cached on that slot (`cache_prompt: true`, `id_slot`);
+    None: no reuse (`cache_prompt: false`)."""
+    body = {
         "prompt": list(prompt_ids),
         "n_predict": max_tokens,
         **sampling_fields(cfg, len(prompt_ids) + max_tokens),
         "seed": llama_seed(seed),
-        "cache_prompt": False,
+        "cache_prompt": slot is not None,
         "return_tokens": True,
         "n_probs": logprobs,
         "post_sampling_probs": False,  # the target's own distribution, before the sampler chain
         "stream": False,
     }
+    if slot is not None:
+        body["id_slot"] = slot
+    return body
+
+
+def cached_tokens(answer: dict) -> int | None:
+    """The prompt tokens the server took from its cache for this request (`timings.cache_n`), or
+    None where the answer does not say."""
+    value = (answer.get("timings") or {}).get("cache_n")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def complete(endpoint: Endpoint, body: dict) -> tuple[dict, list[int], float, float | None]:
@@ -160,6 +174,7 @@ __all__ = [
     "NEUTRAL_SAMPLING",  # defined in engines.llama_server.sampling, shared with the endpoint engine
     "SAMPLER_ORDER",
     "RequestAcceptance",
+    "cached_tokens",
     "complete",
     "generation_of",
     "request_body",

@@ -5,6 +5,13 @@ concurrency level, and stops them.
 Concurrency is a dimension of the plan (specaudit.engines.levels, shared with the endpoint
 engine): every (prompt, sample) is decoded once per level, and the record says at which level it
 ran (`concurrency`); at level 4 a server batches up to 4 sequences in one continuous batch.
+
+With `--prefix-cache cold,warm` each level runs a cold pass (`cache_prompt: false`, as without
+the flag) and a warm pass: each warm record's request is preceded, on the same worker and the same
+slot (`id_slot`), by a priming request of the same prompt (one token, `cache_prompt: true`), so
+the record's own request finds the prompt's prefix in the slot's cache. The record carries its
+state and the server's count of reused prompt tokens (`timings.cache_n`); a warm record that
+reused none is counted as a miss by the analysis, not judged as warm.
 """
 
 from __future__ import annotations
@@ -13,15 +20,16 @@ import threading
 from typing import TYPE_CHECKING
 
 from specaudit.contracts.engines import ENGINES
-from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, WARM, PlanItem, cache_fields
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.endpoint.client import Endpoint
-from specaudit.engines.levels import plan_levels, run_levels
+from specaudit.engines.levels import cache_states, plan_passes, run_levels
 from specaudit.engines.llama_cpp.client import draft_gguf, gguf_file, llama_seed
 from specaudit.engines.llama_server.build import binding_version, build_info, require_binary
 from specaudit.engines.llama_server.client import (
     NEUTRAL_SAMPLING,
     SAMPLER_ORDER,
+    cached_tokens,
     complete,
     emitted_logprobs,
     generation_of,
@@ -71,8 +79,9 @@ class LlamaServerExecutor(Executor):
                 f"{folder.out_dir} was run with other llama_server settings ({(previous.get(BACKEND) or {}).get('identity')}); "
                 f"re-run them or choose a new --out (now: {identity})"
             )
-        # The plan once per concurrency level (engines.levels); what is recorded already is skipped.
-        self.levels = plan_levels(folder, self.settings.concurrency_levels, cfg.samples, cfg.timing_repeats)
+        # The plan once per concurrency level and cache state (engines.levels); what is recorded already is skipped.
+        self.passes = plan_passes(folder, self.settings.concurrency_levels, cache_states(cfg.prefix_cache), cfg.samples, cfg.timing_repeats)
+        self.levels = {key: level for key, (level, _) in self.passes.items()}
 
     def _identity(self) -> dict:
         s = self.settings
@@ -125,7 +134,14 @@ class LlamaServerExecutor(Executor):
                 "commands": {engine: server.command[:-4] for engine, server in self.servers.servers.items()},  # without host/port
                 "sampler_order": [*SAMPLER_ORDER, "dist"],
                 "neutral_sampling": NEUTRAL_SAMPLING,
-                "cache_prompt": False,
+                "cache_prompt": False
+                if not cfg.prefix_cache
+                else {
+                    "cold": "cache_prompt false",
+                    "warm": "a priming request of the same prompt (1 token, cache_prompt true) on the slot (id_slot), then "
+                    "the record's request with cache_prompt true on that slot; timings.cache_n recorded",
+                    "states": list(cfg.prefix_cache),
+                },
                 "seed": "llama_seed = low 32 bits of derive_seed(...) (0xFFFFFFFF, llama.cpp's random seed, becomes 0)",
                 "concurrency": "each level runs the whole plan with that many requests in flight per server",
             },
@@ -136,7 +152,12 @@ class LlamaServerExecutor(Executor):
         seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
         prompt_ids = self.encoded[item.prompt.id]
         self._check_alive(item.engine)
-        body = request_body(cfg, prompt_ids, seed, cfg.max_new_tokens, self.settings.logprobs)
+        state = self.passes[item.key][1]
+        slot = None
+        if state == WARM:  # the same prompt first, on the slot this worker keeps: its prefix is then in that slot's cache
+            slot = self._slot(item)
+            complete(self.endpoints[item.engine], request_body(cfg, prompt_ids, seed, 1, slot=slot))
+        body = request_body(cfg, prompt_ids, seed, cfg.max_new_tokens, self.settings.logprobs, slot=slot)
         final, tokens, wall, ttft = complete(self.endpoints[item.engine], body)
         server_logprobs = emitted_logprobs(final, tokens) if self.settings.logprobs else None
         generation, acceptance, server_times = generation_of(final, tokens, wall, ttft, self.eos_ids, cfg.max_new_tokens)
@@ -154,7 +175,20 @@ class LlamaServerExecutor(Executor):
             acceptance_source=source,
             server_timings=server_times,
             server_logprobs=server_logprobs,
+            **(cache_fields(state, cached_tokens(final)) if state is not None else {}),
         )
+
+    def _slot(self, item: PlanItem) -> int:
+        """The slot this worker thread keeps for its warm requests at the item's level: each of a
+        level's workers on one server its own, so a priming request and the request after it meet
+        the same cache and no other request runs on that slot in between."""
+        level = self.levels[item.key]
+        with self._slot_lock:
+            key = (item.engine, level, threading.get_ident())
+            if key not in self._slot_of:
+                taken = sum(1 for engine, at, _ in self._slot_of if (engine, at) == (item.engine, level))
+                self._slot_of[key] = taken % self.settings.slots
+            return self._slot_of[key]
 
     def _check_alive(self, engine: str) -> None:
         server = self.servers.servers[engine]
@@ -166,6 +200,7 @@ class LlamaServerExecutor(Executor):
     def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
         cfg = self.cfg
         self._tokenizer_lock = threading.Lock()
+        self._slot_lock, self._slot_of = threading.Lock(), {}
         if items:
             first = self.encoded[items[0].prompt.id]
             for _ in range(cfg.warmup):

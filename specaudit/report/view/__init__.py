@@ -36,6 +36,7 @@ from specaudit.report.view.format import (
 )
 from specaudit.report.view.glossary import Terms, glossary_rows, group_names
 from specaudit.report.view.mitigation import mitigation_view
+from specaudit.report.view.prefix_cache import prefix_cache_view
 from specaudit.report.view.shapes import shapes_view
 from specaudit.report.view.subject import model_hash
 from specaudit.report.view.summary import speed_chart, summary_view
@@ -70,6 +71,7 @@ def build_view(
     view["shapes"] = guard("shapes", shapes_view, snapshot.shapes)
     view["mitigation"] = guard("before/after mitigation", mitigation_view, snapshot)
     view["concurrency"] = guard("concurrency", concurrency_view, snapshot, ids)
+    view["prefix_cache"] = guard("prefix cache", prefix_cache_view, snapshot)
     view["compare"] = guard("comparison", _compare_view, snapshot, compare, compare_label) if compare is not None else {"ran": False}
     view["terms"] = Terms()
     view["glossary"] = glossary_rows()
