@@ -6,6 +6,13 @@ llama.cpp's grammar sampler give when nothing else truncates). The grammar itsel
 `llguidance` (the library llama.cpp uses), an optional dependency (`pip install
 'specaudit[grammar]'`), never by code of our own (decoding._grammar_source compiles it).
 
+"Allows" is byte-level: a token is allowed when its bytes continue a sentence of the grammar, as
+llama.cpp's grammar sampler and xgrammar decide. llguidance's own mask is narrower where the
+grammar forces a whole lexeme (a JSON key, a GBNF literal): it keeps only that text's canonical
+first token ("answer", not "an" or "ans"), so `_allowed` adds back every token whose bytes are a
+prefix of the forced bytes or extend them, each checked by the matcher. (An engine built on
+llguidance's policy, e.g. vLLM's `guidance` backend, samples from that narrower target.)
+
 A grammar needs the target's tokenizer (token ids to bytes): the one `load_pair` loaded last
 (`models.loaded_tokenizer`; one process audits one target). `warp` masks every row of a spec
 with a grammar, each at its own prefix, like the penalties. A row after a token the grammar
@@ -83,11 +90,25 @@ def _compiled(text: str, ll_id: int) -> Any:
     return matcher
 
 
+@lru_cache(maxsize=4)
+def _token_bytes(ll_id: int) -> tuple[bytes, ...]:
+    ll = next(twin for _, twin in _TOKENIZER.values() if id(twin) == ll_id)
+    return tuple(ll.decode_bytes([token]) if not ll.is_special_token(token) else b"" for token in range(ll.vocab_size))
+
+
 def _allowed(matcher: Any, vocab: int) -> np.ndarray:
+    """[vocab] booleans: the tokens whose bytes continue a sentence of the grammar (module docstring)."""
     bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
     out = np.zeros(vocab, dtype=bool)
     n = min(vocab, bits.size)
     out[:n] = bits[:n].astype(bool)
+    forced = matcher.compute_ff_bytes()
+    if forced:  # llguidance kept the forced text's canonical token only: add its other tokenizations
+        pieces = _token_bytes(id(_tokenizer()))
+        for token in range(min(vocab, len(pieces))):
+            piece = pieces[token]
+            if piece and not out[token] and (forced.startswith(piece) or piece.startswith(forced)):
+                out[token] = matcher.validate_tokens([token]) == 1
     return out
 
 

@@ -131,3 +131,29 @@ def test_a_target_scored_outside_torch_matches_grammars_on_its_own_tokenizer(tin
         assert "not allowed" in grammar_violation(SCHEMA, list(embedded('{"b": 1}', add_special_tokens=False)["input_ids"]), True)
     finally:
         remember_tokenizer(tiny_pair.tokenizer)  # the other tests match on the tiny pair's tokens
+
+
+def test_a_forced_literal_allows_every_tokenization_of_it(tiny_pair):
+    """Where the grammar forces whole text (a JSON key, a literal), the mask is byte-level like
+    llama.cpp's and xgrammar's: every token whose bytes fit, not only the canonical one that
+    llguidance's own mask keeps (a llama-server grammar run emitted "an" "sw" "er" for "answer").
+    On the embedded model's tokenizer: the tiny pair's spells every word one way."""
+    from specaudit.decoding.grammar import _matcher
+    from specaudit.models import load_tokenizer, remember_tokenizer
+
+    literal = 'root ::= "answer" " " [0-9]'
+    embedded = load_tokenizer("default")
+    try:
+        remember_tokenizer(embedded)
+        vocab = len(embedded)
+        probs = warp(torch.zeros(1, vocab, dtype=torch.float64), SamplingSpec(temperature=1.0, grammar=literal), Prefix([5], []))
+        allowed = set(torch.nonzero(probs[0]).flatten().tolist())
+        matcher = _matcher(literal)
+        assert allowed == {token for token in range(vocab) if matcher.validate_tokens([token]) == 1}
+        assert {embedded.decode([t]) for t in allowed} >= {"a", "an", "ans", "answer"}
+        ids = [embedded.convert_tokens_to_ids(piece) for piece in ("an", "sw", "er")] + list(
+            embedded(" 7", add_special_tokens=False)["input_ids"]
+        )
+        assert grammar_violation(literal, ids, True) is None  # a non-canonical tokenization is a sentence too
+    finally:
+        remember_tokenizer(tiny_pair.tokenizer)
