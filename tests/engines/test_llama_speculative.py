@@ -1,0 +1,115 @@
+"""`--engines llama-speculative`: llama.cpp's `speculative` example (its tree drafting), built
+beside llama-server (`specaudit llama-server build`), one process per record.
+
+The fast checks (settings, the command line, cutting a parsed log to the budget, the log parser
+on a log the real binary wrote, kept in tests/engines/data/) need no binary. The integration tests
+run the real binary on the embedded SmolLM2 GGUF and skip, saying why, where it is not built.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specaudit.config import RunConfig
+from specaudit.decoding import SamplingSpec
+from specaudit.engines.llama_server import build as build_module
+from specaudit.engines.llama_speculative.command import command, sampling_flags
+from specaudit.engines.llama_speculative.generation import generation_of
+from specaudit.engines.llama_speculative.log import LogError, SpeculativeLog, Step, generated_output
+from specaudit.engines.llama_speculative.process import Finished
+from specaudit.engines.llama_speculative.settings import speculative_settings
+from specaudit.errors import InputError
+
+DATA = Path(__file__).parent / "data"
+
+
+# ----------------------------------------------------------------------------- settings and command
+def test_settings_defaults_and_refusals():
+    settings = speculative_settings({})
+    assert (settings.n_parallel, settings.p_split) == (1, 0.1)
+    assert speculative_settings({"llama_speculative": {"n-parallel": 3, "p_split": 0.2}}).n_parallel == 3
+    with pytest.raises(InputError, match="llama_speculative.n_parallel"):
+        speculative_settings({"llama_speculative": {"n_parallel": 0}})
+    with pytest.raises(InputError, match="unknown setting"):
+        speculative_settings({"llama_speculative": {"branches": 3}})
+
+
+def test_llama_speculative_defaults_to_the_identity_draft():
+    assert RunConfig(engines="llama-speculative").draft == "target"
+    assert RunConfig(engines="llama-speculative", draft="/m/d.gguf").draft == "/m/d.gguf"
+
+
+def test_command_sets_the_whole_chain_and_the_tree():
+    flags = sampling_flags(SamplingSpec(temperature=1.0, top_k=0, top_p=1.0))
+    pairs = dict(zip(flags[::2], flags[1::2]))
+    assert pairs["--samplers"] == "top_k;top_p;temperature"
+    assert (pairs["--temp"], pairs["--top-k"], pairs["--top-p"], pairs["--min-p"]) == ("1", "0", "1", "0")
+    assert pairs["--repeat-penalty"] == "1" and pairs["--dry-multiplier"] == "0" and pairs["--xtc-probability"] == "0"
+    assert dict(zip(*[iter(sampling_flags(SamplingSpec(temperature=0.0)))] * 2))["--temp"] == "0"
+    argv = command(
+        Path("/b/llama-speculative"),
+        Path("/m/t.gguf"),
+        Path("/m/t.gguf"),
+        "hi",
+        spec=SamplingSpec(),
+        max_new_tokens=12,
+        seed=7,
+        k=4,
+        settings=speculative_settings({"llama_speculative": {"n_parallel": 3, "p_split": 0.1}}),
+        threads=1,
+        ctx=512,
+    )
+    pairs = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag.startswith("-") and flag != "--no-warmup"}
+    assert pairs["-m"] == pairs["-md"] == "/m/t.gguf" and pairs["-p"] == "hi" and pairs["-n"] == "12" and pairs["--seed"] == "7"
+    assert (pairs["--spec-draft-n-max"], pairs["-np"], pairs["--draft-p-split"], pairs["-lv"]) == ("4", "3", "0.1", "5")
+
+
+def test_bad_input_is_one_sentence(tmp_path):
+    from specaudit.engines import run
+
+    not_gguf = tmp_path / "model.gguf"
+    not_gguf.write_text("not a model")
+    with pytest.raises(InputError, match="is not a GGUF file"):
+        run(RunConfig(engines="llama-speculative", target=str(not_gguf), max_new_tokens=4), tmp_path / "out", progress=False)
+
+
+def test_missing_binary_says_how_to_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECAUDIT_CACHE", str(tmp_path))
+    monkeypatch.delenv("SPECAUDIT_LLAMA_SPECULATIVE", raising=False)
+    with pytest.raises(InputError, match="llama-speculative is not built .*specaudit llama-server build"):
+        build_module.require_binary(build_module.SPECULATIVE)
+
+
+# ----------------------------------------------------------------------------- a parsed log cut to the budget
+def _log(*steps: tuple[dict, list[int], int]) -> SpeculativeLog:
+    parsed = [Step(branches=b, accepted=a, final=f) for b, a, f in steps]
+    return SpeculativeLog(parsed, {"n_predict": sum(len(s.tokens) for s in parsed), "n_accept": sum(len(s.accepted) for s in parsed)})
+
+
+FINISHED = Finished(b"", "", 1.0, 0.1, 0.5)
+
+
+def test_generation_counts_steps_depth_and_width():
+    log = _log(({}, [], 5), ({0: [6, 7, 8], 1: [6, 9]}, [6, 7], 10), ({0: [11, 12]}, [11, 12], 13))
+    g = generation_of(log, FINISHED, {2}, 64)
+    assert g.tokens == [5, 6, 7, 10, 11, 12, 13] and g.finish_reason == "eos"  # stopped early: the program's own end
+    assert (g.proposed_per_step, g.accepted_per_step, g.steps) == ([0, 3, 2], [0, 2, 2], 3)
+    assert g.extra["tree_branches_per_step"] == [0, 2, 1] and g.extra["tree_nodes_per_step"] == [0, 4, 2]
+
+
+def test_generation_cuts_the_overshoot_and_after_eos():
+    log = _log(({}, [], 5), ({0: [6, 7, 8]}, [6, 7, 8], 9), ({0: [1, 1]}, [1], 4))
+    g = generation_of(log, FINISHED, {2}, 3)  # the budget ends inside step 2's kept drafts
+    assert g.tokens == [5, 6, 7] and g.finish_reason == "length" and g.accepted_per_step == [0, 2]
+    assert g.extra["emitted_past_cut"] == 4
+    eos = _log(({}, [], 5), ({0: [2, 7]}, [2, 7], 9))
+    g = generation_of(eos, FINISHED, {2}, 8)  # the program keeps drafts past an end-of-generation id
+    assert g.tokens == [5, 2] and g.finish_reason == "eos" and g.accepted_per_step == [0, 1]
+
+
+def test_stdout_must_start_with_the_prompt():
+    assert generated_output(b"\n\nPROMPT tokens\n\n\n\n", b"PROMPT") == b" tokens"
+    with pytest.raises(LogError, match="does not start with the prompt"):
+        generated_output(b"\n\nOTHER", b"PROMPT")
