@@ -17,7 +17,7 @@ from specaudit.decoding import SamplingSpec
 from specaudit.engines.llama_server import build as build_module
 from specaudit.engines.llama_speculative.command import command, sampling_flags
 from specaudit.engines.llama_speculative.generation import generation_of
-from specaudit.engines.llama_speculative.log import LogError, SpeculativeLog, Step, generated_output
+from specaudit.engines.llama_speculative.log import LogError, SpeculativeLog, Step, generated_output, parse
 from specaudit.engines.llama_speculative.process import Finished
 from specaudit.engines.llama_speculative.settings import speculative_settings
 from specaudit.errors import InputError
@@ -61,7 +61,7 @@ def test_command_sets_the_whole_chain_and_the_tree():
         threads=1,
         ctx=512,
     )
-    pairs = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag.startswith("-") and flag != "--no-warmup"}
+    pairs = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag.startswith("-")}
     assert pairs["-m"] == pairs["-md"] == "/m/t.gguf" and pairs["-p"] == "hi" and pairs["-n"] == "12" and pairs["--seed"] == "7"
     assert (pairs["--spec-draft-n-max"], pairs["-np"], pairs["--draft-p-split"], pairs["-lv"]) == ("4", "3", "0.1", "5")
 
@@ -113,3 +113,34 @@ def test_stdout_must_start_with_the_prompt():
     assert generated_output(b"\n\nPROMPT tokens\n\n\n\n", b"PROMPT") == b" tokens"
     with pytest.raises(LogError, match="does not start with the prompt"):
         generated_output(b"\n\nOTHER", b"PROMPT")
+
+
+# ----------------------------------------------------------------------------- the real binary
+def _binary_or_skip() -> Path:
+    binary = build_module.find_binary(build_module.SPECULATIVE)
+    if binary is None:
+        pytest.skip(
+            f"llama-speculative is not built for llama-cpp-python {build_module.binding_version()}: run `specaudit llama-server build`"
+        )
+    return binary
+
+
+@pytest.mark.parametrize("name", ["t1", "greedy"])
+def test_parser_reads_a_log_the_binary_wrote(name):
+    """tests/engines/data/llama_speculative_{t1,greedy}.log: the stderr of a real run, from its first
+    verification line on (the command in the .cmd beside it): the identity draft, -np 1, k 4, 12 tokens."""
+    stderr = (DATA / f"llama_speculative_{name}.log").read_text(encoding="utf-8")
+    log = parse(stderr)
+    assert len(log.tokens) == log.totals["n_predict"] == 16  # -n 12: the program checks its budget between steps only
+    assert sum(len(s.accepted) for s in log.steps) == log.totals["n_accept"] == 12
+    assert log.steps[0].branches == {} and log.steps[0].accepted == []  # the first token comes from the prompt pass
+    assert [s.depth for s in log.steps] == [0, 4, 4, 4] and all(s.final is not None for s in log.steps)
+    assert log.tokens[:5] == [788, 41234, 506, 294, 7016]  # "In twilight's hallow": at t = 1 too, the greedy path
+    # a kept token its branch did not draft, or totals that disagree, are an inconsistent log: never a silent record
+    bad = stderr.replace("(41234, ' twilight')", "(41235, ' twilight')", 1)
+    with pytest.raises(LogError, match="which drafted"):
+        parse(bad)
+    with pytest.raises(LogError, match="n_predict"):
+        parse(stderr.replace("n_predict = ", "n_predict = 1", 1))
+    with pytest.raises(LogError, match="did not finish"):
+        parse(stderr[: stderr.index("n_predict")])

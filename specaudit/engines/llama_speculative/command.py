@@ -93,7 +93,6 @@ def command(
         str(threads),
         "-td",
         str(threads),
-        "--no-warmup",
         "-lv",
         str(DEBUG_VERBOSITY),
         *settings.extra_args,

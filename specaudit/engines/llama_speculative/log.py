@@ -27,7 +27,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_BRANCH = re.compile(r"^draft (\d+): \[ ?(.*?) ?\]$", re.M | re.S)
+# Each log line may start with llama.cpp's prefix (timestamp and level letter, "0.05.212.675 D ").
+_PREFIX = r"^(?:[0-9.]+ [A-Z] )?"
+_BRANCH = re.compile(_PREFIX + r"draft (\d+): \[ ?(.*?) ?\]$", re.M | re.S)
 _BRANCH_ID = re.compile(r"':(\d+)(?=, '|$)", re.S)
 _ACCEPTED = re.compile(r"draft token (\d+) of sequence (\d+) \((\d+), '.*?'\) (accepted|rejected)$", re.M | re.S)
 _GREEDY = re.compile(
@@ -35,7 +37,7 @@ _GREEDY = re.compile(
 )
 _END = re.compile(r"the sampled target token \((\d+), '.*?'\) did not match, or we ran out of drafted tokens$", re.M | re.S)
 _SPLIT = re.compile(r"splitting seq +(\d+) into +(\d+)")
-_TOTAL = re.compile(r"^(n_predict|n_accept|n_drafted|n_draft) *= (-?\d+)$", re.M)
+_TOTAL = re.compile(_PREFIX + r"(n_predict|n_accept|n_drafted|n_draft) *= (-?\d+)$", re.M)
 _EVENTS = (("branch", _BRANCH), ("stochastic", _ACCEPTED), ("greedy", _GREEDY), ("end", _END), ("split", _SPLIT))
 
 
