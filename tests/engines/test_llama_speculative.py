@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from specaudit.config import RunConfig
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.decoding import SamplingSpec
 from specaudit.engines.llama_server import build as build_module
 from specaudit.engines.llama_speculative.command import command, sampling_flags
@@ -21,6 +22,7 @@ from specaudit.engines.llama_speculative.log import LogError, SpeculativeLog, St
 from specaudit.engines.llama_speculative.process import Finished
 from specaudit.engines.llama_speculative.settings import speculative_settings
 from specaudit.errors import InputError
+from specaudit.prompts._model import Prompt
 
 DATA = Path(__file__).parent / "data"
 
@@ -144,3 +146,64 @@ def test_parser_reads_a_log_the_binary_wrote(name):
         parse(stderr.replace("n_predict = ", "n_predict = 1", 1))
     with pytest.raises(LogError, match="did not finish"):
         parse(stderr[: stderr.index("n_predict")])
+
+
+@pytest.fixture(scope="module")
+def identity_run(tmp_path_factory):
+    """A real --engines llama-speculative run: the embedded GGUF as target and draft (the identity
+    draft), temperature 1, k 4, -np 1, two prompts × 12 tokens."""
+    _binary_or_skip()
+    pytest.importorskip("llama_cpp", reason="the control and the scoring run llama-cpp-python, which is not installed")
+    from specaudit.engines import run
+    from specaudit.prompts._model import PromptSet, rows_checksum
+
+    rows = [
+        Prompt(id="poem", text="Write a short poem about rain.", attributes={"group": "a"}),
+        Prompt(id="sky", text="Explain why the sky is blue.", attributes={"group": "b"}),
+    ]
+    prompts = PromptSet(
+        name="llama-speculative-test", version=1, checksum=rows_checksum(rows), source="memory", dimensions={}, prompts=rows
+    )
+    out = tmp_path_factory.mktemp("llama-speculative") / "run"
+    run(RunConfig(engines="llama-speculative", temperature=1.0, max_new_tokens=12, k=4, warmup=0), out, prompt_set=prompts, progress=False)
+    return out
+
+
+@pytest.mark.slow
+def test_engine_records_are_valid_and_their_ids_are_the_text(identity_run):
+    from specaudit.execution.records import read_manifest, read_records
+    from specaudit.models import load_tokenizer
+
+    records = read_records(identity_run / "records.jsonl")
+    assert sorted((r["prompt_id"], r["engine"]) for r in records) == sorted(
+        (p, e) for p in ("poem", "sky") for e in (CONTROL_ENGINE, SPECULATIVE_ENGINE)
+    )
+    tokenizer = load_tokenizer("default")
+    for record in records:
+        assert 0 < len(record["output_token_ids"]) <= 12 and record["backend"] == "llama-speculative"
+        assert record["text"] == tokenizer.decode(record["output_token_ids"], skip_special_tokens=True)
+    for record in (r for r in records if r["engine"] == SPECULATIVE_ENGINE):
+        per_step = record["proposed_per_step"]
+        assert per_step[0] == 0 and all(d <= 4 for d in per_step)  # the first token is the prompt pass's
+        assert len(record["tree_branches_per_step"]) == len(per_step) == record["steps"]
+        assert record["acceptance_source"] == "debug log"
+    manifest = read_manifest(identity_run)
+    assert manifest["models"]["draft"]["identity"] is True
+    assert (
+        "-lv" in manifest["llama-speculative"]["command"] and manifest["llama-speculative"]["build"]["binaries"][-1] == "llama-speculative"
+    )
+
+
+@pytest.mark.slow
+def test_the_audit_flags_the_identity_draft_at_temperature_1(identity_run):
+    """The example drafts the draft's argmax and verifies it as a sample: with the identity draft
+    every draft token (the target's argmax) is kept, and the white-box battery rejects the output
+    even on 2 prompts × 12 tokens (PIT and surprisal), while the control passes."""
+    from specaudit.analysis import analyze
+
+    snapshot = analyze(identity_run, n_boot=100)
+    engines = snapshot["equivalence"]["engines"]
+    assert snapshot["output_invariants"]["violations"] == 0
+    assert engines[SPECULATIVE_ENGINE]["status"] == "violation"
+    assert any(row["reject"] for row in engines[SPECULATIVE_ENGINE]["goodness_of_fit"]["gate"])
+    assert engines[CONTROL_ENGINE]["status"] == "no violation found"
