@@ -53,7 +53,7 @@ def emitted(binary: str, gguf: str, prompt: str, seed: int, args: argparse.Names
     argv = [binary, "-m", gguf, "-md", gguf, "-p", prompt, "-n", str(args.tokens), "--seed", str(seed), "--temp", "1"]
     argv += ["--samplers", "top_k;top_p;temperature", "--top-k", "0", "--top-p", "1", "--min-p", "0"]
     argv += ["--spec-draft-n-max", str(args.k), "-np", str(args.np), "--draft-p-split", str(args.p_split)]
-    argv += ["-c", "2048", "-t", "1", "-td", "1", "--no-warmup", "-lv", "5"]
+    argv += ["-c", "2048", "-t", "1", "-td", "1", "-lv", "5"]
     log = subprocess.run(argv, capture_output=True, check=True).stderr.decode("utf-8", errors="replace")
     events = sorted(
         [(m.start(), int(m.group(1)), "draft") for m in KEPT.finditer(log) if "accepted" in log[m.end() : m.end() + 80]]
