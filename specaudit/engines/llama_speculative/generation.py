@@ -7,7 +7,7 @@ within that step. The record keeps the first `max_new_tokens` ids, cut after the
 end-of-sequence id, as every engine's records are; a step that the cut ends early keeps the draft
 tokens it accepted before the cut (the counters invariant's allowance for a budget ended inside
 the accepted drafts) and steps past it are dropped. `extra.emitted_past_cut` says how many ids
-were cut.
+were cut, `extra.program_totals` holds the program's own totals before the cut.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ def generation_of(log: SpeculativeLog, finished: Finished, eos_ids: set[int], ma
             "tree_branches_per_step": branches,
             "tree_nodes_per_step": nodes,
             "emitted_past_cut": len(log.tokens) - len(tokens),
+            "program_totals": dict(log.totals),  # its own n_predict, n_drafted, n_accept, before the cut
             "process_s": round(finished.process_s, 4),
         },
     )
