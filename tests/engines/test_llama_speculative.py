@@ -117,6 +117,20 @@ def test_stdout_must_start_with_the_prompt():
         generated_output(b"\n\nOTHER", b"PROMPT")
 
 
+def test_a_crash_or_a_hang_is_an_engine_fault_with_the_log_tail():
+    """-np > 1 aborts in the vendored example (docs/trees.md): a non-zero exit is an EngineError
+    (a fault for that record, the run goes on), naming the status and the log's last lines."""
+    from specaudit.engines.llama_speculative.process import run as run_process
+    from specaudit.errors import EngineError
+
+    with pytest.raises(EngineError, match=r"exited with status 3: .*GGML_ASSERT"):
+        run_process(["sh", "-c", "echo 'GGML_ASSERT(logits != nullptr) failed' >&2; exit 3"], 10)
+    with pytest.raises(EngineError, match="ran past 0.5 s"):
+        run_process(["sleep", "5"], 0.5)
+    done = run_process(["sh", "-c", "echo 'I decoded   16 tokens in    1.302 seconds, speed: 1 t/s' >&2"], 10)
+    assert done.decode_s == 1.302 and done.encode_s is None
+
+
 # ----------------------------------------------------------------------------- the real binary
 def _binary_or_skip() -> Path:
     binary = build_module.find_binary(build_module.SPECULATIVE)
