@@ -117,6 +117,15 @@ def test_stdout_must_start_with_the_prompt():
         generated_output(b"\n\nOTHER", b"PROMPT")
 
 
+def test_parser_reads_a_branch_whose_piece_holds_a_bracket_and_newlines():
+    """tests/engines/data/llama_speculative_qwen_bracket.log (the real run in its .cmd, the Qwen
+    pair): a draft branch holds token 2533 "]\\n\\n", whose piece closes a line with "]"; the first
+    parser ended the branch there and faulted the record ("kept token 2533 ... which drafted [18]")."""
+    log = parse((DATA / "llama_speculative_qwen_bracket.log").read_text(encoding="utf-8"))
+    assert (log.totals["n_predict"], log.totals["n_accept"]) == (len(log.tokens), sum(len(s.accepted) for s in log.steps)) == (27, 17)
+    assert any(2533 in branch for step in log.steps for branch in step.branches.values())
+
+
 def test_a_crash_or_a_hang_is_an_engine_fault_with_the_log_tail():
     """-np > 1 aborts in the vendored example (docs/trees.md): a non-zero exit is an EngineError
     (a fault for that record, the run goes on), naming the status and the log's last lines."""

@@ -29,7 +29,10 @@ from dataclasses import dataclass, field
 
 # Each log line may start with llama.cpp's prefix (timestamp and level letter, "0.05.212.675 D ").
 _PREFIX = r"^(?:[0-9.]+ [A-Z] )?"
-_BRANCH = re.compile(_PREFIX + r"draft (\d+): \[ ?(.*?) ?\]$", re.M | re.S)
+# A branch's list ends at " ]" closing its line where the next log line begins: a piece may itself
+# hold "]" and newlines (Qwen's token "]\n\n").
+_BRANCH = re.compile(_PREFIX + r"draft (\d+): \[ ?(.*?) ?\](?=\n[0-9.]+ [A-Z] |\n*\Z)", re.M | re.S)
+_BRANCH_PLAIN = re.compile(r"^draft (\d+): \[ ?(.*?) ?\]$", re.M | re.S)  # a log without llama.cpp's prefix
 _BRANCH_ID = re.compile(r"':(\d+)(?=, '|$)", re.S)
 _ACCEPTED = re.compile(r"draft token (\d+) of sequence (\d+) \((\d+), '.*?'\) (accepted|rejected)$", re.M | re.S)
 _GREEDY = re.compile(
@@ -81,7 +84,9 @@ class SpeculativeLog:
 
 
 def _events(text: str) -> list[tuple[int, str, re.Match]]:
-    found = [(m.start(), kind, m) for kind, pattern in _EVENTS for m in pattern.finditer(text)]
+    prefixed = re.search(r"^[0-9.]+ [A-Z] ", text, re.M) is not None
+    patterns = [(kind, _BRANCH_PLAIN if kind == "branch" and not prefixed else pattern) for kind, pattern in _EVENTS]
+    found = [(m.start(), kind, m) for kind, pattern in patterns for m in pattern.finditer(text)]
     return sorted(found, key=lambda event: event[0])
 
 
