@@ -139,8 +139,8 @@ class RunConfig(BaseModel):
             )
         if backend and backend.name == "llama-server" and "draft" not in self.model_fields_set:
             self.draft = "ngram"  # llama-server drafts from n-grams unless a GGUF --draft is named
-        if backend and backend.name == "openvino" and "draft" not in self.model_fields_set:
-            self.draft = "target"  # OpenVINO cannot load specaudit's derived drafts: the identity draft
+        if backend and backend.name in ("openvino", "llama-speculative") and "draft" not in self.model_fields_set:
+            self.draft = "target"  # neither can load specaudit's derived drafts: the identity draft
         endpoint = ENGINES["endpoint"]
         if self.endpoint is not None or self.engines == (endpoint.name,):
             self.endpoint = resolve(endpoint.settings).validate_settings(self.endpoint, self.engines)

@@ -1,4 +1,5 @@
-"""`specaudit llama-server build`: build llama.cpp's llama-server once (for `--engines llama-server`)."""
+"""`specaudit llama-server build`: build llama.cpp's llama-server and llama-speculative once (for
+`--engines llama-server` and `--engines llama-speculative`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from pathlib import Path
 
 
 def add_llama_server(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("llama-server", help="llama.cpp's llama-server for --engines llama-server: build it once")
+    p = sub.add_parser(
+        "llama-server", help="llama.cpp's llama-server and llama-speculative (--engines llama-server, llama-speculative): build them once"
+    )
     commands = p.add_subparsers(dest="llama_server_command", required=True)
     build = commands.add_parser(
-        "build", help="build llama-server from the llama.cpp the llama-cpp-python sdist vendors, cached (~9 CPU-minutes)"
+        "build", help="build llama-server and llama-speculative from the llama.cpp the llama-cpp-python sdist vendors, cached"
     )
     build.add_argument("--version", help="llama-cpp-python version whose sources to build (default: the installed one)")
     build.add_argument("--sdist", type=Path, help="an already downloaded llama-cpp-python sdist (.tar.gz); default: pip downloads it")

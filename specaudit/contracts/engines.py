@@ -186,6 +186,19 @@ ENGINES: dict[str, EngineSpec] = {
             rejection_sampling=False,
         ),
         EngineSpec(
+            "llama-speculative",
+            "backend",
+            "llama.cpp's `speculative` example: its tree drafting (-np branches) and stochastic verification, "
+            "one process per record, beside llama.cpp's plain decoding in process",
+            (CONTROL_ENGINE, SPECULATIVE_ENGINE),
+            executor="specaudit.engines.llama_speculative.executor:LlamaSpeculativeExecutor",
+            refuses_because="the example's command line sets a fixed sampler chain (top-k, top-p, temperature)",
+            scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
+            acceptance_rule="llama.cpp's speculative example as it claims it (a draft token kept with probability "
+            "min(1, p/q), the residual sampled on rejection; greedy: kept where it is the target's argmax); "
+            "per step, the kept path's length out of the deepest branch",
+        ),
+        EngineSpec(
             "openvino",
             "backend",
             "OpenVINO GenAI's own plain and speculative decoding (LLMPipeline, in process, CPU)",

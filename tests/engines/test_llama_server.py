@@ -140,13 +140,36 @@ def test_build_returns_a_cached_binary_without_building(tmp_path, monkeypatch):
     monkeypatch.delenv("SPECAUDIT_LLAMA_SERVER", raising=False)
     folder = tmp_path / "llama-server" / "9.9.9"
     folder.mkdir(parents=True)
+    for name in build_module.BINARIES:
+        (folder / name).write_text("#!/bin/sh\n")
+        (folder / name).chmod((folder / name).stat().st_mode | stat.S_IEXEC)
     binary = folder / "llama-server"
-    binary.write_text("#!/bin/sh\n")
-    binary.chmod(binary.stat().st_mode | stat.S_IEXEC)
     assert build_module.cached_binary("9.9.9") is None  # no stamp: an unfinished build
-    (folder / build_module.STAMP).write_text(json.dumps({"build_s": 1.0}))
+    (folder / build_module.STAMP).write_text(json.dumps({"build_s": 1.0, "binaries": list(build_module.BINARIES)}))
     monkeypatch.setattr(build_module, "_tool", lambda name: pytest.fail("a cached build must not look for cmake"))
     assert build_module.build("9.9.9", quiet=True) == binary
+    assert build_module.cached_binary("9.9.9", build_module.SPECULATIVE) == folder / "llama-speculative"
+
+
+def test_a_cache_from_before_llama_speculative_is_rebuilt(tmp_path, monkeypatch):
+    """A stamp without `binaries` (llama-server alone, the build before llama-speculative) serves
+    llama-server still, but build() builds both again rather than return it."""
+    monkeypatch.setenv("SPECAUDIT_CACHE", str(tmp_path))
+    folder = tmp_path / "llama-server" / "9.9.9"
+    folder.mkdir(parents=True)
+    for name in build_module.BINARIES:  # even with a stray llama-speculative beside it: the stamp does not vouch for it
+        (folder / name).write_text("#!/bin/sh\n")
+        (folder / name).chmod((folder / name).stat().st_mode | stat.S_IEXEC)
+    (folder / build_module.STAMP).write_text(json.dumps({"build_s": 1.0}))
+    assert build_module.cached_binary("9.9.9") == folder / "llama-server"
+    assert build_module.cached_binary("9.9.9", build_module.SPECULATIVE) is None
+
+    def no_cmake(name):
+        raise InputError("cmake looked for: a rebuild")
+
+    monkeypatch.setattr(build_module, "_tool", no_cmake)
+    with pytest.raises(InputError, match="a rebuild"):
+        build_module.build("9.9.9", quiet=True)
 
 
 def test_build_of_a_broken_sdist_is_one_sentence_and_leaves_nothing(tmp_path, monkeypatch):
@@ -167,6 +190,9 @@ def test_missing_binary_says_how_to_build(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECAUDIT_LLAMA_SERVER", str(tmp_path / "nope"))
     with pytest.raises(InputError, match="not an executable file"):
         build_module.require_binary()
+    monkeypatch.delenv("SPECAUDIT_LLAMA_SPECULATIVE", raising=False)
+    with pytest.raises(InputError, match="llama-speculative is not built .* SPECAUDIT_LLAMA_SPECULATIVE"):
+        build_module.require_binary(build_module.SPECULATIVE)
 
 
 # ----------------------------------------------------------------------------- process supervision

@@ -1,14 +1,16 @@
-"""Build llama.cpp's `llama-server` once, from the llama.cpp source that the llama-cpp-python
-sdist vendors, and cache the binary.
+"""Build llama.cpp's `llama-server` and `llama-speculative` once, from the llama.cpp source that
+the llama-cpp-python sdist vendors, and cache both binaries side by side.
 
     python -m specaudit.cli llama-server build [--version V] [--sdist FILE] [--jobs N]
 
 Why this source: the in-process `llama-cpp` engine runs the same llama.cpp revision, so the two
-engines audit one llama.cpp. The binary is linked statically (BUILD_SHARED_LIBS=OFF) so that it
+engines audit one llama.cpp. One cmake tree builds both targets (`llama-speculative` is the
+`examples/speculative` program, for `--engines llama-speculative`); the binaries are linked statically (BUILD_SHARED_LIBS=OFF) so that it
 can be copied out of the build tree, and built portable (GGML_NATIVE=OFF). It is cached as
-`<cache>/llama-server/<version>/llama-server` with a stamp file written last, so a killed build
-leaves nothing that looks finished; a lock file keeps two builds from racing. A second call
-with the binary in place returns at once.
+`<cache>/llama-server/<version>/{llama-server,llama-speculative}` with a stamp file written last
+that lists them, so a killed build leaves nothing that looks finished; a lock file keeps two builds
+from racing. A second call with both binaries in place returns at once; a cache from before
+`llama-speculative` was built (its stamp lists no binaries) is rebuilt whole.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ if TYPE_CHECKING:
 # installed binding's version, so both llama.cpp engines are one revision.
 FALLBACK_VERSION = "0.3.36"
 BINARY = "llama-server"
+SPECULATIVE = "llama-speculative"
+BINARIES = (BINARY, SPECULATIVE)  # one cmake tree, one build, both cached
+# The environment variable that names a binary built elsewhere instead of the cached one.
+OVERRIDES = {BINARY: "SPECAUDIT_LLAMA_SERVER", SPECULATIVE: "SPECAUDIT_LLAMA_SPECULATIVE"}
 STAMP = "specaudit-build.json"
 CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -43,7 +49,7 @@ CMAKE_OPTIONS = (
     "-DGGML_NATIVE=OFF",
     "-DBUILD_SHARED_LIBS=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=ON",  # configures examples/; only the two targets above are compiled
     "-DLLAMA_BUILD_SERVER=ON",
     "-DGGML_OPENMP=OFF",  # llama-server's threads only: OpenMP workers spin on a shared machine
 )
@@ -65,32 +71,46 @@ def build_root() -> Path:
     return cache_root() / "llama-server"
 
 
-def cached_binary(version: str | None = None) -> Path | None:
-    """The finished binary for `version` (default: binding_version()), or None when it is not built."""
+def _stamped(folder: Path) -> list[str] | None:
+    """The binaries the stamp in `folder` records (a stamp from before the list: llama-server only), or None without a stamp."""
+    try:
+        stamp = json.loads((folder / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+    return list(stamp.get("binaries", [BINARY])) if isinstance(stamp, dict) else None
+
+
+def cached_binary(version: str | None = None, name: str = BINARY) -> Path | None:
+    """The finished binary `name` for `version` (default: binding_version()), or None when it is not built."""
     folder = build_root() / (version or binding_version())
-    binary, stamp = folder / BINARY, folder / STAMP
-    if binary.is_file() and os.access(binary, os.X_OK) and stamp.is_file():
+    binary, stamped = folder / name, _stamped(folder)
+    if binary.is_file() and os.access(binary, os.X_OK) and stamped is not None and name in stamped:
         return binary
     return None
 
 
-def find_binary() -> Path | None:
-    """The llama-server to run: $SPECAUDIT_LLAMA_SERVER if set, else the cached build."""
-    named = os.environ.get("SPECAUDIT_LLAMA_SERVER")
+def _complete(version: str) -> bool:
+    return all(cached_binary(version, name) is not None for name in BINARIES)
+
+
+def find_binary(name: str = BINARY) -> Path | None:
+    """The binary `name` to run: the one its environment variable names (OVERRIDES) if set, else the cached build."""
+    variable = OVERRIDES[name]
+    named = os.environ.get(variable)
     if named:
         path = Path(named).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
-            raise InputError(f"SPECAUDIT_LLAMA_SERVER={named!r} is not an executable file")
+            raise InputError(f"{variable}={named!r} is not an executable file")
         return path
-    return cached_binary()
+    return cached_binary(name=name)
 
 
-def require_binary() -> Path:
-    binary = find_binary()
+def require_binary(name: str = BINARY) -> Path:
+    binary = find_binary(name)
     if binary is None:
         raise InputError(
-            f"llama-server is not built for llama-cpp-python {binding_version()}; build it once with "
-            "`specaudit llama-server build` (~9 CPU-minutes, docs/llama-cpp.md) or set SPECAUDIT_LLAMA_SERVER to a binary"
+            f"{name} is not built for llama-cpp-python {binding_version()}; build it once with "
+            f"`specaudit llama-server build` (~9 CPU-minutes, docs/llama-cpp.md) or set {OVERRIDES[name]} to a binary"
         )
     return binary
 
@@ -155,22 +175,20 @@ def _unpack(sdist: Path, into: Path) -> Path:
 
 
 def build(version: str | None = None, sdist: Path | None = None, jobs: int = 2, quiet: bool = False) -> Path:
-    """The cached llama-server binary, built first if it is not there (idempotent)."""
+    """The cached llama-server binary, built first with llama-speculative beside it if either is not there (idempotent)."""
     version = version or binding_version()
     say = (lambda _: None) if quiet else (lambda text: print(f"specaudit: {text}", file=sys.stderr))
-    existing = cached_binary(version)
-    if existing is not None:
-        say(f"llama-server {version} is built: {existing}")
-        return existing
+    if _complete(version):
+        say(f"llama-server and llama-speculative {version} are built: {build_root() / version}")
+        return build_root() / version / BINARY
     if sdist is not None and not Path(sdist).is_file():
         raise InputError(f"--sdist {str(sdist)!r} is not a file")
     cmake = _tool("cmake")
     root = build_root()
     folder = root / version
     with _locked(root):
-        existing = cached_binary(version)  # another process may have finished it while we waited
-        if existing is not None:
-            return existing
+        if _complete(version):  # another process may have finished it while we waited
+            return folder / BINARY
         root.mkdir(parents=True, exist_ok=True)
         log = root / f"build-{version}.log"
         log.write_text("")
@@ -182,17 +200,19 @@ def build(version: str | None = None, sdist: Path | None = None, jobs: int = 2, 
                 sdist = _download_sdist(version, work, log)
             source = _unpack(Path(sdist), work / "src")
             tree = work / "build"
-            say(f"building llama-server from {sdist.name}'s vendor/llama.cpp with {jobs} jobs (~9 CPU-minutes; log: {log})")
+            say(f"building {' and '.join(BINARIES)} from {sdist.name}'s vendor/llama.cpp with {jobs} jobs (~9 CPU-minutes; log: {log})")
             _run([cmake, "-S", str(source), "-B", str(tree), *CMAKE_OPTIONS], log, "cmake configure")
-            _run([cmake, "--build", str(tree), "--target", BINARY, f"-j{jobs}"], log, "cmake --build")
-            built = tree / "bin" / BINARY
-            if not built.is_file():
-                raise InputError(f"cannot build llama-server: the build finished without {built}; its output is in {log}")
+            _run([cmake, "--build", str(tree), "--target", *BINARIES, f"-j{jobs}"], log, "cmake --build")
+            for name in BINARIES:
+                if not (tree / "bin" / name).is_file():
+                    raise InputError(f"cannot build llama-server: the build finished without {tree / 'bin' / name}; its output is in {log}")
             staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=root))
-            shutil.copy2(built, staging / BINARY)
+            for name in BINARIES:
+                shutil.copy2(tree / "bin" / name, staging / name)
             stamp = {
                 "llama_cpp_python": version,
                 "sdist": Path(sdist).name,
+                "binaries": list(BINARIES),
                 "cmake_options": list(CMAKE_OPTIONS),
                 "build_s": round(time.monotonic() - started, 1),
             }
@@ -202,7 +222,7 @@ def build(version: str | None = None, sdist: Path | None = None, jobs: int = 2, 
             os.replace(staging, folder)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    say(f"llama-server {version} built in {time.monotonic() - started:.0f} s: {folder / BINARY}")
+    say(f"{' and '.join(BINARIES)} {version} built in {time.monotonic() - started:.0f} s: {folder / BINARY}")
     return folder / BINARY
 
 
