@@ -3,7 +3,9 @@ snapshot contract before it is written."""
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,6 +149,24 @@ def _run_section(run_dir: Path, manifest: dict, records: list[dict], dims: list[
         raise InputError(f"{run_dir / MANIFEST_FILE}: {first_problem(err)}; the run folder is damaged") from None
 
 
+def _restores_loaded_tokenizer(function: Callable[..., dict]) -> Callable[..., dict]:
+    """analyze makes the analysed pair's tokenizer the one grammars are matched on (a target scored
+    outside torch loads no torch pair), then gives the process back the one it had."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> dict:
+        from specaudit.models import loaded_tokenizer, remember_tokenizer
+
+        previous = loaded_tokenizer()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            remember_tokenizer(previous)
+
+    return wrapper
+
+
+@_restores_loaded_tokenizer
 def analyze(
     run_dir: str | Path,
     *,
@@ -217,6 +237,10 @@ def analyze(
     judged_records = without_contradicting_counters(judged_records)  # output_invariants reports them
     backend = ENGINES.get(manifest.get("backend") or "")
     pair, unscorable = _scoring_pair(pair, manifest, backend, judged_records, parity if distrusted else None, equivalence, device)
+    if pair is not None:  # a grammar is matched on the analysed target's tokens (restored on return)
+        from specaudit.models import remember_tokenizer
+
+        remember_tokenizer(pair.tokenizer)
     section, scores = EquivalenceSection(status=EquivalenceStatus.NOT_RUN), None
     if equivalence and unscorable:
         section = EquivalenceSection(status=EquivalenceStatus.NOT_RUN, message=unscorable, engines={})

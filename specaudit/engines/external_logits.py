@@ -63,10 +63,5 @@ class ScoringPair:
     draft: Any = None
     draft_is_model: bool = False
 
-    def __post_init__(self) -> None:
-        from specaudit.models import remember_tokenizer
-
-        remember_tokenizer(self.tokenizer)  # the target's tokens, as load_pair leaves them, for a grammar's matcher
-
 
 __all__ = ["ExternalLogits", "LogitsOutput", "ScoringPair"]

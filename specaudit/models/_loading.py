@@ -296,7 +296,8 @@ def loaded_tokenizer() -> Any | None:
 
 def remember_tokenizer(tokenizer: Any) -> None:
     """Make `tokenizer` the loaded target's, as `load_pair` does: a grammar (--sampling
-    grammar=FILE) is matched on the target's tokens, also when a target outside torch scores."""
+    grammar=FILE) is matched on the target's tokens, also when a target outside torch scores
+    (None forgets it)."""
     _LOADED["tokenizer"] = tokenizer
 
 

@@ -116,16 +116,15 @@ def test_the_grammar_invariant_names_a_broken_record(tiny_pair):
     assert [v["check"] for v in broken if v["check"] == "grammar"] == ["grammar"]
 
 
-def test_a_target_scored_outside_torch_matches_grammars_on_its_own_tokenizer(tiny_pair):
-    """analyze of a llama.cpp or OpenVINO run loads no torch pair: its ScoringPair makes the
-    target's tokenizer the one a grammar is matched on (a llama-server grammar run once failed
-    its analysis for want of it)."""
-    from specaudit.engines.external_logits import ScoringPair
+def test_grammars_are_matched_on_the_tokenizer_remembered_last(tiny_pair):
+    """analyze makes the analysed pair's tokenizer the grammar's (remember_tokenizer), also for a
+    llama.cpp or OpenVINO target, which loads no torch pair (a llama-server grammar run once
+    failed its analysis for want of it): the same ids are judged on that tokenizer's bytes."""
     from specaudit.models import load_tokenizer, loaded_tokenizer, remember_tokenizer
 
     embedded = load_tokenizer("default")
     try:
-        ScoringPair(target=None, tokenizer=embedded, vocab_size=len(embedded), device=torch.device("cpu"))
+        remember_tokenizer(embedded)
         assert loaded_tokenizer() is embedded
         assert grammar_violation(SCHEMA, list(embedded('{"a": 12}', add_special_tokens=False)["input_ids"]), True) is None
         assert "not allowed" in grammar_violation(SCHEMA, list(embedded('{"b": 1}', add_special_tokens=False)["input_ids"]), True)
