@@ -163,6 +163,9 @@ class ReferenceServer:
 
         if speculative and pair.draft is None:
             raise InputError("the reference server needs --draft to serve with --speculative")
+        from specaudit.models import remember_tokenizer
+
+        remember_tokenizer(pair.tokenizer)  # the server decodes with its pair: a grammar is matched on its tokens
         self.pair = pair
         self.speculative = speculative
         self.verify = verify or reference_verify
