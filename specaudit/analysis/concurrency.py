@@ -137,6 +137,31 @@ def group_metrics(records: list[dict], *, n_boot: int, seed: int) -> dict[str, A
     return out
 
 
+def subset_battery(
+    subset: list[dict], pair: ModelPair | None, *, alpha: float, delta: float, dimensions: list[str], seed: int, keep_tests: bool = False
+) -> tuple[EquivalenceSection, str]:
+    """The whole equivalence battery on one level's (or cache state's) records, kept as verdicts
+    (with `keep_tests`, the engines' tests too: their Holm-adjusted p-values), and its outcome:
+    "control failed" (the spec-OFF control fails: that subset cannot be trusted), "failed" or "passed"."""
+    from specaudit.analysis.equivalence import equivalence_section
+
+    result, _ = equivalence_section(subset, pair, alpha=alpha, delta=delta, dimensions=dimensions, seed=seed)
+    engines = {
+        name: EngineEquivalence(
+            verdict=e.verdict, status=e.status, **({"goodness_of_fit": e.goodness_of_fit, "two_sample": e.two_sample} if keep_tests else {})
+        )
+        for name, e in result.engines.items()
+    }
+    battery = EquivalenceSection(
+        status=result.status,
+        engines=engines,
+        **({"alpha": alpha} if keep_tests else {}),
+        **({"message": result.message} if result.message else {}),
+    )
+    outcome = "control failed" if result.control_failed else "failed" if result.status == CheckStatus.FAIL else "passed"
+    return battery, outcome
+
+
 def concurrency_section(
     records: list[dict],
     pair: ModelPair | None,
@@ -151,8 +176,6 @@ def concurrency_section(
 ) -> ConcurrencySection | None:
     """The section, or None for a run without concurrency levels. `states`: the prompt-cache states
     of a run with --prefix-cache (analysis.prefix_cache), a family of its own in the alpha split."""
-    from specaudit.analysis.equivalence import equivalence_section
-
     levels = levels_of(records)
     if not levels:
         return None
@@ -165,15 +188,10 @@ def concurrency_section(
     for level in levels:
         subset = [r for r in records if r.get("concurrency") == level]
         if equivalence:
-            result, _ = equivalence_section(subset, pair, alpha=split.level, delta=delta, dimensions=dimensions, seed=seed)
-            batteries[str(level)] = EquivalenceSection(
-                status=result.status,
-                engines={name: EngineEquivalence(verdict=e.verdict, status=e.status) for name, e in result.engines.items()},
-                **({"message": result.message} if result.message else {}),
-            )
-            if result.control_failed:
+            batteries[str(level)], outcome = subset_battery(subset, pair, alpha=split.level, delta=delta, dimensions=dimensions, seed=seed)
+            if outcome == "control failed":
                 control_failed.append(level)
-            elif result.status == CheckStatus.FAIL:
+            elif outcome == "failed":
                 failed.append(level)
             if level != levels[0]:
                 found = _independence(records, level, levels[0], split.independence, seed)

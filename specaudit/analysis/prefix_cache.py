@@ -78,8 +78,7 @@ def prefix_cache_section(
     equivalence: bool,
 ) -> PrefixCacheSection | None:
     """The section, or None for a run without --prefix-cache."""
-    from specaudit.analysis.concurrency import group_metrics, levels_of, split_alpha
-    from specaudit.analysis.equivalence import equivalence_section
+    from specaudit.analysis.concurrency import group_metrics, levels_of, split_alpha, subset_battery
 
     states = states_of(records)
     if not states:
@@ -100,19 +99,12 @@ def prefix_cache_section(
                 status=EquivalenceStatus.NOT_RUN, message=f"no {state} record of the speculative engine to judge", engines={}
             )
             continue
-        result, _ = equivalence_section(judged, pair, alpha=level_alpha, delta=delta, dimensions=dimensions, seed=seed)
-        batteries[state] = EquivalenceSection(  # the tests kept beside the verdicts: their Holm-adjusted p-values per state
-            status=result.status,
-            alpha=level_alpha,
-            engines={
-                name: EngineEquivalence(verdict=e.verdict, status=e.status, goodness_of_fit=e.goodness_of_fit, two_sample=e.two_sample)
-                for name, e in result.engines.items()
-            },
-            **({"message": result.message} if result.message else {}),
+        batteries[state], outcome = subset_battery(
+            judged, pair, alpha=level_alpha, delta=delta, dimensions=dimensions, seed=seed, keep_tests=True
         )
-        if result.control_failed:
+        if outcome == "control failed":
             control_failed.append(state)
-        elif result.status == CheckStatus.FAIL:
+        elif outcome == "failed":
             failed.append(state)
     timed = [r for r in records if not r.get("timing_only")]
     warm_misses = sum(1 for r in timed if r.get(PREFIX_CACHE_FIELD) == WARM and r.get(CACHED_TOKENS_FIELD) == 0)

@@ -211,6 +211,16 @@ class RunFolder:
             raise
         return self
 
+    def require_backend(self, backend: str, name: str) -> None:
+        """Refuse a folder whose earlier run was made by another backend or by the local engines:
+        `name`'s records would be mixed with its records under the same keys."""
+        made = self.previous.get("backend") if self.previous else backend
+        if made != backend:
+            made_by = f"by backend {made!r}" if made else "with local engines"
+            raise InputError(
+                f"{self.out_dir} holds a run made {made_by}; {name} records would be mixed with them under the same keys; choose a new --out"
+            )
+
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
 

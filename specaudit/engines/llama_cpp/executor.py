@@ -66,13 +66,7 @@ class LlamaCppExecutor(Executor):
         self.draft = draft_gguf(cfg)
         if self.draft is not None:
             check_draft_vocabulary(self.target, self.draft)
-        previous = folder.previous
-        if previous and previous.get("backend") != BACKEND:
-            made_by = f"by backend {previous['backend']!r}" if previous.get("backend") else "with local engines"
-            raise InputError(
-                f"{folder.out_dir} holds a run made {made_by}; llama.cpp records would be mixed with them under the same "
-                "keys; choose a new --out"
-            )
+        folder.require_backend(BACKEND, "llama.cpp")
 
     def start(self, folder: RunFolder) -> dict:
         from specaudit.models import load_tokenizer

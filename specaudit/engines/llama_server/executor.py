@@ -70,9 +70,7 @@ class LlamaServerExecutor(Executor):
         self.draft = draft_gguf(cfg)  # `--draft target`: the target's own file (the identity check)
         self.binary = require_binary()
         previous = folder.previous
-        if previous and previous.get("backend") != BACKEND:
-            made_by = f"by backend {previous['backend']!r}" if previous.get("backend") else "with local engines"
-            raise InputError(f"{folder.out_dir} holds a run made {made_by}; choose a new --out for the llama-server run")
+        folder.require_backend(BACKEND, "llama-server")
         identity = self._identity()
         if previous and (previous.get(BACKEND) or {}).get("identity") != identity:
             raise InputError(

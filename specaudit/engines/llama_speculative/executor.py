@@ -78,9 +78,7 @@ class LlamaSpeculativeExecutor(Executor):
             check_draft_vocabulary(self.target, self.draft)
         self.binary = require_binary(SPECULATIVE)
         previous = folder.previous
-        if previous and previous.get("backend") != BACKEND:
-            made_by = f"by backend {previous['backend']!r}" if previous.get("backend") else "with local engines"
-            raise InputError(f"{folder.out_dir} holds a run made {made_by}; choose a new --out for the llama-speculative run")
+        folder.require_backend(BACKEND, "llama-speculative")
         if previous and (previous.get(BACKEND) or {}).get("settings") != self.options.model_dump(mode="json"):
             raise InputError(f"{folder.out_dir} was run with other llama_speculative settings; re-run them or choose a new --out")
 

@@ -40,7 +40,6 @@ from specaudit.engines.openvino.client import (
 from specaudit.engines.openvino.export import RECORD as EXPORT_RECORD
 from specaudit.engines.openvino.export import named_ir
 from specaudit.engines.openvino.settings import openvino_settings
-from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
 from specaudit.execution.faults import FailedItem, attempt
 from specaudit.execution.folder import RunFolder
@@ -73,12 +72,7 @@ class OpenVinoExecutor(Executor):
             from specaudit.engines.llama_cpp.client import check_draft_vocabulary
 
             check_draft_vocabulary(self.target_gguf, self.draft_gguf)
-        previous = folder.previous
-        if previous and previous.get("backend") != BACKEND:
-            made_by = f"by backend {previous['backend']!r}" if previous.get("backend") else "with local engines"
-            raise InputError(
-                f"{folder.out_dir} holds a run made {made_by}; OpenVINO records would be mixed with them under the same keys; choose a new --out"
-            )
+        folder.require_backend(BACKEND, "OpenVINO")
         # Concurrency levels: the plan once per level (engines.levels), what is recorded already skipped
         levels = self.settings.concurrency_levels
         self.levels = plan_levels(folder, levels, cfg.samples, cfg.timing_repeats) if self.settings.batched else None

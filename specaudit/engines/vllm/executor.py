@@ -26,7 +26,6 @@ from specaudit.engines.vllm.client import (
     stop_ids,
     target_path,
 )
-from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
@@ -37,13 +36,7 @@ class VllmExecutor(Executor):
     label = "decoding (vllm)"
 
     def check(self, folder: RunFolder) -> None:
-        previous = folder.previous
-        if previous and previous.get("backend") != "vllm":
-            made_by = f"by backend {previous['backend']!r}" if previous.get("backend") else "with local engines"
-            raise InputError(
-                f"{folder.out_dir} holds a run made {made_by}; vLLM records would be mixed with them under the same keys; "
-                "choose a new --out"
-            )
+        folder.require_backend("vllm", "vLLM")
         llm_kwargs(self.cfg, "-", speculative=True)  # a setting vLLM cannot honour fails before vLLM loads
         self.vllm = import_vllm()
         require_gpu()
