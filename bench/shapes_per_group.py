@@ -189,11 +189,17 @@ def main() -> None:
     prefix = encoded[0]
     unit = _pass_seconds(pair.target, prefix, 1, args.repeats)
 
+    timed: dict[str, dict[int, float]] = {"target": {}, "draft": {}}  # each width timed once, in plain target steps
+
     def target_cost(n: int) -> float:
-        return _pass_seconds(pair.target, prefix, n, args.repeats) / unit
+        if n not in timed["target"]:
+            timed["target"][n] = _pass_seconds(pair.target, prefix, n, args.repeats) / unit
+        return timed["target"][n]
 
     def draft_cost(n: int) -> float:
-        return _pass_seconds(pair.draft, prefix, n, args.repeats) / unit
+        if n not in timed["draft"]:
+            timed["draft"][n] = _pass_seconds(pair.draft, prefix, n, args.repeats) / unit
+        return timed["draft"][n]
 
     costs = {chain_name: args.k * draft_cost(1) + target_cost(args.k + 1)}
     for tree in trees:
@@ -202,6 +208,9 @@ def main() -> None:
         costs[f"tree {','.join(map(str, tree))}"] = sum(draft_cost(w) for w in [1, *nodes[:-1]]) + target_cost(1 + sum(nodes))
     widths = np.arange(1, args.staged_k_small + 2)  # a staged round's draft pass: the last token + the lookup's proposals
     round_costs, outer_cost = [draft_cost(int(w)) for w in widths], target_cost(args.k + 1)
+    print(f"one plain target step {unit * 1000:.1f} ms; a pass over w tokens, in plain target steps:")
+    for model, by_width in timed.items():
+        print(f"  {model}:", {w: round(cost, 3) for w, cost in sorted(by_width.items())})
     rng = np.random.default_rng(0)
     table = []
     for (group, shape), part in frame.groupby(["group", "shape"]):
