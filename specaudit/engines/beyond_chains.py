@@ -21,11 +21,14 @@ if TYPE_CHECKING:
 _DERIVED: WeakKeyDictionary = WeakKeyDictionary()
 
 
+DRAFT_LEVEL = "draft"  # --levels ngram,draft: the run's --draft model as a level
+
+
 def level_model(pair: ModelPair, name: str, cfg: RunConfig) -> torch.nn.Module | NgramDraft:
     """The draft a staged level names: the run's --draft itself, or one derived from the target."""
     from specaudit.models import NgramDraft, early_exit_draft, int8_draft, target_as_draft
 
-    if name == cfg.draft and pair.draft is not None:
+    if name in (DRAFT_LEVEL, cfg.draft) and pair.draft is not None:
         return pair.draft
     if name == "ngram":
         return NgramDraft()
@@ -38,7 +41,9 @@ def level_model(pair: ModelPair, name: str, cfg: RunConfig) -> torch.nn.Module |
         elif name.startswith("early-exit:") and name.partition(":")[2].isdigit():
             derived[name] = early_exit_draft(pair.target, int(name.partition(":")[2]))
         else:
-            raise InputError(f"--levels names {name!r}: a level is ngram, int8, early-exit:N, target, or the run's --draft ({cfg.draft!r})")
+            raise InputError(
+                f"--levels names {name!r}: a level is ngram, int8, early-exit:N, target, or draft (the run's --draft, {cfg.draft!r})"
+            )
     return derived[name]
 
 

@@ -229,6 +229,18 @@ def test_shapes_are_parsed_or_refused_in_one_sentence():
     assert math.isclose(tree_size((2, 2, 1)), 10)
 
 
+def test_a_level_is_the_runs_draft_by_name_or_as_draft(tiny_pair):
+    from specaudit.config import RunConfig
+    from specaudit.engines.beyond_chains import level_model
+
+    cfg = RunConfig(draft="some/draft", engines="vanilla,staged", levels="ngram,draft")
+    assert level_model(tiny_pair, "draft", cfg) is tiny_pair.draft
+    assert level_model(tiny_pair, "some/draft", cfg) is tiny_pair.draft
+    assert isinstance(level_model(tiny_pair, "ngram", cfg), NgramDraft)
+    with pytest.raises(InputError, match="a level is ngram, int8, early-exit:N, target, or draft"):
+        level_model(tiny_pair, "medium", cfg)
+
+
 def test_run_config_checks_the_shapes():
     from specaudit.config import RunConfig
 
