@@ -49,7 +49,10 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--k", type=int, help="draft tokens per verification step (default 4)")
     g.add_argument("--tree", help="with --engines tree: children per depth, e.g. 3,2,1 (default; docs/trees.md)")
     g.add_argument("--tree-children", help="with --engines tree: sampled (i.i.d. from the draft, default) or top-k")
-    g.add_argument("--levels", help="with --engines staged: the small draft and the medium model, e.g. ngram,int8 (default) or ngram,draft (the run's --draft)")
+    g.add_argument(
+        "--levels",
+        help="with --engines staged: the small draft and the medium model, e.g. ngram,int8 (default) or ngram,draft (the run's --draft)",
+    )
     g.add_argument("--level-k", help="with --engines staged: tokens per round of the small draft and of the medium (default 4,4)")
     g.add_argument("--temperature", type=finite_float, help="0 = greedy (default 1.0)")
     g.add_argument("--top-k", type=int, help="0 = off")
