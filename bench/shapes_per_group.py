@@ -20,8 +20,10 @@ level has no path-conditional form (stats.shape_screen), so it is measured: the 
 (decoding.staged) decodes every prompt with the plan's seed, and its draft passes per step are
 counted (each inner round is one draft pass: proposed − accepted at the inner level).
 
-Costs, in units of one plain target decoding step (one token after a cached prefix, median of
-`--repeats` timed calls): a draft pass over w tokens, c(w); the target's pass over n tokens, v(n).
+Costs, in units of one plain target decoding step (one token after a cached prefix; each width
+the median of `--repeats` rounds, every width once a round): a draft pass over w tokens, c(w); the
+target's pass over n tokens, v(n). On a CPU these are not monotone in w (matrix kernels favour
+some widths), so each width a shape needs is timed, none interpolated but the staged mean.
 A chain step costs k·c(1) + v(k + 1); a staged step r·c(w) + v(k + 1), with r the draft passes
 per step and w their mean width (1 + the lookup's proposals; c interpolated between the widths
 timed), both measured per group; a tree step Σ_d c(nodes at depth d − 1) + v(1 + nodes), timed
@@ -44,24 +46,34 @@ def _shape(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(","))
 
 
-def _pass_seconds(model, prefix_ids: list[int], n: int, repeats: int) -> float:
-    """Median wall seconds of one forward pass over n new tokens after a cached prefix (logits for all n)."""
+def _pass_costs(models: dict, widths: dict[str, set[int]], prefix_ids: list[int], repeats: int) -> dict[str, dict[int, float]]:
+    """Median wall seconds of one forward pass over w new tokens after a cached prefix (logits for
+    all w), per model and width. Timed in interleaved rounds, each (model, width) once a round after
+    one untimed round, so a drift in the machine's speed falls on every width alike."""
     import torch
     from transformers import DynamicCache
 
+    from specaudit.decoding.speculative import crop_cache
     from specaudit.models import forward_cached
 
+    caches, times = {}, {(name, w): [] for name, ws in widths.items() for w in ws}
     with torch.inference_mode():
-        cache = DynamicCache()
-        forward_cached(model, torch.tensor([prefix_ids]), cache)
-        length = cache.get_seq_length()
-        times = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            forward_cached(model, torch.tensor([prefix_ids[-n:] if n <= len(prefix_ids) else prefix_ids[:1] * n]), cache, logits_to_keep=n)
-            times.append(time.perf_counter() - started)
-            cache.crop(-(cache.get_seq_length() - length))  # back to the prefix
-    return statistics.median(times)
+        for name, model in models.items():
+            caches[name] = DynamicCache()
+            forward_cached(model, torch.tensor([prefix_ids]), caches[name])
+        length = len(prefix_ids)
+        for round_ in range(repeats + 1):
+            for name, w in times:
+                feed = torch.tensor([(prefix_ids * (w // len(prefix_ids) + 1))[-w:]])
+                started = time.perf_counter()
+                forward_cached(models[name], feed, caches[name], logits_to_keep=w)
+                if round_:
+                    times[(name, w)].append(time.perf_counter() - started)
+                crop_cache(caches[name], length)  # back to the prefix
+    costs: dict[str, dict[int, float]] = {name: {} for name in widths}
+    for (name, w), seconds in times.items():
+        costs[name][w] = statistics.median(seconds)
+    return costs
 
 
 def _bootstrap(numerators: np.ndarray, denominators: np.ndarray, rng: np.random.Generator, draws: int = 2000) -> tuple[float, float]:
@@ -103,7 +115,7 @@ def main() -> None:
     parser.add_argument(
         "--staged-k-small", type=int, default=2, help="prompt lookup's tokens per round in the staged run (0: no staged run)"
     )
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per cost")
+    parser.add_argument("--repeats", type=int, default=15, help="timed rounds of every pass width (the median is kept)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", help="CSV of the per-group table")
     args = parser.parse_args()
@@ -185,32 +197,29 @@ def main() -> None:
         print(f"ran the staged engine: {time.perf_counter() - started:.0f} s wall", flush=True)
     frame = pd.DataFrame(rows)
 
-    # step costs in plain target steps, measured here
-    prefix = encoded[0]
-    unit = _pass_seconds(pair.target, prefix, 1, args.repeats)
-
-    timed: dict[str, dict[int, float]] = {"target": {}, "draft": {}}  # each width timed once, in plain target steps
-
-    def target_cost(n: int) -> float:
-        if n not in timed["target"]:
-            timed["target"][n] = _pass_seconds(pair.target, prefix, n, args.repeats) / unit
-        return timed["target"][n]
-
-    def draft_cost(n: int) -> float:
-        if n not in timed["draft"]:
-            timed["draft"][n] = _pass_seconds(pair.draft, prefix, n, args.repeats) / unit
-        return timed["draft"][n]
-
-    costs = {chain_name: args.k * draft_cost(1) + target_cost(args.k + 1)}
-    for tree in trees:
-        nodes = [int(n) for n in np.cumprod(tree)]  # tree nodes per depth
-        # the draft's pass at depth d runs over the nodes of depth d - 1 (the root first); the target verifies root + nodes
-        costs[f"tree {','.join(map(str, tree))}"] = sum(draft_cost(w) for w in [1, *nodes[:-1]]) + target_cost(1 + sum(nodes))
+    # step costs in plain target steps, measured here: every pass width a shape needs
+    tree_nodes = {tree: [int(n) for n in np.cumprod(tree)] for tree in trees}  # nodes per depth
     widths = np.arange(1, args.staged_k_small + 2)  # a staged round's draft pass: the last token + the lookup's proposals
-    round_costs, outer_cost = [draft_cost(int(w)) for w in widths], target_cost(args.k + 1)
+    seconds = _pass_costs(
+        {"target": pair.target, "draft": pair.draft},
+        {
+            "target": {1, args.k + 1, *(1 + sum(nodes) for nodes in tree_nodes.values())},
+            # the draft's pass at depth d runs over the nodes of depth d - 1 (the root first)
+            "draft": {1, *(int(w) for w in widths), *(w for nodes in tree_nodes.values() for w in nodes[:-1])},
+        },
+        encoded[0],
+        args.repeats,
+    )
+    unit = seconds["target"][1]
+    target_cost = {w: t / unit for w, t in seconds["target"].items()}
+    draft_cost = {w: t / unit for w, t in seconds["draft"].items()}
+    costs = {chain_name: args.k * draft_cost[1] + target_cost[args.k + 1]}
+    for tree, nodes in tree_nodes.items():
+        costs[f"tree {','.join(map(str, tree))}"] = sum(draft_cost[w] for w in [1, *nodes[:-1]]) + target_cost[1 + sum(nodes)]
+    round_costs, outer_cost = [draft_cost[int(w)] for w in widths], target_cost[args.k + 1]
     print(f"one plain target step {unit * 1000:.1f} ms; a pass over w tokens, in plain target steps:")
-    for model, by_width in timed.items():
-        print(f"  {model}:", {w: round(cost, 3) for w, cost in sorted(by_width.items())})
+    print("  target v(w):", {w: round(c, 3) for w, c in sorted(target_cost.items())})
+    print("  draft c(w):", {w: round(c, 3) for w, c in sorted(draft_cost.items())})
     rng = np.random.default_rng(0)
     table = []
     for (group, shape), part in frame.groupby(["group", "shape"]):
