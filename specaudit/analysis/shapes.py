@@ -13,6 +13,7 @@ import pandas as pd
 
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import MetricEstimate, ShapeEngine, ShapeFigures, ShapesSection
+from specaudit.decoding._shapes import describe_shape
 from specaudit.stats.shape_acceptance import SHAPE_ENGINES, shape_acceptance
 
 BEYOND_CHAINS = ("tree", "staged")
@@ -26,19 +27,6 @@ METHOD = (
     "records in plain decoding steps (c per offered position, v per verification, D offered per step; the interval is "
     "tokens per step's, the cost taken as known); 95% percentile intervals of the cluster bootstrap over prompts"
 )
-
-
-def describe_shape(engine: str, config: dict[str, Any]) -> str:
-    """The shape an engine's steps had, in words, from the run's config."""
-    if engine == SCREEN_ENGINE:
-        return describe_shape("tree", config) + ": the screen's expectation along its target paths (exact given each path)"
-    if engine == "tree":
-        return f"tree {config.get('tree', '3,2,1')}, {config.get('tree_children', 'sampled')} children"
-    if engine == "staged":
-        levels = str(config.get("levels", "ngram,int8")).split(",")
-        ks = str(config.get("level_k", "4,4")).split(",")
-        return " -> ".join(f"{name}:{k}" for name, k in zip(levels, ks)) + " -> target"
-    return f"chain, k = {config.get('k', 4)}"
 
 
 def _estimate(row: pd.Series, name: str) -> MetricEstimate:
@@ -140,7 +128,11 @@ def shapes_section(records: list[dict], config: dict[str, Any], dimensions: list
             groups[dimension] = {str(row[dimension]): _figures(row, speed.get(str(row[dimension])), cost) for _, row in table.iterrows()}
         nodes = [n for r in mine for n in (r.get("tree_nodes_per_step") or [])]
         engines[engine] = ShapeEngine(
-            shape=describe_shape(engine, config),
+            shape=(
+                describe_shape("tree", config) + ": the screen's expectation along its target paths (exact given each path)"
+                if engine == SCREEN_ENGINE
+                else describe_shape(engine, config)
+            ),
             overall=_figures(overall_table.iloc[0], overall_speed, cost),
             groups=groups,
             cost_ratio=None if cost is None else cost.cost_ratio,
@@ -151,4 +143,4 @@ def shapes_section(records: list[dict], config: dict[str, Any], dimensions: list
     return ShapesSection(method=METHOD, engines=engines) if engines else None
 
 
-__all__ = ["BEYOND_CHAINS", "describe_shape", "shapes_section"]
+__all__ = ["BEYOND_CHAINS", "shapes_section"]

@@ -3,7 +3,8 @@ can check them without importing the engines."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from specaudit.errors import InputError
 
@@ -51,3 +52,22 @@ def parse_levels(levels: str | Sequence[str], level_k: str | Sequence[int]) -> t
     if len(ks) != 2 or not all(k.isdigit() and int(k) >= 1 for k in ks):
         raise InputError(f"--level-k {level_k!r}: give two positive integers, the tokens per round of the small draft and of the medium")
     return (names[0], int(ks[0])), (names[1], int(ks[1]))
+
+
+def describe_shape(engine: str, config: Mapping[str, Any]) -> str:
+    """The shape of an engine's steps in words, from the run's config: a tree, a staged run's
+    levels, or (any other engine) a chain of `--k` drafts."""
+    if engine == "tree":
+        return f"tree {config.get('tree', '3,2,1')}, {config.get('tree_children', 'sampled')} children"
+    if engine == "staged":
+        levels = str(config.get("levels", "ngram,int8")).split(",")
+        ks = str(config.get("level_k", "4,4")).split(",")
+        return " -> ".join(f"{name}:{k}" for name, k in zip(levels, ks)) + " -> target"
+    return f"chain, k = {config.get('k', 4)}"
+
+
+def describe_steps(config: Mapping[str, Any]) -> str:
+    """What a run's speculative engines offer per step, each shape once ("chain, k = 4; tree 2,2,1, ...")."""
+    engines = [str(e) for e in config.get("engines") or [] if e not in ("vanilla", "screen")]
+    shapes = (("staged " if e == "staged" else "") + describe_shape(e, config) for e in engines)
+    return "; ".join(dict.fromkeys(shapes)) or describe_shape("chain", config)

@@ -67,7 +67,7 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
         "",
         f"Run `{_code(run.get('id', 'run'))}`: target `{_code(run.get('target'))}`, draft `{_code(run.get('draft'))}`; "
         f"{md_escape(run.get('n_prompts'))} prompts, {md_escape(run.get('n_output_tokens'))} output tokens; "
-        f"{md_escape(run.get('sampling'))}, k = {md_escape(run.get('k'))}.",
+        f"{md_escape(run.get('sampling'))}, {md_escape(run.get('steps'))}.",
         "",
     ]
     lines += ["| | status | finding |", "|---|---|---|"]

@@ -241,6 +241,15 @@ def test_a_level_is_the_runs_draft_by_name_or_as_draft(tiny_pair):
         level_model(tiny_pair, "medium", cfg)
 
 
+def test_a_run_says_what_each_engine_offers_per_step():
+    from specaudit.decoding._shapes import describe_steps
+
+    assert describe_steps({"engines": ["screen", "vanilla", "speculative"], "k": 4}) == "chain, k = 4"
+    both = {"engines": ["vanilla", "speculative", "hf-assisted", "tree", "staged"], "k": 3, "tree": "2,2,1", "levels": "ngram,draft"}
+    assert describe_steps({**both, "level_k": "2,3"}) == "chain, k = 3; tree 2,2,1, sampled children; staged ngram:2 -> draft:3 -> target"
+    assert describe_steps({"engines": ["vanilla"], "k": 4}) == "chain, k = 4"
+
+
 def test_run_config_checks_the_shapes():
     from specaudit.config import RunConfig
 

@@ -520,6 +520,16 @@ def test_commands_rerun_the_audit_with_the_flag_changed():
     assert with_flags("python run.py", {"--seed": 1}) == "specaudit audit --seed 1"
 
 
+def test_the_draft_length_advice_names_the_option_of_the_engines_that_ran():
+    from specaudit.report.view.verdicts import _draft_length_flag
+
+    assert _draft_length_flag({"engines": ["screen", "vanilla", "speculative"], "k": 4}, 2) == {"--k": 2}
+    assert _draft_length_flag({"engines": ["vanilla", "speculative", "staged"], "k": 2}, 2) is None  # --k is best already
+    assert _draft_length_flag({"engines": ["vanilla", "staged"], "k": 4, "level_k": "2,3"}, 2) == {"--level-k": "2,2"}
+    assert _draft_length_flag({"engines": ["vanilla", "staged"], "level_k": "2,3"}, 3) is None
+    assert _draft_length_flag({"engines": ["vanilla", "tree"], "k": 4}, 2) is None  # a tree's depth is its shape
+
+
 @needs_example
 def test_default_audit_decision_cards_and_deduplicated_actions(tmp_path):
     snapshot = load_snapshot(EXAMPLE)

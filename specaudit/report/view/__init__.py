@@ -19,6 +19,7 @@ from markupsafe import Markup, escape
 from specaudit.contracts import CheckStatus
 from specaudit.contracts.run import SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import AnalysisBlock, GateSection, RunSection, Snapshot, read_snapshot
+from specaudit.decoding._shapes import describe_steps
 from specaudit.report.view.base import NOT_RUN, Ids, guard
 from specaudit.report.view.concurrency import concurrency_view
 from specaudit.report.view.context import context_view
@@ -115,7 +116,7 @@ def _run_view(run: RunSection) -> dict[str, Any]:
         "n_output_tokens": integer(run.n_output_tokens),
         "dimensions": ", ".join(map(str, run.dimensions)) or MISSING,
         "sampling": sampling,
-        "k": recorded(config.get("k")),
+        "steps": describe_steps(config),  # what each speculative engine offered per step
         "samples": recorded(config.get("samples")),
         "max_new_tokens": recorded(config.get("max_new_tokens")),
         "prompt_set": f"{prompt_set.get('name', MISSING)} v{prompt_set.get('version', '?')}",

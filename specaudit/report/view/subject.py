@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import SPECULATIVE_ENGINE
+from specaudit.decoding._shapes import describe_steps
 from specaudit.report.view.format import MISSING, finite, integer, mapping, recorded, setting
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def subject(snapshot: Snapshot) -> list[tuple[str, str]]:
         (
             "Decoding",
             (
-                f"k = {recorded(config.get('k'))} draft tokens per step; {sampling}; up to "
+                f"per step: {describe_steps(config)}; {sampling}; up to "
                 f"{recorded(config.get('max_new_tokens'))} new tokens; {recorded(config.get('samples'))} "
                 f"sample(s) per prompt and engine"
             ),

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
+from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
 from specaudit.gate.decision import BLOCKING, DecisionFacts, decision_key
 from specaudit.report.view.costs import BUDGET_HOURS, best_k_speedup, predicted_rerun, rerun_cost
 from specaudit.report.view.format import finite, mapping, recorded
@@ -202,6 +203,7 @@ def actions(
         )
     if speed.get("slower"):
         best_k = _common_best_k(snapshot)
+        flag = _draft_length_flag(config, best_k) if best_k else None
         level = "fail" if speed.get("below_one") else "warn"
         text = (
             f"Speculation is slower than vanilla for {len(speed['slower'])} of {speed['n_groups']} groups "
@@ -209,16 +211,15 @@ def actions(
             + ("Do not enable it with this draft on this hardware; " if level == "fail" else "Route those groups to vanilla; ")
             + (
                 f"the cost model's best draft length is k = {best_k}, so re-audit with it, or use a cheaper or better-matched draft."
-                if best_k and best_k != config.get("k")
+                if flag
                 else "use a cheaper or better-matched draft."
             )
         )
-        rerun_k = bool(best_k and best_k != config.get("k"))
-        if rerun_k:
+        if flag:
             text = costed(
                 text, rerun_cost(snapshot, speedup=best_k_speedup(snapshot, best_k), why=f", the speculative one at k = {best_k}")
             )
-        add(level, text, "speed", with_flags(command, {"--k": best_k}) if rerun_k else None)
+        add(level, text, "speed", with_flags(command, flag) if flag else None)
     undecided = [c for c in comps if c["status"] not in DECIDED]
     if undecided:
         planned = prompts_to_decide(undecided)
@@ -313,6 +314,19 @@ def actions(
         add("pass", "Nothing to fix: no violation found, and every group comparison is within the band.", "summary")
     order = {"fail": 0, "warn": 1, "pass": 2}
     return sorted(items, key=lambda a: order[a["level"]])  # stable: within a level, the order above is the impact order
+
+
+def _draft_length_flag(config: Mapping[str, Any], best_k: int) -> dict[str, Any] | None:
+    """The option that sets the run's draft length to best_k: `--k` where a chain engine ran, the
+    medium's k in `--level-k` for a staged engine alone; None for a tree alone (its depth is its
+    shape) or where the run had best_k already."""
+    engines = {str(e) for e in config.get("engines") or []} - {CONTROL_ENGINE, SCREEN_ENGINE}
+    if engines - {"tree", "staged"}:
+        return {"--k": best_k} if best_k != config.get("k") else None
+    if engines == {"staged"}:
+        small, medium = str(config.get("level_k", "4,4")).split(",")
+        return {"--level-k": f"{small},{best_k}"} if int(medium) != best_k else None
+    return None
 
 
 def _common_best_k(snapshot: Snapshot) -> int | None:
