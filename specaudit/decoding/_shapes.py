@@ -66,8 +66,15 @@ def describe_shape(engine: str, config: Mapping[str, Any]) -> str:
     return f"chain, k = {config.get('k', 4)}"
 
 
+def speculative_engines(config: Mapping[str, Any]) -> list[str]:
+    """The engines of a run's config (a list, or a comma-separated string) other than the control and the screen."""
+    engines = config.get("engines") or []
+    names = engines.split(",") if isinstance(engines, str) else engines
+    return [str(e).strip() for e in names if str(e).strip() not in ("vanilla", "screen")]
+
+
 def describe_steps(config: Mapping[str, Any]) -> str:
     """What a run's speculative engines offer per step, each shape once ("chain, k = 4; tree 2,2,1, ...")."""
-    engines = [str(e) for e in config.get("engines") or [] if e not in ("vanilla", "screen")]
+    engines = speculative_engines(config)
     shapes = (("staged " if e == "staged" else "") + describe_shape(e, config) for e in engines)
     return "; ".join(dict.fromkeys(shapes)) or describe_shape("chain", config)

@@ -248,6 +248,7 @@ def test_a_run_says_what_each_engine_offers_per_step():
     both = {"engines": ["vanilla", "speculative", "hf-assisted", "tree", "staged"], "k": 3, "tree": "2,2,1", "levels": "ngram,draft"}
     assert describe_steps({**both, "level_k": "2,3"}) == "chain, k = 3; tree 2,2,1, sampled children; staged ngram:2 -> draft:3 -> target"
     assert describe_steps({"engines": ["vanilla"], "k": 4}) == "chain, k = 4"
+    assert describe_steps({"engines": "vanilla,staged", "levels": "ngram,int8", "level_k": "4,4"}) == "staged ngram:4 -> int8:4 -> target"
 
 
 def test_run_config_checks_the_shapes():

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
-from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
+from specaudit.decoding._shapes import speculative_engines
 from specaudit.gate.decision import BLOCKING, DecisionFacts, decision_key
 from specaudit.report.view.costs import BUDGET_HOURS, best_k_speedup, predicted_rerun, rerun_cost
 from specaudit.report.view.format import finite, mapping, recorded
@@ -320,7 +320,7 @@ def _draft_length_flag(config: Mapping[str, Any], best_k: int) -> dict[str, Any]
     """The option that sets the run's draft length to best_k: `--k` where a chain engine ran, the
     medium's k in `--level-k` for a staged engine alone; None for a tree alone (its depth is its
     shape) or where the run had best_k already."""
-    engines = {str(e) for e in config.get("engines") or []} - {CONTROL_ENGINE, SCREEN_ENGINE}
+    engines = set(speculative_engines(config))
     if engines - {"tree", "staged"}:
         return {"--k": best_k} if best_k != config.get("k") else None
     if engines == {"staged"}:
