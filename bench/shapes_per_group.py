@@ -42,10 +42,6 @@ import numpy as np
 import pandas as pd
 
 
-def _shape(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split(","))
-
-
 def _pass_costs(models: dict, widths: dict[str, set[int]], prefix_ids: list[int], repeats: int) -> dict[str, dict[int, float]]:
     """Median wall seconds of one forward pass over w new tokens after a cached prefix (logits for
     all w), per model and width. Timed in interleaved rounds, each (model, width) once a round after
@@ -123,6 +119,7 @@ def main() -> None:
     import torch
 
     from specaudit.decoding import SamplingSpec
+    from specaudit.decoding._shapes import parse_branching
     from specaudit.engines.decode import eos_token_ids, pad_token_id
     from specaudit.engines.screen import screen_paths
     from specaudit.execution.plan import derive_seed
@@ -145,7 +142,7 @@ def main() -> None:
         pad_id=pad_token_id(pair, eos),
         batch_size=4,
     )
-    trees = [_shape(text) for text in args.trees.split(";")]
+    trees = [parse_branching(text) for text in args.trees.split(";")]
 
     chain_name, staged_name = f"chain k={args.k}", f"staged lookup:{args.staged_k_small} -> draft:{args.k}"
     rows = []  # one per (prompt, shape): tokens, steps; the staged run's draft passes and lookup counts

@@ -13,10 +13,9 @@ import pandas as pd
 
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import MetricEstimate, ShapeEngine, ShapeFigures, ShapesSection
-from specaudit.decoding._shapes import describe_shape
+from specaudit.decoding._shapes import BEYOND_CHAINS, describe_shape
 from specaudit.stats.shape_acceptance import SHAPE_ENGINES, shape_acceptance
 
-BEYOND_CHAINS = ("tree", "staged")
 _ALL = "__all__"  # one group holding every prompt: the engine's overall figures
 
 METHOD = (
@@ -143,4 +142,4 @@ def shapes_section(records: list[dict], config: dict[str, Any], dimensions: list
     return ShapesSection(method=METHOD, engines=engines) if engines else None
 
 
-__all__ = ["BEYOND_CHAINS", "shapes_section"]
+__all__ = ["shapes_section"]

@@ -11,6 +11,9 @@ from specaudit.errors import InputError
 CHILDREN = ("sampled", "top-k")
 """How a node's children are drawn from the draft (`--tree-children`)."""
 
+BEYOND_CHAINS = ("tree", "staged")
+"""The engines whose step is a shape of its own (`--tree`, `--levels`/`--level-k`), not `--k` drafts in a row."""
+
 MAX_TREE_NODES = 256  # a reference engine's tree: beyond this the one-pass mask is no longer small
 
 

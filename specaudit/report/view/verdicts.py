@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
-from specaudit.decoding._shapes import speculative_engines
+from specaudit.decoding._shapes import BEYOND_CHAINS, speculative_engines
 from specaudit.gate.decision import BLOCKING, DecisionFacts, decision_key
 from specaudit.report.view.costs import BUDGET_HOURS, best_k_speedup, predicted_rerun, rerun_cost
 from specaudit.report.view.format import finite, mapping, recorded
@@ -321,7 +321,7 @@ def _draft_length_flag(config: Mapping[str, Any], best_k: int) -> dict[str, Any]
     medium's k in `--level-k` for a staged engine alone; None for a tree alone (its depth is its
     shape) or where the run had best_k already."""
     engines = set(speculative_engines(config))
-    if engines - {"tree", "staged"}:
+    if engines - set(BEYOND_CHAINS):
         return {"--k": best_k} if best_k != config.get("k") else None
     if engines == {"staged"}:
         small, medium = str(config.get("level_k", "4,4")).split(",")
