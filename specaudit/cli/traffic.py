@@ -69,7 +69,7 @@ def add_traffic(sub: argparse._SubParsersAction) -> None:
     check.set_defaults(func=cmd_traffic_check)
     fallback = actions.add_parser(
         "fallback",
-        help="the 'below X% acceptance, decode plainly' rule and mitigate's per-group policies, evaluated per group on the stored traffic",
+        help="the 'below X%% acceptance, decode plainly' rule and mitigate's per-group policies, evaluated per group on the stored traffic",
     )
     fallback.add_argument("--store", required=True, help=STORE_HELP)
     fallback.add_argument("--group-by", default="language", help="'language' (default) or 'label:NAME'")
@@ -93,17 +93,22 @@ def add_proxy(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_traffic_ingest(args: argparse.Namespace) -> int:
+    from specaudit.errors import InputError
     from specaudit.traffic import ingest, open_traffic_store, parse_column_map
 
+    column_map = parse_column_map(args.column_map)
     with open_traffic_store(args.store) as store:
-        result = ingest(
-            store,
-            args.logs,
-            column_map=parse_column_map(args.column_map),
-            detect_language=args.detect_language,
-            min_confidence=args.min_confidence,
-            keep_text=args.keep_text,
-        )
+        try:
+            result = ingest(
+                store,
+                args.logs,
+                column_map=column_map,
+                detect_language=args.detect_language,
+                min_confidence=args.min_confidence,
+                keep_text=args.keep_text,
+            )
+        except InputError as err:
+            raise InputError(f"{err}; nothing of this ingest was stored") from None
     print(
         f"ingested {result.added} new requests from {result.lines} lines of {len(result.files)} file(s) ({result.duplicates} already stored)"
     )

@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from specaudit.traffic._fields import ROW_FIELDS, canonical_labels
+from specaudit.errors import InputError
+from specaudit.traffic._fields import HTTP_STATUS, MAX_COUNT, MAX_SECONDS, MAX_UNIX_TIME, ROW_FIELDS, canonical_labels
 
 if TYPE_CHECKING:
     from specaudit.traffic._read import Chunk
@@ -78,6 +79,9 @@ _NULL_THAT_MATTERS = (
     r'"(draft_n|draft_n_accepted|num_draft_tokens|num_accepted_draft_tokens|num_spec_steps|'
     r'completion_tokens|predicted_n|tokens_predicted|time|latency_s)"\s*:\s*null'
 )
+# NaN and Infinity, which pyarrow's reader takes and JSON has not: such a line goes per line, which
+# refuses it (a string that merely contains ": NaN" goes too, and is read there).
+_NOT_JSON_NUMBER = r"[:\[,]\s*-?(NaN|Infinity)"
 _LABELS_KEY = r'"labels"\s*:'
 # A flat JSON object of scalars: strings (escapes allowed), numbers, true/false/null; no nesting.
 _LABELS_OBJECT = r'"labels"\s*:\s*(?P<labels>\{(?:[^{}"\[\]]|"(?:[^"\\]|\\.)*")*\})'
@@ -95,23 +99,33 @@ def _numbers(array: pa.Array) -> np.ndarray:
 
 
 def _counts_ok(values: np.ndarray) -> bool:
-    """Known values are whole numbers >= 0 (the per-line path's test of a count)."""
+    """Known values are whole numbers 0 .. MAX_COUNT (the per-line path's test of a count)."""
     known = values[~np.isnan(values)]
-    return bool(np.all((known >= 0) & (known == np.floor(known))))
+    return bool(np.all((known >= 0) & (known <= MAX_COUNT) & (known == np.floor(known))))
+
+
+def _seconds_ok(values: np.ndarray, *, required: bool) -> bool:
+    """Known values are 0 .. MAX_SECONDS (the per-line path's test of seconds); none missing if `required`."""
+    missing = np.isnan(values)
+    known = values[~missing]
+    return not (required and missing.any()) and bool(np.all((known >= 0) & (known <= MAX_SECONDS)))
 
 
 def columnar_rows(chunk: Chunk) -> pd.DataFrame | None:
     """The chunk's rows (ROW_FIELDS, labels as their stored JSON text, plus `declared_language`), or None
     when some line needs the per-line path."""
     try:
-        # The reader checks the bytes are UTF-8 before the expressions below read them as text.
         table = pa_json.read_json(pa.py_buffer(b"\n".join(chunk.raw)), parse_options=_OPTIONS).combine_chunks()
     except pa.ArrowInvalid:
         return None
     if table.num_rows != len(chunk.raw):
         return None
-    raw = pa.array(chunk.raw, type=pa.binary()).cast(pa.string(), safe=False)
-    if pc.any(pc.match_substring_regex(raw, _NULL_THAT_MATTERS)).as_py():
+    try:
+        # The reader skips the fields outside its schema unchecked: the cast checks every byte is UTF-8.
+        raw = pa.array(chunk.raw, type=pa.binary()).cast(pa.string())
+    except pa.ArrowInvalid:
+        return None
+    if pc.any(pc.match_substring_regex(raw, f"{_NULL_THAT_MATTERS}|{_NOT_JSON_NUMBER}")).as_py():
         return None
     row = pa.StructArray.from_arrays([table.column(n).chunk(0) for n in table.column_names], names=table.column_names)
     try:
@@ -119,12 +133,12 @@ def columnar_rows(chunk: Chunk) -> pd.DataFrame | None:
     except pa.ArrowInvalid:
         return None  # not ISO-8601 with a zone: the per-line path says why
     time_us = times.to_numpy(zero_copy_only=False).astype("datetime64[us]").astype(np.int64)
-    if times.null_count:
+    if times.null_count or (time_us < 0).any() or (time_us > MAX_UNIX_TIME * 1e6).any():
         return None
     latency = _numbers(_field(row, "latency_s"))
     ttft = _numbers(_field(row, "ttft_s"))
     in_flight = _numbers(_field(row, "in_flight"))
-    if np.isnan(latency).any() or (latency < 0).any() or (ttft < 0).any() or not _counts_ok(in_flight):
+    if not (_seconds_ok(latency, required=True) and _seconds_ok(ttft, required=False) and _counts_ok(in_flight)):
         return None
     if _field(row, "response.meta_info").null_count < len(row):
         return None  # SGLang: its rate-only and renamed counts are the per-line path's
@@ -168,8 +182,11 @@ def columnar_rows(chunk: Chunk) -> pd.DataFrame | None:
     labels = _labels(raw, _field(row, "labels").is_valid().to_numpy(zero_copy_only=False))
     if labels is None:
         return None
-    temperature = np.nan_to_num(_numbers(_field(row, "request.temperature")), nan=1.0)
+    temperature = _numbers(_field(row, "request.temperature"))
+    temperature = np.where(np.isfinite(temperature), temperature, 1.0)
     status = np.nan_to_num(_numbers(_field(row, "status")), nan=200.0)
+    if ((status < HTTP_STATUS.start) | (status >= HTTP_STATUS.stop) | (status != np.floor(status))).any():
+        return None
     frame = pd.DataFrame(
         {
             "time": time_us / 1e6,
@@ -205,11 +222,11 @@ def _labels(raw: pa.Array, present: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     for text in encoded.dictionary.to_pylist():
         try:
             value = json.loads(text)
-        except ValueError:
+            if not isinstance(value, dict):
+                return None
+            stored_text, language = canonical_labels(value)
+        except (ValueError, InputError):
             return None
-        if not isinstance(value, dict):
-            return None
-        stored_text, language = canonical_labels(value)
         stored.append(stored_text)
         declared.append(language)
     index = encoded.indices.to_numpy(zero_copy_only=False)

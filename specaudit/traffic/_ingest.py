@@ -2,9 +2,10 @@
 
 Each chunk becomes one DataFrame (pyarrow's JSON reader over the whole chunk when every line has
 the common shape, `_columnar.py`; else one Python pass over its lines; then column operations for
-digests, strata and load), is inserted in one transaction with its roll-up sums, and is dropped.
-A second thread parses the next chunk while one is inserted: memory is bounded by three chunks,
-not the log.
+digests, strata and load), is inserted with its roll-up sums, and is dropped. A second thread
+parses the next chunk while one is inserted: memory is bounded by three chunks, not the log.
+The whole ingest is one transaction: a bad line anywhere in any file stores nothing (the message
+names the file and line), and a second ingest of the same logs adds nothing (digests).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def ingest(
     keep_text: bool = False,
     chunk_lines: int = CHUNK_LINES,
 ) -> IngestResult:
-    """Read `paths` (files, folders, '-' for stdin) into `store`; requests already there are skipped by digest."""
+    """Read `paths` (files, folders, '-' for stdin) into `store`, all or nothing; requests already there are skipped by digest."""
     if not 0.0 <= min_confidence <= 1.0:
         raise InputError(f"--min-confidence {min_confidence} is not in [0, 1]")
     files = log_files(paths)
@@ -114,10 +115,11 @@ def ingest(
             # The same line twice in one chunk (a log copied into two files) counts once.
             yield len(chunk.raw), frame.drop_duplicates("digest")
 
-    for count, frame in _ahead(frames()):
-        lines += count
-        added += store.add(frame)
-    store.note_ingest(files, lines, added)
+    with store.ingesting() as transaction:
+        for count, frame in _ahead(frames()):
+            lines += count
+            added += transaction.add(frame)
+        transaction.note(files, lines, added)
     return IngestResult(files, lines, added)
 
 

@@ -2,7 +2,9 @@
 
 A log that a server (or `specaudit proxy`) is still writing may end in a line cut short: the last
 line of a file without its newline is left for the next ingest, not reported. Any other line that
-is not one JSON object is an InputError naming the file and line.
+is not one JSON object of UTF-8 text is an InputError naming the file and line; so is NaN or
+Infinity (Python writes them, JSON has no such numbers) and a `.gz` file that is not gzip or is cut
+short (a compressed file is complete or it is damaged: no line of it is taken).
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specaudit.errors import InputError
+from specaudit.traffic._fields import json_type
 
 STDIN = "-"
 LOG_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".log", ".parquet")
@@ -60,13 +64,29 @@ def log_files(paths: Sequence[str]) -> list[str]:
     return files
 
 
+class _NotJsonNumber(ValueError):
+    pass
+
+
+def _not_json_number(name: str) -> None:
+    raise _NotJsonNumber(name)
+
+
 def _parse(raw: bytes, source: str, line: int) -> dict[str, Any]:
     try:
-        obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as err:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{source}:{line} is not UTF-8 text (byte {err.start + 1} is {raw[err.start : err.start + 1]!r})") from None
+    try:
+        obj = json.loads(text.removeprefix("\ufeff"), parse_constant=_not_json_number)  # a BOM some editors write
+    except _NotJsonNumber as err:
+        raise InputError(f"{source}:{line} holds {err}, which is not a JSON number (write null for a missing value)") from None
+    except ValueError as err:
         raise InputError(f"{source}:{line} is not a JSON object ({err.__class__.__name__}: {str(err)[:80]})") from None
+    except RecursionError:
+        raise InputError(f"{source}:{line} is JSON nested too deeply to be a request log line") from None
     if not isinstance(obj, dict):
-        raise InputError(f"{source}:{line} is a JSON {type(obj).__name__}, not an object (one request per line)")
+        raise InputError(f"{source}:{line} is a JSON {json_type(obj)}, not an object (one request per line)")
     return obj
 
 
@@ -80,8 +100,8 @@ def _jsonl_chunks(handle: Any, source: str, chunk_lines: int) -> Iterator[Chunk]
         if not line.endswith(b"\n"):
             # The last line of a file being written: take it only if it is whole.
             try:
-                json.loads(stripped)
-            except ValueError:
+                _parse(stripped, source, number)
+            except InputError:
                 break
         chunk.raw.append(stripped)
         chunk.lines.append(number)
@@ -118,6 +138,18 @@ def read_chunks(files: Sequence[str], *, chunk_lines: int = CHUNK_LINES) -> Iter
         elif source.endswith(".parquet"):
             yield from _parquet_chunks(source, chunk_lines)
         else:
-            opener = gzip.open if source.endswith(".gz") else open
-            with opener(source, "rb") as handle:
-                yield from _jsonl_chunks(handle, source, chunk_lines)
+            yield from _file_chunks(source, chunk_lines)
+
+
+def _file_chunks(path: str, chunk_lines: int) -> Iterator[Chunk]:
+    if not path.endswith(".gz"):
+        with open(path, "rb") as handle:
+            yield from _jsonl_chunks(handle, path, chunk_lines)
+        return
+    try:
+        with gzip.open(path, "rb") as handle:
+            yield from _jsonl_chunks(handle, path, chunk_lines)
+    except EOFError:
+        raise InputError(f"{path} is cut short: its gzip stream ends before the end marker (a damaged or unfinished copy)") from None
+    except (gzip.BadGzipFile, zlib.error) as err:
+        raise InputError(f"{path} is not a readable gzip file ({str(err)[:80]}); name plain JSONL logs without .gz") from None

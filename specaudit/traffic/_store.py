@@ -165,32 +165,43 @@ class TrafficStore:
             reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
             raise InputError(f"traffic store {self.url}: the database reported: {reason}") from None
 
+    @contextmanager
+    def ingesting(self) -> Iterator[Ingesting]:
+        """One transaction for a whole ingest: on any error (a bad line in the last file, Ctrl-C) nothing
+        of it is stored and the store is as it was."""
+        with self._conn() as conn:
+            yield Ingesting(self, conn)
+
     def add(self, frame: pd.DataFrame) -> int:
-        """Insert the rows of `frame` (columns STORED) whose digest is new, and add them to the roll-up; the number added."""
+        """Insert the rows of `frame` (columns STORED) whose digest is new, in a transaction of their own."""
+        with self.ingesting() as ingesting:
+            return ingesting.add(frame)
+
+    def _add(self, conn: Connection, frame: pd.DataFrame) -> int:
+        """Insert the rows of `frame` whose digest is new, and add them to the roll-up; the number added."""
         if frame.empty:
             return 0
-        with self._conn() as conn:
-            if self.kind == "postgresql":
-                # One writer at a time: the rows after `before` must be this transaction's alone.
-                conn.exec_driver_sql(f"LOCK TABLE {REQUESTS.name} IN SHARE ROW EXCLUSIVE MODE")
-            before = conn.execute(select(func.coalesce(func.max(REQUESTS.c.id), 0))).scalar_one()
-            if self.kind == "sqlite":
-                # The driver's executemany on plain tuples: SQLAlchemy's per-row parameter dicts cost more than the insert.
-                columns = ", ".join(STORED)
-                marks = ", ".join("?" * len(STORED))
-                conn.exec_driver_sql(
-                    f"INSERT INTO {REQUESTS.name} ({columns}) VALUES ({marks}) ON CONFLICT (digest) DO NOTHING", _tuples(frame, STORED)
-                )
-            else:
-                from sqlalchemy.dialects.postgresql import insert as pg_insert
+        if self.kind == "postgresql":
+            # One writer at a time: the rows after `before` must be this transaction's alone.
+            conn.exec_driver_sql(f"LOCK TABLE {REQUESTS.name} IN SHARE ROW EXCLUSIVE MODE")
+        before = conn.execute(select(func.coalesce(func.max(REQUESTS.c.id), 0))).scalar_one()
+        if self.kind == "sqlite":
+            # The driver's executemany on plain tuples: SQLAlchemy's per-row parameter dicts cost more than the insert.
+            columns = ", ".join(STORED)
+            marks = ", ".join("?" * len(STORED))
+            conn.exec_driver_sql(
+                f"INSERT INTO {REQUESTS.name} ({columns}) VALUES ({marks}) ON CONFLICT (digest) DO NOTHING", _tuples(frame, STORED)
+            )
+        else:
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-                rows = [dict(zip(STORED, values)) for values in _tuples(frame, STORED)]
-                conn.execute(pg_insert(REQUESTS).on_conflict_do_nothing(index_elements=["digest"]), rows)
-            added = conn.execute(select(func.count()).select_from(REQUESTS).where(REQUESTS.c.id > before)).scalar_one()
-            if added < len(frame):
-                new = {d for (d,) in conn.execute(select(REQUESTS.c.digest).where(REQUESTS.c.id > before))}
-                frame = frame[frame["digest"].isin(new)]
-            self._roll_up(conn, frame)
+            rows = [dict(zip(STORED, values)) for values in _tuples(frame, STORED)]
+            conn.execute(pg_insert(REQUESTS).on_conflict_do_nothing(index_elements=["digest"]), rows)
+        added = conn.execute(select(func.count()).select_from(REQUESTS).where(REQUESTS.c.id > before)).scalar_one()
+        if added < len(frame):
+            new = {d for (d,) in conn.execute(select(REQUESTS.c.digest).where(REQUESTS.c.id > before))}
+            frame = frame[frame["digest"].isin(new)]
+        self._roll_up(conn, frame)
         return int(added)
 
     def _roll_up(self, conn: Connection, rows: pd.DataFrame) -> None:
@@ -223,10 +234,6 @@ class TrafficStore:
                 frame = pd.DataFrame(chunk, columns=["id", *ROW_COLUMNS])
                 last = int(frame["id"].max())
                 self._roll_up(conn, frame)
-
-    def note_ingest(self, sources: Sequence[str], lines: int, added: int) -> None:
-        with self._conn() as conn:
-            conn.execute(insert(INGESTS), [{"time": utc_now(), "sources": json.dumps(list(sources)), "lines": lines, "added": added}])
 
     def count(self) -> int:
         with self._conn() as conn:
@@ -289,6 +296,21 @@ class TrafficStore:
         with self._conn() as conn:
             rows = conn.execute(select(*(REQUESTS.c[c] for c in columns))).all()
         return pd.DataFrame(rows, columns=list(columns))
+
+
+@dataclass(frozen=True)
+class Ingesting:
+    """The transaction of one ingest (`TrafficStore.ingesting`): rows added, then the ingest noted."""
+
+    store: TrafficStore
+    conn: Connection
+
+    def add(self, frame: pd.DataFrame) -> int:
+        """Insert the rows of `frame` whose digest is new, with their roll-up sums; the number added."""
+        return self.store._add(self.conn, frame)
+
+    def note(self, sources: Sequence[str], lines: int, added: int) -> None:
+        self.conn.execute(insert(INGESTS), [{"time": utc_now(), "sources": json.dumps(list(sources)), "lines": lines, "added": added}])
 
 
 def _bigger_cache(dbapi_connection: Any, _record: object) -> None:

@@ -255,15 +255,18 @@ def test_reading_ahead_hands_over_errors_and_stops_when_the_writer_fails():
     assert len(made) < 10
 
 
-def test_a_malformed_line_in_a_later_chunk_is_named_and_earlier_chunks_are_stored(tmp_path):
-
+def test_a_malformed_line_in_a_later_chunk_is_named_and_nothing_of_the_ingest_is_stored(tmp_path):
     lines = [json.dumps(base(time=f"2026-01-01T00:00:{i:02d}Z")) for i in range(30)]
+    (tmp_path / "first.jsonl").write_text(lines[0] + "\n")
     lines[25] = "{not json"
     (tmp_path / "log.jsonl").write_text("\n".join(lines) + "\n")
     store = tmp_path / "t.db"
+    with open_traffic_store(store) as opened:
+        ingest(opened, [str(tmp_path / "first.jsonl")])
     with pytest.raises(InputError, match=r"log.jsonl:26 is not a JSON object"):
         with open_traffic_store(store) as opened:
             ingest(opened, [str(tmp_path / "log.jsonl")], chunk_lines=10)
-    with sqlite3.connect(store) as conn:
-        assert conn.execute("SELECT count(*) FROM traffic_requests").fetchone() == (20,)
-        assert conn.execute("SELECT sum(n) FROM traffic_rollup").fetchone() == (20,)
+    with sqlite3.connect(store) as conn:  # two chunks read and inserted before line 26: rolled back with it
+        assert conn.execute("SELECT count(*) FROM traffic_requests").fetchone() == (1,)
+        assert conn.execute("SELECT sum(n) FROM traffic_rollup").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM traffic_ingests").fetchone() == (1,)
