@@ -57,7 +57,7 @@ def _requests(store: TrafficStore, group: Group) -> tuple[pd.Series, pd.DataFram
     """(group name, the requests with acceptance and output tokens reported)."""
     frame = store.requests(["proposed", "accepted", "output_tokens", "language", "labels"])
     frame = frame[(frame["proposed"].fillna(0) > 0) & frame["output_tokens"].notna()]
-    return group.of_rows(frame), frame
+    return group.of_rows(frame, store.url), frame
 
 
 def _costs(frame: pd.DataFrame, k: int, c: float, v: float) -> tuple[np.ndarray, np.ndarray]:

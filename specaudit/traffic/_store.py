@@ -126,12 +126,26 @@ class Group:
             return func.coalesce(text(f"({table.name}.labels::json ->> {_quoted(name)})"), "_none")
         return func.coalesce(func.json_extract(table.c.labels, f"$.{_quoted_path(name)}"), "_none")
 
-    def of_rows(self, frame: pd.DataFrame) -> pd.Series:
-        """The group of each request row (language, or the label's value; "_none" without it)."""
+    def of_rows(self, frame: pd.DataFrame, store: str) -> pd.Series:
+        """The group of each request row (language, or the label's value; "_none" without it); an InputError
+        naming `store` for labels that are not what ingest writes (a JSON object of strings)."""
         if self.key == "language":
             return frame["language"].astype(str)
         name = self.key.split(":", 1)[1]
-        return frame["labels"].map(lambda labels: json.loads(labels).get(name, "_none"))
+        values = {}
+        for text in frame["labels"].unique():
+            try:
+                labels = json.loads(text)
+            except (TypeError, ValueError):
+                labels = None
+            value = labels.get(name, "_none") if isinstance(labels, dict) else None
+            if not isinstance(value, str):
+                raise InputError(
+                    f"traffic store {store}: a request's labels {str(text)[:60]!r} are not a JSON object of names to strings "
+                    "(edited by hand?); ingest the logs into a new store"
+                )
+            values[text] = value
+        return frame["labels"].map(values)
 
 
 def _quoted(name: str) -> str:
@@ -231,7 +245,7 @@ class TrafficStore:
                 chunk = conn.execute(query.order_by(REQUESTS.c.id).limit(REBUILD_ROWS)).all()
                 if not chunk:
                     break
-                frame = pd.DataFrame(chunk, columns=["id", *ROW_COLUMNS])
+                frame = self._frame(chunk, ["id", *ROW_COLUMNS])
                 last = int(frame["id"].max())
                 self._roll_up(conn, frame)
 
@@ -245,9 +259,10 @@ class TrafficStore:
         import numpy as np
 
         with self._conn() as conn:
-            per_hour = conn.execute(select(ROLLUP.c.hour, func.sum(ROLLUP.c.n)).group_by(ROLLUP.c.hour).order_by(ROLLUP.c.hour)).all()
-            hours = np.array([h for h, _ in per_hour], dtype=np.int64)
-            through = np.cumsum([int(n) for _, n in per_hour])
+            query = select(ROLLUP.c.hour, func.sum(ROLLUP.c.n).label("n")).group_by(ROLLUP.c.hour).order_by(ROLLUP.c.hour)
+            per_hour = self._frame(conn.execute(query).all(), ["hour", "n"])
+            hours = per_hour["hour"].to_numpy(dtype=np.int64)
+            through = np.cumsum(per_hour["n"].to_numpy(dtype=np.int64))
             at = int(np.searchsorted(through, rank))
             if at >= len(hours):
                 return None
@@ -262,8 +277,31 @@ class TrafficStore:
         # A second of margin each side for the float rounding of time / 3600; hour_of decides.
         start = hour * HOUR_S
         query = select(*(REQUESTS.c[c] for c in columns)).where(REQUESTS.c.time >= start - 1, REQUESTS.c.time < start + HOUR_S + 1)
-        frame = pd.DataFrame(conn.execute(query).all(), columns=list(columns))
+        frame = self._frame(conn.execute(query).all(), columns)
         return frame[hour_of(frame["time"].to_numpy(dtype=float)) == hour]
+
+    def _frame(self, rows: Sequence[Any], columns: Sequence[str]) -> pd.DataFrame:
+        """`rows` read from the store as a frame, refused (InputError) where a number column holds text
+        or a non-finite number: SQLite keeps what a hand edit writes, whatever the column's type."""
+        import numpy as np
+        import pandas as pd
+
+        frame = pd.DataFrame(rows, columns=list(columns))
+        for name in columns:
+            if name in ("language", "labels", "grp", "source", "digest", "text"):
+                continue
+            column = frame[name]
+            numbers = pd.to_numeric(column, errors="coerce") if column.dtype == object else column
+            values = numbers.to_numpy(dtype=float, na_value=np.nan)
+            bad = (np.isnan(values) & column.notna().to_numpy()) | np.isinf(values)
+            if bad.any():
+                shown = repr(column[bad].iloc[0])[:40]
+                raise InputError(
+                    f"traffic store {self.url}: its {name} column holds {shown}, not a finite number (edited by hand?); "
+                    "ingest the logs into a new store"
+                )
+            frame[name] = numbers
+        return frame
 
     def aggregates(self, group: Group, *, baseline_until: float | None = None) -> pd.DataFrame:
         """Sums per (group, period, stratum): n and, per metric, n with x > 0, Σx, Σy, Σx², Σy², Σxy.
@@ -281,10 +319,10 @@ class TrafficStore:
         query = query.group_by(*(literal_column(str(i)) for i in range(1, len(keys) + 1)))
         columns = ["grp", "period", *STRATA, *SUM_COLUMNS]
         with self._conn() as conn:
-            frame = pd.DataFrame(conn.execute(query).all(), columns=columns)
+            frame = self._frame(conn.execute(query).all(), columns)
             if cut is not None:
                 rows = self._hour_rows(conn, cut, ROW_COLUMNS)
-                rows = rows.assign(grp=group.of_rows(rows), period=(rows["time"] >= baseline_until).astype(int))
+                rows = rows.assign(grp=group.of_rows(rows, self.url), period=(rows["time"] >= baseline_until).astype(int))
                 frame = pd.concat([frame, rollup_sums(rows, ["grp", "period", *STRATA])], ignore_index=True)
         frame[SUM_COLUMNS] = frame[SUM_COLUMNS].astype(float)
         return frame.groupby(["grp", "period", *STRATA], as_index=False)[SUM_COLUMNS].sum()
@@ -295,7 +333,7 @@ class TrafficStore:
 
         with self._conn() as conn:
             rows = conn.execute(select(*(REQUESTS.c[c] for c in columns))).all()
-        return pd.DataFrame(rows, columns=list(columns))
+        return self._frame(rows, columns)
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ def stored_rows(db) -> pd.DataFrame:
 
 def direct_sums(rows: pd.DataFrame, group: Group, until: float | None) -> pd.DataFrame:
     period = (rows["time"] >= until).astype(int) if until is not None else 1
-    sums = rollup_sums(rows.assign(grp=group.of_rows(rows), period=period), ["grp", "period", *STRATA])
+    sums = rollup_sums(rows.assign(grp=group.of_rows(rows, "t.db"), period=period), ["grp", "period", *STRATA])
     sums[SUM_COLUMNS] = sums[SUM_COLUMNS].astype(float)
     return sums.sort_values(["grp", "period", *STRATA]).reset_index(drop=True)
 
