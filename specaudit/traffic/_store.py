@@ -133,18 +133,18 @@ class Group:
             return frame["language"].astype(str)
         name = self.key.split(":", 1)[1]
         values = {}
-        for text in frame["labels"].unique():
+        for stored in frame["labels"].unique():
             try:
-                labels = json.loads(text)
+                labels = json.loads(stored)
             except (TypeError, ValueError):
                 labels = None
             value = labels.get(name, "_none") if isinstance(labels, dict) else None
             if not isinstance(value, str):
                 raise InputError(
-                    f"traffic store {store}: a request's labels {str(text)[:60]!r} are not a JSON object of names to strings "
+                    f"traffic store {store}: a request's labels {str(stored)[:60]!r} are not a JSON object of names to strings "
                     "(edited by hand?); ingest the logs into a new store"
                 )
-            values[text] = value
+            values[stored] = value
         return frame["labels"].map(values)
 
 
@@ -235,7 +235,6 @@ class TrafficStore:
 
     def rebuild_rollup(self) -> None:
         """Recompute the roll-up from the requests (a store made before the roll-up, or rows inserted by hand)."""
-        import pandas as pd
 
         with self._conn() as conn:
             conn.execute(ROLLUP.delete())
@@ -272,7 +271,6 @@ class TrafficStore:
 
     def _hour_rows(self, conn: Connection, hour: int, columns: Sequence[str]) -> pd.DataFrame:
         """The request rows (`columns`) that arrived in `hour` (hour_of, as the roll-up counts them)."""
-        import pandas as pd
 
         # A second of margin each side for the float rounding of time / 3600; hour_of decides.
         start = hour * HOUR_S
@@ -329,7 +327,6 @@ class TrafficStore:
 
     def requests(self, columns: Sequence[str]) -> pd.DataFrame:
         """Whole columns of every stored request (for the fallback evaluation; small stores)."""
-        import pandas as pd
 
         with self._conn() as conn:
             rows = conn.execute(select(*(REQUESTS.c[c] for c in columns))).all()
