@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -61,6 +62,7 @@ MAX_SECONDS = 1e6
 # Arrival times: Unix seconds from 1970-01-01 to the end of 9999 (what ISO-8601 can write).
 MAX_UNIX_TIME = 253402300799.0
 HTTP_STATUS = range(100, 600)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def json_type(value: Any) -> str:
@@ -161,7 +163,7 @@ def prompt_text(request: Mapping[str, Any]) -> str:
 
 def _text(text: str) -> str:
     """The prompt as stored: a lone surrogate (a client's cut UTF-16 pair) becomes U+FFFD."""
-    return text if _unicode(text) else text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text if _unicode(text) else _SURROGATE.sub("\ufffd", text)
 
 
 # The parts of a server's answer that the row is read from: when there, they are objects.

@@ -267,6 +267,12 @@ class TrafficStore:
                 return None
             times = np.sort(self._hour_rows(conn, int(hours[at]), ["time"])["time"].to_numpy(dtype=float))
             before = int(through[at - 1]) if at else 0
+            if len(times) != int(through[at]) - before:
+                raise InputError(
+                    f"traffic store {self.url}: its roll-up counts {int(through[at]) - before} requests in the hour from "
+                    f"{int(hours[at]) * HOUR_S:.0f} (Unix seconds) but the store holds {len(times)} there (edited by hand?); "
+                    "ingest the logs into a new store"
+                )
             return float(times[rank - before - 1])
 
     def _hour_rows(self, conn: Connection, hour: int, columns: Sequence[str]) -> pd.DataFrame:
@@ -289,11 +295,12 @@ class TrafficStore:
             if name in ("language", "labels", "grp", "source", "digest", "text"):
                 continue
             column = frame[name]
-            numbers = pd.to_numeric(column, errors="coerce") if column.dtype == object else column
+            numbers = column if pd.api.types.is_numeric_dtype(column) else pd.to_numeric(column, errors="coerce")
             values = numbers.to_numpy(dtype=float, na_value=np.nan)
             bad = (np.isnan(values) & column.notna().to_numpy()) | np.isinf(values)
             if bad.any():
-                shown = repr(column[bad].iloc[0])[:40]
+                value = column[bad].iloc[0]
+                shown = repr(value.item() if isinstance(value, np.generic) else value)[:40]
                 raise InputError(
                     f"traffic store {self.url}: its {name} column holds {shown}, not a finite number (edited by hand?); "
                     "ingest the logs into a new store"
@@ -364,6 +371,8 @@ def _tuples(frame: pd.DataFrame, columns: Sequence[str]) -> list[tuple]:
 
 def open_traffic_store(url: str | Path, *, create: bool = True) -> TrafficStore:
     """Open (with `create`, make) the traffic store at `url`; a store that does not exist is an InputError without `create`."""
+    if not str(url).strip():
+        raise InputError("--store is empty; name a store such as sqlite:///traffic.db")
     parsed, kind, path = _parse_url(str(url))
     if kind == "sqlite":
         if path.is_dir():

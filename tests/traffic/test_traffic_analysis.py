@@ -162,3 +162,37 @@ def test_mitigate_policies_on_traffic_route_the_slow_group_and_retune_the_fast_o
     assert main(["traffic", "fallback", "--store", db, "--group-by", "label:tenant", "--c", "0.3"]) == 0
     out = capsys.readouterr().out
     assert "mitigate's per-group policies" in out and "plain" in out and f"k={best_k}" in out
+
+
+# Hand edits of a store (SQLite keeps text in a REAL column): a command that reads an edited row refuses
+# it in one sentence naming the store; one that does not read it (the roll-up holds its sums) runs.
+EDITS = [
+    ("UPDATE traffic_requests SET labels = '{not json'", "labels '{not json' are not a JSON object"),
+    ("UPDATE traffic_requests SET labels = '[1, 2]'", "labels '[1, 2]' are not a JSON object"),
+    ('UPDATE traffic_requests SET labels = \'{"tenant": {"x": 1}}\'', "not a JSON object of names to strings"),
+    ("UPDATE traffic_requests SET time = 'soon'", "but the store holds"),  # outside every hour the roll-up counts
+    ("UPDATE traffic_requests SET accepted = 'many'", "its accepted column holds 'many'"),
+    ("UPDATE traffic_requests SET proposed = 1e999", "its proposed column holds inf"),
+    ("UPDATE traffic_rollup SET labels = 'x' WHERE rowid = 1", None),  # SQLite reads it as labels without the one asked for
+    ("DROP TABLE traffic_rollup", None),  # rebuilt from the requests
+]
+
+
+@pytest.mark.parametrize("edit, words", EDITS, ids=[e for e, _ in EDITS])
+def test_a_hand_edited_store_is_one_sentence_and_exit_2(tmp_path, capsys, edit, words):
+    import sqlite3
+
+    model = TrafficModel(groups=("a", "b"), shares=(0.5, 0.5))
+    lines = [{**x, "labels": {"tenant": x["labels"]["language"]}} for x in simulate(model, 400, seed=1)]
+    db = str(tmp_path / "t.db")
+    assert main(["traffic", "ingest", str(write_log(tmp_path / "sim.jsonl", lines)), "--store", db]) == 0
+    with sqlite3.connect(db) as conn:
+        conn.execute(edit)
+    codes = []
+    for argv in (["report", "--baseline-requests", "150"], ["check", "--baseline-requests", "150"], ["fallback"]):
+        codes.append(main(["traffic", *argv, "--store", db, "--group-by", "label:tenant"]))
+        err = capsys.readouterr().err
+        assert codes[-1] in (0, 1, 2) and "Traceback" not in err
+        if codes[-1] == 2:
+            assert words is not None and words in err and err.count("\n") == 1, (argv, err)
+    assert (2 in codes) == (words is not None)

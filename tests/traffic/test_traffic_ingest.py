@@ -152,3 +152,83 @@ def test_in_flight_from_arrivals_when_the_log_has_none(tmp_path):
         ingest(store, [str(log)])
     loads = [r["in_flight"] for r in rows(tmp_path / "t.db")]
     assert max(loads) >= 2 and min(loads) == 0  # 50 requests/s of ~0.1-1 s each overlap
+
+
+BIG = 10**30
+# Hostile lines, each refused with its file and line (exit 2), whichever path (columnar or per line) reads it.
+HOSTILE = [
+    (json.dumps(line(status=1e30)), "'status' is 1e+30, not an HTTP status"),
+    (json.dumps(line(status="500")), "'status' is '500', not an HTTP status"),
+    (json.dumps(line(status=-200)), "'status' is -200"),
+    (json.dumps(line(status=200.5)), "'status' is 200.5"),
+    (json.dumps(line(response={"usage": {"prompt_tokens": BIG, "completion_tokens": 2}})), "prompt tokens is 1000000"),
+    (json.dumps(line(response={"usage": {"prompt_tokens": 1e300, "completion_tokens": 2}})), "prompt tokens is 1e+300"),
+    (json.dumps(line(response={"timings": {"draft_n": BIG, "draft_n_accepted": 1}})), "timings.draft_n is 1000000"),
+    (json.dumps(line(response={"meta_info": {"spec_num_proposed_drafts": BIG, "spec_num_correct_drafts": 1}})), "spec_num_proposed_drafts"),
+    (json.dumps(line(in_flight=BIG)), "in_flight is 1000000"),
+    (json.dumps(line(time=1e300)), "'time' 1e+300 is not between 1970 and the end of 9999"),
+    (json.dumps(line(time=-5)), "'time' -5 is not between 1970"),
+    (json.dumps(line(latency_s=1e308)), "latency_s is 1e+308, not seconds"),
+    (json.dumps(line()).replace('"latency_s": 0.5', '"latency_s": NaN'), "holds NaN, which is not a JSON number"),
+    (json.dumps(line()).replace('"draft_n": 16', '"draft_n": Infinity'), "holds Infinity"),
+    (json.dumps(line()).replace('"temperature": 0.0', '"temperature": -Infinity'), "holds -Infinity"),
+    (json.dumps(line(labels={"a": {"b": 1}})), "label 'a' is a JSON object"),
+    (json.dumps(line(labels={"language": "x" * 40})), "longer than 16 characters"),
+    (json.dumps(line(labels={"t": "\ud800"})), "lone UTF-16 surrogate"),
+    (json.dumps(line(response={"usage": "many"})), "the server's 'usage' is a JSON string, not an object"),
+    (json.dumps(line(response={"metrics": {"speculative_decoding": [1]}})), "'metrics.speculative_decoding' is a JSON array"),
+    ('{"time": "2026-01-01T00:00:00Z", "request": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+]
+
+
+@pytest.mark.parametrize("text, words", HOSTILE, ids=[w[:30] for _, w in HOSTILE])
+def test_a_hostile_line_is_refused_with_its_file_and_line_and_nothing_stored(tmp_path, capsys, text, words):
+    db = str(tmp_path / "t.db")
+    write(tmp_path / "first.jsonl", [line(time="2025-12-31T00:00:00Z")])
+    assert main(["traffic", "ingest", str(tmp_path / "first.jsonl"), "--store", db]) == 0
+    before = rows(db)
+    (tmp_path / "bad.jsonl").write_text(json.dumps(line(time="2026-01-02T00:00:00Z")) + "\n" + text + "\n")
+    for flags in ([], ["--keep-text", "--detect-language"]):  # the columnar path and the per-line one
+        assert main(["traffic", "ingest", str(tmp_path / "bad.jsonl"), "--store", db, *flags]) == 2
+        err = capsys.readouterr().err
+        assert "bad.jsonl:2" in err and words in err and "nothing of this ingest was stored" in err, err
+        assert err.count("\n") == 1
+    assert rows(db) == before
+
+
+def test_bytes_that_are_not_utf8_or_not_gzip_are_refused(tmp_path, capsys):
+    db = str(tmp_path / "t.db")
+    (tmp_path / "latin.jsonl").write_bytes(json.dumps(line()).encode().replace(b"Bonjour", b"Bj\xf6rk") + b"\n")  # Latin-1
+    whole = gzip.compress("".join(json.dumps(line(time=f"2026-01-01T00:00:{i:02d}Z")) + "\n" for i in range(40)).encode())
+    (tmp_path / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    (tmp_path / "plain.jsonl.gz").write_text(json.dumps(line()) + "\n")
+    (tmp_path / "trailing.jsonl.gz").write_bytes(whole + b"junk")
+    expected = {
+        "latin.jsonl": "latin.jsonl:1 is not UTF-8 text",
+        "cut.jsonl.gz": "cut.jsonl.gz is cut short",
+        "plain.jsonl.gz": "plain.jsonl.gz is not a readable gzip file",
+        "trailing.jsonl.gz": "trailing.jsonl.gz is not a readable gzip file",
+    }
+    for name, words in expected.items():
+        assert main(["traffic", "ingest", str(tmp_path / name), "--store", db]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "Traceback" not in err, err
+    assert rows(db) == []
+
+
+def test_the_request_body_is_the_clients_own(tmp_path):
+    """What a client put in its request does not make the log malformed: documented defaults instead."""
+    log = write(
+        tmp_path / "a.jsonl",
+        [
+            line(request={"prompt": "x", "temperature": "hot"}),  # not a number: 1.0, the OpenAI default
+            line(time="2026-01-01T00:00:01Z", request={"messages": [{"role": "user", "content": 5}, "oops"]}),  # no text
+            line(time="2026-01-01T00:00:02Z", request={"messages": "hello"}),
+            line(time="2026-01-01T00:00:03Z", request={"prompt": "cut \ud83d pair"}),  # a lone surrogate: U+FFFD
+        ],
+    )
+    with open_traffic_store(tmp_path / "t.db") as store:
+        ingest(store, [str(log)], keep_text=True)
+    stored = rows(tmp_path / "t.db")
+    assert stored[0]["temperature"] == 1.0 and stored[0]["sampling_bin"] == 2
+    assert [r["text"] for r in stored] == ["x", "", "", "cut \ufffd pair"]
