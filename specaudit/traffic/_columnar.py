@@ -114,6 +114,8 @@ def _seconds_ok(values: np.ndarray, *, required: bool) -> bool:
 def columnar_rows(chunk: Chunk) -> pd.DataFrame | None:
     """The chunk's rows (ROW_FIELDS, labels as their stored JSON text, plus `declared_language`), or None
     when some line needs the per-line path."""
+    if not all(raw.startswith(b"{") for raw in chunk.raw):
+        return None  # not all objects; and pyarrow 26's reader crashes (SIGSEGV) on a first line `null`
     try:
         table = pa_json.read_json(pa.py_buffer(b"\n".join(chunk.raw)), parse_options=_OPTIONS).combine_chunks()
     except pa.ArrowInvalid:

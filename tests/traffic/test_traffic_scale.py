@@ -106,6 +106,15 @@ def test_an_odd_line_sends_its_chunk_the_per_line_way(odd):
     assert columnar_rows(chunk_of([*COMMON, ODD[odd]])) is None
 
 
+@pytest.mark.parametrize("first", ["null", "[]", '"x"', "1"])
+def test_a_first_line_that_is_not_an_object_goes_per_line(tmp_path, first):
+    # pyarrow 26's JSON reader with a schema dies of SIGSEGV on a first line `null` (found by the fuzz test).
+    assert columnar_rows(chunk_of([first, base()])) is None
+    (tmp_path / "log.jsonl").write_text(first + "\n" + json.dumps(base()) + "\n")
+    with open_traffic_store(tmp_path / "t.db") as store, pytest.raises(InputError, match=r"log.jsonl:1 is a JSON"):
+        ingest(store, [str(tmp_path / "log.jsonl")])
+
+
 def test_simulated_log_ingests_columnar_with_the_per_line_rows(tmp_path):
     log = write_log(tmp_path / "sim.jsonl", simulate(TrafficModel(), 3000, seed=4))
     raw = [line.strip() for line in log.read_bytes().splitlines()]
