@@ -119,8 +119,12 @@ def test_audit_over_sampling_settings_fails_if_any_setting_fails(tmp_path, tiny_
     assert rows["t=1"]["correctness"] == "violation" and rows["t=1"]["exit_code"] == 1
     assert rows["greedy"]["correctness"] != "violation" and "verification silently greedy" in rows["greedy"]["blind_to"]
     assert code == 1 and "over 2 settings: gate FAIL" in printed
+    assert printed.splitlines()[-1] == "decision: Do not enable  (exit 1) (the worst setting's)"
+    # greedy is correct; it fails only on its decision (the tiny pair decodes slower than vanilla: Do not enable)
+    greedy = json.loads((out / "greedy" / "snapshot.json").read_text())["gate"]
+    assert [c["name"] for c in greedy["checks"] if c["status"] == "FAIL"] == ["decision"] and rows["greedy"]["decision"] == "do_not"
     summary = (out / "summary.md").read_text()
-    assert summary.startswith("# specaudit over 2 sampling settings: FAIL at t=1")
+    assert summary.startswith("# specaudit over 2 sampling settings: FAIL at ") and "t=1" in summary.splitlines()[0]
     assert "| verification silently greedy: " in summary and "SGLang PR #31214 | **no** | yes |" in summary
     # the greedy report's banner says the class was not tested there
     assert "verification silently greedy (SGLang PR #31214)" in (out / "greedy" / "summary.md").read_text()

@@ -563,7 +563,8 @@ def test_default_audit_decision_cards_and_deduplicated_actions(tmp_path):
     # equivalence within delta is not shown, and showing it takes months: no command over the 24 h budget,
     # the item says what the audit did show instead
     assert "--samples " not in actions and "No rerun within 24 h shows it" in actions and "What this audit did show" in actions
-    assert "--fail-on decision" in summary  # the decision blocks while the gate exits 0: how to make them agree
+    # the decision blocks while this snapshot's gate (judged under --fail-on fail) exits 0: how to make them agree
+    assert "--fail-on do-not-enable" in summary
     # the audit subject: the target's GGUF hash from the models entry, the draft described as what it is
     about = _section(parsed, "subject")
     assert snapshot["run"]["models"]["target"]["gguf_sha256"] in about

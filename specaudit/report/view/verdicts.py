@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.decoding._shapes import BEYOND_CHAINS, speculative_engines
 from specaudit.gate.decision import BLOCKING, DecisionFacts, decision_key
+from specaudit.gate.results import fail_on_for
 from specaudit.report.view.costs import BUDGET_HOURS, best_k_speedup, predicted_rerun, rerun_cost
 from specaudit.report.view.format import finite, mapping, recorded
 from specaudit.report.view.statuses import (
@@ -136,7 +137,7 @@ def decide(
     line = f"Gate: {gate_status.value} (exit {exit_code})" if gate_status else "Gate: not run"
     note = None
     if gate_status and key in BLOCKING and exit_code == 0:
-        note = f"The gate exits 0 on {title}: `--fail-on decision` (gate or audit) makes it exit 1 on this decision."
+        note = f"The gate exits 0 on {title}: `--fail-on {fail_on_for(key)}` (gate or audit) makes it exit 1 on this decision."
     return {"key": key, "title": title, "css": css, "reasons": reasons, "gate": line, "gate_note": note}
 
 
