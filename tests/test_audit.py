@@ -83,7 +83,9 @@ def test_monitor_run_audits_stores_and_checks(tmp_path, tiny_pair_dir, tiny_prom
         outputs.append(capsys.readouterr().out)
     results = [json.loads(out) for out in outputs]  # with --format json, stdout is the check alone
     assert results[0]["checks"][0]["kind"] == "baseline"  # nothing to compare with yet
-    assert all(r["exit_code"] == c for r, c in zip(results, codes))
+    # the exit code: 1 where the drift check fails or the audit's own exit code (its decision) is 1
+    audits = [json.loads((tmp_path / f"run{i}" / "snapshot.json").read_text())["gate"]["exit_code"] for i in range(3)]
+    assert codes == [max(r["exit_code"], a) for r, a in zip(results, audits, strict=True)]
     drift = [c for c in results[2]["checks"] if c["kind"] == "drift" and c["group"] == "b" and c["metric"] == "acceptance_rate"]
     assert drift and drift[0]["details"]["method"] == "paired t-test on per-prompt differences"
     assert drift[0]["details"]["current"] < drift[0]["details"]["baseline"]
