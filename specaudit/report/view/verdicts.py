@@ -248,7 +248,10 @@ def actions(
             text += f" {cost.sentence()}"
         add("warn", text, "disparity", with_flags(command, {"--per-group": per_group}) if per_group else None)
     if equivalence_view.get("ran"):
-        audited = [e for e in equivalence_view.get("engines", []) if not e.get("is_control")]
+        # an engine with a violation has its MUST item above: showing its equivalence is moot
+        audited = [
+            e for e in equivalence_view.get("engines", []) if not e.get("is_control") and e.get("status") != EquivalenceStatus.VIOLATION
+        ]
         not_shown = [e for e in audited if e.get("tv", {}).get("verdict") == "not shown"]
         not_run = [e for e in audited if any(r.get("not_run") for r in e.get("two_sample", {}).get("rows", []) or [])]
         if not_shown or not_run:
@@ -387,7 +390,7 @@ def _what_was_shown(engine: Mapping[str, Any]) -> str:
     parts = []
     if engine.get("pit_bound", {}).get("ran"):
         parts.append(engine["pit_bound"]["sentence"])
-    if engine.get("status") is not None and "n_tokens" in engine:
+    if engine.get("status") == EquivalenceStatus.NO_VIOLATION_FOUND and "n_tokens" in engine:
         parts.append(f"no test found a violation in {engine['n_tokens']} tokens")
     pit = next((p for p in engine.get("power", []) if str(p.get("label", "")).startswith("PIT")), None)
     if pit:
