@@ -49,6 +49,8 @@ def test_default_gate_exits_1_on_do_not_enable_and_fail_only_says_how_to_agree(e
     assert "--fail-on do-not-enable" in view["summary"]["decision"]["gate_note"]
     view = build_view({**example, "gate": result.to_dict()})
     assert view["summary"]["decision"]["gate"] == "Gate: FAIL (exit 1)" and view["summary"]["decision"]["gate_note"] is None
+    # the failing decision check restates the banner: What to do does not list it as a problem of its own
+    assert "Gate check decision" not in " ".join(item["text"] for item in view["summary"]["actions"])
 
 
 def test_fail_on_decision_exits_1_exactly_when_the_decision_blocks(example):

@@ -192,7 +192,8 @@ def actions(
     gate_checks = snapshot.gate.checks if snapshot.gate is not None else []
     for check in gate_checks:
         name = str(check.name or "")
-        if check.status is CheckStatus.FAIL and not name.startswith(("equivalence[", "disparity[")):
+        # the `decision` check restates the decision (the banner's): not a problem of its own
+        if check.status is CheckStatus.FAIL and name != "decision" and not name.startswith(("equivalence[", "disparity[")):
             add("fail", f"Gate check {name} fails: {recorded(check.message, '')}", "gate")
     flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == DisparityStatus.FLAG})
     if flagged:
