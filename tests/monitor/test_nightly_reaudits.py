@@ -90,3 +90,42 @@ def test_the_readme_nightly_command_twice_stores_two_audits(tmp_path, tiny_pair_
     assert f"re-analyses the records of run #2 {runs[1].name}" in err and "not a new audit" in err
     with sqlite3.connect(store) as db:
         assert db.execute("select value from specaudit_run_tags where key = 'same_run_as'").fetchall() == [("2",)]
+
+
+def test_a_named_folder_run_again_says_it_resumed_and_is_flagged_as_the_same_run(
+    tmp_path, tiny_pair_dir, tiny_prompts_file, monkeypatch, capsys
+):
+    config = _tiny_config(tmp_path, tiny_pair_dir, tiny_prompts_file)
+    monkeypatch.chdir(tmp_path)
+    Path("audit.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    argv = ["monitor", "run", "--config", "audit.yaml", "--out", "fixed", "--store", "sqlite:///h.db", "--quiet", "--fail-on", "fail"]
+    main(argv)
+    first = capsys.readouterr().err
+    main(argv)
+    second = capsys.readouterr().err
+    assert "resumed" not in first and "resumed fixed: 16 records were already there, 0 decoded now" in second
+    assert "re-analyses the records of run #1 fixed" in second and "not a new audit" in second
+    with sqlite3.connect("h.db") as db:
+        assert db.execute("select run_id, value from specaudit_run_tags where key = 'same_run_as'").fetchall() == [(2, "1")]
+
+
+def test_monitor_run_takes_the_audit_flags_its_help_names(tmp_path, tiny_pair_dir, tiny_prompts_file, monkeypatch, capsys):
+    config = _tiny_config(tmp_path, tiny_pair_dir, tiny_prompts_file)
+    for key in ("temperature", "top_p"):  # --sampling sets them (both at once is refused)
+        config.pop(key)
+    monkeypatch.chdir(tmp_path)
+    Path("audit.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    with pytest.raises(SystemExit):
+        main(["monitor", "run", "--help"])
+    help_text = capsys.readouterr().out
+    assert all(flag in help_text for flag in ("--dry-run", "--fail-on", "--sampling", "--pair"))
+    # --dry-run: the audit's plan, nothing decoded, no store created
+    code = main(["monitor", "run", "--config", "audit.yaml", "--store", "sqlite:///h.db", "--dry-run", "--sampling", "greedy", "t=1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "nothing runs: --dry-run" in out and "x 2 sampling settings" in out
+    assert not Path("h.db").exists() and not Path("reports").exists()
+    try:  # argparse refuses a choice itself (SystemExit 2)
+        code = main(["monitor", "run", "--config", "audit.yaml", "--fail-on", "never"])
+    except SystemExit as refused:
+        code = refused.code
+    assert code == 2 and "--fail-on" in capsys.readouterr().err
