@@ -63,16 +63,14 @@ def measured_rates(cfg: RunConfig) -> MeasuredRates | None:
     return DEFAULT_PAIR if local and default_pair and cfg.k == 4 else None
 
 
-def predicted_seconds(
-    cfg: RunConfig, screened: int, decoded: int, rates: MeasuredRates, *, analysed: int | None = None, share_left: float = 1.0
-) -> float:
-    """Seconds to screen `screened` prompts, decode `decoded` with the engines and analyse
-    `analysed` (default `decoded`); `share_left`: the part of the engines' items still to run (a
-    resumed run's)."""
+def predicted_seconds(cfg: RunConfig, screened: int, decoded: int, rates: MeasuredRates, *, share_left: float = 1.0) -> float:
+    """Seconds to screen `screened` prompts, decode `decoded` with the engines and analyse them;
+    `share_left`: the part of the engines' items still to decode (a resumed run's; the analysis
+    covers the whole run)."""
     scale = cfg.max_new_tokens / rates.tokens * cfg.samples
     screen = screened * rates.screen_per_prompt * scale if SCREEN_ENGINE in cfg.engines else 0.0
     engines = share_left * decoded * rates.engines_per_prompt * scale * (1 + cfg.timing_repeats / max(cfg.samples, 1))
-    return screen + engines + rates.analysis_fixed + (decoded if analysed is None else analysed) * rates.analysis_per_engine_prompt
+    return screen + engines + rates.analysis_fixed + decoded * rates.analysis_per_engine_prompt
 
 
 def concurrency_levels(cfg: RunConfig) -> tuple[int, ...]:
