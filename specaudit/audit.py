@@ -117,15 +117,22 @@ def _records_in(out_dir: Path) -> int:
 
 def last_run_folder(runs_folder: str | Path) -> Path:
     """The run folder under `runs_folder` started last (by its manifest's creation time): what
-    `audit --resume` continues when no RUN_DIR is named."""
+    `audit --resume` continues when no RUN_DIR is named. A finished one (snapshot written) is
+    refused: resuming it would only analyse it again."""
     from specaudit.contracts.run import MANIFEST_FILE
+    from specaudit.contracts.snapshot import SNAPSHOT_FILE
     from specaudit.execution.records import read_manifest
 
     parent = Path(runs_folder)
     runs = [folder for folder in sorted(parent.iterdir()) if (folder / MANIFEST_FILE).is_file()] if parent.is_dir() else []
     if not runs:
         raise InputError(f"--resume: no audit run in {parent}/ to resume; name its folder: --resume RUN_DIR")
-    return max(runs, key=lambda folder: (str(read_manifest(folder).get("created") or ""), folder.name))
+    last = max(runs, key=lambda folder: (str(read_manifest(folder).get("created") or ""), folder.name))
+    if (last / SNAPSHOT_FILE).is_file():
+        raise InputError(
+            f"--resume: the last run in {parent}/, {last}, is finished ({SNAPSHOT_FILE} written); name the run to continue: --resume RUN_DIR"
+        )
+    return last
 
 
 def resumed_config(run_dir: str | Path) -> RunConfig:

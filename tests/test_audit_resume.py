@@ -80,6 +80,9 @@ def test_a_killed_audit_resumes_without_a_record_twice(tmp_path, tiny_pair_dir, 
     assert snapshot["run"]["n_records"] == planned and (run_dir / "report.html").is_file()
     assert json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))["invocations"] == 2
     assert list((tmp_path / "runs").iterdir()) == [run_dir]  # resumed in place, no new folder
+    # the last run is now finished: --resume alone says so rather than analyse it again
+    assert main(["audit", "--resume", "--config", str(config)]) == 2
+    assert "is finished (snapshot.json written)" in capsys.readouterr().err
 
 
 def test_resume_without_a_run_to_resume_is_one_sentence(tmp_path, monkeypatch, capsys):
