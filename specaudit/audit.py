@@ -58,6 +58,9 @@ class AuditResult:
     files: dict
     gate_status: str
     exit_code: int
+    decision: str  # the report's decision (a gate.results.DECISIONS key); the exit code follows it (fail_on)
+    resumed: int = 0  # records already in the folder when this invocation began (a resumed run)
+    decoded: int = 0  # records this invocation added
 
 
 def default_run_id(cfg: RunConfig) -> str:
@@ -90,6 +93,7 @@ def audit(
     out_dir = Path(out_dir)
     check_output_folder(out_dir, create=False)  # an --out that cannot be written fails before the models load
     pair = pair or load_pair_for(cfg)
+    before = _records_in(out_dir)
     try:
         run(cfg, out_dir, pair=pair, progress=progress, command=command)
     except FaultLimitReached as stopped:  # the engine is down: what it answered is audited, its faults FAIL the gate
@@ -99,7 +103,57 @@ def audit(
     snapshot = load_snapshot({**snapshot, "gate": result.to_dict()})  # gate and report get what every reader gets
     write_json_atomic(out_dir / SNAPSHOT_FILE, snapshot)
     files = render_report(snapshot, out_dir)
-    return AuditResult(out_dir, snapshot, files, result.status, result.exit_code)
+    return AuditResult(out_dir, snapshot, files, result.status, result.exit_code, result.decision, before, _records_in(out_dir) - before)
+
+
+def _records_in(out_dir: Path) -> int:
+    """Records a run folder holds (0 for a new one)."""
+    from specaudit.contracts.run import RECORDS_FILE
+    from specaudit.execution.records import read_records
+
+    path = out_dir / RECORDS_FILE
+    return len(read_records(path)) if path.is_file() else 0
+
+
+def last_run_folder(runs_folder: str | Path) -> Path:
+    """The run folder under `runs_folder` started last (by its manifest's creation time): what
+    `audit --resume` continues when no RUN_DIR is named. A finished one (snapshot written) is
+    refused: resuming it would only analyse it again."""
+    from specaudit.contracts.run import MANIFEST_FILE
+    from specaudit.contracts.snapshot import SNAPSHOT_FILE
+    from specaudit.execution.records import read_manifest
+
+    parent = Path(runs_folder)
+    runs = [folder for folder in sorted(parent.iterdir()) if (folder / MANIFEST_FILE).is_file()] if parent.is_dir() else []
+    if not runs:
+        raise InputError(f"--resume: no audit run in {parent}/ to resume; name its folder: --resume RUN_DIR")
+    last = max(runs, key=lambda folder: (str(read_manifest(folder).get("created") or ""), folder.name))
+    if (last / SNAPSHOT_FILE).is_file():
+        raise InputError(
+            f"--resume: the last run in {parent}/, {last}, is finished ({SNAPSHOT_FILE} written); name the run to continue: --resume RUN_DIR"
+        )
+    return last
+
+
+def resumed_config(run_dir: str | Path) -> RunConfig:
+    """The settings a run folder was started with (its manifest's), to continue it."""
+    from specaudit.config import run_config_from
+    from specaudit.contracts.run import MANIFEST_FILE
+    from specaudit.execution.records import read_manifest
+
+    run_dir = Path(run_dir)
+    if not (run_dir / MANIFEST_FILE).is_file():
+        settings = run_dir / "settings.json"
+        hint = (
+            "it holds the per-setting audits of --sampling: rerun that command with --out " + str(run_dir)
+            if settings.is_file() or any(run_dir.glob(f"*/{MANIFEST_FILE}"))
+            else "name the folder an audit wrote (reports/<run-id>)"
+        )
+        raise InputError(f"--resume {run_dir}: no audit run there (no {MANIFEST_FILE}); {hint}")
+    config = read_manifest(run_dir).get("config")
+    if not isinstance(config, dict):
+        raise InputError(f"--resume {run_dir}: {MANIFEST_FILE} holds no run settings (`config`); the run folder is damaged")
+    return run_config_from(dict(config), f"--resume {run_dir}: {MANIFEST_FILE}")
 
 
 def split_audit_config(options: dict, source: str) -> tuple[dict, dict, dict]:

@@ -425,8 +425,9 @@ class GateThresholds(_SectionSettings):
     - ``min_group_size``: groups with fewer prompts warn (their ratio interval's coverage is unchecked
       below 4; power is judged per comparison by its status and minimum detectable ratio).
     - ``*_severity``: "warn" or "fail" (any case; held as CheckStatus) for a check that is not met.
-    - ``fail_on``: "fail" (exit 1 on a failing check) or "decision" (also on the report's Do not
-      enable / Insufficient evidence: the `decision` check, specaudit.gate.decision).
+    - ``fail_on``: which decisions exit 1 (the `decision` check, specaudit.gate.decision):
+      "do-not-enable" (default: the report's Do not enable, which every failing check leads to),
+      "decision" (also Insufficient evidence) or "fail" (failing checks only).
     """
 
     _section: ClassVar[str] = "gate"
@@ -446,9 +447,8 @@ class GateThresholds(_SectionSettings):
     min_speedup: float = Field(1.0, gt=0, strict=True, allow_inf_nan=False, description="the speed-up every group should reach, e.g. 1.0")
     slowdown_severity: Literal[CheckStatus.WARN, CheckStatus.FAIL] = CheckStatus.WARN
     min_group_size: int = Field(MIN_CHECKED_PROMPTS, ge=1, strict=True)
-    # "decision": exit 1 also where the report's decision is Do not enable or Insufficient evidence
-    # (gate.decision), so a CI job's exit code agrees with the decision; "fail": on failing checks only
-    fail_on: Literal["fail", "decision"] = "fail"
+    # the decisions that exit 1 (gate.results.EXIT_ON), so a CI job's exit code agrees with the decision
+    fail_on: Literal["fail", "do-not-enable", "decision"] = "do-not-enable"
 
     @classmethod
     def _input_error(cls, err: ValidationError, name: Callable[[str], str]) -> InputError:

@@ -40,7 +40,7 @@ class SettingsAuditResult:
         return "FAIL" if self.exit_code else ("WARN" if any(r["gate"] == "WARN" for r in self.rows) else "PASS")
 
 
-def setting_row(spec: SamplingSpec, snapshot: dict, folder: Path, exit_code: int) -> dict[str, Any]:
+def setting_row(spec: SamplingSpec, snapshot: dict, folder: Path, exit_code: int, decision: str | None = None) -> dict[str, Any]:
     """What one setting's audit concluded about the speculative engine(s): the worst engine's
     status, its TV bound and detectable PIT distortion, the gate."""
     section = snapshot.get("equivalence", {})
@@ -61,6 +61,7 @@ def setting_row(spec: SamplingSpec, snapshot: dict, folder: Path, exit_code: int
         "detectable_pit_distortion": (worst.get("power") or {}).get("pit_tv"),
         "gate": str(snapshot.get("gate", {}).get("status", "not run")).upper(),
         "exit_code": exit_code,
+        "decision": decision,  # the report's decision (gate.results.DECISIONS key)
         "blind_to": [c.name for c in BUG_CLASSES if not c.visible(spec)],
     }
 
@@ -87,7 +88,7 @@ def audit_settings(
     for spec in specs:
         folder = out_dir / setting_slug(spec)
         result = audit(cfg.with_setting(spec), folder, analysis=analysis, gate=gate, pair=pair, progress=progress, command=command)
-        rows.append(setting_row(spec, result.snapshot, folder, result.exit_code))
+        rows.append(setting_row(spec, result.snapshot, folder, result.exit_code, result.decision))
     out_dir.mkdir(parents=True, exist_ok=True)
     never = [c for c in BUG_CLASSES if not any(c.visible(spec) for spec in specs)]
     payload = {"settings": rows, "not_tested_by_any_setting": [{"class": c.name, "reports": c.reports} for c in never]}

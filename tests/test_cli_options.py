@@ -4,6 +4,8 @@ requests, no flag silently ignored, and `--dry-run`'s plan and predicted time.""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -121,6 +123,35 @@ def test_dry_run_prints_the_plan_and_writes_nothing(capsys, tmp_path, monkeypatc
     assert not (tmp_path / "plan-only").exists()
     assert main(["audit", "--dry-run", "--target", "some/other-model", "--dimensions", "language", "--out", "plan-only"]) == 0
     assert "predicted time: unknown" in capsys.readouterr().out
+
+
+def test_dry_run_of_a_resumed_audit_counts_what_is_there_and_predicts_the_rest(tmp_path, monkeypatch, capsys):
+    """A --quick audit of the default pair killed after its screen: `--resume --dry-run` counts the
+    132 screen records there and predicts the engines and analysis only (no model is loaded)."""
+    import json
+
+    from specaudit.execution.folder import load_run_prompts
+    from specaudit.execution.plan import engine_subset, plan_items
+
+    monkeypatch.chdir(tmp_path)
+    cfg = RunConfig(**QUICK_BUDGET)
+    run_dir = tmp_path / "reports" / "killed"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text(json.dumps({"created": "2026-01-01T00:00:00+00:00", "config": cfg.to_dict()}))
+    prompts = load_run_prompts(cfg)
+    items = plan_items(list(prompts.prompts), cfg, cfg.engines, engine_subset(prompts, cfg))
+    with open(run_dir / "records.jsonl", "w", encoding="utf-8") as records:  # what the screen had written
+        for item in items:
+            if item.engine == "screen":
+                records.write(json.dumps({"key": item.key, "engine": item.engine, "prompt_id": item.prompt.id}) + "\n")
+    assert main(["audit", "--quick", "--dry-run", "--out", str(run_dir)]) == 0
+    whole = capsys.readouterr().out
+    assert main(["audit", "--resume", "--dry-run"]) == 0  # the last run under reports/
+    resumed = capsys.readouterr().out
+    assert "resumed: 132 of 148 items are recorded in reports/killed/; 16 left to decode" in resumed
+    seconds = [int(m) * 60 + int(s) for m, s in (re.search(r"about (\d+) min (\d+) s", text).groups() for text in (whole, resumed))]
+    # the screen's share is left out (132 prompts at 180/440 s each): the engines and the analysis remain
+    assert seconds[1] == pytest.approx(seconds[0] - 132 * DEFAULT_PAIR.screen_per_prompt, abs=1)
 
 
 @pytest.mark.parametrize(

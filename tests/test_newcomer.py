@@ -61,9 +61,13 @@ def test_the_readme_command_audits_a_server_with_no_yaml_written(tmp_path, serve
     size = ["--prompts", str(tiny_prompts_file), "--samples", "3", "--max-new-tokens", "8", "--out", "report", "--quiet"]
     code = main(["audit", *argv, *size])
     out = capsys.readouterr().out
-    assert code == 0, out
     assert re.search(r"^report: report/report\.html$", out, flags=re.MULTILINE)
-    assert re.search(r"^equivalence: \S.*gate: (PASS|WARN)", out, flags=re.MULTILINE)
+    # correctness in the report's words (never PASS for "no test rejected"), then the decision and its exit code last
+    assert re.search(r"^equivalence: (NO VIOLATION FOUND|EQUIVALENT WITHIN DELTA)  gate: (PASS|WARN|FAIL)", out, flags=re.MULTILINE)
+    decision = re.fullmatch(
+        r"decision: (Enable|Enable with conditions|Do not enable|Insufficient evidence)  \(exit (\d)(;.*)?\)", out.splitlines()[-1]
+    )
+    assert decision and int(decision.group(2)) == code == (1 if decision.group(1) == "Do not enable" else 0), out
     snapshot = load_snapshot(tmp_path / "report")
     assert set(snapshot["run"]["engines"]) == {"speculative", "vanilla"}
     assert snapshot["run"]["config"]["endpoint"]["concurrency_levels"] == [1, 4]  # --concurrency 1,4 from the command

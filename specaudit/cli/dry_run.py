@@ -63,10 +63,13 @@ def measured_rates(cfg: RunConfig) -> MeasuredRates | None:
     return DEFAULT_PAIR if local and default_pair and cfg.k == 4 else None
 
 
-def predicted_seconds(cfg: RunConfig, screened: int, decoded: int, rates: MeasuredRates) -> float:
+def predicted_seconds(cfg: RunConfig, screened: int, decoded: int, rates: MeasuredRates, *, share_left: float = 1.0) -> float:
+    """Seconds to screen `screened` prompts, decode `decoded` with the engines and analyse them;
+    `share_left`: the part of the engines' items still to decode (a resumed run's; the analysis
+    covers the whole run)."""
     scale = cfg.max_new_tokens / rates.tokens * cfg.samples
     screen = screened * rates.screen_per_prompt * scale if SCREEN_ENGINE in cfg.engines else 0.0
-    engines = decoded * rates.engines_per_prompt * scale * (1 + cfg.timing_repeats / max(cfg.samples, 1))
+    engines = share_left * decoded * rates.engines_per_prompt * scale * (1 + cfg.timing_repeats / max(cfg.samples, 1))
     return screen + engines + rates.analysis_fixed + decoded * rates.analysis_per_engine_prompt
 
 
@@ -93,8 +96,20 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {minutes} min" if hours else f"{minutes} min {secs} s" if minutes else f"{secs} s"
 
 
-def print_plan(cfg: RunConfig, out: str | Path, specs: Sequence[SamplingSpec] | None = None) -> PlanOnly:
-    """Print what the audit would do and how long it is predicted to take; nothing runs."""
+def _records_done(out: str | Path) -> set[str]:
+    """Keys of the records a run folder already holds (a resumed run decodes only the others)."""
+    from pathlib import Path
+
+    from specaudit.contracts.run import RECORDS_FILE
+    from specaudit.execution.records import load_records
+
+    path = Path(out) / RECORDS_FILE
+    return {record.key for record in load_records(path)} if path.is_file() else set()
+
+
+def print_plan(cfg: RunConfig, out: str | Path, specs: Sequence[SamplingSpec] | None = None, *, resume: bool = False) -> PlanOnly:
+    """Print what the audit would do and how long it is predicted to take; nothing runs. With
+    `resume`, the records already in `out` are counted and only what is left is predicted."""
     from specaudit.contracts.engines import ENGINES
     from specaudit.execution.folder import load_run_prompts
     from specaudit.execution.plan import engine_subset, plan_items
@@ -111,7 +126,9 @@ def print_plan(cfg: RunConfig, out: str | Path, specs: Sequence[SamplingSpec] | 
         dim: len({p.attributes.get(dim) for p in prompts if p.attributes.get(dim) is not None}) for dim in prompt_set.dimensions or {}
     }
     settings = len(specs) if specs else 1
-    print(f"plan (nothing runs: --dry-run); the audit would write {out}/")
+    done = _records_done(out) if resume else set()
+    left = [item for item in items if item.key not in done]
+    print(f"plan (nothing runs: --dry-run); the audit would {'continue' if resume else 'write'} {out}/")
     if cfg.endpoint:
         print(f"  servers: speculation on {cfg.endpoint['speculative_url']}, off {cfg.endpoint['vanilla_url']}; tokenizer {cfg.target}")
     else:
@@ -130,13 +147,18 @@ def print_plan(cfg: RunConfig, out: str | Path, specs: Sequence[SamplingSpec] | 
         + (f"; x {len(levels)} concurrency levels ({', '.join(map(str, levels))})" if len(levels) > 1 else "")
         + (f"; x {len(cfg.prefix_cache)} prompt-cache states ({', '.join(cfg.prefix_cache)})" if cfg.prefix_cache else "")
     )
+    if resume:
+        print(f"  resumed: {len(items) - len(left)} of {len(items)} items are recorded in {out}/; {len(left)} left to decode")
     if cfg.prefix_cache and "warm" in cfg.prefix_cache:
         print("  each warm request follows a one-token priming request of the same prompt on the same server")
     rates = measured_rates(cfg)
     if rates is None:
         print("  predicted time: unknown (no measured rate for this pair, backend or device); `--quick` measures one")
     else:
-        seconds = settings * predicted_seconds(cfg, len(prompts), decoded, rates)
+        screened_left = len({item.prompt.id for item in left if item.engine == SCREEN_ENGINE})
+        engine_items = [item for item in items if item.engine != SCREEN_ENGINE]
+        share_left = sum(item.engine != SCREEN_ENGINE for item in left) / len(engine_items) if engine_items else 0.0
+        seconds = settings * predicted_seconds(cfg, screened_left, decoded, rates, share_left=share_left)
         print(
             f"  predicted time: about {_duration(seconds)} on {rates.machine} (rates from {rates.source}); screen, engines and analysis included"
         )

@@ -1,4 +1,5 @@
-"""`specaudit gate`: judge a snapshot against thresholds, exit 0 pass (warnings allowed) or 1 fail."""
+"""`specaudit gate`: judge a snapshot against thresholds; exit 1 where a check fails (the decision
+check included: by default it fails on Do not enable, as `audit`), else 0."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import argparse
 
 
 def add_gate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gate", help="judge a snapshot against thresholds: exit 0 pass (warnings allowed), 1 fail")
+    p = sub.add_parser(
+        "gate", help="judge a snapshot against thresholds: exit 1 on a failing check or the decision Do not enable (--fail-on), else 0"
+    )
     p.add_argument("snapshot", metavar="RUN_DIR|SNAPSHOT", help="run folder holding snapshot.json, or the snapshot file")
     p.add_argument("--config", help="YAML config whose `gate:` section holds the thresholds (default thresholds otherwise)")
     p.add_argument("--write", action="store_true", help="store the verdict in the snapshot's `gate` section")

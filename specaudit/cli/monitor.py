@@ -59,7 +59,10 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--run", default="latest", help="stored run to check: id, name or 'latest' (default)")
     check.add_argument("--alpha", type=finite_float, default=0.05, help="family-wise error rate over groups x metrics, Holm (default 0.05)")
     run = actions.add_parser(
-        "run", parents=[common, checking], help="run an audit (the flags and config of `specaudit audit`), store its snapshot and check it"
+        "run",
+        parents=[common, checking],
+        help="run an audit (the flags and config of `specaudit audit`) into a new run folder, store its snapshot and check it; "
+        "exit 1 where the check fails or the audit's decision does (--fail-on)",
     )
     add_audit_options(run)  # its --alpha serves the audit's tests and the drift checks alike
     report = actions.add_parser("report", parents=[common], help="trend report: OUT/trend.html (self-contained) and OUT/trend.csv")
@@ -112,6 +115,8 @@ def cmd_add(args: argparse.Namespace) -> int:
         added = store.add(args.snapshot, environment=_environment(args) or "", tags=parse_tags(args.tag))
         verb = "stored" if added.added else "already stored (same snapshot)"
         print(f"{verb}: run {added.run.label} created {added.run.created}, environment {added.run.environment or '-'}, in {store.url}")
+        if added.same_run is not None:
+            print(f"specaudit: note: {added.note}", file=sys.stderr)
     return 0
 
 
@@ -132,7 +137,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     with monitor.open_store(args.store, create=bool(snapshot)) as store:
         run = args.run
         if snapshot:
-            run = store.add(snapshot, environment=environment or "", tags=parse_tags(args.tag)).run.id
+            added = store.add(snapshot, environment=environment or "", tags=parse_tags(args.tag))
+            if added.note:  # not a new audit: say so, a check of it against itself would pass silently
+                print(f"specaudit: note: {added.note}", file=sys.stderr)
+            run = added.run.id
         metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
         result = monitor.check(
             store,
@@ -155,20 +163,36 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Audit (the flags and config of `specaudit audit`), then store and check the snapshot."""
+    """Audit (the flags and config of `specaudit audit`, always into a new run folder unless --out
+    names one), then store and check the snapshot. Exit 1 where the check FAILs or the audit's own
+    exit code is 1 (its decision under --fail-on, as `audit`)."""
     import contextlib
 
     from specaudit import monitor
     from specaudit.monitor._check import check_baseline
+    from specaudit.sampling_audit import SettingsAuditResult
 
     _check_settings(args)
+    if args.dry_run:  # the audit's plan only: nothing decoded, nothing stored
+        return run_audit(args).exit_code
     # Open the store before minutes of decoding: a foreign or damaged database fails first.
     with monitor.open_store(args.store, create=True) as store:
         check_baseline(store, args.baseline, _environment(args))
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the check (JSON with --format json)
-        args.snapshot = str(run_audit(args).out_dir)
+        result = run_audit(args)
     args.run, args.alpha = "latest", args.alpha if args.alpha is not None else 0.05
-    return cmd_check(args)
+    if not isinstance(result, SettingsAuditResult):
+        args.snapshot = str(result.out_dir)
+        return max(result.exit_code, cmd_check(args))
+    # --sampling: one audit per setting, each monitored as its own environment ENV/SETTING (a
+    # setting is compared with its own history, never with another setting's)
+    environment = _environment(args) or ""
+    codes = [result.exit_code]
+    for row in result.rows:
+        args.snapshot = str(result.out_dir / row["folder"])
+        args.environment = f"{environment}/{row['setting']}" if environment else row["setting"]
+        codes.append(cmd_check(args))
+    return max(codes)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

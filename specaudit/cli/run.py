@@ -296,10 +296,13 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from specaudit.analysis import analyze
+    from specaudit.contracts.snapshot import validate_snapshot
+    from specaudit.report.view.statuses import audited_correctness
 
     snapshot = analyze(args.run_dir, device=args.device, **_analysis_kwargs(args))
+    correctness = audited_correctness(validate_snapshot(snapshot).equivalence)  # the report's words: PASS is not a finding
     print(
-        f"{args.run_dir}/snapshot.json: equivalence {snapshot['equivalence']['status']}, "
+        f"{args.run_dir}/snapshot.json: equivalence {correctness.value}, "
         f"{sum(len(v.get('by_group', {})) for v in snapshot['groups'].values())} groups in {len(snapshot['groups'])} dimension(s)"
     )
     return 0
@@ -317,28 +320,12 @@ def add_audit_options(p: argparse.ArgumentParser) -> None:
         help="a smaller budget (screen 3 prompts per group, engines on 8); measured on a 2-core CPU: 1 min 55 s for the default "
         "pair, 7 min 55 s for --pair qwen2.5-coder, 39 min for --engines llama-server, 8 min 23 s for --engines openvino",
     )
-    p.add_argument("--out", help="output folder (default reports/<run-id>)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def add_fail_on(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--fail-on",
-        choices=("fail", "decision"),
-        help="exit 1 on a failing gate check (fail, the default), or also where the report's decision is Do not enable or "
-        "Insufficient evidence (decision), so the exit code agrees with the decision (config: `fail_on:` under gate:)",
+        "--out",
+        help="this run's folder (an existing one is resumed); default: a new folder <run-id> under reports/, or under the "
+        "config's `out:`, so every run is a new audit",
     )
-
-
-def with_fail_on(args: argparse.Namespace, gate_options: dict | None) -> dict:
-    """The config's gate section with --fail-on over it (the flag wins)."""
-    fail_on = getattr(args, "fail_on", None)
-    return {**(gate_options or {}), **({"fail_on": fail_on} if fail_on else {})}
-
-
-def add_audit(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("audit", help="run -> analyze -> report -> gate in one command (default: the embedded pair on core)")
-    add_audit_options(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--pair",
         help="a named real draft/target pair (qwen2.5-coder), fetched on first use: the screen beside llama.cpp over five "
@@ -354,6 +341,34 @@ def add_audit(sub: argparse._SubParsersAction) -> None:
         help="sampling settings to audit, each a whole audit in OUT/<setting>/: greedy, t=0.7,top_p=0.9, t=1,top_k=50 "
         "(config key `sampling:`); repeated --sampling flags add up; the gate fails if any setting fails. One setting is the same as "
         "--temperature/--top-k/--top-p",
+    )
+
+
+def add_fail_on(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--fail-on",
+        choices=("do-not-enable", "decision", "fail"),
+        help="which decisions exit 1: the report's Do not enable, which every failing gate check leads to (do-not-enable, the "
+        "default); also Insufficient evidence (decision); or failing checks only (fail) (config: `fail_on:` under gate:)",
+    )
+
+
+def with_fail_on(args: argparse.Namespace, gate_options: dict | None) -> dict:
+    """The config's gate section with --fail-on over it (the flag wins)."""
+    fail_on = getattr(args, "fail_on", None)
+    return {**(gate_options or {}), **({"fail_on": fail_on} if fail_on else {})}
+
+
+def add_audit(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("audit", help="run -> analyze -> report -> gate in one command (default: the embedded pair on core)")
+    add_audit_options(p)
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        metavar="RUN_DIR",
+        help="continue a killed audit in RUN_DIR (default: the last run under reports/, or under the config's `out:`) with the "
+        "settings it was started with; records already there are kept; with --dry-run, predicts only what is left",
     )
     p.set_defaults(func=cmd_audit)
 
@@ -390,12 +405,14 @@ def _within_budget(budget: dict, options: dict) -> dict:
 
 
 def run_audit(args: argparse.Namespace) -> AuditResult | SettingsAuditResult | PlanOnly:
-    from specaudit.audit import DEFAULT_BUDGET, QUICK_BUDGET, audit, default_run_id, pair_budget
+    from specaudit.audit import DEFAULT_BUDGET, QUICK_BUDGET, audit, pair_budget
     from specaudit.config import run_config_from
 
     run_options, analysis_options, gate_options, source = _config_file_sections(args)
     gate_options = with_fail_on(args, gate_options)
-    out = args.out or run_options.pop("out", None)
+    runs_folder = run_options.pop("out", None)  # a config's `out:` is where its runs go, one new folder each
+    if getattr(args, "resume", None) is not None:
+        return _resume_audit(args, runs_folder, analysis_options, gate_options, source)
     specs = _sampling_settings(args, run_options, source)
     budget = QUICK_BUDGET if args.quick else DEFAULT_BUDGET
     if getattr(args, "pair", None):
@@ -411,7 +428,7 @@ def run_audit(args: argparse.Namespace) -> AuditResult | SettingsAuditResult | P
     from specaudit.execution.preflight import check_model_sources
 
     check_model_sources(cfg)
-    out = out or f"reports/{default_run_id(cfg)}"
+    out = args.out or _new_run_folder(runs_folder, cfg)
     if getattr(args, "dry_run", False):
         from specaudit.cli.dry_run import print_plan
 
@@ -426,12 +443,76 @@ def run_audit(args: argparse.Namespace) -> AuditResult | SettingsAuditResult | P
         progress=not args.quiet,
         command=command_line(args),
     )
-    print(f"report: {result.files['html']}")
-    print(
-        f"equivalence: {result.snapshot['equivalence'].get('status', 'not run').upper()}  gate: {result.gate_status.upper()}"
-        f"  (snapshot: {result.out_dir}/snapshot.json)"
-    )
+    print_verdict(result)
     return result
+
+
+def _new_run_folder(runs_folder: str | None, cfg: RunConfig) -> str:
+    """A folder no run has used: <run-id> under the config's `out:` (default reports/), with a
+    suffix where a run of the same second took the name."""
+    from pathlib import Path
+
+    from specaudit.audit import default_run_id
+
+    parent = Path(runs_folder or "reports")
+    if parent.exists() and not parent.is_dir():
+        raise InputError(f"`out:` {parent} is a file; it names the folder the runs go in, one sub-folder each")
+    run_id = default_run_id(cfg)
+    folder, n = parent / run_id, 1
+    while folder.exists():
+        n += 1
+        folder = parent / f"{run_id}-{n}"
+    return str(folder)
+
+
+# Flags that choose what a run decodes besides RunConfig's: the run being resumed has its own (its manifest).
+_RUN_FLAGS = ("quick", "pair", "sampling", "speculative_url", "vanilla_url", "served_model", "api_key_env", "concurrency", "prefix_cache")
+
+
+def _resume_audit(
+    args: argparse.Namespace, runs_folder: str | None, analysis_options: dict, gate_options: dict, source: str
+) -> AuditResult | PlanOnly:
+    """`audit --resume [RUN_DIR]`: the run's own settings (its manifest) over the records already
+    there; analysis and gate flags (and a config's `analysis:` and `gate:`) apply as given."""
+    from specaudit.audit import audit, last_run_folder, resumed_config
+
+    given = [f"--{name.replace('_', '-')}" for name in _flag_options(args)]
+    spelled = {"served_model": "model"}
+    given += [f"--{spelled.get(name, name).replace('_', '-')}" for name in _RUN_FLAGS if getattr(args, name, None)]
+    given += ["--out"] if args.out else []
+    if given:
+        raise InputError(f"--resume continues a run with the settings it was started with; drop {', '.join(given)}")
+    run_dir = args.resume or last_run_folder(runs_folder or "reports")
+    cfg = resumed_config(run_dir)
+    if getattr(args, "dry_run", False):
+        from specaudit.cli.dry_run import print_plan
+
+        return print_plan(cfg, run_dir, resume=True)
+    result = audit(
+        cfg,
+        run_dir,
+        analysis=_analysis_kwargs(args, analysis_options, source),
+        gate=gate_options,
+        progress=not args.quiet,
+        command=command_line(args),
+    )
+    print_verdict(result)
+    return result
+
+
+def print_verdict(result: AuditResult) -> None:
+    """The audit's last lines: the report, correctness in the report's words (PASS only where the
+    tests showed equivalence: "equivalent within delta"), the gate, then the decision and its exit code."""
+    from specaudit.contracts.snapshot import validate_snapshot
+    from specaudit.gate.results import decision_line
+    from specaudit.report.view.statuses import audited_correctness
+
+    correctness = audited_correctness(validate_snapshot(result.snapshot).equivalence)
+    if result.resumed:
+        print(f"resumed {result.out_dir}: {result.resumed} records were already there, {result.decoded} decoded now")
+    print(f"report: {result.files['html']}")
+    print(f"equivalence: {correctness.value.upper()}  gate: {result.gate_status.upper()}  (snapshot: {result.out_dir}/snapshot.json)")
+    print(decision_line(result.decision, result.exit_code))
 
 
 def _run_settings_audit(
@@ -454,11 +535,16 @@ def _run_settings_audit(
         progress=not args.quiet,
         command=command_line(args),
     )
+    from specaudit.gate.results import DECISIONS, DECISIONS_WORST_FIRST, decision_line
+
     for row in result.rows:
         print(
-            f"{row['setting']}: equivalence {row['correctness'].upper()}  gate: {row['gate']}  (report: {out}/{row['folder']}/report.html)"
+            f"{row['setting']}: equivalence {row['correctness'].upper()}  gate: {row['gate']}  decision: {DECISIONS[row['decision']]}"
+            f"  (report: {out}/{row['folder']}/report.html)"
         )
     print(f"over {len(result.rows)} settings: gate {result.gate_status}  (summary: {result.files['summary']})")
+    worst = min((row["decision"] for row in result.rows), key=DECISIONS_WORST_FIRST.index)
+    print(decision_line(worst, result.exit_code) + " (the worst setting's)")
     return result
 
 

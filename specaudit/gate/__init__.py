@@ -39,8 +39,8 @@ def evaluate_gate(snapshot: Snapshot | Mapping[str, Any], thresholds: GateThresh
     checks += serving_checks(snapshot)
     checks += robustness_checks(snapshot)
     checks += identity_checks(snapshot)
-    if thresholds.fail_on == "decision":
-        checks.append(decision_check(snapshot, checks))
+    if thresholds.fail_on != "fail":  # the exit code follows the decision (gate.decision)
+        checks.append(decision_check(snapshot, checks, thresholds.fail_on))
     return GateResult(tuple(checks), thresholds, decision_key(snapshot_facts(snapshot, checks)))
 
 

@@ -1,10 +1,12 @@
 """The decision a report states (Enable, Enable with conditions, Do not enable, Insufficient
-evidence) and the exit code that follows it under `--fail-on decision`.
+evidence) and the exit code that follows it.
 
-One rule, read by the gate (to make a CI job's exit code agree with the decision) and by the report
-(its banner): `decision_key` from a handful of facts; `snapshot_facts` reads them from a snapshot
-and the gate's checks. By default (`fail_on: fail`) the gate exits 1 only on a failing check, and
-says so when the decision is stricter than its exit code.
+One rule, read by the gate (to make a CI job's exit code agree with the decision), by `audit`'s last
+line and by the report (its banner): `decision_key` from a handful of facts; `snapshot_facts` reads
+them from a snapshot and the gate's checks. By default (`fail_on: do-not-enable`) `audit` and `gate`
+exit 1 on Do not enable (a failing check is one cause of it); `fail_on: decision` also on
+Insufficient evidence, `fail_on: fail` on failing checks only. Where the decision does not allow
+enabling but the exit code is 0, the gate says which policy would exit 1 on it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
-from specaudit.gate.results import BLOCKING, DECISIONS, GateCheck
+from specaudit.gate.results import BLOCKING, DECISIONS, EXIT_ON, GateCheck
 from specaudit.gate.thresholds import finite
 
 if TYPE_CHECKING:
@@ -82,18 +84,18 @@ def snapshot_facts(snapshot: Snapshot, checks: Iterable[GateCheck]) -> DecisionF
     )
 
 
-def decision_check(snapshot: Snapshot, checks: Iterable[GateCheck]) -> GateCheck:
-    """The `decision` check of `--fail-on decision`: FAIL where the report would say Do not enable
-    or Insufficient evidence, so the exit code is 1 exactly when the decision blocks."""
+def decision_check(snapshot: Snapshot, checks: Iterable[GateCheck], fail_on: str) -> GateCheck:
+    """The `decision` check of a `fail_on` policy other than "fail": FAIL where the report's
+    decision is one the policy exits on (EXIT_ON), so the exit code is 1 exactly then."""
     key = decision_key(snapshot_facts(snapshot, checks))
-    blocking = key in BLOCKING
+    exits = key in EXIT_ON[fail_on]
     return GateCheck(
         "decision",
         "The report's decision allows enabling",
-        CheckStatus.FAIL if blocking else CheckStatus.PASS,
-        f"the decision is {DECISIONS[key]}" + ("; --fail-on decision exits 1 on it" if blocking else ""),
+        CheckStatus.FAIL if exits else CheckStatus.PASS,
+        f"the decision is {DECISIONS[key]}" + (f"; --fail-on {fail_on} exits 1 on it" if exits else ""),
         {"decision": key},
     )
 
 
-__all__ = ["BLOCKING", "DECISIONS", "DecisionFacts", "decision_check", "decision_key", "overall_speedup", "snapshot_facts"]
+__all__ = ["BLOCKING", "DECISIONS", "EXIT_ON", "DecisionFacts", "decision_check", "decision_key", "overall_speedup", "snapshot_facts"]

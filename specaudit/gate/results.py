@@ -15,7 +15,23 @@ DECISIONS = {
     "do_not": "Do not enable",
     "insufficient": "Insufficient evidence",
 }
-BLOCKING = ("do_not", "insufficient")  # the decisions `--fail-on decision` exits 1 on
+DECISIONS_WORST_FIRST = ("do_not", "insufficient", "conditions", "enable")
+BLOCKING = ("do_not", "insufficient")  # the decisions that do not allow enabling
+# `fail_on` (--fail-on): the decisions each policy exits 1 on, besides a failing check (which makes
+# the decision Do not enable anyway); "do-not-enable" is the default of `audit` and `gate` alike.
+EXIT_ON = {"fail": (), "do-not-enable": ("do_not",), "decision": BLOCKING}
+
+
+def fail_on_for(decision: str) -> str:
+    """The least strict --fail-on policy that exits 1 on `decision`."""
+    return next(policy for policy, decisions in EXIT_ON.items() if decision in decisions)
+
+
+def decision_line(decision: str, exit_code: int) -> str:
+    """The last line of `audit`: the decision and the exit code that follows it, naming the flag
+    that would exit 1 where the decision does not allow enabling and the exit code is 0."""
+    hint = f"; --fail-on {fail_on_for(decision)} exits 1 on it" if decision in BLOCKING and exit_code == 0 else ""
+    return f"decision: {DECISIONS[decision]}  (exit {exit_code}{hint})"
 
 
 # ============================================================================ results
@@ -45,8 +61,8 @@ class GateResult:
         if self.decision not in BLOCKING or self.exit_code != 0:
             return None
         return (
-            f"the decision is {DECISIONS[self.decision]} but the gate exits 0 (only failing checks fail it); "
-            "pass --fail-on decision (or `fail_on: decision` under gate:) to exit 1 on this decision"
+            f"the decision is {DECISIONS[self.decision]} but the gate exits 0 (--fail-on {self.thresholds.fail_on}); "
+            f"pass --fail-on {fail_on_for(self.decision)} (or `fail_on: {fail_on_for(self.decision)}` under gate:) to exit 1 on this decision"
         )
 
     @property
@@ -55,7 +71,8 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
-        """0: pass (warnings allowed), 1: at least one check failed."""
+        """0: pass (warnings allowed), 1: at least one check failed (the `decision` check included,
+        which fails where the decision is one `fail_on` exits on)."""
         return 1 if self.status == FAIL else 0
 
     @property

@@ -75,10 +75,28 @@ class StoredRun:
         return {**asdict(self), "tags": dict(self.tags)}
 
 
+# The tag that marks a stored snapshot of an audit run the store already holds (same run folder name
+# and creation time): a re-analysis of the same records, not a new audit.
+SAME_RUN_TAG = "same_run_as"
+
+
 @dataclass(frozen=True)
 class AddResult:
     run: StoredRun
     added: bool  # False: the same snapshot (same content digest) was already stored
+    same_run: StoredRun | None = None  # stored, but the store already holds a snapshot of this audit run (SAME_RUN_TAG)
+
+    @property
+    def note(self) -> str | None:
+        """One sentence where the snapshot is not a new audit, else None."""
+        if not self.added:
+            return f"run {self.run.label} was already stored (the same snapshot); nothing was added"
+        if self.same_run is not None:
+            return (
+                f"run {self.run.label} re-analyses the records of run {self.same_run.label} (same run folder, created "
+                f"{self.same_run.created}): it is not a new audit, and a check against it compares the run with itself"
+            )
+        return None
 
 
 class _Conflict(InputError):
@@ -332,7 +350,8 @@ class HistoryStore:
         if source is None:
             source = "" if isinstance(snapshot, Mapping) else str(snapshot)
         snapshot = load_snapshot(snapshot)  # stored as read (the digest is the file's), summarised typed
-        summary = summarize(validate_snapshot(snapshot))
+        typed = validate_snapshot(snapshot)
+        summary = summarize(typed)
         digest = snapshot_digest(snapshot)
         runs = self._t["runs"]
         all_tags = {
@@ -368,6 +387,14 @@ class HistoryStore:
                 existing = conn.execute(select(runs.c.id).where(runs.c.digest == digest)).scalar()
                 if existing is not None:
                     return AddResult(self._runs_where(conn, runs.c.id == existing)[0], added=False)
+                # an audit run is its folder and its creation time: another snapshot of it re-analyses the same records
+                same = (
+                    self._runs_where(conn, runs.c.name == summary.name, runs.c.created == summary.created, limit=1)
+                    if typed.run.created
+                    else []
+                )
+                if same:
+                    all_tags[SAME_RUN_TAG] = str(same[0].id)
                 run_id = conn.execute(insert(runs).values(**row)).inserted_primary_key[0]
                 if summary.points:
                     conn.execute(
@@ -393,7 +420,7 @@ class HistoryStore:
                         [dict(run_id=run_id, engine=e, verdict=v) for e, v in summary.engine_verdicts.items()],
                     )
                 conn.execute(insert(self._t["tags"]), [dict(run_id=run_id, key=k, value=v) for k, v in all_tags.items()])
-                return AddResult(self._runs_where(conn, runs.c.id == run_id)[0], added=True)
+                return AddResult(self._runs_where(conn, runs.c.id == run_id)[0], added=True, same_run=same[0] if same else None)
         except _Conflict:
             # PostgreSQL: a concurrent job stored the very same snapshot first; that is success.
             with self._read() as conn:

@@ -1,6 +1,7 @@
-"""--fail-on decision: the gate's exit code agrees with the report's decision, and by default the
-gate says how to make them agree where they do not. On the committed example (Do not enable:
-speculation is slower than vanilla, every check PASS or WARN)."""
+"""--fail-on: the gate's exit code agrees with the report's decision (by default on Do not enable;
+`decision` also on Insufficient evidence; `fail` on failing checks only, where the gate says how to
+make them agree). On the committed example (Do not enable: speculation is slower than vanilla,
+every other check PASS or WARN)."""
 
 from __future__ import annotations
 
@@ -35,13 +36,21 @@ def _faster(snapshot):
     return faster
 
 
-def test_default_gate_exits_0_on_do_not_enable_and_says_how_to_agree(example):
+def test_default_gate_exits_1_on_do_not_enable_and_fail_only_says_how_to_agree(example):
     result = evaluate_gate(example)
-    assert result.decision == "do_not" and result.exit_code == 0
-    assert "--fail-on decision" in result.format() and "--fail-on decision" in result.to_dict()["disagreement"]
-    view = build_view({**example, "gate": result.to_dict()})
+    assert result.decision == "do_not" and result.exit_code == 1 and result.disagreement is None
+    assert [c.name for c in result.checks if c.status == "FAIL"] == ["decision"]
+    assert "the decision is Do not enable; --fail-on do-not-enable exits 1 on it" in result.format()
+    lax = evaluate_gate(example, GateThresholds(fail_on="fail"))
+    assert lax.decision == "do_not" and lax.exit_code == 0 and "decision" not in [c.name for c in lax.checks]
+    assert "--fail-on do-not-enable" in lax.format() and "--fail-on do-not-enable" in lax.to_dict()["disagreement"]
+    view = build_view({**example, "gate": lax.to_dict()})
     assert view["summary"]["decision"]["title"] == "Do not enable"
-    assert "--fail-on decision" in view["summary"]["decision"]["gate_note"]
+    assert "--fail-on do-not-enable" in view["summary"]["decision"]["gate_note"]
+    view = build_view({**example, "gate": result.to_dict()})
+    assert view["summary"]["decision"]["gate"] == "Gate: FAIL (exit 1)" and view["summary"]["decision"]["gate_note"] is None
+    # the failing decision check restates the banner: What to do does not list it as a problem of its own
+    assert "Gate check decision" not in " ".join(item["text"] for item in view["summary"]["actions"])
 
 
 def test_fail_on_decision_exits_1_exactly_when_the_decision_blocks(example):
@@ -73,12 +82,13 @@ def test_decision_rule_order():
 
 
 def test_cli_flag_and_config_key(tmp_path, capsys):
-    assert main(["gate", str(EXAMPLE)]) == 0
+    assert main(["gate", str(EXAMPLE)]) == 1
     assert main(["gate", str(EXAMPLE), "--fail-on", "decision"]) == 1
+    assert main(["gate", str(EXAMPLE), "--fail-on", "fail"]) == 0
     config = tmp_path / "gate.yaml"
-    config.write_text("gate:\n  fail_on: decision\n")
-    assert main(["gate", str(EXAMPLE), "--config", str(config)]) == 1
-    assert main(["gate", str(EXAMPLE), "--config", str(config), "--fail-on", "fail"]) == 0  # the flag wins
+    config.write_text("gate:\n  fail_on: fail\n")
+    assert main(["gate", str(EXAMPLE), "--config", str(config)]) == 0
+    assert main(["gate", str(EXAMPLE), "--config", str(config), "--fail-on", "do-not-enable"]) == 1  # the flag wins
     config.write_text("gate:\n  fail_on: never\n")
     assert main(["gate", str(EXAMPLE), "--config", str(config)]) == 2
     assert "fail_on" in capsys.readouterr().err

@@ -17,7 +17,9 @@ from specaudit.contracts import EquivalenceStatus
 from specaudit.errors import InputError
 from specaudit.gate import FAIL, PASS, WARN, GateThresholds, evaluate_gate, load_thresholds
 
-LOOSE = dict(tv_delta=0.99, band_low=0.01, min_speedup=0.001, min_group_size=1)
+# Thresholds under which only the check in question can fail; the exit code follows the checks alone
+# (the tiny pair decodes slower than vanilla, which makes the decision Do not enable: gate.decision).
+LOOSE = dict(tv_delta=0.99, band_low=0.01, min_speedup=0.001, min_group_size=1, fail_on="fail")
 
 
 def _check(result, name):
@@ -156,7 +158,7 @@ def test_gate_agrees_with_the_snapshots_own_verdicts(snapshot):
 
 def test_passing_snapshot_exits_0_with_warnings_and_without(snapshot):
     snapshot = _passing(snapshot)
-    result = evaluate_gate(snapshot)
+    result = evaluate_gate(snapshot, GateThresholds(fail_on="fail"))
     names = [c.name for c in result.checks]
     dim = _dimension(snapshot)
     assert names[:2] == ["equivalence[hf-assisted]", "equivalence[speculative]"]
@@ -173,6 +175,11 @@ def test_passing_snapshot_exits_0_with_warnings_and_without(snapshot):
     assert _check(result, "impossible-tokens").status == PASS
     assert _check(result, f"group-size[{dim}]").status == WARN  # 3 prompts per group < 4
     assert result.status == WARN and result.exit_code == 0
+    # by default the exit code follows the decision: every tiny-pair group decodes slower than vanilla
+    # (whole interval below 1), so the decision is Do not enable and the `decision` check fails
+    default = evaluate_gate(snapshot)
+    assert default.decision == "do_not" and _check(default, "decision").status == FAIL and default.exit_code == 1
+    assert [c.name for c in default.checks] == [*names, "decision"]
     # 3 prompts a group cannot show parity even in a loose band (the intervals reach 0); once every
     # interval lies inside it, the loose gate passes without a warning.
     for part in snapshot["disparities"].values():
@@ -336,8 +343,12 @@ def test_group_size_threshold(snapshot):
 def test_missing_sections_warn_as_not_run_and_garbage_is_refused():
     for partial in (MINIMAL, {**MINIMAL, "disparities": {}, "equivalence": {"status": "not run", "engines": {}}}):
         result = evaluate_gate(partial)
-        assert result.checks and all(c.status == WARN and c.message.startswith("not run") for c in result.checks)
-        assert result.exit_code == 0
+        *judged, decision = result.checks
+        assert judged and all(c.status == WARN and c.message.startswith("not run") for c in judged)
+        # nothing to judge: Insufficient evidence, which exits 1 only under --fail-on decision
+        assert decision.name == "decision" and decision.status == PASS and result.decision == "insufficient"
+        assert result.exit_code == 0 and "--fail-on decision" in result.format()
+        assert evaluate_gate(partial, GateThresholds(fail_on="decision")).exit_code == 1
     # the gate reads the typed snapshot: what breaks the contract is one sentence, never judged
     for garbage in (["not", "a", "snapshot"], {"equivalence": "garbage", "groups": [], "disparities": None}):
         with pytest.raises(InputError):
@@ -351,9 +362,12 @@ def test_gate_cli_exit_codes_and_write(tmp_path, snapshot, capsys):
     snapshot = _passing(snapshot)
     path = tmp_path / "snapshot.json"
     path.write_text(json.dumps(snapshot))
-    assert main(["gate", str(path)]) == 0
+    assert main(["gate", str(path), "--fail-on", "fail"]) == 0
     out = capsys.readouterr().out
     assert "gate: WARN" in out and "equivalence[speculative]" in out
+    assert main(["gate", str(path)]) == 1  # by default the decision (Do not enable: slower than vanilla) exits 1
+    out = capsys.readouterr().out
+    assert "FAIL  decision" in out and "the decision is Do not enable" in out and "gate: FAIL" in out
     config = tmp_path / "audit.yaml"
     config.write_text(yaml.safe_dump({"gate": {"slowdown_severity": "fail", "min_speedup": 1000.0}}))
     assert main(["gate", str(tmp_path), "--config", str(config), "--write"]) == 1  # a run folder works too

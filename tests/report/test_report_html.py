@@ -563,7 +563,8 @@ def test_default_audit_decision_cards_and_deduplicated_actions(tmp_path):
     # equivalence within delta is not shown, and showing it takes months: no command over the 24 h budget,
     # the item says what the audit did show instead
     assert "--samples " not in actions and "No rerun within 24 h shows it" in actions and "What this audit did show" in actions
-    assert "--fail-on decision" in summary  # the decision blocks while the gate exits 0: how to make them agree
+    # the decision blocks while this snapshot's gate (judged under --fail-on fail) exits 0: how to make them agree
+    assert "--fail-on do-not-enable" in summary
     # the audit subject: the target's GGUF hash from the models entry, the draft described as what it is
     about = _section(parsed, "subject")
     assert snapshot["run"]["models"]["target"]["gguf_sha256"] in about
@@ -707,3 +708,39 @@ def test_decision_follows_the_gate_and_the_evidence(snapshot):
     assert decide(snapshot, ok, comps, slow)["title"] == "Do not enable"
     snapshot["gate"] = None
     assert decide(snapshot, ok, comps, speed)["title"] == "Insufficient evidence"
+
+
+def test_a_rejected_engine_is_stated_once_and_its_pit_bound_worded_as_a_bound_on_the_violation(snapshot):
+    """The quick audit's case (issue 51): surprisal rejected after Holm, the PIT not. The card says
+    VIOLATION; its PIT bound reads as an upper limit on the violation, never as "no distortion ...
+    shown"; no item says "no test found a violation" nor asks for samples to show its equivalence."""
+    from specaudit.report.view import build_view
+
+    snapshot = copy.deepcopy(snapshot)
+    entry = snapshot["equivalence"]["engines"]["speculative"]
+    surprisal = next(row for row in entry["goodness_of_fit"]["gate"] if "surprisal" in row["test"])
+    surprisal.update(pvalue=0.002, holm_pvalue=0.01, reject=True)
+    entry["verdict"] = "FAIL"
+    entry.pop("status", None)  # derived from the rejection, as for a snapshot that does not carry it
+    snapshot["equivalence"]["status"] = "FAIL"
+    assert entry["pit_bound"]["upper"] < 1  # the fixture's bound says something: the wording is tested
+    gated = _gated(snapshot)
+    view = build_view(gated)
+    engine = next(e for e in view["equivalence"]["engines"] if e["name"] == "speculative")
+    assert engine["status"] == EquivalenceStatus.VIOLATION and engine["pit_bound"]["violation"]
+    line = next(line for line in view["summary"]["cards"][0]["lines"] if line.startswith("speculative:"))
+    assert line.startswith("speculative: violation in ") and "distorts the PIT by at most" in line
+    assert "no distortion of the PIT" not in line
+    items = " ".join(item["text"] for item in view["summary"]["actions"])
+    assert "Do not ship speculative" in items and "no test found a violation" not in items
+    assert not any("speculative" in reason and "no test found a violation" in reason for reason in view["summary"]["decision"]["reasons"])
+    html = render_html(gated)
+    equivalence = _section(_parse(html), "equivalence")
+    bound = entry["pit_bound"]["upper"]
+    assert f"the violation distorts the PIT by at most {bound:.3f}" in equivalence
+    assert f"no distortion of the PIT above {bound:.3f}" not in equivalence
+    # the other engines, without a violation, keep the positive claim where they have one
+    others = [e for e in view["equivalence"]["engines"] if e["name"] != "speculative" and e["pit_bound"].get("ran")]
+    assert all(
+        e["pit_bound"]["claim"].startswith("no distortion of the PIT above") for e in others if e["status"] != EquivalenceStatus.VIOLATION
+    )

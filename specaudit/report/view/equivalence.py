@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import specaudit.charts as charts
-from specaudit.contracts import CheckStatus
+from specaudit.contracts import CheckStatus, EquivalenceStatus
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import GreedyComparison, ImpossibleTokens
 from specaudit.report.view.base import MAX_ROWS, NOT_RUN, Ids, generic_rows
@@ -174,7 +174,7 @@ def _sampling_engine(name: str, entry: EngineEquivalence, is_control: bool, ids:
             "near_boundary": len(impossible.near_boundary),
         },
         "tv": _tv_view(entry.tv_bound),
-        "pit_bound": pit_bound_view(entry.pit_bound or {}),
+        "pit_bound": pit_bound_view(entry.pit_bound or {}, violation=status == EquivalenceStatus.VIOLATION),
         "power": _power_rows(entry.power),
         "pit_chart": chart,
         "flagged_groups": generic_rows(gof.flagged_groups if gof is not None else []),
@@ -221,24 +221,33 @@ def _tv_view(tv: TvBound | None) -> dict[str, Any]:
     }
 
 
-def pit_bound_view(bound: Mapping[str, Any]) -> dict[str, Any]:
-    """The positive statement: "no distortion of the PIT above d, shown at 95%" (stats.equivalence.pit_bound)."""
+def pit_bound_view(bound: Mapping[str, Any], *, violation: bool = False) -> dict[str, Any]:
+    """The bounded statement (stats.equivalence.pit_bound): "no distortion of the PIT above d, shown
+    at 95%" where no test found a violation; where one did, the same bound words what it is there,
+    an upper limit on the violation's size on the PIT scale, never a claim of correctness."""
     upper, level = bound.get("upper") if bound else None, bound.get("level") if bound else None
     if not finite(upper) or not finite(level) or not bound.get("n") or upper >= 1.0:
         return {"ran": False}
     shown_at = f"{level * 100:.0f}%"
+    how = (
+        f"(Kolmogorov distance of the PIT from uniform over {integer(bound.get('n'))} tokens: observed "
+        f"{bound.get('observed'):.3f} plus the DKW margin {bound.get('margin'):.3f})"
+    )
+    claim = (
+        f"whatever the violation is, it distorts the PIT by at most {upper:.3f} ({shown_at} upper bound)"
+        if violation
+        else f"no distortion of the PIT above {upper:.3f}, shown at {shown_at}"
+    )
     return {
         "ran": True,
+        "violation": violation,
         "upper": f"{upper:.3f}",
         "level": shown_at,
         "n": integer(bound.get("n")),
         "observed": f"{bound.get('observed'):.3f}",
         "margin": f"{bound.get('margin'):.3f}",
-        "sentence": (
-            f"no distortion of the PIT above {upper:.3f}, shown at {shown_at} (Kolmogorov distance of the PIT from "
-            f"uniform over {integer(bound.get('n'))} tokens: observed {bound.get('observed'):.3f} plus the DKW margin "
-            f"{bound.get('margin'):.3f})"
-        ),
+        "claim": claim,
+        "sentence": f"{claim} {how}",
     }
 
 

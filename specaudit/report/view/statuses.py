@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import DEFAULT_BAND, CheckStatus, DisparityStatus, EquivalenceStatus
+from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
 from specaudit.report.view.format import MISSING, finite, fixed, integer, mapping, recorded, triple
 from specaudit.report.view.subject import hardware_text
 
 if TYPE_CHECKING:
-    from specaudit.contracts.snapshot import Comparison, DimensionDisparities, EngineEquivalence, Snapshot
+    from specaudit.contracts.snapshot import Comparison, DimensionDisparities, EngineEquivalence, EquivalenceSection, Snapshot
 
 DECIDED = (DisparityStatus.FLAG, DisparityStatus.WITHIN)
 
@@ -72,6 +73,23 @@ def engine_status(entry: EngineEquivalence) -> EquivalenceStatus:
     if entry.tv_bound is not None and entry.tv_bound.verdict == "equivalent within delta":
         return EquivalenceStatus.EQUIVALENT
     return EquivalenceStatus.NO_VIOLATION_FOUND
+
+
+# Worst first: a violation, then an engine left untested, then no violation found, then equivalence.
+CORRECTNESS_ORDER = (
+    EquivalenceStatus.VIOLATION,
+    EquivalenceStatus.NOT_RUN,
+    EquivalenceStatus.NO_VIOLATION_FOUND,
+    EquivalenceStatus.EQUIVALENT,
+)
+
+
+def audited_correctness(section: EquivalenceSection) -> EquivalenceStatus:
+    """The correctness of a run in the report's words: the worst status of its audited engines
+    (the control excluded); NOT_RUN where none was tested."""
+    control = section.control or CONTROL_ENGINE
+    statuses = [engine_status(entry) for name, entry in section.engines.items() if name not in (control, SCREEN_ENGINE)]
+    return min(statuses, key=CORRECTNESS_ORDER.index, default=EquivalenceStatus.NOT_RUN)
 
 
 def not_run_reason(test: Mapping[str, Any], *, two_sample: bool, samples: Any) -> str | None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.decoding._shapes import BEYOND_CHAINS, speculative_engines
 from specaudit.gate.decision import BLOCKING, DecisionFacts, decision_key
+from specaudit.gate.results import fail_on_for
 from specaudit.report.view.costs import BUDGET_HOURS, best_k_speedup, predicted_rerun, rerun_cost
 from specaudit.report.view.format import finite, mapping, recorded
 from specaudit.report.view.statuses import (
@@ -136,7 +137,7 @@ def decide(
     line = f"Gate: {gate_status.value} (exit {exit_code})" if gate_status else "Gate: not run"
     note = None
     if gate_status and key in BLOCKING and exit_code == 0:
-        note = f"The gate exits 0 on {title}: `--fail-on decision` (gate or audit) makes it exit 1 on this decision."
+        note = f"The gate exits 0 on {title}: `--fail-on {fail_on_for(key)}` (gate or audit) makes it exit 1 on this decision."
     return {"key": key, "title": title, "css": css, "reasons": reasons, "gate": line, "gate_note": note}
 
 
@@ -191,7 +192,8 @@ def actions(
     gate_checks = snapshot.gate.checks if snapshot.gate is not None else []
     for check in gate_checks:
         name = str(check.name or "")
-        if check.status is CheckStatus.FAIL and not name.startswith(("equivalence[", "disparity[")):
+        # the `decision` check restates the decision (the banner's): not a problem of its own
+        if check.status is CheckStatus.FAIL and name != "decision" and not name.startswith(("equivalence[", "disparity[")):
             add("fail", f"Gate check {name} fails: {recorded(check.message, '')}", "gate")
     flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == DisparityStatus.FLAG})
     if flagged:
@@ -247,7 +249,10 @@ def actions(
             text += f" {cost.sentence()}"
         add("warn", text, "disparity", with_flags(command, {"--per-group": per_group}) if per_group else None)
     if equivalence_view.get("ran"):
-        audited = [e for e in equivalence_view.get("engines", []) if not e.get("is_control")]
+        # an engine with a violation has its MUST item above: showing its equivalence is moot
+        audited = [
+            e for e in equivalence_view.get("engines", []) if not e.get("is_control") and e.get("status") != EquivalenceStatus.VIOLATION
+        ]
         not_shown = [e for e in audited if e.get("tv", {}).get("verdict") == "not shown"]
         not_run = [e for e in audited if any(r.get("not_run") for r in e.get("two_sample", {}).get("rows", []) or [])]
         if not_shown or not_run:
@@ -386,7 +391,7 @@ def _what_was_shown(engine: Mapping[str, Any]) -> str:
     parts = []
     if engine.get("pit_bound", {}).get("ran"):
         parts.append(engine["pit_bound"]["sentence"])
-    if engine.get("status") is not None and "n_tokens" in engine:
+    if engine.get("status") == EquivalenceStatus.NO_VIOLATION_FOUND and "n_tokens" in engine:
         parts.append(f"no test found a violation in {engine['n_tokens']} tokens")
     pit = next((p for p in engine.get("power", []) if str(p.get("label", "")).startswith("PIT")), None)
     if pit:
