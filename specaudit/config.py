@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specaudit._validation import SETTINGS_CONFIG, input_error, seed_field, sentence_error
+from specaudit._validation import SETTINGS_CONFIG, did_you_mean, input_error, seed_field, sentence_error, typed_as
 from specaudit.contracts import DEFAULT_BAND, MIN_CHECKED_PROMPTS, CheckStatus
 from specaudit.contracts.engines import (
     BACKENDS,
@@ -35,10 +35,6 @@ from specaudit.errors import InputError
 
 if TYPE_CHECKING:
     from specaudit.decoding.verify import VerifyFn
-
-
-def _flag(field: str) -> str:
-    return f"--{field.replace('_', '-')}"
 
 
 class RunConfig(BaseModel):
@@ -107,7 +103,7 @@ class RunConfig(BaseModel):
         try:
             super().__init__(**options)
         except ValidationError as err:
-            raise input_error(err, RunConfig, _flag, lambda names: f"unknown option(s) {', '.join(names)}") from None
+            raise input_error(err, RunConfig, typed_as, lambda names: f"unknown option(s) {', '.join(names)}") from None
 
     @field_validator("engines", "dimensions", "prefix_cache", mode="before")
     @classmethod
@@ -524,5 +520,5 @@ def run_config_from(options: dict, source: str = "options") -> RunConfig:
     known = set(RUN_OPTIONS)
     unknown = sorted(set(options) - known)
     if unknown:
-        raise InputError(f"{source}: unknown option(s) {', '.join(unknown)}")
+        raise InputError(f"{source}: unknown option(s) {', '.join(unknown)}{did_you_mean(unknown[0], known)}")
     return RunConfig(**options)

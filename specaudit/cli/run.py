@@ -138,8 +138,11 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
 def _with_concurrency(args: argparse.Namespace, make: Callable[[dict], RunConfig], run_options: dict) -> RunConfig:
     """The RunConfig `make(extra options)` builds, with the server flags (--speculative-url ...,
     --concurrency; cli/servers.py)."""
-    from specaudit.cli.servers import with_server_flags
+    from specaudit._validation import register_typed
+    from specaudit.cli.servers import typed_server_flags, with_server_flags
 
+    # from here on, a message about a setting the user gave as a flag names that flag
+    register_typed({**{name: f"--{name.replace('_', '-')}" for name in _flag_options(args)}, **typed_server_flags(args)})
     return with_server_flags(args, make, run_options)
 
 
