@@ -124,3 +124,23 @@ def test_a_mistyped_config_key_gets_a_suggestion(tmp_path, capsys):
     config.write_text("top_pp: 0.9\n")
     line = _error(["audit", "--dry-run", "--config", str(config)], capsys)
     assert line == f"specaudit: error: config file {config}: unknown option(s) top_pp; did you mean top_p?"
+
+
+# ----------------------------------------------------------------------------- one name per meaning
+def test_alpha_is_only_ever_a_family_wise_level(capsys):
+    from specaudit.cli import build_parser
+
+    parse = build_parser().parse_args
+    # monitor: --alpha is the drift checks' family-wise level, in `check` and `run` alike; the
+    # audit that `monitor run` makes has its own, --equivalence-alpha
+    assert parse(["monitor", "check", "--store", "s.db", "--alpha", "0.01"]).drift_alpha == 0.01
+    args = parse(["monitor", "run", "--store", "s.db", "--alpha", "0.01", "--equivalence-alpha", "0.02"])
+    assert (args.drift_alpha, args.alpha) == (0.01, 0.02)
+    assert capsys.readouterr().err == ""
+    # elsewhere --alpha is an old spelling, accepted for one release with a one-line note
+    assert parse(["traffic", "check", "--store", "t.db", "--false-alarm-rate", "0.01"]).alpha == 0.01
+    assert capsys.readouterr().err == ""
+    assert parse(["traffic", "check", "--store", "t.db", "--alpha", "0.01"]).alpha == 0.01
+    assert capsys.readouterr().err == "specaudit: note: --alpha is now --false-alarm-rate; the old spelling works until the next release\n"
+    assert parse(["audit", "--alpha", "0.01"]).alpha == 0.01
+    assert "--alpha is now --equivalence-alpha" in capsys.readouterr().err
