@@ -418,8 +418,9 @@ class GateThresholds(_SectionSettings):
     - ``disparity_metrics``: metrics whose ratios are gated (from the snapshot's pairwise tests);
       by default those the analysis compared (acceptance, α where the engine has its own rule, and speed-up).
     - ``min_speedup``: each group's measured speed-up should reach this (1.0: not slowed down).
-    - ``min_group_size``: groups with fewer prompts warn (their ratio interval's coverage is unchecked
-      below 4; power is judged per comparison by its status and minimum detectable ratio).
+    - ``min_group_size``: the checked group size: groups with fewer audited prompts warn (their ratio
+      interval's coverage is unchecked below 4, contracts.MIN_CHECKED_PROMPTS; power is judged per
+      comparison by its status and minimum detectable ratio). Not a prompt set's minimum group size.
     - ``*_severity``: "warn" or "fail" (any case; held as CheckStatus) for a check that is not met.
     - ``fail_on``: "fail" (exit 1 on a failing check) or "decision" (also on the report's Do not
       enable / Insufficient evidence: the `decision` check, specaudit.gate.decision).
