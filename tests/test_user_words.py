@@ -144,3 +144,16 @@ def test_alpha_is_only_ever_a_family_wise_level(capsys):
     assert capsys.readouterr().err == "specaudit: note: --alpha is now --false-alarm-rate; the old spelling works until the next release\n"
     assert parse(["audit", "--alpha", "0.01"]).alpha == 0.01
     assert "--alpha is now --equivalence-alpha" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- what the docs cite
+def test_every_file_the_reports_bug_classes_cite_is_in_the_repository():
+    import re
+    from pathlib import Path
+
+    from specaudit.decoding.settings import BUG_CLASSES
+
+    repo = Path(__file__).resolve().parents[1]
+    cited = {name for bug in BUG_CLASSES for name in re.findall(r"[\w./-]+\.md\b", bug.reports)}
+    assert cited, "the bug classes cite the self-test's documentation"
+    assert all((repo / name).is_file() for name in cited), cited

@@ -287,7 +287,7 @@ BUG_CLASSES: tuple[BugClass, ...] = (
     BugClass(
         "randomised acceptance rule",
         "one uniform per step, (p/q)^0.8, q floored, accept iff p >= q",
-        "mlx-swift-lm PR #459; DESIGN.md's mutant table",
+        "mlx-swift-lm PR #459; the self-test's mutants (docs/selftest.md)",
         "shared_uniform, power_ratio, q_floor, deterministic_accept",
         lambda spec: not spec.greedy,
         "greedy decoding (p and q are one-hot, so every such rule accepts exactly the argmax)",
