@@ -157,3 +157,21 @@ def test_every_file_the_reports_bug_classes_cite_is_in_the_repository():
     cited = {name for bug in BUG_CLASSES for name in re.findall(r"[\w./-]+\.md\b", bug.reports)}
     assert cited, "the bug classes cite the self-test's documentation"
     assert all((repo / name).is_file() for name in cited), cited
+
+
+def test_every_command_of_the_getting_started_page_parses():
+    import re
+    import shlex
+    from pathlib import Path
+
+    from specaudit.cli import build_parser
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", page, flags=re.DOTALL)
+    lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+    commands = [shlex.split(line.replace("$(date +%F)", "2026-12-05"), comments=True) for line in lines if line.startswith("specaudit ")]
+    assert len(commands) >= 7, commands
+    for words in commands:
+        if words[1:] == ["--version"]:
+            continue
+        build_parser().parse_args(words[1:])  # argparse exits 2 on a flag the page misspells

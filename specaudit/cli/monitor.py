@@ -19,7 +19,7 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
         help="history store of snapshots, drift against a baseline, alerts, trend report",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
-            "a nightly job (cron, systemd timer, CI schedule; see specaudit/monitor/scheduling.md):\n"
+            "a nightly job (cron, systemd timer, CI schedule; see docs/scheduling.md):\n"
             "  specaudit monitor check runs/today --store sqlite:///history.db --environment prod \\\n"
             "      --alert-file alerts.jsonl --metrics-file /var/lib/node_exporter/textfile/specaudit.prom\n"
             "exit codes: 0 no FAIL, 1 a check FAILed, 2 bad input or unusable store"
