@@ -73,6 +73,13 @@ def test_a_bad_value_names_the_flag_typed_or_the_key_written(tmp_path, capsys):
     assert line.startswith("specaudit: error: --speculative-url 'ftp://x' is not an http(s) URL")
 
 
+@pytest.mark.parametrize("engines", [["--engines", "llama-server"], ["--engines", "openvino"], ["--speculative-url", "http://a/v1"]])
+def test_concurrency_levels_are_named_by_the_flag_whichever_engine_takes_them(engines, tmp_path, capsys):
+    servers = ["--vanilla-url", "http://b/v1", "--target", "t"] if "--speculative-url" in engines else []
+    line = _error(["run", "--out", str(tmp_path / "o"), *engines, *servers, "--concurrency", "0,4"], capsys)
+    assert line == "specaudit: error: --concurrency must be integers >= 1, got [0, 4]"
+
+
 # ----------------------------------------------------------------------------- did you mean
 @pytest.mark.parametrize(
     ("argv", "usage", "said"),

@@ -77,7 +77,11 @@ def typed_server_flags(args: argparse.Namespace) -> dict[str, str]:
     if getattr(args, "concurrency", None) is not None:
         given["concurrency"] = "--concurrency"
     given.update({other: given[setting] for setting, others in _ALSO_SET.items() if setting in given for other in others})
-    return {f"{ENDPOINT}.{setting}": flag for setting, flag in given.items()}
+    typed = {f"{ENDPOINT}.{setting}": flag for setting, flag in given.items()}
+    if "concurrency" in given:  # the levels of llama-server and OpenVINO, in their sections of `extra:`
+        sections = [name.replace("-", "_") for name in (LLAMA_SERVER, OPENVINO)]
+        typed.update({f"{prefix}{section}.concurrency_levels": "--concurrency" for section in sections for prefix in ("", "extra.")})
+    return typed
 
 
 def _levels(text: str) -> tuple[int, ...]:
