@@ -118,7 +118,7 @@ class RunConfig(BaseModel):
         if unknown or not self.engines:
             raise InputError(
                 f"unknown engine(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(LOCAL_ENGINES)}, "
-                f"or one backend alone ({', '.join(BACKENDS)})"
+                f"or one backend alone ({', '.join(BACKENDS)}){did_you_mean(unknown[0], ENGINES) if unknown else ''}"
             )
         backend = backend_of(self.engines)
         screens = [name for name, spec in ENGINES.items() if spec.screens]

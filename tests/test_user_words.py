@@ -126,6 +126,11 @@ def test_a_mistyped_sampling_setting_gets_a_suggestion(setting, said, capsys, tm
     assert _error(["audit", "--dry-run", "--out", str(tmp_path / "o"), "--sampling", setting], capsys) == f"specaudit: error: {said}"
 
 
+def test_a_mistyped_engine_gets_a_suggestion(tmp_path, capsys):
+    line = _error(["run", "--out", str(tmp_path / "o"), "--engines", "vanilla,speculatve"], capsys)
+    assert line.startswith("specaudit: error: unknown engine(s) speculatve;") and line.endswith("; did you mean speculative?")
+
+
 def test_a_mistyped_config_key_gets_a_suggestion(tmp_path, capsys):
     config = tmp_path / "audit.yaml"
     config.write_text("top_pp: 0.9\n")
