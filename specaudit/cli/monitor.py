@@ -48,6 +48,7 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
     checking.add_argument(
         "--alpha",
         dest="drift_alpha",
+        metavar="ALPHA",
         type=finite_float,
         default=0.05,
         help="family-wise error rate over groups x metrics, Holm (default 0.05)",

@@ -52,6 +52,7 @@ def add_traffic(sub: argparse._SubParsersAction) -> None:
         "--false-alarm-rate",
         "--alpha",
         dest="alpha",
+        metavar="RATE",
         type=finite_float,
         default=0.05,
         action=RenamedFlag,
