@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from annotated_types import Ge, Gt, Le, Lt
@@ -131,7 +131,10 @@ def settings_section(section: Any, model: type[Settings], label: str, *, levels:
         return model(**section)
     except ValidationError as err:
         raise input_error(
-            err, model, lambda field: f"{label}.{field}", lambda names: f"{label}: unknown setting(s) {', '.join(names)}; known: {known}"
+            err,
+            model,
+            lambda field: typed_as(f"{label}.{field}"),
+            lambda names: f"{label}: unknown setting(s) {', '.join(names)}; known: {known}",
         ) from None
 
 
@@ -181,3 +184,32 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
     return value
+
+
+# ----------------------------------------------------------------------------- the user's words
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """ "; did you mean X?" for the choice closest to a mistyped `word`, "" where none is close: the
+    one place a typo gets a suggestion (flags, their choices, sampling settings, config keys)."""
+    import difflib
+
+    words = {choice.lstrip("-"): choice for choice in choices}  # a flag's dashes are syntax: `--bogus` is not near `--out`
+    close = difflib.get_close_matches(word.lstrip("-"), list(words), n=1, cutoff=0.6)
+    return f"; did you mean {words[close[0]]}?" if close else ""
+
+
+# How the user wrote each setting they gave as a flag, by its config key ("endpoint.api_key_env" ->
+# "--api-key-env"): the command line registers them once (cli.servers.with_server_flags), and a
+# message about a setting, however deep (a server that does not answer, an unset key variable),
+# names it through `typed_as`. A setting not given as a flag is named by its config key.
+_TYPED: dict[str, str] = {}
+
+
+def register_typed(spellings: Mapping[str, str]) -> None:
+    """The flags of this command, replacing those of any earlier command in the process."""
+    _TYPED.clear()
+    _TYPED.update(spellings)
+
+
+def typed_as(setting: str) -> str:
+    """`setting` (a config key such as `k` or `endpoint.speculative_url`) as the user wrote it."""
+    return _TYPED.get(setting, setting)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specaudit._validation import SETTINGS_CONFIG, input_error, seed_field, sentence_error
+from specaudit._validation import SETTINGS_CONFIG, did_you_mean, input_error, seed_field, sentence_error, typed_as
 from specaudit.contracts import DEFAULT_BAND, MIN_CHECKED_PROMPTS, CheckStatus
 from specaudit.contracts.engines import (
     BACKENDS,
@@ -35,10 +35,6 @@ from specaudit.errors import InputError
 
 if TYPE_CHECKING:
     from specaudit.decoding.verify import VerifyFn
-
-
-def _flag(field: str) -> str:
-    return f"--{field.replace('_', '-')}"
 
 
 class RunConfig(BaseModel):
@@ -107,7 +103,7 @@ class RunConfig(BaseModel):
         try:
             super().__init__(**options)
         except ValidationError as err:
-            raise input_error(err, RunConfig, _flag, lambda names: f"unknown option(s) {', '.join(names)}") from None
+            raise input_error(err, RunConfig, typed_as, lambda names: f"unknown option(s) {', '.join(names)}") from None
 
     @field_validator("engines", "dimensions", "prefix_cache", mode="before")
     @classmethod
@@ -122,7 +118,7 @@ class RunConfig(BaseModel):
         if unknown or not self.engines:
             raise InputError(
                 f"unknown engine(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(LOCAL_ENGINES)}, "
-                f"or one backend alone ({', '.join(BACKENDS)})"
+                f"or one backend alone ({', '.join(BACKENDS)}){did_you_mean(unknown[0], ENGINES) if unknown else ''}"
             )
         backend = backend_of(self.engines)
         screens = [name for name, spec in ENGINES.items() if spec.screens]
@@ -422,8 +418,9 @@ class GateThresholds(_SectionSettings):
     - ``disparity_metrics``: metrics whose ratios are gated (from the snapshot's pairwise tests);
       by default those the analysis compared (acceptance, α where the engine has its own rule, and speed-up).
     - ``min_speedup``: each group's measured speed-up should reach this (1.0: not slowed down).
-    - ``min_group_size``: groups with fewer prompts warn (their ratio interval's coverage is unchecked
-      below 4; power is judged per comparison by its status and minimum detectable ratio).
+    - ``min_group_size``: the checked group size: groups with fewer audited prompts warn (their ratio
+      interval's coverage is unchecked below 4, contracts.MIN_CHECKED_PROMPTS; power is judged per
+      comparison by its status and minimum detectable ratio). Not a prompt set's minimum group size.
     - ``*_severity``: "warn" or "fail" (any case; held as CheckStatus) for a check that is not met.
     - ``fail_on``: which decisions exit 1 (the `decision` check, specaudit.gate.decision):
       "do-not-enable" (default: the report's Do not enable, which every failing check leads to),
@@ -524,5 +521,5 @@ def run_config_from(options: dict, source: str = "options") -> RunConfig:
     known = set(RUN_OPTIONS)
     unknown = sorted(set(options) - known)
     if unknown:
-        raise InputError(f"{source}: unknown option(s) {', '.join(unknown)}")
+        raise InputError(f"{source}: unknown option(s) {', '.join(unknown)}{did_you_mean(unknown[0], known)}")
     return RunConfig(**options)

@@ -41,6 +41,15 @@ def tiny_pair(tiny_pair_dir):
     return load_pair(str(target), str(draft), device=os.environ.get("SPECAUDIT_TEST_DEVICE", "cpu"))
 
 
+@pytest.fixture(scope="session")
+def reference_servers(tiny_pair):
+    """Two real OpenAI-compatible servers of the tiny pair, speculation on and off (their .url)."""
+    from specaudit.testing.server import ReferenceServer
+
+    with ReferenceServer(tiny_pair, speculative=True) as speculative, ReferenceServer(tiny_pair) as vanilla:
+        yield speculative, vanilla
+
+
 def make_prompt_set(texts: dict[str, str], attributes: dict[str, dict] | None = None, name: str = "test"):
     """A PromptSet built in memory, for tests that are about decoding rather than prompt loading."""
     from specaudit.prompts._model import Prompt, PromptSet, rows_checksum

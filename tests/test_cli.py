@@ -78,10 +78,10 @@ def test_unknown_flag_is_exit_2():
 @pytest.mark.parametrize(
     "yaml_text, message",
     [
-        ("k: four\n", "--k must be an integer >= 1, got 'four'"),
-        ("temperature: hot\n", "--temperature must be a number, got 'hot'"),
-        ("chat_template: maybe\n", "--chat-template must be true or false, got 'maybe'"),
-        ("samples: true\n", "--samples must be an integer >= 1, got True"),
+        ("k: four\n", "error: k must be an integer >= 1, got 'four'"),
+        ("temperature: hot\n", "error: temperature must be a number, got 'hot'"),
+        ("chat_template: maybe\n", "error: chat_template must be true or false, got 'maybe'"),
+        ("samples: true\n", "error: samples must be an integer >= 1, got True"),
         ("max_new_tokens: 8\nwarp_factor: 9\n", "unknown option(s) warp_factor"),
         (
             "engines: endpoint\nendpoint:\n  speculative_url: http://a/v1\n  vanilla_url: http://b/v1\n  concurrency: 0\n",

@@ -176,12 +176,13 @@ def test_per_prompt_numbers_written_as_strings_are_refused_by_report_compare(tmp
     assert not (tmp_path / "r").exists()
 
 
-def test_dry_run_of_a_server_audit_counts_requests_per_level(capsys, tmp_path, monkeypatch, tiny_prompts_file):
+def test_dry_run_of_a_server_audit_counts_requests_per_level(capsys, tmp_path, monkeypatch, tiny_prompts_file, reference_servers):
     monkeypatch.chdir(tmp_path)
-    argv = ["audit", "--dry-run", "--speculative-url", SPEC, "--vanilla-url", PLAIN, "--target", "default", "--concurrency", "1,4"]
-    assert main([*argv, "--prompts", str(tiny_prompts_file), "--samples", "2"]) == 0  # no server is called
+    speculative, vanilla = reference_servers
+    argv = ["audit", "--dry-run", "--speculative-url", speculative.url, "--vanilla-url", vanilla.url, "--target", "default"]
+    assert main([*argv, "--concurrency", "1,4", "--prompts", str(tiny_prompts_file), "--samples", "2"]) == 0  # nothing decoded
     out = capsys.readouterr().out
-    assert f"servers: speculation on {SPEC}" in out
+    assert f"servers: speculation on {speculative.url} (" in out and "both answered" in out
     assert "items: speculative 8, vanilla 8; x 2 concurrency levels (1, 4)" in out
     assert not list(tmp_path.iterdir())
 

@@ -98,9 +98,9 @@ def test_run_refuses_numbers_and_plants_that_cannot_apply(tmp_path, tiny_prompts
 @pytest.mark.parametrize(
     "config, message",
     [
-        ("temperature: .inf\n", "--temperature must be a finite number, got inf"),
-        ("top_p: .nan\n", "--top-p must be a finite number, got nan"),
-        ("seed: 99999999999999999999999\n", "--seed must be an integer in [0, 2**63 - 1]"),
+        ("temperature: .inf\n", "error: temperature must be a finite number, got inf"),
+        ("top_p: .nan\n", "error: top_p must be a finite number, got nan"),
+        ("seed: 99999999999999999999999\n", "error: seed must be an integer in [0, 2**63 - 1]"),
         ("analysis:\n  alpha: .nan\n", "alpha must be a finite number"),
         ("engines: endpoint\ndtype: float16\nendpoint:\n  speculative_url: http://a/v1\n  vanilla_url: http://b/v1\n", "--dtype float16"),
         ("engines: endpoint\nendpoint:\n  speculative_url: http://a/v1\n  vanilla_url: http://b/v1\n  timeout_s: .inf\n", "timeout_s"),

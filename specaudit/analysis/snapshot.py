@@ -13,6 +13,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from specaudit._files import check_output_paths, json_clean, write_json_atomic
+from specaudit._validation import did_you_mean
 from specaudit.analysis.concurrency import levels_of, split_alpha
 from specaudit.analysis.engine_faults import engine_faults
 from specaudit.analysis.equivalence import equivalence_section, server_scored
@@ -400,6 +401,7 @@ def _references(dims: list[str], manifest: dict, given: dict[str, str] | None) -
     if unknown:
         raise InputError(
             f"--reference names dimension(s) {', '.join(unknown)} that this run does not compare; its dimensions: {', '.join(dims)}"
+            + did_you_mean(unknown[0], dims)
         )
     declared = (manifest.get("prompt_set") or {}).get("dimensions") or {}
     name = (manifest.get("prompt_set") or {}).get("name") or "the prompt set"

@@ -8,6 +8,7 @@ import sys
 import warnings
 from typing import TYPE_CHECKING
 
+from specaudit._validation import did_you_mean, register_typed
 from specaudit.cli.gate import add_gate
 from specaudit.cli.llama_server import add_llama_server
 from specaudit.cli.mitigate import add_mitigate
@@ -21,12 +22,49 @@ from specaudit.cli.traffic import add_proxy, add_traffic
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import TextIO
 
 
 # -------------------------------------------------------------------------- main
+_COMMAND_PARSER = "_command_parser"  # where the innermost command's parser is left on the namespace
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a suggestion for a mistyped flag or choice (Python 3.11 has no suggest_on_error),
+    and the usage of the command the mistake was made in: `audit --per-grup` prints audit's usage,
+    not specaudit's. Every subcommand's parser is one too (argparse makes them of the parent's class)."""
+
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if not hasattr(namespace, _COMMAND_PARSER):  # the innermost parser returns first
+            setattr(namespace, _COMMAND_PARSER, self)
+        return namespace, extras
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        namespace, extras = self.parse_known_args(args, namespace)
+        command = vars(namespace).pop(_COMMAND_PARSER, self)
+        if extras:
+            flags = [word.partition("=")[0] for word in extras if word.startswith("-")]
+            known = [flag for flag in command._option_string_actions if flag.startswith("--")]
+            hint = next((hint for hint in (did_you_mean(flag, known) for flag in flags) if hint), "")
+            command.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return namespace
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as err:
+            hint = did_you_mean(str(value), map(str, action.choices or ()))
+            if not hint:
+                raise
+            raise argparse.ArgumentError(action, f"{err.message}{hint}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="specaudit",
         description="Audit speculative decoding for correctness and fairness.",
     )
@@ -82,6 +120,7 @@ def _internal_error(command: str, err: BaseException) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    register_typed({})  # no flag of an earlier command in this process is named again
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse itself exits 2 on bad flags
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what the run records as its command

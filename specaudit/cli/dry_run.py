@@ -1,5 +1,6 @@
 """`specaudit audit --dry-run`: the audit's plan (prompts, engines, samples, tokens) and its
-predicted time, printed without loading a model or calling a server.
+predicted time, printed without loading a model or decoding; an audit of your servers checks, as
+the run would first, that the API key's variable is set and that both servers answer (exit 2 if not).
 
 The prediction uses rates measured on committed runs (docs/results.md), per screened prompt, per
 prompt both engines decode and per analysed prompt, scaled by new tokens and samples. They hold
@@ -107,6 +108,22 @@ def _records_done(out: str | Path) -> set[str]:
     return {record.key for record in load_records(path)} if path.is_file() else set()
 
 
+# How long the dry run waits for a server: long enough for one that is up, short enough to fail fast.
+DRY_RUN_WAIT_S = 10.0
+
+
+def _servers_answer(endpoint: dict) -> dict[str, str]:
+    """What the run checks first, checked now (engines.endpoint.executor.open_servers): the API key's
+    variable is set and both servers answer with the model; an InputError (exit 2) otherwise. The
+    model each side would audit."""
+    from specaudit.engines.endpoint.executor import open_servers
+
+    endpoints, models, _ = open_servers(endpoint, timeout_s=DRY_RUN_WAIT_S)
+    for server in endpoints.values():
+        server.close()
+    return models
+
+
 def print_plan(cfg: RunConfig, out: str | Path, specs: Sequence[SamplingSpec] | None = None, *, resume: bool = False) -> PlanOnly:
     """Print what the audit would do and how long it is predicted to take; nothing runs. With
     `resume`, the records already in `out` are counted and only what is left is predicted."""
@@ -128,9 +145,13 @@ def print_plan(cfg: RunConfig, out: str | Path, specs: Sequence[SamplingSpec] | 
     settings = len(specs) if specs else 1
     done = _records_done(out) if resume else set()
     left = [item for item in items if item.key not in done]
+    models = _servers_answer(cfg.endpoint) if cfg.endpoint else {}
     print(f"plan (nothing runs: --dry-run); the audit would {'continue' if resume else 'write'} {out}/")
     if cfg.endpoint:
-        print(f"  servers: speculation on {cfg.endpoint['speculative_url']}, off {cfg.endpoint['vanilla_url']}; tokenizer {cfg.target}")
+        print(
+            f"  servers: speculation on {cfg.endpoint['speculative_url']} ({models['speculative']}), off {cfg.endpoint['vanilla_url']} "
+            f"({models['vanilla']}), both answered; tokenizer {cfg.target}"
+        )
     else:
         print(f"  models: target {cfg.target}, draft {cfg.draft}; engines {','.join(cfg.engines)}")
     levels = concurrency_levels(cfg)

@@ -19,7 +19,7 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
         help="history store of snapshots, drift against a baseline, alerts, trend report",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
-            "a nightly job (cron, systemd timer, CI schedule; see specaudit/monitor/scheduling.md):\n"
+            "a nightly job (cron, systemd timer, CI schedule; see docs/scheduling.md):\n"
             "  specaudit monitor check runs/today --store sqlite:///history.db --environment prod \\\n"
             "      --alert-file alerts.jsonl --metrics-file /var/lib/node_exporter/textfile/specaudit.prom\n"
             "exit codes: 0 no FAIL, 1 a check FAILed, 2 bad input or unusable store"
@@ -45,6 +45,14 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
     )
     checking.add_argument("--no-cusum", dest="cusum", action="store_false", help="skip the CUSUM slow-drift check over the history")
     checking.add_argument("--cusum-h", type=finite_float, help="CUSUM threshold (default ln(series / alpha) / (2k), k = 0.5)")
+    checking.add_argument(
+        "--alpha",
+        dest="drift_alpha",
+        metavar="ALPHA",
+        type=finite_float,
+        default=0.05,
+        help="family-wise error rate over groups x metrics, Holm (default 0.05)",
+    )
     checking.add_argument("--format", choices=("text", "json"), default="text")
     checking.add_argument("--verbose", action="store_true", help="text: print PASS checks too")
     checking.add_argument("--alert-file", help="append non-PASS checks as JSON lines to this file")
@@ -57,14 +65,13 @@ def add_monitor(sub: argparse._SubParsersAction) -> None:
     check.add_argument("snapshot", nargs="?", help="store this snapshot first and check it (default: the latest stored run)")
     check.add_argument("--snapshot", dest="snapshot_option", metavar="PATH", help="the same as the positional SNAPSHOT")
     check.add_argument("--run", default="latest", help="stored run to check: id, name or 'latest' (default)")
-    check.add_argument("--alpha", type=finite_float, default=0.05, help="family-wise error rate over groups x metrics, Holm (default 0.05)")
     run = actions.add_parser(
         "run",
         parents=[common, checking],
         help="run an audit (the flags and config of `specaudit audit`) into a new run folder, store its snapshot and check it; "
         "exit 1 where the check fails or the audit's decision does (--fail-on)",
     )
-    add_audit_options(run)  # its --alpha serves the audit's tests and the drift checks alike
+    add_audit_options(run, old_alpha=False)  # --alpha is the drift checks' level; the audit's is --equivalence-alpha
     report = actions.add_parser("report", parents=[common], help="trend report: OUT/trend.html (self-contained) and OUT/trend.csv")
     report.add_argument("--out", default="reports/trend", help="output folder (default reports/trend)")
     report.add_argument("--metrics", default="acceptance_rate,speedup", help="comma list of metrics to chart")
@@ -104,7 +111,7 @@ def _check_settings(args: argparse.Namespace) -> None:
     """Every setting of a check is refused before anything is stored or decoded."""
     from specaudit.monitor._drift import check_settings
 
-    check_settings(alpha=args.alpha if args.alpha is not None else 0.05, min_change=args.min_change, cusum_h=args.cusum_h)
+    check_settings(alpha=args.drift_alpha, min_change=args.min_change, cusum_h=args.cusum_h)
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -148,7 +155,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             baseline=args.baseline,
             environment=environment,
             metrics=metrics,
-            alpha=args.alpha,
+            alpha=args.drift_alpha,
             min_change=args.min_change,
             cusum=args.cusum,
             cusum_h=args.cusum_h,
@@ -180,7 +187,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_baseline(store, args.baseline, _environment(args))
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the check (JSON with --format json)
         result = run_audit(args)
-    args.run, args.alpha = "latest", args.alpha if args.alpha is not None else 0.05
+    args.run = "latest"
     if not isinstance(result, SettingsAuditResult):
         args.snapshot = str(result.out_dir)
         return max(result.exit_code, cmd_check(args))

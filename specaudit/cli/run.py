@@ -138,8 +138,11 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
 def _with_concurrency(args: argparse.Namespace, make: Callable[[dict], RunConfig], run_options: dict) -> RunConfig:
     """The RunConfig `make(extra options)` builds, with the server flags (--speculative-url ...,
     --concurrency; cli/servers.py)."""
-    from specaudit.cli.servers import with_server_flags
+    from specaudit._validation import register_typed
+    from specaudit.cli.servers import typed_server_flags, with_server_flags
 
+    # from here on, a message about a setting the user gave as a flag names that flag
+    register_typed({**{name: f"--{name.replace('_', '-')}" for name in _flag_options(args)}, **typed_server_flags(args)})
     return with_server_flags(args, make, run_options)
 
 
@@ -203,15 +206,17 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------- analyze
-def _add_analysis_options(p: argparse.ArgumentParser) -> None:
+def _add_analysis_options(p: argparse.ArgumentParser, *, old_alpha: bool = True) -> None:
+    """`old_alpha`: accept --alpha as the old spelling of --equivalence-alpha (not where --alpha is
+    the command's own family-wise level: `monitor run`'s drift checks)."""
     g = p.add_argument_group("analysis")
     g.add_argument(
         "--equivalence-alpha",
-        "--alpha",
+        *(("--alpha",) if old_alpha else ()),
         dest="alpha",
         type=finite_float,
-        action=_RenamedFlag,
-        help="family-wise error rate of the equivalence battery (default 0.05); --alpha is its old spelling",
+        action=RenamedFlag,
+        help="family-wise error rate of the equivalence battery (default 0.05)" + ("; --alpha is its old spelling" if old_alpha else ""),
     )
     g.add_argument("--delta", type=finite_float, help="equivalence margin on total variation (default 0.05)")
     g.add_argument("--analyze-dimensions", dest="analyze_dimensions", help="prompt attributes to analyse (default: all in the run)")
@@ -242,14 +247,17 @@ def _add_analysis_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-class _RenamedFlag(argparse.Action):
+class RenamedFlag(argparse.Action):
     """A flag whose first spelling is current; the others still work, with a one-line note."""
 
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option_string: str | None = None
     ) -> None:
         if option_string and option_string != self.option_strings[0]:
-            print(f"specaudit: note: {option_string} is now {self.option_strings[0]}; the old spelling still works", file=sys.stderr)
+            print(
+                f"specaudit: note: {option_string} is now {self.option_strings[0]}; the old spelling works until the next release",
+                file=sys.stderr,
+            )
         setattr(namespace, self.dest, values)
         setattr(namespace, f"{self.dest}_flag", option_string)  # errors name the flag as the user wrote it
 
@@ -309,11 +317,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------- audit
-def add_audit_options(p: argparse.ArgumentParser) -> None:
+def add_audit_options(p: argparse.ArgumentParser, *, old_alpha: bool = True) -> None:
     """What `audit` and `monitor run` share: they run the same audit."""
     _add_decoding_options(p)
     _add_executor_options(p)
-    _add_analysis_options(p)
+    _add_analysis_options(p, old_alpha=old_alpha)
     p.add_argument(
         "--quick",
         action="store_true",

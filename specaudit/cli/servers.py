@@ -14,12 +14,14 @@ from specaudit.errors import InputError
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
 
-ENDPOINT_FLAGS = {  # flag dest -> endpoint setting
-    "speculative_url": "speculative_url",
-    "vanilla_url": "vanilla_url",
-    "served_model": "model",
-    "api_key_env": "api_key_env",
+ENDPOINT_FLAGS = {  # flag dest -> (endpoint setting, the flag)
+    "speculative_url": ("speculative_url", "--speculative-url"),
+    "vanilla_url": ("vanilla_url", "--vanilla-url"),
+    "served_model": ("model", "--model"),
+    "api_key_env": ("api_key_env", "--api-key-env"),
 }
+# the endpoint settings that a flag fills in besides its own (`--model` names both sides' models)
+_ALSO_SET = {"model": ("speculative_model", "vanilla_model"), "concurrency": ("concurrency_levels",)}
 ENDPOINT = "endpoint"
 LLAMA_SERVER = "llama-server"
 OPENVINO = "openvino"
@@ -48,12 +50,12 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
 def endpoint_options(args: argparse.Namespace, run_options: dict) -> dict:
     """The run options that the server flags set: engines=endpoint and the config's `endpoint:`
     section overlaid with the flags; {} without any server flag."""
-    given = {setting: getattr(args, dest) for dest, setting in ENDPOINT_FLAGS.items() if getattr(args, dest, None) is not None}
+    given = {setting: getattr(args, dest) for dest, (setting, _) in ENDPOINT_FLAGS.items() if getattr(args, dest, None) is not None}
     if not given:
         return {}
     engines = getattr(args, "engines", None)
     if engines is not None and engines.strip() != ENDPOINT:
-        flags = ", ".join(f"--{dest.replace('_', '-')}" for dest in ENDPOINT_FLAGS if getattr(args, dest, None) is not None)
+        flags = ", ".join(flag for dest, (_, flag) in ENDPOINT_FLAGS.items() if getattr(args, dest, None) is not None)
         raise InputError(f"{flags} audit your servers (--engines endpoint), not --engines {engines}; drop --engines or those flags")
     if getattr(args, "target", None) is None and "target" not in run_options:
         # the default target's tokenizer would turn the prompts into another model's token ids, unseen
@@ -66,6 +68,20 @@ def endpoint_options(args: argparse.Namespace, run_options: dict) -> dict:
         if not section.get(url):
             raise InputError(f"--{url.replace('_', '-')} is missing: an endpoint audit compares two servers, speculation on and off")
     return {"engines": ENDPOINT, ENDPOINT: section}
+
+
+def typed_server_flags(args: argparse.Namespace) -> dict[str, str]:
+    """The endpoint settings given as flags, each by its config key -> the flag typed
+    (_validation.register_typed)."""
+    given = {setting: flag for dest, (setting, flag) in ENDPOINT_FLAGS.items() if getattr(args, dest, None) is not None}
+    if getattr(args, "concurrency", None) is not None:
+        given["concurrency"] = "--concurrency"
+    given.update({other: given[setting] for setting, others in _ALSO_SET.items() if setting in given for other in others})
+    typed = {f"{ENDPOINT}.{setting}": flag for setting, flag in given.items()}
+    if "concurrency" in given:  # the levels of llama-server and OpenVINO, in their sections of `extra:`
+        sections = [name.replace("-", "_") for name in (LLAMA_SERVER, OPENVINO)]
+        typed.update({f"{prefix}{section}.concurrency_levels": "--concurrency" for section in sections for prefix in ("", "extra.")})
+    return typed
 
 
 def _levels(text: str) -> tuple[int, ...]:

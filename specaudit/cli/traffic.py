@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from specaudit._validation import finite_float
+from specaudit.cli.run import RenamedFlag
 
 STORE_HELP = "sqlite:///path.db, a bare file path, or postgresql://user@host/db"
 
@@ -47,7 +48,16 @@ def add_traffic(sub: argparse._SubParsersAction) -> None:
     analysing.add_argument(
         "--baseline-requests", type=int, default=1000, help="the first N requests (in time order) are the drift baseline; 0: no drift check"
     )
-    analysing.add_argument("--alpha", type=finite_float, default=0.05, help="family-wise false-alarm rate over all looks (default 0.05)")
+    analysing.add_argument(
+        "--false-alarm-rate",
+        "--alpha",
+        dest="alpha",
+        metavar="RATE",
+        type=finite_float,
+        default=0.05,
+        action=RenamedFlag,
+        help="the chance of any false alarm over all looks, anytime-valid (default 0.05); --alpha is its old spelling",
+    )
     analysing.add_argument(
         "--band-low", type=finite_float, default=0.8, help="disparity alert below this ratio to the other groups (default 0.8)"
     )

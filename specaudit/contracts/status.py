@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 # [0.8, 1.25] counts as parity.
 DEFAULT_BAND: tuple[float, float] = (0.8, 1.25)
 
-# The smallest group at which the ratio interval's tails were measured to hold their level
+# The checked group size: the fewest prompts a run audited in a group at which the ratio interval's tails were measured to hold their level
 # (Welch–Fieller at 4 prompts a side on skewed per-prompt values; docs/statistics.md). Below it a
 # group's interval is unchecked and analysis and gate warn; above it, what a group's size buys is
 # its comparison's status and minimum detectable ratio, not a fixed count.

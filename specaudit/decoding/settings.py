@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from specaudit._validation import did_you_mean
 from specaudit.decoding._spec import SamplingSpec
 from specaudit.errors import InputError
 
@@ -138,6 +139,9 @@ def parse_setting(text: str) -> SamplingSpec:
         key, sep, value = part.partition("=")
         field = _KEYS.get(key.strip().lower())
         if not sep or field is None:
+            hint = did_you_mean(key.strip().lower(), [*_KEYS, *(() if sep else ("greedy",))])
+            if hint:  # a typo: the suggestion is the sentence
+                raise InputError(f"--sampling {text!r}: {(key if sep else part).strip()!r} is not a sampling setting{hint}")
             raise InputError(
                 f"--sampling {text!r}: {part!r} is not key=value with a key of {', '.join(sorted(set(_KEYS.values())))}; write e.g. {_EXAMPLES}"
             )
@@ -283,7 +287,7 @@ BUG_CLASSES: tuple[BugClass, ...] = (
     BugClass(
         "randomised acceptance rule",
         "one uniform per step, (p/q)^0.8, q floored, accept iff p >= q",
-        "mlx-swift-lm PR #459; DESIGN.md's mutant table",
+        "mlx-swift-lm PR #459; the self-test's mutants (docs/selftest.md)",
         "shared_uniform, power_ratio, q_floor, deterministic_accept",
         lambda spec: not spec.greedy,
         "greedy decoding (p and q are one-hot, so every such rule accepts exactly the argmax)",

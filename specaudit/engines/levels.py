@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from specaudit._validation import typed_as
 from specaudit.contracts.run import PlanItem, Record
 from specaudit.engines.ordered import emit_in_plan_order
 from specaudit.errors import InputError
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
 
 
 def check_levels(levels: Sequence[int], setting: str) -> tuple[int, ...]:
-    """The levels as given, or an InputError naming `setting`."""
-    levels = tuple(levels)
+    """The levels as given, or an InputError naming `setting` as the user gave it (_validation.typed_as)."""
+    levels, setting = tuple(levels), typed_as(setting)
     if not levels or any(not isinstance(c, int) or isinstance(c, bool) or c < 1 for c in levels):
         raise InputError(f"{setting} must be integers >= 1, got {list(levels)}")
     if len(set(levels)) != len(levels):

@@ -96,12 +96,15 @@ def check_prompt_lengths(
 def check_model_sources(cfg: RunConfig) -> None:
     """Named models among the target and draft are fetched now, on first use (models._named);
     hub ids: offline and uncached fails now, naming the model, before prompts are read or
-    anything else is loaded (models._hub.hub_options)."""
+    anything else is loaded (models._hub.hub_options); so does an endpoint audit's unset API key variable."""
     from specaudit.contracts.engines import LOCAL_ENGINES, backend_of
+    from specaudit.contracts.engines import resolve as engine_module
     from specaudit.models._hub import DEFAULT_TARGET, _is_local, hub_options
     from specaudit.models._named import is_named, resolve
 
     backend = backend_of(cfg.engines)
+    if cfg.endpoint and backend is not None and backend.settings:  # its API key's variable: unset fails now, not after torch loads
+        engine_module(backend.settings).api_key_of(cfg.endpoint)
     if backend is None or backend.name == "llama-cpp":  # the engines that read model files here
         for name in (cfg.target, cfg.draft):
             if is_named(name):

@@ -157,10 +157,11 @@ def _size_check(dimension: str, by_group: dict[str, GroupEntry], minimum: int) -
             name,
             title,
             WARN,
-            f"{len(small)} of {len(sizes)} groups have fewer than {minimum} prompts, below the size at which the ratio intervals were checked: {listed}",
+            f"{len(small)} of {len(sizes)} groups have fewer than {minimum} audited prompts, the checked group size "
+            f"(below it the ratio intervals are unchecked): {listed}",
             {"min_group_size": minimum, "small": small},
         )
-    return GateCheck(name, title, PASS, f"every group has at least {minimum} prompts", {"min_group_size": minimum})
+    return GateCheck(name, title, PASS, f"every group has at least {minimum} audited prompts", {"min_group_size": minimum})
 
 
 def measurement_checks(snapshot: Snapshot) -> list[GateCheck]:

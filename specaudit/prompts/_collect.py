@@ -286,7 +286,8 @@ def _group_size_issues(
                         where.get(dim, "?"),
                         None,
                         f"attributes.{dim}",  # type: ignore[arg-type]
-                        f"group '{group}' has {n} prompt(s), fewer than the set's minimum of {least} (min_group_size); "
+                        f"group '{group}' has {n} prompt(s), fewer than the set's minimum of {least} (the set's minimum group size, "
+                        f"min_group_size in its manifest, else {DEFAULT_MIN_GROUP_SIZE}); "
                         "add prompts (a small group's intervals are wide, and audits cannot sample more of it than it holds)",
                     )
                 )

@@ -18,6 +18,10 @@ from specaudit.errors import InputError
 
 MANIFEST_NAME = "manifest.yaml"
 ENV_VAR = "SPECAUDIT_PROMPT_SETS"
+# A set's minimum group size: the prompts each group must hold *in the set* (its manifest's
+# `min_group_size`, this where a set has no manifest or its manifest names none), so audits can draw
+# their --per-group sample from it. Not the gate's checked group size (contracts.MIN_CHECKED_PROMPTS,
+# prompts a run audited per group); docs/glossary.md names both.
 DEFAULT_MIN_GROUP_SIZE = 30
 
 

@@ -2,7 +2,7 @@
 
 Every mutant has the signature of `specaudit.decoding.verify.reference_verify` and differs from
 it in exactly one place, reproducing a bug class found in a real implementation (the rows of
-shared/reference/ANCHORS.md, "Real bug classes", or of the mutant table in DESIGN.md). Where the
+shared/reference/ANCHORS.md, "Real bug classes", or of the bug-class table in docs/selftest.md). Where the
 fixed signature cannot carry the bug literally (the draft's own sampling, the engine's warping),
 the docstring says how the mutant models it. The auditor is judged on them: the correct sampler
 must be rejected at the nominal rate, every mutant at >= 99% at the default budget.
@@ -93,8 +93,7 @@ def resample_from_p(
     draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
 ) -> torch.Tensor:
     """On rejection, resample from p instead of the residual normalise(max(0, p - q)): the
-    "residual not formed / not normalised" class (transformers PR #28508, DESIGN.md's mutant
-    table). Tokens the draft over-proposes end up over-represented."""
+    "residual not formed / not normalised" class (transformers PR #28508). Tokens the draft over-proposes end up over-represented."""
     n_accepted = _correct_accepts(draft_tokens, draft_probs, target_probs, generator)
     return _emit(draft_tokens, n_accepted, sample_from(target_probs[n_accepted], generator))
 
@@ -237,8 +236,8 @@ def vocab_padding_off_by_one(
 def shared_uniform(
     draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
 ) -> torch.Tensor:
-    """One uniform shared by all positions of a step (a vectorisation slip; DESIGN.md's mutant
-    table). Reaching position i means u was small, so later drafts are accepted too often."""
+    """One uniform shared by all positions of a step (a vectorisation slip; the randomised
+    acceptance rules of docs/selftest.md's bug-class table, mlx-swift-lm PR #459). Reaching position i means u was small, so later drafts are accepted too often."""
     k = draft_tokens.shape[0]
     p_draft = _drafted_values(target_probs, draft_tokens)
     q_draft = _drafted_values(draft_probs, draft_tokens)
@@ -250,8 +249,8 @@ _Q_FLOOR = 0.05
 
 
 def q_floor(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Acceptance ratio p / max(q, 0.05): a guard against division by small q (DESIGN.md's
-    mutant table; the llama.cpp #3919 class, where a sampler setting leaked into the acceptance
+    """Acceptance ratio p / max(q, 0.05): a guard against division by small q (docs/selftest.md's
+    bug-class table; the llama.cpp #3919 class, where a sampler setting leaked into the acceptance
     probability). Drafts with small q are under-accepted."""
     k = draft_tokens.shape[0]
     p_draft = _drafted_values(target_probs, draft_tokens)
@@ -266,8 +265,8 @@ _RATIO_POWER = 0.8
 def power_ratio(
     draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator: torch.Generator
 ) -> torch.Tensor:
-    """Accept with probability min(1, (p/q)^0.8) (DESIGN.md's mutant table: a tempered or
-    "smoothed" acceptance rule). Over-accepts drafts whose p/q < 1."""
+    """Accept with probability min(1, (p/q)^0.8) (docs/selftest.md's bug-class table,
+    mlx-swift-lm PR #459: a tempered or "smoothed" acceptance rule). Over-accepts drafts whose p/q < 1."""
     k = draft_tokens.shape[0]
     ratio = _drafted_values(target_probs, draft_tokens) / _drafted_values(draft_probs, draft_tokens)
     accepted = _uniforms(k, generator, draft_tokens.device) < ratio.pow(_RATIO_POWER)

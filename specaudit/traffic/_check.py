@@ -78,7 +78,7 @@ def evaluate(
     tau: float = DEFAULT_TAU,
     strata: tuple[str, ...] = STRATA,
 ) -> TrafficResult:
-    for name, value, low, high in (("--alpha", alpha, 0, 1), ("--band-low", band_low, 0, 1), ("--min-change", min_change, 0, 1)):
+    for name, value, low, high in (("--false-alarm-rate", alpha, 0, 1), ("--band-low", band_low, 0, 1), ("--min-change", min_change, 0, 1)):
         if not low < value < high:
             raise InputError(f"{name} {value} is not strictly between {low} and {high}")
     if baseline_requests < 0:

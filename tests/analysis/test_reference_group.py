@@ -48,6 +48,10 @@ def test_bad_references_are_one_sentence(run_copy, capsys):
         analyze(run_copy, n_boot=50, equivalence=False, write=False, reference={"dialect": "sae"})
     with pytest.raises(InputError, match="not among the groups"):
         analyze(run_copy, n_boot=50, equivalence=False, write=False, reference={"style": "nope"})
+    with pytest.raises(InputError, match="did you mean plain\\?$"):  # a typo gets a suggestion
+        analyze(run_copy, n_boot=50, equivalence=False, write=False, reference={"style": "plian"})
+    with pytest.raises(InputError, match="did you mean style\\?$"):
+        analyze(run_copy, n_boot=50, equivalence=False, write=False, reference={"styel": "plain"})
     with pytest.raises(InputError, match="DIMENSION=GROUP"):
         AnalysisSettings.parse({"reference": ["style"]})
     assert main(["analyze", str(run_copy), "--no-equivalence", "--reference", "style"]) == 2

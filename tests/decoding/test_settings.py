@@ -27,7 +27,8 @@ def test_settings_parse_and_label_round_trip(text, spec, label):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("t=0.7,top_q=0.9", "'top_q=0.9' is not key=value with a key of frequency_penalty, grammar, logit_bias"),
+        ("t=0.7,top_q=0.9", "'top_q' is not a sampling setting; did you mean top_p\\?"),
+        ("t=0.7,zzz=0.9", "'zzz=0.9' is not key=value with a key of frequency_penalty, grammar, logit_bias"),
         ("t=1,min_p=1.5", "min_p must be in \\[0, 1\\)"),
         ("t=1,repetition_penalty=0", "repetition_penalty must be a number > 0"),
         ("t=1,logit_bias=42", "logit_bias must be ID:BIAS pairs"),

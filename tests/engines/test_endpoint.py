@@ -212,7 +212,7 @@ def test_server_down_is_one_sentence_exit_2(tmp_path, pair, servers, tiny_pair_d
         tmp_path, {"speculative_url": url, "vanilla_url": vanilla.url}, capsys, target=str(tiny_pair_dir[0]), prompts=str(tiny_prompts_file)
     )
     assert code == 2
-    assert error.startswith("specaudit: error: endpoint speculative_url") and url in error and "did not answer" in error
+    assert error.startswith("specaudit: error: endpoint.speculative_url") and url in error and "did not answer" in error
     assert not (tmp_path / "out" / "records.jsonl").exists()
 
 

@@ -137,7 +137,7 @@ def test_concurrency_levels_reach_the_openvino_settings_from_the_flag(tmp_path, 
     assert openvino_settings({"openvino": {"concurrency_levels": "1,3"}}).batched
     assert not openvino_settings({}).batched  # the default: one request per generate call, no level recorded
     assert main([*flags, "--concurrency", "0,3"]) == 2
-    assert "extra.openvino.concurrency_levels must be integers >= 1, got [0, 3]" in capsys.readouterr().err
+    assert "--concurrency must be integers >= 1, got [0, 3]" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -92,10 +92,11 @@ def test_the_flag_and_the_config_key_reach_the_run(tmp_path, capsys, monkeypatch
     assert not (tmp_path / "x").exists()
 
 
-def test_dry_run_counts_the_cache_states(capsys, tmp_path, monkeypatch, tiny_prompts_file):
+def test_dry_run_counts_the_cache_states(capsys, tmp_path, monkeypatch, tiny_prompts_file, reference_servers):
     monkeypatch.chdir(tmp_path)
-    argv = ["audit", "--dry-run", "--speculative-url", SPEC, "--vanilla-url", PLAIN, "--target", "default", "--concurrency", "1,4"]
-    assert main([*argv, "--prompts", str(tiny_prompts_file), "--prefix-cache", "cold,warm"]) == 0  # no server is called
+    speculative, vanilla = reference_servers
+    argv = ["audit", "--dry-run", "--speculative-url", speculative.url, "--vanilla-url", vanilla.url, "--target", "default"]
+    assert main([*argv, "--concurrency", "1,4", "--prompts", str(tiny_prompts_file), "--prefix-cache", "cold,warm"]) == 0  # nothing decoded
     out = capsys.readouterr().out
     assert "x 2 concurrency levels (1, 4); x 2 prompt-cache states (cold, warm)" in out
     assert "each warm request follows a one-token priming request" in out

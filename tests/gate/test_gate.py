@@ -337,7 +337,7 @@ def test_group_size_threshold(snapshot):
     dim = _dimension(snapshot)
     assert _check(evaluate_gate(snapshot, GateThresholds(min_group_size=3)), f"group-size[{dim}]").status == PASS
     check = _check(evaluate_gate(snapshot, GateThresholds(min_group_size=4)), f"group-size[{dim}]")
-    assert check.status == WARN and "fewer than 4 prompts" in check.message
+    assert check.status == WARN and "fewer than 4 audited prompts, the checked group size" in check.message
 
 
 def test_missing_sections_warn_as_not_run_and_garbage_is_refused():

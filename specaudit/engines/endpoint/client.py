@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from specaudit._validation import typed_as
 from specaudit.decoding._grammar_source import grammar_format
 from specaudit.engines.endpoint._deadline import deadline_transport, total_deadline
 from specaudit.engines.endpoint._responses import (
@@ -128,7 +129,7 @@ class Endpoint:
         import httpx
 
         self.base_url = base_url
-        self.setting = setting  # which config setting named it, for error messages
+        self.setting = setting  # which setting named it (a config key such as endpoint.speculative_url), for error messages
         self.api_key = api_key
         self.timeout_s = timeout_s
         headers = {"Accept": "application/json"}
@@ -148,7 +149,7 @@ class Endpoint:
         self.close()
 
     def _where(self, url: str, request: str) -> str:
-        return f"endpoint {self.setting} {url}" + (f" ({request})" if request else "")
+        return f"{typed_as(self.setting)} {url}" + (f" ({request})" if request else "")
 
     @contextmanager
     def _request(self, url: str, body: dict | None = None, *, stage: str = "did not answer", request: str = "") -> Iterator[httpx.Response]:
@@ -231,13 +232,11 @@ class Endpoint:
         with self._request(url, stage="stopped answering") as response:
             payload = self._json(self._read(response, url), url)
         if not isinstance(payload.get("data"), list):
-            raise InputError(
-                f"endpoint {self.setting} {url} did not list models (no `data` array); is it the OpenAI-compatible /v1 base URL?"
-            )
+            raise InputError(f"{self._where(url, '')} did not list models (no `data` array); is it the OpenAI-compatible /v1 base URL?")
         try:
             listed = ModelList.model_validate(payload)
         except ValidationError as err:
-            raise InputError(f"endpoint {self.setting} {url} listed models malformed ({problem(err)}); check the server") from None
+            raise InputError(f"{self._where(url, '')} listed models malformed ({problem(err)}); check the server") from None
         self.model_entries = [entry for entry in payload["data"] if isinstance(entry, dict) and entry.get("id") is not None]
         return [entry.id for entry in listed.data]
 
@@ -469,14 +468,14 @@ def resolve_model(endpoint: Endpoint, wanted: str | None, setting: str) -> tuple
     if wanted is not None:
         if served and wanted not in served:
             raise InputError(
-                f"endpoint {endpoint.setting} {endpoint.base_url} serves {', '.join(served)}, not {wanted!r}; "
-                f"set endpoint.{setting} to one of them"
+                f"{endpoint._where(endpoint.base_url, '')} serves {', '.join(served)}, not {wanted!r}; "
+                f"set {typed_as(f'endpoint.{setting}')} to one of them"
             )
         return wanted, served
     if len(served) != 1:
         raise InputError(
-            f"endpoint {endpoint.setting} {endpoint.base_url} serves {len(served)} models ({', '.join(served) or 'none'}); "
-            f"name one with endpoint.{setting}"
+            f"{endpoint._where(endpoint.base_url, '')} serves {len(served)} models ({', '.join(served) or 'none'}); "
+            f"name one with {typed_as(f'endpoint.{setting}')}"
         )
     return served[0], served
 

@@ -17,6 +17,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from specaudit._validation import typed_as
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, WARM, PlanItem, cache_fields
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.endpoint.client import (
@@ -61,6 +62,23 @@ def vocabulary_size(tokenizer: PreTrainedTokenizerBase, name: str) -> int:
     return size
 
 
+def open_servers(settings: dict, timeout_s: float | None = None) -> tuple[dict[str, Endpoint], dict[str, str], dict[str, list[str]]]:
+    """Both servers, each asked which models it serves: the health check of a run and of its dry run
+    (which waits `timeout_s` at most), so an unset API key variable, a server that does not answer
+    or a model it does not serve is refused before anything is written. (endpoints, the model each
+    side audits, the models each side serves)."""
+    api_key = api_key_of(settings)
+    wait = min(timeout_s, settings["timeout_s"]) if timeout_s else settings["timeout_s"]
+    endpoints = {
+        engine: Endpoint(settings[f"{engine}_url"], setting=f"endpoint.{engine}_url", api_key=api_key, timeout_s=wait)
+        for engine in (SPECULATIVE_ENGINE, CONTROL_ENGINE)
+    }
+    models, served = {}, {}
+    for engine, endpoint in endpoints.items():
+        models[engine], served[engine] = resolve_model(endpoint, settings[f"{engine}_model"], f"{engine}_model")
+    return endpoints, models, served
+
+
 class EndpointExecutor(Executor):
     label, unit = "requests", "req"
 
@@ -80,17 +98,11 @@ class EndpointExecutor(Executor):
 
         cfg, settings = self.cfg, self.cfg.endpoint
         api_key = api_key_of(settings)
-        self.endpoints = {
-            engine: Endpoint(settings[f"{engine}_url"], setting=f"{engine}_url", api_key=api_key, timeout_s=settings["timeout_s"])
-            for engine in (SPECULATIVE_ENGINE, CONTROL_ENGINE)
-        }
-        self.models, served = {}, {}
-        for engine, endpoint in self.endpoints.items():  # also the health check: nothing is written if a server is down
-            self.models[engine], served[engine] = resolve_model(endpoint, settings[f"{engine}_model"], f"{engine}_model")
+        self.endpoints, self.models, served = open_servers(settings)  # nothing is written if a server is down
         # llama-server gets its whole sampling chain and answers unstreamed (engines.endpoint.client)
         self.llama_server = {engine: endpoint.is_llama_server() for engine, endpoint in self.endpoints.items()}
         self.metrics = (
-            Endpoint(settings["metrics_url"], setting="metrics_url", api_key=api_key, timeout_s=settings["timeout_s"])
+            Endpoint(settings["metrics_url"], setting="endpoint.metrics_url", api_key=api_key, timeout_s=settings["timeout_s"])
             if settings["metrics_url"]
             else None
         )
@@ -101,7 +113,7 @@ class EndpointExecutor(Executor):
         for engine, endpoint in self.endpoints.items():  # a server that advertises its context: checked before any request
             limit = endpoint.advertised_context(self.models[engine])
             if limit is not None:
-                check_fits(self.encoded, limit, f"the max_model_len endpoint.{engine}_url advertises", cfg.max_new_tokens)
+                check_fits(self.encoded, limit, f"the max_model_len {typed_as(f'endpoint.{engine}_url')} advertises", cfg.max_new_tokens)
         # A server whose completions API takes text only (llama-cpp-python's) gets the prompt ids
         # decoded with their special tokens, which it tokenises back; decoded here, before any thread.
         self.texts = (

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from specaudit._validation import SETTINGS_CONFIG, settings_section
+from specaudit._validation import SETTINGS_CONFIG, settings_section, typed_as
 from specaudit.engines.levels import check_levels
 from specaudit.errors import InputError
 
@@ -47,7 +47,9 @@ class EndpointSettings(BaseModel):
     def _rules(self) -> EndpointSettings:
         for name, role in (("speculative_url", "with speculative decoding on"), ("vanilla_url", "with speculative decoding off")):
             if not getattr(self, name):
-                raise InputError(f"endpoint.{name} is missing; give the base URL of the server {role}, e.g. http://127.0.0.1:8000/v1")
+                raise InputError(
+                    f"{typed_as(f'endpoint.{name}')} is missing; give the base URL of the server {role}, e.g. http://127.0.0.1:8000/v1"
+                )
             setattr(self, name, _url(getattr(self, name), name))
         if self.metrics_url is not None:
             self.metrics_url = _url(self.metrics_url, "metrics_url")
@@ -82,7 +84,9 @@ _IDENTITY = (
 
 def _url(value: Any, name: str) -> str:
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-        raise InputError(f"endpoint.{name} {value!r} is not an http(s) URL; write the server's base URL such as http://127.0.0.1:8000/v1")
+        raise InputError(
+            f"{typed_as(f'endpoint.{name}')} {value!r} is not an http(s) URL; write the server's base URL such as http://127.0.0.1:8000/v1"
+        )
     return value.rstrip("/")
 
 
@@ -113,7 +117,9 @@ def api_key_of(settings: dict) -> str | None:
     if settings.get("api_key_env"):
         key = os.environ.get(settings["api_key_env"])
         if not key:
-            raise InputError(f"endpoint.api_key_env names {settings['api_key_env']!r} but that environment variable is not set")
+            raise InputError(
+                f"{typed_as('endpoint.api_key_env')} names {settings['api_key_env']!r} but that environment variable is not set"
+            )
         return key
     return settings.get("api_key")
 

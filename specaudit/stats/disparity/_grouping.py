@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from specaudit._validation import did_you_mean
 from specaudit.contracts import group_label
 from specaudit.errors import InputError
 
@@ -74,7 +75,8 @@ def _resolve_reference(reference: Any, groups: list[Any], sizes: np.ndarray) -> 
             return i
     raise InputError(
         f"disparity: reference group {reference!r} is not among the groups "
-        f"({', '.join(group_label(g) for g in groups)}); pass 'largest', 'overall' or one of them."
+        f"({', '.join(group_label(g) for g in groups)}); pass 'largest', 'overall' or one of them"
+        + did_you_mean(str(reference), [group_label(g) for g in groups])
     )
 
 
