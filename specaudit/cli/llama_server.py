@@ -22,7 +22,7 @@ def add_llama_server(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from specaudit.engines.llama_server.build import build
+    from specaudit.engines.llama_build import build
     from specaudit.errors import InputError
 
     if args.jobs < 1:

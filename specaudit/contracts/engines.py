@@ -155,7 +155,7 @@ ENGINES: dict[str, EngineSpec] = {
             executor="specaudit.engines.llama_cpp.executor:LlamaCppExecutor",
             request_features=(),
             refuses_because="the in-process engine builds a fixed sampler chain without them (use --engines llama-server)",
-            scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
+            scoring_pair="specaudit.engines.llama_cpp_runtime:scoring_pair",
             acceptance_rule="llama.cpp's: a greedy draft, each token kept while the target's own sample equals it "
             "(it keeps a token with probability p(argmax q), not α)",
             screens=True,
@@ -180,7 +180,7 @@ ENGINES: dict[str, EngineSpec] = {
             ),
             refuses_because="llama.cpp counts every penalty over one window of prompt and output (set repeat_last_n)",
             prefix_cache=True,
-            scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
+            scoring_pair="specaudit.engines.llama_cpp_runtime:scoring_pair",
             acceptance_rule="llama.cpp's: a greedy draft, each token kept while the target's own sample equals it "
             "(it keeps a token with probability p(argmax q), not α)",
             rejection_sampling=False,
@@ -193,7 +193,7 @@ ENGINES: dict[str, EngineSpec] = {
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.llama_speculative.executor:LlamaSpeculativeExecutor",
             refuses_because="the example's command line sets a fixed sampler chain (top-k, top-p, temperature)",
-            scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
+            scoring_pair="specaudit.engines.llama_cpp_runtime:scoring_pair",
             acceptance_rule="llama.cpp's speculative example as it claims it (a draft token kept with probability "
             "min(1, p/q), the residual sampled on rejection; greedy: kept where it is the target's argmax); "
             "per step, the kept path's length out of the deepest branch",

@@ -27,7 +27,7 @@ import torch
 import specaudit.mitigate._acceptance as acc
 import specaudit.mitigate._distil as dst
 import specaudit.mitigate._policy as pol
-from specaudit.engines.llama_cpp.client import BACKEND as LLAMA_CPP_BACKEND
+from specaudit.engines.llama_cpp_runtime import BACKEND as LLAMA_CPP_BACKEND
 from specaudit.errors import InputError
 from specaudit.mitigate._options import check_options
 from specaudit.mitigate._reaudit import REAUDIT_FOLDER, compare_groups, equivalence_check
@@ -167,7 +167,7 @@ def mitigate(
         split_by_pair(prompts, held_out, seed, dimensions)
     max_new = int(budget["max_new_tokens"])
     if llama_cpp_run:  # timed by the run's own engines; no torch model is loaded
-        from specaudit.engines.llama_cpp.client import run_decoder
+        from specaudit.engines.llama_cpp_runtime import run_decoder
 
         timing = Timing(run_decoder(manifest, max_new_tokens=max_new), "the run's llama.cpp engines")
     else:

@@ -23,7 +23,8 @@ from specaudit.cli import main
 from specaudit.config import RunConfig
 from specaudit.decoding import reference_verify
 from specaudit.engines import run
-from specaudit.engines.endpoint.client import Endpoint, output_tokens, request_body
+from specaudit.engines.endpoint.client import output_tokens, request_body
+from specaudit.engines.http.client import Endpoint
 from specaudit.engines.spec_counters import parse_metrics
 from specaudit.errors import InputError
 from specaudit.execution.plan import derive_seed
@@ -336,8 +337,8 @@ def test_reference_server_command_line_errors(capsys):
 def test_logprobs_in_the_chat_content_shape_give_token_ids_and_logprobs():
     """llama-server answers /v1/completions with `logprobs.content` (the chat API's shape): ids
     and logprobs come from it, as from vLLM's token_id:N lists."""
-    from specaudit.engines.endpoint._responses import CompletionPart
     from specaudit.engines.endpoint.client import output_tokens
+    from specaudit.engines.http._responses import CompletionPart
 
     entry = {
         "id": 253,

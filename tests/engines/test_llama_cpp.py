@@ -24,7 +24,7 @@ import pytest
 from specaudit.cli import main
 from specaudit.config import RunConfig
 from specaudit.decoding import SamplingSpec
-from specaudit.engines.llama_cpp import client as backend
+from specaudit.engines import llama_cpp_runtime as backend
 from specaudit.errors import InputError
 from specaudit.execution.records import read_records
 

@@ -25,9 +25,10 @@ from specaudit.contracts.run import (
     cache_fields,
 )
 from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection, PrefixCacheSection
-from specaudit.engines.endpoint.client import Completion, cached_prompt_tokens
+from specaudit.engines.endpoint.client import cached_prompt_tokens
 from specaudit.engines.endpoint.client import request_body as endpoint_body
 from specaudit.engines.endpoint.settings import validate_settings
+from specaudit.engines.http.client import Completion
 from specaudit.engines.levels import pass_plan
 from specaudit.engines.llama_server.client import cached_tokens, request_body
 from specaudit.errors import InputError
@@ -208,8 +209,8 @@ def test_a_failed_state_fails_the_run_naming_it():
 def cached_run(tmp_path_factory):
     """--engines llama-server --prefix-cache cold,warm on the embedded GGUF: prompt lookup drafting,
     T = 1, 8 tokens, three prompts, at concurrency 1 and 2."""
+    from specaudit.engines import llama_build as build_module
     from specaudit.engines import run
-    from specaudit.engines.llama_server import build as build_module
     from specaudit.prompts._model import PromptSet, rows_checksum
 
     if build_module.find_binary() is None:

@@ -1,13 +1,13 @@
 """The llama.cpp executor (`--engines llama-cpp`): llama.cpp's own plain and speculative decoding.
 
 Settings, the sampler chain, the observed draft and scoring with llama.cpp's logits are
-specaudit.engines.llama_cpp.client's; this module turns plan items into records like every executor.
+specaudit.engines.llama_cpp_runtime's; this module turns plan items into records like every executor.
 
 With the screen (`--engines screen,llama-cpp`, a draft GGUF) every prompt gets a record of engine
 "screen": llama.cpp's plain decoding of it (the vanilla engine's sample for the same seed), the
 target's logits as that decoding sampled from them, the draft's made along the path with the same
 call shapes, and from both β_t and the rule's a_t with the expected counts they give
-(client.path_acceptance); the plain and speculative engines decode and time the subset
+(llama_cpp_runtime.path_acceptance); the plain and speculative engines decode and time the subset
 execution.plan.engine_subset picks, as beside specaudit's own screen. Analysis then measures
 acceptance per group on every prompt and predicts speed-up from the cost model timed on the subset.
 """
@@ -22,8 +22,7 @@ import numpy as np
 
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE, PlanItem, Record
 from specaudit.engines.decode import library_versions, make_record
-from specaudit.engines.llama_cpp.client import (
-    BACKEND,
+from specaudit.engines.llama_cpp_runtime import (
     NGRAM_MAX,
     _system_info,
     check_config,
@@ -39,12 +38,15 @@ from specaudit.engines.llama_cpp.client import (
     sized_settings,
 )
 from specaudit.engines.provenance import cpu_model
+from specaudit.engines.screen_records import ScreenedPath, screen_record
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
 from specaudit.prompts import prompt_token_ids
 from specaudit.stats.acceptance import PathAcceptance
+
+BACKEND = "llama-cpp"
 
 
 class LlamaCppExecutor(Executor):
@@ -144,10 +146,7 @@ class LlamaCppExecutor(Executor):
 
     def screen_record(self, item: PlanItem, seed: int, prompt_ids: list[int]) -> Record:
         """The screen's record of a prompt: llama.cpp's plain sample of it and the acceptance
-        expected along that path (client.path_acceptance), in specaudit's screen format."""
-        from specaudit.engines.screen._screen import ScreenedPath
-        from specaudit.engines.screen.executor import screen_record
-
+        expected along that path (llama_cpp_runtime.path_acceptance), in specaudit's screen format."""
         cfg = self.cfg
         start = time.perf_counter()
         logits: list[np.ndarray] = []

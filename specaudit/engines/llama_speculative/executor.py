@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from specaudit.contracts.engines import IDENTITY_DRAFT
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem, Record
 from specaudit.engines.decode import library_versions, make_record
-from specaudit.engines.llama_cpp.client import (
+from specaudit.engines.llama_build import SPECULATIVE, binding_version, build_info, require_binary
+from specaudit.engines.llama_cpp_runtime import (
     Engines,
     ObservedDraft,
     check_draft_vocabulary,
@@ -35,7 +36,6 @@ from specaudit.engines.llama_cpp.client import (
     sampler_settings,
     sized_settings,
 )
-from specaudit.engines.llama_server.build import SPECULATIVE, binding_version, build_info, require_binary
 from specaudit.engines.llama_speculative.command import NEUTRAL_FLAGS, SAMPLERS, command
 from specaudit.engines.llama_speculative.generation import generation_of
 from specaudit.engines.llama_speculative.log import LogError, generated_output, parse

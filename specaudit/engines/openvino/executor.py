@@ -69,7 +69,7 @@ class OpenVinoExecutor(Executor):
         self.target_gguf = None if self.target_ir else gguf_path(str(cfg.target), "--target")
         self.draft_gguf = None if identity or self.draft_ir else gguf_path(str(cfg.draft), "--draft")
         if self.draft_gguf is not None and self.target_gguf is not None:
-            from specaudit.engines.llama_cpp.client import check_draft_vocabulary
+            from specaudit.engines.llama_cpp_runtime import check_draft_vocabulary
 
             check_draft_vocabulary(self.target_gguf, self.draft_gguf)
         folder.require_backend(BACKEND, "OpenVINO")

@@ -1,4 +1,8 @@
-"""`--engines llama-cpp`: the plan decoded in process by llama.cpp (through llama-cpp-python).
+"""llama.cpp in this process (through llama-cpp-python): GGUF files, settings, decoding and logits.
+
+Shared: the llama-cpp engine decodes with it, llama-speculative its plain side, llama-server and
+llama-speculative score with its `scoring_pair`, llama-server takes its seeds, OpenVINO its vocabulary
+check, and mitigate times policies with `run_decoder`. What follows is how `--engines llama-cpp` decodes.
 
 The target is a GGUF file (default: the embedded SmolLM2 file, as it is: Q4_1). Two llama.cpp
 contexts answer the plan, interleaved as local runs:
@@ -56,7 +60,6 @@ if TYPE_CHECKING:
     from specaudit.decoding import Generation, SamplingSpec
     from specaudit.stats.acceptance import PathAcceptance
 
-BACKEND = "llama-cpp"
 GGUF_MAGIC = b"GGUF"
 RANDOM_SEED = 0xFFFFFFFF  # llama.cpp seeds are uint32 and this one means "draw a random seed"
 NGRAM_MAX = 3  # as specaudit.models.NgramDraft
