@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specaudit.contracts.run import SCREEN_ENGINE
+from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -58,7 +58,7 @@ class PlanOnly:
 
 
 def measured_rates(cfg: RunConfig) -> MeasuredRates | None:
-    local = set(cfg.engines) <= {SCREEN_ENGINE, "vanilla", "speculative"}
+    local = set(cfg.engines) <= {SCREEN_ENGINE, CONTROL_ENGINE, SPECULATIVE_ENGINE}
     default_pair = cfg.target == "default" and cfg.draft == "int8" and cfg.dtype in ("auto", "float32") and cfg.device in ("auto", "cpu")
     return DEFAULT_PAIR if local and default_pair and cfg.k == 4 else None
 
@@ -71,20 +71,26 @@ def predicted_seconds(cfg: RunConfig, screened: int, decoded: int, rates: Measur
 
 
 def concurrency_levels(cfg: RunConfig) -> tuple[int, ...]:
-    """The levels the plan runs at (an endpoint's, llama-server's or OpenVINO's, read by their own
-    settings, so a bad value is refused here too), () for one pass."""
-    if cfg.endpoint and cfg.endpoint.get("concurrency_levels"):
-        return tuple(cfg.endpoint["concurrency_levels"])
-    if "llama-server" in cfg.engines:
-        from specaudit.engines.llama_server.settings import server_settings
+    """The levels the plan runs at, read by the serving engine's own settings (so a bad value is
+    refused here too); () for one pass."""
+    from specaudit.contracts.engines import ENGINES, resolve
 
-        return server_settings(cfg.extra).concurrency_levels
-    if "openvino" in cfg.engines:
-        from specaudit.engines.openvino.settings import openvino_settings
-
-        settings = openvino_settings(cfg.extra)
-        return settings.concurrency_levels if settings.batched else ()
+    for name in cfg.engines:
+        spec = ENGINES[name]
+        if spec.concurrency:
+            return resolve(spec.settings).concurrency_levels(cfg.extra.get(spec.section))
     return ()
+
+
+def plan_line(cfg: RunConfig) -> str:
+    """What the plan says of the models: the engine's own line where it has one (an endpoint's servers)."""
+    from specaudit.contracts.engines import ENGINES, resolve
+
+    for name in cfg.engines:
+        module = resolve(ENGINES[name].settings) if ENGINES[name].settings else None
+        if module is not None and hasattr(module, "plan_line"):
+            return module.plan_line(cfg)
+    return f"models: target {cfg.target}, draft {cfg.draft}; engines {','.join(cfg.engines)}"
 
 
 def _duration(seconds: float) -> str:
@@ -112,10 +118,7 @@ def print_plan(cfg: RunConfig, out: str | Path, specs: Sequence[SamplingSpec] | 
     }
     settings = len(specs) if specs else 1
     print(f"plan (nothing runs: --dry-run); the audit would write {out}/")
-    if cfg.endpoint:
-        print(f"  servers: speculation on {cfg.endpoint['speculative_url']}, off {cfg.endpoint['vanilla_url']}; tokenizer {cfg.target}")
-    else:
-        print(f"  models: target {cfg.target}, draft {cfg.draft}; engines {','.join(cfg.engines)}")
+    print(f"  {plan_line(cfg)}")
     levels = concurrency_levels(cfg)
     print(
         f"  prompts: {len(prompts)} of {cfg.prompts}" + (f" ({', '.join(f'{d} {n} groups' for d, n in groups.items())})" if groups else "")

@@ -102,7 +102,7 @@ def check_model_sources(cfg: RunConfig) -> None:
     from specaudit.models._named import is_named, resolve
 
     backend = backend_of(cfg.engines)
-    if backend is None or backend.name == "llama-cpp":  # the engines that read model files here
+    if backend is None or backend.fetches_named_models:  # the engines that read model files here
         for name in (cfg.target, cfg.draft):
             if is_named(name):
                 resolve(name)

@@ -27,7 +27,7 @@ import torch
 import specaudit.mitigate._acceptance as acc
 import specaudit.mitigate._distil as dst
 import specaudit.mitigate._policy as pol
-from specaudit.engines.llama_cpp_runtime import BACKEND as LLAMA_CPP_BACKEND
+from specaudit.contracts.engines import ENGINES, resolve
 from specaudit.errors import InputError
 from specaudit.mitigate._options import check_options
 from specaudit.mitigate._reaudit import REAUDIT_FOLDER, compare_groups, equivalence_check
@@ -139,8 +139,10 @@ def mitigate(
             f"--draft to fit policies for the run's draft {run_draft!r} without training"
         )
     not_trained = UNTRAINABLE_DRAFTS.get(draft_name)
-    llama_cpp_run = manifest.get("backend") == LLAMA_CPP_BACKEND
-    if llama_cpp_run:
+    # an engine that times decoding itself (llama.cpp's): policies are re-audited with its own engines
+    run_backend = ENGINES.get(str(manifest.get("backend")))
+    run_decoder = resolve(run_backend.run_decoder) if run_backend is not None and run_backend.run_decoder else None
+    if run_decoder is not None:
         if draft is not None and draft != run_draft:
             raise InputError(
                 f"{run_dir} was decoded by llama.cpp: mitigate fits policies for its own draft {run_draft!r} there; "
@@ -166,9 +168,7 @@ def mitigate(
     if per_group is None:  # a split that cannot work fails before any model loads
         split_by_pair(prompts, held_out, seed, dimensions)
     max_new = int(budget["max_new_tokens"])
-    if llama_cpp_run:  # timed by the run's own engines; no torch model is loaded
-        from specaudit.engines.llama_cpp_runtime import run_decoder
-
+    if run_decoder is not None:  # timed by the run's own engines; no torch model is loaded
         timing = Timing(run_decoder(manifest, max_new_tokens=max_new), "the run's llama.cpp engines")
     else:
         pair = load_pair(config.get("target", "default"), draft_name, device=device)

@@ -88,7 +88,7 @@ def test_records_are_what_the_servers_returned_and_match_local_engines(tmp_path,
         assert r["seed"] == derive_seed(5, r["prompt_id"], r["sample"])
     # the record holds what the server answers to the same request (non-streamed here)
     record = next(r for r in records if r["engine"] == "speculative")
-    body = request_body(cfg, {**cfg.endpoint, "stream": False}, "target", record["prompt_token_ids"], record["seed"], 12)
+    body = request_body(cfg, {**cfg.engine_settings("endpoint"), "stream": False}, "target", record["prompt_token_ids"], record["seed"], 12)
     answer = Endpoint(speculative.url, setting="speculative_url").complete(body)
     ids, logprobs = output_tokens(answer, 20)
     assert ids == record["output_token_ids"] and answer.text == record["text"]
@@ -268,7 +268,9 @@ def test_bad_config_is_one_sentence_exit_2(tmp_path, capsys, settings, options, 
 
 
 def test_endpoint_engine_needs_its_section():
-    with pytest.raises(InputError, match="needs the servers: --speculative-url URL --vanilla-url URL, or an `endpoint:` section"):
+    with pytest.raises(
+        InputError, match="needs the servers: --speculative-url URL --vanilla-url URL, or an `extra: {endpoint: ...}` section"
+    ):
         RunConfig(engines="endpoint")
 
 

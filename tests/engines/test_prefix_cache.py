@@ -27,7 +27,6 @@ from specaudit.contracts.run import (
 from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection, PrefixCacheSection
 from specaudit.engines.endpoint.client import cached_prompt_tokens
 from specaudit.engines.endpoint.client import request_body as endpoint_body
-from specaudit.engines.endpoint.settings import validate_settings
 from specaudit.engines.http.client import Completion
 from specaudit.engines.levels import pass_plan
 from specaudit.engines.llama_server.client import cached_tokens, request_body
@@ -127,7 +126,7 @@ def test_llama_server_cold_requests_reuse_nothing_and_warm_ones_name_their_slot(
 
 def test_endpoint_requests_salt_the_cache_and_read_the_reported_reuse():
     cfg = RunConfig(engines="endpoint", endpoint=ENDPOINT, prefix_cache="cold,warm")
-    settings = validate_settings(ENDPOINT, ("endpoint",))
+    settings = cfg.engine_settings("endpoint")
     salted = endpoint_body(cfg, settings, "m", [1, 2], 3, 4, cache_salt="s1")
     assert salted["cache_salt"] == "s1" and "cache_prompt" not in salted
     llama = endpoint_body(cfg, settings, "m", [1, 2], 3, 4, llama_server=True, cache_prompt=True, cache_salt="s1")

@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specaudit.contracts.engines import IDENTITY_DRAFT
+from specaudit.contracts.engines import ENGINES, IDENTITY_DRAFT
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem, Record
 from specaudit.decoding import Generation
 from specaudit.engines.decode import library_versions, make_record
@@ -231,7 +231,7 @@ class OpenVinoExecutor(Executor):
         )
         record = make_record(self.cfg, item, seed, self.encoded[item.prompt.id], generation, self._text(generation))
         if speculative:  # drafted tokens are not reported per request under batching: unknown, not zero
-            record = replace(record, proposed=None)
+            record = replace(record, **dict.fromkeys(ENGINES[BACKEND].unreported))
         # one logprob a token, or none: a count that disagrees is not passed off as per-token figures
         logprobs = result.logprobs if len(result.logprobs) == len(result.tokens) else None
         return record.with_extra(

@@ -102,7 +102,8 @@ class ScreenExecutor(Executor):
         # (less padding), long prompts fewer to a batch; a row's tokens do not depend on its batch-mates.
         todo = [item for item in items if not item.timing_only]
         # beside the tree engine, the tree's expected counts along each path (stats.shape_screen)
-        tree = (parse_branching(cfg.tree), parse_children(cfg.tree_children)) if "tree" in cfg.engines else None
+        shape = cfg.engine_settings("tree")
+        tree = (parse_branching(shape["branching"]), parse_children(shape["children"])) if "tree" in cfg.engines else None
         lengths = [len(encoded[item.prompt.id]) for item in todo]
         for number, indices in enumerate(token_batches(lengths, cfg.max_new_tokens, max_rows=batch_size, max_tokens=batch_tokens)):
             chunk = [todo[i] for i in indices]
