@@ -13,9 +13,6 @@ at the end, so a failure leaves no half-written output.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +24,7 @@ import torch
 import specaudit.mitigate._acceptance as acc
 import specaudit.mitigate._distil as dst
 import specaudit.mitigate._policy as pol
+from specaudit._files import write_folder_atomic
 from specaudit.contracts.engines import ENGINES, resolve
 from specaudit.errors import InputError
 from specaudit.mitigate._options import check_options
@@ -287,11 +285,8 @@ def mitigate(
     )
     policy_reaudit = _time_policies(timing, prompts, held_groups, policies, budget, run_k, seed, progress)
 
-    parent = out_dir.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=parent))
-    try:
-        files = _write_outputs(
+    def write(work: Path) -> dict[str, Path]:
+        return _write_outputs(
             work,
             out_dir,
             pair=pair,
@@ -323,14 +318,10 @@ def mitigate(
             held_groups=held_groups,
             policy_reaudit=policy_reaudit,
         )
-        if out_dir.exists():  # an empty folder (checked at the start)
-            out_dir.rmdir()
-        os.replace(work, out_dir)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+
+    files = write_folder_atomic(out_dir, write)
     summary = json.loads((out_dir / "before_after.json").read_text(encoding="utf-8"))
-    return MitigationResult(out_dir, summary, {k: out_dir / v.relative_to(work) for k, v in files.items()})
+    return MitigationResult(out_dir, summary, files)
 
 
 @dataclass(frozen=True)
@@ -433,26 +424,19 @@ def _policies_only(
         "seconds": round(time.perf_counter() - started, 1),
     }
     summary = _finite(summary)
-    parent = out_dir.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=parent))
-    try:
-        files = {}
+
+    def write(work: Path) -> dict[str, Path]:
         document = pol.policy_document(
             dimension, policies, default_k=run_k, cost_ratio=cost["cost_ratio"], draft=draft_name, source_run=str(run_dir)
         )
-        files.update({f"policy_{k}": v for k, v in pol.write_policy_files(work, document).items()})
+        files = {f"policy_{k}": v for k, v in pol.write_policy_files(work, document).items()}
         (work / "before_after.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         (work / "before_after.md").write_text(before_after_markdown(summary), encoding="utf-8")
         files["before_after"] = work / "before_after.json"
         files["report"] = _write_report(work, out_dir, summary, config, draft=draft_name)
-        if out_dir.exists():  # an empty folder (checked at the start)
-            out_dir.rmdir()
-        os.replace(work, out_dir)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return MitigationResult(out_dir, summary, {k: out_dir / v.relative_to(work) for k, v in files.items()})
+        return files
+
+    return MitigationResult(out_dir, summary, write_folder_atomic(out_dir, write))
 
 
 def _write_outputs(
