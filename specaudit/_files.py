@@ -2,7 +2,7 @@
 
 The one home of these helpers for the whole package (docs/ARCHITECTURE.md, "Files on disk"):
 manifest.json, snapshot.json, merged records, reports and exports all go through `write_atomic`
-(or `write_all_atomic` for a set of files), and every stage checks its output paths before it
+(or `write_all_atomic` for a set of files, `write_folder_atomic` for a folder of them), and every stage checks its output paths before it
 starts work (`check_output_folder`, `check_output_paths`): an analysis must not spend minutes
 scoring only to find its folder read-only.
 """
@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +120,20 @@ def write_all_atomic(contents: Mapping[Path, str], what: str = "output") -> list
     for path, staging in staged.items():
         os.replace(staging, path)
     return paths
+
+
+def write_folder_atomic(out_dir: Path, write: Callable[[Path], dict[str, Path]]) -> dict[str, Path]:
+    """`write(staging)` fills a staging folder beside `out_dir` that is then renamed into place in one
+    step, so `out_dir` holds all of it or, on any failure, is left as it was (absent or empty); the
+    paths `write` returned, as they lie under `out_dir`."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        files = write(staging)
+        if out_dir.exists():  # an empty folder (its callers check that first)
+            out_dir.rmdir()
+        os.replace(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {name: out_dir / path.relative_to(staging) for name, path in files.items()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
@@ -21,10 +22,12 @@ from specaudit._validation import SETTINGS_CONFIG, did_you_mean, input_error, se
 from specaudit.contracts import DEFAULT_BAND, MIN_CHECKED_PROMPTS, CheckStatus
 from specaudit.contracts.engines import (
     BACKENDS,
+    ENGINE_OPTIONS,
     ENGINES,
     LOCAL_ENGINES,
     LOCAL_EXECUTORS,
     backend_of,
+    engine_settings,
     feature_refusal,
     prefix_cache_refusal,
     resolve,
@@ -88,15 +91,12 @@ class RunConfig(BaseModel):
     plant_disparity: str | None = (
         None  # "dimension=group:factor": plant a known disparity (models.DisparityPlant) to check an audit's power
     )
-    tree: str = "3,2,1"  # --engines tree: children per depth (docs/trees.md)
-    tree_children: str = "sampled"  # --engines tree: sampled (i.i.d. from q) or top-k (the draft's k most likely)
-    levels: str = "ngram,int8"  # --engines staged: the small draft, then the medium model
-    level_k: str = "4,4"  # --engines staged: tokens per round of the small draft, and of the medium (the target's k)
     chat_template: bool = Field(True, strict=True)
     # `--prefix-cache cold,warm`: the plan once per cache state, the state on each record (served
     # engines only; contracts.run.PREFIX_CACHE_STATES, docs/request-features.md "Prefix caching")
     prefix_cache: tuple[str, ...] | None = None
-    endpoint: dict | None = None  # settings of `--engines endpoint` (specaudit.engines.endpoint.settings.EndpointSettings)
+    # the engines' settings sections (`extra.<engine>`, e.g. extra.endpoint, extra.tree, extra.llama_server:
+    # each checked by the module its registry entry names) and the screen's own keys (screen_threads, ...)
     extra: dict = Field(default_factory=dict)
 
     def __init__(self, **options: Any) -> None:
@@ -104,6 +104,27 @@ class RunConfig(BaseModel):
             super().__init__(**options)
         except ValidationError as err:
             raise input_error(err, RunConfig, typed_as, lambda names: f"unknown option(s) {', '.join(names)}") from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_options(cls, data: Any) -> Any:
+        """Top-level options that are an engine's settings (the flags --tree, --levels, ...; the
+        server flags' endpoint section; old config keys) go into its section, winning over it."""
+        if not isinstance(data, dict) or not ENGINE_OPTIONS.keys() & data.keys():
+            return data
+        data = dict(data)
+        extra = data.get("extra") if data.get("extra") is not None else {}
+        if not isinstance(extra, dict):
+            return data  # refused as the field's type
+        extra = dict(extra)
+        for option in ENGINE_OPTIONS.keys() & data.keys():
+            value = data.pop(option)
+            if value is not None:
+                extra[ENGINES[ENGINE_OPTIONS[option][0]].section] = engine_settings(
+                    {option: value, "extra": extra}, ENGINE_OPTIONS[option][0]
+                )
+        data["extra"] = extra
+        return data
 
     @field_validator("engines", "dimensions", "prefix_cache", mode="before")
     @classmethod
@@ -133,17 +154,13 @@ class RunConfig(BaseModel):
                 f"--engines {','.join(self.engines)}: the {backend.name} backend runs alone (it records vanilla and "
                 f"speculative itself); write --engines {backend.name}"
             )
-        if backend and backend.name == "llama-server" and "draft" not in self.model_fields_set:
-            self.draft = "ngram"  # llama-server drafts from n-grams unless a GGUF --draft is named
-        if backend and backend.name in ("openvino", "llama-speculative") and "draft" not in self.model_fields_set:
-            self.draft = "target"  # neither can load specaudit's derived drafts: the identity draft
-        endpoint = ENGINES["endpoint"]
-        if self.endpoint is not None or self.engines == (endpoint.name,):
-            self.endpoint = resolve(endpoint.settings).validate_settings(self.endpoint, self.engines)
-        if backend is endpoint and self.dtype != "auto":
-            raise InputError(
-                f"--dtype {self.dtype} cannot apply with --engines endpoint: the servers decode in their own dtype; drop --dtype"
-            )
+        if backend and backend.default_draft and "draft" not in self.model_fields_set:
+            self.draft = backend.default_draft
+        for name, spec in ENGINES.items():  # each engine's section, checked by its own module
+            if spec.settings and (name in self.engines or self.extra.get(spec.section) is not None):
+                section = resolve(spec.settings).validate_settings(self.extra.get(spec.section), self)
+                if section is not None:
+                    self.extra[spec.section] = section
         if self.engine_prompts is not None and SCREEN_ENGINE not in self.engines:
             raise InputError(
                 f"--engine-prompts {self.engine_prompts} caps the screened prompts the engines also decode, and --engines "
@@ -164,24 +181,18 @@ class RunConfig(BaseModel):
             from specaudit.models import DisparityPlant
 
             DisparityPlant.parse(self.plant_disparity)
-            if not {"speculative", "screen"} & set(self.engines):
+            if not {SPECULATIVE_ENGINE, SCREEN_ENGINE} & set(self.engines):
                 raise InputError(
                     f"--plant-disparity plants into the speculative engine and the screen, and --engines {','.join(self.engines)} "
                     "runs neither; add speculative to --engines or drop --plant-disparity"
                 )
-            if "hf-assisted" in self.engines:
-                raise InputError("--plant-disparity applies to the speculative engine and the screen only; drop hf-assisted from --engines")
+            unplanted = [name for name in self.engines if not ENGINES[name].plants]
+            if unplanted:
+                raise InputError(
+                    f"--plant-disparity applies to the speculative engine and the screen only; drop {', '.join(unplanted)} from --engines"
+                )
             if self.draft == "ngram":
                 raise InputError("--plant-disparity mixes a draft model's distribution, and the ngram draft has none; use a model draft")
-        if "tree" in self.engines:
-            from specaudit.decoding._shapes import parse_branching, parse_children
-
-            parse_branching(self.tree)
-            parse_children(self.tree_children)
-        if "staged" in self.engines:
-            from specaudit.decoding._shapes import parse_levels
-
-            parse_levels(self.levels, self.level_k)
         if self.draft is None and not backend and any(e != CONTROL_ENGINE for e in self.engines):
             raise InputError("the speculative engines need a --draft (int8, early-exit:N, ngram, or a model)")
         return self
@@ -196,6 +207,10 @@ class RunConfig(BaseModel):
         refusal = prefix_cache_refusal(self.engines, states)
         if refusal:
             raise InputError(refusal)
+
+    def engine_settings(self, engine: str) -> dict:
+        """The settings section of `engine` (`extra.<section>`, as its module checked it), {} without one."""
+        return dict(self.extra.get(ENGINES[engine].section) or {})
 
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with `changes` applied and checked again."""
@@ -229,8 +244,10 @@ class RunConfig(BaseModel):
             payload.pop("prefix_cache")
         else:
             payload["prefix_cache"] = list(self.prefix_cache)
-        if self.endpoint:  # never write an API key into a manifest
-            payload["endpoint"] = resolve(ENGINES["endpoint"].settings).public_settings(self.endpoint)
+        for spec in ENGINES.values():  # a section as the manifest may show it (an API key never is)
+            module = resolve(spec.settings) if spec.settings and self.extra.get(spec.section) is not None else None
+            if module is not None and hasattr(module, "public_settings"):
+                payload["extra"][spec.section] = module.public_settings(self.extra[spec.section])
         return payload
 
     def decoding_identity(self) -> dict:
@@ -251,13 +268,13 @@ class RunConfig(BaseModel):
         )
         identity = {name: getattr(self, name) for name in keep}
         identity.update(self.sampling.features)  # only those set: a run without them keeps its identity
-        # the shapes join the identity only where they decide records, so older run folders still resume
-        if "tree" in self.engines:
-            identity.update(tree=self.tree, tree_children=self.tree_children)
-        if "staged" in self.engines:
-            identity.update(levels=self.levels, level_k=self.level_k)
-        if self.endpoint:
-            identity["endpoint"] = resolve(ENGINES["endpoint"].settings).settings_identity(self.endpoint)
+        # an engine's settings join the identity only where it runs (under the names run folders have
+        # always recorded), so older run folders still resume
+        for name in self.engines:
+            spec = ENGINES[name]
+            module = resolve(spec.settings) if spec.settings else None
+            if module is not None and hasattr(module, "settings_identity"):
+                identity.update(module.settings_identity(self.extra[spec.section]))
         if self.prefix_cache is not None:  # only where set: runs without it keep their identity
             identity["prefix_cache"] = list(self.prefix_cache)
         return identity
@@ -511,10 +528,21 @@ def load_config_file(path: str | Path) -> dict:
         raise InputError(
             f"config file {path}: option names are words, but {odd!r} is not a word ({type(odd).__name__}); quote it or fix the key"
         )
-    return {key.replace("-", "_"): value for key, value in payload.items()}
+    options = {key.replace("-", "_"): value for key, value in payload.items()}
+    for option in sorted(ENGINE_OPTIONS.keys() & options.keys()):
+        engine, setting = ENGINE_OPTIONS[option]
+        where = f"extra: {{{ENGINES[engine].section}: {{{setting}: ...}}}}" if setting else f"extra: {{{ENGINES[engine].section}: ...}}"
+        warnings.warn(
+            f"config file {path}: `{option}:` is deprecated and is read until the next release; write it as `{where}`",
+            FutureWarning,
+            stacklevel=2,
+        )
+    return options
 
 
-RUN_OPTIONS = tuple(RunConfig.model_fields)  # the option names of flags and config files
+# the option names of flags and config files: the run config's fields, and the engines' settings
+# that flags set (--tree, --levels, ...; also an older config's top-level keys)
+RUN_OPTIONS = (*RunConfig.model_fields, *ENGINE_OPTIONS)
 
 
 def run_config_from(options: dict, source: str = "options") -> RunConfig:

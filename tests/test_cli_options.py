@@ -47,12 +47,17 @@ def test_server_flags_make_an_endpoint_audit_and_win_over_the_config_file(tmp_pa
     config.write_text(
         yaml.safe_dump({"endpoint": {"speculative_url": "http://old:1/v1", "vanilla_url": PLAIN, "logprobs": 5}, "engines": "endpoint"})
     )
-    cfg = _config(["--config", str(config), "--speculative-url", SPEC, "--model", "served", "--api-key-env", "KEY_VAR", "--target", "t"])
+    with pytest.warns(FutureWarning, match="`endpoint:` is deprecated"):  # the old top-level section, still read
+        cfg = _config(
+            ["--config", str(config), "--speculative-url", SPEC, "--model", "served", "--api-key-env", "KEY_VAR", "--target", "t"]
+        )
     assert cfg.engines == ("endpoint",)
-    assert cfg.endpoint["speculative_url"] == SPEC.rstrip("/")  # the flag won
-    assert cfg.endpoint["vanilla_url"] == PLAIN and cfg.endpoint["logprobs"] == 5  # the file's other keys kept
-    assert cfg.endpoint["speculative_model"] == cfg.endpoint["vanilla_model"] == "served"
-    assert cfg.endpoint["api_key_env"] == "KEY_VAR"
+    assert cfg.engine_settings("endpoint")["speculative_url"] == SPEC.rstrip("/")  # the flag won
+    assert (
+        cfg.engine_settings("endpoint")["vanilla_url"] == PLAIN and cfg.engine_settings("endpoint")["logprobs"] == 5
+    )  # the file's other keys kept
+    assert cfg.engine_settings("endpoint")["speculative_model"] == cfg.engine_settings("endpoint")["vanilla_model"] == "served"
+    assert cfg.engine_settings("endpoint")["api_key_env"] == "KEY_VAR"
     assert _config(["--speculative-url", SPEC, "--vanilla-url", PLAIN, "--target", "t"]).engines == ("endpoint",)  # no file needed
 
 
@@ -62,9 +67,9 @@ def test_server_flags_make_an_endpoint_audit_and_win_over_the_config_file(tmp_pa
 )
 def test_concurrency_applies_to_endpoints_as_to_llama_server(flag, expected):
     cfg = _config(["--speculative-url", SPEC, "--vanilla-url", PLAIN, "--target", "t", "--concurrency", flag])
-    assert {key: cfg.endpoint[key] for key in expected} == expected
+    assert {key: cfg.engine_settings("endpoint")[key] for key in expected} == expected
     server = _config(["--engines", "llama-server", "--concurrency", "1,2"])
-    assert server.extra["llama_server"]["concurrency_levels"] == "1,2"  # checked by the llama-server settings
+    assert server.extra["llama_server"]["concurrency_levels"] == (1, 2)  # set by the llama-server settings
 
 
 @pytest.mark.parametrize(
@@ -192,5 +197,42 @@ def test_the_endpoint_example_file_is_a_valid_config_and_flags_win_over_it():
 
     example = str(Path(__file__).resolve().parents[1] / "endpoint.example.yaml")
     cfg = _config(["--config", example])
-    assert cfg.engines == ("endpoint",) and cfg.endpoint["concurrency_levels"] == (1, 4)
-    assert _config(["--config", example, "--concurrency", "8"]).endpoint["concurrency"] == 8
+    assert cfg.engines == ("endpoint",) and cfg.engine_settings("endpoint")["concurrency_levels"] == (1, 4)
+    assert _config(["--config", example, "--concurrency", "8"]).engine_settings("endpoint")["concurrency"] == 8
+
+
+# ----------------------------------------------------------------------------- engine settings sections
+def test_engine_flags_fill_the_engine_sections_and_win_over_the_file(tmp_path):
+    config = tmp_path / "shapes.yaml"
+    config.write_text(yaml.safe_dump({"engines": "vanilla,tree,staged", "extra": {"tree": {"branching": "2,2", "children": "top-k"}}}))
+    cfg = _config(["--config", str(config), "--tree", "3,1", "--level-k", "2,3"])
+    assert cfg.engine_settings("tree") == {"branching": "3,1", "children": "top-k"}  # the flag won, the file's other key kept
+    assert cfg.engine_settings("staged") == {"levels": "ngram,int8", "level_k": "2,3"}
+    identity = cfg.decoding_identity()  # under the names run folders recorded before the sections
+    assert (identity["tree"], identity["tree_children"], identity["levels"], identity["level_k"]) == ("3,1", "top-k", "ngram,int8", "2,3")
+
+
+def test_old_top_level_engine_keys_are_read_with_one_deprecation_notice(tmp_path):
+    old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    old.write_text(yaml.safe_dump({"engines": "vanilla,tree", "tree": "2,2,1", "tree_children": "top-k"}))
+    new.write_text(yaml.safe_dump({"engines": "vanilla,tree", "extra": {"tree": {"branching": "2,2,1", "children": "top-k"}}}))
+    with pytest.warns(FutureWarning) as notices:
+        from_old = _config(["--config", str(old)])
+    assert sorted(str(n.message) for n in notices) == [
+        f"config file {old}: `tree:` is deprecated and is read until the next release; write it as `extra: {{tree: {{branching: ...}}}}`",
+        f"config file {old}: `tree_children:` is deprecated and is read until the next release; write it as "
+        "`extra: {tree: {children: ...}}`",
+    ]
+    from_new = _config(["--config", str(new)])
+    assert from_old.extra == from_new.extra and from_old.decoding_identity() == from_new.decoding_identity()
+
+
+def test_a_bad_engine_setting_is_one_sentence_naming_it(capsys, tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump({"engines": "vanilla,tree", "extra": {"tree": {"branchs": "2,2"}}}))
+    assert "extra.tree: unknown setting(s) branchs" in _one_sentence_exit_2(
+        ["run", "--out", str(tmp_path / "o"), "--config", str(config)], capsys
+    )
+    assert "--tree '0,2'" in _one_sentence_exit_2(
+        ["run", "--out", str(tmp_path / "o"), "--engines", "vanilla,tree", "--tree", "0,2"], capsys
+    )

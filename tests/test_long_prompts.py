@@ -184,7 +184,7 @@ def _llama_cfg(prompts: Path, **extra):
 
 @pytest.mark.slow
 def test_llama_cpp_sizes_its_context_to_the_longest_prompt(tmp_path):
-    from specaudit.engines.llama_cpp import client as backend
+    from specaudit.engines import llama_cpp_runtime as backend
     from specaudit.models._loading import embedded_gguf_path
 
     path, lengths = _smol_prompts(tmp_path / "p.jsonl")

@@ -85,7 +85,7 @@ def llama_servers():
     """llama.cpp's own server on the embedded GGUF, once with prompt lookup (ngram drafting) and
     once without, started as a user would start theirs (specaudit's launcher only picks the ports
     and reaps the processes)."""
-    from specaudit.engines.llama_server import build
+    from specaudit.engines import llama_build as build
     from specaudit.engines.llama_server.client import server_args
     from specaudit.engines.llama_server.launcher import LlamaServer, ServerPair
     from specaudit.engines.llama_server.settings import LlamaServerSettings

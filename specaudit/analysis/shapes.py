@@ -11,9 +11,10 @@ from typing import Any
 
 import pandas as pd
 
+from specaudit.contracts.engines import BEYOND_CHAINS
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import MetricEstimate, ShapeEngine, ShapeFigures, ShapesSection
-from specaudit.decoding._shapes import BEYOND_CHAINS, describe_shape
+from specaudit.decoding._shapes import describe_shape
 from specaudit.stats.shape_acceptance import SHAPE_ENGINES, shape_acceptance
 
 _ALL = "__all__"  # one group holding every prompt: the engine's overall figures

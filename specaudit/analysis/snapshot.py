@@ -364,7 +364,7 @@ def _scoring_pair(
     if equivalence and pair is None and not server_scored(records):
         from specaudit.models import load_pair
 
-        draft = None if config.get("engines") == ["endpoint"] else config.get("draft")  # a server's draft is not ours to load
+        draft = None if backend is not None and backend.remote_models else config.get("draft")  # a server's draft is not ours to load
         try:
             pair = load_pair(
                 config.get("target", "default"), draft, device=device or config.get("device", "auto"), dtype=config.get("dtype", "auto")

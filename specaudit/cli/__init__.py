@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from specaudit._validation import did_you_mean, register_typed
 from specaudit.cli.gate import add_gate
-from specaudit.cli.llama_server import add_llama_server
 from specaudit.cli.mitigate import add_mitigate
 from specaudit.cli.models import add_models
 from specaudit.cli.monitor import add_monitor
@@ -19,6 +18,7 @@ from specaudit.cli.report import add_report
 from specaudit.cli.run import add_analyze, add_audit, add_merge, add_run
 from specaudit.cli.selftest import add_selftest
 from specaudit.cli.traffic import add_proxy, add_traffic
+from specaudit.contracts.engines import ENGINES, resolve
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
@@ -82,8 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_report(sub)
     add_gate(sub)
     add_monitor(sub)
-    add_models(sub)
-    add_llama_server(sub)
+    groups = {"": sub, "models": add_models(sub)}
+    for spec in ENGINES.values():  # an engine's own sub-commands (`llama-server build`, `models export-openvino`)
+        for group, add in spec.commands:
+            resolve(add)(groups[group])
     add_traffic(sub)
     add_proxy(sub)
     return parser

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specaudit.contracts.run import SCREEN_ENGINE
+from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -59,7 +59,7 @@ class PlanOnly:
 
 
 def measured_rates(cfg: RunConfig) -> MeasuredRates | None:
-    local = set(cfg.engines) <= {SCREEN_ENGINE, "vanilla", "speculative"}
+    local = set(cfg.engines) <= {SCREEN_ENGINE, CONTROL_ENGINE, SPECULATIVE_ENGINE}
     default_pair = cfg.target == "default" and cfg.draft == "int8" and cfg.dtype in ("auto", "float32") and cfg.device in ("auto", "cpu")
     return DEFAULT_PAIR if local and default_pair and cfg.k == 4 else None
 
@@ -75,20 +75,27 @@ def predicted_seconds(cfg: RunConfig, screened: int, decoded: int, rates: Measur
 
 
 def concurrency_levels(cfg: RunConfig) -> tuple[int, ...]:
-    """The levels the plan runs at (an endpoint's, llama-server's or OpenVINO's, read by their own
-    settings, so a bad value is refused here too), () for one pass."""
-    if cfg.endpoint and cfg.endpoint.get("concurrency_levels"):
-        return tuple(cfg.endpoint["concurrency_levels"])
-    if "llama-server" in cfg.engines:
-        from specaudit.engines.llama_server.settings import server_settings
+    """The levels the plan runs at, read by the serving engine's own settings (so a bad value is
+    refused here too); () for one pass."""
+    from specaudit.contracts.engines import ENGINES, resolve
 
-        return server_settings(cfg.extra).concurrency_levels
-    if "openvino" in cfg.engines:
-        from specaudit.engines.openvino.settings import openvino_settings
-
-        settings = openvino_settings(cfg.extra)
-        return settings.concurrency_levels if settings.batched else ()
+    for name in cfg.engines:
+        spec = ENGINES[name]
+        if spec.concurrency:
+            return resolve(spec.settings).concurrency_levels(cfg.extra.get(spec.section))
     return ()
+
+
+def plan_line(cfg: RunConfig) -> str:
+    """What the plan says of the models: the engine's own line where it has one (an endpoint's servers,
+    checked as the run would check them first: an InputError, exit 2, where they do not answer)."""
+    from specaudit.contracts.engines import ENGINES, resolve
+
+    for name in cfg.engines:
+        module = resolve(ENGINES[name].settings) if ENGINES[name].settings else None
+        if module is not None and hasattr(module, "plan_line"):
+            return module.plan_line(cfg)
+    return f"models: target {cfg.target}, draft {cfg.draft}; engines {','.join(cfg.engines)}"
 
 
 def _duration(seconds: float) -> str:
@@ -106,22 +113,6 @@ def _records_done(out: str | Path) -> set[str]:
 
     path = Path(out) / RECORDS_FILE
     return {record.key for record in load_records(path)} if path.is_file() else set()
-
-
-# How long the dry run waits for a server: long enough for one that is up, short enough to fail fast.
-DRY_RUN_WAIT_S = 10.0
-
-
-def _servers_answer(endpoint: dict) -> dict[str, str]:
-    """What the run checks first, checked now (engines.endpoint.executor.open_servers): the API key's
-    variable is set and both servers answer with the model; an InputError (exit 2) otherwise. The
-    model each side would audit."""
-    from specaudit.engines.endpoint.executor import open_servers
-
-    endpoints, models, _ = open_servers(endpoint, timeout_s=DRY_RUN_WAIT_S)
-    for server in endpoints.values():
-        server.close()
-    return models
 
 
 def print_plan(cfg: RunConfig, out: str | Path, specs: Sequence[SamplingSpec] | None = None, *, resume: bool = False) -> PlanOnly:
@@ -145,15 +136,8 @@ def print_plan(cfg: RunConfig, out: str | Path, specs: Sequence[SamplingSpec] | 
     settings = len(specs) if specs else 1
     done = _records_done(out) if resume else set()
     left = [item for item in items if item.key not in done]
-    models = _servers_answer(cfg.endpoint) if cfg.endpoint else {}
     print(f"plan (nothing runs: --dry-run); the audit would {'continue' if resume else 'write'} {out}/")
-    if cfg.endpoint:
-        print(
-            f"  servers: speculation on {cfg.endpoint['speculative_url']} ({models['speculative']}), off {cfg.endpoint['vanilla_url']} "
-            f"({models['vanilla']}), both answered; tokenizer {cfg.target}"
-        )
-    else:
-        print(f"  models: target {cfg.target}, draft {cfg.draft}; engines {','.join(cfg.engines)}")
+    print(f"  {plan_line(cfg)}")
     levels = concurrency_levels(cfg)
     print(
         f"  prompts: {len(prompts)} of {cfg.prompts}" + (f" ({', '.join(f'{d} {n} groups' for d, n in groups.items())})" if groups else "")

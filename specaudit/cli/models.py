@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 
-def add_models(sub: argparse._SubParsersAction) -> None:
+def add_models(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """The `models` group; returns its sub-commands, where engines add theirs (the registry's `commands`)."""
     p = sub.add_parser("models", help="list the named models, or fetch them into the cache ahead of a run")
     p.set_defaults(func=cmd_models)
     actions = p.add_subparsers(dest="models_command", required=True)
@@ -18,17 +19,7 @@ def add_models(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also convert each model once into the HF-format cache the torch engines load (302 s for qwen2.5-coder, measured on a 2-core CPU; a run does it on first use otherwise)",
     )
-    export = actions.add_parser(
-        "export-openvino",
-        help="export named models to OpenVINO IR with optimum-intel, for --engines openvino (OpenVINO cannot read their GGUF files)",
-    )
-    export.add_argument("names", nargs="+", metavar="NAME", help="e.g. qwen2.5-coder (the pair) or qwen2.5-coder-0.5b")
-    export.add_argument(
-        "--optimum-cli",
-        metavar="PATH",
-        help="optimum-intel's optimum-cli (default: the one on PATH); docs/openvino.md says how to install it",
-    )
-    export.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads the export may use (default: all)")
+    return actions
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -37,10 +28,6 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.models_command == "list":
         print(describe_named())
         return 0
-    if args.models_command == "export-openvino":
-        from specaudit.engines.openvino.export import main_export
-
-        return main_export(args.names, args.optimum_cli, args.threads)
     for model in models_to_fetch(args.names):
         was_cached = model.is_cached()
         path = resolve(model.name, progress=not args.quiet)

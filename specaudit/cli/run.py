@@ -44,7 +44,7 @@ def _add_decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--engines",
         help="comma list of screen, vanilla, speculative, tree, staged, hf-assisted (default: run vanilla,speculative; "
-        "audit screen,vanilla,speculative); or a backend alone: endpoint (live servers, config `endpoint:`), vllm (GPU) or llama-cpp (GGUF on CPU)",
+        "audit screen,vanilla,speculative); or a backend alone: endpoint (live servers, config `extra: {endpoint: ...}`), vllm (GPU) or llama-cpp (GGUF on CPU)",
     )
     g.add_argument("--k", type=int, help="draft tokens per verification step (default 4)")
     g.add_argument("--tree", help="with --engines tree: children per depth, e.g. 3,2,1 (default; docs/trees.md)")

@@ -1,5 +1,5 @@
 """Flags that audit servers: `--speculative-url URL --vanilla-url URL [--model M] [--api-key-env VAR]`
-(the `endpoint:` section of a config file, as flags; flags win) and `--concurrency`, which means
+(the endpoint's settings section of a config file, as flags; flags win) and `--concurrency`, which means
 requests in flight for every engine that serves requests (endpoint, llama-server) and is refused
 for the others."""
 
@@ -9,10 +9,12 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from specaudit.contracts.engines import engine_settings
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
+    from specaudit.contracts.engines import EngineSpec
 
 ENDPOINT_FLAGS = {  # flag dest -> (endpoint setting, the flag)
     "speculative_url": ("speculative_url", "--speculative-url"),
@@ -22,9 +24,13 @@ ENDPOINT_FLAGS = {  # flag dest -> (endpoint setting, the flag)
 }
 # the endpoint settings that a flag fills in besides its own (`--model` names both sides' models)
 _ALSO_SET = {"model": ("speculative_model", "vanilla_model"), "concurrency": ("concurrency_levels",)}
-ENDPOINT = "endpoint"
-LLAMA_SERVER = "llama-server"
-OPENVINO = "openvino"
+
+
+def _served() -> EngineSpec:
+    """The engine whose servers the server flags name (the registry's `url_flags`)."""
+    from specaudit.contracts.engines import ENGINES
+
+    return next(spec for spec in ENGINES.values() if spec.url_flags)
 
 
 def add_server_options(p: argparse.ArgumentParser) -> None:
@@ -53,21 +59,23 @@ def endpoint_options(args: argparse.Namespace, run_options: dict) -> dict:
     given = {setting: getattr(args, dest) for dest, (setting, _) in ENDPOINT_FLAGS.items() if getattr(args, dest, None) is not None}
     if not given:
         return {}
+    served = _served()
     engines = getattr(args, "engines", None)
-    if engines is not None and engines.strip() != ENDPOINT:
+    if engines is not None and engines.strip() != served.name:
         flags = ", ".join(flag for dest, (_, flag) in ENDPOINT_FLAGS.items() if getattr(args, dest, None) is not None)
-        raise InputError(f"{flags} audit your servers (--engines endpoint), not --engines {engines}; drop --engines or those flags")
+        raise InputError(f"{flags} audit your servers (--engines {served.name}), not --engines {engines}; drop --engines or those flags")
     if getattr(args, "target", None) is None and "target" not in run_options:
         # the default target's tokenizer would turn the prompts into another model's token ids, unseen
         raise InputError(
             "--speculative-url audits your servers: name their model's tokenizer with --target (an HF id or folder, "
             "e.g. --target meta-llama/Llama-3.1-8B-Instruct), as specaudit sends token ids"
         )
-    section = {**(run_options.get(ENDPOINT) or {}), **given}
+    section = {**engine_settings(run_options, served.name), **given}
     for url in ("speculative_url", "vanilla_url"):
         if not section.get(url):
             raise InputError(f"--{url.replace('_', '-')} is missing: an endpoint audit compares two servers, speculation on and off")
-    return {"engines": ENDPOINT, ENDPOINT: section}
+    unset = dict.fromkeys(option for option, _ in served.options)  # an older config's top-level section is merged above
+    return {"engines": served.name, **unset, "extra": {**(run_options.get("extra") or {}), served.section: section}}
 
 
 def typed_server_flags(args: argparse.Namespace) -> dict[str, str]:
@@ -77,9 +85,11 @@ def typed_server_flags(args: argparse.Namespace) -> dict[str, str]:
     if getattr(args, "concurrency", None) is not None:
         given["concurrency"] = "--concurrency"
     given.update({other: given[setting] for setting, others in _ALSO_SET.items() if setting in given for other in others})
-    typed = {f"{ENDPOINT}.{setting}": flag for setting, flag in given.items()}
-    if "concurrency" in given:  # the levels of llama-server and OpenVINO, in their sections of `extra:`
-        sections = [name.replace("-", "_") for name in (LLAMA_SERVER, OPENVINO)]
+    typed = {f"{_served().section}.{setting}": flag for setting, flag in given.items()}
+    if "concurrency" in given:  # the levels of every engine that serves requests, in its section of `extra:`
+        from specaudit.contracts.engines import ENGINES
+
+        sections = [spec.section for spec in ENGINES.values() if spec.concurrency]
         typed.update({f"{prefix}{section}.concurrency_levels": "--concurrency" for section in sections for prefix in ("", "extra.")})
     return typed
 
@@ -92,10 +102,10 @@ def _levels(text: str) -> tuple[int, ...]:
 
 
 def with_server_flags(args: argparse.Namespace, make: Callable[[dict], RunConfig], run_options: dict) -> RunConfig:
-    """The RunConfig `make(extra options)` builds, with the server flags: the endpoint section, and
-    --concurrency as the endpoint's `concurrency` / `concurrency_levels` or the `concurrency_levels`
-    of llama-server (extra.llama_server) or OpenVINO (extra.openvino)."""
-    from specaudit.engines.endpoint.settings import DEFAULTS as ENDPOINT_DEFAULTS
+    """The RunConfig `make(extra options)` builds, with the server flags: the served engine's section
+    (--speculative-url, ...), and --concurrency as the levels of the engine that serves requests,
+    set by its own settings module (the registry's `concurrency`)."""
+    from specaudit.contracts.engines import ENGINES, resolve
 
     extra = endpoint_options(args, run_options)
     concurrency = getattr(args, "concurrency", None)
@@ -103,19 +113,13 @@ def with_server_flags(args: argparse.Namespace, make: Callable[[dict], RunConfig
     if concurrency is None:
         return cfg
     levels = _levels(concurrency)
-    if cfg.engines in ((LLAMA_SERVER,), (OPENVINO,)):  # their settings take the levels as given ("1,4")
-        section = cfg.engines[0].replace("-", "_")
-        options = dict(run_options.get("extra") or {})
-        options[section] = {**(options.get(section) or {}), "concurrency_levels": concurrency}
-        return make({**extra, "extra": options})
-    if cfg.engines == (ENDPOINT,):
-        section = dict(cfg.endpoint or {})
-        if len(levels) == 1:  # one pass at that load, no level recorded
-            section.update(concurrency=levels[0], concurrency_levels=None)
-        else:
-            section.update(concurrency=ENDPOINT_DEFAULTS["concurrency"], concurrency_levels=levels)  # levels require the default
-        return make({**extra, "engines": ENDPOINT, ENDPOINT: section})
+    serving = [ENGINES[name] for name in cfg.engines if ENGINES[name].concurrency]
+    if len(cfg.engines) == 1 and serving:
+        (spec,) = serving
+        sections = dict(cfg.extra)
+        sections[spec.section] = resolve(spec.settings).with_concurrency(cfg.extra.get(spec.section), levels)
+        return make({**extra, **dict.fromkeys(option for option, _ in spec.options), "extra": sections})
+    names = ", ".join(name for name, spec in ENGINES.items() if spec.concurrency)
     raise InputError(
-        "--concurrency applies to engines that serve requests in batches (--engines endpoint, llama-server or openvino), "
-        f"not --engines {','.join(cfg.engines)}"
+        f"--concurrency applies to engines that serve requests in batches (--engines {names}), not --engines {','.join(cfg.engines)}"
     )

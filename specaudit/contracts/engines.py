@@ -17,6 +17,7 @@ Kinds:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, Literal
@@ -44,9 +45,30 @@ class EngineSpec:
     summary: str
     records: tuple[str, ...]  # the `engine` field of the records it writes
     executor: str | None = None  # "module:Class" (specaudit.execution.base.Executor); local engines: LOCAL_EXECUTORS
-    # the module of its config section (RunConfig.endpoint): validate_settings(section, engines),
-    # public_settings(section) (what the manifest shows) and settings_identity(section) (what decides the records)
+    # the module of its settings section, the run config's `extra.<section>` (docs/ARCHITECTURE.md,
+    # "Add an engine"): validate_settings(section, cfg) -> the section as stored, checked on construction
+    # of the run config; optionally public_settings(section) (what the manifest shows), settings_identity(section)
+    # (keys that decide the records, merged into the decoding identity), plan_line(cfg) (what `--dry-run`
+    # says of its models or servers), and with `concurrency` concurrency_levels(section) and
+    # with_concurrency(section, "1,4") (`--concurrency`)
     settings: str | None = None
+    # top-level run options that are settings of its section (old config keys, and the flags that set
+    # them): (option, setting) pairs, setting "" for the whole section
+    options: tuple[tuple[str, str], ...] = ()
+    default_draft: str | None = None  # the --draft it runs when none is named (None: RunConfig's default)
+    concurrency: bool = False  # `--concurrency`: it serves requests in batches, its settings hold the levels
+    url_flags: bool = False  # the servers the server flags name (--speculative-url, --vanilla-url, ...) are its own
+    remote_models: bool = False  # its target and draft are a server's, not files specaudit loads
+    fetches_named_models: bool = False  # named models among its target and draft are fetched before the run (preflight)
+    plants: bool = True  # --plant-disparity can mix into its draft (it is specaudit's draft)
+    # CLI sub-commands it adds: (group, "module:function(subparsers)") with group "" for the top level or
+    # a command group ("models"); the function adds its parsers (argparse only) and sets their `func`
+    commands: tuple[tuple[str, str], ...] = ()
+    # record fields its speculative records may leave null (not observed; readers skip them), e.g. `proposed`
+    unreported: tuple[str, ...] = ()
+    run_decoder: str | None = None  # "module:function(manifest, max_new_tokens=)": its own engines time a policy (mitigate)
+    # the shape of its step: a chain of --k drafts, a token tree's branching (--tree) or levels of drafts (--levels)
+    step_shape: Literal["chain", "branching", "levels"] = "chain"
     scoring_pair: str | None = None  # "module:function(manifest) -> ModelPair": score its outputs with its own logits
     # how it decides to keep a draft token: its per-position acceptance measures this rule, while
     # α = Σ min(p, q) is what rejection sampling would keep (the portable figure)
@@ -64,6 +86,16 @@ class EngineSpec:
     prefix_cache: bool = False
     no_prefix_cache_because: str = "it keeps no prompt cache across requests: every request is decoded from an empty cache"
 
+    @property
+    def section(self) -> str:
+        """The key of its settings section under the run config's `extra`."""
+        return self.name.replace("-", "_")
+
+
+# `--draft target`: the target drafts for itself, so q = p and a correct verifier's acceptance is known
+# in advance from the registry's rule (1 for rejection sampling; E[max p] for a greedy draft kept on a
+# match): the identity check (specaudit.stats.identity, docs/selftest.md "The identity draft").
+IDENTITY_DRAFT = "target"
 
 ENGINES: dict[str, EngineSpec] = {
     spec.name: spec
@@ -88,6 +120,9 @@ ENGINES: dict[str, EngineSpec] = {
             "local",
             "specaudit's token-tree speculative sampling (--tree, --tree-children)",
             ("tree",),
+            settings="specaudit.engines.tree.settings",
+            options=(("tree", "branching"), ("tree_children", "children")),
+            step_shape="branching",
             acceptance_rule="multi-step speculative sampling of i.i.d. children (top-k children: recursive rejection sampling); "
             "per step, the accepted path's length out of the tree's depth",
             request_features=("min_p", "logit_bias", "stop"),
@@ -98,6 +133,9 @@ ENGINES: dict[str, EngineSpec] = {
             "local",
             "specaudit's staged speculative sampling: small draft -> medium -> target (--levels, --level-k)",
             ("staged",),
+            settings="specaudit.engines.staged.settings",
+            options=(("levels", "levels"), ("level_k", "level_k")),
+            step_shape="levels",
             acceptance_rule="rejection sampling at each level; the target's check uses the medium's q, the law its verified chain follows",
             request_features=("min_p", "logit_bias", "stop"),
             refuses_because="its levels warp without the prefix penalties and grammars need",
@@ -107,6 +145,7 @@ ENGINES: dict[str, EngineSpec] = {
             "local",
             "transformers' assisted generation",
             ("hf-assisted",),
+            plants=False,
             acceptance_rule="transformers' assisted generation: rejection sampling when sampling, the target's argmax match when greedy",
             request_features=("min_p", "repetition_penalty", "stop"),
             refuses_because="transformers' generate() has no presence or frequency penalty, no llama.cpp penalty window, "
@@ -130,6 +169,10 @@ ENGINES: dict[str, EngineSpec] = {
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.endpoint.executor:EndpointExecutor",
             settings="specaudit.engines.endpoint.settings",
+            options=(("endpoint", ""),),
+            concurrency=True,
+            url_flags=True,
+            remote_models=True,
             request_features=("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop", "grammar"),
             refuses_because="the OpenAI API and vLLM's and SGLang's extensions have no llama.cpp penalty window",
             acceptance_rule="the server's own rule, as its responses or metrics report it (not known to specaudit)",
@@ -153,9 +196,11 @@ ENGINES: dict[str, EngineSpec] = {
             "llama.cpp's own plain and speculative decoding of a GGUF file",
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.llama_cpp.executor:LlamaCppExecutor",
+            fetches_named_models=True,
+            run_decoder="specaudit.engines.llama_cpp_runtime:run_decoder",
             request_features=(),
             refuses_because="the in-process engine builds a fixed sampler chain without them (use --engines llama-server)",
-            scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
+            scoring_pair="specaudit.engines.llama_cpp_runtime:scoring_pair",
             acceptance_rule="llama.cpp's: a greedy draft, each token kept while the target's own sample equals it "
             "(it keeps a token with probability p(argmax q), not α)",
             screens=True,
@@ -168,6 +213,10 @@ ENGINES: dict[str, EngineSpec] = {
             "llama.cpp's llama-server, started by specaudit, speculation off and on, at each concurrency level",
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.llama_server.executor:LlamaServerExecutor",
+            settings="specaudit.engines.llama_server.settings",
+            default_draft="ngram",  # llama-server drafts from n-grams unless a GGUF --draft is named
+            concurrency=True,
+            commands=(("", "specaudit.engines.llama_server.commands:add_commands"),),
             request_features=(
                 "min_p",
                 "repetition_penalty",
@@ -180,7 +229,7 @@ ENGINES: dict[str, EngineSpec] = {
             ),
             refuses_because="llama.cpp counts every penalty over one window of prompt and output (set repeat_last_n)",
             prefix_cache=True,
-            scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
+            scoring_pair="specaudit.engines.llama_cpp_runtime:scoring_pair",
             acceptance_rule="llama.cpp's: a greedy draft, each token kept while the target's own sample equals it "
             "(it keeps a token with probability p(argmax q), not α)",
             rejection_sampling=False,
@@ -192,8 +241,10 @@ ENGINES: dict[str, EngineSpec] = {
             "one process per record, beside llama.cpp's plain decoding in process",
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.llama_speculative.executor:LlamaSpeculativeExecutor",
+            settings="specaudit.engines.llama_speculative.settings",
+            default_draft=IDENTITY_DRAFT,  # it cannot load specaudit's derived drafts
             refuses_because="the example's command line sets a fixed sampler chain (top-k, top-p, temperature)",
-            scoring_pair="specaudit.engines.llama_cpp.client:scoring_pair",
+            scoring_pair="specaudit.engines.llama_cpp_runtime:scoring_pair",
             acceptance_rule="llama.cpp's speculative example as it claims it (a draft token kept with probability "
             "min(1, p/q), the residual sampled on rejection; greedy: kept where it is the target's argmax); "
             "per step, the kept path's length out of the deepest branch",
@@ -204,6 +255,11 @@ ENGINES: dict[str, EngineSpec] = {
             "OpenVINO GenAI's own plain and speculative decoding (LLMPipeline, in process, CPU)",
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.openvino.executor:OpenVinoExecutor",
+            settings="specaudit.engines.openvino.settings",
+            default_draft=IDENTITY_DRAFT,  # it cannot load specaudit's derived drafts
+            concurrency=True,
+            commands=(("models", "specaudit.engines.openvino.commands:add_commands"),),
+            unreported=("proposed",),  # batched requests report no drafted count
             scoring_pair="specaudit.engines.openvino.scoring:scoring_pair",
             acceptance_rule="OpenVINO GenAI's speculative sampling as it claims it (a draft kept with probability min(1, p/q); "
             "greedy: kept where it is the target's argmax); the audit tests the claim",
@@ -218,15 +274,15 @@ ENGINES: dict[str, EngineSpec] = {
     )
 }
 
-# `--draft target`: the target drafts for itself, so q = p and a correct verifier's acceptance is known
-# in advance from the registry's rule (1 for rejection sampling; E[max p] for a greedy draft kept on a
-# match): the identity check (specaudit.stats.identity, docs/selftest.md "The identity draft").
-IDENTITY_DRAFT = "target"
-
 LOCAL_EXECUTORS = {  # --executor: where the local engines run
     "local": "specaudit.engines.local:LocalExecutor",
     "ray": "specaudit.engines.ray:RayExecutor",
 }
+
+# the top-level run options that are settings of an engine's section: option -> (engine, setting)
+ENGINE_OPTIONS = {option: (name, setting) for name, spec in ENGINES.items() for option, setting in spec.options}
+# the engines whose step is a shape of its own (--tree, --levels/--level-k), not --k drafts in a row
+BEYOND_CHAINS = tuple(name for name, spec in ENGINES.items() if spec.step_shape != "chain")
 
 LOCAL_ENGINES = tuple(name for name, spec in ENGINES.items() if spec.kind == "local")
 BACKENDS = tuple(name for name, spec in ENGINES.items() if spec.kind != "local")  # run alone (the screen: or with local engines)
@@ -238,6 +294,25 @@ def resolve(target: str) -> Any:
     return getattr(import_module(module), name) if name else import_module(module)
 
 
+def step_shape(engine: str) -> str:
+    """The shape of an engine's step ("chain" for a name the registry no longer has)."""
+    spec = ENGINES.get(engine)
+    return spec.step_shape if spec is not None else "chain"
+
+
+def engine_settings(config: Mapping[str, Any], engine: str) -> dict[str, Any]:
+    """An engine's settings section in a run config as stored (run options, a manifest's `config`):
+    `extra.<section>`, with its top-level options (a flag's, or a config written before the sections) winning."""
+    spec = ENGINES[engine]
+    extra = config.get("extra")
+    section = dict((extra.get(spec.section) if isinstance(extra, Mapping) else None) or {})
+    for option, setting in spec.options:
+        value = config.get(option)
+        if value is not None:
+            section = {**section, setting: value} if setting else {**section, **value}
+    return section
+
+
 def backend_of(engines: tuple[str, ...] | list[str]) -> EngineSpec | None:
     """The backend an engine list runs on (it runs alone), or None for local engines and the screen."""
     for name in engines:
@@ -247,7 +322,20 @@ def backend_of(engines: tuple[str, ...] | list[str]) -> EngineSpec | None:
     return None
 
 
-__all__ = ["BACKENDS", "ENGINES", "IDENTITY_DRAFT", "LOCAL_ENGINES", "LOCAL_EXECUTORS", "EngineSpec", "backend_of", "resolve"]
+__all__ = [
+    "BACKENDS",
+    "BEYOND_CHAINS",
+    "ENGINES",
+    "ENGINE_OPTIONS",
+    "IDENTITY_DRAFT",
+    "LOCAL_ENGINES",
+    "LOCAL_EXECUTORS",
+    "EngineSpec",
+    "backend_of",
+    "engine_settings",
+    "resolve",
+    "step_shape",
+]
 
 
 def feature_refusal(engines: tuple[str, ...], features: dict[str, Any]) -> str | None:

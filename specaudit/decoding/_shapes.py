@@ -6,13 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specaudit.contracts.engines import engine_settings, step_shape
+from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
 from specaudit.errors import InputError
 
 CHILDREN = ("sampled", "top-k")
 """How a node's children are drawn from the draft (`--tree-children`)."""
 
-BEYOND_CHAINS = ("tree", "staged")
-"""The engines whose step is a shape of its own (`--tree`, `--levels`/`--level-k`), not `--k` drafts in a row."""
+# the shapes a run takes when its settings name none (the tree's and staged engines' sections)
+DEFAULT_TREE = "3,2,1"
+DEFAULT_CHILDREN = "sampled"
+DEFAULT_LEVELS = "ngram,int8"
+DEFAULT_LEVEL_K = "4,4"
 
 MAX_TREE_NODES = 256  # a reference engine's tree: beyond this the one-pass mask is no longer small
 
@@ -60,11 +65,14 @@ def parse_levels(levels: str | Sequence[str], level_k: str | Sequence[int]) -> t
 def describe_shape(engine: str, config: Mapping[str, Any]) -> str:
     """The shape of an engine's steps in words, from the run's config: a tree, a staged run's
     levels, or (any other engine) a chain of `--k` drafts."""
-    if engine == "tree":
-        return f"tree {config.get('tree', '3,2,1')}, {config.get('tree_children', 'sampled')} children"
-    if engine == "staged":
-        levels = str(config.get("levels", "ngram,int8")).split(",")
-        ks = str(config.get("level_k", "4,4")).split(",")
+    shape = step_shape(engine)
+    if shape == "branching":
+        settings = engine_settings(config, engine)
+        return f"tree {settings.get('branching', DEFAULT_TREE)}, {settings.get('children', DEFAULT_CHILDREN)} children"
+    if shape == "levels":
+        settings = engine_settings(config, engine)
+        levels = str(settings.get("levels", DEFAULT_LEVELS)).split(",")
+        ks = str(settings.get("level_k", DEFAULT_LEVEL_K)).split(",")
         return " -> ".join(f"{name}:{k}" for name, k in zip(levels, ks)) + " -> target"
     return f"chain, k = {config.get('k', 4)}"
 
@@ -73,11 +81,11 @@ def speculative_engines(config: Mapping[str, Any]) -> list[str]:
     """The engines of a run's config (a list, or a comma-separated string) other than the control and the screen."""
     engines = config.get("engines") or []
     names = engines.split(",") if isinstance(engines, str) else engines
-    return [str(e).strip() for e in names if str(e).strip() not in ("vanilla", "screen")]
+    return [str(e).strip() for e in names if str(e).strip() not in (CONTROL_ENGINE, SCREEN_ENGINE)]
 
 
 def describe_steps(config: Mapping[str, Any]) -> str:
     """What a run's speculative engines offer per step, each shape once ("chain, k = 4; tree 2,2,1, ...")."""
     engines = speculative_engines(config)
-    shapes = (("staged " if e == "staged" else "") + describe_shape(e, config) for e in engines)
+    shapes = ((f"{e} " if step_shape(e) == "levels" else "") + describe_shape(e, config) for e in engines)
     return "; ".join(dict.fromkeys(shapes)) or describe_shape("chain", config)

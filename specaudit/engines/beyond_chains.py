@@ -50,21 +50,23 @@ def level_model(pair: ModelPair, name: str, cfg: RunConfig) -> torch.nn.Module |
 def engine_k(engine: str, cfg: RunConfig) -> int:
     """The tokens a step offers the target: the tree's depth, the medium's k, the chain's k."""
     if engine == "tree":
-        return len(parse_branching(cfg.tree))
+        return len(parse_branching(cfg.engine_settings("tree")["branching"]))
     if engine == "staged":
-        return parse_levels(cfg.levels, cfg.level_k)[1][1]
+        staged = cfg.engine_settings("staged")
+        return parse_levels(staged["levels"], staged["level_k"])[1][1]
     return cfg.k
 
 
 def generate_tree(pair: ModelPair, prompt_ids: list[int], cfg: RunConfig, **common: Any) -> Generation:
     from specaudit.decoding.tree import tree_generate
 
+    tree = cfg.engine_settings("tree")
     return tree_generate(
         pair.target,
         pair.draft,
         prompt_ids,
-        branching=parse_branching(cfg.tree),
-        children=parse_children(cfg.tree_children),
+        branching=parse_branching(tree["branching"]),
+        children=parse_children(tree["children"]),
         **common,
     )
 
@@ -72,10 +74,11 @@ def generate_tree(pair: ModelPair, prompt_ids: list[int], cfg: RunConfig, **comm
 def generate_staged(pair: ModelPair, prompt_ids: list[int], cfg: RunConfig, **common: Any) -> Generation:
     from specaudit.decoding.staged import staged_generate
 
-    (small, k_small), (medium, k_medium) = parse_levels(cfg.levels, cfg.level_k)
+    staged = cfg.engine_settings("staged")
+    (small, k_small), (medium, k_medium) = parse_levels(staged["levels"], staged["level_k"])
     medium_model = level_model(pair, medium, cfg)
     if not isinstance(medium_model, torch.nn.Module):
-        raise InputError(f"--levels {cfg.levels!r}: the medium level must be a model, not {medium!r}")
+        raise InputError(f"--levels {staged['levels']!r}: the medium level must be a model, not {medium!r}")
     return staged_generate(
         pair.target, level_model(pair, small, cfg), medium_model, prompt_ids, k_small=k_small, k_medium=k_medium, **common
     )

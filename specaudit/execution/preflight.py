@@ -103,9 +103,11 @@ def check_model_sources(cfg: RunConfig) -> None:
     from specaudit.models._named import is_named, resolve
 
     backend = backend_of(cfg.engines)
-    if cfg.endpoint and backend is not None and backend.settings:  # its API key's variable: unset fails now, not after torch loads
-        engine_module(backend.settings).api_key_of(cfg.endpoint)
-    if backend is None or backend.name == "llama-cpp":  # the engines that read model files here
+    if backend is not None and backend.settings:  # the engine's own checks before anything loads (an endpoint's API key)
+        check = getattr(engine_module(backend.settings), "preflight", None)
+        if check is not None:
+            check(cfg.engine_settings(backend.name))
+    if backend is None or backend.fetches_named_models:  # the engines that read model files here
         for name in (cfg.target, cfg.draft):
             if is_named(name):
                 resolve(name)

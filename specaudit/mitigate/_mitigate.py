@@ -13,9 +13,6 @@ at the end, so a failure leaves no half-written output.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +24,8 @@ import torch
 import specaudit.mitigate._acceptance as acc
 import specaudit.mitigate._distil as dst
 import specaudit.mitigate._policy as pol
-from specaudit.engines.llama_cpp.client import BACKEND as LLAMA_CPP_BACKEND
+from specaudit._files import write_folder_atomic
+from specaudit.contracts.engines import ENGINES, resolve
 from specaudit.errors import InputError
 from specaudit.mitigate._options import check_options
 from specaudit.mitigate._reaudit import REAUDIT_FOLDER, compare_groups, equivalence_check
@@ -139,8 +137,10 @@ def mitigate(
             f"--draft to fit policies for the run's draft {run_draft!r} without training"
         )
     not_trained = UNTRAINABLE_DRAFTS.get(draft_name)
-    llama_cpp_run = manifest.get("backend") == LLAMA_CPP_BACKEND
-    if llama_cpp_run:
+    # an engine that times decoding itself (llama.cpp's): policies are re-audited with its own engines
+    run_backend = ENGINES.get(str(manifest.get("backend")))
+    run_decoder = resolve(run_backend.run_decoder) if run_backend is not None and run_backend.run_decoder else None
+    if run_decoder is not None:
         if draft is not None and draft != run_draft:
             raise InputError(
                 f"{run_dir} was decoded by llama.cpp: mitigate fits policies for its own draft {run_draft!r} there; "
@@ -166,9 +166,7 @@ def mitigate(
     if per_group is None:  # a split that cannot work fails before any model loads
         split_by_pair(prompts, held_out, seed, dimensions)
     max_new = int(budget["max_new_tokens"])
-    if llama_cpp_run:  # timed by the run's own engines; no torch model is loaded
-        from specaudit.engines.llama_cpp.client import run_decoder
-
+    if run_decoder is not None:  # timed by the run's own engines; no torch model is loaded
         timing = Timing(run_decoder(manifest, max_new_tokens=max_new), "the run's llama.cpp engines")
     else:
         pair = load_pair(config.get("target", "default"), draft_name, device=device)
@@ -287,11 +285,8 @@ def mitigate(
     )
     policy_reaudit = _time_policies(timing, prompts, held_groups, policies, budget, run_k, seed, progress)
 
-    parent = out_dir.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=parent))
-    try:
-        files = _write_outputs(
+    def write(work: Path) -> dict[str, Path]:
+        return _write_outputs(
             work,
             out_dir,
             pair=pair,
@@ -323,14 +318,10 @@ def mitigate(
             held_groups=held_groups,
             policy_reaudit=policy_reaudit,
         )
-        if out_dir.exists():  # an empty folder (checked at the start)
-            out_dir.rmdir()
-        os.replace(work, out_dir)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+
+    files = write_folder_atomic(out_dir, write)
     summary = json.loads((out_dir / "before_after.json").read_text(encoding="utf-8"))
-    return MitigationResult(out_dir, summary, {k: out_dir / v.relative_to(work) for k, v in files.items()})
+    return MitigationResult(out_dir, summary, files)
 
 
 @dataclass(frozen=True)
@@ -433,26 +424,19 @@ def _policies_only(
         "seconds": round(time.perf_counter() - started, 1),
     }
     summary = _finite(summary)
-    parent = out_dir.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=parent))
-    try:
-        files = {}
+
+    def write(work: Path) -> dict[str, Path]:
         document = pol.policy_document(
             dimension, policies, default_k=run_k, cost_ratio=cost["cost_ratio"], draft=draft_name, source_run=str(run_dir)
         )
-        files.update({f"policy_{k}": v for k, v in pol.write_policy_files(work, document).items()})
+        files = {f"policy_{k}": v for k, v in pol.write_policy_files(work, document).items()}
         (work / "before_after.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         (work / "before_after.md").write_text(before_after_markdown(summary), encoding="utf-8")
         files["before_after"] = work / "before_after.json"
         files["report"] = _write_report(work, out_dir, summary, config, draft=draft_name)
-        if out_dir.exists():  # an empty folder (checked at the start)
-            out_dir.rmdir()
-        os.replace(work, out_dir)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return MitigationResult(out_dir, summary, {k: out_dir / v.relative_to(work) for k, v in files.items()})
+        return files
+
+    return MitigationResult(out_dir, summary, write_folder_atomic(out_dir, write))
 
 
 def _write_outputs(

@@ -57,23 +57,23 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
     """Per group of the training prompts: α, the speed-up at the run's k with its interval and
     where it comes from; and the machine's cost ratio c (one draft step over one verification
     step, pooled over every prompt the speculative engine timed)."""
-    from specaudit.contracts.run import SCREEN_ENGINE
+    from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE
     from specaudit.stats.cost_model import step_costs
     from specaudit.stats.disparity.per_prompt import per_prompt_metrics
     from specaudit.stats.predicted_speed import predicted_speed
 
     frame = pd.DataFrame(records)
     engines = set(frame["engine"])
-    engine = SCREEN_ENGINE if SCREEN_ENGINE in engines else "speculative" if "speculative" in engines else None
+    engine = SCREEN_ENGINE if SCREEN_ENGINE in engines else SPECULATIVE_ENGINE if SPECULATIVE_ENGINE in engines else None
     if engine is None:
-        others = sorted(e for e in engines if e != "vanilla")
+        others = sorted(e for e in engines if e != CONTROL_ENGINE)
         engine = others[0] if others else None
     speed_source = "none"
     if engine == SCREEN_ENGINE:
         frame, speed = predicted_speed(frame)
         if speed.get("source") == "cost model":
             speed_source = "the audit's cost model (screen)"
-    elif engine is not None and "vanilla" in engines:
+    elif engine is not None and CONTROL_ENGINE in engines:
         speed_source = "measured (engines)"
     groups: dict[str, dict] = {}
     cost_ratio, verify_cost, cost_source = float("nan"), 1.0, "not measured"
@@ -91,7 +91,7 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
                     paired["vanilla_latency_per_token_s"].to_numpy(float), paired["latency_per_token_s"].to_numpy(float), seed
                 )
             groups[group] = {"alpha": alpha, "n_prompts": int(len(rows)), "speedup_run_k": speedup}
-        if "speculative" in engines:
+        if SPECULATIVE_ENGINE in engines:
             measured = step_costs(frame)
             if measured is not None:
                 cost_ratio, verify_cost = measured
@@ -100,7 +100,7 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
                     "proposed token (c), verification time per step after the prompt pass (v)"
                 )
             else:  # no vanilla timings to measure a plain step against: c per verification step, v = 1
-                timed = per_prompt_metrics(frame, engine="speculative")
+                timed = per_prompt_metrics(frame, engine=SPECULATIVE_ENGINE)
                 draft_s, verify_s = timed["draft_s"].sum(), timed["verify_s"].sum()
                 proposed, steps = timed["latency_proposed"].sum(), timed["latency_steps"].sum()
                 if proposed > 0 and steps > 0 and verify_s > 0:
@@ -119,7 +119,7 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
 # ------------------------------------------------------------------ re-audit on held-out prompts
 # One timed decoding of a prompt: (prompt token ids, k, seed) -> (wall seconds, output tokens),
 # plain decoding at k = 0. The audit's own engines supply it: torch (torch_decoder) or llama.cpp
-# (specaudit.engines.llama_cpp.client.run_decoder), so policies are re-audited where they were fitted.
+# (specaudit.engines.llama_cpp_runtime.run_decoder), so policies are re-audited where they were fitted.
 Decode = Callable[[list[int], int, int], tuple[float, int]]
 
 

@@ -30,14 +30,11 @@ if TYPE_CHECKING:
     from specaudit.models import ModelPair
     from specaudit.prompts import PromptSet
 
-# Engines that take no draft of their own: the control, the screen (it has no verifier) and the
-# endpoint (its servers were started with whatever draft they were given).
-_DRAFTLESS = (CONTROL_ENGINE, SCREEN_ENGINE, "endpoint")
-
 
 def identity_engines() -> tuple[str, ...]:
-    """The registry's engines `--identity` can run."""
-    return tuple(name for name in ENGINES if name not in _DRAFTLESS)
+    """The registry's engines `--identity` can run: not those that take no draft of their own, the
+    control, the screen (it has no verifier) and a server's (started with whatever draft it was given)."""
+    return tuple(name for name, spec in ENGINES.items() if name not in (CONTROL_ENGINE, SCREEN_ENGINE) and not spec.remote_models)
 
 
 def check_engine_names(names: Sequence[str]) -> list[str]:

@@ -244,7 +244,7 @@ def step_costs(frame: pd.DataFrame) -> tuple[float, float] | None:
     if not {"wall_s", "ttft_s", "verify_s", "draft_s", "steps", "proposed"} <= set(frame.columns):
         return None
     timed = frame[(pd.to_numeric(frame["wall_s"], errors="coerce") > 0) & pd.to_numeric(frame["ttft_s"], errors="coerce").notna()]
-    plain, spec = timed[timed["engine"] == "vanilla"], timed[timed["engine"] == "speculative"]
+    plain, spec = timed[timed["engine"] == CONTROL_ENGINE], timed[timed["engine"] == SPECULATIVE_ENGINE]
     spec = spec[pd.to_numeric(spec["proposed"], errors="coerce").notna()]  # a drafted count not reported: no cost
     if plain.empty or spec.empty:
         return None

@@ -23,11 +23,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specaudit.contracts.engines import BEYOND_CHAINS
+from specaudit.contracts.run import SPECULATIVE_ENGINE
 from specaudit.stats._bootstrap import cluster_replicates
 
 __all__ = ["SHAPE_ENGINES", "shape_acceptance"]
 
-SHAPE_ENGINES = ("tree", "staged", "speculative")
+SHAPE_ENGINES = (*BEYOND_CHAINS, SPECULATIVE_ENGINE)
 """The engines whose steps have a shape to count: a tree, a staged chain, a chain."""
 
 

@@ -23,7 +23,8 @@ from specaudit.cli import main
 from specaudit.config import RunConfig
 from specaudit.decoding import reference_verify
 from specaudit.engines import run
-from specaudit.engines.endpoint.client import Endpoint, output_tokens, request_body
+from specaudit.engines.endpoint.client import output_tokens, request_body
+from specaudit.engines.http.client import Endpoint
 from specaudit.engines.spec_counters import parse_metrics
 from specaudit.errors import InputError
 from specaudit.execution.plan import derive_seed
@@ -87,7 +88,7 @@ def test_records_are_what_the_servers_returned_and_match_local_engines(tmp_path,
         assert r["seed"] == derive_seed(5, r["prompt_id"], r["sample"])
     # the record holds what the server answers to the same request (non-streamed here)
     record = next(r for r in records if r["engine"] == "speculative")
-    body = request_body(cfg, {**cfg.endpoint, "stream": False}, "target", record["prompt_token_ids"], record["seed"], 12)
+    body = request_body(cfg, {**cfg.engine_settings("endpoint"), "stream": False}, "target", record["prompt_token_ids"], record["seed"], 12)
     answer = Endpoint(speculative.url, setting="speculative_url").complete(body)
     ids, logprobs = output_tokens(answer, 20)
     assert ids == record["output_token_ids"] and answer.text == record["text"]
@@ -267,7 +268,9 @@ def test_bad_config_is_one_sentence_exit_2(tmp_path, capsys, settings, options, 
 
 
 def test_endpoint_engine_needs_its_section():
-    with pytest.raises(InputError, match="needs the servers: --speculative-url URL --vanilla-url URL, or an `endpoint:` section"):
+    with pytest.raises(
+        InputError, match="needs the servers: --speculative-url URL --vanilla-url URL, or an `extra: {endpoint: ...}` section"
+    ):
         RunConfig(engines="endpoint")
 
 
@@ -336,8 +339,8 @@ def test_reference_server_command_line_errors(capsys):
 def test_logprobs_in_the_chat_content_shape_give_token_ids_and_logprobs():
     """llama-server answers /v1/completions with `logprobs.content` (the chat API's shape): ids
     and logprobs come from it, as from vLLM's token_id:N lists."""
-    from specaudit.engines.endpoint._responses import CompletionPart
     from specaudit.engines.endpoint.client import output_tokens
+    from specaudit.engines.http._responses import CompletionPart
 
     entry = {
         "id": 253,

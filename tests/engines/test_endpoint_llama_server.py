@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from specaudit.config import RunConfig
-from specaudit.engines.endpoint.client import Completion, Endpoint, output_tokens, request_body
-from specaudit.engines.llama_server.sampling import NEUTRAL_SAMPLING, SAMPLER_ORDER
+from specaudit.engines.endpoint.client import output_tokens, request_body
+from specaudit.engines.http.client import Completion, Endpoint
+from specaudit.engines.llama_sampling import NEUTRAL_SAMPLING, SAMPLER_ORDER
 
 SETTINGS = {"logprobs": 5, "stream": True, "extra_body": {}}
 
@@ -63,7 +64,7 @@ def test_ids_come_from_verbose_tokens_and_skipping_logprobs_are_dropped():
 
 
 def test_an_unstreamed_answers_first_token_time_is_the_servers_prompt_time():
-    from specaudit.engines.endpoint.client import _server_prompt_s
+    from specaudit.engines.http.client import _server_prompt_s
 
     assert _server_prompt_s([_answer([1], [1])]) == pytest.approx(0.0125)
     assert _server_prompt_s([{"choices": []}]) is None
@@ -74,7 +75,7 @@ def test_an_unstreamed_answers_first_token_time_is_the_servers_prompt_time():
 @pytest.mark.slow  # starts llama-server on the embedded GGUF: a few seconds
 def test_llama_server_applies_the_chain_the_request_sends():
     """llama-server's own account of the settings it sampled with (`__verbose.generation_settings`)."""
-    from specaudit.engines.llama_server import build
+    from specaudit.engines import llama_build as build
     from specaudit.engines.llama_server.client import server_args
     from specaudit.engines.llama_server.launcher import LlamaServer
     from specaudit.engines.llama_server.settings import LlamaServerSettings

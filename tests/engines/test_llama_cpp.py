@@ -24,7 +24,7 @@ import pytest
 from specaudit.cli import main
 from specaudit.config import RunConfig
 from specaudit.decoding import SamplingSpec
-from specaudit.engines.llama_cpp import client as backend
+from specaudit.engines import llama_cpp_runtime as backend
 from specaudit.errors import InputError
 from specaudit.execution.records import read_records
 
@@ -143,13 +143,15 @@ def test_a_draft_gguf_with_another_vocabulary_is_refused(tmp_path, tiny_prompts_
 
 
 def test_endpoint_prompt_as_is_checked():
-    from specaudit.engines.endpoint.settings import validate_settings
-
     base = {"vanilla_url": "http://127.0.0.1:1/v1", "speculative_url": "http://127.0.0.1:2/v1"}
-    assert validate_settings(base, ("endpoint",))["prompt_as"] == "token_ids"
-    assert validate_settings({**base, "prompt_as": "text"}, ("endpoint",))["prompt_as"] == "text"
+
+    def prompt_as(section: dict) -> str:
+        return RunConfig(engines="endpoint", extra={"endpoint": section}).engine_settings("endpoint")["prompt_as"]
+
+    assert prompt_as(base) == "token_ids"
+    assert prompt_as({**base, "prompt_as": "text"}) == "text"
     with pytest.raises(InputError, match="endpoint.prompt_as must be one of 'token_ids' or 'text'"):
-        validate_settings({**base, "prompt_as": "ids"}, ("endpoint",))
+        prompt_as({**base, "prompt_as": "ids"})
 
 
 # ----------------------------------------------------------------------------- in process (llama.cpp needed)

@@ -20,8 +20,8 @@ import pytest
 
 from specaudit.config import RunConfig
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
+from specaudit.engines import llama_build as build_module
 from specaudit.engines.levels import level_plan
-from specaudit.engines.llama_server import build as build_module
 from specaudit.engines.llama_server.client import NEUTRAL_SAMPLING, SAMPLER_ORDER, generation_of, request_body, server_args
 from specaudit.engines.llama_server.launcher import LlamaServer, ServerPair, stop_all
 from specaudit.engines.llama_server.settings import server_settings, spec_type_for

@@ -15,7 +15,7 @@ import pytest
 from specaudit.config import RunConfig
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.decoding import SamplingSpec
-from specaudit.engines.llama_server import build as build_module
+from specaudit.engines import llama_build as build_module
 from specaudit.engines.llama_speculative.command import command, sampling_flags
 from specaudit.engines.llama_speculative.generation import generation_of
 from specaudit.engines.llama_speculative.log import LogError, SpeculativeLog, Step, generated_output, parse

@@ -25,9 +25,9 @@ from specaudit.contracts.run import (
     cache_fields,
 )
 from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection, PrefixCacheSection
-from specaudit.engines.endpoint.client import Completion, cached_prompt_tokens
+from specaudit.engines.endpoint.client import cached_prompt_tokens
 from specaudit.engines.endpoint.client import request_body as endpoint_body
-from specaudit.engines.endpoint.settings import validate_settings
+from specaudit.engines.http.client import Completion
 from specaudit.engines.levels import pass_plan
 from specaudit.engines.llama_server.client import cached_tokens, request_body
 from specaudit.errors import InputError
@@ -127,7 +127,7 @@ def test_llama_server_cold_requests_reuse_nothing_and_warm_ones_name_their_slot(
 
 def test_endpoint_requests_salt_the_cache_and_read_the_reported_reuse():
     cfg = RunConfig(engines="endpoint", endpoint=ENDPOINT, prefix_cache="cold,warm")
-    settings = validate_settings(ENDPOINT, ("endpoint",))
+    settings = cfg.engine_settings("endpoint")
     salted = endpoint_body(cfg, settings, "m", [1, 2], 3, 4, cache_salt="s1")
     assert salted["cache_salt"] == "s1" and "cache_prompt" not in salted
     llama = endpoint_body(cfg, settings, "m", [1, 2], 3, 4, llama_server=True, cache_prompt=True, cache_salt="s1")
@@ -209,8 +209,8 @@ def test_a_failed_state_fails_the_run_naming_it():
 def cached_run(tmp_path_factory):
     """--engines llama-server --prefix-cache cold,warm on the embedded GGUF: prompt lookup drafting,
     T = 1, 8 tokens, three prompts, at concurrency 1 and 2."""
+    from specaudit.engines import llama_build as build_module
     from specaudit.engines import run
-    from specaudit.engines.llama_server import build as build_module
     from specaudit.prompts._model import PromptSet, rows_checksum
 
     if build_module.find_binary() is None:

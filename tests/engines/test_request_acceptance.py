@@ -118,7 +118,7 @@ def test_impossible_fields_are_one_sentence(body, message):
 
 
 def test_the_endpoint_client_keeps_a_streamed_answers_acceptance():
-    from specaudit.engines.endpoint.client import Endpoint
+    from specaudit.engines.http.client import Endpoint
 
     chunks = [
         {"choices": [{"text": "a", "finish_reason": None}]},

@@ -35,7 +35,7 @@ def test_endpoint_sends_openai_fields_and_vllm_extensions():
         presence_penalty=0.5,
         **FEATURES,
     )
-    body = endpoint_body(cfg, {**cfg.endpoint, "stream": False}, "m", [1, 2], 3, 8)
+    body = endpoint_body(cfg, {**cfg.engine_settings("endpoint"), "stream": False}, "m", [1, 2], 3, 8)
     assert body["logit_bias"] == {"5": -2.0} and body["stop"] == ["END"]
     assert (body["min_p"], body["repetition_penalty"], body["presence_penalty"]) == (0.1, 1.3, 0.5)
     assert "frequency_penalty" not in body  # unset features are not sent

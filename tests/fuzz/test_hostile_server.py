@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from specaudit.cli import main
-from specaudit.engines.endpoint._responses import CompletionPart, problem
-from specaudit.engines.endpoint.client import Endpoint
+from specaudit.engines.http._responses import CompletionPart, problem
+from specaudit.engines.http.client import Endpoint
 from specaudit.errors import InputError
 from specaudit.execution.records import read_records
 

@@ -103,7 +103,7 @@ def test_bad_identity_flags_are_one_sentence_and_exit_2(flags, words, capsys):
 
 def test_llama_cpp_and_llama_server_take_the_target_as_draft():
     from specaudit.config import RunConfig
-    from specaudit.engines.llama_cpp.client import check_config, draft_gguf, gguf_file
+    from specaudit.engines.llama_cpp_runtime import check_config, draft_gguf, gguf_file
     from specaudit.engines.llama_server.settings import LlamaServerSettings, spec_type_for
 
     cfg = RunConfig(engines=("llama-cpp",), draft="target")

@@ -69,7 +69,7 @@ def test_acceptance_stability_tells_load_from_state():
 
 
 def test_the_reference_server_batches_concurrent_requests(tiny_pair):
-    from specaudit.engines.endpoint.client import Endpoint
+    from specaudit.engines.http.client import Endpoint
 
     with ReferenceServer(tiny_pair, speculative=True, max_batch=4) as server:
         endpoint = Endpoint(server.url, setting="speculative_url")

@@ -84,7 +84,7 @@ class EndpointExecutor(Executor):
 
     def check(self, folder: RunFolder) -> None:
         cfg = self.cfg
-        levels = cfg.endpoint.get("concurrency_levels")
+        levels = cfg.engine_settings("endpoint").get("concurrency_levels")
         # The plan once per concurrency level and cache state (engines.levels); what is recorded already is skipped.
         self.states: dict[str, str | None] = {}
         self.levels = None
@@ -96,7 +96,7 @@ class EndpointExecutor(Executor):
     def start(self, folder: RunFolder) -> dict:
         from specaudit.models import load_tokenizer
 
-        cfg, settings = self.cfg, self.cfg.endpoint
+        cfg, settings = self.cfg, self.cfg.engine_settings("endpoint")
         api_key = api_key_of(settings)
         self.endpoints, self.models, served = open_servers(settings)  # nothing is written if a server is down
         # llama-server gets its whole sampling chain and answers unstreamed (engines.endpoint.client)
@@ -166,7 +166,7 @@ class EndpointExecutor(Executor):
     ) -> Completion:
         body = request_body(
             self.cfg,
-            self.cfg.endpoint,
+            self.cfg.engine_settings("endpoint"),
             self.models[engine],
             self.encoded[prompt_id],
             seed,
@@ -182,7 +182,7 @@ class EndpointExecutor(Executor):
     def _record_of(self, item: PlanItem) -> Record:
         from specaudit.decoding import Generation
 
-        cfg, settings = self.cfg, self.cfg.endpoint
+        cfg, settings = self.cfg, self.cfg.engine_settings("endpoint")
         seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
         prompt_ids = self.encoded[item.prompt.id]
         request = f"prompt {item.prompt.id}, sample {item.sample}"
@@ -195,7 +195,7 @@ class EndpointExecutor(Executor):
         finish = FINISH_REASONS.get(str(completion.finish_reason))
         if finish is None:
             raise InputError(
-                f"endpoint {self.endpoints[item.engine].setting} ended a completion with finish_reason "
+                f"{typed_as(self.endpoints[item.engine].setting)} ended a completion with finish_reason "
                 f"{completion.finish_reason!r}, not stop or length; check the server log and re-run to resume"
             )
         ids, logprobs = output_tokens(completion, settings["logprobs"])
@@ -241,7 +241,7 @@ class EndpointExecutor(Executor):
         return attempt(item, lambda: self._record_of(item), derive_seed(self.cfg.seed, item.prompt.id, item.sample))
 
     def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
-        cfg, settings = self.cfg, self.cfg.endpoint
+        cfg, settings = self.cfg, self.cfg.engine_settings("endpoint")
         self._tokenizer_lock = threading.Lock()
         if items:
             first = items[0].prompt.id
@@ -273,7 +273,7 @@ class EndpointExecutor(Executor):
 
     def _note_run(self, folder: RunFolder, sources: set, before: dict | None) -> None:
         """The manifest's endpoint notes and server counter deltas, written even when the run stopped early."""
-        settings, manifest, notes = self.cfg.endpoint, folder.manifest, self.notes
+        settings, manifest, notes = self.cfg.engine_settings("endpoint"), folder.manifest, self.notes
         if sources:
             notes["token_ids"] = sorted(sources | set(notes.get("token_ids") or []))
             if "re-tokenised text" in sources:

@@ -1,11 +1,11 @@
-"""The `endpoint:` section of a run config (`--engines endpoint`): its model, its checks, what of it
+"""The endpoint section of a run config (`--engines endpoint`, `extra.endpoint`; the old top-level `endpoint:`): its model, its checks, what of it
 the manifest may show and what of it decides the records' meaning. Pydantic only, so the run
 config checks it before any engine code loads (the registry names this module)."""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -13,11 +13,14 @@ from specaudit._validation import SETTINGS_CONFIG, settings_section, typed_as
 from specaudit.engines.levels import check_levels
 from specaudit.errors import InputError
 
+if TYPE_CHECKING:
+    from specaudit.config import RunConfig
+
 LOGPROBS_MODES = ("processed", "raw")
 
 
 class EndpointSettings(BaseModel):
-    """The `endpoint:` section of a run config (`--engines endpoint`), shared by YAML and the API."""
+    """The endpoint section of a run config (`--engines endpoint`, `extra.endpoint`), shared by YAML and the API."""
 
     model_config = SETTINGS_CONFIG
 
@@ -90,27 +93,66 @@ def _url(value: Any, name: str) -> str:
     return value.rstrip("/")
 
 
-def validate_settings(settings: dict | None, engines: tuple[str, ...]) -> dict:
-    """The `endpoint:` section of a run config, checked and completed with defaults (idempotent)."""
-    if tuple(engines) != ("endpoint",):
+def validate_settings(section: dict | None, cfg: RunConfig) -> dict:
+    """The endpoint section of a run config (`extra.endpoint`), checked and completed with defaults (idempotent)."""
+    if tuple(cfg.engines) != ("endpoint",):
         raise InputError(
-            f"the config has an endpoint section but --engines is {','.join(engines)}; write --engines endpoint to audit a live server"
+            f"the config has an endpoint section but --engines is {','.join(cfg.engines)}; write --engines endpoint to audit a live server"
         )
-    if settings is None:
+    if section is None:
         raise InputError(
-            "--engines endpoint needs the servers: --speculative-url URL --vanilla-url URL, or an `endpoint:` section in the "
-            "config file with speculative_url and vanilla_url (docs/servers.md)"
+            "--engines endpoint needs the servers: --speculative-url URL --vanilla-url URL, or an `extra: {endpoint: ...}` section "
+            "in the config file with speculative_url and vanilla_url (docs/servers.md)"
         )
-    return settings_section(settings, EndpointSettings, "endpoint", levels="concurrency_levels").model_dump()
+    if cfg.dtype != "auto":
+        raise InputError(f"--dtype {cfg.dtype} cannot apply with --engines endpoint: the servers decode in their own dtype; drop --dtype")
+    return settings_section(section, EndpointSettings, "endpoint", levels="concurrency_levels").model_dump()
 
 
-def public_settings(settings: dict) -> dict:
+def public_settings(section: dict) -> dict:
     """The settings as written into manifest.json: an API key never is."""
-    return {**settings, "api_key": "<redacted>" if settings.get("api_key") else None}
+    return {**section, "api_key": "<redacted>" if section.get("api_key") else None}
 
 
-def settings_identity(settings: dict) -> dict:
-    return {name: settings.get(name) for name in _IDENTITY}
+def settings_identity(section: dict) -> dict:
+    return {"endpoint": {name: section.get(name) for name in _IDENTITY}}
+
+
+def concurrency_levels(section: dict) -> tuple[int, ...]:
+    """The levels the plan runs at; () for one pass at `concurrency`."""
+    return tuple(section.get("concurrency_levels") or ())
+
+
+def with_concurrency(section: dict, levels: tuple[int, ...]) -> dict:
+    """`--concurrency`: one level is one pass at that load (no level recorded), several the plan once per level."""
+    if len(levels) == 1:
+        return {**section, "concurrency": levels[0], "concurrency_levels": None}
+    return {**section, "concurrency": DEFAULTS["concurrency"], "concurrency_levels": levels}  # levels require the default
+
+
+# How long the dry run waits for a server: long enough for one that is up, short enough to fail fast.
+DRY_RUN_WAIT_S = 10.0
+
+
+def plan_line(cfg: RunConfig) -> str:
+    """What `--dry-run` says of the models: the servers hold them, checked as the run checks them
+    first (engines.endpoint.executor.open_servers: the API key's variable is set, both servers answer
+    and serve the model, waiting DRY_RUN_WAIT_S at most); an InputError (exit 2) otherwise."""
+    from specaudit.engines.endpoint.executor import open_servers
+
+    section = cfg.engine_settings("endpoint")
+    endpoints, models, _ = open_servers(section, timeout_s=DRY_RUN_WAIT_S)
+    for server in endpoints.values():
+        server.close()
+    return (
+        f"servers: speculation on {section['speculative_url']} ({models['speculative']}), off {section['vanilla_url']} "
+        f"({models['vanilla']}), both answered; tokenizer {cfg.target}"
+    )
+
+
+def preflight(settings: dict) -> None:
+    """What is checked before anything loads: the API key's variable (unset fails now, not after torch loads)."""
+    api_key_of(settings)
 
 
 def api_key_of(settings: dict) -> str | None:

@@ -1,13 +1,13 @@
 """The llama.cpp executor (`--engines llama-cpp`): llama.cpp's own plain and speculative decoding.
 
 Settings, the sampler chain, the observed draft and scoring with llama.cpp's logits are
-specaudit.engines.llama_cpp.client's; this module turns plan items into records like every executor.
+specaudit.engines.llama_cpp_runtime's; this module turns plan items into records like every executor.
 
 With the screen (`--engines screen,llama-cpp`, a draft GGUF) every prompt gets a record of engine
 "screen": llama.cpp's plain decoding of it (the vanilla engine's sample for the same seed), the
 target's logits as that decoding sampled from them, the draft's made along the path with the same
 call shapes, and from both β_t and the rule's a_t with the expected counts they give
-(client.path_acceptance); the plain and speculative engines decode and time the subset
+(llama_cpp_runtime.path_acceptance); the plain and speculative engines decode and time the subset
 execution.plan.engine_subset picks, as beside specaudit's own screen. Analysis then measures
 acceptance per group on every prompt and predicts speed-up from the cost model timed on the subset.
 """
@@ -21,30 +21,30 @@ from typing import Any
 import numpy as np
 
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE, SPECULATIVE_ENGINE, PlanItem, Record
-from specaudit.engines.decode import library_versions, make_record
-from specaudit.engines.llama_cpp.client import (
-    BACKEND,
+from specaudit.engines.decode import make_record
+from specaudit.engines.llama_cpp_runtime import (
     NGRAM_MAX,
     _system_info,
     check_config,
     check_draft_vocabulary,
     draft_gguf,
     generate,
+    gguf_entry,
     gguf_file,
-    import_llama_cpp,
     llama_seed,
+    load,
     load_engines,
     path_acceptance,
-    sampler_settings,
-    sized_settings,
 )
 from specaudit.engines.provenance import cpu_model
+from specaudit.engines.screen_records import ScreenedPath, screen_record
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
-from specaudit.prompts import prompt_token_ids
 from specaudit.stats.acceptance import PathAcceptance
+
+BACKEND = "llama-cpp"
 
 
 class LlamaCppExecutor(Executor):
@@ -69,19 +69,13 @@ class LlamaCppExecutor(Executor):
         folder.require_backend(BACKEND, "llama.cpp")
 
     def start(self, folder: RunFolder) -> dict:
-        from specaudit.models import load_tokenizer
         from specaudit.models._loading import file_sha256
 
         cfg = self.cfg
-        llama_cpp = import_llama_cpp()
-        self.sampler = sampler_settings(cfg.sampling)
-        self.tokenizer = load_tokenizer(str(cfg.target))
-        self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
         models = {"target": self.target} if self.draft is None else {"target": self.target, "draft": self.draft}
-        self.settings = sized_settings(cfg, self.encoded, models)  # the context fits every prompt, or the run stops here
-        self.engines = load_engines(cfg, self.target, self.settings)
-        if self.tokenizer.eos_token_id is not None:
-            self.engines.eos_ids.add(int(self.tokenizer.eos_token_id))
+        loaded = load(cfg, folder.prompt_set.prompts, models)  # the context fits every prompt, or the run stops here
+        self.sampler, self.tokenizer, self.encoded, self.settings = loaded.sampler, loaded.tokenizer, loaded.encoded, loaded.settings
+        self.engines = load_engines(cfg, self.target, self.settings, tokenizer=self.tokenizer)
         draft: dict[str, Any] = {"name": str(cfg.draft), "k": cfg.k}
         if str(cfg.draft) == "ngram":
             draft.update(implementation="llama_cpp.LlamaPromptLookupDecoding", max_ngram_size=NGRAM_MAX, num_pred_tokens=cfg.k)
@@ -89,17 +83,14 @@ class LlamaCppExecutor(Executor):
             draft.update(implementation="specaudit GgufDraft (greedy, k tokens)", gguf_sha256=file_sha256(self.draft))
         chain = {k: v for k, v in self.sampler.items() if k not in ("grammar", "logits_processor")}
         return {
-            "versions": {**library_versions(), "llama_cpp_python": llama_cpp.__version__},
-            "models": {
-                "target": {"name": str(cfg.target), "gguf": str(self.target), "gguf_sha256": file_sha256(self.target)},
-                "draft": draft,
-            },
+            "versions": loaded.versions(),
+            "models": {"target": gguf_entry(str(cfg.target), self.target), "draft": draft},
             "device": {
                 "type": "cpu",
                 "engine": "llama.cpp",
                 "cpu_model": cpu_model(),
                 "threads": self.settings["n_threads"],
-                "system_info": _system_info(llama_cpp),
+                "system_info": _system_info(loaded.llama_cpp),
             },
             "backend": BACKEND,
             "llama_cpp": {
@@ -144,10 +135,7 @@ class LlamaCppExecutor(Executor):
 
     def screen_record(self, item: PlanItem, seed: int, prompt_ids: list[int]) -> Record:
         """The screen's record of a prompt: llama.cpp's plain sample of it and the acceptance
-        expected along that path (client.path_acceptance), in specaudit's screen format."""
-        from specaudit.engines.screen._screen import ScreenedPath
-        from specaudit.engines.screen.executor import screen_record
-
+        expected along that path (llama_cpp_runtime.path_acceptance), in specaudit's screen format."""
         cfg = self.cfg
         start = time.perf_counter()
         logits: list[np.ndarray] = []

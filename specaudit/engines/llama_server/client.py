@@ -3,19 +3,19 @@ and its answer as a specaudit.decoding.Generation.
 
 Requests go to llama-server's native `/completion` (prompt as token ids, `return_tokens` for the
 output ids; see `complete` for why it is not streamed), over the endpoint
-engine's HTTP client (specaudit.engines.endpoint.client.Endpoint: its timeouts and its one-sentence
+engine's HTTP client (specaudit.engines.http.client.Endpoint: its timeouts and its one-sentence
 transport errors). Its OpenAI route `/v1/completions` takes the same sampling fields but returns
 no token ids, so the endpoint engine's token-id path cannot be used on it unchanged.
 
 Sampling is set explicitly on every request, as the in-process llama-cpp engine does
-(engines.llama_server.sampling: the chain temperature, top_k, top_p, every other stage neutral;
+(engines.llama_sampling: the chain temperature, top_k, top_p, every other stage neutral;
 llama-server takes the order per request, so temperature with top-p is allowed here, unlike in
 the in-process engine).
 `cache_prompt: false`: no prefix reuse between requests, so a record does not depend on which
 request ran before it on the slot; with `--prefix-cache warm` a record's request is sent with
 `cache_prompt: true` to the slot (`id_slot`) that an earlier request of the same prompt has just
 filled, and the server's `timings.cache_n` (prompt tokens taken from the cache) is recorded. The seed is the record's seed cut to llama.cpp's uint32
-(engines.llama_cpp.client.llama_seed), the same draws the in-process engine makes.
+(engines.llama_cpp_runtime.llama_seed), the same draws the in-process engine makes.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specaudit.engines.endpoint.client import Endpoint
-from specaudit.engines.llama_cpp.client import llama_seed
-from specaudit.engines.llama_server.sampling import NEUTRAL_SAMPLING, SAMPLER_ORDER, request_features, sampling_fields
+from specaudit.engines.http.client import Endpoint
+from specaudit.engines.llama_cpp_runtime import llama_seed
+from specaudit.engines.llama_sampling import NEUTRAL_SAMPLING, SAMPLER_ORDER, request_features, sampling_fields
 from specaudit.engines.llama_server.settings import NGRAM_LOOKUP, NGRAM_TYPES, LlamaServerSettings
 from specaudit.engines.request_acceptance import RequestAcceptance, llama_server_acceptance
 from specaudit.errors import InputError
@@ -171,7 +171,7 @@ def generation_of(
 
 
 __all__ = [
-    "NEUTRAL_SAMPLING",  # defined in engines.llama_server.sampling, shared with the endpoint engine
+    "NEUTRAL_SAMPLING",  # defined in engines.llama_sampling, shared with the endpoint engine
     "SAMPLER_ORDER",
     "RequestAcceptance",
     "cached_tokens",

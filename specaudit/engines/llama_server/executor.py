@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 from specaudit.contracts.engines import ENGINES
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, WARM, PlanItem, cache_fields
 from specaudit.engines.decode import library_versions, make_record
-from specaudit.engines.endpoint.client import Endpoint
+from specaudit.engines.http.client import Endpoint
 from specaudit.engines.levels import cache_states, plan_passes, run_levels
-from specaudit.engines.llama_cpp.client import draft_gguf, gguf_file, llama_seed
-from specaudit.engines.llama_server.build import binding_version, build_info, require_binary
+from specaudit.engines.llama_build import binding_version, build_info, require_binary
+from specaudit.engines.llama_cpp_runtime import draft_gguf, gguf_file, llama_seed
 from specaudit.engines.llama_server.client import (
     NEUTRAL_SAMPLING,
     SAMPLER_ORDER,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -16,6 +16,9 @@ from specaudit.errors import InputError
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 SPEC_TYPES = ("draft-simple", *NGRAM_TYPES)
 NGRAM_LOOKUP = 3  # n-gram length looked up in the context, as the in-process engine's longest n-gram
+
+if TYPE_CHECKING:
+    from specaudit.config import RunConfig
 
 
 class LlamaServerSettings(BaseModel):
@@ -58,6 +61,21 @@ DEFAULTS: dict[str, Any] = {name: info.get_default(call_default_factory=True) fo
 def server_settings(extra: dict | None) -> LlamaServerSettings:
     """The run's llama_server settings (its config's `extra: {llama_server: {...}}`), checked."""
     return settings_section((extra or {}).get("llama_server") or {}, LlamaServerSettings, "llama_server", levels="concurrency_levels")
+
+
+def validate_settings(section: dict | None, cfg: RunConfig) -> dict | None:
+    """The run config's `extra.llama_server`, checked as it is constructed; kept as given."""
+    server_settings({"llama_server": section})
+    return section
+
+
+def concurrency_levels(section: dict | None) -> tuple[int, ...]:
+    return server_settings({"llama_server": section}).concurrency_levels
+
+
+def with_concurrency(section: dict | None, levels: tuple[int, ...]) -> dict:
+    """`--concurrency`: the plan once per level."""
+    return {**(section or {}), "concurrency_levels": levels}
 
 
 def spec_type_for(draft: str, settings: LlamaServerSettings) -> str:

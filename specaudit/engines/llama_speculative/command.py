@@ -2,7 +2,7 @@
 sampler chain and the tree's shape, nothing left to the program's defaults.
 
 Sampling: `--samplers top_k;top_p;temperature` (then llama.cpp's `dist`), the order of the
-in-process llama.cpp control (engines.llama_cpp.client: top-k, top-p, then temperature; a run with
+in-process llama.cpp control (engines.llama_cpp_runtime: top-k, top-p, then temperature; a run with
 temperature != 1 and top-p < 1 is refused there and here, so the order never changes the law);
 every other stage neutral and, as well, out of the chain: `--min-p 0`, `--typical 1`,
 `--repeat-penalty 1`, `--repeat-last-n 0`, `--presence-penalty 0`, `--frequency-penalty 0`,

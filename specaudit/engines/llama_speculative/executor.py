@@ -22,20 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.engines import IDENTITY_DRAFT
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem, Record
-from specaudit.engines.decode import library_versions, make_record
-from specaudit.engines.llama_cpp.client import (
-    Engines,
-    ObservedDraft,
+from specaudit.engines.decode import make_record
+from specaudit.engines.llama_build import SPECULATIVE, binding_version, build_info, require_binary
+from specaudit.engines.llama_cpp_runtime import (
     check_draft_vocabulary,
     draft_gguf,
     generate,
+    gguf_entry,
     gguf_file,
-    import_llama_cpp,
     llama_seed,
-    sampler_settings,
-    sized_settings,
+    load,
+    load_engines,
 )
-from specaudit.engines.llama_server.build import SPECULATIVE, binding_version, build_info, require_binary
 from specaudit.engines.llama_speculative.command import NEUTRAL_FLAGS, SAMPLERS, command
 from specaudit.engines.llama_speculative.generation import generation_of
 from specaudit.engines.llama_speculative.log import LogError, generated_output, parse
@@ -46,7 +44,6 @@ from specaudit.execution.base import Emit, Executor
 from specaudit.execution.faults import attempt
 from specaudit.execution.folder import RunFolder
 from specaudit.execution.plan import derive_seed
-from specaudit.prompts import prompt_token_ids
 
 if TYPE_CHECKING:
     from specaudit.decoding import Generation
@@ -83,40 +80,21 @@ class LlamaSpeculativeExecutor(Executor):
             raise InputError(f"{folder.out_dir} was run with other llama_speculative settings; re-run them or choose a new --out")
 
     def start(self, folder: RunFolder) -> dict:
-        from specaudit.models import load_tokenizer
-        from specaudit.models._loading import file_sha256
-
         cfg = self.cfg
-        llama_cpp = import_llama_cpp()
-        self.sampler = sampler_settings(cfg.sampling)
-        self.tokenizer = load_tokenizer(str(cfg.target))
-        self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
-        self.settings = sized_settings(cfg, self.encoded, {"target": self.target})
+        loaded = load(cfg, folder.prompt_set.prompts, {"target": self.target})
+        self.sampler, self.tokenizer, self.encoded, self.settings = loaded.sampler, loaded.tokenizer, loaded.encoded, loaded.settings
         self.threads = self.options.threads or cfg.threads
-        vanilla = llama_cpp.Llama(
-            model_path=str(self.target),
-            n_ctx=self.settings["n_ctx"],
-            n_batch=self.settings["n_batch"],
-            n_threads=self.settings["n_threads"],
-            n_threads_batch=self.settings["n_threads"],
-            logits_all=False,
-            verbose=False,
-        )
-        self.engines = Engines(vanilla, None, ObservedDraft(None), {int(vanilla.token_eos())})
-        if self.tokenizer.eos_token_id is not None:
-            self.engines.eos_ids.add(int(self.tokenizer.eos_token_id))
+        self.engines = load_engines(cfg, self.target, self.settings, tokenizer=self.tokenizer, speculative=False)
         self.prompt_text = {key: self._prompt_text(key, ids) for key, ids in self.encoded.items()}
         # -np sequences each hold the prompt and the output: the context is one sequence's times n_parallel
         self.ctx = self.settings["n_ctx"] * self.options.n_parallel
         identity = self.draft == self.target and str(cfg.draft) == IDENTITY_DRAFT
         return {
-            "versions": {**library_versions(), "llama_cpp_python": llama_cpp.__version__, "llama_cpp_python_sources": binding_version()},
+            "versions": {**loaded.versions(), "llama_cpp_python_sources": binding_version()},
             "models": {
-                "target": {"name": str(cfg.target), "gguf": str(self.target), "gguf_sha256": file_sha256(self.target)},
+                "target": gguf_entry(str(cfg.target), self.target),
                 "draft": {
-                    "name": str(cfg.draft),
-                    "gguf": str(self.draft),
-                    "gguf_sha256": file_sha256(self.draft),
+                    **gguf_entry(str(cfg.draft), self.draft),
                     "k": cfg.k,
                     "identity": identity,
                     "implementation": "llama.cpp examples/speculative (tree drafting, -np branches)",

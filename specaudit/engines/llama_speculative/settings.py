@@ -8,7 +8,7 @@ depth is the run's `--k` (`--draft-max`). `n_parallel` 1 is a chain.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,6 +17,9 @@ from specaudit._validation import settings_section
 # -np 1 (a chain) and llama.cpp's own --draft-p-split default (common_params_speculative: 0.1)
 DEFAULT_N_PARALLEL = 1
 DEFAULT_P_SPLIT = 0.1
+
+if TYPE_CHECKING:
+    from specaudit.config import RunConfig
 
 
 class LlamaSpeculativeSettings(BaseModel):
@@ -40,6 +43,12 @@ DEFAULTS: dict[str, Any] = {
 def speculative_settings(extra: dict | None) -> LlamaSpeculativeSettings:
     """The run's llama_speculative settings (its config's `extra: {llama_speculative: {...}}`), checked."""
     return settings_section((extra or {}).get("llama_speculative") or {}, LlamaSpeculativeSettings, "llama_speculative")
+
+
+def validate_settings(section: dict | None, cfg: RunConfig) -> dict | None:
+    """The run config's `extra.llama_speculative`, checked as it is constructed; kept as given."""
+    speculative_settings({"llama_speculative": section})
+    return section
 
 
 __all__ = ["DEFAULTS", "DEFAULT_N_PARALLEL", "DEFAULT_P_SPLIT", "LlamaSpeculativeSettings", "speculative_settings"]

@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specaudit.contracts.engines import IDENTITY_DRAFT
+from specaudit.contracts.engines import ENGINES, IDENTITY_DRAFT
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem, Record
 from specaudit.decoding import Generation
 from specaudit.engines.decode import library_versions, make_record
@@ -69,7 +69,7 @@ class OpenVinoExecutor(Executor):
         self.target_gguf = None if self.target_ir else gguf_path(str(cfg.target), "--target")
         self.draft_gguf = None if identity or self.draft_ir else gguf_path(str(cfg.draft), "--draft")
         if self.draft_gguf is not None and self.target_gguf is not None:
-            from specaudit.engines.llama_cpp.client import check_draft_vocabulary
+            from specaudit.engines.llama_cpp_runtime import check_draft_vocabulary
 
             check_draft_vocabulary(self.target_gguf, self.draft_gguf)
         folder.require_backend(BACKEND, "OpenVINO")
@@ -231,7 +231,7 @@ class OpenVinoExecutor(Executor):
         )
         record = make_record(self.cfg, item, seed, self.encoded[item.prompt.id], generation, self._text(generation))
         if speculative:  # drafted tokens are not reported per request under batching: unknown, not zero
-            record = replace(record, proposed=None)
+            record = replace(record, **dict.fromkeys(ENGINES[BACKEND].unreported))
         # one logprob a token, or none: a count that disagrees is not passed off as per-token figures
         logprobs = result.logprobs if len(result.logprobs) == len(result.tokens) else None
         return record.with_extra(

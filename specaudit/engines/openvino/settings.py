@@ -9,7 +9,7 @@ precision it ran at, and the same run on another machine either pins the same or
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -18,6 +18,9 @@ from specaudit.engines.levels import check_levels
 
 INFERENCE_PRECISIONS = ("default", "f32", "bf16", "f16")
 KV_CACHE_PRECISIONS = ("default", "u8", "u4", "f16", "bf16", "f32")
+
+if TYPE_CHECKING:
+    from specaudit.config import RunConfig
 
 
 class OpenVinoSettings(BaseModel):
@@ -60,6 +63,23 @@ DEFAULTS: dict[str, Any] = {name: info.get_default(call_default_factory=True) fo
 def openvino_settings(extra: dict | None) -> OpenVinoSettings:
     """The run's openvino settings (its config's `extra: {openvino: {...}}`), checked."""
     return settings_section((extra or {}).get("openvino") or {}, OpenVinoSettings, "extra.openvino", levels="concurrency_levels")
+
+
+def validate_settings(section: dict | None, cfg: RunConfig) -> dict | None:
+    """The run config's `extra.openvino`, checked as it is constructed; kept as given."""
+    openvino_settings({"openvino": section})
+    return section
+
+
+def concurrency_levels(section: dict | None) -> tuple[int, ...]:
+    """The levels of a batched run; () for one request per generate call."""
+    settings = openvino_settings({"openvino": section})
+    return settings.concurrency_levels if settings.batched else ()
+
+
+def with_concurrency(section: dict | None, levels: tuple[int, ...]) -> dict:
+    """`--concurrency`: the plan once per level, in one continuous-batching pipeline."""
+    return {**(section or {}), "concurrency_levels": levels}
 
 
 __all__ = ["DEFAULTS", "INFERENCE_PRECISIONS", "KV_CACHE_PRECISIONS", "OpenVinoSettings", "openvino_settings"]

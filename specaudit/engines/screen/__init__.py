@@ -12,11 +12,11 @@ from specaudit.engines.screen._sampling import SampledBatch, sample_batch, teach
 from specaudit.engines.screen._screen import (
     CALL_INVARIANCE_TV,
     FLOAT_NOISE_FACTOR,
-    ScreenedPath,
     check_call_invariance,
     draft_batch_invariance,
     screen_paths,
 )
+from specaudit.engines.screen_records import ScreenedPath
 
 __all__ = [
     "CALL_INVARIANCE_TV",

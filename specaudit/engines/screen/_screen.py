@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -12,11 +11,12 @@ from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.decoding.warping import SamplingSpec, warp
 from specaudit.engines.screen._batching import token_batches
 from specaudit.engines.screen._sampling import TreeShape, sample_batch, teacher_forced_acceptance
+from specaudit.engines.screen_records import ScreenedPath
 from specaudit.errors import InputError
 from specaudit.models import DisparityPlant, NgramDraft, forward_cached
 from specaudit.models._chunked import CHUNK_ELEMENTS
-from specaudit.stats.acceptance import PathAcceptance, model_draft_acceptance, ngram_counts
-from specaudit.stats.shape_screen import ShapeCounts, expected_shape_counts
+from specaudit.stats.acceptance import model_draft_acceptance, ngram_counts
+from specaudit.stats.shape_screen import expected_shape_counts
 
 if TYPE_CHECKING:
     from specaudit.models import ModelPair
@@ -29,18 +29,6 @@ if TYPE_CHECKING:
 # target's; torch's dynamic int8 reaches 0.84, five orders above float32's floor.
 CALL_INVARIANCE_TV = 1e-3
 FLOAT_NOISE_FACTOR = 3.0
-
-
-@dataclass
-class ScreenedPath:
-    """One row of the screen: a target sample and the speculative counts expected along it."""
-
-    tokens: list[int]
-    finish_reason: str
-    acceptance: PathAcceptance
-    batch_s: float  # wall time of the row's batch (sampling + draft pass), shared by its rows
-    batch_rows: int
-    tree: ShapeCounts | None = None  # with a tree shape asked for: the tree's expected counts along the path
 
 
 def draft_kind(draft: object) -> str:

@@ -16,12 +16,11 @@ along the path (stats.shape_screen). Records are written batch by batch, so a ru
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from specaudit.contracts.run import SCREEN_ENGINE, PlanItem
-from specaudit.decoding import Generation
-from specaudit.engines.decode import device_entry, eos_token_ids, library_versions, make_record, pad_token_id
+from specaudit.engines.decode import device_entry, eos_token_ids, library_versions, pad_token_id
+from specaudit.engines.screen_records import screen_record
 from specaudit.errors import InputError
 from specaudit.execution.base import Emit, Executor
 from specaudit.execution.folder import RunFolder
@@ -31,8 +30,6 @@ from specaudit.prompts import prompt_token_ids
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
-    from specaudit.contracts.run import Record
-    from specaudit.engines.screen._screen import ScreenedPath
     from specaudit.models import ModelPair
 
 
@@ -105,7 +102,8 @@ class ScreenExecutor(Executor):
         # (less padding), long prompts fewer to a batch; a row's tokens do not depend on its batch-mates.
         todo = [item for item in items if not item.timing_only]
         # beside the tree engine, the tree's expected counts along each path (stats.shape_screen)
-        tree = (parse_branching(cfg.tree), parse_children(cfg.tree_children)) if "tree" in cfg.engines else None
+        shape = cfg.engine_settings("tree")
+        tree = (parse_branching(shape["branching"]), parse_children(shape["children"])) if "tree" in cfg.engines else None
         lengths = [len(encoded[item.prompt.id]) for item in todo]
         for number, indices in enumerate(token_batches(lengths, cfg.max_new_tokens, max_rows=batch_size, max_tokens=batch_tokens)):
             chunk = [todo[i] for i in indices]
@@ -137,33 +135,3 @@ def _positive_setting(extra: dict, name: str, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"extra.{name} must be an integer >= 1, got {value!r}")
     return value
-
-
-def screen_record(cfg: RunConfig, item: PlanItem, seed: int, prompt_ids: list[int], path: ScreenedPath, text: str) -> Record:
-    acceptance = path.acceptance
-    generation = Generation(
-        tokens=path.tokens,
-        finish_reason=path.finish_reason,
-        wall_s=math.nan,
-        ttft_s=math.nan,
-        steps=acceptance.steps,
-        proposed=acceptance.proposed,
-        accepted=acceptance.accepted,
-        accepted_per_step=acceptance.accepted_per_step,
-        proposed_per_step=acceptance.proposed_per_step,
-    )
-    record = make_record(cfg, item, seed, prompt_ids, generation, text)
-    row_s = path.batch_s / path.batch_rows
-    counts = "exact" if acceptance.accepted_per_step else "expected"
-    record = record.replace(wall_s=None, ttft_s=None).with_extra(
-        expected_reached=acceptance.reached,
-        position_beta=acceptance.beta,
-        position_accept=acceptance.accept_cond,
-        screen={"batch_rows": path.batch_rows, "batch_s": path.batch_s, "row_s": row_s, "counts": counts},
-    )
-    if path.tree is None:
-        return record
-    # the tree's expected [numerator, denominator] of each figure stats.shape_acceptance reports
-    shape = {"tokens_per_step": [path.tree.tokens, path.tree.steps]}
-    shape |= {f"depth_{d + 1}": [a, r] for d, (a, r) in enumerate(zip(path.tree.accepted_at, path.tree.reached_at))}
-    return record.with_extra(tree_expected=shape)

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from specaudit.contracts.run import SCREEN_ENGINE
 from specaudit.report.view.format import finite
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ def predicted_rerun(
 
 def _screened_records(snapshot: Snapshot) -> int:
     """Records of the screen: every screened prompt x samples (0 without a screen)."""
-    if "screen" not in snapshot.run.engines:
+    if SCREEN_ENGINE not in snapshot.run.engines:
         return 0
     return int(snapshot.run.n_prompts or 0) * int((snapshot.run.config or {}).get("samples") or 1)
 

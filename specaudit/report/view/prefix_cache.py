@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.report.view.format import badge, mapping, with_ci
 
 if TYPE_CHECKING:
@@ -42,8 +43,8 @@ def prefix_cache_view(snapshot: Snapshot) -> dict[str, Any]:
                     "misses": c["misses"],
                     "unreported": c["unreported"],
                     "reused": f"{c['reused_tokens'] / c['hits']:.1f}" if c["hits"] else "-",
-                    "acceptance": _interval(metrics.get("acceptance"), fmt=lambda v: f"{v:.2f}") if engine != "vanilla" else "",
-                    "speedup": _interval(metrics.get("speedup"), fmt=lambda v: f"{v:.2f}", suffix="×") if engine != "vanilla" else "",
+                    "acceptance": _interval(metrics.get("acceptance"), fmt=lambda v: f"{v:.2f}") if engine != CONTROL_ENGINE else "",
+                    "speedup": _interval(metrics.get("speedup"), fmt=lambda v: f"{v:.2f}", suffix="×") if engine != CONTROL_ENGINE else "",
                 }
             )
     return {

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from specaudit.contracts.engines import step_shape
+from specaudit.contracts.run import SCREEN_ENGINE
 from specaudit.report.view.format import MISSING, finite, integer, num, triple
 
 if TYPE_CHECKING:
@@ -58,7 +60,9 @@ def shapes_view(part: ShapesSection | None) -> dict[str, Any]:
             {
                 "name": name,
                 "shape": engine.shape,
-                "depth_labels": [f"{'depth' if name in ('tree', 'screen') else 'position'} {d + 1}" for d in range(depth)],
+                "depth_labels": [
+                    f"{'depth' if name == SCREEN_ENGINE or step_shape(name) == 'branching' else 'position'} {d + 1}" for d in range(depth)
+                ],
                 "level_labels": [LEVEL_LABELS[n] for n in levels],
                 "rows": rows,
                 "costs": _costs(engine),

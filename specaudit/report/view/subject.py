@@ -1,12 +1,10 @@
-"""What the report says was audited (models, hashes, hardware, the commit the report was made at)
+"""What the report says was audited (models, hashes, hardware, the commit the run was made at)
 and the rerun commands it suggests."""
 
 from __future__ import annotations
 
 import shlex
-import subprocess
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import SPECULATIVE_ENGINE
@@ -73,24 +71,6 @@ def hardware_text(run: RunSection) -> str:
     return ", ".join(parts)
 
 
-def _report_time_commit() -> str | None:
-    """`git describe` of the specaudit source rendering the report, when it is a git checkout."""
-    package = Path(__file__).resolve().parents[1]
-    if not (package.parent / ".git").exists():
-        return None
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(package.parent), "describe", "--always", "--dirty", "--tags"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() or None
-
-
 def subject(snapshot: Snapshot) -> list[tuple[str, str]]:
     """The audit subject, model-card style: (label, text) rows."""
     run = snapshot.run
@@ -102,10 +82,9 @@ def subject(snapshot: Snapshot) -> list[tuple[str, str]]:
         shown_target += f", {integer(target['parameters'])} parameters"
     prompt_set, versions = run.prompt_set or {}, run.versions or {}
     commit = versions.get("specaudit_commit") or getattr(run, "git_commit", None) or versions.get("git")  # git_commit: older runs
-    commit_text = f"commit {commit}" if commit else None
-    if not commit_text:
-        at_report = _report_time_commit()
-        commit_text = f"commit not recorded by the run; report rendered at {at_report}" if at_report else "commit not recorded"
+    # the run's own commit only: the code rendering the report is not the code that decoded, and a
+    # report rendered twice from one snapshot is the same file whatever the checkout
+    commit_text = f"commit {commit}" if commit else "commit not recorded"
     temperature = config.get("temperature")
     sampling = (
         "greedy"

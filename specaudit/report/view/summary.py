@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import specaudit.charts as charts
 from specaudit.contracts import DisparityStatus, EquivalenceStatus
+from specaudit.contracts.run import SCREEN_ENGINE
 from specaudit.contracts.snapshot import DimensionGroups, GroupEntry
 from specaudit.report.view.base import FOREST_METRICS, NOT_RUN, Ids
 from specaudit.report.view.disparity import dimension_summary
@@ -98,7 +99,7 @@ def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
 
 def _screen_line(snapshot: Snapshot) -> str | None:
     """Where acceptance per group came from, when the screen measured it, and its check against the engine."""
-    if snapshot.run.disparity_engine != "screen":
+    if snapshot.run.disparity_engine != SCREEN_ENGINE:
         return None
     check = snapshot.screen
     line = "Acceptance per group is the screen's: the expected acceptance along target samples of every prompt."

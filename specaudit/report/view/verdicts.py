@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
-from specaudit.decoding._shapes import BEYOND_CHAINS, speculative_engines
+from specaudit.contracts.engines import BEYOND_CHAINS, engine_settings, step_shape
+from specaudit.decoding._shapes import DEFAULT_LEVEL_K, speculative_engines
 from specaudit.gate.decision import BLOCKING, DecisionFacts, decision_key
 from specaudit.gate.results import fail_on_for
 from specaudit.report.view.costs import BUDGET_HOURS, best_k_speedup, predicted_rerun, rerun_cost
@@ -328,8 +329,8 @@ def _draft_length_flag(config: Mapping[str, Any], best_k: int) -> dict[str, Any]
     engines = set(speculative_engines(config))
     if engines - set(BEYOND_CHAINS):
         return {"--k": best_k} if best_k != config.get("k") else None
-    if engines == {"staged"}:
-        small, medium = str(config.get("level_k", "4,4")).split(",")
+    if len(engines) == 1 and step_shape(staged := next(iter(engines))) == "levels":
+        small, medium = str(engine_settings(config, staged).get("level_k", DEFAULT_LEVEL_K)).split(",")
         return {"--level-k": f"{small},{best_k}"} if int(medium) != best_k else None
     return None
 

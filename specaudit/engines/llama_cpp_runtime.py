@@ -1,4 +1,8 @@
-"""`--engines llama-cpp`: the plan decoded in process by llama.cpp (through llama-cpp-python).
+"""llama.cpp in this process (through llama-cpp-python): GGUF files, settings, decoding and logits.
+
+Shared: the llama-cpp engine decodes with it, llama-speculative its plain side, llama-server and
+llama-speculative score with its `scoring_pair`, llama-server takes its seeds, OpenVINO its vocabulary
+check, and mitigate times policies with `run_decoder`. What follows is how `--engines llama-cpp` decodes.
 
 The target is a GGUF file (default: the embedded SmolLM2 file, as it is: Q4_1). Two llama.cpp
 contexts answer the plan, interleaved as local runs:
@@ -49,14 +53,14 @@ from specaudit.engines.external_logits import ExternalLogits, ScoringPair
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from types import ModuleType
 
     from specaudit.config import RunConfig
     from specaudit.decoding import Generation, SamplingSpec
+    from specaudit.prompts import Prompt
     from specaudit.stats.acceptance import PathAcceptance
 
-BACKEND = "llama-cpp"
 GGUF_MAGIC = b"GGUF"
 RANDOM_SEED = 0xFFFFFFFF  # llama.cpp seeds are uint32 and this one means "draw a random seed"
 NGRAM_MAX = 3  # as specaudit.models.NgramDraft
@@ -388,7 +392,45 @@ class Engines:
     eos_ids: set[int]
 
 
-def load_engines(cfg: RunConfig, target: Path, settings: dict) -> Engines:
+@dataclass
+class Loaded:
+    """What an in-process llama.cpp executor loads first (llama-cpp, and llama-speculative's control)."""
+
+    llama_cpp: ModuleType
+    sampler: dict  # Llama.generate's keyword arguments of the run's sampling
+    tokenizer: Any
+    encoded: dict[str, list[int]]  # prompt id -> token ids
+    settings: dict  # sized_settings: the context fits every prompt
+
+    def versions(self) -> dict[str, Any]:
+        from specaudit.engines.decode import library_versions
+
+        return {**library_versions(), "llama_cpp_python": self.llama_cpp.__version__}
+
+
+def load(cfg: RunConfig, prompts: Iterable[Prompt], models: dict[str, Path]) -> Loaded:
+    """The binding, the run's sampler chain, the target's tokenizer, the prompts' ids and the
+    settings sized to them (`models`: role -> GGUF whose trained context each prompt must fit)."""
+    from specaudit.models import load_tokenizer
+    from specaudit.prompts import prompt_token_ids
+
+    llama_cpp = import_llama_cpp()
+    sampler = sampler_settings(cfg.sampling)
+    tokenizer = load_tokenizer(str(cfg.target))
+    encoded = {p.id: prompt_token_ids(tokenizer, p, cfg.chat_template) for p in prompts}
+    return Loaded(llama_cpp, sampler, tokenizer, encoded, sized_settings(cfg, encoded, models))
+
+
+def gguf_entry(name: str, path: Path) -> dict[str, Any]:
+    """A model's entry in the manifest: its name as the run gave it, its file and the file's hash."""
+    from specaudit.models._loading import file_sha256
+
+    return {"name": name, "gguf": str(path), "gguf_sha256": file_sha256(path)}
+
+
+def load_engines(cfg: RunConfig, target: Path, settings: dict, *, tokenizer: Any = None, speculative: bool = True) -> Engines:
+    """The plain context (and with `speculative` the drafting one and its draft), the end-of-sequence
+    ids of the model and of the `tokenizer`."""
     llama_cpp = import_llama_cpp()
     common = dict(
         model_path=str(target),
@@ -398,6 +440,12 @@ def load_engines(cfg: RunConfig, target: Path, settings: dict) -> Engines:
         n_threads_batch=settings["n_threads"],
         verbose=False,
     )
+    vanilla = llama_cpp.Llama(logits_all=False, **common)
+    engines = Engines(vanilla, None, ObservedDraft(None), {int(vanilla.token_eos())})
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        engines.eos_ids.add(int(tokenizer.eos_token_id))
+    if not speculative:
+        return engines
     draft_path = draft_gguf(cfg)
     if draft_path is None:
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
@@ -406,14 +454,12 @@ def load_engines(cfg: RunConfig, target: Path, settings: dict) -> Engines:
     else:
         check_draft_vocabulary(target, draft_path)
         inner = GgufDraft(draft_path, cfg.k, n_ctx=settings["n_ctx"], n_threads=settings["draft_threads"])
-    draft = ObservedDraft(inner)
-    vanilla = llama_cpp.Llama(logits_all=False, **common)
+    engines.draft = ObservedDraft(inner)
     # logits_all=True, though the binding turns it on itself for a draft: llama-cpp-python (0.3.x)
     # sizes its score buffer from the argument (n_batch rows when False), so any prompt longer
     # than n_batch overflowed it ("could not broadcast ... into shape (0,)").
-    speculative = llama_cpp.Llama(draft_model=draft, logits_all=True, **common)
-    eos_ids = {int(vanilla.token_eos())}
-    return Engines(vanilla, speculative, draft, eos_ids)
+    engines.speculative = llama_cpp.Llama(draft_model=engines.draft, logits_all=True, **common)
+    return engines
 
 
 def generate(

@@ -236,7 +236,7 @@ def build_info(binary: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specaudit.engines.llama_server.build", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m specaudit.engines.llama_build", description=__doc__.splitlines()[0])
     parser.add_argument("--version", default=None, help="llama-cpp-python version whose sources to build (default: the installed one)")
     parser.add_argument("--sdist", type=Path, default=None, help="an already downloaded llama-cpp-python sdist (.tar.gz)")
     parser.add_argument("--jobs", type=int, default=2)

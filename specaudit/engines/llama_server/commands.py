@@ -1,5 +1,6 @@
 """`specaudit llama-server build`: build llama.cpp's llama-server and llama-speculative once (for
-`--engines llama-server` and `--engines llama-speculative`)."""
+`--engines llama-server` and `--engines llama-speculative`); the registry names `add_commands`, and
+the command line adds it (argparse only here, the build itself is engines.llama_build)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 from pathlib import Path
 
 
-def add_llama_server(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "llama-server", help="llama.cpp's llama-server and llama-speculative (--engines llama-server, llama-speculative): build them once"
     )
@@ -22,7 +23,7 @@ def add_llama_server(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from specaudit.engines.llama_server.build import build
+    from specaudit.engines.llama_build import build
     from specaudit.errors import InputError
 
     if args.jobs < 1:
