@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from specaudit._validation import typed_as
 from specaudit.engines.http._deadline import deadline_transport, total_deadline
 from specaudit.engines.http._responses import (
     ANSWER_BYTES_BASE,
@@ -24,7 +25,6 @@ from specaudit.engines.http._responses import (
     problem,
 )
 from specaudit.engines.request_acceptance import RequestAcceptance, request_acceptance
-from specaudit._validation import typed_as
 from specaudit.errors import EngineError, InputError
 
 if TYPE_CHECKING:
