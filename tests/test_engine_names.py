@@ -5,6 +5,7 @@ import ast
 from pathlib import Path
 
 import specaudit
+from specaudit.config import RunConfig
 from specaudit.contracts.engines import ENGINES
 
 ROOT = Path(specaudit.__file__).parent
@@ -57,3 +58,19 @@ def test_no_engine_name_is_compared_outside_the_engines_and_the_registry():
         for line, name in engine_name_comparisons(path.read_text(encoding="utf-8"))
     ]
     assert not found, "engine names compared outside specaudit/engines/ (declare it on the registry entry instead):\n" + "\n".join(found)
+
+
+def test_every_registry_string_names_code_that_exists():
+    """An entry is data; what it names must resolve, and a settings module must answer what the
+    run config and the command line ask of it."""
+    from specaudit.contracts.engines import resolve
+
+    for name, spec in ENGINES.items():
+        for target in (spec.executor, spec.scoring_pair, spec.run_decoder, *(add for _, add in spec.commands)):
+            assert target is None or callable(resolve(target)), f"{name}: {target}"
+        if spec.settings is not None:
+            module = resolve(spec.settings)
+            needed = ["validate_settings", *(["concurrency_levels", "with_concurrency"] if spec.concurrency else [])]
+            assert all(callable(getattr(module, function, None)) for function in needed), f"{name}: {spec.settings}"
+        assert not spec.concurrency or spec.settings is not None, name
+        assert all(option not in RunConfig.model_fields for option, _ in spec.options), f"{name}: an option shadows a run config field"

@@ -70,7 +70,7 @@ def test_the_readme_command_audits_a_server_with_no_yaml_written(tmp_path, serve
     assert decision and int(decision.group(2)) == code == (1 if decision.group(1) == "Do not enable" else 0), out
     snapshot = load_snapshot(tmp_path / "report")
     assert set(snapshot["run"]["engines"]) == {"speculative", "vanilla"}
-    assert snapshot["run"]["config"]["endpoint"]["concurrency_levels"] == [1, 4]  # --concurrency 1,4 from the command
+    assert snapshot["run"]["config"]["extra"]["endpoint"]["concurrency_levels"] == [1, 4]  # --concurrency 1,4 from the command
     assert snapshot["equivalence"]["engines"]["speculative"]["verdict"] == "PASS"
     assert (tmp_path / "report" / "report.html").stat().st_size > 10_000
     # the command recorded (and repeated in the report's advice) is the one given, not pytest's
@@ -121,7 +121,7 @@ def test_the_readme_command_audits_llama_server_with_no_yaml_written(tmp_path, l
     assert re.search(r"^report: report/report\.html$", out, flags=re.MULTILINE)
     snapshot = load_snapshot(tmp_path / "report")
     assert set(snapshot["run"]["engines"]) == {"speculative", "vanilla"}
-    assert snapshot["run"]["config"]["endpoint"]["concurrency_levels"] == [1, 4]
+    assert snapshot["run"]["config"]["extra"]["endpoint"]["concurrency_levels"] == [1, 4]
     # token ids and logprobs from llama-server's answers (its `logprobs.content` shape), so the
     # white-box battery ran on the server's own tokens
     assert snapshot["equivalence"]["engines"]["speculative"]["goodness_of_fit"]["n_tokens"] > 0

@@ -50,7 +50,7 @@ class EngineSpec:
     # of the run config; optionally public_settings(section) (what the manifest shows), settings_identity(section)
     # (keys that decide the records, merged into the decoding identity), plan_line(cfg) (what `--dry-run`
     # says of its models or servers), and with `concurrency` concurrency_levels(section) and
-    # with_concurrency(section, "1,4") (`--concurrency`)
+    # with_concurrency(section, levels) (`--concurrency`)
     settings: str | None = None
     # top-level run options that are settings of its section (old config keys, and the flags that set
     # them): (option, setting) pairs, setting "" for the whole section

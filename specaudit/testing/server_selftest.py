@@ -113,7 +113,7 @@ def server_audit(
                 seed=seed,
                 warmup=0,
                 prefix_cache=bug.prefix_cache,
-                endpoint={"speculative_url": speculative.url, "vanilla_url": vanilla.url, "concurrency_levels": list(LEVELS)},
+                extra={"endpoint": {"speculative_url": speculative.url, "vanilla_url": vanilla.url, "concurrency_levels": list(LEVELS)}},
             )
             run(cfg, folder, prompt_set=prompt_set, progress=False)
         ran = time.perf_counter() - started
