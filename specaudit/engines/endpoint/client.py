@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import TYPE_CHECKING, Any
 
 from specaudit._validation import typed_as
+from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.decoding._grammar_source import grammar_format
 from specaudit.engines.http.client import ZERO_LOGPROB, Completion, Endpoint, parse_token_id
 from specaudit.engines.llama_sampling import sampling_fields
@@ -215,3 +217,31 @@ __all__ = [
     "output_tokens",
     "request_body",
 ]
+
+
+def api_key_of(settings: dict) -> str | None:
+    if settings.get("api_key_env"):
+        key = os.environ.get(settings["api_key_env"])
+        if not key:
+            raise InputError(
+                f"{typed_as('endpoint.api_key_env')} names {settings['api_key_env']!r} but that environment variable is not set"
+            )
+        return key
+    return settings.get("api_key")
+
+
+def open_servers(settings: dict, timeout_s: float | None = None) -> tuple[dict[str, Endpoint], dict[str, str], dict[str, list[str]]]:
+    """Both servers, each asked which models it serves: the health check of a run and of its dry run
+    (which waits `timeout_s` at most), so an unset API key variable, a server that does not answer
+    or a model it does not serve is refused before anything is written. (endpoints, the model each
+    side audits, the models each side serves)."""
+    api_key = api_key_of(settings)
+    wait = min(timeout_s, settings["timeout_s"]) if timeout_s else settings["timeout_s"]
+    endpoints = {
+        engine: Endpoint(settings[f"{engine}_url"], setting=f"endpoint.{engine}_url", api_key=api_key, timeout_s=wait)
+        for engine in (SPECULATIVE_ENGINE, CONTROL_ENGINE)
+    }
+    models, served = {}, {}
+    for engine, endpoint in endpoints.items():
+        models[engine], served[engine] = resolve_model(endpoint, settings[f"{engine}_model"], f"{engine}_model")
+    return endpoints, models, served

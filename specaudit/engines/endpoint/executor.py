@@ -18,19 +18,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from specaudit._validation import typed_as
-from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, WARM, PlanItem, cache_fields
+from specaudit.contracts.run import SPECULATIVE_ENGINE, WARM, PlanItem, cache_fields
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.endpoint.client import (
     FINISH_REASONS,
     Completion,
     Endpoint,
+    api_key_of,
     cached_prompt_tokens,
+    open_servers,
     out_of_vocabulary,
     output_tokens,
     request_body,
-    resolve_model,
 )
-from specaudit.engines.endpoint.settings import api_key_of
 from specaudit.engines.levels import cache_states, plan_passes, run_levels
 from specaudit.engines.ordered import emit_in_plan_order
 from specaudit.engines.spec_counters import SPEC_DECODE_COUNTERS, metrics_summary, parse_metrics
@@ -60,23 +60,6 @@ def vocabulary_size(tokenizer: PreTrainedTokenizerBase, name: str) -> int:
     except (OSError, ValueError, TypeError, KeyError):
         pass  # a GGUF file or hub id without a cached config: the tokenizer's length
     return size
-
-
-def open_servers(settings: dict, timeout_s: float | None = None) -> tuple[dict[str, Endpoint], dict[str, str], dict[str, list[str]]]:
-    """Both servers, each asked which models it serves: the health check of a run and of its dry run
-    (which waits `timeout_s` at most), so an unset API key variable, a server that does not answer
-    or a model it does not serve is refused before anything is written. (endpoints, the model each
-    side audits, the models each side serves)."""
-    api_key = api_key_of(settings)
-    wait = min(timeout_s, settings["timeout_s"]) if timeout_s else settings["timeout_s"]
-    endpoints = {
-        engine: Endpoint(settings[f"{engine}_url"], setting=f"endpoint.{engine}_url", api_key=api_key, timeout_s=wait)
-        for engine in (SPECULATIVE_ENGINE, CONTROL_ENGINE)
-    }
-    models, served = {}, {}
-    for engine, endpoint in endpoints.items():
-        models[engine], served[engine] = resolve_model(endpoint, settings[f"{engine}_model"], f"{engine}_model")
-    return endpoints, models, served
 
 
 class EndpointExecutor(Executor):

@@ -4,7 +4,6 @@ config checks it before any engine code loads (the registry names this module)."
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -136,9 +135,9 @@ DRY_RUN_WAIT_S = 10.0
 
 def plan_line(cfg: RunConfig) -> str:
     """What `--dry-run` says of the models: the servers hold them, checked as the run checks them
-    first (engines.endpoint.executor.open_servers: the API key's variable is set, both servers answer
+    first (engines.endpoint.client.open_servers: the API key's variable is set, both servers answer
     and serve the model, waiting DRY_RUN_WAIT_S at most); an InputError (exit 2) otherwise."""
-    from specaudit.engines.endpoint.executor import open_servers
+    from specaudit.engines.endpoint.client import open_servers
 
     section = cfg.engine_settings("endpoint")
     endpoints, models, _ = open_servers(section, timeout_s=DRY_RUN_WAIT_S)
@@ -152,18 +151,9 @@ def plan_line(cfg: RunConfig) -> str:
 
 def preflight(settings: dict) -> None:
     """What is checked before anything loads: the API key's variable (unset fails now, not after torch loads)."""
+    from specaudit.engines.endpoint.client import api_key_of
+
     api_key_of(settings)
-
-
-def api_key_of(settings: dict) -> str | None:
-    if settings.get("api_key_env"):
-        key = os.environ.get(settings["api_key_env"])
-        if not key:
-            raise InputError(
-                f"{typed_as('endpoint.api_key_env')} names {settings['api_key_env']!r} but that environment variable is not set"
-            )
-        return key
-    return settings.get("api_key")
 
 
 # ----------------------------------------------------------------------------- HTTP
