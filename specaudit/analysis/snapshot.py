@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from pydantic import ValidationError
 
-from specaudit._files import check_output_paths, json_clean, write_json_atomic
+from specaudit._files import check_output_paths, write_json_atomic
 from specaudit.analysis.concurrency import levels_of, split_alpha
 from specaudit.analysis.engine_faults import engine_faults
 from specaudit.analysis.equivalence import equivalence_section, server_scored
@@ -28,9 +28,10 @@ from specaudit.contracts.snapshot import (
     EquivalenceSection,
     LogprobParitySection,
     RunSection,
+    Snapshot,
+    build_snapshot,
     first_problem,
-    load_snapshot,
-    validate_snapshot,
+    snapshot_document,
 )
 from specaudit.contracts.status import CheckStatus, EquivalenceStatus
 from specaudit.errors import InputError
@@ -185,8 +186,9 @@ def analyze(
     reference: dict[str, str] | None = None,
     write: bool = True,
     settings: AnalysisSettings | None = None,
-) -> dict:
-    """Build (and by default write) run_dir/snapshot.json from the run's records.
+) -> Snapshot:
+    """Build (and by default write) run_dir/snapshot.json from the run's records; return the typed
+    snapshot, the one a reader gets from the file.
 
     The analysis settings (specaudit.config.AnalysisSettings; its defaults where not given) come as
     keywords, or as `settings`, which the keywords given override."""
@@ -322,9 +324,10 @@ def analyze(
         **({"reference": settings.reference} if settings.reference else {}),
         seconds=round(time.perf_counter() - started, 2),
     )
-    # The statistics modules' payloads (groups, disparities, ..., context) are typed here: one that
-    # breaks the contract is one sentence, before anything is written.
-    typed = validate_snapshot(
+    # The statistics modules' payloads (groups, disparities, ..., context) are typed here, once, as
+    # every reader reads them back (strict JSON, NaN as null): one that breaks the contract is one
+    # sentence, before anything is written.
+    snapshot = build_snapshot(
         {
             "schema_version": SNAPSHOT_SCHEMA_VERSION,
             "run": run.model_copy(update={"analysis": analysis}),
@@ -338,9 +341,8 @@ def analyze(
             **disparity,  # speed, screen, context
         }
     )
-    snapshot = load_snapshot(json_clean(typed.model_dump(exclude_unset=True)))  # strict JSON (NaN as null), as every reader reads it
     if write:
-        write_json_atomic(run_dir / SNAPSHOT_FILE, snapshot)
+        write_json_atomic(run_dir / SNAPSHOT_FILE, snapshot_document(snapshot))
     return snapshot
 
 

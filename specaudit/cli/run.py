@@ -299,8 +299,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     snapshot = analyze(args.run_dir, device=args.device, **_analysis_kwargs(args))
     print(
-        f"{args.run_dir}/snapshot.json: equivalence {snapshot['equivalence']['status']}, "
-        f"{sum(len(v.get('by_group', {})) for v in snapshot['groups'].values())} groups in {len(snapshot['groups'])} dimension(s)"
+        f"{args.run_dir}/snapshot.json: equivalence {snapshot.equivalence.status}, "
+        f"{sum(len(v.by_group) for v in snapshot.groups.values())} groups in {len(snapshot.groups)} dimension(s)"
     )
     return 0
 
@@ -428,7 +428,7 @@ def run_audit(args: argparse.Namespace) -> AuditResult | SettingsAuditResult | P
     )
     print(f"report: {result.files['html']}")
     print(
-        f"equivalence: {result.snapshot['equivalence'].get('status', 'not run').upper()}  gate: {result.gate_status.upper()}"
+        f"equivalence: {result.snapshot.equivalence.status.upper()}  gate: {result.gate_status.upper()}"
         f"  (snapshot: {result.out_dir}/snapshot.json)"
     )
     return result

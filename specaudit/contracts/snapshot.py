@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr, ValidationError, model_serializer, model_validator
 
+from specaudit._files import json_text
 from specaudit.contracts.status import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.errors import InputError
 
@@ -171,9 +172,13 @@ BatteryStatus = Annotated[CheckStatus | Literal[EquivalenceStatus.NOT_RUN], _par
 
 
 class ResultVerdict(_Section):
-    """A test's result in the snapshot (goodness of fit, two-sample, greedy): its verdict, if any."""
+    """A test's result in the snapshot (goodness of fit, two-sample, greedy): its verdict, if any,
+    and the family's smallest Holm-adjusted p-value where tests ran."""
 
+    engine: str | None = None
+    alpha: float | None = None
     verdict: Verdict | None = None
+    pvalue: float | None = None
 
 
 class HolmRow(_Section):
@@ -761,6 +766,37 @@ def read_snapshot(source: Snapshot | str | Path | Mapping[str, Any]) -> Snapshot
     raise InputError(f"a snapshot is a snapshot.json path, its run folder or a mapping, not {type(source).__name__}")
 
 
+def _as_read(value: Any) -> Any:
+    """`value` (typed sections among plain values) as a reader gets it back from snapshot.json:
+    sections dumped with the keys they were given, then through strict JSON (NaN as null)."""
+
+    def plain(part: Any) -> Any:
+        if isinstance(part, BaseModel):
+            return part.model_dump(exclude_unset=True)
+        if isinstance(part, Mapping):
+            return {key: plain(item) for key, item in part.items()}
+        return [plain(item) for item in part] if isinstance(part, (list, tuple)) else part
+
+    return json.loads(json_text(plain(value)))
+
+
+def build_snapshot(parts: Mapping[str, Any]) -> Snapshot:
+    """The typed snapshot from its sections (typed or plain), validated once, exactly as a reader
+    will read it back from the file that `snapshot_document` writes (InputError if it breaks the contract)."""
+    return validate_snapshot(_as_read(parts))
+
+
+def with_gate(snapshot: Snapshot, gate: Mapping[str, Any]) -> Snapshot:
+    """The snapshot with `gate` (GateResult.to_dict) as its gate section, as a reader will read it."""
+    return snapshot.model_copy(update={"gate": GateSection.model_validate(_as_read(gate))})
+
+
+def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
+    """What snapshot.json holds for a typed snapshot: the keys it was given, in their order, every
+    status spelt as the contracts spell it."""
+    return snapshot.model_dump(exclude_unset=True)
+
+
 def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
     """The validated snapshot (as the dict read from JSON, its statuses as the contracts' enums)
     from a snapshot.json path, a run folder holding one, or a mapping. Every command that reads a
@@ -797,12 +833,15 @@ __all__ = [
     "ShapesSection",
     "Snapshot",
     "control_failed",
+    "build_snapshot",
     "first_problem",
     "load_snapshot",
     "parse_battery_status",
     "parse_verdict",
     "read_snapshot",
+    "snapshot_document",
     "snapshot_path",
     "spelt",
     "validate_snapshot",
+    "with_gate",
 ]

@@ -24,7 +24,7 @@ from specaudit.contracts.run import (
     Record,
     cache_fields,
 )
-from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection, PrefixCacheSection
+from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection, PrefixCacheSection, snapshot_document
 from specaudit.engines.endpoint.client import Completion, cached_prompt_tokens
 from specaudit.engines.endpoint.client import request_body as endpoint_body
 from specaudit.engines.endpoint.settings import validate_settings
@@ -257,7 +257,7 @@ def test_llama_server_run_is_judged_per_cache_state(cached_run):
     from specaudit.analysis import analyze
     from specaudit.gate import evaluate_gate
 
-    snapshot = analyze(cached_run, n_boot=100)
+    snapshot = snapshot_document(analyze(cached_run, n_boot=100))
     section = snapshot["prefix_cache"]
     assert section["states"] == [COLD, WARM] and set(section["equivalence"]) == {COLD, WARM}
     for state in (COLD, WARM):
