@@ -189,6 +189,14 @@ class HolmRow(_Section):
     reject: bool | None = None  # Holm-adjusted p below alpha
 
 
+class TokenSite(_Section):
+    """A token at a place in a record: `key` the record, `position` in its output, `token` the id."""
+
+    key: str | None = None
+    position: int | None = None
+    token: int | None = None
+
+
 class ImpossibleTokens(_Section):
     """Tokens emitted with probability 0 under the warped target: `statistic` of `n` scored, the first
     `offenders`; `near_boundary` those within the scorer's numerical tolerance of a truncation, not counted."""
@@ -196,8 +204,8 @@ class ImpossibleTokens(_Section):
     statistic: int | float | None = None
     n: int | None = None
     verdict: Verdict | None = None
-    offenders: list[dict[str, Any]] = []
-    near_boundary: list[dict[str, Any]] = []
+    offenders: list[TokenSite] = []
+    near_boundary: list[TokenSite] = []
 
 
 class GoodnessOfFit(ResultVerdict):
@@ -265,11 +273,22 @@ class TvBound(_Section):
     samples_to_show: dict[str, Any] | None = None
 
 
+class Violation(_Section):
+    """One proven bug a record lists: the record's key, where (the verify call or output position), what."""
+
+    record: str | None = None
+    call: int | None = None
+    position: int | None = None
+    problem: str | None = None
+
+
 class Violations(_Section):
     """Proven bugs the records list (a verify call that broke its contract, a server's impossible output)."""
 
     count: int | None = None
-    first: dict[str, Any] | None = None
+    records: int | None = None
+    first: Violation | None = None
+    examples: list[Violation] = []
 
 
 class EngineEquivalence(_Section):
@@ -376,14 +395,55 @@ class LogprobParitySection(_Section):
     message: str | None = None
 
 
+class RatioEstimate(_Section):
+    """A ratio with its bootstrap interval over `n_prompts` prompts (null where undefined)."""
+
+    estimate: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_prompts: int | None = None
+
+
+class StabilityLevel(_Section):
+    """One concurrency level's acceptance: accepted drafts per output token, the share of requests
+    that drafted, and the ratio to the lowest level (null at the lowest)."""
+
+    accepted_per_token: float | None = None
+    drafted_share: float | None = None
+    ratio_to_lowest: RatioEstimate | None = None
+
+
+class StabilityFinding(_Section):
+    """A collapse under load or a stop during the run: its `kind`, the `level`, the sentence; a stop
+    also says from which `request` of how many (`of`) none drafted (`stopped`), and its p-value."""
+
+    kind: str
+    message: str
+    level: int | None = None
+    request: int | None = None
+    of: int | None = None
+    stopped: int | None = None
+    p_value: float | None = None
+
+
 class AcceptanceStabilitySection(_Section):
     """`acceptance_stability` (analysis.acceptance_stability): collapse under load, speculation stopped during the run."""
 
     status: Annotated[DisparityStatus, _parsed(DisparityStatus.parse)]
     band_low: float
-    levels: dict[str, dict[str, Any]] = {}  # level -> accepted_per_token, drafted_share, ratio_to_lowest
-    findings: list[dict[str, Any]] = []
+    levels: dict[str, StabilityLevel] = {}
+    findings: list[StabilityFinding] = []
     message: str | None = None
+
+
+class InvariantViolation(_Section):
+    """A record that breaks an output invariant: the engine, the record, the check, where, what."""
+
+    engine: str | None = None
+    record: str | None = None
+    check: str | None = None
+    position: int | None = None
+    problem: str | None = None
 
 
 class OutputInvariantsSection(_Section):
@@ -398,8 +458,8 @@ class OutputInvariantsSection(_Section):
     checks: dict[str, int] = {}  # check -> violations
     skipped: dict[str, str] = {}  # check -> why it could not run
     violations: int = 0
-    first: dict[str, Any] | None = None  # {engine, record, check, position, problem}
-    examples: list[dict[str, Any]] = []
+    first: InvariantViolation | None = None
+    examples: list[InvariantViolation] = []
     message: str | None = None
 
 
@@ -553,6 +613,15 @@ class GateSection(_Section):
     checks: list[GateCheckEntry] = []
 
 
+class SpeedValidation(_Section):
+    """The cost model's out-of-sample check: measured / predicted speed-up on the timed prompts."""
+
+    measured_over_predicted: MetricEstimate | None = None
+    n_prompts: int | None = None
+    method: str | None = None
+    holds: bool | None = None
+
+
 class SpeedSection(_Section):
     """`speed`: where the speed-up columns come from when the screen measured acceptance: "cost
     model" (predicted per screened prompt, with the model and its out-of-sample validation) or
@@ -561,7 +630,7 @@ class SpeedSection(_Section):
     source: str
     reason: str | None = None
     cost_model: dict[str, Any] | None = None
-    validation: dict[str, Any] | None = None
+    validation: SpeedValidation | None = None
     # dimension -> group -> n_timed_prompts, measured_over_predicted, others, pvalue, pvalue_holm
     validation_by_group: dict[str, dict[str, dict[str, Any]]] | None = None
     validation_by_group_tested: int | None = None  # groups tested
@@ -569,6 +638,17 @@ class SpeedSection(_Section):
     validation_by_group_method: str | None = None
     finding: str | None = None
     single_prompt_outliers: str | None = None  # groups off their prediction on one timed prompt: re-time, not a finding
+
+
+class ScreenTest(_Section):
+    """One of the screen's agreement tests: the ratio, its interval, its p-value and Holm's."""
+
+    value: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    pvalue: float | None = None
+    pvalue_holm: float | None = None
+    rejected: bool | None = None
 
 
 class ScreenSection(_Section):
@@ -579,8 +659,8 @@ class ScreenSection(_Section):
 
     n_prompts: int
     method: str | None = None
-    engine_over_screen_acceptance: dict[str, Any] | None = None
-    given_engine_paths: dict[str, Any] | None = None
+    engine_over_screen_acceptance: ScreenTest | None = None
+    given_engine_paths: ScreenTest | None = None
     agrees: bool | None = None
     finding: str | None = None
     note: str | None = None
@@ -766,18 +846,20 @@ def read_snapshot(source: Snapshot | str | Path | Mapping[str, Any]) -> Snapshot
     raise InputError(f"a snapshot is a snapshot.json path, its run folder or a mapping, not {type(source).__name__}")
 
 
+def plain_data(value: Any) -> Any:
+    """`value` with every typed section in it dumped as the file holds it (the keys it was given,
+    in their order): what a gate check's details carry."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(exclude_unset=True)
+    if isinstance(value, Mapping):
+        return {key: plain_data(item) for key, item in value.items()}
+    return [plain_data(item) for item in value] if isinstance(value, (list, tuple)) else value
+
+
 def _as_read(value: Any) -> Any:
     """`value` (typed sections among plain values) as a reader gets it back from snapshot.json:
-    sections dumped with the keys they were given, then through strict JSON (NaN as null)."""
-
-    def plain(part: Any) -> Any:
-        if isinstance(part, BaseModel):
-            return part.model_dump(exclude_unset=True)
-        if isinstance(part, Mapping):
-            return {key: plain(item) for key, item in part.items()}
-        return [plain(item) for item in part] if isinstance(part, (list, tuple)) else part
-
-    return json.loads(json_text(plain(value)))
+    sections dumped, then through strict JSON (NaN as null)."""
+    return json.loads(json_text(plain_data(value)))
 
 
 def build_snapshot(parts: Mapping[str, Any]) -> Snapshot:
@@ -838,6 +920,7 @@ __all__ = [
     "load_snapshot",
     "parse_battery_status",
     "parse_verdict",
+    "plain_data",
     "read_snapshot",
     "snapshot_document",
     "snapshot_path",

@@ -219,7 +219,7 @@ def speed_summary(snapshot: Snapshot) -> dict[str, Any]:
     predicted = model is not None and model.source == "cost model"
     model_lines = []
     if predicted:
-        check = (model.validation or {}).get("measured_over_predicted")
+        check = model.validation.measured_over_predicted if model.validation is not None else None
         model_lines.append(
             f"Predicted for every screened prompt by a cost model fitted on {integer((model.cost_model or {}).get('n_prompts'))} "
             f"prompts timed by both engines; out of sample, measured / predicted = {triple(check, fixed, '×')}."
