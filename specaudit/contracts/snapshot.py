@@ -879,17 +879,24 @@ def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
     return snapshot.model_dump(exclude_unset=True)
 
 
-def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
-    """The validated snapshot (as the dict read from JSON, its statuses as the contracts' enums)
-    from a snapshot.json path, a run folder holding one, or a mapping. Every command that reads a
-    snapshot reads it here."""
+def load_snapshot_and_view(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Snapshot]:
+    """The snapshot as read (the dict from JSON, its statuses as the contracts' enums) and its typed
+    view, validated once, from a snapshot.json path, a run folder holding one, or a mapping: for a
+    reader that keeps the file as it was (the monitor's store) and reads the typed view."""
     if isinstance(source, Mapping):
         snapshot, where = dict(source), "snapshot"
     elif isinstance(source, (str, Path)):
         snapshot, where = _read(source)
     else:
         raise InputError(f"a snapshot is a snapshot.json path, its run folder or a mapping, not {type(source).__name__}")
-    return _one_spelling(snapshot, validate_snapshot(snapshot, where))
+    typed = validate_snapshot(snapshot, where)
+    return _one_spelling(snapshot, typed), typed
+
+
+def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    """The validated snapshot as the dict read from JSON, its statuses as the contracts' enums (see
+    load_snapshot_and_view); readers of the typed view call read_snapshot."""
+    return load_snapshot_and_view(source)[0]
 
 
 __all__ = [
@@ -918,6 +925,7 @@ __all__ = [
     "build_snapshot",
     "first_problem",
     "load_snapshot",
+    "load_snapshot_and_view",
     "parse_battery_status",
     "parse_verdict",
     "plain_data",

@@ -11,7 +11,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from functools import cached_property, lru_cache
 from statistics import NormalDist
@@ -64,13 +64,13 @@ class MetricPoint:
 
 
 @dataclass(frozen=True)
-class SnapshotSummary:
-    """What the history store keeps about a snapshot besides its metric points."""
+class RunIdentity:
+    """What the history store keeps about every run: its name and time, the equivalence status, and
+    the fingerprints of what was audited (models, prompt set, settings, library versions)."""
 
     name: str
     created: str
     equivalence_status: str
-    engine_verdicts: dict[str, str]
     target: str
     target_hash: str
     draft: str
@@ -81,7 +81,18 @@ class SnapshotSummary:
     config_hash: str
     versions_hash: str
     ci_level: float
-    points: tuple[MetricPoint, ...] = field(repr=False)
+
+    def identity(self) -> dict[str, Any]:
+        """The identity's fields alone (a store row's columns)."""
+        return {f.name: getattr(self, f.name) for f in fields(RunIdentity)}
+
+
+@dataclass(frozen=True)
+class SnapshotSummary(RunIdentity):
+    """A snapshot's identity as the store keeps it, with its verdicts and metric points."""
+
+    engine_verdicts: dict[str, str] = field(default_factory=dict)
+    points: tuple[MetricPoint, ...] = field(default=(), repr=False)
 
 
 def ci_level(snapshot: Snapshot) -> float:
