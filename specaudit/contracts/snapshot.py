@@ -516,14 +516,89 @@ class Comparison(_Section):
         return "interval_method" in self.model_fields_set
 
 
+class KruskalTest(_Section):
+    """The rank test across all of a dimension's groups on one metric."""
+
+    statistic: float | None = None
+    pvalue: float | None = None
+    n_groups: int | None = None
+    n_prompts: int | None = None
+
+
+class Spread(_Section):
+    """How far a metric spreads: between the groups (max − min, or min ÷ max) and to the overall value."""
+
+    between_groups: MetricEstimate | None = None
+    to_overall: MetricEstimate | None = None
+
+
 class MetricDisparity(_Section):
     """One metric across a dimension's groups: the pairwise comparisons and the overall rank test."""
 
     pairwise: dict[str, Comparison] = {}
-    kruskal: dict[str, Any] | None = None  # statistic, pvalue, n_groups, n_prompts
-    # the spread across groups: "between_groups" (max − min, min ÷ max) and "to_overall"
-    difference: dict[str, MetricEstimate | None] = {}
-    ratio: dict[str, MetricEstimate | None] = {}
+    kruskal: KruskalTest | None = None
+    difference: Spread = Spread()
+    ratio: Spread = Spread()
+
+
+class AcceptanceCell(_Section):
+    """The drill-down's acceptance of one group at one draft position (`position`) or token-rarity
+    bucket (`rank_bucket`), with its interval, over `n_positions` drafted positions."""
+
+    group: str | None = None
+    position: int | None = None
+    rank_bucket: str | None = None
+    value: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_positions: int | None = None
+    n_accepted: int | None = None
+
+
+class Correction(_Section):
+    """A token the target most often put in place of a group's drafted one, with an example."""
+
+    group: str | None = None
+    token_id: int | None = None
+    token: str | None = None
+    n_corrections: int | None = None
+    share_of_group_corrections: float | None = None
+    correction_rate: float | None = None
+    example_prompt_id: str | None = None
+    example_position: int | None = None
+    example_context: str | None = None
+
+
+class PromptValue(_Section):
+    prompt_id: str | None = None
+    value: float | None = None
+
+
+class BelowThreshold(_Section):
+    """The share of a group's prompts whose metric lies below a threshold, with the lowest prompts."""
+
+    group: str | None = None
+    metric: str | None = None
+    threshold: float | None = None
+    n_prompts: int | None = None
+    n_below: int | None = None
+    share: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    lowest_prompts: list[PromptValue] = []
+
+
+class Drilldown(_Section):
+    """`disparities.<dimension>.drilldown`: where acceptance differs (by draft position and token
+    rarity), the target's most frequent corrections, and the prompts below a threshold."""
+
+    rank_source: str | None = None
+    skipped_records: int | None = None
+    by_position: list[AcceptanceCell] = []
+    by_rarity: list[AcceptanceCell] = []
+    corrections_note: str | None = None
+    corrections: list[Correction] = []
+    below_threshold: list[BelowThreshold] = []
 
 
 class DimensionDisparities(_Section):
@@ -538,7 +613,77 @@ class DimensionDisparities(_Section):
     metrics: dict[str, MetricDisparity] = {}
     flags: list[Any] = []
     warnings: list[Any] = []
-    drilldown: dict[str, Any] | None = None
+    drilldown: Drilldown | None = None
+
+
+class AdviceRow(_Section):
+    """One group's advice (stats.advice): the cost model's draft length and speed-ups at it, the
+    best draft length, whether speculation slows the group down, and the deployment projection."""
+
+    k: int | None = None
+    alpha: float | None = None
+    alpha_source: str | None = None
+    alpha_portable: MetricEstimate | None = None
+    engine_rule_rate: MetricEstimate | None = None
+    cost_ratio: float | None = None
+    verify_cost: float | None = None
+    expected_speedup: float | None = None
+    expected_speedup_from_measured_tau: float | None = None
+    measured_speedup: MetricEstimate | None = None
+    best_k: int | None = None
+    best_k_expected_speedup: float | None = None
+    break_even_alpha: float | None = None
+    break_even_acceptance_rate: float | None = None
+    slowed_down: bool | None = None
+    slowed_down_significantly: bool | None = None
+    projected_speedup: MetricEstimate | None = None
+    projected_from: str | None = None
+
+
+class FallbackRow(_Section):
+    """The fallback routing simulated on one group's (or all) paired prompts: routed, and before / after."""
+
+    threshold: float | None = None
+    n_paired_prompts: int | None = None
+    n_routed: int | None = None
+    share_routed: float | None = None
+    latency_per_token_before_s: float | None = None
+    latency_per_token_after_s: float | None = None
+    speedup_before: float | None = None
+    speedup_after: float | None = None
+    ratio_to_reference_before: float | None = None
+    ratio_to_reference_after: float | None = None
+
+
+class FallbackSweep(_Section):
+    threshold: float | None = None
+    overall_speedup: float | None = None
+    share_routed: float | None = None
+    min_max_speedup_ratio: float | None = None
+
+
+class Fallback(_Section):
+    """Routing prompts below a threshold to plain decoding: the rule, per group and overall, and a sweep of thresholds."""
+
+    threshold: float | None = None
+    rule: str | None = None
+    threshold_metric: str | None = None
+    oracle: bool | None = None
+    reference: str | None = None
+    by_group: dict[str, FallbackRow] = {}
+    overall: FallbackRow | None = None
+    min_max_speedup_ratio_before: float | None = None
+    min_max_speedup_ratio_after: float | None = None
+    sweep: list[FallbackSweep] = []
+
+
+class Projection(_Section):
+    """The speed-up projected for a deployment described with --deployment-cost-ratio."""
+
+    cost_ratio: float | None = None
+    verify_cost: float | None = None
+    formula: str | None = None
+    note: str | None = None
 
 
 class DimensionAdvice(_Section):
@@ -548,10 +693,9 @@ class DimensionAdvice(_Section):
 
     model: str | None = None  # the speed-up model, in words
     acceptance_rule: str | None = None  # what engine_rule_rate measures
-    # group -> k, alpha, cost_ratio, expected / measured / projected speed-up, best_k, slowed_down, ...
-    by_group: dict[str, dict[str, Any]] = {}
-    fallback: dict[str, Any] | None = None  # threshold, rule, oracle, reference, by_group, overall, sweep
-    projection: dict[str, Any] | None = None  # cost_ratio, verify_cost, formula, note
+    by_group: dict[str, AdviceRow] = {}
+    fallback: Fallback | None = None
+    projection: Projection | None = None
     messages: list[str] = []
 
 

@@ -167,6 +167,6 @@ def best_k_speedup(snapshot: Snapshot, k: int) -> float | None:
     values = []
     for part in snapshot.recommendations.values():
         for row in part.by_group.values():
-            if row.get("best_k") == k and finite(row.get("best_k_expected_speedup")):
-                values.append(float(row["best_k_expected_speedup"]))
+            if row.best_k == k and finite(row.best_k_expected_speedup):
+                values.append(float(row.best_k_expected_speedup))
     return sum(values) / len(values) if values else None

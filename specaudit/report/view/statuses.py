@@ -264,15 +264,15 @@ def _projection(snapshot: Snapshot) -> dict[str, Any] | None:
         if part.projection is not None:
             setting = part.projection
         for name, row in part.by_group.items():
-            projected = mapping(row.get("projected_speedup")).get("value")
+            projected = row.projected_speedup.value if row.projected_speedup is not None else None
             if finite(projected):
                 values.append((projected, name))
     if setting is None or not values:
         return None
     values.sort()
     return {
-        "cost": setting.get("cost_ratio"),
-        "verify": setting.get("verify_cost"),
+        "cost": setting.cost_ratio,
+        "verify": setting.verify_cost,
         "range": f"{fixed(values[0][0])}× ({values[0][1]}) to {fixed(values[-1][0])}× ({values[-1][1]})",
         "below_one": sum(v < 1 for v, _ in values),
         "n": len(values),

@@ -333,7 +333,7 @@ def _common_best_k(snapshot: Snapshot) -> int | None:
     counts: dict[int, int] = {}
     for part in snapshot.recommendations.values():
         for row in part.by_group.values():
-            k = row.get("best_k")
+            k = row.best_k
             if isinstance(k, int):
                 counts[k] = counts.get(k, 0) + 1
     return max(counts, key=lambda k: (counts[k], -k)) if counts else None
