@@ -181,6 +181,34 @@ class ResultVerdict(_Section):
     pvalue: float | None = None
 
 
+class BatteryTest(_Section):
+    """One test of a battery (stats.equivalence): its statistic, p-value, sample size and method,
+    the reason it could not reject where it could not; the PIT's Kolmogorov–Smirnov test and
+    histogram beside it."""
+
+    name: str | None = None
+    statistic: float | None = None
+    pvalue: float | None = None
+    n: int | None = None
+    method: str | None = None
+    verdict: str | None = None
+    not_run_reason: str | None = None
+    ks: BatteryTest | None = None
+    histogram: list[int | float] = []
+
+
+class PitBound(_Section):
+    """stats.equivalence.pit_bound: no distortion of the PIT above `upper`, shown at `level` over
+    `n` tokens (the observed Kolmogorov distance plus the DKW margin)."""
+
+    upper: float | None = None
+    observed: float | None = None
+    margin: float | None = None
+    n: int | None = None
+    level: float | None = None
+    method: str | None = None
+
+
 class HolmRow(_Section):
     """A row of a battery's Holm table (`gate`): one test and its Holm-adjusted p-value."""
 
@@ -213,7 +241,7 @@ class GoodnessOfFit(ResultVerdict):
 
     n_tokens: int | None = None
     gate: list[HolmRow] = []
-    tests: dict[str, Any] = {}  # test -> its figures (statistic, pvalue, n, method; the PIT's histogram and ks)
+    tests: dict[str, BatteryTest] = {}
     impossible_tokens: ImpossibleTokens | None = None
     flagged_groups: list[dict[str, Any]] = []
 
@@ -224,7 +252,7 @@ class TwoSample(ResultVerdict):
     reference: str | None = None
     n_prompts: int | None = None
     gate: list[HolmRow] = []
-    tests: dict[str, Any] = {}
+    tests: dict[str, BatteryTest] = {}
     not_run_reason: str | None = None
     flagged_prompts: list[dict[str, Any]] = []
     flagged_groups: list[dict[str, Any]] = []
@@ -302,8 +330,7 @@ class EngineEquivalence(_Section):
     two_sample: TwoSample | None = None
     greedy: GreedyComparison | None = None
     tv_bound: TvBound | None = None
-    # stats.equivalence.pit_bound: {upper, observed, margin, n, level, method}
-    pit_bound: dict[str, Any] | None = None
+    pit_bound: PitBound | None = None
     power: dict[str, Any] | None = None
     # {count, records, first, examples}; `message` words the finding
     verify_violations: Violations | None = None
@@ -479,13 +506,49 @@ class EngineFaultsSection(_Section):
     message: str | None = None
 
 
+class PositionBand(_Section):
+    """Acceptance over one band of output positions, with its interval."""
+
+    band: str | None = None
+    value: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_prompts: int | None = None
+    n_positions: int | None = None
+
+
+class OutputPositions(_Section):
+    """stats.context: acceptance by output-position band, and its trend over the bands."""
+
+    engine: str | None = None
+    confidence: float | None = None
+    bands: list[PositionBand] = []
+    trend: dict[str, Any] | None = None
+
+
+class LengthOption(_Section):
+    """Routing prompts of at least `min_prompt_tokens` to plain decoding: how many, and the speed-up before / after."""
+
+    min_prompt_tokens: int | None = None
+    n_routed: int | None = None
+    n_paired_prompts: int | None = None
+    speedup_before: float | None = None
+    speedup_after: float | None = None
+
+
+class LengthFallback(_Section):
+    rule: str | None = None
+    options: list[LengthOption] = []
+    advised: Any = None
+
+
 class ContextSection(_Section):
     """`context` (stats.context): acceptance by prompt length and output position; `findings` in words."""
 
     engine: str
     prompt_bands: dict[str, int] = {}  # prompt-length band -> prompts
-    by_output_position: dict[str, Any] | None = None  # {bands: [{band, value, ci_low, ci_high, n_prompts, n_positions}]}
-    length_fallback: dict[str, Any] | None = None
+    by_output_position: OutputPositions | None = None
+    length_fallback: LengthFallback | None = None
     findings: list[str] = []
 
 

@@ -18,7 +18,7 @@ from specaudit.report.view.format import MISSING, finite, fixed, integer, mappin
 from specaudit.report.view.subject import hardware_text
 
 if TYPE_CHECKING:
-    from specaudit.contracts.snapshot import Comparison, DimensionDisparities, EngineEquivalence, Snapshot
+    from specaudit.contracts.snapshot import BatteryTest, Comparison, DimensionDisparities, EngineEquivalence, Snapshot
 
 DECIDED = (DisparityStatus.FLAG, DisparityStatus.WITHIN)
 
@@ -74,11 +74,11 @@ def engine_status(entry: EngineEquivalence) -> EquivalenceStatus:
     return EquivalenceStatus.NO_VIOLATION_FOUND
 
 
-def not_run_reason(test: Mapping[str, Any], *, two_sample: bool, samples: Any) -> str | None:
-    """Why a test could not reject (`test` one of a battery's open `tests` entries): the reason it
-    carries, else (two-sample tests permuted within prompts) one sample per prompt and engine,
-    which makes every permutation give the same statistic."""
-    reason = test.get("not_run_reason")
+def not_run_reason(test: BatteryTest, *, two_sample: bool, samples: Any) -> str | None:
+    """Why a test could not reject (`test` one of a battery's tests): the reason it carries, else
+    (two-sample tests permuted within prompts) one sample per prompt and engine, which makes
+    every permutation give the same statistic."""
+    reason = test.not_run_reason
     if reason:
         return str(reason)
     if two_sample and finite(samples) and samples < 2:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
+from specaudit.contracts.snapshot import PitBound
 from specaudit.decoding._shapes import BEYOND_CHAINS, speculative_engines
 from specaudit.gate.decision import BLOCKING, DecisionFacts, decision_key
 from specaudit.report.view.costs import BUDGET_HOURS, best_k_speedup, predicted_rerun, rerun_cost
@@ -92,10 +93,10 @@ def decide(
         no_proof = [name for name, status in engines if status == EquivalenceStatus.NO_VIOLATION_FOUND]
         if no_proof:
             shown = [
-                f"no distortion of {name}'s PIT above {bound['upper']:.3f}, shown at {bound['level'] * 100:.0f}%"
+                f"no distortion of {name}'s PIT above {bound.upper:.3f}, shown at {bound.level * 100:.0f}%"
                 for name in no_proof
                 for bound in [_pit_bound(snapshot, name)]
-                if finite(bound.get("upper")) and bound["upper"] < 1 and finite(bound.get("level"))
+                if finite(bound.upper) and bound.upper < 1 and finite(bound.level)
             ]
             reasons.append(
                 f"Correctness: no test found a violation for {', '.join(no_proof)}, but equivalence within δ is not shown"
@@ -140,10 +141,10 @@ def decide(
     return {"key": key, "title": title, "css": css, "reasons": reasons, "gate": line, "gate_note": note}
 
 
-def _pit_bound(snapshot: Snapshot, engine: str) -> Mapping[str, Any]:
+def _pit_bound(snapshot: Snapshot, engine: str) -> PitBound:
     """An engine's PIT bound (stats.equivalence.pit_bound: upper, level, ...), empty where it has none."""
     entry = snapshot.equivalence.engines.get(engine)
-    return (entry.pit_bound if entry is not None else None) or {}
+    return (entry.pit_bound if entry is not None else None) or PitBound()
 
 
 # ============================================================================ what to do
