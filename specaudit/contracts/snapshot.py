@@ -922,6 +922,146 @@ class PromptRow(_Section):
         return self
 
 
+class BeforeAfter(_Section):
+    before: float | None = None
+    after: float | None = None
+
+
+class PairedChange(_Section):
+    """A metric before and after mitigation on the same prompts, and the paired change."""
+
+    before: MetricEstimate | None = None
+    after: MetricEstimate | None = None
+    change: MetricEstimate | None = None
+
+
+class MitigatedGroup(PairedChange):
+    """One group's acceptance before / after (`before`, `after`, `change`), its speed-up likewise,
+    the relative change and the ratio to the reference group."""
+
+    speedup: PairedChange | None = None
+    relative_change: float | None = None
+    ratio_to_reference: BeforeAfter | None = None
+
+
+class MitigationComparison(_Section):
+    reference: str | None = None
+    cost_ratio: float | None = None
+    groups: dict[str, MitigatedGroup] = {}  # group (and "(overall)") -> before / after
+    worst_group_before: str | None = None
+    worst_ratio: BeforeAfter | None = None
+
+
+class WeightingOutcome(_Section):
+    """What one training weighting gave: overall and lowest-group acceptance after, and the worst ratio."""
+
+    overall_after: MetricEstimate | None = None
+    worst_ratio: BeforeAfter | None = None
+    lowest_group_after: MetricEstimate | None = None
+    lowest_group_change: MetricEstimate | None = None
+
+
+class HeldOutPrediction(_Section):
+    run_k: float | None = None  # the predicted speed-up at the run's k, and under the policy
+    policy: float | None = None
+
+
+class GroupPolicy(_Section):
+    """A group's serving policy (mitigate's policies): its draft length, or plain decoding, and why."""
+
+    alpha: float | None = None
+    k: int | float | None = None
+    route_to_vanilla: bool | None = None
+    reason: str | None = None
+    measured_speedup_fit: MetricEstimate | None = None
+    expected_speedup_run_k: float | None = None
+    expected_speedup_best_k: float | None = None
+    expected_speedup_policy: float | None = None
+    held_out_alpha: float | None = None
+    predicted_speedup_held_out: HeldOutPrediction | None = None
+
+
+class PolicyTiming(_Section):
+    """One group's (or "(overall)") timed speed-up on held-out prompts without and with the policy."""
+
+    n_prompts: int | None = None
+    speedup_without_policy: MetricEstimate | None = None
+    speedup_with_policy: MetricEstimate | None = None
+    gain_with_policy: MetricEstimate | None = None
+    route_to_vanilla: bool | None = None
+    k: int | float | None = None
+    slower_than_vanilla_with_policy: bool | None = None
+
+
+class PolicyReaudit(_Section):
+    """The policies' timed re-audit (`status` "run", or why not in `reason`)."""
+
+    status: str | None = None
+    reason: str | None = None
+    engines: str | None = None
+    method: str | None = None
+    run_k: int | float | None = None
+    max_new_tokens: int | None = None
+    groups: dict[str, PolicyTiming] = {}
+    routed: list[str] = []
+    slower_than_vanilla_with_policy: list[str] = []
+
+
+class MitigatedEquivalence(_Section):
+    """The mitigated draft's equivalence re-audit as mitigate summarised it (`reason` where it did not run)."""
+
+    status: str | None = None
+    verdict: str | None = None
+    prompts: list[str] = []
+    records: int | None = None
+    tokens: int | None = None
+    goodness_of_fit_p: float | None = None
+    tv_bound: float | None = None
+    run_dir: str | None = None
+    reason: str | None = None
+
+
+class MitigationCost(_Section):
+    """The draft's cost relative to the target's step, as mitigate measured it."""
+
+    cost_ratio: float | None = None
+    target_step_s: float | None = None
+    draft_step_s: float | None = None
+    steps: int | None = None
+    rounds: int | None = None
+
+
+class PolicyFit(_Section):
+    """How the policies were fitted: on which engine's records, where the speed-ups came from, the method."""
+
+    engine: str | None = None
+    speed_source: str | None = None
+    method: str | None = None
+
+
+class MitigationSection(_Section):
+    """`mitigation`: `specaudit mitigate`'s before/after (its before_after.json), on its re-audit."""
+
+    kind: str | None = None
+    source_run: str | None = None
+    dimension: str | None = None
+    lowest_group_by_audit: str | None = None
+    measurement: str | None = None
+    weighting: str | None = None
+    trained: bool | None = None
+    not_trained: str | None = None
+    train_prompts: int | None = None
+    held_out_prompts: int | None = None
+    comparison: MitigationComparison | None = None
+    weightings: dict[str, WeightingOutcome] = {}
+    cost: MitigationCost | None = None
+    policy_fit: PolicyFit | None = None
+    policies: dict[str, GroupPolicy] = {}
+    policy_reaudit: PolicyReaudit | None = None
+    run_k: int | float | None = None
+    equivalence: MitigatedEquivalence | None = None
+
+
 class Snapshot(_Section):
     """The typed view of snapshot.json (schema version SNAPSHOT_SCHEMA_VERSION)."""
 
@@ -944,7 +1084,7 @@ class Snapshot(_Section):
     engine_faults: EngineFaultsSection | None = None  # engine calls that failed during the run
     identity: IdentitySection | None = None  # only for runs with --draft target
     shapes: ShapesSection | None = None  # only for runs with the tree or staged engine
-    mitigation: dict[str, Any] | None = None  # `specaudit mitigate`'s before/after (its before_after.json), on a re-audit
+    mitigation: MitigationSection | None = None  # `specaudit mitigate`'s before/after, on a re-audit
 
 
 def snapshot_path(path: str | Path) -> Path:
