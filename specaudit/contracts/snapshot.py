@@ -367,6 +367,34 @@ class EquivalenceSection(_Section):
         return data
 
 
+class RatioEstimate(_Section):
+    """A ratio with its bootstrap interval over `n_prompts` prompts (null where undefined)."""
+
+    estimate: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_prompts: int | None = None
+
+
+class EngineTimings(_Section):
+    """One engine's time to first token, time per output token and throughput at one level, with intervals."""
+
+    ttft_s: RatioEstimate | None = None
+    per_token_s: RatioEstimate | None = None
+    tokens_per_s: RatioEstimate | None = None
+
+
+class LevelMetrics(_Section):
+    """One group at one concurrency level (or cache state): acceptance, each engine's timings and
+    the paired speed-up (analysis.concurrency.group_metrics)."""
+
+    n_records: int | None = None
+    acceptance: RatioEstimate | None = None
+    vanilla: EngineTimings | None = None
+    speculative: EngineTimings | None = None
+    speedup: RatioEstimate | None = None
+
+
 class ConcurrencySection(_Section):
     """`concurrency` (analysis.concurrency), for a run at several concurrency levels: the battery
     and the independence test per level, metrics per group x level, the crossover per group."""
@@ -379,7 +407,7 @@ class ConcurrencySection(_Section):
     independence_alpha: float | None = None
     equivalence: dict[str, EquivalenceSection] = {}  # level -> the battery's status and verdicts there
     independence: dict[str, dict[str, dict[str, Any]]] = {}  # level -> engine -> the permutation test
-    groups: dict[str, Any] = {}  # dimension -> group -> level -> metrics (analysis.concurrency.group_metrics)
+    groups: dict[str, dict[str, dict[str, LevelMetrics]]] = {}  # dimension -> group -> level -> metrics
     crossover: dict[str, dict[str, int | None]] = {}  # dimension -> group -> the level where speculation stops paying
     failed_levels: list[int] = []
     control_failed_levels: list[int] = []
@@ -397,7 +425,7 @@ class PrefixCacheSection(_Section):
     equivalence: dict[str, EquivalenceSection] = {}  # state -> the battery's status and verdicts on that state's judged records
     # state -> engine -> {records, judged, tokens, reused_tokens, hits, misses, unreported}
     counts: dict[str, dict[str, dict[str, int]]] = {}
-    metrics: dict[str, Any] = {}  # state -> acceptance, latency and paired speed-up (analysis.concurrency.group_metrics)
+    metrics: dict[str, LevelMetrics] = {}  # state -> acceptance, latency and paired speed-up
     warm_misses: int = 0  # warm records whose server reported reusing no prompt token: not warm, left out of the warm battery
     cold_hits: int = 0  # cold records whose server reported reusing prompt tokens: not cold, left out of the cold battery
     unverified: int = 0  # warm records whose server reports no cached-token count: judged as warm, not shown to be
@@ -420,15 +448,6 @@ class LogprobParitySection(_Section):
     examples: list[dict[str, Any]] = []
     note: str | None = None
     message: str | None = None
-
-
-class RatioEstimate(_Section):
-    """A ratio with its bootstrap interval over `n_prompts` prompts (null where undefined)."""
-
-    estimate: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
-    n_prompts: int | None = None
 
 
 class StabilityLevel(_Section):

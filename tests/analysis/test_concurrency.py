@@ -134,10 +134,10 @@ def test_metrics_per_level_and_the_crossover():
         records += [_timed(CONTROL_ENGINE, prompt, 1, 8, off), _timed(SPECULATIVE_ENGINE, prompt, 1, 8, off * 1.5, accepted=2, proposed=8)]
     section = concurrency_section(records, None, alpha=0.05, delta=0.05, dimensions=["group"], seed=0, n_boot=300, equivalence=False)
     one, eight = section.groups["group"]["a"]["1"], section.groups["group"]["a"]["8"]
-    assert one["acceptance"]["estimate"] == pytest.approx(0.75) and eight["acceptance"]["estimate"] == pytest.approx(0.25)
-    assert one["speedup"]["ci_low"] > 1.0 and eight["speedup"]["ci_high"] < 1.0
+    assert one.acceptance.estimate == pytest.approx(0.75) and eight.acceptance.estimate == pytest.approx(0.25)
+    assert one.speedup.ci_low > 1.0 and eight.speedup.ci_high < 1.0
     assert section.crossover["group"]["a"] == 8 and section.crossover["all"]["all"] == 8
-    assert one[SPECULATIVE_ENGINE]["tokens_per_s"]["estimate"] > one[CONTROL_ENGINE]["tokens_per_s"]["estimate"]
+    assert one.speculative.tokens_per_s.estimate > one.vanilla.tokens_per_s.estimate
     # a prompt of another dimension (no `group` attribute) joins no group of this one, not a group "None"
     other = [{**r, "attributes": {"domain": "code"}} for r in records[:4]]
     section = concurrency_section(
@@ -200,6 +200,6 @@ def test_too_few_prompts_give_no_interval_and_no_crossover():
     for i in range(2):
         records += [_timed(CONTROL_ENGINE, f"p{i}", 0, 4, 1.0), _timed(SPECULATIVE_ENGINE, f"p{i}", 0, 4, 3.0, accepted=1, proposed=4)]
     section = concurrency_section(records, None, alpha=0.05, delta=0.05, dimensions=[], seed=0, n_boot=100, equivalence=False)
-    speedup = section.groups["all"]["all"]["4"]["speedup"]
-    assert speedup["estimate"] == pytest.approx(1 / 3) and speedup["ci_high"] is None
+    speedup = section.groups["all"]["all"]["4"].speedup
+    assert speedup.estimate == pytest.approx(1 / 3) and speedup.ci_high is None
     assert section.crossover["all"]["all"] is None
