@@ -284,6 +284,22 @@ class GreedyComparison(ResultVerdict):
     divergences: list[Divergence] = []
 
 
+class SamplePlan(_Section):
+    """stats.plugin_tv: the samples per prompt at which a correct engine's TV bound is expected to
+    reach `delta` with `power` (`samples` null where no number up to 2**20 does), the expected
+    bound there (the plug-in `bias` plus the `margin`), and fewer-prompt budgets (prompts -> samples)."""
+
+    delta: float | None = None
+    alpha: float | None = None
+    power: float | None = None
+    n_prompts: int | None = None
+    samples: int | None = None
+    expected_upper: float | None = None
+    bias: float | None = None
+    margin: float | None = None
+    fewer_prompts: dict[str, int | float | None] = {}
+
+
 class TvBound(_Section):
     """stats.equivalence.tv_bound: the first position's TV distance, its upper bound and its verdict
     (`equivalent within delta`, `not shown`, `different`)."""
@@ -298,7 +314,7 @@ class TvBound(_Section):
     position: int = 0  # the output position bounded (the first)
     reference: str = "target"  # what the engine's distribution is compared with
     verdict: str | None = None
-    samples_to_show: dict[str, Any] | None = None
+    samples_to_show: SamplePlan | None = None
 
 
 class Violation(_Section):
@@ -331,7 +347,7 @@ class EngineEquivalence(_Section):
     greedy: GreedyComparison | None = None
     tv_bound: TvBound | None = None
     pit_bound: PitBound | None = None
-    power: dict[str, Any] | None = None
+    power: dict[str, float | None] | None = None  # detectable effect -> its size (stats.power)
     # {count, records, first, examples}; `message` words the finding
     verify_violations: Violations | None = None
     server_violations: Violations | None = None
@@ -434,6 +450,13 @@ class PrefixCacheSection(_Section):
     message: str | None = None
 
 
+class BatchNoise(_Section):
+    """How far the spec-OFF server's own logprobs move between batch sizes: the largest difference, over `positions`."""
+
+    max_abs_diff: float | None = None
+    positions: int | None = None
+
+
 class LogprobParitySection(_Section):
     """`logprob_parity` (analysis.logprob_parity): a server's logprobs against its spec-OFF twin's."""
 
@@ -443,7 +466,7 @@ class LogprobParitySection(_Section):
     zero_logprob: int = 0
     max_abs_diff: float | None = None
     threshold: float | None = None
-    batch_noise: dict[str, Any] | None = None
+    batch_noise: BatchNoise | None = None
     by_concurrency: dict[str, dict[str, int]] = {}
     examples: list[dict[str, Any]] = []
     note: str | None = None
@@ -839,6 +862,17 @@ class GateSection(_Section):
     checks: list[GateCheckEntry] = []
 
 
+class CostModelFit(_Section):
+    """The cost model fitted on the prompts both engines timed: its components' fits, the draft's
+    cost ratio, and `n_prompts` timed."""
+
+    vanilla: dict[str, Any] | None = None
+    draft: dict[str, Any] | None = None
+    verify_and_overhead: dict[str, Any] | None = None
+    cost_ratio: float | None = None
+    n_prompts: int | None = None
+
+
 class SpeedValidation(_Section):
     """The cost model's out-of-sample check: measured / predicted speed-up on the timed prompts."""
 
@@ -855,7 +889,7 @@ class SpeedSection(_Section):
 
     source: str
     reason: str | None = None
-    cost_model: dict[str, Any] | None = None
+    cost_model: CostModelFit | None = None
     validation: SpeedValidation | None = None
     # dimension -> group -> n_timed_prompts, measured_over_predicted, others, pvalue, pvalue_holm
     validation_by_group: dict[str, dict[str, dict[str, Any]]] | None = None

@@ -154,7 +154,7 @@ def _parity_line(parity: LogprobParitySection | None) -> str:
         return "the server returned no logprobs"
     return (
         f"{parity.positions} positions compared with the spec-OFF server's logprobs for the same prefix, none differing by more "
-        f"than {fixed(parity.threshold, 3)} nats (twice the measured batch noise, {fixed((parity.batch_noise or {}).get('max_abs_diff'), 4)})"
+        f"than {fixed(parity.threshold, 3)} nats (twice the measured batch noise, {fixed(parity.batch_noise.max_abs_diff if parity.batch_noise is not None else None, 4)})"
     )
 
 

@@ -91,7 +91,8 @@ def _stage(snapshot: Snapshot, name: str) -> float | None:
 
 def _engine_prompts(snapshot: Snapshot) -> Any:
     """The prompts the engines decoded: the cost model's timed subset (None without a cost model)."""
-    return ((snapshot.speed.cost_model if snapshot.speed is not None else None) or {}).get("n_prompts")
+    fit = snapshot.speed.cost_model if snapshot.speed is not None else None
+    return fit.n_prompts if fit is not None else None
 
 
 def predicted_rerun(

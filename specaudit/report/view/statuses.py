@@ -221,7 +221,7 @@ def speed_summary(snapshot: Snapshot) -> dict[str, Any]:
     if predicted:
         check = model.validation.measured_over_predicted if model.validation is not None else None
         model_lines.append(
-            f"Predicted for every screened prompt by a cost model fitted on {integer((model.cost_model or {}).get('n_prompts'))} "
+            f"Predicted for every screened prompt by a cost model fitted on {integer(model.cost_model.n_prompts if model.cost_model is not None else None)} "
             f"prompts timed by both engines; out of sample, measured / predicted = {triple(check, fixed, '×')}."
         )
         smallest = model.validation_by_group_smallest_pvalue_holm
