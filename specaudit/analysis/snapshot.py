@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from specaudit._files import check_output_paths, write_json_atomic
 from specaudit.analysis.concurrency import levels_of, split_alpha
 from specaudit.analysis.engine_faults import engine_faults
-from specaudit.analysis.equivalence import equivalence_section, server_scored
+from specaudit.analysis.equivalence import Battery, equivalence_section, server_scored
 from specaudit.analysis.invariants import output_invariants, output_limits, without_contradicting_counters
 from specaudit.config import AnalysisSettings
 from specaudit.contracts.engines import ENGINES, resolve
@@ -258,7 +258,7 @@ def analyze(
 
         pooled_alpha = split_alpha(alpha, levels_of(judged_records), len(states_of(judged_records))).pooled
         section, scores = equivalence_section(
-            judged, pair, alpha=pooled_alpha, delta=delta, dimensions=judged_dims, seed=seed, plant_disparity=config.get("plant_disparity")
+            judged, Battery(pair, pooled_alpha, delta, judged_dims, seed), plant_disparity=config.get("plant_disparity")
         )
         if distrusted:
             note = "the server's logprobs failed parity (logprob_parity), so the outputs were scored with the local target instead"
@@ -266,36 +266,19 @@ def analyze(
     parts: dict[str, Any] = {} if parity is None else {"logprob_parity": parity}
     parts["output_invariants"] = output_invariants(records, output_limits(manifest, pair))
     parts["engine_faults"] = engine_faults(records, faults)
+    # the per-level and per-cache-state batteries: the run's alpha (split there), all its dimensions
+    battery = Battery(pair, alpha, delta, dims, seed, n_boot=n_boot, equivalence=bool(equivalence and not unscorable))
     if any(r.get("concurrency") is not None for r in records):  # a run at several concurrency levels (endpoint, llama-server)
         from specaudit.analysis.acceptance_stability import acceptance_stability
         from specaudit.analysis.concurrency import concurrency_section
         from specaudit.analysis.prefix_cache import states_of
 
-        parts["concurrency"] = concurrency_section(
-            judged_records,
-            pair,
-            alpha=alpha,
-            delta=delta,
-            dimensions=dims,
-            seed=seed,
-            n_boot=n_boot,
-            equivalence=bool(equivalence and not unscorable),
-            states=len(states_of(judged_records)),
-        )
+        parts["concurrency"] = concurrency_section(judged_records, battery, states=len(states_of(judged_records)))
         section = judge_by_level(section, parts["concurrency"])
         parts["acceptance_stability"] = acceptance_stability(records, n_boot=n_boot, seed=seed)
     from specaudit.analysis.prefix_cache import judge_by_state, prefix_cache_section
 
-    cache = prefix_cache_section(  # a run with --prefix-cache: the battery per cache state
-        judged_records,
-        pair,
-        alpha=alpha,
-        delta=delta,
-        dimensions=dims,
-        seed=seed,
-        n_boot=n_boot,
-        equivalence=bool(equivalence and not unscorable),
-    )
+    cache = prefix_cache_section(judged_records, battery)  # a run with --prefix-cache: the battery per cache state
     if cache is not None:
         parts["prefix_cache"] = cache
         section = judge_by_state(section, cache)

@@ -10,6 +10,7 @@ import json
 import pytest
 import yaml
 
+from specaudit.analysis.equivalence import Battery
 from specaudit.analysis.prefix_cache import judge_by_state, judged_in_state, prefix_cache_section, states_of
 from specaudit.cli import main
 from specaudit.config import RunConfig
@@ -174,7 +175,7 @@ def test_a_warm_miss_and_a_cold_hit_are_counted_and_left_out_of_their_state():
     ]
     assert states_of(records) == [COLD, WARM] and states_of([{"engine": "vanilla"}]) == []
     assert [judged_in_state(r) for r in records] == [True, False, True, False, True]
-    section = prefix_cache_section(records, None, alpha=0.05, delta=0.05, dimensions=[], seed=0, n_boot=50, equivalence=False)
+    section = prefix_cache_section(records, Battery(None, 0.05, 0.05, [], 0, n_boot=50, equivalence=False))
     assert (section.warm_misses, section.cold_hits, section.unverified) == (1, 1, 1)
     assert section.counts[WARM][SPECULATIVE_ENGINE] == {
         "records": 2, "judged": 1, "tokens": 6, "reused_tokens": 0, "hits": 0, "misses": 1, "unreported": 1
