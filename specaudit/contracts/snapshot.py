@@ -53,6 +53,10 @@ class _Section(BaseModel):
         copy._order = (*self._order, *(key for key in update or {} if key not in self._order))
         return copy
 
+    def written(self, field: str, default: Any = None) -> Any:
+        """A field as the file wrote it (null included), `default` where the file has none."""
+        return getattr(self, field) if field in self.model_fields_set else default
+
     @model_serializer(mode="wrap")
     def _in_order(self, handler: Callable[[Any], Any]) -> Any:
         dumped = handler(self)
@@ -100,6 +104,18 @@ class AnalysisBlock(_Section):
     seconds: float | None = None
 
 
+class PromptSetInfo(_Section):
+    """`run.prompt_set`: the prompt set's name, version, checksum, where it came from, its size, and
+    its dimensions as its manifest declares them (groups, reference, labels: the set's own, open)."""
+
+    name: str | None = None
+    version: int | str | None = None
+    checksum: str | None = None
+    source: str | None = None
+    n_prompts: int | None = None
+    dimensions: dict[str, Any] | None = None
+
+
 class RunSection(_Section):
     """`run`: what was run (the manifest's identity) and what analysis made of it."""
 
@@ -114,7 +130,7 @@ class RunSection(_Section):
     models: dict[str, Any] | None = None
     versions: dict[str, Any] | None = None
     device: dict[str, Any] | None = None
-    prompt_set: dict[str, Any] | None = None
+    prompt_set: PromptSetInfo | None = None
     seeds: dict[str, Any] | None = None
     n_records: int | None = None
     n_prompts: int | None = None

@@ -17,7 +17,7 @@ from functools import cached_property, lru_cache
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
-from specaudit.contracts.snapshot import parse_verdict, read_snapshot, spelt
+from specaudit.contracts.snapshot import PromptSetInfo, parse_verdict, plain_data, read_snapshot, spelt
 
 if TYPE_CHECKING:
     from specaudit.contracts.snapshot import Snapshot
@@ -198,7 +198,7 @@ def summarize(snapshot: Snapshot) -> SnapshotSummary:
     models = run.models or {}
     target, target_hash = _model_context(models, "target")
     draft, draft_hash = _model_context(models, "draft")
-    prompt_set = run.prompt_set or {}
+    prompt_set = run.prompt_set or PromptSetInfo()
     equivalence = snapshot.equivalence
     verdicts = {
         str(engine): spelt(entry.verdict if "verdict" in entry.model_fields_set else "unknown", parse_verdict)
@@ -213,9 +213,9 @@ def summarize(snapshot: Snapshot) -> SnapshotSummary:
         target_hash=target_hash,
         draft=draft,
         draft_hash=draft_hash,
-        prompt_set=str(prompt_set.get("name", "")),
-        prompt_set_version=str(prompt_set.get("version", "")),
-        prompt_set_checksum=str(prompt_set.get("checksum") or (fingerprint(prompt_set) if prompt_set else "")),
+        prompt_set=str(prompt_set.written("name", "")),
+        prompt_set_version=str(prompt_set.written("version", "")),
+        prompt_set_checksum=str(prompt_set.checksum or (fingerprint(plain_data(prompt_set)) if prompt_set.model_fields_set else "")),
         config_hash=fingerprint(config_context(snapshot)),
         versions_hash=fingerprint(run.versions or {}),
         ci_level=ci_level(snapshot),
