@@ -72,7 +72,7 @@ def findings(snapshot: Snapshot) -> list[str]:
         found.append("logprob_parity")
     stability = snapshot.acceptance_stability
     if stability is not None and stability.status == DisparityStatus.FLAG:
-        kinds = {f["kind"] for f in stability.findings}
+        kinds = {f.kind for f in stability.findings}
         found += [name for name, kind in ACCEPTANCE_KINDS.items() if kind in kinds]
     if snapshot.prefix_cache is not None:
         found += [f"equivalence:{state}" for state, entry in snapshot.prefix_cache.equivalence.items() if failed(entry)]
