@@ -4,7 +4,8 @@
     >>> pair = specaudit.load_pair("default", "int8")           # embedded SmolLM2-135M + int8 draft
     >>> prompts = specaudit.load_prompts("core", per_group=5)
     >>> specaudit.run(specaudit.RunConfig(), "runs/a", pair=pair, prompt_set=prompts)
-    >>> snapshot = specaudit.analyze("runs/a", pair=pair)
+    >>> snapshot = specaudit.analyze("runs/a", pair=pair)      # the typed Snapshot, also written to snapshot.json
+    >>> snapshot.equivalence.status
     >>> specaudit.audit_sampler(my_verify, vocab_size=1000, k=4)  # unit audit of a rejection step
 
 The names below are the stable API; the modules behind them are private in spirit. They are

@@ -53,10 +53,14 @@ def write_atomic(path: str | Path, text: str) -> Path:
     return path
 
 
+def json_text(payload: Any) -> str:
+    """`payload` as indented strict JSON (see json_clean), as write_json_atomic writes it."""
+    return json.dumps(json_clean(payload), indent=2, ensure_ascii=False, default=str, allow_nan=False)
+
+
 def write_json_atomic(path: str | Path, payload: Any) -> Path:
     """`payload` as indented strict JSON (see json_clean), written atomically."""
-    text = json.dumps(json_clean(payload), indent=2, ensure_ascii=False, default=str, allow_nan=False)
-    return write_atomic(path, text + "\n")
+    return write_atomic(path, json_text(payload) + "\n")
 
 
 def check_output_folder(path: str | Path, option: str = "--out", *, create: bool = True) -> Path:

@@ -14,6 +14,7 @@ from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import Snapshot
     from specaudit.models import ModelPair
 
 # Budgets for the embedded default on a 2-core CPU. The screen measures acceptance on every
@@ -51,10 +52,7 @@ def pair_budget(name: str, *, quick: bool) -> dict:
 @dataclass(frozen=True)
 class AuditResult:
     out_dir: Path
-    # The validated snapshot as load_snapshot gives it (the contracts' Snapshot checked, statuses as
-    # enum members), not the Snapshot model: gate, report, monitor and the CLI read this mapping,
-    # as they read snapshot.json; validate_snapshot(result.snapshot) gives the typed view.
-    snapshot: dict
+    snapshot: Snapshot  # the typed snapshot with its gate, as snapshot.json reads back
     files: dict
     gate_status: str
     exit_code: int
@@ -81,7 +79,7 @@ def audit(
 ) -> AuditResult:
     from specaudit._files import check_output_folder, write_json_atomic
     from specaudit.analysis import analyze
-    from specaudit.contracts.snapshot import SNAPSHOT_FILE, load_snapshot
+    from specaudit.contracts.snapshot import SNAPSHOT_FILE, snapshot_document, with_gate
     from specaudit.engines import run
     from specaudit.engines.decode import load_pair_for
     from specaudit.execution.faults import FaultLimitReached
@@ -98,10 +96,10 @@ def audit(
         run(cfg, out_dir, pair=pair, progress=progress, command=command)
     except FaultLimitReached as stopped:  # the engine is down: what it answered is audited, its faults FAIL the gate
         warnings.warn(str(stopped), stacklevel=2)
-    snapshot = analyze(out_dir, pair=pair, settings=settings)  # validated against the contract
+    snapshot = analyze(out_dir, pair=pair, settings=settings)  # typed, validated once
     result = evaluate_gate(snapshot, thresholds)
-    snapshot = load_snapshot({**snapshot, "gate": result.to_dict()})  # gate and report get what every reader gets
-    write_json_atomic(out_dir / SNAPSHOT_FILE, snapshot)
+    snapshot = with_gate(snapshot, result.to_dict())  # the gate section alone is validated
+    write_json_atomic(out_dir / SNAPSHOT_FILE, snapshot_document(snapshot))
     files = render_report(snapshot, out_dir)
     return AuditResult(out_dir, snapshot, files, result.status, result.exit_code, result.decision, before, _records_in(out_dir) - before)
 

@@ -23,6 +23,7 @@ from specaudit.decoding import SamplingSpec
 from specaudit.decoding.settings import BUG_CLASSES, setting_label, setting_slug
 
 if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import Snapshot
     from specaudit.models import ModelPair
 
 SETTINGS_FILE = "settings.json"
@@ -40,26 +41,26 @@ class SettingsAuditResult:
         return "FAIL" if self.exit_code else ("WARN" if any(r["gate"] == "WARN" for r in self.rows) else "PASS")
 
 
-def setting_row(spec: SamplingSpec, snapshot: dict, folder: Path, exit_code: int, decision: str | None = None) -> dict[str, Any]:
+def setting_row(spec: SamplingSpec, snapshot: Snapshot, folder: Path, exit_code: int, decision: str | None = None) -> dict[str, Any]:
     """What one setting's audit concluded about the speculative engine(s): the worst engine's
     status, its TV bound and detectable PIT distortion, the gate."""
-    section = snapshot.get("equivalence", {})
-    control = section.get("control")
-    engines = {name: entry for name, entry in section.get("engines", {}).items() if name != control}
+    section = snapshot.equivalence
+    engines = {name: entry for name, entry in section.engines.items() if name != section.control}
     order = [s.value for s in (EquivalenceStatus.VIOLATION, EquivalenceStatus.NOT_RUN, EquivalenceStatus.NO_VIOLATION_FOUND)]
-    rank = lambda name: order.index(engines[name].get("status")) if engines[name].get("status") in order else len(order)  # noqa: E731
+    rank = lambda name: order.index(engines[name].status) if engines[name].status in order else len(order)  # noqa: E731
     worst_name = min(engines, key=rank) if engines else None
-    worst = engines.get(worst_name, {}) if engines else {}
-    tv = worst.get("tv_bound") or {}
+    worst = engines[worst_name] if engines else None
+    tv = worst.tv_bound if worst is not None else None
+    power = (worst.power if worst is not None else None) or {}  # open by design: the power study's figures
     return {
         "setting": setting_label(spec),
         "folder": folder.name,
         "engine": worst_name,
-        "correctness": worst.get("status", "not run"),
-        "tv_upper": tv.get("upper"),
-        "kl_upper": tv.get("kl_upper"),
-        "detectable_pit_distortion": (worst.get("power") or {}).get("pit_tv"),
-        "gate": str(snapshot.get("gate", {}).get("status", "not run")).upper(),
+        "correctness": worst.status if worst is not None and worst.status is not None else "not run",
+        "tv_upper": tv.upper if tv is not None else None,
+        "kl_upper": tv.kl_upper if tv is not None else None,
+        "detectable_pit_distortion": power.get("pit_tv"),
+        "gate": str(snapshot.gate.status if snapshot.gate is not None else "not run").upper(),
         "exit_code": exit_code,
         "decision": decision,  # the report's decision (gate.results.DECISIONS key)
         "blind_to": [c.name for c in BUG_CLASSES if not c.visible(spec)],

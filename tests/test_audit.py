@@ -26,13 +26,27 @@ def _config(tmp_path, tiny_pair_dir, tiny_prompts_file, **extra):
     return path
 
 
-def test_audit_writes_everything_and_exit_code_follows_the_gate(tmp_path, tiny_pair_dir, tiny_prompts_file, capsys):
+def test_audit_writes_everything_and_exit_code_follows_the_gate(tmp_path, tiny_pair_dir, tiny_prompts_file, capsys, monkeypatch):
+    from specaudit.contracts.snapshot import GateSection, Snapshot
+    from specaudit.report import OUTPUT_FILES, render_report
+
+    validated = []  # the contract validates the snapshot once in analyze, and the gate's section alone
+    for section in (Snapshot, GateSection):
+        real = section.model_validate.__func__
+        monkeypatch.setattr(
+            section, "model_validate", classmethod(lambda cls, *a, _real=real, **k: validated.append(cls) or _real(cls, *a, **k))
+        )
     config = _config(tmp_path, tiny_pair_dir, tiny_prompts_file)
     out = tmp_path / "report"
     code = main(["audit", "--config", str(config), "--out", str(out), "--quiet", "--max-new-tokens", "12"])
     printed = capsys.readouterr().out
+    assert validated == [Snapshot, GateSection]
     for name in ("records.jsonl", "manifest.json", "snapshot.json", "report.html", "summary.md", "groups.csv", "junit.xml"):
         assert (out / name).is_file(), name
+    # the typed snapshot the audit rendered is the one snapshot.json reads back as
+    render_report(out / "snapshot.json", tmp_path / "again")
+    for name in OUTPUT_FILES.values():
+        assert (tmp_path / "again" / name).read_text() == (out / name).read_text(), name
     snapshot = json.loads((out / "snapshot.json").read_text())
     assert snapshot["run"]["config"]["max_new_tokens"] == 12  # the flag beat the config file
     assert snapshot["run"]["analysis"]["tolerance"] == [0.5, 2.0]  # the config's analysis section was used

@@ -33,7 +33,7 @@ from specaudit.contracts.snapshot import ConcurrencySection, EngineEquivalence, 
 from specaudit.contracts.status import CheckStatus
 
 if TYPE_CHECKING:
-    from specaudit.models import ModelPair
+    from specaudit.analysis.equivalence import Battery
 
 ALL = "all"  # the group of every prompt, beside each dimension's groups
 # Fewer prompts than this give a point estimate without an interval (a bootstrap over 1 or 2
@@ -137,49 +137,38 @@ def group_metrics(records: list[dict], *, n_boot: int, seed: int) -> dict[str, A
     return out
 
 
-def subset_battery(
-    subset: list[dict], pair: ModelPair | None, *, alpha: float, delta: float, dimensions: list[str], seed: int, keep_tests: bool = False
-) -> tuple[EquivalenceSection, str]:
+def subset_battery(subset: list[dict], battery: Battery, *, keep_tests: bool = False) -> tuple[EquivalenceSection, str]:
     """The whole equivalence battery on one level's (or cache state's) records, kept as verdicts
     (with `keep_tests`, the engines' tests too: their Holm-adjusted p-values), and its outcome:
     "control failed" (the spec-OFF control fails: that subset cannot be trusted), "failed" or "passed"."""
     from specaudit.analysis.equivalence import equivalence_section
 
-    result, _ = equivalence_section(subset, pair, alpha=alpha, delta=delta, dimensions=dimensions, seed=seed)
+    result, _ = equivalence_section(subset, battery)
     engines = {
         name: EngineEquivalence(
             verdict=e.verdict, status=e.status, **({"goodness_of_fit": e.goodness_of_fit, "two_sample": e.two_sample} if keep_tests else {})
         )
         for name, e in result.engines.items()
     }
-    battery = EquivalenceSection(
+    section = EquivalenceSection(
         status=result.status,
         engines=engines,
-        **({"alpha": alpha} if keep_tests else {}),
+        **({"alpha": battery.alpha} if keep_tests else {}),
         **({"message": result.message} if result.message else {}),
     )
     outcome = "control failed" if result.control_failed else "failed" if result.status == CheckStatus.FAIL else "passed"
-    return battery, outcome
+    return section, outcome
 
 
-def concurrency_section(
-    records: list[dict],
-    pair: ModelPair | None,
-    *,
-    alpha: float,
-    delta: float,
-    dimensions: list[str],
-    seed: int,
-    n_boot: int,
-    equivalence: bool,
-    states: int = 0,
-) -> ConcurrencySection | None:
-    """The section, or None for a run without concurrency levels. `states`: the prompt-cache states
-    of a run with --prefix-cache (analysis.prefix_cache), a family of its own in the alpha split."""
+def concurrency_section(records: list[dict], battery: Battery, *, states: int = 0) -> ConcurrencySection | None:
+    """The section, or None for a run without concurrency levels; `battery.alpha` is the run's (the
+    pooled battery was judged at its split.pooled). `states`: the prompt-cache states of a run with
+    --prefix-cache (analysis.prefix_cache), a family of its own in the alpha split."""
     levels = levels_of(records)
     if not levels:
         return None
-    split = split_alpha(alpha, levels, states)  # `alpha` is the run's; the pooled battery was judged at split.pooled
+    split = split_alpha(battery.alpha, levels, states)
+    dimensions, seed = battery.dimensions, battery.seed
     batteries: dict[str, EquivalenceSection] = {}
     independence: dict[str, dict[str, dict[str, Any]]] = {}
     groups: dict[str, dict[str, dict[str, Any]]] = {}
@@ -187,8 +176,8 @@ def concurrency_section(
     dependent: dict[int, list[str]] = {}  # level -> engines whose outputs that ran together agree too often
     for level in levels:
         subset = [r for r in records if r.get("concurrency") == level]
-        if equivalence:
-            batteries[str(level)], outcome = subset_battery(subset, pair, alpha=split.level, delta=delta, dimensions=dimensions, seed=seed)
+        if battery.equivalence:
+            batteries[str(level)], outcome = subset_battery(subset, battery.at(split.level))
             if outcome == "control failed":
                 control_failed.append(level)
             elif outcome == "failed":
@@ -207,7 +196,7 @@ def concurrency_section(
                     members_by_dimension.setdefault(dimension, {}).setdefault(str(value), []).append(record)
         for dimension, members in members_by_dimension.items():
             for group, rows in members.items():
-                groups.setdefault(dimension, {}).setdefault(group, {})[str(level)] = group_metrics(rows, n_boot=n_boot, seed=seed)
+                groups.setdefault(dimension, {}).setdefault(group, {})[str(level)] = group_metrics(rows, n_boot=battery.n_boot, seed=seed)
     crossover = {dimension: {group: _crossover(by_level) for group, by_level in members.items()} for dimension, members in groups.items()}
     control_dependent = [level for level, engines in dependent.items() if CONTROL_ENGINE in engines]
     message = _message(levels, failed, control_failed, dependent)

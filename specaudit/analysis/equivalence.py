@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
@@ -53,18 +54,32 @@ def score_sampled(outputs: list[dict], pair: ModelPair, plant_disparity: str | N
 FAMILY_RULE = "Holm across the battery's tests per engine; any impossible token fails"
 
 
+@dataclass(frozen=True)
+class Battery:
+    """What every equivalence battery of one analysis runs with: the pair that scores the outputs
+    (None where a server's logprobs do), the family's alpha, the TV margin delta, the dimensions
+    flagged groups are named by, the seed; for the sections that also measure per level or cache
+    state, the bootstrap resamples and whether the battery runs at all (False: metrics only)."""
+
+    pair: ModelPair | None
+    alpha: float
+    delta: float
+    dimensions: list[str]
+    seed: int
+    n_boot: int = 0
+    equivalence: bool = True
+
+    def at(self, alpha: float) -> Battery:
+        """The same battery judged at another family's alpha (a level's, a cache state's)."""
+        return replace(self, alpha=alpha)
+
+
 def equivalence_section(
-    records: list[dict],
-    pair: ModelPair | None,
-    *,
-    alpha: float,
-    delta: float,
-    dimensions: list[str],
-    seed: int,
-    plant_disparity: str | None = None,
+    records: list[dict], battery: Battery, *, plant_disparity: str | None = None
 ) -> tuple[EquivalenceSection, TokenScores | None]:
     """The equivalence section, and the teacher-forced TokenScores it judged (None where the run
     was greedy or scored from a server's logprobs): the battery per engine, then each judge in turn."""
+    pair, alpha, delta, dimensions, seed = battery.pair, battery.alpha, battery.delta, battery.dimensions, battery.seed
     outputs = [r for r in records if not r.get("timing_only")]
     engines = sorted({r["engine"] for r in outputs}, key=lambda e: (e != CONTROL_ENGINE, e))
     greedy = float(outputs[0]["sampling"]["temperature"]) == 0.0

@@ -27,7 +27,7 @@ from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection, 
 from specaudit.contracts.status import CheckStatus, EquivalenceStatus
 
 if TYPE_CHECKING:
-    from specaudit.models import ModelPair
+    from specaudit.analysis.equivalence import Battery
 
 
 def states_of(records: list[dict]) -> list[str]:
@@ -66,24 +66,14 @@ def _counts(records: list[dict]) -> dict[str, dict[str, int]]:
     return by_engine
 
 
-def prefix_cache_section(
-    records: list[dict],
-    pair: ModelPair | None,
-    *,
-    alpha: float,
-    delta: float,
-    dimensions: list[str],
-    seed: int,
-    n_boot: int,
-    equivalence: bool,
-) -> PrefixCacheSection | None:
-    """The section, or None for a run without --prefix-cache."""
+def prefix_cache_section(records: list[dict], battery: Battery) -> PrefixCacheSection | None:
+    """The section, or None for a run without --prefix-cache; `battery.alpha` is the run's."""
     from specaudit.analysis.concurrency import group_metrics, levels_of, split_alpha, subset_battery
 
     states = states_of(records)
     if not states:
         return None
-    level_alpha = split_alpha(alpha, levels_of(records), len(states)).state
+    level_alpha = split_alpha(battery.alpha, levels_of(records), len(states)).state
     batteries: dict[str, EquivalenceSection] = {}
     counts, metrics = {}, {}
     failed, control_failed = [], []
@@ -91,17 +81,15 @@ def prefix_cache_section(
         subset = [r for r in records if r.get(PREFIX_CACHE_FIELD) == state]
         judged = [r for r in subset if judged_in_state(r)]
         counts[state] = _counts([r for r in subset if not r.get("timing_only")])
-        metrics[state] = group_metrics(judged, n_boot=n_boot, seed=seed)
-        if not equivalence:
+        metrics[state] = group_metrics(judged, n_boot=battery.n_boot, seed=battery.seed)
+        if not battery.equivalence:
             continue
         if not any(r["engine"] != CONTROL_ENGINE and not r.get("timing_only") for r in judged):
             batteries[state] = EquivalenceSection(
                 status=EquivalenceStatus.NOT_RUN, message=f"no {state} record of the speculative engine to judge", engines={}
             )
             continue
-        batteries[state], outcome = subset_battery(
-            judged, pair, alpha=level_alpha, delta=delta, dimensions=dimensions, seed=seed, keep_tests=True
-        )
+        batteries[state], outcome = subset_battery(judged, battery.at(level_alpha), keep_tests=True)
         if outcome == "control failed":
             control_failed.append(state)
         elif outcome == "failed":

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from pydantic import ValidationError
 
-from specaudit._files import check_output_paths, json_clean, write_json_atomic
+from specaudit._files import check_output_paths, write_json_atomic
 from specaudit._validation import did_you_mean
 from specaudit.analysis.concurrency import levels_of, split_alpha
 from specaudit.analysis.engine_faults import engine_faults
-from specaudit.analysis.equivalence import equivalence_section, server_scored
+from specaudit.analysis.equivalence import Battery, equivalence_section, server_scored
 from specaudit.analysis.invariants import output_invariants, output_limits, without_contradicting_counters
 from specaudit.config import AnalysisSettings
 from specaudit.contracts.engines import ENGINES, resolve
@@ -29,9 +29,10 @@ from specaudit.contracts.snapshot import (
     EquivalenceSection,
     LogprobParitySection,
     RunSection,
+    Snapshot,
+    build_snapshot,
     first_problem,
-    load_snapshot,
-    validate_snapshot,
+    snapshot_document,
 )
 from specaudit.contracts.status import CheckStatus, EquivalenceStatus
 from specaudit.errors import InputError
@@ -186,8 +187,9 @@ def analyze(
     reference: dict[str, str] | None = None,
     write: bool = True,
     settings: AnalysisSettings | None = None,
-) -> dict:
-    """Build (and by default write) run_dir/snapshot.json from the run's records.
+) -> Snapshot:
+    """Build (and by default write) run_dir/snapshot.json from the run's records; return the typed
+    snapshot, the one a reader gets from the file.
 
     The analysis settings (specaudit.config.AnalysisSettings; its defaults where not given) come as
     keywords, or as `settings`, which the keywords given override."""
@@ -257,7 +259,7 @@ def analyze(
 
         pooled_alpha = split_alpha(alpha, levels_of(judged_records), len(states_of(judged_records))).pooled
         section, scores = equivalence_section(
-            judged, pair, alpha=pooled_alpha, delta=delta, dimensions=judged_dims, seed=seed, plant_disparity=config.get("plant_disparity")
+            judged, Battery(pair, pooled_alpha, delta, judged_dims, seed), plant_disparity=config.get("plant_disparity")
         )
         if distrusted:
             note = "the server's logprobs failed parity (logprob_parity), so the outputs were scored with the local target instead"
@@ -265,36 +267,19 @@ def analyze(
     parts: dict[str, Any] = {} if parity is None else {"logprob_parity": parity}
     parts["output_invariants"] = output_invariants(records, output_limits(manifest, pair))
     parts["engine_faults"] = engine_faults(records, faults)
+    # the per-level and per-cache-state batteries: the run's alpha (split there), all its dimensions
+    battery = Battery(pair, alpha, delta, dims, seed, n_boot=n_boot, equivalence=bool(equivalence and not unscorable))
     if any(r.get("concurrency") is not None for r in records):  # a run at several concurrency levels (endpoint, llama-server)
         from specaudit.analysis.acceptance_stability import acceptance_stability
         from specaudit.analysis.concurrency import concurrency_section
         from specaudit.analysis.prefix_cache import states_of
 
-        parts["concurrency"] = concurrency_section(
-            judged_records,
-            pair,
-            alpha=alpha,
-            delta=delta,
-            dimensions=dims,
-            seed=seed,
-            n_boot=n_boot,
-            equivalence=bool(equivalence and not unscorable),
-            states=len(states_of(judged_records)),
-        )
+        parts["concurrency"] = concurrency_section(judged_records, battery, states=len(states_of(judged_records)))
         section = judge_by_level(section, parts["concurrency"])
         parts["acceptance_stability"] = acceptance_stability(records, n_boot=n_boot, seed=seed)
     from specaudit.analysis.prefix_cache import judge_by_state, prefix_cache_section
 
-    cache = prefix_cache_section(  # a run with --prefix-cache: the battery per cache state
-        judged_records,
-        pair,
-        alpha=alpha,
-        delta=delta,
-        dimensions=dims,
-        seed=seed,
-        n_boot=n_boot,
-        equivalence=bool(equivalence and not unscorable),
-    )
+    cache = prefix_cache_section(judged_records, battery)  # a run with --prefix-cache: the battery per cache state
     if cache is not None:
         parts["prefix_cache"] = cache
         section = judge_by_state(section, cache)
@@ -323,9 +308,10 @@ def analyze(
         **({"reference": settings.reference} if settings.reference else {}),
         seconds=round(time.perf_counter() - started, 2),
     )
-    # The statistics modules' payloads (groups, disparities, ..., context) are typed here: one that
-    # breaks the contract is one sentence, before anything is written.
-    typed = validate_snapshot(
+    # The statistics modules' payloads (groups, disparities, ..., context) are typed here, once, as
+    # every reader reads them back (strict JSON, NaN as null): one that breaks the contract is one
+    # sentence, before anything is written.
+    snapshot = build_snapshot(
         {
             "schema_version": SNAPSHOT_SCHEMA_VERSION,
             "run": run.model_copy(update={"analysis": analysis}),
@@ -339,9 +325,8 @@ def analyze(
             **disparity,  # speed, screen, context
         }
     )
-    snapshot = load_snapshot(json_clean(typed.model_dump(exclude_unset=True)))  # strict JSON (NaN as null), as every reader reads it
     if write:
-        write_json_atomic(run_dir / SNAPSHOT_FILE, snapshot)
+        write_json_atomic(run_dir / SNAPSHOT_FILE, snapshot_document(snapshot))
     return snapshot
 
 

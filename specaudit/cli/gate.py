@@ -21,14 +21,14 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     from specaudit._files import write_json_atomic
-    from specaudit.contracts.snapshot import load_snapshot, snapshot_path
+    from specaudit.contracts.snapshot import load_snapshot_and_view, snapshot_path
     from specaudit.gate import evaluate_gate, load_thresholds
 
-    snapshot = load_snapshot(args.snapshot)
+    snapshot, typed = load_snapshot_and_view(args.snapshot)  # the file as read (written back with --write), validated once
     thresholds = load_thresholds(args.config) if args.config else load_thresholds()
     if args.fail_on:
         thresholds = thresholds.model_copy(update={"fail_on": args.fail_on})
-    result = evaluate_gate(snapshot, thresholds)
+    result = evaluate_gate(typed, thresholds)
     print(result.format())
     if args.write:
         snapshot["gate"] = result.to_dict()

@@ -304,14 +304,13 @@ def add_analyze(sub: argparse._SubParsersAction) -> None:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from specaudit.analysis import analyze
-    from specaudit.contracts.snapshot import validate_snapshot
     from specaudit.report.view.statuses import audited_correctness
 
     snapshot = analyze(args.run_dir, device=args.device, **_analysis_kwargs(args))
-    correctness = audited_correctness(validate_snapshot(snapshot).equivalence)  # the report's words: PASS is not a finding
+    correctness = audited_correctness(snapshot.equivalence)  # the report's words: PASS is not a finding
     print(
         f"{args.run_dir}/snapshot.json: equivalence {correctness.value}, "
-        f"{sum(len(v.get('by_group', {})) for v in snapshot['groups'].values())} groups in {len(snapshot['groups'])} dimension(s)"
+        f"{sum(len(v.by_group) for v in snapshot.groups.values())} groups in {len(snapshot.groups)} dimension(s)"
     )
     return 0
 
@@ -511,11 +510,10 @@ def _resume_audit(
 def print_verdict(result: AuditResult) -> None:
     """The audit's last lines: the report, correctness in the report's words (PASS only where the
     tests showed equivalence: "equivalent within delta"), the gate, then the decision and its exit code."""
-    from specaudit.contracts.snapshot import validate_snapshot
     from specaudit.gate.results import decision_line
     from specaudit.report.view.statuses import audited_correctness
 
-    correctness = audited_correctness(validate_snapshot(result.snapshot).equivalence)
+    correctness = audited_correctness(result.snapshot.equivalence)
     if result.resumed:
         print(f"resumed {result.out_dir}: {result.resumed} records were already there, {result.decoded} decoded now")
     print(f"report: {result.files['html']}")

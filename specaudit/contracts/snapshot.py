@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr, ValidationError, model_serializer, model_validator
 
+from specaudit._files import json_text
 from specaudit.contracts.status import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.errors import InputError
 
@@ -51,6 +52,10 @@ class _Section(BaseModel):
         copy = super().model_copy(update=update, deep=deep)
         copy._order = (*self._order, *(key for key in update or {} if key not in self._order))
         return copy
+
+    def written(self, field: str, default: Any = None) -> Any:
+        """A field as the file wrote it (null included), `default` where the file has none."""
+        return getattr(self, field) if field in self.model_fields_set else default
 
     @model_serializer(mode="wrap")
     def _in_order(self, handler: Callable[[Any], Any]) -> Any:
@@ -99,6 +104,18 @@ class AnalysisBlock(_Section):
     seconds: float | None = None
 
 
+class PromptSetInfo(_Section):
+    """`run.prompt_set`: the prompt set's name, version, checksum, where it came from, its size, and
+    its dimensions as its manifest declares them (groups, reference, labels: the set's own, open)."""
+
+    name: str | None = None
+    version: int | str | None = None
+    checksum: str | None = None
+    source: str | None = None
+    n_prompts: int | None = None
+    dimensions: dict[str, Any] | None = None
+
+
 class RunSection(_Section):
     """`run`: what was run (the manifest's identity) and what analysis made of it."""
 
@@ -113,7 +130,7 @@ class RunSection(_Section):
     models: dict[str, Any] | None = None
     versions: dict[str, Any] | None = None
     device: dict[str, Any] | None = None
-    prompt_set: dict[str, Any] | None = None
+    prompt_set: PromptSetInfo | None = None
     seeds: dict[str, Any] | None = None
     n_records: int | None = None
     n_prompts: int | None = None
@@ -171,9 +188,41 @@ BatteryStatus = Annotated[CheckStatus | Literal[EquivalenceStatus.NOT_RUN], _par
 
 
 class ResultVerdict(_Section):
-    """A test's result in the snapshot (goodness of fit, two-sample, greedy): its verdict, if any."""
+    """A test's result in the snapshot (goodness of fit, two-sample, greedy): its verdict, if any,
+    and the family's smallest Holm-adjusted p-value where tests ran."""
 
+    engine: str | None = None
+    alpha: float | None = None
     verdict: Verdict | None = None
+    pvalue: float | None = None
+
+
+class BatteryTest(_Section):
+    """One test of a battery (stats.equivalence): its statistic, p-value, sample size and method,
+    the reason it could not reject where it could not; the PIT's Kolmogorov–Smirnov test and
+    histogram beside it."""
+
+    name: str | None = None
+    statistic: float | None = None
+    pvalue: float | None = None
+    n: int | None = None
+    method: str | None = None
+    verdict: str | None = None
+    not_run_reason: str | None = None
+    ks: BatteryTest | None = None
+    histogram: list[int | float] = []
+
+
+class PitBound(_Section):
+    """stats.equivalence.pit_bound: no distortion of the PIT above `upper`, shown at `level` over
+    `n` tokens (the observed Kolmogorov distance plus the DKW margin)."""
+
+    upper: float | None = None
+    observed: float | None = None
+    margin: float | None = None
+    n: int | None = None
+    level: float | None = None
+    method: str | None = None
 
 
 class HolmRow(_Section):
@@ -184,6 +233,14 @@ class HolmRow(_Section):
     reject: bool | None = None  # Holm-adjusted p below alpha
 
 
+class TokenSite(_Section):
+    """A token at a place in a record: `key` the record, `position` in its output, `token` the id."""
+
+    key: str | None = None
+    position: int | None = None
+    token: int | None = None
+
+
 class ImpossibleTokens(_Section):
     """Tokens emitted with probability 0 under the warped target: `statistic` of `n` scored, the first
     `offenders`; `near_boundary` those within the scorer's numerical tolerance of a truncation, not counted."""
@@ -191,8 +248,8 @@ class ImpossibleTokens(_Section):
     statistic: int | float | None = None
     n: int | None = None
     verdict: Verdict | None = None
-    offenders: list[dict[str, Any]] = []
-    near_boundary: list[dict[str, Any]] = []
+    offenders: list[TokenSite] = []
+    near_boundary: list[TokenSite] = []
 
 
 class GoodnessOfFit(ResultVerdict):
@@ -200,7 +257,7 @@ class GoodnessOfFit(ResultVerdict):
 
     n_tokens: int | None = None
     gate: list[HolmRow] = []
-    tests: dict[str, Any] = {}  # test -> its figures (statistic, pvalue, n, method; the PIT's histogram and ks)
+    tests: dict[str, BatteryTest] = {}
     impossible_tokens: ImpossibleTokens | None = None
     flagged_groups: list[dict[str, Any]] = []
 
@@ -211,7 +268,7 @@ class TwoSample(ResultVerdict):
     reference: str | None = None
     n_prompts: int | None = None
     gate: list[HolmRow] = []
-    tests: dict[str, Any] = {}
+    tests: dict[str, BatteryTest] = {}
     not_run_reason: str | None = None
     flagged_prompts: list[dict[str, Any]] = []
     flagged_groups: list[dict[str, Any]] = []
@@ -243,6 +300,22 @@ class GreedyComparison(ResultVerdict):
     divergences: list[Divergence] = []
 
 
+class SamplePlan(_Section):
+    """stats.plugin_tv: the samples per prompt at which a correct engine's TV bound is expected to
+    reach `delta` with `power` (`samples` null where no number up to 2**20 does), the expected
+    bound there (the plug-in `bias` plus the `margin`), and fewer-prompt budgets (prompts -> samples)."""
+
+    delta: float | None = None
+    alpha: float | None = None
+    power: float | None = None
+    n_prompts: int | None = None
+    samples: int | None = None
+    expected_upper: float | None = None
+    bias: float | None = None
+    margin: float | None = None
+    fewer_prompts: dict[str, int | float | None] = {}
+
+
 class TvBound(_Section):
     """stats.equivalence.tv_bound: the first position's TV distance, its upper bound and its verdict
     (`equivalent within delta`, `not shown`, `different`)."""
@@ -257,14 +330,25 @@ class TvBound(_Section):
     position: int = 0  # the output position bounded (the first)
     reference: str = "target"  # what the engine's distribution is compared with
     verdict: str | None = None
-    samples_to_show: dict[str, Any] | None = None
+    samples_to_show: SamplePlan | None = None
+
+
+class Violation(_Section):
+    """One proven bug a record lists: the record's key, where (the verify call or output position), what."""
+
+    record: str | None = None
+    call: int | None = None
+    position: int | None = None
+    problem: str | None = None
 
 
 class Violations(_Section):
     """Proven bugs the records list (a verify call that broke its contract, a server's impossible output)."""
 
     count: int | None = None
-    first: dict[str, Any] | None = None
+    records: int | None = None
+    first: Violation | None = None
+    examples: list[Violation] = []
 
 
 class EngineEquivalence(_Section):
@@ -278,9 +362,8 @@ class EngineEquivalence(_Section):
     two_sample: TwoSample | None = None
     greedy: GreedyComparison | None = None
     tv_bound: TvBound | None = None
-    # stats.equivalence.pit_bound: {upper, observed, margin, n, level, method}
-    pit_bound: dict[str, Any] | None = None
-    power: dict[str, Any] | None = None
+    pit_bound: PitBound | None = None
+    power: dict[str, float | None] | None = None  # detectable effect -> its size (stats.power)
     # {count, records, first, examples}; `message` words the finding
     verify_violations: Violations | None = None
     server_violations: Violations | None = None
@@ -316,6 +399,34 @@ class EquivalenceSection(_Section):
         return data
 
 
+class RatioEstimate(_Section):
+    """A ratio with its bootstrap interval over `n_prompts` prompts (null where undefined)."""
+
+    estimate: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_prompts: int | None = None
+
+
+class EngineTimings(_Section):
+    """One engine's time to first token, time per output token and throughput at one level, with intervals."""
+
+    ttft_s: RatioEstimate | None = None
+    per_token_s: RatioEstimate | None = None
+    tokens_per_s: RatioEstimate | None = None
+
+
+class LevelMetrics(_Section):
+    """One group at one concurrency level (or cache state): acceptance, each engine's timings and
+    the paired speed-up (analysis.concurrency.group_metrics)."""
+
+    n_records: int | None = None
+    acceptance: RatioEstimate | None = None
+    vanilla: EngineTimings | None = None
+    speculative: EngineTimings | None = None
+    speedup: RatioEstimate | None = None
+
+
 class ConcurrencySection(_Section):
     """`concurrency` (analysis.concurrency), for a run at several concurrency levels: the battery
     and the independence test per level, metrics per group x level, the crossover per group."""
@@ -328,7 +439,7 @@ class ConcurrencySection(_Section):
     independence_alpha: float | None = None
     equivalence: dict[str, EquivalenceSection] = {}  # level -> the battery's status and verdicts there
     independence: dict[str, dict[str, dict[str, Any]]] = {}  # level -> engine -> the permutation test
-    groups: dict[str, Any] = {}  # dimension -> group -> level -> metrics (analysis.concurrency.group_metrics)
+    groups: dict[str, dict[str, dict[str, LevelMetrics]]] = {}  # dimension -> group -> level -> metrics
     crossover: dict[str, dict[str, int | None]] = {}  # dimension -> group -> the level where speculation stops paying
     failed_levels: list[int] = []
     control_failed_levels: list[int] = []
@@ -346,13 +457,20 @@ class PrefixCacheSection(_Section):
     equivalence: dict[str, EquivalenceSection] = {}  # state -> the battery's status and verdicts on that state's judged records
     # state -> engine -> {records, judged, tokens, reused_tokens, hits, misses, unreported}
     counts: dict[str, dict[str, dict[str, int]]] = {}
-    metrics: dict[str, Any] = {}  # state -> acceptance, latency and paired speed-up (analysis.concurrency.group_metrics)
+    metrics: dict[str, LevelMetrics] = {}  # state -> acceptance, latency and paired speed-up
     warm_misses: int = 0  # warm records whose server reported reusing no prompt token: not warm, left out of the warm battery
     cold_hits: int = 0  # cold records whose server reported reusing prompt tokens: not cold, left out of the cold battery
     unverified: int = 0  # warm records whose server reports no cached-token count: judged as warm, not shown to be
     failed_states: list[str] = []
     control_failed_states: list[str] = []
     message: str | None = None
+
+
+class BatchNoise(_Section):
+    """How far the spec-OFF server's own logprobs move between batch sizes: the largest difference, over `positions`."""
+
+    max_abs_diff: float | None = None
+    positions: int | None = None
 
 
 class LogprobParitySection(_Section):
@@ -364,11 +482,33 @@ class LogprobParitySection(_Section):
     zero_logprob: int = 0
     max_abs_diff: float | None = None
     threshold: float | None = None
-    batch_noise: dict[str, Any] | None = None
+    batch_noise: BatchNoise | None = None
     by_concurrency: dict[str, dict[str, int]] = {}
     examples: list[dict[str, Any]] = []
     note: str | None = None
     message: str | None = None
+
+
+class StabilityLevel(_Section):
+    """One concurrency level's acceptance: accepted drafts per output token, the share of requests
+    that drafted, and the ratio to the lowest level (null at the lowest)."""
+
+    accepted_per_token: float | None = None
+    drafted_share: float | None = None
+    ratio_to_lowest: RatioEstimate | None = None
+
+
+class StabilityFinding(_Section):
+    """A collapse under load or a stop during the run: its `kind`, the `level`, the sentence; a stop
+    also says from which `request` of how many (`of`) none drafted (`stopped`), and its p-value."""
+
+    kind: str
+    message: str
+    level: int | None = None
+    request: int | None = None
+    of: int | None = None
+    stopped: int | None = None
+    p_value: float | None = None
 
 
 class AcceptanceStabilitySection(_Section):
@@ -376,9 +516,19 @@ class AcceptanceStabilitySection(_Section):
 
     status: Annotated[DisparityStatus, _parsed(DisparityStatus.parse)]
     band_low: float
-    levels: dict[str, dict[str, Any]] = {}  # level -> accepted_per_token, drafted_share, ratio_to_lowest
-    findings: list[dict[str, Any]] = []
+    levels: dict[str, StabilityLevel] = {}
+    findings: list[StabilityFinding] = []
     message: str | None = None
+
+
+class InvariantViolation(_Section):
+    """A record that breaks an output invariant: the engine, the record, the check, where, what."""
+
+    engine: str | None = None
+    record: str | None = None
+    check: str | None = None
+    position: int | None = None
+    problem: str | None = None
 
 
 class OutputInvariantsSection(_Section):
@@ -393,8 +543,8 @@ class OutputInvariantsSection(_Section):
     checks: dict[str, int] = {}  # check -> violations
     skipped: dict[str, str] = {}  # check -> why it could not run
     violations: int = 0
-    first: dict[str, Any] | None = None  # {engine, record, check, position, problem}
-    examples: list[dict[str, Any]] = []
+    first: InvariantViolation | None = None
+    examples: list[InvariantViolation] = []
     message: str | None = None
 
 
@@ -414,13 +564,49 @@ class EngineFaultsSection(_Section):
     message: str | None = None
 
 
+class PositionBand(_Section):
+    """Acceptance over one band of output positions, with its interval."""
+
+    band: str | None = None
+    value: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_prompts: int | None = None
+    n_positions: int | None = None
+
+
+class OutputPositions(_Section):
+    """stats.context: acceptance by output-position band, and its trend over the bands."""
+
+    engine: str | None = None
+    confidence: float | None = None
+    bands: list[PositionBand] = []
+    trend: dict[str, Any] | None = None
+
+
+class LengthOption(_Section):
+    """Routing prompts of at least `min_prompt_tokens` to plain decoding: how many, and the speed-up before / after."""
+
+    min_prompt_tokens: int | None = None
+    n_routed: int | None = None
+    n_paired_prompts: int | None = None
+    speedup_before: float | None = None
+    speedup_after: float | None = None
+
+
+class LengthFallback(_Section):
+    rule: str | None = None
+    options: list[LengthOption] = []
+    advised: Any = None
+
+
 class ContextSection(_Section):
     """`context` (stats.context): acceptance by prompt length and output position; `findings` in words."""
 
     engine: str
     prompt_bands: dict[str, int] = {}  # prompt-length band -> prompts
-    by_output_position: dict[str, Any] | None = None  # {bands: [{band, value, ci_low, ci_high, n_prompts, n_positions}]}
-    length_fallback: dict[str, Any] | None = None
+    by_output_position: OutputPositions | None = None
+    length_fallback: LengthFallback | None = None
     findings: list[str] = []
 
 
@@ -451,14 +637,89 @@ class Comparison(_Section):
         return "interval_method" in self.model_fields_set
 
 
+class KruskalTest(_Section):
+    """The rank test across all of a dimension's groups on one metric."""
+
+    statistic: float | None = None
+    pvalue: float | None = None
+    n_groups: int | None = None
+    n_prompts: int | None = None
+
+
+class Spread(_Section):
+    """How far a metric spreads: between the groups (max − min, or min ÷ max) and to the overall value."""
+
+    between_groups: MetricEstimate | None = None
+    to_overall: MetricEstimate | None = None
+
+
 class MetricDisparity(_Section):
     """One metric across a dimension's groups: the pairwise comparisons and the overall rank test."""
 
     pairwise: dict[str, Comparison] = {}
-    kruskal: dict[str, Any] | None = None  # statistic, pvalue, n_groups, n_prompts
-    # the spread across groups: "between_groups" (max − min, min ÷ max) and "to_overall"
-    difference: dict[str, MetricEstimate | None] = {}
-    ratio: dict[str, MetricEstimate | None] = {}
+    kruskal: KruskalTest | None = None
+    difference: Spread = Spread()
+    ratio: Spread = Spread()
+
+
+class AcceptanceCell(_Section):
+    """The drill-down's acceptance of one group at one draft position (`position`) or token-rarity
+    bucket (`rank_bucket`), with its interval, over `n_positions` drafted positions."""
+
+    group: str | None = None
+    position: int | None = None
+    rank_bucket: str | None = None
+    value: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_positions: int | None = None
+    n_accepted: int | None = None
+
+
+class Correction(_Section):
+    """A token the target most often put in place of a group's drafted one, with an example."""
+
+    group: str | None = None
+    token_id: int | None = None
+    token: str | None = None
+    n_corrections: int | None = None
+    share_of_group_corrections: float | None = None
+    correction_rate: float | None = None
+    example_prompt_id: str | None = None
+    example_position: int | None = None
+    example_context: str | None = None
+
+
+class PromptValue(_Section):
+    prompt_id: str | None = None
+    value: float | None = None
+
+
+class BelowThreshold(_Section):
+    """The share of a group's prompts whose metric lies below a threshold, with the lowest prompts."""
+
+    group: str | None = None
+    metric: str | None = None
+    threshold: float | None = None
+    n_prompts: int | None = None
+    n_below: int | None = None
+    share: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    lowest_prompts: list[PromptValue] = []
+
+
+class Drilldown(_Section):
+    """`disparities.<dimension>.drilldown`: where acceptance differs (by draft position and token
+    rarity), the target's most frequent corrections, and the prompts below a threshold."""
+
+    rank_source: str | None = None
+    skipped_records: int | None = None
+    by_position: list[AcceptanceCell] = []
+    by_rarity: list[AcceptanceCell] = []
+    corrections_note: str | None = None
+    corrections: list[Correction] = []
+    below_threshold: list[BelowThreshold] = []
 
 
 class DimensionDisparities(_Section):
@@ -473,7 +734,77 @@ class DimensionDisparities(_Section):
     metrics: dict[str, MetricDisparity] = {}
     flags: list[Any] = []
     warnings: list[Any] = []
-    drilldown: dict[str, Any] | None = None
+    drilldown: Drilldown | None = None
+
+
+class AdviceRow(_Section):
+    """One group's advice (stats.advice): the cost model's draft length and speed-ups at it, the
+    best draft length, whether speculation slows the group down, and the deployment projection."""
+
+    k: int | None = None
+    alpha: float | None = None
+    alpha_source: str | None = None
+    alpha_portable: MetricEstimate | None = None
+    engine_rule_rate: MetricEstimate | None = None
+    cost_ratio: float | None = None
+    verify_cost: float | None = None
+    expected_speedup: float | None = None
+    expected_speedup_from_measured_tau: float | None = None
+    measured_speedup: MetricEstimate | None = None
+    best_k: int | None = None
+    best_k_expected_speedup: float | None = None
+    break_even_alpha: float | None = None
+    break_even_acceptance_rate: float | None = None
+    slowed_down: bool | None = None
+    slowed_down_significantly: bool | None = None
+    projected_speedup: MetricEstimate | None = None
+    projected_from: str | None = None
+
+
+class FallbackRow(_Section):
+    """The fallback routing simulated on one group's (or all) paired prompts: routed, and before / after."""
+
+    threshold: float | None = None
+    n_paired_prompts: int | None = None
+    n_routed: int | None = None
+    share_routed: float | None = None
+    latency_per_token_before_s: float | None = None
+    latency_per_token_after_s: float | None = None
+    speedup_before: float | None = None
+    speedup_after: float | None = None
+    ratio_to_reference_before: float | None = None
+    ratio_to_reference_after: float | None = None
+
+
+class FallbackSweep(_Section):
+    threshold: float | None = None
+    overall_speedup: float | None = None
+    share_routed: float | None = None
+    min_max_speedup_ratio: float | None = None
+
+
+class Fallback(_Section):
+    """Routing prompts below a threshold to plain decoding: the rule, per group and overall, and a sweep of thresholds."""
+
+    threshold: float | None = None
+    rule: str | None = None
+    threshold_metric: str | None = None
+    oracle: bool | None = None
+    reference: str | None = None
+    by_group: dict[str, FallbackRow] = {}
+    overall: FallbackRow | None = None
+    min_max_speedup_ratio_before: float | None = None
+    min_max_speedup_ratio_after: float | None = None
+    sweep: list[FallbackSweep] = []
+
+
+class Projection(_Section):
+    """The speed-up projected for a deployment described with --deployment-cost-ratio."""
+
+    cost_ratio: float | None = None
+    verify_cost: float | None = None
+    formula: str | None = None
+    note: str | None = None
 
 
 class DimensionAdvice(_Section):
@@ -483,10 +814,9 @@ class DimensionAdvice(_Section):
 
     model: str | None = None  # the speed-up model, in words
     acceptance_rule: str | None = None  # what engine_rule_rate measures
-    # group -> k, alpha, cost_ratio, expected / measured / projected speed-up, best_k, slowed_down, ...
-    by_group: dict[str, dict[str, Any]] = {}
-    fallback: dict[str, Any] | None = None  # threshold, rule, oracle, reference, by_group, overall, sweep
-    projection: dict[str, Any] | None = None  # cost_ratio, verify_cost, formula, note
+    by_group: dict[str, AdviceRow] = {}
+    fallback: Fallback | None = None
+    projection: Projection | None = None
     messages: list[str] = []
 
 
@@ -548,6 +878,26 @@ class GateSection(_Section):
     checks: list[GateCheckEntry] = []
 
 
+class CostModelFit(_Section):
+    """The cost model fitted on the prompts both engines timed: its components' fits, the draft's
+    cost ratio, and `n_prompts` timed."""
+
+    vanilla: dict[str, Any] | None = None
+    draft: dict[str, Any] | None = None
+    verify_and_overhead: dict[str, Any] | None = None
+    cost_ratio: float | None = None
+    n_prompts: int | None = None
+
+
+class SpeedValidation(_Section):
+    """The cost model's out-of-sample check: measured / predicted speed-up on the timed prompts."""
+
+    measured_over_predicted: MetricEstimate | None = None
+    n_prompts: int | None = None
+    method: str | None = None
+    holds: bool | None = None
+
+
 class SpeedSection(_Section):
     """`speed`: where the speed-up columns come from when the screen measured acceptance: "cost
     model" (predicted per screened prompt, with the model and its out-of-sample validation) or
@@ -555,8 +905,8 @@ class SpeedSection(_Section):
 
     source: str
     reason: str | None = None
-    cost_model: dict[str, Any] | None = None
-    validation: dict[str, Any] | None = None
+    cost_model: CostModelFit | None = None
+    validation: SpeedValidation | None = None
     # dimension -> group -> n_timed_prompts, measured_over_predicted, others, pvalue, pvalue_holm
     validation_by_group: dict[str, dict[str, dict[str, Any]]] | None = None
     validation_by_group_tested: int | None = None  # groups tested
@@ -564,6 +914,17 @@ class SpeedSection(_Section):
     validation_by_group_method: str | None = None
     finding: str | None = None
     single_prompt_outliers: str | None = None  # groups off their prediction on one timed prompt: re-time, not a finding
+
+
+class ScreenTest(_Section):
+    """One of the screen's agreement tests: the ratio, its interval, its p-value and Holm's."""
+
+    value: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    pvalue: float | None = None
+    pvalue_holm: float | None = None
+    rejected: bool | None = None
 
 
 class ScreenSection(_Section):
@@ -574,8 +935,8 @@ class ScreenSection(_Section):
 
     n_prompts: int
     method: str | None = None
-    engine_over_screen_acceptance: dict[str, Any] | None = None
-    given_engine_paths: dict[str, Any] | None = None
+    engine_over_screen_acceptance: ScreenTest | None = None
+    given_engine_paths: ScreenTest | None = None
     agrees: bool | None = None
     finding: str | None = None
     note: str | None = None
@@ -630,6 +991,146 @@ class PromptRow(_Section):
         return self
 
 
+class BeforeAfter(_Section):
+    before: float | None = None
+    after: float | None = None
+
+
+class PairedChange(_Section):
+    """A metric before and after mitigation on the same prompts, and the paired change."""
+
+    before: MetricEstimate | None = None
+    after: MetricEstimate | None = None
+    change: MetricEstimate | None = None
+
+
+class MitigatedGroup(PairedChange):
+    """One group's acceptance before / after (`before`, `after`, `change`), its speed-up likewise,
+    the relative change and the ratio to the reference group."""
+
+    speedup: PairedChange | None = None
+    relative_change: float | None = None
+    ratio_to_reference: BeforeAfter | None = None
+
+
+class MitigationComparison(_Section):
+    reference: str | None = None
+    cost_ratio: float | None = None
+    groups: dict[str, MitigatedGroup] = {}  # group (and "(overall)") -> before / after
+    worst_group_before: str | None = None
+    worst_ratio: BeforeAfter | None = None
+
+
+class WeightingOutcome(_Section):
+    """What one training weighting gave: overall and lowest-group acceptance after, and the worst ratio."""
+
+    overall_after: MetricEstimate | None = None
+    worst_ratio: BeforeAfter | None = None
+    lowest_group_after: MetricEstimate | None = None
+    lowest_group_change: MetricEstimate | None = None
+
+
+class HeldOutPrediction(_Section):
+    run_k: float | None = None  # the predicted speed-up at the run's k, and under the policy
+    policy: float | None = None
+
+
+class GroupPolicy(_Section):
+    """A group's serving policy (mitigate's policies): its draft length, or plain decoding, and why."""
+
+    alpha: float | None = None
+    k: int | float | None = None
+    route_to_vanilla: bool | None = None
+    reason: str | None = None
+    measured_speedup_fit: MetricEstimate | None = None
+    expected_speedup_run_k: float | None = None
+    expected_speedup_best_k: float | None = None
+    expected_speedup_policy: float | None = None
+    held_out_alpha: float | None = None
+    predicted_speedup_held_out: HeldOutPrediction | None = None
+
+
+class PolicyTiming(_Section):
+    """One group's (or "(overall)") timed speed-up on held-out prompts without and with the policy."""
+
+    n_prompts: int | None = None
+    speedup_without_policy: MetricEstimate | None = None
+    speedup_with_policy: MetricEstimate | None = None
+    gain_with_policy: MetricEstimate | None = None
+    route_to_vanilla: bool | None = None
+    k: int | float | None = None
+    slower_than_vanilla_with_policy: bool | None = None
+
+
+class PolicyReaudit(_Section):
+    """The policies' timed re-audit (`status` "run", or why not in `reason`)."""
+
+    status: str | None = None
+    reason: str | None = None
+    engines: str | None = None
+    method: str | None = None
+    run_k: int | float | None = None
+    max_new_tokens: int | None = None
+    groups: dict[str, PolicyTiming] = {}
+    routed: list[str] = []
+    slower_than_vanilla_with_policy: list[str] = []
+
+
+class MitigatedEquivalence(_Section):
+    """The mitigated draft's equivalence re-audit as mitigate summarised it (`reason` where it did not run)."""
+
+    status: str | None = None
+    verdict: str | None = None
+    prompts: list[str] = []
+    records: int | None = None
+    tokens: int | None = None
+    goodness_of_fit_p: float | None = None
+    tv_bound: float | None = None
+    run_dir: str | None = None
+    reason: str | None = None
+
+
+class MitigationCost(_Section):
+    """The draft's cost relative to the target's step, as mitigate measured it."""
+
+    cost_ratio: float | None = None
+    target_step_s: float | None = None
+    draft_step_s: float | None = None
+    steps: int | None = None
+    rounds: int | None = None
+
+
+class PolicyFit(_Section):
+    """How the policies were fitted: on which engine's records, where the speed-ups came from, the method."""
+
+    engine: str | None = None
+    speed_source: str | None = None
+    method: str | None = None
+
+
+class MitigationSection(_Section):
+    """`mitigation`: `specaudit mitigate`'s before/after (its before_after.json), on its re-audit."""
+
+    kind: str | None = None
+    source_run: str | None = None
+    dimension: str | None = None
+    lowest_group_by_audit: str | None = None
+    measurement: str | None = None
+    weighting: str | None = None
+    trained: bool | None = None
+    not_trained: str | None = None
+    train_prompts: int | None = None
+    held_out_prompts: int | None = None
+    comparison: MitigationComparison | None = None
+    weightings: dict[str, WeightingOutcome] = {}
+    cost: MitigationCost | None = None
+    policy_fit: PolicyFit | None = None
+    policies: dict[str, GroupPolicy] = {}
+    policy_reaudit: PolicyReaudit | None = None
+    run_k: int | float | None = None
+    equivalence: MitigatedEquivalence | None = None
+
+
 class Snapshot(_Section):
     """The typed view of snapshot.json (schema version SNAPSHOT_SCHEMA_VERSION)."""
 
@@ -652,7 +1153,7 @@ class Snapshot(_Section):
     engine_faults: EngineFaultsSection | None = None  # engine calls that failed during the run
     identity: IdentitySection | None = None  # only for runs with --draft target
     shapes: ShapesSection | None = None  # only for runs with the tree or staged engine
-    mitigation: dict[str, Any] | None = None  # `specaudit mitigate`'s before/after (its before_after.json), on a re-audit
+    mitigation: MitigationSection | None = None  # `specaudit mitigate`'s before/after, on a re-audit
 
 
 def snapshot_path(path: str | Path) -> Path:
@@ -761,17 +1262,57 @@ def read_snapshot(source: Snapshot | str | Path | Mapping[str, Any]) -> Snapshot
     raise InputError(f"a snapshot is a snapshot.json path, its run folder or a mapping, not {type(source).__name__}")
 
 
-def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
-    """The validated snapshot (as the dict read from JSON, its statuses as the contracts' enums)
-    from a snapshot.json path, a run folder holding one, or a mapping. Every command that reads a
-    snapshot reads it here."""
+def plain_data(value: Any) -> Any:
+    """`value` with every typed section in it dumped as the file holds it (the keys it was given,
+    in their order): what a gate check's details carry."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(exclude_unset=True)
+    if isinstance(value, Mapping):
+        return {key: plain_data(item) for key, item in value.items()}
+    return [plain_data(item) for item in value] if isinstance(value, (list, tuple)) else value
+
+
+def _as_read(value: Any) -> Any:
+    """`value` (typed sections among plain values) as a reader gets it back from snapshot.json:
+    sections dumped, then through strict JSON (NaN as null)."""
+    return json.loads(json_text(plain_data(value)))
+
+
+def build_snapshot(parts: Mapping[str, Any]) -> Snapshot:
+    """The typed snapshot from its sections (typed or plain), validated once, exactly as a reader
+    will read it back from the file that `snapshot_document` writes (InputError if it breaks the contract)."""
+    return validate_snapshot(_as_read(parts))
+
+
+def with_gate(snapshot: Snapshot, gate: Mapping[str, Any]) -> Snapshot:
+    """The snapshot with `gate` (GateResult.to_dict) as its gate section, as a reader will read it."""
+    return snapshot.model_copy(update={"gate": GateSection.model_validate(_as_read(gate))})
+
+
+def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
+    """What snapshot.json holds for a typed snapshot: the keys it was given, in their order, every
+    status spelt as the contracts spell it."""
+    return snapshot.model_dump(exclude_unset=True)
+
+
+def load_snapshot_and_view(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Snapshot]:
+    """The snapshot as read (the dict from JSON, its statuses as the contracts' enums) and its typed
+    view, validated once, from a snapshot.json path, a run folder holding one, or a mapping: for a
+    reader that keeps the file as it was (the monitor's store) and reads the typed view."""
     if isinstance(source, Mapping):
         snapshot, where = dict(source), "snapshot"
     elif isinstance(source, (str, Path)):
         snapshot, where = _read(source)
     else:
         raise InputError(f"a snapshot is a snapshot.json path, its run folder or a mapping, not {type(source).__name__}")
-    return _one_spelling(snapshot, validate_snapshot(snapshot, where))
+    typed = validate_snapshot(snapshot, where)
+    return _one_spelling(snapshot, typed), typed
+
+
+def load_snapshot(source: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    """The validated snapshot as the dict read from JSON, its statuses as the contracts' enums (see
+    load_snapshot_and_view); readers of the typed view call read_snapshot."""
+    return load_snapshot_and_view(source)[0]
 
 
 __all__ = [
@@ -797,12 +1338,17 @@ __all__ = [
     "ShapesSection",
     "Snapshot",
     "control_failed",
+    "build_snapshot",
     "first_problem",
     "load_snapshot",
+    "load_snapshot_and_view",
     "parse_battery_status",
     "parse_verdict",
+    "plain_data",
     "read_snapshot",
+    "snapshot_document",
     "snapshot_path",
     "spelt",
     "validate_snapshot",
+    "with_gate",
 ]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from specaudit.config import DISPARITY_METRICS
 from specaudit.contracts import DisparityStatus
-from specaudit.contracts.snapshot import DimensionDisparities, DimensionGroups, MetricEstimate
+from specaudit.contracts.snapshot import DimensionDisparities, DimensionGroups, MetricEstimate, plain_data
 from specaudit.gate.results import GateCheck, fixed, fmt, not_run
 from specaudit.gate.thresholds import PASS, WARN, GateThresholds, finite
 
@@ -169,26 +169,24 @@ def measurement_checks(snapshot: Snapshot) -> list[GateCheck]:
     with what the engines measured on the prompts they ran? (Absent for runs without the screen.)"""
     checks = []
     screen = snapshot.screen
-    ratio = (screen.engine_over_screen_acceptance if screen is not None else None) or {}
-    if ratio:
+    ratio = screen.engine_over_screen_acceptance if screen is not None else None
+    if ratio is not None and ratio.model_fields_set:
         name, title = "screen-agreement", "The screen reproduces the engine's acceptance"
-        given = screen.given_engine_paths or {}
-        details = {**ratio, "n_prompts": screen.n_prompts, "given_engine_paths": dict(given)}
-        message = f"engine / screen acceptance {fixed(ratio.get('value'))} [{fixed(ratio.get('ci_low'))}, {fixed(ratio.get('ci_high'))}] on the same prompts"
-        if "value" in given:
-            message += (
-                f", {fixed(given.get('value'))} [{fixed(given.get('ci_low'))}, {fixed(given.get('ci_high'))}] given the engine's own paths"
-            )
+        given = screen.given_engine_paths
+        details = {**plain_data(ratio), "n_prompts": screen.n_prompts, "given_engine_paths": plain_data(given) if given else {}}
+        message = f"engine / screen acceptance {fixed(ratio.value)} [{fixed(ratio.ci_low)}, {fixed(ratio.ci_high)}] on the same prompts"
+        if given is not None and "value" in given.model_fields_set:
+            message += f", {fixed(given.value)} [{fixed(given.ci_low)}, {fixed(given.ci_high)}] given the engine's own paths"
         status, message = (PASS, f"{message}: no difference at Holm-adjusted α") if screen.agrees else (WARN, str(screen.finding))
         checks.append(GateCheck(name, title, status, message, details))
     speed = snapshot.speed
-    validation = (speed.validation if speed is not None else None) or {}
-    check = validation.get("measured_over_predicted") or {}
-    if speed is not None and speed.source == "cost model" and check:
+    validation = speed.validation if speed is not None else None
+    check = validation.measured_over_predicted if validation is not None else None
+    if speed is not None and speed.source == "cost model" and check is not None and check.model_fields_set:
         name, title = "cost-model", "Predicted speed-ups match the timed prompts"
         # A finding: the overall interval excludes 1, or a group's timed prompts differ from the rest.
-        holds = bool(validation.get("holds")) and not speed.finding
-        interval = f"{fixed(check.get('value'))} [{fixed(check.get('ci_low'))}, {fixed(check.get('ci_high'))}]"
+        holds = bool(validation.holds) and not speed.finding
+        interval = f"{fixed(check.value)} [{fixed(check.ci_low)}, {fixed(check.ci_high)}]"
         smallest = speed.validation_by_group_smallest_pvalue_holm
         if speed.single_prompt_outliers:
             per_group = f"; {speed.single_prompt_outliers}"
@@ -197,5 +195,5 @@ def measurement_checks(snapshot: Snapshot) -> list[GateCheck]:
         else:
             per_group = ""
         message = f"measured / predicted speed-up {interval} out of sample covers 1{per_group}" if holds else str(speed.finding)
-        checks.append(GateCheck(name, title, PASS if holds else WARN, message, dict(check)))
+        checks.append(GateCheck(name, title, PASS if holds else WARN, message, plain_data(check)))
     return checks

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from specaudit.contracts import EquivalenceStatus
 from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.contracts.snapshot import TokenSite, Violation
 from specaudit.gate.results import GateCheck, fmt, not_run
 from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds, finite
 
@@ -70,13 +71,13 @@ def _engine_equivalence(engine: str, entry: EngineEquivalence, alpha: float, gre
     name, title = f"equivalence[{engine}]", f"Equivalence not rejected: {engine}"
     violations = entry.verify_violations
     if violations is not None:  # the sampler's own output broke the verify contract: proven, no test needed
-        first = violations.first or {}
+        first = violations.first or Violation()
         return GateCheck(
             name,
             title,
             FAIL,
             f"{engine}'s verify function broke its contract in {violations.count} call(s); "
-            f"first: call {first.get('call')} of record {first.get('record')}, it {first.get('problem')}",
+            f"first: call {first.call} of record {first.record}, it {first.problem}",
             {"verify_violations": violations.model_dump(exclude_unset=True)},
         )
     served = _server_violations(engine, entry)
@@ -138,13 +139,13 @@ def _server_violations(engine: str, entry: EngineEquivalence | None, name: str |
     violations = entry.server_violations if entry is not None else None
     if violations is None:
         return None
-    first = violations.first or {}
+    first = violations.first or Violation()
     return GateCheck(
         name or f"equivalence[{engine}]",
         title or f"Equivalence not rejected: {engine}",
         FAIL,
         f"the {engine} server returned impossible output at {violations.count} position(s); first: record "
-        f"{first.get('record')} position {first.get('position')}: {first.get('problem')}",
+        f"{first.record} position {first.position}: {first.problem}",
         {"server_violations": violations.model_dump(exclude_unset=True)},
     )
 
@@ -213,8 +214,8 @@ def _impossible_check(engines: dict[str, EngineEquivalence]) -> GateCheck:
             block is not None and block.statistic
         ):  # ids outside the vocabulary, unscored: impossible all the same
             found[engine] = int(served.count or 0)
-            where = served.first or {}
-            first = first or (engine, {"key": where.get("record"), "position": where.get("position")})
+            where = served.first or Violation()
+            first = first or (engine, TokenSite(key=where.record, position=where.position))
         if block is None:
             continue
         tested += int(block.n or 0)
@@ -227,7 +228,7 @@ def _impossible_check(engines: dict[str, EngineEquivalence]) -> GateCheck:
         return not_run(name, title, "no scored tokens")
     if found:
         where = ", ".join(f"{n} from {e}" for e, n in found.items())
-        example = f"; first: {first[1].get('key')} position {first[1].get('position')}" if first else ""
+        example = f"; first: {first[1].key} position {first[1].position}" if first else ""
         return GateCheck(
             name,
             title,

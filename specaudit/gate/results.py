@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specaudit.contracts import CheckStatus, worst
+from specaudit.contracts.snapshot import plain_data
 from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds, finite
 
 # The report's decisions (the rule is gate.decision's); here so a result can name its own.
@@ -46,7 +47,7 @@ class GateCheck:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "title": self.title, "status": self.status, "message": self.message, "details": self.details}
+        return {"name": self.name, "title": self.title, "status": self.status, "message": self.message, "details": plain_data(self.details)}
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,12 @@ def fmt(value: Any, digits: int = 3) -> str:
 def fixed(value: Any) -> str:
     """Ratios and speed-ups: two decimals read better than significant digits (0.31, 1.00)."""
     return f"{value:.2f}" if finite(value) else "n/a"
+
+
+def section_check(name: str, title: str, section: Any, message: str, shown: tuple[str, ...]) -> GateCheck:
+    """A check that states a snapshot section's own verdict: FAIL where the section failed, PASS
+    otherwise, with the section's `shown` fields as its details."""
+    return GateCheck(name, title, FAIL if section.status == FAIL else PASS, message, {key: getattr(section, key) for key in shown})
 
 
 def not_run(name: str, title: str, what: str) -> GateCheck:

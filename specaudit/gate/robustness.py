@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specaudit.contracts import CheckStatus
-from specaudit.gate.results import GateCheck
-from specaudit.gate.thresholds import FAIL, PASS
+from specaudit.gate.results import GateCheck, section_check
 
 if TYPE_CHECKING:
     from specaudit.contracts.snapshot import Snapshot
@@ -26,25 +24,12 @@ def robustness_checks(snapshot: Snapshot) -> list[GateCheck]:
     checks = []
     invariants = snapshot.output_invariants
     if invariants is not None:
+        shown = ("records", "violations", "checks", "skipped", "first")
         checks.append(
-            GateCheck(
-                "output-invariants",
-                "every record holds the output invariants",
-                FAIL if invariants.status == CheckStatus.FAIL else PASS,
-                invariants.message or "",
-                {key: getattr(invariants, key) for key in ("records", "violations", "checks", "skipped", "first")},
-            )
+            section_check("output-invariants", "every record holds the output invariants", invariants, invariants.message or "", shown)
         )
     faults = snapshot.engine_faults
     if faults is not None:
         shown = ("count", "items", "recovered", "engines", "first", "speculation_after", "findings")
-        checks.append(
-            GateCheck(
-                "engine-faults",
-                "no engine call failed",
-                FAIL if faults.status == CheckStatus.FAIL else PASS,
-                faults.message or "",
-                {key: getattr(faults, key) for key in shown},
-            )
-        )
+        checks.append(section_check("engine-faults", "no engine call failed", faults, faults.message or "", shown))
     return checks

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from specaudit.contracts import CheckStatus, DisparityStatus
-from specaudit.gate.results import GateCheck
+from specaudit.gate.results import GateCheck, section_check
 from specaudit.gate.thresholds import FAIL, PASS, WARN
 
 if TYPE_CHECKING:
@@ -31,25 +31,19 @@ def serving_checks(snapshot: Snapshot) -> list[GateCheck]:
     checks = []
     parity = snapshot.logprob_parity
     if parity is not None:
-        checks.append(
-            GateCheck(
-                "logprob-parity",
-                "the server's logprobs are the target's",
-                FAIL if parity.status == CheckStatus.FAIL else PASS,
-                parity.message or f"{parity.differing} of {parity.positions} positions differ",
-                {key: getattr(parity, key) for key in ("positions", "differing", "zero_logprob", "max_abs_diff", "threshold")},
-            )
-        )
+        message = parity.message or f"{parity.differing} of {parity.positions} positions differ"
+        shown = ("positions", "differing", "zero_logprob", "max_abs_diff", "threshold")
+        checks.append(section_check("logprob-parity", "the server's logprobs are the target's", parity, message, shown))
     stability = snapshot.acceptance_stability
     if stability is not None:
-        findings = [f for f in stability.findings if isinstance(f, dict)]
+        findings = stability.findings
         if findings:
-            message = "; ".join(str(f.get("message")) for f in findings)
+            message = "; ".join(f.message for f in findings)
         else:  # not shown is not "holds": say how far down each level's interval reaches
             ratios = [
-                f"level {level}: {r['estimate']:.2f}x [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+                f"level {level}: {r.estimate:.2f}x [{r.ci_low:.2f}, {r.ci_high:.2f}]"
                 for level, entry in stability.levels.items()
-                if (r := entry.get("ratio_to_lowest") or {}).get("ci_low") is not None
+                if (r := entry.ratio_to_lowest) is not None and r.ci_low is not None
             ]
             message = "no collapse under load and no stop during the run shown" + (
                 f" (accepted drafts per token against the lowest level: {'; '.join(ratios)})" if ratios else ""

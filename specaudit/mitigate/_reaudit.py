@@ -128,15 +128,15 @@ def equivalence_check(pair: ModelPair, draft_folder: Path, prompts: list[Prompt]
     run_dir = work / REAUDIT_FOLDER
     run(cfg, run_dir, pair=new_pair, prompt_set=prompt_set, progress=progress, command="specaudit mitigate (equivalence re-audit)")
     snapshot = analyze(run_dir, pair=new_pair, dimensions=[])
-    section = snapshot["equivalence"]
-    engine = (section.get("engines") or {}).get(SPECULATIVE_ENGINE) or {}
+    section = snapshot.equivalence
+    engine = section.engines.get(SPECULATIVE_ENGINE)
     return {
-        "status": section.get("status"),
-        "verdict": engine.get("verdict"),
+        "status": section.status,
+        "verdict": engine.verdict if engine is not None else None,
         "prompts": [p.id for p in chosen],
-        "records": snapshot["run"]["n_records"],
-        "tokens": snapshot["run"]["n_output_tokens"],
-        "goodness_of_fit_p": (engine.get("goodness_of_fit") or {}).get("pvalue"),
-        "tv_bound": (engine.get("tv_bound") or {}).get("upper"),
+        "records": snapshot.run.n_records,
+        "tokens": snapshot.run.n_output_tokens,
+        "goodness_of_fit_p": engine.goodness_of_fit.pvalue if engine is not None and engine.goodness_of_fit is not None else None,
+        "tv_bound": engine.tv_bound.upper if engine is not None and engine.tv_bound is not None else None,
         "run_dir": REAUDIT_FOLDER,
     }

@@ -11,13 +11,13 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from functools import cached_property, lru_cache
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
-from specaudit.contracts.snapshot import parse_verdict, read_snapshot, spelt
+from specaudit.contracts.snapshot import PromptSetInfo, parse_verdict, plain_data, read_snapshot, spelt
 
 if TYPE_CHECKING:
     from specaudit.contracts.snapshot import Snapshot
@@ -64,13 +64,13 @@ class MetricPoint:
 
 
 @dataclass(frozen=True)
-class SnapshotSummary:
-    """What the history store keeps about a snapshot besides its metric points."""
+class RunIdentity:
+    """What the history store keeps about every run: its name and time, the equivalence status, and
+    the fingerprints of what was audited (models, prompt set, settings, library versions)."""
 
     name: str
     created: str
     equivalence_status: str
-    engine_verdicts: dict[str, str]
     target: str
     target_hash: str
     draft: str
@@ -81,7 +81,18 @@ class SnapshotSummary:
     config_hash: str
     versions_hash: str
     ci_level: float
-    points: tuple[MetricPoint, ...] = field(repr=False)
+
+    def identity(self) -> dict[str, Any]:
+        """The identity's fields alone (a store row's columns)."""
+        return {f.name: getattr(self, f.name) for f in fields(RunIdentity)}
+
+
+@dataclass(frozen=True)
+class SnapshotSummary(RunIdentity):
+    """A snapshot's identity as the store keeps it, with its verdicts and metric points."""
+
+    engine_verdicts: dict[str, str] = field(default_factory=dict)
+    points: tuple[MetricPoint, ...] = field(default=(), repr=False)
 
 
 def ci_level(snapshot: Snapshot) -> float:
@@ -187,7 +198,7 @@ def summarize(snapshot: Snapshot) -> SnapshotSummary:
     models = run.models or {}
     target, target_hash = _model_context(models, "target")
     draft, draft_hash = _model_context(models, "draft")
-    prompt_set = run.prompt_set or {}
+    prompt_set = run.prompt_set or PromptSetInfo()
     equivalence = snapshot.equivalence
     verdicts = {
         str(engine): spelt(entry.verdict if "verdict" in entry.model_fields_set else "unknown", parse_verdict)
@@ -202,9 +213,9 @@ def summarize(snapshot: Snapshot) -> SnapshotSummary:
         target_hash=target_hash,
         draft=draft,
         draft_hash=draft_hash,
-        prompt_set=str(prompt_set.get("name", "")),
-        prompt_set_version=str(prompt_set.get("version", "")),
-        prompt_set_checksum=str(prompt_set.get("checksum") or (fingerprint(prompt_set) if prompt_set else "")),
+        prompt_set=str(prompt_set.written("name", "")),
+        prompt_set_version=str(prompt_set.written("version", "")),
+        prompt_set_checksum=str(prompt_set.checksum or (fingerprint(plain_data(prompt_set)) if prompt_set.model_fields_set else "")),
         config_hash=fingerprint(config_context(snapshot)),
         versions_hash=fingerprint(run.versions or {}),
         ci_level=ci_level(snapshot),

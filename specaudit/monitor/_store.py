@@ -25,9 +25,9 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchModuleError, SQL
 
 import specaudit.monitor._schema as _schema
 from specaudit.contracts import CheckStatus
-from specaudit.contracts.snapshot import Snapshot, load_snapshot, parse_verdict, spelt, validate_snapshot
+from specaudit.contracts.snapshot import Snapshot, load_snapshot_and_view, parse_verdict, spelt, validate_snapshot
 from specaudit.errors import InputError
-from specaudit.monitor._snapshot import MetricPoint, canonical_json, snapshot_digest, summarize, utc_now
+from specaudit.monitor._snapshot import MetricPoint, RunIdentity, canonical_json, snapshot_digest, summarize, utc_now
 
 if TYPE_CHECKING:
     import sqlite3
@@ -44,26 +44,13 @@ _MIGRATION_LOCK = 0x5BEC_A0D1
 
 
 @dataclass(frozen=True)
-class StoredRun:
+class StoredRun(RunIdentity):
     """One audited run in the history store (the snapshot itself is fetched on demand)."""
 
     id: int
-    name: str
     digest: str
-    created: str
     ingested: str
     environment: str
-    equivalence_status: str
-    target: str
-    target_hash: str
-    draft: str
-    draft_hash: str
-    prompt_set: str
-    prompt_set_version: str
-    prompt_set_checksum: str
-    config_hash: str
-    versions_hash: str
-    ci_level: float
     source: str
     tags: Mapping[str, str] = field(default_factory=dict)
 
@@ -72,7 +59,7 @@ class StoredRun:
         return f"#{self.id} {self.name}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "tags": dict(self.tags)}
+        return {"id": self.id, **asdict(self), "tags": dict(self.tags)}
 
 
 # The tag that marks a stored snapshot of an audit run the store already holds (same run folder name
@@ -349,8 +336,7 @@ class HistoryStore:
         """Store a snapshot (path, run folder or dict). Adding the same snapshot twice stores it once."""
         if source is None:
             source = "" if isinstance(snapshot, Mapping) else str(snapshot)
-        snapshot = load_snapshot(snapshot)  # stored as read (the digest is the file's), summarised typed
-        typed = validate_snapshot(snapshot)
+        snapshot, typed = load_snapshot_and_view(snapshot)  # stored as read (the digest is the file's), summarised typed
         summary = summarize(typed)
         digest = snapshot_digest(snapshot)
         runs = self._t["runs"]
@@ -362,23 +348,11 @@ class HistoryStore:
             **{str(k): str(v) for k, v in (tags or {}).items()},
         }
         row = dict(
+            **summary.identity(),
             digest=digest,
-            name=summary.name,
-            created=summary.created,
             ingested=utc_now(),
             snapshot_schema=int(snapshot["schema_version"]),
-            equivalence_status=summary.equivalence_status,
-            target=summary.target,
-            target_hash=summary.target_hash,
-            draft=summary.draft,
-            draft_hash=summary.draft_hash,
-            prompt_set=summary.prompt_set,
-            prompt_set_version=summary.prompt_set_version,
-            prompt_set_checksum=summary.prompt_set_checksum,
-            config_hash=summary.config_hash,
-            versions_hash=summary.versions_hash,
             environment=environment,
-            ci_level=summary.ci_level,
             source=source,
             snapshot=canonical_json(snapshot),
         )

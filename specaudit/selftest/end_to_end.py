@@ -16,6 +16,7 @@ import pandas as pd
 from scipy import stats
 
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
+from specaudit.contracts.snapshot import GoodnessOfFit
 from specaudit.contracts.status import CheckStatus
 from specaudit.decoding._spec import SamplingSpec
 from specaudit.decoding.settings import BUG_CLASSES, setting_label
@@ -83,28 +84,28 @@ def end_to_end_audit(
         run(cfg, folder, pair=pair, prompt_set=prompt_set, progress=False)
         snapshot = analyze(folder, pair=pair, alpha=alpha, n_boot=10, seed=seed)
         seconds = time.perf_counter() - started
-    engine = snapshot["equivalence"]["engines"][SPECULATIVE_ENGINE]
+    engine = snapshot.equivalence.engines[SPECULATIVE_ENGINE]
+    rejected = engine.verdict is CheckStatus.FAIL
     if spec.greedy:  # greedy runs are judged token for token against the target's own argmax path
-        greedy = engine.get("greedy", {})
         return {
             "sampler": sampler,
             "seed": seed,
-            "rejected": CheckStatus.parse(engine["verdict"]) is CheckStatus.FAIL,
-            "tokens": greedy.get("n_pairs", 0),  # here: outputs compared with vanilla's
+            "rejected": rejected,
+            "tokens": engine.greedy.n_pairs if engine.greedy is not None and engine.greedy.n_pairs is not None else 0,  # outputs compared
             "pvalue": np.nan,
             "seconds": seconds,
-            "failed_tests": ["greedy_exactness"] if CheckStatus.parse(engine["verdict"]) is CheckStatus.FAIL else [],
+            "failed_tests": ["greedy_exactness"] if rejected else [],
         }
-    gof = engine.get("goodness_of_fit", {})
-    impossible = bool(gof.get("impossible_tokens", {}).get("statistic"))
+    gof = engine.goodness_of_fit or GoodnessOfFit()
+    impossible = bool(gof.impossible_tokens is not None and gof.impossible_tokens.statistic)
     return {
         "sampler": sampler,
         "seed": seed,
-        "rejected": CheckStatus.parse(engine["verdict"]) is CheckStatus.FAIL,
-        "tokens": gof.get("n_tokens", 0),
-        "pvalue": 0.0 if impossible else gof.get("pvalue"),
+        "rejected": rejected,
+        "tokens": gof.n_tokens if gof.n_tokens is not None else 0,
+        "pvalue": 0.0 if impossible else gof.pvalue,
         "seconds": seconds,
-        "failed_tests": [row["test"] for row in gof.get("gate", []) if row.get("reject")] + (["impossible_tokens"] if impossible else []),
+        "failed_tests": [row.test for row in gof.gate if row.reject] + (["impossible_tokens"] if impossible else []),
     }
 
 

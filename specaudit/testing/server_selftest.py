@@ -37,6 +37,7 @@ from specaudit.testing.server import ReferenceServer
 from specaudit.testing.server_mutants import SAMPLING, SERVER_MUTANTS
 
 if TYPE_CHECKING:
+    from specaudit.contracts.snapshot import EquivalenceSection, Snapshot
     from specaudit.models import ModelPair
     from specaudit.prompts import PromptSet
 
@@ -50,34 +51,32 @@ QUICK_SEEDS = 3
 ACCEPTANCE_KINDS = {"acceptance_stopped": "stopped_during_run", "acceptance_collapse": "collapse_under_load"}
 
 
-def findings(snapshot: dict) -> list[str]:
+def findings(snapshot: Snapshot) -> list[str]:
     """The causes a snapshot names (see the module docstring)."""
+
+    def failed(section: EquivalenceSection) -> bool:
+        entry = section.engines.get(SPECULATIVE_ENGINE)
+        return entry is not None and entry.verdict is CheckStatus.FAIL
+
     found = []
-    engine = (snapshot.get("equivalence", {}).get("engines") or {}).get(SPECULATIVE_ENGINE) or {}
-    concurrency = snapshot.get("concurrency") or {}
-    dependent = any(
-        (tests.get(SPECULATIVE_ENGINE) or {}).get("verdict") == CheckStatus.FAIL
-        for tests in (concurrency.get("independence") or {}).values()
+    concurrency = snapshot.concurrency
+    dependent = concurrency is not None and any(
+        (tests.get(SPECULATIVE_ENGINE) or {}).get("verdict") == CheckStatus.FAIL for tests in concurrency.independence.values()
     )
-    battery_failed = CheckStatus.parse(engine.get("verdict") or "PASS") is CheckStatus.FAIL if engine else False
-    level_failed = any(
-        ((entry.get("engines") or {}).get(SPECULATIVE_ENGINE) or {}).get("verdict") == CheckStatus.FAIL
-        for entry in (concurrency.get("equivalence") or {}).values()
-    )
+    level_failed = concurrency is not None and any(failed(entry) for entry in concurrency.equivalence.values())
     if dependent:
         found.append("independence")
-    if level_failed or (battery_failed and not dependent):
+    if level_failed or (failed(snapshot.equivalence) and not dependent):
         found.append("equivalence")
-    if (snapshot.get("logprob_parity") or {}).get("status") == CheckStatus.FAIL:
+    if snapshot.logprob_parity is not None and snapshot.logprob_parity.status == CheckStatus.FAIL:
         found.append("logprob_parity")
-    stability = snapshot.get("acceptance_stability") or {}
-    if stability.get("status") == DisparityStatus.FLAG:
-        kinds = {f["kind"] for f in stability.get("findings", [])}
+    stability = snapshot.acceptance_stability
+    if stability is not None and stability.status == DisparityStatus.FLAG:
+        kinds = {f.kind for f in stability.findings}
         found += [name for name, kind in ACCEPTANCE_KINDS.items() if kind in kinds]
-    for state, entry in ((snapshot.get("prefix_cache") or {}).get("equivalence") or {}).items():
-        if ((entry.get("engines") or {}).get(SPECULATIVE_ENGINE) or {}).get("verdict") == CheckStatus.FAIL:
-            found.append(f"equivalence:{state}")
-    checks = (snapshot.get("output_invariants") or {}).get("checks") or {}
+    if snapshot.prefix_cache is not None:
+        found += [f"equivalence:{state}" for state, entry in snapshot.prefix_cache.equivalence.items() if failed(entry)]
+    checks = snapshot.output_invariants.checks if snapshot.output_invariants is not None else {}
     found += [f"invariant:{check}" for check, count in checks.items() if count]
     return found
 
@@ -128,8 +127,8 @@ def server_audit(
         "findings": found,
         "gate": {check.name: str(check.status) for check in evaluate_gate(snapshot).checks},
         "caught": bug.caught_by in found if bug.caught_by else bool(found),
-        "pooled_alpha": snapshot["equivalence"].get("alpha"),  # the run's alpha split over its families
-        "tokens": snapshot["run"]["n_output_tokens"],
+        "pooled_alpha": snapshot.equivalence.alpha,  # the run's alpha split over its families
+        "tokens": snapshot.run.n_output_tokens,
         "run_seconds": ran,
         "seconds": seconds,
     }

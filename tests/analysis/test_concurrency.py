@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from specaudit.analysis.concurrency import concurrency_section, group_metrics, split_alpha
+from specaudit.analysis.equivalence import Battery
 from specaudit.analysis.snapshot import judge_by_level
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection
@@ -65,9 +66,7 @@ def batched_only_bug(tiny_pair):
 
 
 def test_a_sampler_wrong_only_in_a_batch_fails_at_that_level(tiny_pair, batched_only_bug):
-    section = concurrency_section(
-        batched_only_bug, tiny_pair, alpha=0.05, delta=0.05, dimensions=["group"], seed=0, n_boot=200, equivalence=True
-    )
+    section = concurrency_section(batched_only_bug, Battery(tiny_pair, 0.05, 0.05, ["group"], 0, n_boot=200, equivalence=True))
     assert section.levels == [1, 2]
     assert (section.pooled_alpha, section.level_alpha, section.independence_alpha) == pytest.approx((0.05 / 3, 0.05 / 6, 0.05 / 3))
     assert section.equivalence["1"].status == CheckStatus.PASS
@@ -93,9 +92,7 @@ def test_a_failed_level_fails_the_runs_equivalence_naming_it(tiny_pair, batched_
         status=CheckStatus.PASS,
         engines={SPECULATIVE_ENGINE: EngineEquivalence(verdict=CheckStatus.PASS, status="no violation found")},
     )
-    section = concurrency_section(
-        batched_only_bug, tiny_pair, alpha=0.05, delta=0.05, dimensions=["group"], seed=0, n_boot=200, equivalence=True
-    )
+    section = concurrency_section(batched_only_bug, Battery(tiny_pair, 0.05, 0.05, ["group"], 0, n_boot=200, equivalence=True))
     judged = judge_by_level(pooled_pass, section)
     assert judged.status == CheckStatus.FAIL and pooled_pass.status == CheckStatus.PASS  # a new section; the pooled one is as it was
     assert judged.failed_concurrency_levels == [2]
@@ -113,7 +110,7 @@ def test_the_correct_server_passes_at_every_level(tiny_pair, batched_only_bug):
                 for c in fixed
                 if c["engine"] == CONTROL_ENGINE and c["prompt_id"] == r["prompt_id"] and c["sample"] == r["sample"]
             )
-    section = concurrency_section(fixed, tiny_pair, alpha=0.05, delta=0.05, dimensions=["group"], seed=0, n_boot=200, equivalence=True)
+    section = concurrency_section(fixed, Battery(tiny_pair, 0.05, 0.05, ["group"], 0, n_boot=200, equivalence=True))
     assert section.failed_levels == [] and section.message is None
 
 
@@ -132,17 +129,15 @@ def test_metrics_per_level_and_the_crossover():
         off = 1.0 + 0.1 * rng.random()
         records += [_timed(CONTROL_ENGINE, prompt, 0, 1, off), _timed(SPECULATIVE_ENGINE, prompt, 0, 1, off / 2, accepted=6, proposed=8)]
         records += [_timed(CONTROL_ENGINE, prompt, 1, 8, off), _timed(SPECULATIVE_ENGINE, prompt, 1, 8, off * 1.5, accepted=2, proposed=8)]
-    section = concurrency_section(records, None, alpha=0.05, delta=0.05, dimensions=["group"], seed=0, n_boot=300, equivalence=False)
+    section = concurrency_section(records, Battery(None, 0.05, 0.05, ["group"], 0, n_boot=300, equivalence=False))
     one, eight = section.groups["group"]["a"]["1"], section.groups["group"]["a"]["8"]
-    assert one["acceptance"]["estimate"] == pytest.approx(0.75) and eight["acceptance"]["estimate"] == pytest.approx(0.25)
-    assert one["speedup"]["ci_low"] > 1.0 and eight["speedup"]["ci_high"] < 1.0
+    assert one.acceptance.estimate == pytest.approx(0.75) and eight.acceptance.estimate == pytest.approx(0.25)
+    assert one.speedup.ci_low > 1.0 and eight.speedup.ci_high < 1.0
     assert section.crossover["group"]["a"] == 8 and section.crossover["all"]["all"] == 8
-    assert one[SPECULATIVE_ENGINE]["tokens_per_s"]["estimate"] > one[CONTROL_ENGINE]["tokens_per_s"]["estimate"]
+    assert one.speculative.tokens_per_s.estimate > one.vanilla.tokens_per_s.estimate
     # a prompt of another dimension (no `group` attribute) joins no group of this one, not a group "None"
     other = [{**r, "attributes": {"domain": "code"}} for r in records[:4]]
-    section = concurrency_section(
-        records + other, None, alpha=0.05, delta=0.05, dimensions=["group", "domain"], seed=0, n_boot=50, equivalence=False
-    )
+    section = concurrency_section(records + other, Battery(None, 0.05, 0.05, ["group", "domain"], 0, n_boot=50, equivalence=False))
     assert set(section.groups["group"]) == {"a"} and set(section.groups["domain"]) == {"code"}
 
 
@@ -174,7 +169,7 @@ def test_logprob_parity_passes_within_measured_batch_noise():
 
     section = logprob_parity(_parity_records([[-0.5, -1.25, -0.1, -2.0], [-0.497, -1.251, -0.1, -1.999]]))
     assert section.status == CheckStatus.PASS and section.positions == 8
-    assert section.batch_noise["max_abs_diff"] == pytest.approx(0.004) and section.threshold == pytest.approx(0.01)
+    assert section.batch_noise.max_abs_diff == pytest.approx(0.004) and section.threshold == pytest.approx(0.01)
 
 
 def test_logprob_zero_for_drafted_tokens_is_found():
@@ -199,7 +194,7 @@ def test_too_few_prompts_give_no_interval_and_no_crossover():
     records = []
     for i in range(2):
         records += [_timed(CONTROL_ENGINE, f"p{i}", 0, 4, 1.0), _timed(SPECULATIVE_ENGINE, f"p{i}", 0, 4, 3.0, accepted=1, proposed=4)]
-    section = concurrency_section(records, None, alpha=0.05, delta=0.05, dimensions=[], seed=0, n_boot=100, equivalence=False)
-    speedup = section.groups["all"]["all"]["4"]["speedup"]
-    assert speedup["estimate"] == pytest.approx(1 / 3) and speedup["ci_high"] is None
+    section = concurrency_section(records, Battery(None, 0.05, 0.05, [], 0, n_boot=100, equivalence=False))
+    speedup = section.groups["all"]["all"]["4"].speedup
+    assert speedup.estimate == pytest.approx(1 / 3) and speedup.ci_high is None
     assert section.crossover["all"]["all"] is None

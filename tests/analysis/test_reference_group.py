@@ -12,6 +12,7 @@ import pytest
 from specaudit.analysis import analyze
 from specaudit.cli import main
 from specaudit.config import AnalysisSettings
+from specaudit.contracts.snapshot import snapshot_document
 from specaudit.errors import InputError
 from specaudit.report.view import build_view
 from tests.report_inputs import HOSTILE_GROUP
@@ -25,7 +26,7 @@ def run_copy(audit_run, tmp_path):
 
 
 def test_default_is_the_best_served_group_and_says_so(run_copy):
-    snapshot = analyze(run_copy, n_boot=50, equivalence=False, write=False)
+    snapshot = snapshot_document(analyze(run_copy, n_boot=50, equivalence=False, write=False))
     part = snapshot["groups"]["style"]
     rates = {g: e["metrics"]["acceptance_rate"]["value"] for g, e in part["by_group"].items()}
     assert part["reference"] == max(rates, key=rates.get)  # the two groups hold 3 prompts each: size cannot decide
@@ -36,7 +37,7 @@ def test_default_is_the_best_served_group_and_says_so(run_copy):
 
 @pytest.mark.parametrize("group", ["plain", HOSTILE_GROUP])
 def test_a_given_reference_is_used_and_recorded(run_copy, group):
-    snapshot = analyze(run_copy, n_boot=50, equivalence=False, write=False, reference={"style": group})
+    snapshot = snapshot_document(analyze(run_copy, n_boot=50, equivalence=False, write=False, reference={"style": group}))
     assert snapshot["groups"]["style"]["reference"] == group
     assert snapshot["groups"]["style"]["reference_reason"] == "given (--reference)"
     assert snapshot["run"]["analysis"]["reference"] == {"style": group}

@@ -21,6 +21,7 @@ import yaml
 from specaudit.analysis import analyze
 from specaudit.cli import main
 from specaudit.config import RunConfig
+from specaudit.contracts.snapshot import snapshot_document
 from specaudit.decoding import reference_verify
 from specaudit.engines import run
 from specaudit.engines.endpoint.client import output_tokens, request_body
@@ -166,7 +167,7 @@ def _audit(tmp_path, name, verify, pair, tiny_pair_dir, tiny_prompts_file):
             endpoint={"tokenizer": str(tiny_pair_dir[0])},
         )
         run(cfg, tmp_path / name, progress=False)
-    return analyze(tmp_path / name, n_boot=50)
+    return snapshot_document(analyze(tmp_path / name, n_boot=50))
 
 
 @pytest.mark.slow
@@ -243,7 +244,7 @@ def test_http_500_is_a_fault_record_the_run_goes_on_and_resume_asks_again(tmp_pa
     records = read_records(tmp_path / "out" / "records.jsonl")
     assert len(records) == 8 and records[:4] == kept  # the vanilla records were not redone
     assert len((tmp_path / "out" / "faults.jsonl").read_text().splitlines()) == 4  # the faults stay on file
-    invariants = analyze(tmp_path / "out")["output_invariants"]  # the server's texts and ids, over HTTP, agree
+    invariants = snapshot_document(analyze(tmp_path / "out"))["output_invariants"]  # the server's texts and ids, over HTTP, agree
     assert invariants["status"] == "PASS" and invariants["records"] == 8 and "text" in invariants["checked"], invariants["message"]
 
 

@@ -23,6 +23,7 @@ import pytest
 
 from specaudit.cli import main
 from specaudit.config import RunConfig
+from specaudit.contracts.snapshot import snapshot_document
 from specaudit.decoding import SamplingSpec
 from specaudit.engines import llama_cpp_runtime as backend
 from specaudit.errors import InputError
@@ -237,7 +238,7 @@ def test_analyze_scores_with_llama_cpps_own_logits(tmp_path, tiny_prompts_file, 
         raise AssertionError("analyze loaded the torch model for a llama.cpp run")
 
     monkeypatch.setattr(specaudit.models, "load_pair", no_torch_model)
-    snapshot = analyze(out, n_boot=50)
+    snapshot = snapshot_document(analyze(out, n_boot=50))
     engines = snapshot["equivalence"]["engines"]
     assert set(engines) == {"vanilla", "speculative"}
     assert engines["vanilla"]["goodness_of_fit"]["impossible_tokens"]["statistic"] == 0  # every emitted token has p > 0 under llama.cpp
@@ -406,7 +407,7 @@ def test_the_screen_beside_llama_cpp_samples_every_prompt_and_the_engines_the_su
         assert (record["steps"], record["proposed"], record["accepted"], record["expected_reached"]) == pytest.approx(
             (steps, proposed, accepted, reached)
         )
-    snapshot = analyze(out, n_boot=50)
+    snapshot = snapshot_document(analyze(out, n_boot=50))
     assert snapshot["run"]["disparity_engine"] == "screen"
     groups = snapshot["groups"]["group"]["by_group"]
     assert {g["n_prompts"] for g in groups.values()} == {2}  # acceptance on every prompt, not only the engines' subset

@@ -20,6 +20,7 @@ import pytest
 
 from specaudit.config import RunConfig
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
+from specaudit.contracts.snapshot import snapshot_document
 from specaudit.engines import llama_build as build_module
 from specaudit.engines.levels import level_plan
 from specaudit.engines.llama_server.client import NEUTRAL_SAMPLING, SAMPLER_ORDER, generation_of, request_body, server_args
@@ -377,7 +378,7 @@ def test_llama_server_run_analyzes_per_level(llama_server_run):
     pytest.importorskip("llama_cpp", reason="analyze scores llama.cpp runs with llama-cpp-python's logits; it is not installed")
     from specaudit.analysis import analyze
 
-    snapshot = analyze(llama_server_run, n_boot=100)
+    snapshot = snapshot_document(analyze(llama_server_run, n_boot=100))
     section = snapshot["concurrency"]
     assert section["levels"] == [1, 2] and set(section["equivalence"]) == {"1", "2"}
     assert set(section["groups"]["group"]) == {"a", "b"}

@@ -14,6 +14,7 @@ import pytest
 
 from specaudit.config import RunConfig
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
+from specaudit.contracts.snapshot import snapshot_document
 from specaudit.decoding import SamplingSpec
 from specaudit.engines import llama_build as build_module
 from specaudit.engines.llama_speculative.command import command, sampling_flags
@@ -224,7 +225,7 @@ def test_the_audit_flags_the_identity_draft_at_temperature_1(identity_run):
     even on 2 prompts × 12 tokens (PIT and surprisal), while the control passes."""
     from specaudit.analysis import analyze
 
-    snapshot = analyze(identity_run, n_boot=100)
+    snapshot = snapshot_document(analyze(identity_run, n_boot=100))
     engines = snapshot["equivalence"]["engines"]
     assert snapshot["output_invariants"]["violations"] == 0
     assert engines[SPECULATIVE_ENGINE]["status"] == "violation"

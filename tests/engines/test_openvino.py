@@ -14,6 +14,7 @@ import pytest
 
 from specaudit.cli import main
 from specaudit.config import RunConfig
+from specaudit.contracts.snapshot import snapshot_document
 from specaudit.decoding import SamplingSpec
 from specaudit.errors import InputError
 
@@ -169,7 +170,7 @@ def test_requests_in_flight_keep_greedy_speculation_exact_and_count_accepted_dra
             logprobs = record["server_logprobs"]
             assert len(logprobs) == len(record["output_token_ids"]) and max(logprobs) <= 0 < -min(logprobs)
     assert all(len(seen) == 1 for seen in outputs.values())  # greedy: one output per prompt, at every level and on both sides
-    snapshot = analyze(out, n_boot=20)
+    snapshot = snapshot_document(analyze(out, n_boot=20))
     concurrency = snapshot["concurrency"]
     assert concurrency["levels"] == [1, 3] and set(concurrency["equivalence"]) == {"1", "3"}
     assert concurrency["failed_levels"] == []  # greedy at exact precision: speculative = vanilla at both loads

@@ -10,6 +10,7 @@ import json
 import pytest
 import yaml
 
+from specaudit.analysis.equivalence import Battery
 from specaudit.analysis.prefix_cache import judge_by_state, judged_in_state, prefix_cache_section, states_of
 from specaudit.cli import main
 from specaudit.config import RunConfig
@@ -24,7 +25,7 @@ from specaudit.contracts.run import (
     Record,
     cache_fields,
 )
-from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection, PrefixCacheSection
+from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection, PrefixCacheSection, snapshot_document
 from specaudit.engines.endpoint.client import cached_prompt_tokens
 from specaudit.engines.endpoint.client import request_body as endpoint_body
 from specaudit.engines.http.client import Completion
@@ -175,7 +176,7 @@ def test_a_warm_miss_and_a_cold_hit_are_counted_and_left_out_of_their_state():
     ]
     assert states_of(records) == [COLD, WARM] and states_of([{"engine": "vanilla"}]) == []
     assert [judged_in_state(r) for r in records] == [True, False, True, False, True]
-    section = prefix_cache_section(records, None, alpha=0.05, delta=0.05, dimensions=[], seed=0, n_boot=50, equivalence=False)
+    section = prefix_cache_section(records, Battery(None, 0.05, 0.05, [], 0, n_boot=50, equivalence=False))
     assert (section.warm_misses, section.cold_hits, section.unverified) == (1, 1, 1)
     assert section.counts[WARM][SPECULATIVE_ENGINE] == {
         "records": 2, "judged": 1, "tokens": 6, "reused_tokens": 0, "hits": 0, "misses": 1, "unreported": 1
@@ -258,7 +259,7 @@ def test_llama_server_run_is_judged_per_cache_state(cached_run):
     from specaudit.analysis import analyze
     from specaudit.gate import evaluate_gate
 
-    snapshot = analyze(cached_run, n_boot=100)
+    snapshot = snapshot_document(analyze(cached_run, n_boot=100))
     section = snapshot["prefix_cache"]
     assert section["states"] == [COLD, WARM] and set(section["equivalence"]) == {COLD, WARM}
     for state in (COLD, WARM):

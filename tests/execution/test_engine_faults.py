@@ -16,6 +16,7 @@ from specaudit.analysis import analyze
 from specaudit.analysis.engine_faults import engine_faults
 from specaudit.config import RunConfig
 from specaudit.contracts.run import Fault
+from specaudit.contracts.snapshot import snapshot_document
 from specaudit.engines.local import LocalExecutor
 from specaudit.execution.base import execute
 from specaudit.execution.faults import FaultLimitReached, read_faults
@@ -65,7 +66,7 @@ def test_a_fault_is_recorded_the_run_goes_on_and_resume_asks_again(tmp_path, tin
     assert (fault.engine, fault.error, fault.message) == ("speculative", "RuntimeError", MESSAGE)
     assert fault.key not in {r["key"] for r in records} and fault.records_before == 1  # after p1's vanilla record
 
-    snapshot = analyze(out)
+    snapshot = snapshot_document(analyze(out))
     section = snapshot["engine_faults"]
     assert section["status"] == "FAIL" and (section["count"], section["items"], section["recovered"]) == (1, 1, 0)
     after = section["speculation_after"]["speculative"]
@@ -80,7 +81,7 @@ def test_a_fault_is_recorded_the_run_goes_on_and_resume_asks_again(tmp_path, tin
     resumed = read_records(out / "records.jsonl")
     assert resumed[:15] == records and resumed[15]["key"] == fault.key
     assert len(read_faults(out)) == 1  # the fault stays on file: the engine did fail once
-    section = analyze(out)["engine_faults"]
+    section = snapshot_document(analyze(out))["engine_faults"]
     assert section["status"] == "FAIL" and section["recovered"] == 1 and "1 of those items answered when asked again" in section["message"]
 
 
@@ -196,5 +197,5 @@ def test_an_audit_whose_engine_goes_down_still_reaches_the_gate(tmp_path, tiny_p
     finally:
         handle.remove()
     assert result.exit_code == 1 and len(read_records(tmp_path / "audit" / "records.jsonl")) == 1
-    failed = [c["name"] for c in result.snapshot["gate"]["checks"] if c["status"] == "FAIL"]
+    failed = [c.name for c in result.snapshot.gate.checks if c.status == "FAIL"]
     assert "engine-faults" in failed and (tmp_path / "audit" / "report.html").is_file()

@@ -12,6 +12,7 @@ import pytest
 from specaudit.analysis import analyze
 from specaudit.analysis.invariants import output_invariants, output_limits
 from specaudit.config import RunConfig
+from specaudit.contracts.snapshot import snapshot_document
 from specaudit.engines import run
 from specaudit.execution.invariants import OutputLimits, record_violations, text_matches
 from specaudit.execution.records import read_manifest, read_records
@@ -140,7 +141,7 @@ def test_the_gate_names_engine_record_and_position(tmp_path, local_run):
     index, record = next((i, r) for i, r in enumerate(records) if r["engine"] == "speculative" and len(r["text"]) > 3)
     records[index] = {**record, "text": record["text"][:2] + "#" + record["text"][3:]}  # a mutant engine whose text is not its ids
     (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    snapshot = analyze(out)
+    snapshot = snapshot_document(analyze(out))
     check = next(c for c in evaluate_gate(snapshot).checks if c.name == "output-invariants")
     assert check.status == "FAIL" and f"speculative record {record['key']} position 2: the text" in check.message, check.message
     assert "is not the ids detokenised" in check.message
@@ -157,7 +158,7 @@ def test_counters_that_contradict_the_output_are_a_finding_not_a_stop(tmp_path, 
     index, record = next((i, r) for i, r in enumerate(records) if r["engine"] == "speculative" and len(r["accepted_per_step"]) > 2)
     records[index] = {**record, "accepted_per_step": [0] * len(record["accepted_per_step"])}
     (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    snapshot = analyze(out)
+    snapshot = snapshot_document(analyze(out))
     section = snapshot["output_invariants"]
     assert section["status"] == "FAIL" and section["checks"]["counters"] >= 1 and section["first"]["record"] == record["key"]
     assert "accepted_per_step does not sum to accepted" in section["message"]

@@ -6,6 +6,7 @@ import pytest
 
 from specaudit.analysis import analyze
 from specaudit.config import RunConfig
+from specaudit.contracts.snapshot import snapshot_document
 from specaudit.engines import run
 from specaudit.prompts import load_prompts
 
@@ -16,7 +17,7 @@ def test_sampling_audit_passes_for_vanilla_and_reference_engine(tmp_path, defaul
     prompts = load_prompts("core", dimensions=["language"], per_group=1, seed=0)  # 13 languages, one parallel request
     cfg = RunConfig(engines=("vanilla", "speculative"), temperature=1.0, samples=2, max_new_tokens=24, warmup=0)
     run(cfg, tmp_path, pair=default_pair, prompt_set=prompts, progress=False)
-    snapshot = analyze(tmp_path, pair=default_pair, n_boot=200)
+    snapshot = snapshot_document(analyze(tmp_path, pair=default_pair, n_boot=200))
     engines = snapshot["equivalence"]["engines"]
     # The control is judged at its own level (alpha x 0.02): "warn" (rejected at alpha only) happens
     # by chance (4.2% of 120 seeds on this pair, docs/statistics.md); "fail" would mean scoring and

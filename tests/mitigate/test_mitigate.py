@@ -299,7 +299,7 @@ def _report_text(path) -> str:
 
 def test_mitigate_writes_a_report_with_the_before_after_section(mitigated, tmp_path):
     from specaudit.contracts import EquivalenceStatus
-    from specaudit.contracts.snapshot import read_snapshot
+    from specaudit.contracts.snapshot import read_snapshot, snapshot_document
     from specaudit.report.view.statuses import engine_status
 
     out, summary = mitigated.out_dir, mitigated.summary
@@ -320,7 +320,7 @@ def test_mitigate_writes_a_report_with_the_before_after_section(mitigated, tmp_p
     status = engine_status(reaudit.equivalence.engines["speculative"])
     assert status != EquivalenceStatus.NOT_RUN and status.value.upper() in text
     # the before/after lives in the re-audit's snapshot, so `specaudit report` renders it again
-    assert reaudit.mitigation["comparison"] == comparison
+    assert snapshot_document(reaudit)["mitigation"]["comparison"] == comparison
     assert _cli("report", out / "reaudit-run", "--out", tmp_path / "again") == 0
     assert 'id="mitigation"' in (tmp_path / "again" / "report.html").read_text(encoding="utf-8")
 

@@ -5,6 +5,7 @@ table with the crossover, and the parity finding; a snapshot without them shows 
 from __future__ import annotations
 
 from specaudit.analysis.concurrency import concurrency_section
+from specaudit.analysis.equivalence import Battery
 from specaudit.analysis.logprob_parity import logprob_parity
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.report import render_html
@@ -37,7 +38,7 @@ def _sections():
         records += [_row(SPECULATIVE_ENGINE, p, 0, 1, 0.5, 3, 4, logprobs=[-0.5, 0.0, 0.0, -2.0])]
         records += [_row(CONTROL_ENGINE, p, 1, 4, 1.0 + i / 100, logprobs=[-0.501, -1.0, -0.2, -2.0])]
         records += [_row(SPECULATIVE_ENGINE, p, 1, 4, 2.0, 1, 4, logprobs=[-0.5, -1.0, -0.2, -2.0])]
-    section = concurrency_section(records, None, alpha=0.05, delta=0.05, dimensions=["style"], seed=0, n_boot=200, equivalence=False)
+    section = concurrency_section(records, Battery(None, 0.05, 0.05, ["style"], 0, n_boot=200, equivalence=False))
     return section.model_dump(exclude_unset=True), logprob_parity(records).model_dump(exclude_unset=True)  # as analyze writes them
 
 

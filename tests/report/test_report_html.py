@@ -18,7 +18,7 @@ from report_inputs import HOSTILE_GROUP, HOSTILE_ID, HOSTILE_TOKEN
 from specaudit.charts import GROUP_COLOURS, STATUS_STYLE, contrast_ratio
 from specaudit.cli import main
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
-from specaudit.contracts.snapshot import Comparison, EngineEquivalence, load_snapshot, read_snapshot
+from specaudit.contracts.snapshot import BatteryTest, Comparison, EngineEquivalence, load_snapshot, read_snapshot
 from specaudit.errors import InputError
 from specaudit.gate import GateThresholds, evaluate_gate
 from specaudit.report import OUTPUT_FILES, groups_rows, junit_xml, render_html, render_report, render_summary
@@ -509,9 +509,9 @@ def test_engine_status_and_tests_that_cannot_reject():
     assert status({"goodness_of_fit": {"n": 1}, "tv_bound": {"verdict": "equivalent within delta"}}) == EquivalenceStatus.EQUIVALENT
     assert status({}) == EquivalenceStatus.NOT_RUN
     assert status({"status": "equivalent within delta"}) == EquivalenceStatus.EQUIVALENT
-    assert "p = 1 by construction" in not_run_reason({"pvalue": 1.0}, two_sample=True, samples=1)
-    assert not_run_reason({"pvalue": 1.0}, two_sample=True, samples=5) is None
-    assert not_run_reason({"not_run_reason": "no vanilla samples"}, two_sample=True, samples=5) == "no vanilla samples"
+    assert "p = 1 by construction" in not_run_reason(BatteryTest(pvalue=1.0), two_sample=True, samples=1)
+    assert not_run_reason(BatteryTest(pvalue=1.0), two_sample=True, samples=5) is None
+    assert not_run_reason(BatteryTest(not_run_reason="no vanilla samples"), two_sample=True, samples=5) == "no vanilla samples"
 
 
 def test_commands_rerun_the_audit_with_the_flag_changed():

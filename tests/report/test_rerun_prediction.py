@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from specaudit.contracts.snapshot import read_snapshot
+from specaudit.contracts.snapshot import read_snapshot, snapshot_document
 from specaudit.report.view.costs import BUDGET_HOURS, RerunCost, predicted_rerun
 
 
@@ -35,7 +35,7 @@ def _audit(tiny_pair_dir, prompts_file, out, samples):
     with warnings.catch_warnings():  # groups of 2 prompts: the loader warns that groups are small
         warnings.simplefilter("ignore")
         run(cfg, out, progress=False)
-    snapshot = analyze(out, n_boot=100)
+    snapshot = snapshot_document(analyze(out, n_boot=100))
     return snapshot, time.perf_counter() - started
 
 

@@ -7,6 +7,7 @@ import importlib.util
 import pytest
 
 from specaudit.cli import main
+from specaudit.contracts.snapshot import snapshot_document
 from specaudit.contracts.status import CheckStatus
 from specaudit.decoding import SamplingSpec
 from specaudit.selftest.identity import identity_run
@@ -70,7 +71,7 @@ def test_an_audit_with_the_identity_draft_gets_the_check_in_its_gate(identity_pa
         engines=("speculative",), target=identity_pair.target_name, draft="target", samples=2, max_new_tokens=12, warmup=0, verify=verify
     )
     run(cfg, tmp_path, pair=identity_pair, prompt_set=two_prompts, progress=False)
-    snapshot = analyze(tmp_path, pair=identity_pair, equivalence=False, n_boot=10)
+    snapshot = snapshot_document(analyze(tmp_path, pair=identity_pair, equivalence=False, n_boot=10))
     assert snapshot["identity"]["status"] == status
     assert snapshot["identity"]["engines"]["speculative"]["rule"] == "rejection sampling"
     check = next(c for c in evaluate_gate(snapshot).checks if c.name == "identity-draft")
@@ -82,7 +83,7 @@ def test_a_run_with_another_draft_has_no_identity_check(audit_run):
     from specaudit.analysis import analyze
     from specaudit.gate import evaluate_gate
 
-    snapshot = analyze(audit_run, equivalence=False, n_boot=10, write=False)
+    snapshot = snapshot_document(analyze(audit_run, equivalence=False, n_boot=10, write=False))
     assert snapshot.get("identity") is None
     assert all(c.name != "identity-draft" for c in evaluate_gate(snapshot).checks)
 

@@ -62,10 +62,10 @@ def test_acceptance_stability_tells_load_from_state():
     steady = acceptance_stability(_run(lambda level, i: int(rng.integers(3, 7))), n_boot=200, seed=0)
     assert steady.status == "WITHIN" and steady.findings == []
     load = acceptance_stability(_run(lambda level, i: int(rng.integers(3, 7)) if level == 1 else None), n_boot=200, seed=0)
-    assert [f["kind"] for f in load.findings] == ["collapse_under_load"]
+    assert [f.kind for f in load.findings] == ["collapse_under_load"]
     state = acceptance_stability(_run(lambda level, i: int(rng.integers(3, 7)) if i < 12 else None), n_boot=200, seed=0)
-    assert [f["kind"] for f in state.findings] == ["stopped_during_run"]
-    assert state.findings[0]["level"] == 1 and "not load" in state.message
+    assert [f.kind for f in state.findings] == ["stopped_during_run"]
+    assert state.findings[0].level == 1 and "not load" in state.message
 
 
 def test_the_reference_server_batches_concurrent_requests(tiny_pair):

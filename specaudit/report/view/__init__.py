@@ -18,7 +18,7 @@ from markupsafe import Markup, escape
 
 from specaudit.contracts import CheckStatus
 from specaudit.contracts.run import SPECULATIVE_ENGINE
-from specaudit.contracts.snapshot import AnalysisBlock, GateSection, RunSection, Snapshot, read_snapshot
+from specaudit.contracts.snapshot import AnalysisBlock, GateSection, PromptSetInfo, RunSection, Snapshot, read_snapshot
 from specaudit.decoding._shapes import describe_steps
 from specaudit.report.view.base import NOT_RUN, Ids, guard
 from specaudit.report.view.concurrency import concurrency_view
@@ -84,7 +84,7 @@ def build_view(
 def _run_view(run: RunSection) -> dict[str, Any]:
     config = run.config or {}
     models = run.models or {}
-    prompt_set = run.prompt_set or {}
+    prompt_set = run.prompt_set or PromptSetInfo()
     temperature = config.get("temperature")
     sampling = (
         "greedy"
@@ -119,7 +119,7 @@ def _run_view(run: RunSection) -> dict[str, Any]:
         "steps": describe_steps(config),  # what each speculative engine offered per step
         "samples": recorded(config.get("samples")),
         "max_new_tokens": recorded(config.get("max_new_tokens")),
-        "prompt_set": f"{prompt_set.get('name', MISSING)} v{prompt_set.get('version', '?')}",
+        "prompt_set": f"{prompt_set.written('name', MISSING)} v{prompt_set.written('version', '?')}",
         "device": _device_text(run.device, models),
     }
 
@@ -218,7 +218,7 @@ def _repro_view(snapshot: Snapshot) -> dict[str, Any]:
                 "derived": derived,
             }
         )
-    prompt_set = run.prompt_set or {}
+    prompt_set = run.prompt_set or PromptSetInfo()
     seeds = run.seeds or {}
     analysis = run.analysis.model_dump(exclude_unset=True) if run.analysis is not None else {}
     return {
@@ -231,11 +231,11 @@ def _repro_view(snapshot: Snapshot) -> dict[str, Any]:
         "device_text": _device_text(run.device, run.models or {}),
         "seeds": seeds,
         "prompt_set": {
-            "name": prompt_set.get("name", MISSING),
-            "version": prompt_set.get("version", MISSING),
-            "checksum": prompt_set.get("checksum", MISSING),
-            "source": prompt_set.get("source", MISSING),
-            "n_prompts": integer(prompt_set.get("n_prompts")),
+            "name": prompt_set.written("name", MISSING),
+            "version": prompt_set.written("version", MISSING),
+            "checksum": prompt_set.written("checksum", MISSING),
+            "source": prompt_set.written("source", MISSING),
+            "n_prompts": integer(prompt_set.n_prompts),
         },
         "config": {k: _plain(v) for k, v in (run.config or {}).items()},
         "analysis": {k: _plain(v) for k, v in analysis.items()},

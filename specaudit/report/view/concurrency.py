@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import specaudit.charts as charts
-from specaudit.report.view.format import badge, fixed, mapping, with_ci
+from specaudit.contracts.snapshot import EngineTimings, LevelMetrics, RatioEstimate
+from specaudit.report.view.format import badge, fixed, with_ci
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -19,9 +20,10 @@ if TYPE_CHECKING:
 MAX_GROUPS_PER_CHART = 8  # more lines than this are no longer told apart; the table has them all
 
 
-def _interval(block: Any, fmt: Callable[[Any], str] = fixed, suffix: str = "") -> str:
-    block = mapping(block)
-    return with_ci(block.get("estimate"), block.get("ci_low"), block.get("ci_high"), fmt=fmt, suffix=suffix)
+def interval_text(block: RatioEstimate | None, fmt: Callable[[Any], str] = fixed, suffix: str = "") -> str:
+    """An estimate with its interval as text (a level's or a cache state's metric)."""
+    block = block or RatioEstimate()
+    return with_ci(block.estimate, block.ci_low, block.ci_high, fmt=fmt, suffix=suffix)
 
 
 def _crossover(section: ConcurrencySection, dimension: str, group: str) -> int | None:
@@ -35,26 +37,21 @@ def crossover_charts(section: ConcurrencySection, ids: Ids | None = None) -> lis
     if len(levels) < 2:
         return []
     made = []
-    # dimension -> group -> level -> metrics {estimate, ci_low, ci_high}: analysis.concurrency.group_metrics's open shape
     for dimension, groups in section.groups.items():
         for metric, label, reference in (
             ("speedup", "speed-up (vanilla / speculative time per token)", 1.0),
             ("acceptance", "acceptance", None),
         ):
             series, said = [], []
-            for index, (group, by_level) in enumerate(list(mapping(groups).items())[:MAX_GROUPS_PER_CHART]):
-                blocks = [mapping(mapping(mapping(by_level).get(level)).get(metric)) for level in levels]
-                values = [b.get("estimate") for b in blocks]
+            for index, (group, by_level) in enumerate(list(groups.items())[:MAX_GROUPS_PER_CHART]):
+                blocks = [getattr(by_level.get(level) or LevelMetrics(), metric) or RatioEstimate() for level in levels]
+                values = [b.estimate for b in blocks]
                 if not any(isinstance(v, (int, float)) for v in values):
                     continue
                 crossover = _crossover(section, dimension, group) if metric == "speedup" else None
                 at = levels.index(str(crossover)) if crossover is not None and str(crossover) in levels else None
                 colour = charts.OVERALL_COLOUR if group == "all" else charts.group_colour(index)
-                series.append(
-                    charts.LevelSeries(
-                        str(group), colour, values, [b.get("ci_low") for b in blocks], [b.get("ci_high") for b in blocks], at
-                    )
-                )
+                series.append(charts.LevelSeries(str(group), colour, values, [b.ci_low for b in blocks], [b.ci_high for b in blocks], at))
                 trend = ", ".join(f"{lv}: {fixed(v)}" for lv, v in zip(levels, values))
                 said.append(f"{group} ({trend}" + (f"; stops paying at {crossover})" if crossover is not None else ")"))
             if not series:
@@ -110,21 +107,21 @@ def _levels_view(section: ConcurrencySection, ids: Ids | None) -> dict[str, Any]
     ]
     rows = []
     for dimension, groups in section.groups.items():
-        for group, by_level in mapping(groups).items():
+        for group, by_level in groups.items():
             for level in levels:
-                metrics = mapping(mapping(by_level).get(level))
-                if not metrics:
+                metrics = by_level.get(level)
+                if metrics is None or not metrics.model_fields_set:
                     continue
-                speculative = mapping(metrics.get("speculative"))
+                speculative = metrics.speculative or EngineTimings()
                 rows.append(
                     {
                         "dimension": dimension,
                         "group": group,
                         "level": level,
-                        "acceptance": _interval(metrics.get("acceptance"), fmt=lambda v: f"{v:.2f}"),
-                        "speedup": _interval(metrics.get("speedup"), suffix="×"),
-                        "ttft_ms": _interval(speculative.get("ttft_s"), fmt=lambda v: f"{1000 * v:.0f}"),
-                        "tokens_per_s": _interval(speculative.get("tokens_per_s"), fmt=lambda v: f"{v:.1f}"),
+                        "acceptance": interval_text(metrics.acceptance, fmt=lambda v: f"{v:.2f}"),
+                        "speedup": interval_text(metrics.speedup, suffix="×"),
+                        "ttft_ms": interval_text(speculative.ttft_s, fmt=lambda v: f"{1000 * v:.0f}"),
+                        "tokens_per_s": interval_text(speculative.tokens_per_s, fmt=lambda v: f"{v:.1f}"),
                         "crossover": _crossover(section, dimension, group),
                     }
                 )
@@ -157,7 +154,7 @@ def _parity_line(parity: LogprobParitySection | None) -> str:
         return "the server returned no logprobs"
     return (
         f"{parity.positions} positions compared with the spec-OFF server's logprobs for the same prefix, none differing by more "
-        f"than {fixed(parity.threshold, 3)} nats (twice the measured batch noise, {fixed((parity.batch_noise or {}).get('max_abs_diff'), 4)})"
+        f"than {fixed(parity.threshold, 3)} nats (twice the measured batch noise, {fixed(parity.batch_noise.max_abs_diff if parity.batch_noise is not None else None, 4)})"
     )
 
 

@@ -92,7 +92,8 @@ def _stage(snapshot: Snapshot, name: str) -> float | None:
 
 def _engine_prompts(snapshot: Snapshot) -> Any:
     """The prompts the engines decoded: the cost model's timed subset (None without a cost model)."""
-    return ((snapshot.speed.cost_model if snapshot.speed is not None else None) or {}).get("n_prompts")
+    fit = snapshot.speed.cost_model if snapshot.speed is not None else None
+    return fit.n_prompts if fit is not None else None
 
 
 def predicted_rerun(
@@ -168,6 +169,6 @@ def best_k_speedup(snapshot: Snapshot, k: int) -> float | None:
     values = []
     for part in snapshot.recommendations.values():
         for row in part.by_group.values():
-            if row.get("best_k") == k and finite(row.get("best_k_expected_speedup")):
-                values.append(float(row["best_k_expected_speedup"]))
+            if row.best_k == k and finite(row.best_k_expected_speedup):
+                values.append(float(row.best_k_expected_speedup))
     return sum(values) / len(values) if values else None

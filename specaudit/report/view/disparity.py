@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Any
 import specaudit.charts as charts
 from specaudit.contracts import DEFAULT_BAND, DisparityStatus
 from specaudit.contracts.run import SPECULATIVE_ENGINE
-from specaudit.contracts.snapshot import DimensionDisparities, DimensionGroups, GroupEntry, MetricEstimate
+from specaudit.contracts.snapshot import (
+    AcceptanceCell,
+    DimensionDisparities,
+    DimensionGroups,
+    Drilldown,
+    Fallback,
+    GroupEntry,
+    KruskalTest,
+    MetricEstimate,
+)
 from specaudit.report.view.base import FOREST_METRICS, MAX_ROWS, NOT_RUN, Ids, guard
 from specaudit.report.view.format import (
     METRIC_FAMILIES,
@@ -127,7 +136,7 @@ def _dimension_view(
             if c["status"] == DisparityStatus.FLAG
         ],
         "warnings": [str(w) for w in part.warnings],
-        "drilldown": guard(f"drill-down ({name})", _drilldown_view, name, part.drilldown or {}, ids, colours),
+        "drilldown": guard(f"drill-down ({name})", _drilldown_view, name, part.drilldown, ids, colours),
         "advice": guard(f"recommendations ({name})", _advice_view, advice),
     }
     return view
@@ -272,89 +281,84 @@ def _across_rows(metrics: dict[str, MetricDisparity]) -> list[dict[str, str]]:
     """Per metric: Kruskal–Wallis across all groups, and the max − min / min ÷ max summaries."""
     rows = []
     for metric, block in metrics.items():
-        kw = block.kruskal or {}
+        kw = block.kruskal or KruskalTest()
         fmt = fixed if metric == "speedup" else num
         rows.append(
             {
                 "metric": metric_label(metric),
-                "statistic": num(kw.get("statistic")),
-                "pvalue": pvalue(kw.get("pvalue")),
-                "n_groups": integer(kw.get("n_groups")),
-                "n_prompts": integer(kw.get("n_prompts")),
-                "difference": triple(block.difference.get("between_groups"), fmt),
-                "ratio": triple(block.ratio.get("between_groups"), fixed),
+                "statistic": num(kw.statistic),
+                "pvalue": pvalue(kw.pvalue),
+                "n_groups": integer(kw.n_groups),
+                "n_prompts": integer(kw.n_prompts),
+                "difference": triple(block.difference.between_groups, fmt),
+                "ratio": triple(block.ratio.between_groups, fixed),
             }
         )
     return rows
 
 
-def _drilldown_view(dimension: str, drill: Mapping[str, Any], ids: Ids, colours: Mapping[str, str] | None = None) -> dict[str, Any]:
-    if not drill:
+def _drilldown_view(dimension: str, drill: Drilldown | None, ids: Ids, colours: Mapping[str, str] | None = None) -> dict[str, Any]:
+    if drill is None or not drill.model_fields_set:
         return {"ran": False, "reason": "no drill-down in this snapshot (needs per-step acceptance in the records)"}
-    position_rows = [r for r in (drill.get("by_position") or []) if isinstance(r, Mapping)]
-    rarity_rows = [r for r in (drill.get("by_rarity") or []) if isinstance(r, Mapping)]
-    corrections = [r for r in (drill.get("corrections") or []) if isinstance(r, Mapping)]
-    below = [r for r in (drill.get("below_threshold") or []) if isinstance(r, Mapping)]
+    given = lambda value: MISSING if value is None else value  # noqa: E731
     return {
         "ran": True,
-        "rank_source": drill.get("rank_source", MISSING),
-        "skipped_records": drill.get("skipped_records"),
-        "position": _bars(dimension, position_rows, "position", "draft position", ids, lambda v: f"position {v}", colours or {}),
-        "rarity": _bars(dimension, rarity_rows, "rank_bucket", "token rarity (frequency rank)", ids, lambda v: f"rank {v}", colours or {}),
-        "corrections_note": drill.get("corrections_note"),
+        "rank_source": given(drill.rank_source),
+        "skipped_records": drill.skipped_records,
+        "position": _bars(dimension, drill.by_position, "position", "draft position", ids, lambda v: f"position {v}", colours or {}),
+        "rarity": _bars(
+            dimension, drill.by_rarity, "rank_bucket", "token rarity (frequency rank)", ids, lambda v: f"rank {v}", colours or {}
+        ),
+        "corrections_note": drill.corrections_note,
         "corrections": [
             {
-                "group": r.get("group", MISSING),
-                "token": visible(r.get("token", r.get("token_id", MISSING))),
-                "token_id": r.get("token_id", MISSING),
-                "n": integer(r.get("n_corrections")),
-                "share": percent(r.get("share_of_group_corrections")),
-                "rate": percent(r.get("correction_rate")),
-                "prompt": r.get("example_prompt_id", MISSING),
-                "context": visible(r.get("example_context", "")),
+                "group": given(r.group),
+                "token": visible(r.token if r.token is not None else given(r.token_id)),
+                "token_id": given(r.token_id),
+                "n": integer(r.n_corrections),
+                "share": percent(r.share_of_group_corrections),
+                "rate": percent(r.correction_rate),
+                "prompt": given(r.example_prompt_id),
+                "context": visible(r.example_context or ""),
             }
-            for r in corrections[:MAX_ROWS]
+            for r in drill.corrections[:MAX_ROWS]
         ],
         "below": [
             {
-                "group": r.get("group", MISSING),
-                "metric": metric_label(r.get("metric", "")),
-                "threshold": setting(r.get("threshold")),
-                "share": f"{integer(r.get('n_below'))} of {integer(r.get('n_prompts'))} ({percent(r.get('share'))})",
-                "ci": f"[{percent(r.get('ci_low'))}, {percent(r.get('ci_high'))}]" if finite(r.get("ci_low")) else MISSING,
-                "lowest": [
-                    {"id": str(p.get("prompt_id")), "value": num(p.get("value"))}
-                    for p in (r.get("lowest_prompts") or [])
-                    if isinstance(p, Mapping)
-                ],
+                "group": given(r.group),
+                "metric": metric_label(r.metric or ""),
+                "threshold": setting(r.threshold),
+                "share": f"{integer(r.n_below)} of {integer(r.n_prompts)} ({percent(r.share)})",
+                "ci": f"[{percent(r.ci_low)}, {percent(r.ci_high)}]" if finite(r.ci_low) else MISSING,
+                "lowest": [{"id": str(p.prompt_id), "value": num(p.value)} for p in r.lowest_prompts],
             }
-            for r in below
+            for r in drill.below_threshold
         ],
     }
 
 
 def _bars(
-    dimension: str, rows: list[dict], key: str, what: str, ids: Ids, name: Callable[[Any], str], colours: dict[str, str]
+    dimension: str, rows: list[AcceptanceCell], key: str, what: str, ids: Ids, name: Callable[[Any], str], colours: dict[str, str]
 ) -> dict[str, Any] | None:
-    rows = [r for r in rows if finite(r.get("value"))]
+    rows = [r for r in rows if finite(r.value)]
     if not rows:
         return None
-    categories = list(dict.fromkeys(str(r.get(key)) for r in rows))
-    groups = list(dict.fromkeys(str(r.get("group")) for r in rows))
-    table = {(str(r.get("group")), str(r.get(key))): r for r in rows}
+    categories = list(dict.fromkeys(str(getattr(r, key)) for r in rows))
+    groups = list(dict.fromkeys(str(r.group) for r in rows))
+    table = {(str(r.group), str(getattr(r, key))): r for r in rows}
     # every group, in the dimension's order (so each keeps its colour), overall first
     ordered = (
         (["overall"] if "overall" in groups else [])
         + [g for g in colours if g in groups]
         + [g for g in groups if g != "overall" and g not in colours]
     )
-    cell = {(g, c): table.get((g, c), {}) for g in ordered for c in categories}
+    cell = {(g, c): table.get((g, c), AcceptanceCell()) for g in ordered for c in categories}
     series = [
         charts.BarSeries(
             g,
-            [cell[g, c].get("value") for c in categories],
-            [cell[g, c].get("ci_low") for c in categories],
-            [cell[g, c].get("ci_high") for c in categories],
+            [cell[g, c].value for c in categories],
+            [cell[g, c].ci_low for c in categories],
+            [cell[g, c].ci_high for c in categories],
         )
         for g in ordered
     ]
@@ -373,8 +377,8 @@ def _bars(
         {
             "group": g,
             "cells": [
-                with_ci(cell[g, c].get("value"), cell[g, c].get("ci_low"), cell[g, c].get("ci_high"))
-                + (f" (n={integer(cell[g, c].get('n_positions'))})" if (g, c) in table else "")
+                with_ci(cell[g, c].value, cell[g, c].ci_low, cell[g, c].ci_high)
+                + (f" (n={integer(cell[g, c].n_positions)})" if (g, c) in table else "")
                 for c in categories
             ],
         }
@@ -391,72 +395,71 @@ def _advice_view(advice: DimensionAdvice | None) -> dict[str, Any]:
         per_group.append(
             {
                 "group": group,
-                "k": row.get("k", MISSING),
-                "alpha": f"{num(row.get('alpha'))} ({str(row.get('alpha_source', '')).replace('_', ' ')})",
-                "cost": num(row.get("cost_ratio")),
-                "expected": fixed(row.get("expected_speedup")) + "×" if finite(row.get("expected_speedup")) else MISSING,
-                "measured": triple(row.get("measured_speedup"), fixed, "×"),
-                "best_k": f"{row.get('best_k', MISSING)} ({fixed(row.get('best_k_expected_speedup'))}×)",
-                "slowed": "yes (interval below 1)" if row.get("slowed_down_significantly") else ("yes" if row.get("slowed_down") else "no"),
-                "is_slowed": bool(row.get("slowed_down")),
-                "alpha_portable": triple(row.get("alpha_portable"), num),
-                "engine_rule_rate": triple(row.get("engine_rule_rate"), num),
+                "k": MISSING if row.k is None else row.k,
+                "alpha": f"{num(row.alpha)} ({str(row.alpha_source or '').replace('_', ' ')})",
+                "cost": num(row.cost_ratio),
+                "expected": fixed(row.expected_speedup) + "×" if finite(row.expected_speedup) else MISSING,
+                "measured": triple(row.measured_speedup, fixed, "×"),
+                "best_k": f"{MISSING if row.best_k is None else row.best_k} ({fixed(row.best_k_expected_speedup)}×)",
+                "slowed": "yes (interval below 1)" if row.slowed_down_significantly else ("yes" if row.slowed_down else "no"),
+                "is_slowed": bool(row.slowed_down),
+                "alpha_portable": triple(row.alpha_portable, num),
+                "engine_rule_rate": triple(row.engine_rule_rate, num),
                 "projected": (
-                    triple(row.get("projected_speedup"), fixed, "×")
-                    + ("" if row.get("projected_from") == "mean_beta" else " (from the engine's rule: no mean β in this run)")
+                    triple(row.projected_speedup, fixed, "×")
+                    + ("" if row.projected_from == "mean_beta" else " (from the engine's rule: no mean β in this run)")
                 )
-                if row.get("projected_speedup")
+                if row.projected_speedup is not None and row.projected_speedup.model_fields_set
                 else None,
             }
         )
-    fallback = advice.fallback or {}
+    fallback = advice.fallback or Fallback()
     fallback_rows = []
-    for group, row in [*(fallback.get("by_group") or {}).items(), ("overall", fallback.get("overall"))]:
-        if not row:
+    for group, row in [*fallback.by_group.items(), ("overall", fallback.overall)]:
+        if row is None or not row.model_fields_set:
             continue
         fallback_rows.append(
             {
                 "group": group,
                 "is_overall": group == "overall",
-                "routed": f"{integer(row.get('n_routed'))} of {integer(row.get('n_paired_prompts'))} ({percent(row.get('share_routed'))})",
-                "speedup": f"{fixed(row.get('speedup_before'))}× → {fixed(row.get('speedup_after'))}×",
-                "ratio": f"{fixed(row.get('ratio_to_reference_before'))} → {fixed(row.get('ratio_to_reference_after'))}",
+                "routed": f"{integer(row.n_routed)} of {integer(row.n_paired_prompts)} ({percent(row.share_routed)})",
+                "speedup": f"{fixed(row.speedup_before)}× → {fixed(row.speedup_after)}×",
+                "ratio": f"{fixed(row.ratio_to_reference_before)} → {fixed(row.ratio_to_reference_after)}",
             }
         )
     sweep = [
         {
-            "threshold": setting(s.get("threshold")),
-            "speedup": fixed(s.get("overall_speedup")) + "×" if finite(s.get("overall_speedup")) else MISSING,
-            "routed": percent(s.get("share_routed")),
-            "ratio": fixed(s.get("min_max_speedup_ratio")),
+            "threshold": setting(s.threshold),
+            "speedup": fixed(s.overall_speedup) + "×" if finite(s.overall_speedup) else MISSING,
+            "routed": percent(s.share_routed),
+            "ratio": fixed(s.min_max_speedup_ratio),
         }
-        for s in fallback.get("sweep") or []
-        if isinstance(s, Mapping)
+        for s in fallback.sweep
     ]
-    projection = advice.projection or {}
+    projection = advice.projection
     return {
         "ran": True,
         "model": recorded(advice.model),
         "per_group": per_group,
         "acceptance_rule": advice.acceptance_rule or MISSING,
         "projection": {
-            "cost": num(projection.get("cost_ratio")),
-            "verify": num(projection.get("verify_cost")),
-            "formula": projection.get("formula", MISSING),
-            "note": projection.get("note", ""),
+            "cost": num(projection.cost_ratio),
+            "verify": num(projection.verify_cost),
+            "formula": MISSING if projection.formula is None else projection.formula,
+            "note": projection.note or "",
         }
-        if projection
+        if projection is not None and projection.model_fields_set
         else None,
         "fallback": {
-            "rule": recorded(fallback.get("rule")),
-            "threshold": setting(fallback.get("threshold")),
-            "oracle": bool(fallback.get("oracle")),
-            "reference": recorded(fallback.get("reference"), "overall"),
+            "rule": recorded(fallback.rule),
+            "threshold": setting(fallback.threshold),
+            "oracle": bool(fallback.oracle),
+            "reference": recorded(fallback.reference, "overall"),
             "rows": fallback_rows,
             "sweep": sweep,
-            "ratio": f"{fixed(fallback.get('min_max_speedup_ratio_before'))} → {fixed(fallback.get('min_max_speedup_ratio_after'))}",
+            "ratio": f"{fixed(fallback.min_max_speedup_ratio_before)} → {fixed(fallback.min_max_speedup_ratio_after)}",
         }
-        if fallback
+        if fallback.model_fields_set
         else None,
         "messages": advice.messages,
     }

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import specaudit.charts as charts
 from specaudit.contracts import CheckStatus, EquivalenceStatus
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
-from specaudit.contracts.snapshot import GreedyComparison, ImpossibleTokens
+from specaudit.contracts.snapshot import BatteryTest, GreedyComparison, ImpossibleTokens
 from specaudit.report.view.base import MAX_ROWS, NOT_RUN, Ids, generic_rows
 from specaudit.report.view.format import (
     MISSING,
@@ -17,7 +17,6 @@ from specaudit.report.view.format import (
     finite,
     integer,
     is_status,
-    mapping,
     num,
     percent,
     pvalue,
@@ -29,7 +28,7 @@ from specaudit.report.view.format import (
 from specaudit.report.view.statuses import engine_status, not_run_reason, status_badge
 
 if TYPE_CHECKING:
-    from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection, GoodnessOfFit, HolmRow, TvBound, TwoSample
+    from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection, GoodnessOfFit, HolmRow, PitBound, TvBound, TwoSample
 
 
 def equivalence_view(section: EquivalenceSection, ids: Ids, samples: Any = None) -> dict[str, Any]:
@@ -77,14 +76,11 @@ def _test_rows(
     rows = []
     # each test writes the figures it has (statistic, pvalue, n, method; the PIT its histogram and ks): an open part
     for name, test in block.tests.items():
-        if not isinstance(test, Mapping):
-            continue
         gated = holm.get(str(name))
         reason = not_run_reason(test, two_sample=two_sample, samples=samples)
         rows.append(_test_row(str(name), test, gated, reason, control))
-        ks = test.get("ks")
-        if isinstance(ks, Mapping):
-            rows.append(_test_row(str(ks.get("name", "pit_ks")), ks, None, None, control))
+        if test.ks is not None:
+            rows.append(_test_row(str(test.ks.name or "pit_ks"), test.ks, None, None, control))
     return rows
 
 
@@ -96,10 +92,8 @@ TEST_BADGES = {  # a test rejects or does not; "not rejected" is not a pass
 }
 
 
-def _test_row(
-    name: str, test: Mapping[str, Any], gated: HolmRow | None, reason: str | None = None, control: bool = False
-) -> dict[str, Any]:
-    verdict = test.get("verdict")
+def _test_row(name: str, test: BatteryTest, gated: HolmRow | None, reason: str | None = None, control: bool = False) -> dict[str, Any]:
+    verdict = test.verdict
     if gated is not None:  # the gate's decision is the Holm-corrected one
         verdict = CheckStatus.FAIL if gated.reject else CheckStatus.PASS
     if reason:
@@ -111,11 +105,11 @@ def _test_row(
     return {
         "not_run": reason,
         "name": test_label(name),
-        "statistic": num(test.get("statistic")),
-        "pvalue": pvalue(test.get("pvalue")),
+        "statistic": num(test.statistic),
+        "pvalue": pvalue(test.pvalue),
         "holm": pvalue(gated.holm_pvalue) if gated is not None else "not gated",
-        "n": integer(test.get("n")),
-        "method": test.get("method") or MISSING,
+        "n": integer(test.n),
+        "method": test.method or MISSING,
         "badge": shown,
         "gated": gated is not None,
     }
@@ -124,8 +118,8 @@ def _test_row(
 def _sampling_engine(name: str, entry: EngineEquivalence, is_control: bool, ids: Ids, samples: Any = None) -> dict[str, Any]:
     gof, two = entry.goodness_of_fit, entry.two_sample
     impossible = (gof.impossible_tokens if gof is not None else None) or ImpossibleTokens()
-    pit = mapping(gof.tests.get("pit")) if gof is not None else {}
-    histogram = pit.get("histogram") or []
+    pit = (gof.tests.get("pit") if gof is not None else None) or BatteryTest()
+    histogram = pit.histogram
     chart = None
     if histogram:
         chart = charts.pit_histogram(
@@ -135,7 +129,7 @@ def _sampling_engine(name: str, entry: EngineEquivalence, is_control: bool, ids:
             desc=(
                 f"Randomised PIT values of every scored token of {name} on {len(histogram)} equal bins. A sampler that "
                 f"follows the target gives a flat histogram inside the grey 95% range. Anderson–Darling p = "
-                f"{pvalue(pit.get('pvalue'))}."
+                f"{pvalue(pit.pvalue)}."
             ),
         )
     gated = [r for block in (gof, two) if block is not None for r in block.gate]
@@ -174,7 +168,7 @@ def _sampling_engine(name: str, entry: EngineEquivalence, is_control: bool, ids:
             "near_boundary": len(impossible.near_boundary),
         },
         "tv": _tv_view(entry.tv_bound),
-        "pit_bound": pit_bound_view(entry.pit_bound or {}, violation=status == EquivalenceStatus.VIOLATION),
+        "pit_bound": pit_bound_view(entry.pit_bound, violation=status == EquivalenceStatus.VIOLATION),
         "power": _power_rows(entry.power),
         "pit_chart": chart,
         "flagged_groups": generic_rows(gof.flagged_groups if gof is not None else []),
@@ -192,7 +186,7 @@ def _control_badge(verdict: Any) -> dict[str, str]:
 
 
 def _two_sample_badge(two: TwoSample, samples: Any) -> dict[str, str]:
-    tests = [t for t in two.tests.values() if isinstance(t, Mapping)]
+    tests = list(two.tests.values())
     if tests and all(not_run_reason(t, two_sample=True, samples=samples) for t in tests):
         return TEST_BADGES["not_run"]
     return TEST_BADGES["rejected"] if two.verdict is CheckStatus.FAIL else TEST_BADGES["not_rejected"]
@@ -221,17 +215,17 @@ def _tv_view(tv: TvBound | None) -> dict[str, Any]:
     }
 
 
-def pit_bound_view(bound: Mapping[str, Any], *, violation: bool = False) -> dict[str, Any]:
+def pit_bound_view(bound: PitBound | None, *, violation: bool = False) -> dict[str, Any]:
     """The bounded statement (stats.equivalence.pit_bound): "no distortion of the PIT above d, shown
     at 95%" where no test found a violation; where one did, the same bound words what it is there,
     an upper limit on the violation's size on the PIT scale, never a claim of correctness."""
-    upper, level = bound.get("upper") if bound else None, bound.get("level") if bound else None
-    if not finite(upper) or not finite(level) or not bound.get("n") or upper >= 1.0:
+    upper, level = (bound.upper, bound.level) if bound is not None else (None, None)
+    if not finite(upper) or not finite(level) or not bound.n or upper >= 1.0:
         return {"ran": False}
     shown_at = f"{level * 100:.0f}%"
     how = (
-        f"(Kolmogorov distance of the PIT from uniform over {integer(bound.get('n'))} tokens: observed "
-        f"{bound.get('observed'):.3f} plus the DKW margin {bound.get('margin'):.3f})"
+        f"(Kolmogorov distance of the PIT from uniform over {integer(bound.n)} tokens: observed "
+        f"{bound.observed:.3f} plus the DKW margin {bound.margin:.3f})"
     )
     claim = (
         f"whatever the violation is, it distorts the PIT by at most {upper:.3f} ({shown_at} upper bound)"
@@ -243,9 +237,9 @@ def pit_bound_view(bound: Mapping[str, Any], *, violation: bool = False) -> dict
         "violation": violation,
         "upper": f"{upper:.3f}",
         "level": shown_at,
-        "n": integer(bound.get("n")),
-        "observed": f"{bound.get('observed'):.3f}",
-        "margin": f"{bound.get('margin'):.3f}",
+        "n": integer(bound.n),
+        "observed": f"{bound.observed:.3f}",
+        "margin": f"{bound.margin:.3f}",
         "claim": claim,
         "sentence": f"{claim} {how}",
     }

@@ -120,7 +120,7 @@ def glossary_rows() -> list[tuple[str, str, str]]:
 def group_names(run: RunSection) -> list[tuple[str, str, str]]:
     """(dimension, group code, readable name) for every group the prompt set names (its manifest's
     `labels:`), in the set's order: codes like `sae` or `naija` read as their varieties."""
-    dimensions = (run.prompt_set or {}).get("dimensions") or {}  # the prompt set's manifest: an open part
+    dimensions = (run.prompt_set.dimensions if run.prompt_set is not None else None) or {}  # the set's manifest: open
     rows = []
     for dimension, spec in dimensions.items():
         labels = (spec or {}).get("labels") or {} if isinstance(spec, Mapping) else {}

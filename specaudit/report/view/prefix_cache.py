@@ -9,15 +9,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import CONTROL_ENGINE
-from specaudit.report.view.format import badge, mapping, with_ci
+from specaudit.contracts.snapshot import LevelMetrics
+from specaudit.report.view.concurrency import interval_text
+from specaudit.report.view.format import badge
 
 if TYPE_CHECKING:
     from specaudit.contracts.snapshot import Snapshot
-
-
-def _interval(block: Any, fmt: Any, suffix: str = "") -> str:
-    block = mapping(block)
-    return with_ci(block.get("estimate"), block.get("ci_low"), block.get("ci_high"), fmt=fmt, suffix=suffix)
 
 
 def prefix_cache_view(snapshot: Snapshot) -> dict[str, Any]:
@@ -27,7 +24,7 @@ def prefix_cache_view(snapshot: Snapshot) -> dict[str, Any]:
     rows = []
     for state in section.states:
         battery = section.equivalence.get(state)
-        metrics = mapping(section.metrics.get(state))
+        metrics = section.metrics.get(state) or LevelMetrics()
         for engine, c in sorted(section.counts.get(state, {}).items()):
             rows.append(
                 {
@@ -43,8 +40,8 @@ def prefix_cache_view(snapshot: Snapshot) -> dict[str, Any]:
                     "misses": c["misses"],
                     "unreported": c["unreported"],
                     "reused": f"{c['reused_tokens'] / c['hits']:.1f}" if c["hits"] else "-",
-                    "acceptance": _interval(metrics.get("acceptance"), fmt=lambda v: f"{v:.2f}") if engine != CONTROL_ENGINE else "",
-                    "speedup": _interval(metrics.get("speedup"), fmt=lambda v: f"{v:.2f}", suffix="×") if engine != CONTROL_ENGINE else "",
+                    "acceptance": interval_text(metrics.acceptance, fmt=lambda v: f"{v:.2f}") if engine != CONTROL_ENGINE else "",
+                    "speedup": interval_text(metrics.speedup, fmt=lambda v: f"{v:.2f}", suffix="×") if engine != CONTROL_ENGINE else "",
                 }
             )
     return {

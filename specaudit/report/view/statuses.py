@@ -19,7 +19,7 @@ from specaudit.report.view.format import MISSING, finite, fixed, integer, mappin
 from specaudit.report.view.subject import hardware_text
 
 if TYPE_CHECKING:
-    from specaudit.contracts.snapshot import Comparison, DimensionDisparities, EngineEquivalence, EquivalenceSection, Snapshot
+    from specaudit.contracts.snapshot import BatteryTest, Comparison, DimensionDisparities, EngineEquivalence, EquivalenceSection, Snapshot
 
 DECIDED = (DisparityStatus.FLAG, DisparityStatus.WITHIN)
 
@@ -92,11 +92,11 @@ def audited_correctness(section: EquivalenceSection) -> EquivalenceStatus:
     return min(statuses, key=CORRECTNESS_ORDER.index, default=EquivalenceStatus.NOT_RUN)
 
 
-def not_run_reason(test: Mapping[str, Any], *, two_sample: bool, samples: Any) -> str | None:
-    """Why a test could not reject (`test` one of a battery's open `tests` entries): the reason it
-    carries, else (two-sample tests permuted within prompts) one sample per prompt and engine,
-    which makes every permutation give the same statistic."""
-    reason = test.get("not_run_reason")
+def not_run_reason(test: BatteryTest, *, two_sample: bool, samples: Any) -> str | None:
+    """Why a test could not reject (`test` one of a battery's tests): the reason it carries, else
+    (two-sample tests permuted within prompts) one sample per prompt and engine, which makes
+    every permutation give the same statistic."""
+    reason = test.not_run_reason
     if reason:
         return str(reason)
     if two_sample and finite(samples) and samples < 2:
@@ -237,9 +237,9 @@ def speed_summary(snapshot: Snapshot) -> dict[str, Any]:
     predicted = model is not None and model.source == "cost model"
     model_lines = []
     if predicted:
-        check = (model.validation or {}).get("measured_over_predicted")
+        check = model.validation.measured_over_predicted if model.validation is not None else None
         model_lines.append(
-            f"Predicted for every screened prompt by a cost model fitted on {integer((model.cost_model or {}).get('n_prompts'))} "
+            f"Predicted for every screened prompt by a cost model fitted on {integer(model.cost_model.n_prompts if model.cost_model is not None else None)} "
             f"prompts timed by both engines; out of sample, measured / predicted = {triple(check, fixed, '×')}."
         )
         smallest = model.validation_by_group_smallest_pvalue_holm
@@ -282,15 +282,15 @@ def _projection(snapshot: Snapshot) -> dict[str, Any] | None:
         if part.projection is not None:
             setting = part.projection
         for name, row in part.by_group.items():
-            projected = mapping(row.get("projected_speedup")).get("value")
+            projected = row.projected_speedup.value if row.projected_speedup is not None else None
             if finite(projected):
                 values.append((projected, name))
     if setting is None or not values:
         return None
     values.sort()
     return {
-        "cost": setting.get("cost_ratio"),
-        "verify": setting.get("verify_cost"),
+        "cost": setting.cost_ratio,
+        "verify": setting.verify_cost,
         "range": f"{fixed(values[0][0])}× ({values[0][1]}) to {fixed(values[-1][0])}× ({values[-1][1]})",
         "below_one": sum(v < 1 for v, _ in values),
         "n": len(values),

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import SPECULATIVE_ENGINE
+from specaudit.contracts.snapshot import PromptSetInfo
 from specaudit.decoding._shapes import describe_steps
 from specaudit.report.view.format import MISSING, finite, integer, mapping, recorded, setting
 
@@ -80,7 +81,7 @@ def subject(snapshot: Snapshot) -> list[tuple[str, str]]:
     shown_target = target_name + (" (the embedded SmolLM2-135M-Instruct, GGUF)" if target_name == "default" else "")
     if target.get("parameters"):
         shown_target += f", {integer(target['parameters'])} parameters"
-    prompt_set, versions = run.prompt_set or {}, run.versions or {}
+    prompt_set, versions = run.prompt_set or PromptSetInfo(), run.versions or {}
     commit = versions.get("specaudit_commit") or getattr(run, "git_commit", None) or versions.get("git")  # git_commit: older runs
     # the run's own commit only: the code rendering the report is not the code that decoded, and a
     # report rendered twice from one snapshot is the same file whatever the checkout
@@ -114,8 +115,8 @@ def subject(snapshot: Snapshot) -> list[tuple[str, str]]:
         (
             "Prompt set",
             (
-                f"{prompt_set.get('name', MISSING)} version {prompt_set.get('version', MISSING)}, "
-                f"{integer(prompt_set.get('n_prompts'))} prompts, sha256 {prompt_set.get('checksum', MISSING)}"
+                f"{prompt_set.written('name', MISSING)} version {prompt_set.written('version', MISSING)}, "
+                f"{integer(prompt_set.n_prompts)} prompts, sha256 {prompt_set.written('checksum', MISSING)}"
             ),
         ),
         ("specaudit", f"{versions.get('specaudit', MISSING)}, {commit_text}"),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import specaudit.charts as charts
 from specaudit.contracts import DisparityStatus, EquivalenceStatus
 from specaudit.contracts.run import SCREEN_ENGINE
-from specaudit.contracts.snapshot import DimensionGroups, GroupEntry
+from specaudit.contracts.snapshot import DimensionGroups, GroupEntry, ScreenTest
 from specaudit.report.view.base import FOREST_METRICS, NOT_RUN, Ids
 from specaudit.report.view.disparity import dimension_summary
 from specaudit.report.view.format import (
@@ -105,15 +105,19 @@ def _screen_line(snapshot: Snapshot) -> str | None:
     line = "Acceptance per group is the screen's: the expected acceptance along target samples of every prompt."
     ratio = check.engine_over_screen_acceptance if check is not None else None
     if ratio is not None:
-        given = check.given_engine_paths or {}
+        given = check.given_engine_paths or ScreenTest()
         line += (
             f" On the {integer(check.n_prompts)} prompts the speculative engine also ran, its acceptance is "
             f"{triple(ratio, fixed, '×')} the screen's"
-            + (f", and {triple(given, fixed, '×')} what the screen's model gives its own paths" if "value" in given else "")
+            + (
+                f", and {triple(given, fixed, '×')} what the screen's model gives its own paths"
+                if "value" in given.model_fields_set
+                else ""
+            )
         )
         if check.agrees:
             line += " (agrees)."
-        elif given.get("rejected"):
+        elif given.rejected:
             line += ": the screen may not reproduce this engine (see the gate's screen-agreement check)."
         else:
             line += (

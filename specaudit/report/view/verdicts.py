@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.contracts.engines import BEYOND_CHAINS, engine_settings, step_shape
+from specaudit.contracts.snapshot import PitBound, SamplePlan
 from specaudit.decoding._shapes import DEFAULT_LEVEL_K, speculative_engines
 from specaudit.gate.decision import BLOCKING, DecisionFacts, decision_key
 from specaudit.gate.results import fail_on_for
 from specaudit.report.view.costs import BUDGET_HOURS, best_k_speedup, predicted_rerun, rerun_cost
-from specaudit.report.view.format import finite, mapping, recorded
+from specaudit.report.view.format import finite, recorded
 from specaudit.report.view.statuses import (
     DECIDED,
     prompts_to_decide,
@@ -94,10 +95,10 @@ def decide(
         no_proof = [name for name, status in engines if status == EquivalenceStatus.NO_VIOLATION_FOUND]
         if no_proof:
             shown = [
-                f"no distortion of {name}'s PIT above {bound['upper']:.3f}, shown at {bound['level'] * 100:.0f}%"
+                f"no distortion of {name}'s PIT above {bound.upper:.3f}, shown at {bound.level * 100:.0f}%"
                 for name in no_proof
                 for bound in [_pit_bound(snapshot, name)]
-                if finite(bound.get("upper")) and bound["upper"] < 1 and finite(bound.get("level"))
+                if finite(bound.upper) and bound.upper < 1 and finite(bound.level)
             ]
             reasons.append(
                 f"Correctness: no test found a violation for {', '.join(no_proof)}, but equivalence within δ is not shown"
@@ -142,10 +143,10 @@ def decide(
     return {"key": key, "title": title, "css": css, "reasons": reasons, "gate": line, "gate_note": note}
 
 
-def _pit_bound(snapshot: Snapshot, engine: str) -> Mapping[str, Any]:
+def _pit_bound(snapshot: Snapshot, engine: str) -> PitBound:
     """An engine's PIT bound (stats.equivalence.pit_bound: upper, level, ...), empty where it has none."""
     entry = snapshot.equivalence.engines.get(engine)
-    return (entry.pit_bound if entry is not None else None) or {}
+    return (entry.pit_bound if entry is not None else None) or PitBound()
 
 
 # ============================================================================ what to do
@@ -258,7 +259,7 @@ def actions(
         not_run = [e for e in audited if any(r.get("not_run") for r in e.get("two_sample", {}).get("rows", []) or [])]
         if not_shown or not_run:
             samples = recorded(config.get("samples"), 1)
-            plan = mapping(not_shown[0]["tv"].get("samples_to_show")) if not_shown else {}
+            plan = not_shown[0]["tv"]["samples_to_show"] if not_shown else None
             parts = []
             if not_shown:
                 parts.append(
@@ -267,11 +268,11 @@ def actions(
             if not_run:
                 parts.append("the two-sample tests cannot reject with one sample per prompt")
             text = "Correctness is not proven: " + " and ".join(parts) + ". "
-            if plan and plan.get("samples") is None:
+            if plan is not None and plan.model_fields_set and plan.samples is None:
                 add(
                     "warn",
                     text + f"No number of samples up to 2**20 per prompt brings a correct engine's bound to δ = "
-                    f"{plan.get('delta')}: the plug-in distance of the target's own samples stays above it. Audit at a larger δ.",
+                    f"{plan.delta}: the plug-in distance of the target's own samples stays above it. Audit at a larger δ.",
                     "equivalence",
                 )
             else:
@@ -339,23 +340,23 @@ def _common_best_k(snapshot: Snapshot) -> int | None:
     counts: dict[int, int] = {}
     for part in snapshot.recommendations.values():
         for row in part.by_group.values():
-            k = row.get("best_k")
+            k = row.best_k
             if isinstance(k, int):
                 counts[k] = counts.get(k, 0) + 1
     return max(counts, key=lambda k: (counts[k], -k)) if counts else None
 
 
-def _samples_wanted(plan: Mapping[str, Any], engine: Mapping[str, Any] | None) -> tuple[int | None, str]:
+def _samples_wanted(plan: SamplePlan | None, engine: Mapping[str, Any] | None) -> tuple[int | None, str]:
     """Samples per prompt and what they buy. From the target's own first-token distributions
     (tv.samples_to_show, stats.plugin_tv) where the analysis had them: the samples at which a
     correct engine's TV bound is expected to reach δ. Else (server-scored runs) the samples at
     which the first-token test detects a TV of δ: this run's detectable TV scaled by 1/√samples
     (the power planner's law for that test), which detects δ but does not show equivalence."""
-    if plan.get("samples") is not None:
-        return int(plan["samples"]), (
-            f"on each of these {plan['n_prompts']} prompts make a correct engine's TV bound reach δ = {plan['delta']:g} with "
-            f"{plan.get('power', 0.8):.0%} power (its expected bound there: {plan['expected_upper']:.3f}, the plug-in distance of the "
-            f"target's own samples {plan['bias']:.3f} plus the confidence margin {plan['margin']:.3f}; from the target's scored "
+    if plan is not None and plan.samples is not None:
+        return plan.samples, (
+            f"on each of these {plan.n_prompts} prompts make a correct engine's TV bound reach δ = {plan.delta:g} with "
+            f"{0.8 if plan.power is None else plan.power:.0%} power (its expected bound there: {plan.expected_upper:.3f}, the plug-in "
+            f"distance of the target's own samples {plan.bias:.3f} plus the confidence margin {plan.margin:.3f}; from the target's scored "
             "first-token distributions)"
         )
     detects = "would make a first-token distance of δ detectable"
@@ -367,15 +368,15 @@ def _samples_wanted(plan: Mapping[str, Any], engine: Mapping[str, Any] | None) -
     return max(2, math.ceil(samples * (mde / delta) ** 2)), detects
 
 
-def _fewer_prompts(snapshot: Snapshot, plan: Mapping[str, Any], wanted: int) -> tuple[str, Any, dict[str, int]] | None:
+def _fewer_prompts(snapshot: Snapshot, plan: SamplePlan | None, wanted: int) -> tuple[str, Any, dict[str, int]] | None:
     """The cheapest budget in decoded samples that still reaches δ, when it has fewer prompts than
     the audit: (its sentence, its RerunCost or None, its flags); its claim covers those prompts only,
     which the sentence says."""
-    options = [(int(p) * int(n), int(p), int(n)) for p, n in mapping(plan.get("fewer_prompts")).items() if finite(n)]
-    if not options or plan.get("samples") is None:
+    options = [(int(p) * int(n), int(p), int(n)) for p, n in (plan.fewer_prompts if plan is not None else {}).items() if finite(n)]
+    if not options or plan.samples is None:
         return None
     total, prompts, samples = min(options)
-    if total >= int(plan["n_prompts"]) * wanted:
+    if total >= int(plan.n_prompts) * wanted:
         return None
     cost = predicted_rerun(snapshot, samples=samples, prompts=prompts)
     flags = "" if cost is not None and cost.over_budget else f" (`--engine-prompts {prompts} --samples {samples}`)"
