@@ -150,7 +150,7 @@ def test_sampling_flag_errors_exit_2_before_any_decoding(tmp_path, tiny_pair_dir
     config = _config(tmp_path, tiny_pair_dir, tiny_prompts_file)
     out = tmp_path / "o"
     for flags, message in (
-        (["--sampling", "t=0.7,top_q=0.9"], "'top_q=0.9' is not key=value"),
+        (["--sampling", "t=0.7,top_q=0.9"], "'top_q' is not a sampling setting; did you mean top_p?"),
         (["--sampling", "greedy", "--top-p", "0.9"], "drop --top-p"),
         (["--sampling", "t=1", "temperature=1"], "repeats the setting t=1"),
     ):
