@@ -480,11 +480,14 @@ def serve(
     """Run the proxy in this thread until SIGTERM / SIGINT; the number of lines written."""
     host, port = parse_listen(listen)
     proxy = RunningProxy(upstream, log_dir, host=host, port=port, rotate_lines=rotate_lines, timeout=timeout)
-    signal.signal(signal.SIGTERM, lambda signum, frame: proxy.stop())
-    signal.signal(signal.SIGINT, lambda signum, frame: proxy.stop())
+    previous = {sig: signal.signal(sig, lambda signum, frame: proxy.stop()) for sig in (signal.SIGTERM, signal.SIGINT)}
     if out is not None:
         print(f"specaudit proxy: {upstream} on {proxy.url}, logging to {log_dir}", file=out, flush=True)
-    proxy.serve_forever()
+    try:
+        proxy.serve_forever()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if proxy.writer.error is not None:
         raise InputError(proxy.writer.failure())
     if out is not None:

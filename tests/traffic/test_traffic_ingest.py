@@ -232,3 +232,13 @@ def test_the_request_body_is_the_clients_own(tmp_path):
     stored = rows(tmp_path / "t.db")
     assert stored[0]["temperature"] == 1.0 and stored[0]["sampling_bin"] == 2
     assert [r["text"] for r in stored] == ["x", "", "", "cut \ufffd pair"]
+
+
+@pytest.mark.parametrize("argv", [["traffic"], ["traffic", "ingest"], ["traffic", "check"], ["traffic", "fallback"], ["proxy"]])
+def test_help_is_plain_text(capsys, argv):
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    out = capsys.readouterr().out
+    assert "option_strings" not in out and "usage: specaudit" in out
+    if argv == ["traffic"]:
+        assert "below X% acceptance" in " ".join(out.split())  # a literal % (argparse formats help with %)

@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -239,3 +240,33 @@ def test_a_disk_that_fills_while_serving_stops_the_proxy_and_leaves_whole_lines(
     assert len(lines) == writer.written and writer.written + writer.unwritten == answered
     assert len(statuses) < 200 and set(statuses) <= {200, 503}  # it stopped serving rather than serve unrecorded
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_the_command_exits_2_saying_what_was_lost_when_its_disk_fills(upstream, tmp_path, capsys):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    def clients():
+        served = 0
+        with httpx.Client(timeout=30) as client:
+            for i in range(2000):
+                try:
+                    client.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": f"{i} " + "x" * 4000})
+                    served += 1
+                except httpx.ConnectError:
+                    if served:  # refused after it served some: it has stopped
+                        return
+                    time.sleep(0.05)  # not listening yet
+                except httpx.TransportError:
+                    return
+
+    with small_disk(tmp_path / "disk", "128k") as disk:
+        thread = threading.Thread(target=clients, daemon=True)
+        thread.start()
+        code = main(["proxy", "--upstream", url_of(upstream), "--log", str(disk), "--listen", f"127.0.0.1:{port}"])
+        thread.join(60)
+        lines = logged(disk)
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot write the request log" in err and "No space left on device" in err
+    assert f"{len(lines)} written" in err and "Traceback" not in err
