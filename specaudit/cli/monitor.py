@@ -4,6 +4,7 @@ report and Prometheus export."""
 from __future__ import annotations
 
 import argparse
+import secrets
 import sys
 
 from specaudit._validation import finite_float, positive_int
@@ -180,6 +181,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specaudit.sampling_audit import SettingsAuditResult
 
     _check_settings(args)
+    if args.seed is None and args.out is None and not getattr(args, "resume", None):
+        # A new audit draws new samples: the same decoding seed every night would decode the same tokens
+        # again and add no evidence. The prompts stay the same (their sample has its own seed, sample_seed).
+        args.seed = secrets.randbelow(2**31)
+        print(f"monitor run: decoding seed {args.seed} (a new one each run; --seed pins one)", file=sys.stderr)
     if args.dry_run:  # the audit's plan only: nothing decoded, nothing stored
         return run_audit(args).exit_code
     # Open the store before minutes of decoding: a foreign or damaged database fails first.

@@ -172,10 +172,11 @@ def config_context(snapshot: Snapshot) -> dict[str, Any]:
     """The settings that change what a run measures, apart from models and prompt set (their own fingerprints).
 
     Paths to models and prompts are left out: the same weights moved to another folder are the
-    same audit subject, and their content hashes are compared separately.
+    same audit subject, and their content hashes are compared separately; so is the decoding seed.
     """
     run = snapshot.run
-    config = {k: v for k, v in (run.config or {}).items() if k not in ("target", "draft", "prompts")}
+    # The decoding seed is not a setting: `monitor run` draws a new one for every run.
+    config = {k: v for k, v in (run.config or {}).items() if k not in ("target", "draft", "prompts", "seed")}
     written = run.analysis.model_dump(exclude_unset=True) if run.analysis is not None else {}
     analysis = {k: v for k, v in written.items() if k != "seconds"}
     return {"config": config, "analysis": analysis}

@@ -67,6 +67,13 @@ def test_the_readme_nightly_command_twice_stores_two_audits(tmp_path, tiny_pair_
     decoded = [len((run / "records.jsonl").read_text(encoding="utf-8").splitlines()) for run in runs]
     assert decoded[0] == decoded[1] == 4 * 2 * 2  # 4 prompts x 2 engines x 2 samples, each night decoded anew
     assert all("resumed" not in err and "re-analyses" not in err for err in errs)
+    # each night samples anew: its own decoding seed (printed, in the manifest), so other tokens
+    seeds = [json.loads((run / "manifest.json").read_text(encoding="utf-8"))["config"]["seed"] for run in runs]
+    assert seeds[0] != seeds[1] and all(f"decoding seed {seed} " in err for seed, err in zip(seeds, errs, strict=True))
+    tokens = [
+        [json.loads(line)["output_token_ids"] for line in (run / "records.jsonl").read_text(encoding="utf-8").splitlines()] for run in runs
+    ]
+    assert tokens[0] != tokens[1]
     store = Path(words[words.index("--store") + 1].removeprefix("sqlite:///"))
     with sqlite3.connect(store) as db:
         stored = db.execute("select name, created, digest, snapshot from specaudit_runs order by id").fetchall()
