@@ -32,8 +32,8 @@ sys.path.insert(0, str(REPO))
 
 from specaudit import load_pair
 from specaudit.analysis.equivalence import CONTROL_ALPHA_FACTOR
+from specaudit.decoding.call_invariance import draft_batch_invariance
 from specaudit.engines.decode import eos_token_ids
-from specaudit.engines.screen import draft_batch_invariance
 from specaudit.prompts import load_prompts, prompt_token_ids
 from specaudit.stats.equivalence import draft_affinity, goodness_of_fit, surprisal_martingale
 from specaudit.stats.scoring import score_records

@@ -4,7 +4,7 @@
 
 Each prompt is decoded by vanilla, speculative (ours) and hf-assisted in rotating order, after a
 warm-up, so drift of a noisy machine lands on all three alike. `--llama-cpp` adds llama.cpp's
-vanilla and speculative decoding (specaudit.engines.llama_cpp.client: the embedded GGUF as it is, draft
+vanilla and speculative decoding (specaudit.engines.llama_cpp_runtime: the embedded GGUF as it is, draft
 `--llama-draft`, default prompt lookup, same k, prompts, seeds and thread count) to the rotation. Prints tokens/s per engine, the
 ratios speculative/vanilla and speculative/hf-assisted, the acceptance rate, and the draft/target
 cost ratio c measured on single cached decoding steps. Ratios are the result; absolute tokens/s
@@ -78,7 +78,8 @@ def main() -> None:
     engines = list(cfg.engines)
     decode = {engine: (lambda engine, ids, seed, n: generate_one(engine, pair, ids, cfg, seed, verify, eos, n)) for engine in engines}
     if args.llama_cpp:
-        from specaudit.engines.llama_cpp import client as llama_cpp
+        from specaudit.engines import llama_cpp_runtime as llama_cpp
+        from specaudit.engines.llama_cpp_settings import backend_settings
 
         llama_cfg = RunConfig(
             target=args.target,
@@ -90,7 +91,7 @@ def main() -> None:
             threads=args.threads,
         )
         llama_cpp.check_config(llama_cfg)
-        llama = llama_cpp.load_engines(llama_cfg, llama_cpp.gguf_file(args.target), llama_cpp.backend_settings(llama_cfg))
+        llama = llama_cpp.load_engines(llama_cfg, llama_cpp.gguf_file(args.target), backend_settings(llama_cfg))
         llama.eos_ids |= eos
         sampler = llama_cpp.sampler_settings(llama_cfg.sampling)
         for engine in ("vanilla", "speculative"):

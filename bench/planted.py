@@ -77,8 +77,8 @@ def _pair(cfg):
 
 
 def calibrate(args: argparse.Namespace) -> None:
+    from specaudit.engines.batched_sampling import sample_batch, teacher_forced_probs
     from specaudit.engines.decode import eos_token_ids
-    from specaudit.engines.screen import sample_batch, teacher_forced_probs
     from specaudit.execution.plan import derive_seed
     from specaudit.models import DisparityPlant
     from specaudit.prompts import load_prompts, prompt_token_ids

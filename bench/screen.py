@@ -28,8 +28,9 @@ from specaudit.decoding import (
     vanilla_generate,
     warp,
 )
+from specaudit.engines.batched_sampling import sample_batch, teacher_forced_probs
 from specaudit.engines.decode import eos_token_ids
-from specaudit.engines.screen import sample_batch, screen_paths, teacher_forced_probs
+from specaudit.engines.screen import screen_paths
 from specaudit.execution.plan import derive_seed
 from specaudit.models import NgramDraft, forward_cached, load_pair
 from specaudit.prompts import load_prompts, prompt_token_ids

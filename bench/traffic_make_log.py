@@ -106,7 +106,7 @@ def reference_server(swapped: bool) -> Iterator[str]:
 
 @contextmanager
 def llama_server(swapped: bool) -> Iterator[str]:
-    from specaudit.engines.llama_server.build import require_binary
+    from specaudit.engines.llama_build import require_binary
     from specaudit.engines.llama_server.client import server_args
     from specaudit.engines.llama_server.launcher import LlamaServer
     from specaudit.engines.llama_server.settings import LlamaServerSettings

@@ -156,8 +156,9 @@ class RunConfig(BaseModel):
             )
         if backend and backend.default_draft and "draft" not in self.model_fields_set:
             self.draft = backend.default_draft
+        running = {name for engine in self.engines for name in (engine, *ENGINES[engine].reads_settings_of)}
         for name, spec in ENGINES.items():  # each engine's section, checked by its own module
-            if spec.settings and (name in self.engines or self.extra.get(spec.section) is not None):
+            if spec.settings and (name in running or self.extra.get(spec.section) is not None):
                 section = resolve(spec.settings).validate_settings(self.extra.get(spec.section), self)
                 if section is not None:
                     self.extra[spec.section] = section

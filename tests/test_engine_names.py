@@ -73,4 +73,5 @@ def test_every_registry_string_names_code_that_exists():
             needed = ["validate_settings", *(["concurrency_levels", "with_concurrency"] if spec.concurrency else [])]
             assert all(callable(getattr(module, function, None)) for function in needed), f"{name}: {spec.settings}"
         assert not spec.concurrency or spec.settings is not None, name
+        assert all(ENGINES[other].settings is not None for other in spec.reads_settings_of), f"{name}: {spec.reads_settings_of}"
         assert all(option not in RunConfig.model_fields for option, _ in spec.options), f"{name}: an option shadows a run config field"

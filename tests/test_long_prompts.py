@@ -185,6 +185,7 @@ def _llama_cfg(prompts: Path, **extra):
 @pytest.mark.slow
 def test_llama_cpp_sizes_its_context_to_the_longest_prompt(tmp_path):
     from specaudit.engines import llama_cpp_runtime as backend
+    from specaudit.engines.llama_cpp_settings import DEFAULT_CONTEXT
     from specaudit.models._loading import embedded_gguf_path
 
     path, lengths = _smol_prompts(tmp_path / "p.jsonl")
@@ -195,7 +196,7 @@ def test_llama_cpp_sizes_its_context_to_the_longest_prompt(tmp_path):
     longest = max(lengths.values())
     assert sized["n_ctx"] >= longest + 16 + 4 and sized["n_ctx"] % backend.CONTEXT_STEP == 0 and sized["n_ctx"] - 256 < longest + 20
     short = backend.sized_settings(_llama_cfg(path), {"p": [1] * 40}, gguf)
-    assert short["n_ctx"] == backend.DEFAULT_CONTEXT  # never below the default
+    assert short["n_ctx"] == DEFAULT_CONTEXT  # never below the default
     with pytest.raises(InputError, match=r"prompt 'len-3000' is \d+ tokens; .* exceeds extra.llama_cpp.n_ctx of 2048 tokens"):
         backend.sized_settings(_llama_cfg(path, llama_cpp={"n_ctx": 2048}), encoded, gguf)
     with pytest.raises(InputError, match=r"prompt 'huge' is 8190 tokens; .* exceeds the context target SmolLM2.* was trained for of 8192"):

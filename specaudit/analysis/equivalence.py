@@ -35,7 +35,7 @@ def score_sampled(outputs: list[dict], pair: ModelPair, plant_disparity: str | N
     """Teacher-forced target scores of sampled outputs, with the draft's only where teacher forcing
     reproduces the q decoding used (a planted disparity is mixed in on its group's records, as
     decoding did); returns (TokenScores, the draft-scoring note)."""
-    from specaudit.engines.screen import draft_batch_invariance
+    from specaudit.decoding.call_invariance import draft_batch_invariance
     from specaudit.models import DisparityPlant
     from specaudit.stats.scoring import score_records
 

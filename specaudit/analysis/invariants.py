@@ -42,8 +42,7 @@ def output_limits(manifest: dict, pair: ModelPair | None) -> OutputLimits:
     tokenizer, vocab_size = getattr(pair, "tokenizer", None), getattr(pair, "vocab_size", None)
     if tokenizer is None or vocab_size is None:
         try:
-            from specaudit.engines.endpoint.executor import vocabulary_size
-            from specaudit.models import load_tokenizer
+            from specaudit.models import load_tokenizer, vocabulary_size
 
             tokenizer = load_tokenizer(name)
             vocab_size = vocabulary_size(tokenizer, name)

@@ -52,6 +52,9 @@ class EngineSpec:
     # says of its models or servers), and with `concurrency` concurrency_levels(section) and
     # with_concurrency(section, levels) (`--concurrency`)
     settings: str | None = None
+    # the engines whose settings sections it reads as well, each checked by that engine's module when
+    # it runs (llama-speculative's control is llama-cpp's plain decoding, with extra.llama_cpp)
+    reads_settings_of: tuple[str, ...] = ()
     # top-level run options that are settings of its section (old config keys, and the flags that set
     # them): (option, setting) pairs, setting "" for the whole section
     options: tuple[tuple[str, str], ...] = ()
@@ -196,6 +199,7 @@ ENGINES: dict[str, EngineSpec] = {
             "llama.cpp's own plain and speculative decoding of a GGUF file",
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.llama_cpp.executor:LlamaCppExecutor",
+            settings="specaudit.engines.llama_cpp_settings",
             fetches_named_models=True,
             run_decoder="specaudit.engines.llama_cpp_runtime:run_decoder",
             request_features=(),
@@ -242,6 +246,7 @@ ENGINES: dict[str, EngineSpec] = {
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.llama_speculative.executor:LlamaSpeculativeExecutor",
             settings="specaudit.engines.llama_speculative.settings",
+            reads_settings_of=("llama-cpp",),
             default_draft=IDENTITY_DRAFT,  # it cannot load specaudit's derived drafts
             refuses_because="the example's command line sets a fixed sampler chain (top-k, top-p, temperature)",
             scoring_pair="specaudit.engines.llama_cpp_runtime:scoring_pair",

@@ -45,11 +45,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, Field
 
-from specaudit._validation import SETTINGS_CONFIG, settings_section
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.engines.external_logits import ExternalLogits, ScoringPair
+from specaudit.engines.llama_cpp_settings import DEFAULT_CONTEXT, backend_settings, context_is_explicit
 from specaudit.errors import InputError
 
 if TYPE_CHECKING:
@@ -64,7 +63,6 @@ if TYPE_CHECKING:
 GGUF_MAGIC = b"GGUF"
 RANDOM_SEED = 0xFFFFFFFF  # llama.cpp seeds are uint32 and this one means "draw a random seed"
 NGRAM_MAX = 3  # as specaudit.models.NgramDraft
-DEFAULT_CONTEXT = 2048
 CONTEXT_STEP = 256  # a sized context is rounded up to this (llama.cpp pads its KV cache to 256 anyway)
 # The stages of llama.cpp's sampler chain that the run does not use, all neutral.
 NEUTRAL_SAMPLERS: dict[str, Any] = {
@@ -166,24 +164,6 @@ def llama_seed(seed: int) -> int:
     return low if low != RANDOM_SEED else 0
 
 
-class LlamaCppSettings(BaseModel):
-    """`extra.llama_cpp` of a run: context, threads and batch of the in-process llama.cpp."""
-
-    model_config = SETTINGS_CONFIG
-
-    n_ctx: int = Field(DEFAULT_CONTEXT, ge=1, strict=True)
-    n_threads: int | None = Field(None, ge=1, strict=True)  # None: --threads
-    n_batch: int = Field(512, ge=1, strict=True)
-    draft_threads: int | None = Field(None, ge=1, strict=True)  # None: --threads
-
-
-def backend_settings(cfg: RunConfig) -> dict:
-    """`extra.llama_cpp` of the run (n_ctx, n_threads, n_batch, draft_threads), with defaults:
-    threads = --threads, context = 2048 tokens."""
-    settings = settings_section((cfg.extra or {}).get("llama_cpp") or {}, LlamaCppSettings, "extra.llama_cpp").model_dump()
-    return {**settings, "n_threads": settings["n_threads"] or cfg.threads, "draft_threads": settings["draft_threads"] or cfg.threads}
-
-
 def check_config(cfg: RunConfig) -> None:
     """Everything llama.cpp cannot honour, said before anything loads."""
     if cfg.verify:
@@ -205,15 +185,6 @@ def check_config(cfg: RunConfig) -> None:
             "sharing the target's vocabulary, a named model (`specaudit models list`), or target (the identity check)"
         )
     sampler_settings(cfg.sampling)
-    if context_is_explicit(cfg) and cfg.max_new_tokens + cfg.k + 8 > backend_settings(cfg)["n_ctx"]:
-        raise InputError(
-            f"--max-new-tokens {cfg.max_new_tokens} does not fit llama.cpp's context of {backend_settings(cfg)['n_ctx']} "
-            "tokens; raise extra.llama_cpp.n_ctx"
-        )
-
-
-def context_is_explicit(cfg: RunConfig) -> bool:
-    return "n_ctx" in ((cfg.extra or {}).get("llama_cpp") or {})
 
 
 def gguf_context_length(path: Path) -> int | None:

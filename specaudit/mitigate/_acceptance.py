@@ -2,7 +2,7 @@
 
 This is the one place the mitigation measures acceptance; training, the policies and the
 re-audit all call `measure_acceptance`. The measurement itself is the screen's
-(specaudit.engines.screen, docs/screen.md): `sample_batch` draws the target's samples (and keeps the
+(specaudit.engines.batched_sampling, docs/screen.md): `sample_batch` draws the target's samples (and keeps the
 warped p along them), `teacher_forced_probs` gives a draft's q along the same paths in one pass
 per batch, `position_acceptance` gives β_t = Σ_v min(p_t, q_t) and the conditional acceptance
 of each sampled token, and `model_draft_acceptance` the speculative counts (steps, proposed,
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from specaudit.decoding import SamplingSpec
-from specaudit.engines.screen import SampledBatch, sample_batch, teacher_forced_probs
+from specaudit.engines.batched_sampling import SampledBatch, sample_batch, teacher_forced_probs
 from specaudit.stats.acceptance import expected_counts, position_acceptance
 
 

@@ -29,6 +29,7 @@ _LAZY = {
     "tiny_draft_of": "specaudit.models._tiny",
     "tiny_model": "specaudit.models._tiny",
     "tiny_tokenizer": "specaudit.models._tiny",
+    "vocabulary_size": "specaudit.models._loading",
 }
 
 __all__ = ["DEFAULT_TARGET", *sorted(_LAZY)]

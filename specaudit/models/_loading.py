@@ -366,3 +366,17 @@ def load_tokenizer(name: str = DEFAULT_TARGET) -> PreTrainedTokenizerBase:
         return AutoTokenizer.from_pretrained(name, **({} if _is_local(name) else hub_options(name)))
     except (OSError, ValueError):
         raise InputError(f"cannot load a tokenizer for {name!r}: not a local folder or GGUF file, and not on the hub") from None
+
+
+def vocabulary_size(tokenizer: PreTrainedTokenizerBase, name: str) -> int:
+    """A target's vocabulary without loading its weights: its config's vocab_size (embedding rows,
+    often padded past the tokenizer) where the config can be read locally, else the tokenizer's length."""
+    size = len(tokenizer)
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(name), local_files_only=True)
+        size = max(size, int(getattr(config, "vocab_size", 0) or 0))
+    except (OSError, ValueError, TypeError, KeyError):
+        pass  # a GGUF file or hub id without a cached config: the tokenizer's length
+    return size

@@ -26,6 +26,7 @@ from specaudit.config import RunConfig
 from specaudit.contracts.snapshot import snapshot_document
 from specaudit.decoding import SamplingSpec
 from specaudit.engines import llama_cpp_runtime as backend
+from specaudit.engines import llama_cpp_settings
 from specaudit.errors import InputError
 from specaudit.execution.records import read_records
 
@@ -88,13 +89,25 @@ def test_acceptance_per_step_compares_proposals_with_what_was_kept():
     assert check_invariants([{**record, "output_token_ids": output[:-1]}])  # and no more
 
 
-def test_extra_settings_are_checked(tiny_prompts_file):
-    cfg = RunConfig(engines="llama-cpp", draft="ngram", prompts=str(tiny_prompts_file), extra={"llama_cpp": {"n_ctx": 0}})
+def test_extra_settings_are_checked_when_the_run_config_is_built(tiny_prompts_file):
+    """extra.llama_cpp is checked by its settings module, which the llama-cpp entry names and the
+    llama-speculative entry reads (its control), before any run starts; kept as given."""
+    base = dict(prompts=str(tiny_prompts_file), threads=1)
     with pytest.raises(InputError, match=r"extra.llama_cpp.n_ctx must be an integer >= 1"):
-        backend.backend_settings(cfg)
-    cfg = RunConfig(engines="llama-cpp", draft="ngram", prompts=str(tiny_prompts_file), extra={"llama_cpp": {"threads": 2}})
-    with pytest.raises(InputError, match="unknown setting"):
-        backend.backend_settings(cfg)
+        RunConfig(engines="llama-cpp", draft="ngram", extra={"llama_cpp": {"n_ctx": 0}}, **base)
+    with pytest.raises(InputError, match="extra.llama_cpp: unknown setting"):
+        RunConfig(engines="llama-cpp", draft="ngram", extra={"llama_cpp": {"threads": 2}}, **base)
+    with pytest.raises(
+        InputError, match=r"--max-new-tokens 128 does not fit llama.cpp's context of 64 tokens; raise extra.llama_cpp.n_ctx"
+    ):
+        RunConfig(engines="llama-speculative", max_new_tokens=128, extra={"llama_cpp": {"n-ctx": 64}}, **base)
+    cfg = RunConfig(engines="llama-cpp", draft="ngram", extra={"llama_cpp": {"n-ctx": 512, "n_threads": 2}}, **base)
+    assert cfg.extra["llama_cpp"] == {"n-ctx": 512, "n_threads": 2}
+    assert llama_cpp_settings.context_is_explicit(cfg)  # however spelled: the context is not sized over it
+    assert llama_cpp_settings.backend_settings(cfg) == {"n_ctx": 512, "n_threads": 2, "n_batch": 512, "draft_threads": 1}
+    assert not llama_cpp_settings.context_is_explicit(RunConfig(engines="llama-cpp", draft="ngram", **base))
+    # a run folder's decoding identity never held the section: folders written before it resume
+    assert cfg.decoding_identity() == RunConfig(engines="llama-cpp", draft="ngram", **base).decoding_identity()
 
 
 def test_bad_input_is_one_sentence_exit_2(tmp_path, tiny_prompts_file, capsys):

@@ -43,23 +43,7 @@ from specaudit.execution.preflight import check_fits
 from specaudit.prompts import prompt_token_ids
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
-
     from specaudit.contracts.run import Record
-
-
-def vocabulary_size(tokenizer: PreTrainedTokenizerBase, name: str) -> int:
-    """The target's vocabulary: its config's vocab_size (embedding rows, often padded past the
-    tokenizer) where the config can be read locally, else the tokenizer's length."""
-    size = len(tokenizer)
-    try:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(str(name), local_files_only=True)
-        size = max(size, int(getattr(config, "vocab_size", 0) or 0))
-    except (OSError, ValueError, TypeError, KeyError):
-        pass  # a GGUF file or hub id without a cached config: the tokenizer's length
-    return size
 
 
 class EndpointExecutor(Executor):
@@ -77,7 +61,7 @@ class EndpointExecutor(Executor):
             self.states = {key: state for key, (_, state) in passes.items()}
 
     def start(self, folder: RunFolder) -> dict:
-        from specaudit.models import load_tokenizer
+        from specaudit.models import load_tokenizer, vocabulary_size
 
         cfg, settings = self.cfg, self.cfg.engine_settings("endpoint")
         api_key = api_key_of(settings)

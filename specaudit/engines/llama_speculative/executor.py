@@ -13,7 +13,8 @@ The prompt is given as text: the target's chat-templated ids detokenised with th
 tokens, which the program tokenises back with special tokens parsed (common_tokenize(..., true,
 true)); start() checks that every prompt's text tokenises back to exactly its ids, and each run's
 stdout must start with that text. analyze scores both engines with the target GGUF's own logits
-(llama_cpp.client.scoring_pair; its settings are in the manifest's `llama_cpp` section).
+(llama_cpp_runtime.scoring_pair; its settings, extra.llama_cpp sized to the prompts, are in the manifest's
+`llama_cpp` section).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import torch
 from peak_rss import run_probe
 
 from specaudit.decoding import SamplingSpec
-from specaudit.engines.screen import sample_batch, screen_paths
-from specaudit.engines.screen._sampling import teacher_forced_acceptance
+from specaudit.engines.batched_sampling import sample_batch, teacher_forced_acceptance
+from specaudit.engines.screen import screen_paths
 from specaudit.models import DisparityPlant, tiny_draft_of, tiny_model, tiny_tokenizer
 from specaudit.models._chunked import plain_head
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from specaudit.decoding import SamplingSpec, speculative_generate, vanilla_generate
-from specaudit.engines.screen import check_call_invariance, sample_batch, screen_paths, teacher_forced_probs
+from specaudit.engines.batched_sampling import sample_batch, teacher_forced_probs
+from specaudit.engines.screen import check_call_invariance, screen_paths
 from specaudit.errors import InputError
 from specaudit.models import (
     DisparityPlant,

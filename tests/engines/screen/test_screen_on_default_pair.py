@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from specaudit.decoding import SamplingSpec
+from specaudit.engines.batched_sampling import sample_batch
 from specaudit.engines.decode import eos_token_ids
-from specaudit.engines.screen import check_call_invariance, sample_batch
+from specaudit.engines.screen import check_call_invariance
 from specaudit.errors import InputError
 from specaudit.prompts import prompt_token_ids
 

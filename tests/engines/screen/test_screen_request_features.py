@@ -8,8 +8,7 @@ import torch
 
 from specaudit.decoding import SamplingSpec, vanilla_generate, warp
 from specaudit.decoding.warping import Prefix
-from specaudit.engines.screen import sample_batch, teacher_forced_probs
-from specaudit.engines.screen._sampling import teacher_forced_acceptance
+from specaudit.engines.batched_sampling import sample_batch, teacher_forced_acceptance, teacher_forced_probs
 from specaudit.models import tiny_draft_of, tiny_model, tiny_tokenizer
 
 TEXTS = ["Hello there, how are you?", "List three fruits.", "Hi", "Write a short poem about rain."]

@@ -1,4 +1,5 @@
-"""Batched target sampling: many prompts x samples per forward pass, KV-cached, left-padded.
+"""Batched target sampling: many prompts x samples per forward pass, KV-cached, left-padded. Shared:
+the screen (engines.screen) draws its paths with it, and mitigate measures acceptance along them.
 
 Rows are left-padded to the longest prompt of the batch; the attention mask hides the padding
 and position ids count only real tokens (cumsum(mask) - 1), so each row's logits are those of
