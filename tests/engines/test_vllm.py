@@ -268,7 +268,9 @@ def test_a_requests_own_steps_win_over_the_counters():
     counters = {"num_drafts": 4, "num_draft_tokens": 12, "num_accepted_tokens": 8, "accepted_per_position": [3, 3, 2]}
     generation, extra = backend.generation_of(output, "speculative", measured_wall_s=0.3, counters=counters)
     assert generation.accepted_per_step == [0, 3, 0, 3, 2] and generation.proposed_per_step == [0, 3, 3, 3, 3]
-    assert (generation.proposed, generation.accepted, generation.steps) == (12, 8, 5) and extra["acceptance_source"] == "vllm per-request steps"
+    assert (generation.proposed, generation.accepted, generation.steps) == (12, 8, 5) and extra[
+        "acceptance_source"
+    ] == "vllm per-request steps"
     from specaudit.analysis.identity import judged_positions
 
     # the prompt's pass judges nothing; the step after it starts at output position 1 (4, 9: tokens of the target alone)

@@ -62,7 +62,7 @@ def import_vllm() -> ModuleType:
 
 
 def engine_device(device_type: str | None = None) -> str:
-    """"cuda" or "cpu": where the installed vLLM build runs (vllm.platforms.current_platform), in one
+    """ "cuda" or "cpu": where the installed vLLM build runs (vllm.platforms.current_platform), in one
     sentence when it found no device it can run on (a CUDA build without a GPU), not vLLM's traceback."""
     if device_type is None:
         try:
