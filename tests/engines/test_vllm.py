@@ -282,6 +282,13 @@ def test_a_requests_own_steps_win_over_the_counters():
     generation, _ = backend.generation_of(output, "speculative", measured_wall_s=0.3, counters=None)
     assert (generation.accepted, generation.steps) == (9, 4)  # 8 tokens but accepted + steps = 13: the invariant shows it
     assert backend.request_steps(CompletionOutput(0, "x", tokens)) is None  # no per-request metrics: the counters decide
+    # n-gram: steps that found no match draft nothing and vLLM does not list them, so the listed steps
+    # (2 tokens each here) do not cover 12 tokens; where the others fell is unknown: totals only
+    output = _output(tokens)
+    output.outputs[0].spec_decode_metrics = RequestSpecDecodeMetrics(3, [2, 1, 0, 0], 6, [1, 0], [3, 3])
+    generation, extra = backend.generation_of(output, "speculative", measured_wall_s=0.3, counters=None)
+    assert (generation.proposed, generation.accepted, generation.steps, generation.accepted_per_step) == (6, 1, 11, [])
+    assert extra["acceptance_source"] == "vllm per-request totals"
 
 
 # ---------------------------------------------------------------------------- errors

@@ -293,16 +293,20 @@ def generation_of(output: Any, engine: str, *, measured_wall_s: float, counters:
     if engine == CONTROL_ENGINE:
         generation = Generation(steps=len(tokens), **common)  # one target forward pass per token
     elif steps is not None:
-        # The first token comes from the prompt's pass, which drafts nothing: a step of 0 drafts keeps
-        # the steps aligned with output positions. Target passes: each emits its accepted drafts plus
-        # one token, but never fewer than the steps vLLM reports (drafts it counts past the output's end show).
+        # vLLM lists the steps that drafted. The first token comes from the prompt's pass, which drafts
+        # nothing: a step of 0 drafts before them keeps them aligned with output positions, when they
+        # cover the output. They do not where a step drafted nothing in between (n-gram finding no
+        # match), whose place vLLM does not say: the record then keeps the totals only. Target
+        # passes: each emits its accepted drafts plus one token, but never fewer than the steps vLLM
+        # reports (drafts it counts past the output's end show).
         accepted = sum(steps["accepted_per_step"])
+        covered = 1 + sum(a + 1 for a in steps["accepted_per_step"]) >= len(tokens)
         generation = Generation(
             steps=max(len(tokens) - accepted, 1 + len(steps["proposed_per_step"])) if tokens else 0,
             proposed=sum(steps["proposed_per_step"]),
             accepted=accepted,
-            accepted_per_step=[0, *steps["accepted_per_step"]],
-            proposed_per_step=[0, *steps["proposed_per_step"]],
+            accepted_per_step=[0, *steps["accepted_per_step"]] if covered else [],
+            proposed_per_step=[0, *steps["proposed_per_step"]] if covered else [],
             **common,
         )
     elif counters is not None:
@@ -320,7 +324,7 @@ def generation_of(output: Any, engine: str, *, measured_wall_s: float, counters:
         "timing_source": timing_source,
         "acceptance_source": "none"
         if engine == CONTROL_ENGINE
-        else "vllm per-request steps"
+        else ("vllm per-request steps" if generation.accepted_per_step else "vllm per-request totals")
         if steps is not None
         else "vllm counters (batch 1)"
         if counters is not None
