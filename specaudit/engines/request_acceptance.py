@@ -41,7 +41,10 @@ SGLANG_COUNT_NAMES = (
 @dataclass(frozen=True)
 class RequestAcceptance:
     """What one response says about its own speculation. `proposed` / `accepted` are draft tokens
-    (None where the server gives only a rate); `steps` verification steps where it says."""
+    (None where the server gives only a rate); `steps` target passes (verification steps) where it
+    says; `drafted_steps` the steps that proposed drafts, where that is all it says (vLLM's
+    `num_spec_steps` leaves out the prompt's pass and every step whose draft was empty, so it is not
+    the target's passes, and a record's `steps` stays unobserved)."""
 
     source: str  # which field it came from, e.g. "timings.draft_n"
     proposed: int | None
@@ -49,6 +52,7 @@ class RequestAcceptance:
     steps: int | None = None
     rate: float | None = None  # the server's own accepted / proposed, where it reports one
     histogram: list[int] | None = None  # steps that accepted 0, 1, 2, ... drafts (vLLM)
+    drafted_steps: int | None = None
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -66,6 +70,7 @@ class RequestAcceptance:
                 "steps": self.steps,
                 "rate": self.rate,
                 "histogram": self.histogram,
+                "drafted_steps": self.drafted_steps,
             }.items()
             if value is not None
         }
@@ -113,19 +118,19 @@ def vllm_acceptance(body: dict) -> RequestAcceptance | None:
     where = "metrics.speculative_decoding"
     proposed = _count(spec.get("num_draft_tokens"), f"{where}.num_draft_tokens")
     accepted = _count(spec.get("num_accepted_draft_tokens"), f"{where}.num_accepted_draft_tokens")
-    steps = _count(spec["num_spec_steps"], f"{where}.num_spec_steps") if "num_spec_steps" in spec else None
+    drafted = _count(spec["num_spec_steps"], f"{where}.num_spec_steps") if "num_spec_steps" in spec else None
     histogram = spec.get("acceptance_histogram")
     if histogram is not None:
         histogram = [_count(h, f"{where}.acceptance_histogram") for h in histogram] if isinstance(histogram, list) else None
-        if histogram is not None and steps is not None and sum(histogram) != steps:
-            raise InputError(f"the server's {where}.acceptance_histogram counts {sum(histogram)} steps, its num_spec_steps {steps}")
+        if histogram is not None and drafted is not None and sum(histogram) != drafted:
+            raise InputError(f"the server's {where}.acceptance_histogram counts {sum(histogram)} steps, its num_spec_steps {drafted}")
         if histogram is not None and sum(i * h for i, h in enumerate(histogram)) != accepted:
             raise InputError(
                 f"the server's {where}.acceptance_histogram adds up to {sum(i * h for i, h in enumerate(histogram))} "
                 f"accepted drafts, its num_accepted_draft_tokens {accepted}"
             )
     rate = _rate(spec.get("draft_acceptance_rate"), f"{where}.draft_acceptance_rate")
-    return _checked(RequestAcceptance(where, proposed, accepted, steps=steps, rate=rate, histogram=histogram))
+    return _checked(RequestAcceptance(where, proposed, accepted, rate=rate, histogram=histogram, drafted_steps=drafted))
 
 
 def sglang_acceptance(body: dict) -> RequestAcceptance | None:

@@ -82,7 +82,8 @@ def test_records_are_what_the_servers_returned_and_match_local_engines(tmp_path,
             assert r["steps"] == r["proposed"] == r["accepted"] == 0 and "server_acceptance" not in r
         else:  # the server's own per-request counts (vLLM's metrics.speculative_decoding shape)
             assert r["server_acceptance"]["source"] == "metrics.speculative_decoding"
-            assert 0 <= r["accepted"] <= r["proposed"] and r["steps"] >= 1
+            # vLLM's num_spec_steps counts the steps that drafted, not the target's passes: steps unobserved (0)
+            assert 0 <= r["accepted"] <= r["proposed"] and r["steps"] == 0 and r["server_acceptance"]["drafted_steps"] >= 1
         assert r["draft_s"] is None and r["wall_s"] > 0 and r["ttft_s"] is not None  # streamed by default
         assert len(r["target_logprobs"]) == len(r["output_token_ids"]) >= 1
         assert all(len(e["top"]) <= 20 for e in r["target_logprobs"])
@@ -90,7 +91,7 @@ def test_records_are_what_the_servers_returned_and_match_local_engines(tmp_path,
     # the record holds what the server answers to the same request (non-streamed here)
     record = next(r for r in records if r["engine"] == "speculative")
     body = request_body(cfg, {**cfg.engine_settings("endpoint"), "stream": False}, "target", record["prompt_token_ids"], record["seed"], 12)
-    answer = Endpoint(speculative.url, setting="speculative_url").complete(body)
+    answer = Endpoint(speculative.url, setting="endpoint.speculative_url").complete(body)
     ids, logprobs = output_tokens(answer, 20)
     assert ids == record["output_token_ids"] and answer.text == record["text"]
     assert logprobs == record["target_logprobs"]
@@ -111,8 +112,11 @@ def test_records_are_what_the_servers_returned_and_match_local_engines(tmp_path,
     local_records = read_records(tmp_path / "local" / "records.jsonl")
     expected = {r["key"]: r["output_token_ids"] for r in local_records}
     assert {r["key"]: r["output_token_ids"] for r in records} == expected
-    counts = lambda rs: {r["key"]: (r["steps"], r["proposed"], r["accepted"]) for r in rs if r["engine"] == "speculative"}  # noqa: E731
+    counts = lambda rs: {r["key"]: (r["proposed"], r["accepted"]) for r in rs if r["engine"] == "speculative"}  # noqa: E731
     assert counts(records) == counts(local_records)  # the server's per-request acceptance is the engine's own
+    # its num_spec_steps (the steps that drafted: every step of the reference engine) kept beside the record
+    drafted = {r["key"]: r["server_acceptance"]["drafted_steps"] for r in records if r["engine"] == "speculative"}
+    assert drafted == {r["key"]: r["steps"] for r in local_records if r["engine"] == "speculative"}
     manifest = json.loads((tmp_path / "ep" / "manifest.json").read_text())
     assert manifest["backend"] == "endpoint" and manifest["models"]["speculative"]["url"] == speculative.url
     assert manifest["endpoint"]["token_ids"] == ["server"]
@@ -146,7 +150,7 @@ def test_without_token_ids_outputs_are_retokenised_and_scored_locally(tmp_path, 
     assert all(r["token_ids_source"] == "re-tokenised text" and r["target_logprobs"] is None for r in records)
     manifest = json.loads((tmp_path / "ep" / "manifest.json").read_text())
     assert "re-tokenised" in manifest["endpoint"]["token_ids_note"]
-    snapshot = analyze(tmp_path / "ep", n_boot=20)  # no logprobs: the local target (the config's) scores the outputs
+    snapshot = snapshot_document(analyze(tmp_path / "ep", n_boot=20))  # no logprobs: the local target (the config's) scores the outputs
     assert "draft_scoring" in snapshot["equivalence"] and "scoring" not in snapshot["equivalence"]
     assert set(snapshot["equivalence"]["engines"]) == {"vanilla", "speculative"}
 
@@ -313,7 +317,7 @@ def test_metrics_labels_holding_commas_quotes_and_braces_parse():
 # ----------------------------------------------------------------------------- the reference server itself
 def test_reference_server_speaks_the_openai_completions_api(servers):
     speculative, _ = servers
-    client = Endpoint(speculative.url, setting="speculative_url")
+    client = Endpoint(speculative.url, setting="endpoint.speculative_url")
     assert client.served_models() == [speculative.model_name]
     answer = client.complete({"prompt": "Hello", "max_tokens": 5, "seed": 1, "logprobs": 3, "top_k": 5, "temperature": 0.8})
     ids, logprobs = output_tokens(answer, 3)

@@ -51,7 +51,7 @@ def _answer(content_ids: list[int], all_ids: list[int]) -> dict:
 
 
 def test_ids_come_from_verbose_tokens_and_skipping_logprobs_are_dropped():
-    endpoint = Endpoint("http://127.0.0.1:9/v1", setting="vanilla_url")
+    endpoint = Endpoint("http://127.0.0.1:9/v1", setting="endpoint.vanilla_url")
     try:
         # llama-server skips the logprobs entry of 136, whose text ends inside a UTF-8 character
         split = endpoint._merge([_answer([18, 133, 923], [18, 136, 133, 923])], "url", max_tokens=8)
@@ -87,7 +87,7 @@ def test_llama_server_applies_the_chain_the_request_sends():
     args = server_args(embedded_gguf_path(), LlamaServerSettings(threads=1, ctx_per_slot=256), spec_type=None, draft=None, k=3)
     server = LlamaServer(binary, args, "vanilla", lifetime_s=300).start(timeout_s=300)
     try:
-        endpoint = Endpoint(f"{server.base_url}/v1", setting="vanilla_url")
+        endpoint = Endpoint(f"{server.base_url}/v1", setting="endpoint.vanilla_url")
         with endpoint:
             (model,) = endpoint.served_models()
             assert endpoint.is_llama_server()

@@ -75,7 +75,8 @@ def test_llama_server_without_draft_fields_reports_nothing():
 
 def test_vllm_metrics_with_consistent_histogram():
     found = vllm_acceptance(VLLM_BODY)
-    assert (found.proposed, found.accepted, found.steps) == (129, 10, 43)
+    # num_spec_steps counts the steps that drafted, not the target's passes: the record's steps stay unobserved
+    assert (found.proposed, found.accepted, found.drafted_steps, found.steps) == (129, 10, 43, None)
     assert found.histogram == [39, 1, 0, 3]
     assert found.rate == pytest.approx(0.0775, abs=1e-4)
     assert request_acceptance(VLLM_BODY) == found
@@ -125,6 +126,6 @@ def test_the_endpoint_client_keeps_a_streamed_answers_acceptance():
         {"choices": [{"text": "b", "finish_reason": "length"}]},
         {"choices": [], "usage": {"completion_tokens": 2}, "metrics": VLLM_BODY["metrics"]},
     ]
-    with Endpoint("http://127.0.0.1:9", setting="speculative_url") as endpoint:
+    with Endpoint("http://127.0.0.1:9", setting="endpoint.speculative_url") as endpoint:
         merged = endpoint._merge(chunks, "http://127.0.0.1:9/completions")
     assert merged.text == "ab" and (merged.acceptance.proposed, merged.acceptance.accepted) == (129, 10)

@@ -84,7 +84,7 @@ def test_malformed_answer_is_one_sentence_keeps_records_and_resumes(tmp_path, ca
     with HostileServer(fault=fault, after=1) as speculative, HostileServer() as vanilla:
         code, error = _run(tmp_path, capsys, speculative, vanilla, stream=stream, timeout_s=1)
         assert code == 2, error
-        assert error.startswith(f"specaudit: error: endpoint speculative_url {speculative.url}/completions (prompt p"), error
+        assert error.startswith(f"specaudit: error: endpoint.speculative_url {speculative.url}/completions (prompt p"), error
         assert said in error, error
         kept = read_records(tmp_path / "out" / "records.jsonl")
         assert 2 <= len(kept) < 2 * N_PROMPTS  # the first speculative answer and the vanilla ones before the fault
@@ -238,11 +238,11 @@ def test_response_model_round_trips_a_correct_answer():
 def test_merged_answers_fit_the_request_or_are_one_sentence(chunks, max_tokens):
     """The chunks of any stream: merged into a completion whose lists are aligned and no longer than
     max_tokens, or refused with one InputError naming the URL (never another exception)."""
-    endpoint = Endpoint("http://127.0.0.1:9/v1", setting="speculative_url")
+    endpoint = Endpoint("http://127.0.0.1:9/v1", setting="endpoint.speculative_url")
     try:
         merged = endpoint._merge(chunks, "http://127.0.0.1:9/v1/completions", "prompt p0, sample 0", max_tokens)
     except InputError as err:
-        assert str(err).startswith("endpoint speculative_url http://127.0.0.1:9/v1/completions") and "\n" not in str(err)
+        assert str(err).startswith("endpoint.speculative_url http://127.0.0.1:9/v1/completions") and "\n" not in str(err)
         return
     finally:
         endpoint.close()
