@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import dataclasses
 import io
 import json
 import re
@@ -702,9 +703,9 @@ def test_decision_follows_the_gate_and_the_evidence(snapshot):
     assert "group-size (1), tv-bound (1)" in decision["reasons"][0]
     assert decide(snapshot, [("speculative", EquivalenceStatus.VIOLATION)], comps, speed)["title"] == "Do not enable"
     assert decide(snapshot, [("speculative", EquivalenceStatus.NOT_RUN)], comps, speed)["title"] == "Insufficient evidence"
-    undecided = [dict(c, status=DisparityStatus.INSUFFICIENT) for c in comps]
+    undecided = [dataclasses.replace(c, status=DisparityStatus.INSUFFICIENT) for c in comps]
     assert decide(snapshot, ok, undecided, speed)["title"] == "Insufficient evidence"
-    slow = dict(speed, below_one=True)
+    slow = dataclasses.replace(speed, below_one=True)
     assert decide(snapshot, ok, comps, slow)["title"] == "Do not enable"
     snapshot["gate"] = None
     assert decide(snapshot, ok, comps, speed)["title"] == "Insufficient evidence"

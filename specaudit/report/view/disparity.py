@@ -103,9 +103,9 @@ def _dimension_view(
     metrics = part.metrics
     colours = {str(g): charts.group_colour(i) for i, g in enumerate(by_group)}
     comps = dimension_comparisons(name, part)
-    headline = dimension_summary([c["status"] for c in comps])
+    headline = dimension_summary([c.status for c in comps])
     status = {"FLAG": "fail", "WITHIN": "pass"}.get(headline.value, "warn") if headline else NOT_RUN
-    counts = {s.value: sum(c["status"] == s for c in comps) for s in DisparityStatus}
+    counts = {s.value: sum(c.status == s for c in comps) for s in DisparityStatus}
     view = {
         "ran": True,
         "name": name,
@@ -125,15 +125,15 @@ def _dimension_view(
         "across": _across_rows(metrics),
         "flags": [
             {
-                "metric": metric_label(c["metric"]),
-                "group": c["group"],
-                "status": c["status"].value,
-                "badge": status_badge(c["status"]),
-                "ratio": triple(c["row"].ratio, fixed),
-                "pvalue_holm": pvalue(c["row"].pvalue_holm),
+                "metric": metric_label(c.metric),
+                "group": c.group,
+                "status": c.status.value,
+                "badge": status_badge(c.status),
+                "ratio": triple(c.row.ratio, fixed),
+                "pvalue_holm": pvalue(c.row.pvalue_holm),
             }
             for c in comps
-            if c["status"] == DisparityStatus.FLAG
+            if c.status == DisparityStatus.FLAG
         ],
         "warnings": [str(w) for w in part.warnings],
         "drilldown": guard(f"drill-down ({name})", _drilldown_view, name, part.drilldown, ids, colours),

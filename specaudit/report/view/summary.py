@@ -21,7 +21,7 @@ from specaudit.report.view.format import (
     triple,
 )
 from specaudit.report.view.sampling import sampling_view
-from specaudit.report.view.statuses import comparisons, speed_summary, status_badge
+from specaudit.report.view.statuses import GroupComparison, SpeedSummary, comparisons, speed_summary, status_badge
 from specaudit.report.view.subject import subject
 from specaudit.report.view.verdicts import actions, decide
 
@@ -127,15 +127,15 @@ def _screen_line(snapshot: Snapshot) -> str | None:
     return line
 
 
-def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
+def _fairness_card(comps: list[GroupComparison], disp: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
     if not comps:
         return {"label": "Fairness", "anchor": "disparity", "badge": badge(NOT_RUN), "lines": [disp.get("reason", "no group comparisons")]}
-    headline = dimension_summary([c["status"] for c in comps])
-    counts = {s: sum(c["status"] == s for c in comps) for s in DisparityStatus}
-    groups = {(c["dimension"], c["group"]) for c in comps}
-    dims = {c["dimension"] for c in comps}
-    sizes = [c["n_prompts"] for c in comps if finite(c.get("n_prompts"))]
-    lows = [c["mdr_low"] for c in comps if c["mdr_low"] is not None]
+    headline = dimension_summary([c.status for c in comps])
+    counts = {s: sum(c.status == s for c in comps) for s in DisparityStatus}
+    groups = {(c.dimension, c.group) for c in comps}
+    dims = {c.dimension for c in comps}
+    sizes = [c.n_prompts for c in comps if finite(c.n_prompts)]
+    lows = [c.mdr_low for c in comps if c.mdr_low is not None]
     reference_line = (
         "Reference groups: "
         + "; ".join(
@@ -158,7 +158,7 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: 
             + (f"; at that size a ratio must fall below about {fixed(max(lows))} to be detected" if lows else "")
             + "."
         )
-    flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == DisparityStatus.FLAG})
+    flagged = sorted({f"{c.dimension}={c.group}" for c in comps if c.status == DisparityStatus.FLAG})
     if flagged:
         lines.append("Outside the band: " + ", ".join(flagged) + ".")
     lines.append(reference_line)
@@ -216,41 +216,41 @@ def speed_chart(snapshot: Snapshot, ids: Ids) -> Any:
     )
 
 
-def _speed_card(speed: dict[str, Any]) -> dict[str, Any]:
-    if not speed["ran"]:
+def _speed_card(speed: SpeedSummary) -> dict[str, Any]:
+    if not speed.ran:
         return {
             "label": "Speed",
             "anchor": "speed",
             "badge": badge(NOT_RUN),
-            "lines": speed["model_lines"] or ["no speed-up measured (needs the vanilla engine)"],
-            "conditions": speed["conditions"],
+            "lines": speed.model_lines or ["no speed-up measured (needs the vanilla engine)"],
+            "conditions": speed.conditions,
         }
     shown = (
         {"text": "SLOWER", "css": "fail", "symbol": "▼", "key": "slower"}
-        if speed["below_one"]
+        if speed.below_one
         else {"text": "FASTER", "css": "pass", "symbol": "▲", "key": "faster"}
-        if speed["above_one"]
+        if speed.above_one
         else {"text": "UNCLEAR", "css": "warn", "symbol": "?", "key": "unclear"}
     )
-    projection = speed.get("projection")
+    projection = speed.projection
     lines = [
-        f"{speed['word']} overall speed-up {speed['overall']} over {speed['overall_scope']}, on the audit's machine "
-        f"({speed['machine']}): a speed-up holds for the hardware it was measured on.",
+        f"{speed.word} overall speed-up {speed.overall} over {speed.overall_scope}, on the audit's machine "
+        f"({speed.machine}): a speed-up holds for the hardware it was measured on.",
         (
-            f"{len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla "
-            f"({len(speed['slower_sig'])} with the whole interval below 1×); range {speed['range']}."
+            f"{len(speed.slower)} of {speed.n_groups} groups run slower than vanilla "
+            f"({len(speed.slower_sig)} with the whole interval below 1×); range {speed.range}."
         ),
-        *speed["model_lines"],
+        *speed.model_lines,
         (
-            f"Projected for the deployment described (draft cost c = {projection['cost']}, verification cost v = "
-            f"{projection['verify']} target steps; a projection from mean acceptance β̄, not a measurement): "
-            f"{projection['range']}; {projection['below_one']} of {projection['n']} groups below 1×."
+            f"Projected for the deployment described (draft cost c = {projection.cost}, verification cost v = "
+            f"{projection.verify} target steps; a projection from mean acceptance β̄, not a measurement): "
+            f"{projection.range}; {projection.below_one} of {projection.n} groups below 1×."
             if projection
             else "For another machine, `--deployment-cost-ratio C` (its draft/target cost ratio) projects each group's speed-up "
             "there from its mean acceptance β̄."
         ),
     ]
-    return {"label": "Speed", "anchor": "speed", "badge": shown, "lines": lines, "conditions": speed["conditions"]}
+    return {"label": "Speed", "anchor": "speed", "badge": shown, "lines": lines, "conditions": speed.conditions}
 
 
 def _equivalence_line(eq: dict[str, Any]) -> str:

@@ -22,6 +22,8 @@ from specaudit.report.view.costs import BUDGET_HOURS, best_k_speedup, predicted_
 from specaudit.report.view.format import finite, recorded
 from specaudit.report.view.statuses import (
     DECIDED,
+    GroupComparison,
+    SpeedSummary,
     prompts_to_decide,
 )
 from specaudit.report.view.subject import with_flags
@@ -39,7 +41,7 @@ DECISIONS = {
 
 
 def decide(
-    snapshot: Snapshot, engines: list[tuple[str, EquivalenceStatus]], comps: list[dict[str, Any]], speed: dict[str, Any]
+    snapshot: Snapshot, engines: list[tuple[str, EquivalenceStatus]], comps: list[GroupComparison], speed: SpeedSummary
 ) -> dict[str, Any]:
     """The banner: derived from the gate, with the evidence that decides it.
 
@@ -54,8 +56,8 @@ def decide(
     violations = [name for name, status in engines if status == EquivalenceStatus.VIOLATION]
     # the `decision` check (--fail-on decision) restates the decision: it is not evidence for it
     failing = [c for c in checks if c.status is CheckStatus.FAIL and c.name != "decision"]
-    decided = [c for c in comps if c["status"] in DECIDED]
-    flagged = [c for c in comps if c["status"] == DisparityStatus.FLAG]
+    decided = [c for c in comps if c.status in DECIDED]
+    flagged = [c for c in comps if c.status == DisparityStatus.FLAG]
     tested = bool(engines) and not all(status == EquivalenceStatus.NOT_RUN for _, status in engines)
     key = decision_key(
         DecisionFacts(
@@ -63,7 +65,7 @@ def decide(
             failing=bool(failing),
             violation=bool(violations),
             tested=tested,
-            slower_overall=bool(speed.get("below_one")),
+            slower_overall=bool(speed.below_one),
             compared=bool(comps),
             decided=bool(decided),
             gate_pass=gate_status == CheckStatus.PASS,
@@ -80,13 +82,13 @@ def decide(
         ]
     elif not tested:
         reasons.append("Equivalence with the target was not tested.")
-    elif speed.get("below_one"):
+    elif speed.below_one:
         reasons.append(
-            f"Speculation is slower than vanilla on the audit's machine ({speed['machine']}): overall speed-up "
-            f"{speed['overall']} ({speed['overall_scope']}); {len(speed['slower'])} of {speed['n_groups']} groups below 1×."
+            f"Speculation is slower than vanilla on the audit's machine ({speed.machine}): overall speed-up "
+            f"{speed.overall} ({speed.overall_scope}); {len(speed.slower)} of {speed.n_groups} groups below 1×."
             + (
-                f" Projected for the deployment described (c = {speed['projection']['cost']}): {speed['projection']['range']}."
-                if speed.get("projection")
+                f" Projected for the deployment described (c = {speed.projection.cost}): {speed.projection.range}."
+                if speed.projection
                 else ""
             )
         )
@@ -115,7 +117,7 @@ def decide(
         if flagged:
             reasons.append(
                 f"Fairness: {len(flagged)} group comparison(s) outside the band: "
-                + ", ".join(sorted({f"{c['dimension']}={c['group']}" for c in flagged}))
+                + ", ".join(sorted({f"{c.dimension}={c.group}" for c in flagged}))
                 + "."
             )
         if undecided:
@@ -125,8 +127,8 @@ def decide(
             )
     elif key != "insufficient" and gate_status is not None:
         reasons.append("Fairness: no group comparisons in this snapshot.")
-    if speed.get("ran") and not speed.get("below_one") and speed.get("slower"):
-        reasons.append(f"Speed: {len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla.")
+    if speed.ran and not speed.below_one and speed.slower:
+        reasons.append(f"Speed: {len(speed.slower)} of {speed.n_groups} groups run slower than vanilla.")
     if key == "conditions":
         families: dict[str, int] = {}
         for check in checks:
@@ -153,8 +155,8 @@ def _pit_bound(snapshot: Snapshot, engine: str) -> PitBound:
 def actions(
     snapshot: Snapshot,
     engines: list[tuple[str, EquivalenceStatus]],
-    comps: list[dict[str, Any]],
-    speed: dict[str, Any],
+    comps: list[GroupComparison],
+    speed: SpeedSummary,
     equivalence_view: Mapping[str, Any],
 ) -> list[dict[str, str]]:
     """One item per problem (never one per dimension), MUST before SHOULD, each with a command."""
@@ -197,7 +199,7 @@ def actions(
         # the `decision` check restates the decision (the banner's): not a problem of its own
         if check.status is CheckStatus.FAIL and name != "decision" and not name.startswith(("equivalence[", "disparity[")):
             add("fail", f"Gate check {name} fails: {recorded(check.message, '')}", "gate")
-    flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == DisparityStatus.FLAG})
+    flagged = sorted({f"{c.dimension}={c.group}" for c in comps if c.status == DisparityStatus.FLAG})
     if flagged:
         add(
             "fail",
@@ -205,13 +207,13 @@ def actions(
             "vanilla decoding or train the draft on them; the fallback simulation shows the effect of routing.",
             "disparity",
         )
-    if speed.get("slower"):
+    if speed.slower:
         best_k = _common_best_k(snapshot)
         flag = _draft_length_flag(config, best_k) if best_k else None
-        level = "fail" if speed.get("below_one") else "warn"
+        level = "fail" if speed.below_one else "warn"
         text = (
-            f"Speculation is slower than vanilla for {len(speed['slower'])} of {speed['n_groups']} groups "
-            f"({len(speed['slower_sig'])} with the whole interval below 1×; range {speed['range']}). "
+            f"Speculation is slower than vanilla for {len(speed.slower)} of {speed.n_groups} groups "
+            f"({len(speed.slower_sig)} with the whole interval below 1×; range {speed.range}). "
             + ("Do not enable it with this draft on this hardware; " if level == "fail" else "Route those groups to vanilla; ")
             + (
                 f"the cost model's best draft length is k = {best_k}, so re-audit with it, or use a cheaper or better-matched draft."
@@ -224,20 +226,20 @@ def actions(
                 text, rerun_cost(snapshot, speedup=best_k_speedup(snapshot, best_k), why=f", the speculative one at k = {best_k}")
             )
         add(level, text, "speed", with_flags(command, flag) if flag else None)
-    undecided = [c for c in comps if c["status"] not in DECIDED]
+    undecided = [c for c in comps if c.status not in DECIDED]
     if undecided:
         planned = prompts_to_decide(undecided)
         need = planned[0] if planned else None
         minimum = ((snapshot.gate.thresholds if snapshot.gate is not None else None) or {}).get("min_group_size")
         per_group = max([n for n in (need, int(minimum) if finite(minimum) else None) if n] or [0]) or None
-        groups = sorted({f"{c['dimension']}={c['group']}" for c in undecided})
+        groups = sorted({f"{c.dimension}={c.group}" for c in undecided})
         text = (
             f"{len(undecided)} of {len(comps)} group comparisons ({len(groups)} groups) cannot be decided: their intervals "
             "cross a band edge or the design cannot detect a ratio at the band's edges."
         )
         if need:
             text += (
-                f" About {need} prompts per group would make a ratio of {comps[0]['band'][0]:g} detectable for half of them, "
+                f" About {need} prompts per group would make a ratio of {comps[0].band[0]:g} detectable for half of them, "
                 + (f"{planned[1]:,} for all" if planned[1] <= 100 * need else "far more for the hardest of them")
                 + " (each comparison's detectable ratio scaled by 1/√prompts)"
                 + (f"; the gate asks for {int(minimum)}" if finite(minimum) and minimum > need else "")
