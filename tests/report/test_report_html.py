@@ -728,7 +728,7 @@ def test_a_rejected_engine_is_stated_once_and_its_pit_bound_worded_as_a_bound_on
     gated = _gated(snapshot)
     view = build_view(gated)
     engine = next(e for e in view["equivalence"]["engines"] if e["name"] == "speculative")
-    assert engine["status"] == EquivalenceStatus.VIOLATION and engine["pit_bound"]["violation"]
+    assert engine["status"] == EquivalenceStatus.VIOLATION and engine["pit_bound"].violation
     line = next(line for line in view["summary"]["cards"][0]["lines"] if line.startswith("speculative:"))
     assert line.startswith("speculative: violation in ") and "distorts the PIT by at most" in line
     assert "no distortion of the PIT" not in line
@@ -741,7 +741,7 @@ def test_a_rejected_engine_is_stated_once_and_its_pit_bound_worded_as_a_bound_on
     assert f"the violation distorts the PIT by at most {bound:.3f}" in equivalence
     assert f"no distortion of the PIT above {bound:.3f}" not in equivalence
     # the other engines, without a violation, keep the positive claim where they have one
-    others = [e for e in view["equivalence"]["engines"] if e["name"] != "speculative" and e["pit_bound"].get("ran")]
+    others = [e for e in view["equivalence"]["engines"] if e["name"] != "speculative" and e["pit_bound"].ran]
     assert all(
-        e["pit_bound"]["claim"].startswith("no distortion of the PIT above") for e in others if e["status"] != EquivalenceStatus.VIOLATION
+        e["pit_bound"].claim.startswith("no distortion of the PIT above") for e in others if e["status"] != EquivalenceStatus.VIOLATION
     )

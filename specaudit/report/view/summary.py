@@ -86,13 +86,13 @@ def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
         text = f"{e['name']}: {e['status'].value} in {e['n_tokens']} tokens (smallest Holm-adjusted p = {e['battery_p']})"
         if e.get("proof"):
             text = f"{e['name']}: {e['status'].value}: {e['proof']}"
-        if e["pit_bound"].get("ran"):
-            text += f"; {e['pit_bound']['sentence']}"
-        if e["tv"].get("ran"):
-            text += f"; TV upper bound {e['tv']['upper']} against δ = {e['tv']['delta']}: {e['tv']['verdict']}"
-        pit = next((p for p in e["power"] if p["label"].startswith("PIT")), None)
+        if e["pit_bound"].ran:
+            text += f"; {e['pit_bound'].sentence}"
+        if e["tv"].ran:
+            text += f"; TV upper bound {e['tv'].upper} against δ = {e['tv'].delta}: {e['tv'].verdict}"
+        pit = next((p for p in e["power"] if p.label.startswith("PIT")), None)
         if pit:
-            text += f"; a PIT distortion of {pit['value']} or more would have been found (80% power)"
+            text += f"; a PIT distortion of {pit.value} or more would have been found (80% power)"
         lines.append(text + ".")
     return {"label": "Correctness", "anchor": "equivalence", "badge": status_badge(worst_status), "lines": lines}
 
@@ -317,20 +317,20 @@ def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Snapshot) -> l
                 "note": f"smallest Holm-adjusted p over its tests = {engine['battery_p']}",
             }
         )
-        if tv.get("ran"):
+        if tv.ran:
             rows.append(
                 {
                     "what": f"TV distance upper bound (first token), {engine['name']}",
-                    "value": tv["upper"],
-                    "note": f"margin δ = {tv['delta']}: {tv['verdict']}",
+                    "value": tv.upper,
+                    "note": f"margin δ = {tv.delta}: {tv.verdict}",
                 }
             )
-        pit = next((p for p in engine["power"] if p["label"].startswith("PIT")), None)
+        pit = next((p for p in engine["power"] if p.label.startswith("PIT")), None)
         if pit:
             rows.append(
                 {
                     "what": f"smallest PIT distortion detectable (80% power), {engine['name']}",
-                    "value": pit["value"],
+                    "value": pit.value,
                     "note": "distortions smaller than this could pass unseen",
                 }
             )

@@ -172,7 +172,7 @@ def actions(
     def costed(text: str, cost: str | None) -> str:
         return f"{text} {cost}" if cost else text
 
-    if equivalence_view.get("ran") and equivalence_view.get("status") == "error":
+    if equivalence_view["ran"] and equivalence_view["status"] == "error":
         add(
             "fail",
             costed(
@@ -252,21 +252,22 @@ def actions(
         elif cost is not None:
             text += f" {cost.sentence()}"
         add("warn", text, "disparity", with_flags(command, {"--per-group": per_group}) if per_group else None)
-    if equivalence_view.get("ran"):
-        # an engine with a violation has its MUST item above: showing its equivalence is moot
+    if equivalence_view["ran"]:
+        # an engine with a violation has its MUST item above: showing its equivalence is moot; a
+        # greedy audit has no TV bound nor two-sample tests to show it with
         audited = [
-            e for e in equivalence_view.get("engines", []) if not e.get("is_control") and e.get("status") != EquivalenceStatus.VIOLATION
+            e
+            for e in equivalence_view["engines"]
+            if not e["is_control"] and e["status"] != EquivalenceStatus.VIOLATION and e["mode"] == "sampling"
         ]
-        not_shown = [e for e in audited if e.get("tv", {}).get("verdict") == "not shown"]
-        not_run = [e for e in audited if any(r.get("not_run") for r in e.get("two_sample", {}).get("rows", []) or [])]
+        not_shown = [e for e in audited if e["tv"].verdict == "not shown"]
+        not_run = [e for e in audited if any(r["not_run"] for r in e["two_sample"].rows)]
         if not_shown or not_run:
             samples = recorded(config.get("samples"), 1)
-            plan = not_shown[0]["tv"]["samples_to_show"] if not_shown else None
+            plan = not_shown[0]["tv"].samples_to_show if not_shown else None
             parts = []
             if not_shown:
-                parts.append(
-                    f"equivalence within δ = {not_shown[0]['tv']['delta']} is not shown (TV upper bound {not_shown[0]['tv']['upper']})"
-                )
+                parts.append(f"equivalence within δ = {not_shown[0]['tv'].delta} is not shown (TV upper bound {not_shown[0]['tv'].upper})")
             if not_run:
                 parts.append("the two-sample tests cannot reject with one sample per prompt")
             text = "Correctness is not proven: " + " and ".join(parts) + ". "
@@ -289,14 +290,14 @@ def actions(
                         text += f"{cheap[0]} "
                     else:
                         text += (f"{fewer[0]} " if fewer else "") + f"No rerun within {BUDGET_HOURS:g} h shows it, so none is recommended. "
-                    text += _what_was_shown(audited[0] if audited else {})
+                    text += _what_was_shown(audited[0])
                     add("warn", text, "equivalence", with_flags(command, cheap[2]) if cheap else None)
                 else:
                     text += f"Sample more outputs per prompt: about {wanted:,} {how}."
                     for part in (cost.sentence() if cost else None, fewer[0] if fewer else None):
                         text += f" {part}" if part else ""
                     add("warn", text, "equivalence", with_flags(command, {"--samples": wanted}))
-        if equivalence_view.get("warning"):
+        if equivalence_view["warning"]:
             cost = rerun_cost(snapshot, why=", another seed")
             add(
                 "warn",
@@ -362,9 +363,11 @@ def _samples_wanted(plan: SamplePlan | None, engine: Mapping[str, Any] | None) -
             "first-token distributions)"
         )
     detects = "would make a first-token distance of δ detectable"
-    power = {p["label"]: p.get("raw") for p in (engine or {}).get("power", [])}
-    mde, delta = power.get("first-token TV"), (engine or {}).get("tv", {}).get("delta_value")
-    samples = (engine or {}).get("samples")
+    if engine is None:
+        return None, detects
+    # the power an analysis computed varies with its tests: first-token TV may be absent
+    mde = next((p.raw for p in engine["power"] if p.label == "first-token TV"), None)
+    delta, samples = engine["tv"].delta_value, engine["samples"]
     if not (finite(mde) and finite(delta) and delta > 0 and finite(samples)):
         return None, detects
     return max(2, math.ceil(samples * (mde / delta) ** 2)), detects
@@ -393,13 +396,13 @@ def _fewer_prompts(snapshot: Snapshot, plan: SamplePlan | None, wanted: int) -> 
 def _what_was_shown(engine: Mapping[str, Any]) -> str:
     """What the audit did show about correctness at its own budget: the PIT bound and the power."""
     parts = []
-    if engine.get("pit_bound", {}).get("ran"):
-        parts.append(engine["pit_bound"]["sentence"])
-    if engine.get("status") == EquivalenceStatus.NO_VIOLATION_FOUND and "n_tokens" in engine:
+    if engine["pit_bound"].ran:
+        parts.append(engine["pit_bound"].sentence)
+    if engine["status"] == EquivalenceStatus.NO_VIOLATION_FOUND:
         parts.append(f"no test found a violation in {engine['n_tokens']} tokens")
-    pit = next((p for p in engine.get("power", []) if str(p.get("label", "")).startswith("PIT")), None)
+    pit = next((p for p in engine["power"] if p.label.startswith("PIT")), None)
     if pit:
-        parts.append(f"a PIT distortion of {pit['value']} or more would have been found with 80% power")
+        parts.append(f"a PIT distortion of {pit.value} or more would have been found with 80% power")
     return ("What this audit did show: " + "; ".join(parts) + ".") if parts else ""
 
 
