@@ -73,7 +73,7 @@ def disparity_view(snapshot: Snapshot, ids: Ids) -> dict[str, Any]:
     for number, (view, name) in enumerate(zip(dimensions, names), start=1):
         view.setdefault("name", str(name))
         view["anchor"] = f"dim-{number}"  # ids from user data could clash or hold odd characters
-    status = worst([d.get("status", NOT_RUN) for d in dimensions])
+    status = worst([d["status"] for d in dimensions])
     return {
         "ran": True,
         "status": status,

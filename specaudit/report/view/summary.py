@@ -31,13 +31,13 @@ if TYPE_CHECKING:
 
 def summary_view(view: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
     eq, disp, gate = view["equivalence"], view["disparity"], view["gate"]
-    engines = [(e["name"], e["status"]) for e in eq.get("engines", []) if not e["is_control"]] if eq.get("ran") else []
+    engines = [(e["name"], e["status"]) for e in eq["engines"] if not e["is_control"]] if eq["ran"] else []
     comps = comparisons(snapshot)
     speed = speed_summary(snapshot)
     badges = [
-        {"label": "Equivalence", "badge": eq.get("badge", badge(NOT_RUN)), "anchor": "equivalence", "line": _equivalence_line(eq)},
-        {"label": "Disparity", "badge": disp.get("badge", badge(NOT_RUN)), "anchor": "disparity", "line": _disparity_line(disp)},
-        {"label": "Gate", "badge": gate.get("badge", badge(NOT_RUN)), "anchor": "gate", "line": _gate_line(gate)},
+        {"label": "Equivalence", "badge": eq["badge"], "anchor": "equivalence", "line": _equivalence_line(eq)},
+        {"label": "Disparity", "badge": disp["badge"], "anchor": "disparity", "line": _disparity_line(disp)},
+        {"label": "Gate", "badge": gate["badge"], "anchor": "gate", "line": _gate_line(gate)},
     ]
     return {
         "ran": True,
@@ -52,12 +52,12 @@ def summary_view(view: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
 
 
 def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
-    if not eq.get("ran"):
+    if not eq["ran"]:
         return {
             "label": "Correctness",
             "anchor": "equivalence",
             "badge": status_badge(EquivalenceStatus.NOT_RUN),
-            "lines": [eq.get("reason", "not run")],
+            "lines": [eq["reason"]],
         }
     order = [
         EquivalenceStatus.VIOLATION,
@@ -73,7 +73,7 @@ def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
                 f"Control ({e['name']}): {e['badge']['text']}"
                 + (
                     f": {eq['warning'].split(': a correct')[0]}"
-                    if eq.get("warning")
+                    if eq["warning"]
                     else " (plain decoding passes the same tests, so the audit can be trusted)"
                     if e["badge"]["key"] == "pass"
                     else ""
@@ -84,7 +84,7 @@ def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
             lines.append(f"{e['name']}: greedy output equals vanilla on {e['n_matches']} of {e['n_pairs']} prompts ({e['match_rate']}).")
             continue
         text = f"{e['name']}: {e['status'].value} in {e['n_tokens']} tokens (smallest Holm-adjusted p = {e['battery_p']})"
-        if e.get("proof"):
+        if e["proof"]:
             text = f"{e['name']}: {e['status'].value}: {e['proof']}"
         if e["pit_bound"].ran:
             text += f"; {e['pit_bound'].sentence}"
@@ -129,7 +129,12 @@ def _screen_line(snapshot: Snapshot) -> str | None:
 
 def _fairness_card(comps: list[GroupComparison], disp: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
     if not comps:
-        return {"label": "Fairness", "anchor": "disparity", "badge": badge(NOT_RUN), "lines": [disp.get("reason", "no group comparisons")]}
+        return {
+            "label": "Fairness",
+            "anchor": "disparity",
+            "badge": badge(NOT_RUN),
+            "lines": [disp["reason"] if not disp["ran"] else "no group comparisons"],
+        }
     headline = dimension_summary([c.status for c in comps])
     counts = {s: sum(c.status == s for c in comps) for s in DisparityStatus}
     groups = {(c.dimension, c.group) for c in comps}
@@ -254,11 +259,11 @@ def _speed_card(speed: SpeedSummary) -> dict[str, Any]:
 
 
 def _equivalence_line(eq: dict[str, Any]) -> str:
-    if not eq.get("ran"):
-        return eq.get("reason", "not run")
-    audited = [e for e in eq.get("engines", []) if not e["is_control"]]
+    if not eq["ran"]:
+        return eq["reason"]
+    audited = [e for e in eq["engines"] if not e["is_control"]]
     if eq["status"] == "error":
-        return eq.get("message") or "the vanilla control failed: the audit cannot be trusted"
+        return eq["message"] or "the vanilla control failed: the audit cannot be trusted"
     failing = [e["name"] for e in audited if e["badge"]["key"] == "fail"]
     if failing:
         return f"{', '.join(failing)}: output is NOT distributed as the target's"
@@ -266,26 +271,26 @@ def _equivalence_line(eq: dict[str, Any]) -> str:
         return "greedy output matches vanilla (divergences, if any, are floating-point near-ties)"
     return (
         f"no test rejects that {', '.join(e['name'] for e in audited) or 'the engines'} sample exactly from the target "
-        f"(α = {eq.get('alpha')}, Holm-corrected); not rejected is not proven: see the TV bound"
+        f"(α = {eq['alpha']}, Holm-corrected); not rejected is not proven: see the TV bound"
     )
 
 
 def _disparity_line(disp: dict[str, Any]) -> str:
-    if not disp.get("ran"):
-        return disp.get("reason", "not run")
+    if not disp["ran"]:
+        return disp["reason"]
     parts = []
     for d in disp["dimensions"]:
-        if not d.get("ran"):
-            parts.append(f"{d.get('name')}: {d.get('reason', 'not run')}")
+        if not d["ran"]:
+            parts.append(f"{d['name']}: {d['reason']}")
             continue
-        counts = ", ".join(f"{n} {s}" for s, n in d.get("counts", {}).items() if n)
+        counts = ", ".join(f"{n} {s}" for s, n in d["counts"].items() if n)
         parts.append(f"{d['name']}: {counts or 'no comparisons'}")
     return "; ".join(parts)
 
 
 def _gate_line(gate: dict[str, Any]) -> str:
-    if not gate.get("ran"):
-        return gate.get("reason", "not run")
+    if not gate["ran"]:
+        return gate["reason"]
     c = gate["counts"]
     return f"{c['pass']} pass, {c['warn']} warn, {c['fail']} fail"
 
@@ -297,7 +302,7 @@ def _predicted(snapshot: Snapshot) -> bool:
 
 def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Snapshot) -> list[dict[str, str]]:
     rows: list[dict[str, str]] = []
-    for engine in eq.get("engines", []) if eq.get("ran") else []:
+    for engine in eq["engines"] if eq["ran"] else []:
         if engine["is_control"]:
             continue
         if engine["mode"] == "greedy":
@@ -334,8 +339,9 @@ def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Snapshot) -> l
                     "note": "distortions smaller than this could pass unseen",
                 }
             )
-    for d in disp.get("dimensions", []) if disp.get("ran") else []:
-        name = d.get("name")
+    for d in disp["dimensions"] if disp["ran"] else []:
+        name = d["name"]
+        reference = d["reference"] if d["ran"] else None  # a dimension that could not be rendered has none
         dim = snapshot.groups.get(name) or DimensionGroups()
         overall = dim.overall or GroupEntry(metrics={})
         n = integer(overall.n_prompts)
@@ -363,7 +369,7 @@ def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Snapshot) -> l
                     {
                         "what": f"lowest {metric_label(metric)}: {name}={group}",
                         "value": triple(block, fixed, "×") if metric == "speedup" else triple(block),
-                        "note": f"{size} prompts; reference {d.get('reference')}",
+                        "note": f"{size} prompts; reference {reference}",
                     }
                 )
     return rows
