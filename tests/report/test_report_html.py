@@ -729,7 +729,7 @@ def test_a_rejected_engine_is_stated_once_and_its_pit_bound_worded_as_a_bound_on
     view = build_view(gated)
     engine = next(e for e in view["equivalence"]["engines"] if e["name"] == "speculative")
     assert engine["status"] == EquivalenceStatus.VIOLATION and engine["pit_bound"].violation
-    line = next(line for line in view["summary"]["cards"][0]["lines"] if line.startswith("speculative:"))
+    line = next(line for line in view["summary"]["cards"][0].lines if line.startswith("speculative:"))
     assert line.startswith("speculative: violation in ") and "distorts the PIT by at most" in line
     assert "no distortion of the PIT" not in line
     items = " ".join(item["text"] for item in view["summary"]["actions"])

@@ -3,6 +3,7 @@ headline numbers and the speed chart."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import specaudit.charts as charts
@@ -29,6 +30,17 @@ if TYPE_CHECKING:
     from specaudit.contracts.snapshot import MetricEstimate, Snapshot
 
 
+@dataclass(frozen=True)
+class Card:
+    """One of the summary's three cards: correctness, fairness, speed (only speed has timing conditions)."""
+
+    label: str
+    anchor: str
+    badge: dict[str, str]
+    lines: list[str]
+    conditions: list[str] | None = None
+
+
 def summary_view(view: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
     eq, disp, gate = view["equivalence"], view["disparity"], view["gate"]
     engines = [(e["name"], e["status"]) for e in eq["engines"] if not e["is_control"]] if eq["ran"] else []
@@ -51,14 +63,9 @@ def summary_view(view: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
+def _correctness_card(eq: dict[str, Any], engines: list) -> Card:
     if not eq["ran"]:
-        return {
-            "label": "Correctness",
-            "anchor": "equivalence",
-            "badge": status_badge(EquivalenceStatus.NOT_RUN),
-            "lines": [eq["reason"]],
-        }
+        return Card(label="Correctness", anchor="equivalence", badge=status_badge(EquivalenceStatus.NOT_RUN), lines=[eq["reason"]])
     order = [
         EquivalenceStatus.VIOLATION,
         EquivalenceStatus.NOT_RUN,
@@ -94,7 +101,7 @@ def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
         if pit:
             text += f"; a PIT distortion of {pit.value} or more would have been found (80% power)"
         lines.append(text + ".")
-    return {"label": "Correctness", "anchor": "equivalence", "badge": status_badge(worst_status), "lines": lines}
+    return Card(label="Correctness", anchor="equivalence", badge=status_badge(worst_status), lines=lines)
 
 
 def _screen_line(snapshot: Snapshot) -> str | None:
@@ -127,14 +134,14 @@ def _screen_line(snapshot: Snapshot) -> str | None:
     return line
 
 
-def _fairness_card(comps: list[GroupComparison], disp: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
+def _fairness_card(comps: list[GroupComparison], disp: dict[str, Any], snapshot: Snapshot) -> Card:
     if not comps:
-        return {
-            "label": "Fairness",
-            "anchor": "disparity",
-            "badge": badge(NOT_RUN),
-            "lines": [disp["reason"] if not disp["ran"] else "no group comparisons"],
-        }
+        return Card(
+            label="Fairness",
+            anchor="disparity",
+            badge=badge(NOT_RUN),
+            lines=[disp["reason"] if not disp["ran"] else "no group comparisons"],
+        )
     headline = dimension_summary([c.status for c in comps])
     counts = {s: sum(c.status == s for c in comps) for s in DisparityStatus}
     groups = {(c.dimension, c.group) for c in comps}
@@ -177,7 +184,7 @@ def _fairness_card(comps: list[GroupComparison], disp: dict[str, Any], snapshot:
     screen = _screen_line(snapshot)
     if screen:
         lines.append(screen)
-    return {"label": "Fairness", "anchor": "disparity", "badge": status_badge(headline), "lines": lines}
+    return Card(label="Fairness", anchor="disparity", badge=status_badge(headline), lines=lines)
 
 
 def speed_chart(snapshot: Snapshot, ids: Ids) -> Any:
@@ -221,15 +228,15 @@ def speed_chart(snapshot: Snapshot, ids: Ids) -> Any:
     )
 
 
-def _speed_card(speed: SpeedSummary) -> dict[str, Any]:
+def _speed_card(speed: SpeedSummary) -> Card:
     if not speed.ran:
-        return {
-            "label": "Speed",
-            "anchor": "speed",
-            "badge": badge(NOT_RUN),
-            "lines": speed.model_lines or ["no speed-up measured (needs the vanilla engine)"],
-            "conditions": speed.conditions,
-        }
+        return Card(
+            label="Speed",
+            anchor="speed",
+            badge=badge(NOT_RUN),
+            lines=speed.model_lines or ["no speed-up measured (needs the vanilla engine)"],
+            conditions=speed.conditions,
+        )
     shown = (
         {"text": "SLOWER", "css": "fail", "symbol": "▼", "key": "slower"}
         if speed.below_one
@@ -255,7 +262,7 @@ def _speed_card(speed: SpeedSummary) -> dict[str, Any]:
             "there from its mean acceptance β̄."
         ),
     ]
-    return {"label": "Speed", "anchor": "speed", "badge": shown, "lines": lines, "conditions": speed.conditions}
+    return Card(label="Speed", anchor="speed", badge=shown, lines=lines, conditions=speed.conditions)
 
 
 def _equivalence_line(eq: dict[str, Any]) -> str:
