@@ -81,10 +81,10 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
         if action["command"]:
             lines.append(f"   `{_code(action['command'])}`")
     sampling = summary["sampling"]
-    if sampling["ran"]:
-        lines += ["", f"## Sampling setting tested: {md_escape(sampling['label'])}", ""]
+    if sampling.ran:
+        lines += ["", f"## Sampling setting tested: {md_escape(sampling.label)}", ""]
         lines += ["| bug class | reported in | can this setting show it? |", "|---|---|---|"]
-        for row in sampling["rows"]:
+        for row in sampling.rows:
             answer = "yes" if row["visible"] else f"**no**: {md_escape(row['blind_when'])}"
             lines.append(f"| {md_escape(row['class'])}: {md_escape(row['example'])} | {md_escape(row['reports'])} | {answer} |")
     lines += ["", "## Audit subject", "", "| | |", "|---|---|"]

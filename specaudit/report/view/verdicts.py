@@ -109,7 +109,7 @@ def decide(
     if engines and any(status != EquivalenceStatus.NOT_RUN for _, status in engines):
         from specaudit.report.view.sampling import sampling_view
 
-        blind = sampling_view(snapshot).get("sentence")
+        blind = sampling_view(snapshot).sentence
         if blind:  # a pass holds for the setting tested; say which real bug classes it cannot cover
             reasons.append(blind)
     if comps:
