@@ -76,7 +76,7 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
         lines.append(f"| {card.label} | **{card.badge['symbol']} {card.badge['text']}** | {md_escape(finding)} |")
     lines += ["", "## What to do", ""]
     for action in summary["actions"]:
-        word = {"fail": "MUST", "warn": "SHOULD", "pass": "OK"}.get(action["level"], action["level"].upper())
+        word = {"fail": "MUST", "warn": "SHOULD", "pass": "OK"}[action["level"]]  # the only levels actions() gives
         lines.append(f"1. **{word}**: {md_escape(action['text'])}")
         if action["command"]:
             lines.append(f"   `{_code(action['command'])}`")
@@ -274,8 +274,8 @@ def junit_xml(snapshot: Snapshot | Mapping[str, Any] | str | Path, *, suite: str
         ("run_id", run.id),
         ("target", target),
         ("draft", draft),
-        ("seed", about.get("Seed")),
-        ("commit", about.get("specaudit")),
+        ("seed", about["Seed"]),
+        ("commit", about["specaudit"]),
         ("gate_status", gate.status if gate is not None else EquivalenceStatus.NOT_RUN),
     ):
         ET.SubElement(properties, "property", name=name, value=_xml_text(recorded(value)))

@@ -3,6 +3,7 @@ tables, drill-downs and the advice on k and routing."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -171,12 +172,9 @@ def _ratio_forest(
             text = with_ci(ratio.value, ratio.ci_low, ratio.ci_high, fmt=fixed)
             cells.append(charts.RatioCell(ratio.value, ratio.ci_low, ratio.ci_high, status.value, text))
             described.append(f"{group} {metric_label(metric)} {cells[-1].text} {status.value}")
-        rows.append(charts.RatioRow(str(group), entry.n_prompts, colours.get(str(group), charts.OVERALL_COLOUR), cells))
+        rows.append(charts.RatioRow(str(group), entry.n_prompts, colours[str(group)], cells))
     labels = [metric_label(m) for m in shown]
-    counts = {}
-    for row in rows:
-        for cell in row.cells:
-            counts[cell.status] = counts.get(cell.status, 0) + 1
+    counts = Counter(cell.status for row in rows for cell in row.cells)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "reference")
     desc = (
         f"Ratio of each {dimension} group to the reference group {reference} for {' and '.join(labels)}, log scale, with each "

@@ -3,6 +3,7 @@ greedy divergences."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -349,9 +350,7 @@ def _greedy_engine(name: str, entry: EngineEquivalence, is_control: bool) -> dic
         }
         for d in result.divergences
     ]
-    kinds: dict[str, int] = {}
-    for d in result.divergences:
-        kinds[str(d.classification)] = kinds.get(str(d.classification), 0) + 1
+    kinds = dict(Counter(str(d.classification) for d in result.divergences))
     return {
         "name": name,
         "is_control": is_control,

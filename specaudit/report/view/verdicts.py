@@ -9,6 +9,7 @@ comparisons and the speed summary in `_statuses.py`, the audit subject and rerun
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -130,11 +131,7 @@ def decide(
     if speed.ran and not speed.below_one and speed.slower:
         reasons.append(f"Speed: {len(speed.slower)} of {speed.n_groups} groups run slower than vanilla.")
     if key == "conditions":
-        families: dict[str, int] = {}
-        for check in checks:
-            if check.status is CheckStatus.WARN:
-                family = str(check.name or "").split("[", 1)[0]
-                families[family] = families.get(family, 0) + 1
+        families = Counter(str(check.name or "").split("[", 1)[0] for check in checks if check.status is CheckStatus.WARN)
         reasons.insert(0, "Conditions (the gate's warnings): " + ", ".join(f"{family} ({n})" for family, n in families.items()) + ".")
     title, css = DECISIONS[key]
     exit_code = gate.exit_code if gate is not None and finite(gate.exit_code) else int(gate_status == CheckStatus.FAIL)
@@ -340,12 +337,9 @@ def _draft_length_flag(config: Mapping[str, Any], best_k: int) -> dict[str, Any]
 
 
 def _common_best_k(snapshot: Snapshot) -> int | None:
-    counts: dict[int, int] = {}
-    for part in snapshot.recommendations.values():
-        for row in part.by_group.values():
-            k = row.best_k
-            if isinstance(k, int):
-                counts[k] = counts.get(k, 0) + 1
+    counts = Counter(
+        row.best_k for part in snapshot.recommendations.values() for row in part.by_group.values() if isinstance(row.best_k, int)
+    )
     return max(counts, key=lambda k: (counts[k], -k)) if counts else None
 
 
