@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -175,8 +176,4 @@ def describe_run(store: HistoryStore, run: StoredRun, *, metrics: Sequence[str] 
 
 
 def alert_counts(store: HistoryStore, runs: Sequence[StoredRun]) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for a in store.alerts(runs):
-        if a["status"] == CheckStatus.FAIL:
-            counts[a["run_id"]] = counts.get(a["run_id"], 0) + 1
-    return counts
+    return Counter(a["run_id"] for a in store.alerts(runs) if a["status"] == CheckStatus.FAIL)

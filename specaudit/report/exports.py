@@ -45,7 +45,7 @@ def _glossary_markdown(text: str) -> list[str]:
 
 def _group_names_markdown(view: Mapping[str, Any]) -> list[str]:
     """The prompt set's readable names of its group codes (`sae`: Standard American English)."""
-    rows = view.get("group_names") or []
+    rows = view["group_names"]
     if not rows:
         return []
     return ["", "## Group names", "", "| dimension | group | name |", "|---|---|---|"] + [
@@ -56,11 +56,11 @@ def _group_names_markdown(view: Mapping[str, Any]) -> list[str]:
 def summary_markdown(view: Mapping[str, Any]) -> str:
     """The decision first, then the gate line, the cards, what to do (with commands) and the checks."""
     run, summary = view["run"], view["summary"]
-    if summary.get("broken"):
-        return "\n".join([f"# specaudit: {md_escape(run.get('id', 'run'))}", "", md_escape(summary.get("reason")), ""])
+    if not summary["ran"]:  # the guard's note: the summary could not be built
+        return "\n".join([f"# specaudit: {md_escape(run.get('id', 'run'))}", "", md_escape(summary["reason"]), ""])
     decision = summary["decision"]
     lines = [f"# Decision: {decision['title']}", "", f"**{decision['gate']}**", ""]
-    if decision.get("gate_note"):
+    if decision["gate_note"]:
         lines += [md_escape(decision["gate_note"]).replace("\\`", "`"), ""]
     lines += [f"- {md_escape(r)}" for r in decision["reasons"]]
     lines += [
@@ -72,25 +72,25 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
     ]
     lines += ["| | status | finding |", "|---|---|---|"]
     for card in summary["cards"]:
-        finding = " ".join(card["lines"]) + (f" Timed under: {'; '.join(card['conditions'])}." if card.get("conditions") else "")
-        lines.append(f"| {card['label']} | **{card['badge']['symbol']} {card['badge']['text']}** | {md_escape(finding)} |")
+        finding = " ".join(card.lines) + (f" Timed under: {'; '.join(card.conditions)}." if card.conditions else "")
+        lines.append(f"| {card.label} | **{card.badge['symbol']} {card.badge['text']}** | {md_escape(finding)} |")
     lines += ["", "## What to do", ""]
     for action in summary["actions"]:
-        word = {"fail": "MUST", "warn": "SHOULD", "pass": "OK"}.get(action["level"], action["level"].upper())
+        word = {"fail": "MUST", "warn": "SHOULD", "pass": "OK"}[action["level"]]  # the only levels actions() gives
         lines.append(f"1. **{word}**: {md_escape(action['text'])}")
-        if action.get("command"):
+        if action["command"]:
             lines.append(f"   `{_code(action['command'])}`")
-    sampling = summary.get("sampling") or {}
-    if sampling.get("ran"):
-        lines += ["", f"## Sampling setting tested: {md_escape(sampling['label'])}", ""]
+    sampling = summary["sampling"]
+    if sampling.ran:
+        lines += ["", f"## Sampling setting tested: {md_escape(sampling.label)}", ""]
         lines += ["| bug class | reported in | can this setting show it? |", "|---|---|---|"]
-        for row in sampling["rows"]:
+        for row in sampling.rows:
             answer = "yes" if row["visible"] else f"**no**: {md_escape(row['blind_when'])}"
             lines.append(f"| {md_escape(row['class'])}: {md_escape(row['example'])} | {md_escape(row['reports'])} | {answer} |")
     lines += ["", "## Audit subject", "", "| | |", "|---|---|"]
     lines += [f"| {md_escape(label)} | {md_escape(text)} |" for label, text in summary["subject"]]
-    compare = view.get("compare") or {}
-    if compare.get("ran") and not compare.get("broken"):
+    compare = view["compare"]
+    if compare["ran"]:  # not the guard's note, which has ran False
         c = compare["counts"]
         lines += [
             "",
@@ -99,9 +99,9 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
             f"{c['FAIL']} worse, {c['WARN']} changed, {c['PASS']} without a significant change (per group and metric).",
         ]
     gate = view["gate"]
-    if gate.get("ran"):
+    if gate["ran"]:
         lines += ["", "## Gate checks", ""]
-        if gate.get("thresholds"):
+        if gate["thresholds"]:
             lines += ["Thresholds: " + "; ".join(f"{md_escape(t['name'])} = {md_escape(t['value'])}" for t in gate["thresholds"]) + ".", ""]
         lines += ["| status | check | finding |", "|---|---|---|"]
         for check in gate["checks"]:
@@ -274,8 +274,8 @@ def junit_xml(snapshot: Snapshot | Mapping[str, Any] | str | Path, *, suite: str
         ("run_id", run.id),
         ("target", target),
         ("draft", draft),
-        ("seed", about.get("Seed")),
-        ("commit", about.get("specaudit")),
+        ("seed", about["Seed"]),
+        ("commit", about["specaudit"]),
         ("gate_status", gate.status if gate is not None else EquivalenceStatus.NOT_RUN),
     ):
         ET.SubElement(properties, "property", name=name, value=_xml_text(recorded(value)))

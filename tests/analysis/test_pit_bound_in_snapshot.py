@@ -26,8 +26,8 @@ def test_each_sampled_engine_carries_its_pit_bound(snapshot):
 
 def test_the_correctness_card_states_the_bound(snapshot):
     bound = snapshot["equivalence"]["engines"]["speculative"]["pit_bound"]
-    card = next(c for c in build_view(snapshot)["summary"]["cards"] if c["label"] == "Correctness")
-    text = " ".join(card["lines"])
+    card = next(c for c in build_view(snapshot)["summary"]["cards"] if c.label == "Correctness")
+    text = " ".join(card.lines)
     if bound["upper"] < 1:
         assert f"no distortion of the PIT above {bound['upper']:.3f}, shown at 95%" in text
     else:  # a handful of tokens: the bound says nothing and the card does not pretend it does

@@ -31,8 +31,8 @@ def test_default_is_the_best_served_group_and_says_so(run_copy):
     rates = {g: e["metrics"]["acceptance_rate"]["value"] for g, e in part["by_group"].items()}
     assert part["reference"] == max(rates, key=rates.get)  # the two groups hold 3 prompts each: size cannot decide
     assert part["reference_reason"].startswith("best-served")
-    fairness = next(c for c in build_view(snapshot)["summary"]["cards"] if c["label"] == "Fairness")
-    assert f"style: {part['reference']} (best-served" in " ".join(fairness["lines"])
+    fairness = next(c for c in build_view(snapshot)["summary"]["cards"] if c.label == "Fairness")
+    assert f"style: {part['reference']} (best-served" in " ".join(fairness.lines)
 
 
 @pytest.mark.parametrize("group", ["plain", HOSTILE_GROUP])

@@ -130,6 +130,6 @@ def test_request_feature_classes_show_where_the_setting_uses_their_feature():
     # the view reads only the run's config of the typed snapshot
     run = SimpleNamespace(run=SimpleNamespace(config={"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.1}))
     view = sampling_view(run)
-    rows = {row["class"]: row["visible"] for row in view["rows"]}
+    rows = {row["class"]: row["visible"] for row in view.rows}
     assert len(rows) == len(BUG_CLASSES) + len(FEATURE_CLASSES)
     assert rows["min-p and logit bias on the bonus token only"] and not rows["tokens after a stop string"]

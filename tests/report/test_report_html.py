@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import dataclasses
 import io
 import json
 import re
@@ -702,9 +703,9 @@ def test_decision_follows_the_gate_and_the_evidence(snapshot):
     assert "group-size (1), tv-bound (1)" in decision["reasons"][0]
     assert decide(snapshot, [("speculative", EquivalenceStatus.VIOLATION)], comps, speed)["title"] == "Do not enable"
     assert decide(snapshot, [("speculative", EquivalenceStatus.NOT_RUN)], comps, speed)["title"] == "Insufficient evidence"
-    undecided = [dict(c, status=DisparityStatus.INSUFFICIENT) for c in comps]
+    undecided = [dataclasses.replace(c, status=DisparityStatus.INSUFFICIENT) for c in comps]
     assert decide(snapshot, ok, undecided, speed)["title"] == "Insufficient evidence"
-    slow = dict(speed, below_one=True)
+    slow = dataclasses.replace(speed, below_one=True)
     assert decide(snapshot, ok, comps, slow)["title"] == "Do not enable"
     snapshot["gate"] = None
     assert decide(snapshot, ok, comps, speed)["title"] == "Insufficient evidence"
@@ -727,8 +728,8 @@ def test_a_rejected_engine_is_stated_once_and_its_pit_bound_worded_as_a_bound_on
     gated = _gated(snapshot)
     view = build_view(gated)
     engine = next(e for e in view["equivalence"]["engines"] if e["name"] == "speculative")
-    assert engine["status"] == EquivalenceStatus.VIOLATION and engine["pit_bound"]["violation"]
-    line = next(line for line in view["summary"]["cards"][0]["lines"] if line.startswith("speculative:"))
+    assert engine["status"] == EquivalenceStatus.VIOLATION and engine["pit_bound"].violation
+    line = next(line for line in view["summary"]["cards"][0].lines if line.startswith("speculative:"))
     assert line.startswith("speculative: violation in ") and "distorts the PIT by at most" in line
     assert "no distortion of the PIT" not in line
     items = " ".join(item["text"] for item in view["summary"]["actions"])
@@ -740,7 +741,7 @@ def test_a_rejected_engine_is_stated_once_and_its_pit_bound_worded_as_a_bound_on
     assert f"the violation distorts the PIT by at most {bound:.3f}" in equivalence
     assert f"no distortion of the PIT above {bound:.3f}" not in equivalence
     # the other engines, without a violation, keep the positive claim where they have one
-    others = [e for e in view["equivalence"]["engines"] if e["name"] != "speculative" and e["pit_bound"].get("ran")]
+    others = [e for e in view["equivalence"]["engines"] if e["name"] != "speculative" and e["pit_bound"].ran]
     assert all(
-        e["pit_bound"]["claim"].startswith("no distortion of the PIT above") for e in others if e["status"] != EquivalenceStatus.VIOLATION
+        e["pit_bound"].claim.startswith("no distortion of the PIT above") for e in others if e["status"] != EquivalenceStatus.VIOLATION
     )

@@ -160,8 +160,8 @@ def _parity_line(parity: LogprobParitySection | None) -> str:
 
 def concurrency_markdown(view: Mapping[str, Any]) -> list[str]:
     """summary.md lines for the part (none for a run without levels)."""
-    part = view.get("concurrency") or {}
-    if not part.get("ran"):
+    part = view["concurrency"]
+    if not part["ran"]:
         return []
     lines = ["", "## Concurrency", ""]
     if part["message"]:

@@ -3,6 +3,7 @@ tables, drill-downs and the advice on k and routing."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -73,7 +74,7 @@ def disparity_view(snapshot: Snapshot, ids: Ids) -> dict[str, Any]:
     for number, (view, name) in enumerate(zip(dimensions, names), start=1):
         view.setdefault("name", str(name))
         view["anchor"] = f"dim-{number}"  # ids from user data could clash or hold odd characters
-    status = worst([d.get("status", NOT_RUN) for d in dimensions])
+    status = worst([d["status"] for d in dimensions])
     return {
         "ran": True,
         "status": status,
@@ -103,9 +104,9 @@ def _dimension_view(
     metrics = part.metrics
     colours = {str(g): charts.group_colour(i) for i, g in enumerate(by_group)}
     comps = dimension_comparisons(name, part)
-    headline = dimension_summary([c["status"] for c in comps])
+    headline = dimension_summary([c.status for c in comps])
     status = {"FLAG": "fail", "WITHIN": "pass"}.get(headline.value, "warn") if headline else NOT_RUN
-    counts = {s.value: sum(c["status"] == s for c in comps) for s in DisparityStatus}
+    counts = {s.value: sum(c.status == s for c in comps) for s in DisparityStatus}
     view = {
         "ran": True,
         "name": name,
@@ -125,15 +126,15 @@ def _dimension_view(
         "across": _across_rows(metrics),
         "flags": [
             {
-                "metric": metric_label(c["metric"]),
-                "group": c["group"],
-                "status": c["status"].value,
-                "badge": status_badge(c["status"]),
-                "ratio": triple(c["row"].ratio, fixed),
-                "pvalue_holm": pvalue(c["row"].pvalue_holm),
+                "metric": metric_label(c.metric),
+                "group": c.group,
+                "status": c.status.value,
+                "badge": status_badge(c.status),
+                "ratio": triple(c.row.ratio, fixed),
+                "pvalue_holm": pvalue(c.row.pvalue_holm),
             }
             for c in comps
-            if c["status"] == DisparityStatus.FLAG
+            if c.status == DisparityStatus.FLAG
         ],
         "warnings": [str(w) for w in part.warnings],
         "drilldown": guard(f"drill-down ({name})", _drilldown_view, name, part.drilldown, ids, colours),
@@ -171,12 +172,9 @@ def _ratio_forest(
             text = with_ci(ratio.value, ratio.ci_low, ratio.ci_high, fmt=fixed)
             cells.append(charts.RatioCell(ratio.value, ratio.ci_low, ratio.ci_high, status.value, text))
             described.append(f"{group} {metric_label(metric)} {cells[-1].text} {status.value}")
-        rows.append(charts.RatioRow(str(group), entry.n_prompts, colours.get(str(group), charts.OVERALL_COLOUR), cells))
+        rows.append(charts.RatioRow(str(group), entry.n_prompts, colours[str(group)], cells))
     labels = [metric_label(m) for m in shown]
-    counts = {}
-    for row in rows:
-        for cell in row.cells:
-            counts[cell.status] = counts.get(cell.status, 0) + 1
+    counts = Counter(cell.status for row in rows for cell in row.cells)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "reference")
     desc = (
         f"Ratio of each {dimension} group to the reference group {reference} for {' and '.join(labels)}, log scale, with each "

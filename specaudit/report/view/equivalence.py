@@ -3,7 +3,9 @@ greedy divergences."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import specaudit.charts as charts
@@ -28,7 +30,16 @@ from specaudit.report.view.format import (
 from specaudit.report.view.statuses import engine_status, not_run_reason, status_badge
 
 if TYPE_CHECKING:
-    from specaudit.contracts.snapshot import EngineEquivalence, EquivalenceSection, GoodnessOfFit, HolmRow, PitBound, TvBound, TwoSample
+    from specaudit.contracts.snapshot import (
+        EngineEquivalence,
+        EquivalenceSection,
+        GoodnessOfFit,
+        HolmRow,
+        PitBound,
+        SamplePlan,
+        TvBound,
+        TwoSample,
+    )
 
 
 def equivalence_view(section: EquivalenceSection, ids: Ids, samples: Any = None) -> dict[str, Any]:
@@ -115,6 +126,19 @@ def _test_row(name: str, test: BatteryTest, gated: HolmRow | None, reason: str |
     }
 
 
+@dataclass(frozen=True)
+class TwoSampleView:
+    """An audited engine's two-sample tests against the control as shown; empty where none ran."""
+
+    ran: bool
+    badge: dict[str, str] | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    reference: str | None = None
+    n_prompts: str | None = None
+    flagged_prompts: dict[str, Any] | None = None
+    flagged_groups: dict[str, Any] | None = None
+
+
 def _sampling_engine(name: str, entry: EngineEquivalence, is_control: bool, ids: Ids, samples: Any = None) -> dict[str, Any]:
     gof, two = entry.goodness_of_fit, entry.two_sample
     impossible = (gof.impossible_tokens if gof is not None else None) or ImpossibleTokens()
@@ -148,17 +172,17 @@ def _sampling_engine(name: str, entry: EngineEquivalence, is_control: bool, ids:
         "proof": entry.message if (entry.server_violations or entry.verify_violations) else None,
         "rejected": [f"{test_label(str(r.test))} (Holm p = {pvalue(r.holm_pvalue)})" for r in gated if r.reject],
         "tests": _test_rows(gof, control=is_control),
-        "two_sample": {
-            "ran": two is not None,
-            "badge": _two_sample_badge(two, samples),
-            "rows": _test_rows(two, two_sample=True, samples=samples),
-            "reference": recorded(two.reference, CONTROL_ENGINE),
-            "n_prompts": integer(two.n_prompts),
-            "flagged_prompts": generic_rows(two.flagged_prompts),
-            "flagged_groups": generic_rows(two.flagged_groups),
-        }
+        "two_sample": TwoSampleView(
+            ran=True,
+            badge=_two_sample_badge(two, samples),
+            rows=_test_rows(two, two_sample=True, samples=samples),
+            reference=recorded(two.reference, CONTROL_ENGINE),
+            n_prompts=integer(two.n_prompts),
+            flagged_prompts=generic_rows(two.flagged_prompts),
+            flagged_groups=generic_rows(two.flagged_groups),
+        )
         if two is not None and not is_control
-        else {"ran": False},
+        else TwoSampleView(ran=False),
         "impossible": {
             "count": integer(recorded(impossible.statistic, 0)),
             "n": integer(impossible.n),
@@ -192,36 +216,71 @@ def _two_sample_badge(two: TwoSample, samples: Any) -> dict[str, str]:
     return TEST_BADGES["rejected"] if two.verdict is CheckStatus.FAIL else TEST_BADGES["not_rejected"]
 
 
-def _tv_view(tv: TvBound | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TvView:
+    """An engine's first-token TV bound as shown; the figures are None where it was not run."""
+
+    ran: bool
+    delta_value: float | None = None
+    samples_to_show: SamplePlan | None = None
+    estimate: str | None = None
+    upper: str | None = None
+    kl_upper: str | None = None
+    delta: str | None = None
+    pvalue: str | None = None
+    n_samples: str | None = None
+    n_prompts: str | None = None
+    position: Any = None
+    reference: str | None = None
+    verdict: str | None = None
+    badge: dict[str, str] | None = None
+
+
+def _tv_view(tv: TvBound | None) -> TvView:
     if tv is None:
-        return {"ran": False}
+        return TvView(ran=False)
     verdict = tv.verdict or NOT_RUN
     status = {"equivalent within delta": "pass", "not shown": "warn", "different": "fail"}.get(verdict, NOT_RUN)
-    return {
-        "ran": True,
-        "delta_value": tv.delta,
-        "samples_to_show": tv.samples_to_show,
-        "estimate": num(tv.estimate),
-        "upper": num(tv.upper),
-        "kl_upper": num(tv.kl_upper),
-        "delta": setting(tv.delta),
-        "pvalue": pvalue(tv.pvalue),
-        "n_samples": integer(tv.n_samples),
-        "n_prompts": integer(tv.n_prompts),
-        "position": tv.position,
-        "reference": tv.reference,
-        "verdict": verdict,
-        "badge": badge(status),
-    }
+    return TvView(
+        ran=True,
+        delta_value=tv.delta,
+        samples_to_show=tv.samples_to_show,
+        estimate=num(tv.estimate),
+        upper=num(tv.upper),
+        kl_upper=num(tv.kl_upper),
+        delta=setting(tv.delta),
+        pvalue=pvalue(tv.pvalue),
+        n_samples=integer(tv.n_samples),
+        n_prompts=integer(tv.n_prompts),
+        position=tv.position,
+        reference=tv.reference,
+        verdict=verdict,
+        badge=badge(status),
+    )
 
 
-def pit_bound_view(bound: PitBound | None, *, violation: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PitBoundView:
+    """An engine's PIT bound as shown; the figures are None where it says nothing."""
+
+    ran: bool
+    violation: bool = False
+    upper: str | None = None
+    level: str | None = None
+    n: str | None = None
+    observed: str | None = None
+    margin: str | None = None
+    claim: str | None = None
+    sentence: str | None = None
+
+
+def pit_bound_view(bound: PitBound | None, *, violation: bool = False) -> PitBoundView:
     """The bounded statement (stats.equivalence.pit_bound): "no distortion of the PIT above d, shown
     at 95%" where no test found a violation; where one did, the same bound words what it is there,
     an upper limit on the violation's size on the PIT scale, never a claim of correctness."""
     upper, level = (bound.upper, bound.level) if bound is not None else (None, None)
     if not finite(upper) or not finite(level) or not bound.n or upper >= 1.0:
-        return {"ran": False}
+        return PitBoundView(ran=False)
     shown_at = f"{level * 100:.0f}%"
     how = (
         f"(Kolmogorov distance of the PIT from uniform over {integer(bound.n)} tokens: observed "
@@ -232,17 +291,17 @@ def pit_bound_view(bound: PitBound | None, *, violation: bool = False) -> dict[s
         if violation
         else f"no distortion of the PIT above {upper:.3f}, shown at {shown_at}"
     )
-    return {
-        "ran": True,
-        "violation": violation,
-        "upper": f"{upper:.3f}",
-        "level": shown_at,
-        "n": integer(bound.n),
-        "observed": f"{bound.observed:.3f}",
-        "margin": f"{bound.margin:.3f}",
-        "claim": claim,
-        "sentence": f"{claim} {how}",
-    }
+    return PitBoundView(
+        ran=True,
+        violation=violation,
+        upper=f"{upper:.3f}",
+        level=shown_at,
+        n=integer(bound.n),
+        observed=f"{bound.observed:.3f}",
+        margin=f"{bound.margin:.3f}",
+        claim=claim,
+        sentence=f"{claim} {how}",
+    )
 
 
 POWER_TEXT = {
@@ -254,13 +313,24 @@ POWER_TEXT = {
 }
 
 
-def _power_rows(power: Any) -> list[dict[str, str]]:
+@dataclass(frozen=True)
+class PowerRow:
+    """What the budget could detect with 80% power, by one measure: its label, the value shown, what
+    it means and the value as recorded."""
+
+    label: str
+    value: str
+    meaning: str
+    raw: Any
+
+
+def _power_rows(power: Any) -> list[PowerRow]:
     if not isinstance(power, Mapping):
         return []
     rows = []
     for key, value in power.items():
         label, meaning = POWER_TEXT.get(key, (str(key).replace("_", " "), ""))
-        rows.append({"label": label, "value": num(value), "meaning": meaning, "raw": value})
+        rows.append(PowerRow(label=label, value=num(value), meaning=meaning, raw=value))
     return rows
 
 
@@ -280,9 +350,7 @@ def _greedy_engine(name: str, entry: EngineEquivalence, is_control: bool) -> dic
         }
         for d in result.divergences
     ]
-    kinds: dict[str, int] = {}
-    for d in result.divergences:
-        kinds[str(d.classification)] = kinds.get(str(d.classification), 0) + 1
+    kinds = dict(Counter(str(d.classification) for d in result.divergences))
     return {
         "name": name,
         "is_control": is_control,

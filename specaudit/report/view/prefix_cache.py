@@ -31,7 +31,7 @@ def prefix_cache_view(snapshot: Snapshot) -> dict[str, Any]:
                     "state": state,
                     "engine": engine,
                     "badge": badge(battery.status if battery is not None else None),
-                    "verdict": str((battery.engines.get(engine).status if battery is not None and engine in battery.engines else "") or ""),
+                    "verdict": str((battery.engines[engine].status if battery is not None and engine in battery.engines else "") or ""),
                     "holm_p": _holm_p(battery.engines.get(engine) if battery is not None else None),
                     "records": c["records"],
                     "judged": c["judged"],
@@ -67,8 +67,8 @@ def _holm_p(entry: Any) -> str:
 
 def prefix_cache_markdown(view: Mapping[str, Any]) -> list[str]:
     """summary.md lines for the part (none for a run without --prefix-cache)."""
-    part = view.get("prefix_cache") or {}
-    if not part.get("ran"):
+    part = view["prefix_cache"]
+    if not part["ran"]:
         return []
     lines = ["", "## Prefix cache", ""]
     if part["message"]:

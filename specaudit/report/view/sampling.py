@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specaudit.decoding.settings import BUG_CLASSES, FEATURE_CLASSES, blind_spot_sentence, setting_label
@@ -36,14 +37,25 @@ def snapshot_setting(snapshot: Snapshot) -> SamplingSpec | None:
         return None
 
 
-def sampling_view(snapshot: Snapshot) -> dict[str, Any]:
-    """{ran, label, sentence, rows}: one row per bug class, the request-feature classes after the
-    others, whether this setting can show it."""
+@dataclass(frozen=True)
+class SamplingView:
+    """The setting tested, the banner's blind-spot sentence (None where it has none) and one row per
+    bug class; rows stay mappings because the template reads row["class"]."""
+
+    ran: bool
+    label: str | None = None
+    sentence: str | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def sampling_view(snapshot: Snapshot) -> SamplingView:
+    """One row per bug class, the request-feature classes after the others, whether this setting
+    can show it; not run where the run's config does not say its setting."""
     spec = snapshot_setting(snapshot)
     if spec is None:
-        return {"ran": False}
+        return SamplingView(ran=False)
     rows = [
         {"class": c.name, "example": c.example, "reports": c.reports, "visible": c.visible(spec), "blind_when": c.blind_when}
         for c in (*BUG_CLASSES, *FEATURE_CLASSES)
     ]
-    return {"ran": True, "label": setting_label(spec), "sentence": blind_spot_sentence(spec), "rows": rows}
+    return SamplingView(ran=True, label=setting_label(spec), sentence=blind_spot_sentence(spec), rows=rows)

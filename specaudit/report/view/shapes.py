@@ -73,8 +73,8 @@ def shapes_view(part: ShapesSection | None) -> dict[str, Any]:
 
 def shapes_markdown(view: Mapping[str, Any]) -> list[str]:
     """summary.md lines for the section (none for a run without the tree or staged engine)."""
-    part = view.get("shapes") or {}
-    if not part.get("ran") or part.get("broken"):
+    part = view["shapes"]
+    if not part["ran"]:  # not run, or the guard's note
         return []
     lines = ["", "## Shapes: tokens per step and acceptance per depth and level", "", f"{part['method']}."]
     for engine in part["engines"]:

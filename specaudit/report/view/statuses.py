@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import DEFAULT_BAND, CheckStatus, DisparityStatus, EquivalenceStatus
@@ -19,7 +20,15 @@ from specaudit.report.view.format import MISSING, finite, fixed, integer, mappin
 from specaudit.report.view.subject import hardware_text
 
 if TYPE_CHECKING:
-    from specaudit.contracts.snapshot import BatteryTest, Comparison, DimensionDisparities, EngineEquivalence, EquivalenceSection, Snapshot
+    from specaudit.contracts.snapshot import (
+        BatteryTest,
+        Comparison,
+        DimensionDisparities,
+        EngineEquivalence,
+        EquivalenceSection,
+        MetricEstimate,
+        Snapshot,
+    )
 
 DECIDED = (DisparityStatus.FLAG, DisparityStatus.WITHIN)
 
@@ -143,47 +152,62 @@ def status_badge(status: DisparityStatus | EquivalenceStatus | str) -> dict[str,
 
 
 # ============================================================================ comparisons
-def comparisons(snapshot: Snapshot) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class GroupComparison:
+    """One group's comparison with its dimension's reference on one metric: its status and figures."""
+
+    dimension: str
+    metric: str
+    group: str
+    status: DisparityStatus
+    band: tuple[float, float]
+    reference: str
+    row: Comparison
+    n_prompts: int | None
+    mdr_low: float | None
+    mdr_high: float | None
+
+
+def comparisons(snapshot: Snapshot) -> list[GroupComparison]:
     """Every (dimension, metric, group) comparison with the reference, its status and figures."""
     return [c for dimension, part in snapshot.disparities.items() for c in dimension_comparisons(dimension, part)]
 
 
-def dimension_comparisons(dimension: str, part: DimensionDisparities) -> list[dict[str, Any]]:
+def dimension_comparisons(dimension: str, part: DimensionDisparities) -> list[GroupComparison]:
     """One dimension's comparisons (metric x group) with its reference."""
     out = []
     band = band_of(part)
     for metric, block in part.metrics.items():
         for group, row in block.pairwise.items():
-            status = comparison_status(row, band)
             low, high = detectable_ratios(row)
             out.append(
-                {
-                    "dimension": str(dimension),
-                    "metric": str(metric),
-                    "group": str(group),
-                    "status": status,
-                    "band": band,
-                    "reference": part.reference or "overall",
-                    "row": row,
-                    "n_prompts": row.n_prompts,
-                    "mdr_low": low,
-                    "mdr_high": high,
-                }
+                GroupComparison(
+                    dimension=str(dimension),
+                    metric=str(metric),
+                    group=str(group),
+                    status=comparison_status(row, band),
+                    band=band,
+                    reference=part.reference or "overall",
+                    row=row,
+                    n_prompts=row.n_prompts,
+                    mdr_low=low,
+                    mdr_high=high,
+                )
             )
     return out
 
 
-def prompts_to_decide(items: list[dict[str, Any]]) -> tuple[int, int] | None:
+def prompts_to_decide(items: list[GroupComparison]) -> tuple[int, int] | None:
     """Prompts per group at which the comparisons could detect a ratio at the band's edges, from
     each comparison's own detectable ratio scaled by 1/√(prompts) (the normal approximation the
     detectable ratios come from): (median, largest) over the comparisons; None when none carries one."""
     needed = []
     for item in items:
-        n = item.get("n_prompts")
+        n = item.n_prompts
         if not (finite(n) and n > 0):
             continue
-        band = item["band"]
-        for mdr, edge in ((item["mdr_low"], band[0]), (item["mdr_high"], band[1])):
+        band = item.band
+        for mdr, edge in ((item.mdr_low, band[0]), (item.mdr_high, band[1])):
             if mdr is not None and abs(mdr - 1) > abs(edge - 1) > 0:
                 needed.append(math.ceil(n * ((mdr - 1) / (edge - 1)) ** 2))
     if not needed:
@@ -192,7 +216,41 @@ def prompts_to_decide(items: list[dict[str, Any]]) -> tuple[int, int] | None:
     return needed[len(needed) // 2], needed[-1]
 
 
-def speed_summary(snapshot: Snapshot) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Projection:
+    """The deployment projection (analysis --deployment-cost-ratio): its c and v, the range of the
+    groups' projected speed-ups and how many of them fall below 1x."""
+
+    cost: float | None
+    verify: float | None
+    range: str
+    below_one: int
+    n: int
+
+
+@dataclass(frozen=True)
+class SpeedSummary:
+    """What the decision, the speed card and the actions say about speed."""
+
+    predicted: bool
+    word: str
+    model_lines: list[str]
+    ran: bool
+    overall: str
+    overall_block: MetricEstimate | None
+    overall_scope: str
+    below_one: bool
+    above_one: bool
+    n_groups: int
+    slower: list[str]
+    slower_sig: list[str]
+    range: str
+    conditions: list[str]
+    machine: str
+    projection: Projection | None
+
+
+def speed_summary(snapshot: Snapshot) -> SpeedSummary:
     """Overall speed-up (the dimension covering the most prompts), groups slower than vanilla, and
     the conditions the timings were taken under."""
     overall, overall_dim, overall_n = None, None, -1
@@ -254,29 +312,28 @@ def speed_summary(snapshot: Snapshot) -> dict[str, Any]:
             )
     elif model is not None and model.source == "none":
         model_lines.append(f"No speed-up: {model.reason}.")
-    return {
-        "predicted": predicted,
-        "word": "Predicted" if predicted else "Measured",
-        "model_lines": model_lines,
-        "ran": overall is not None,
-        "overall": triple(overall, fixed, "×") if overall else MISSING,
-        "overall_block": overall,
-        "overall_scope": f"{integer(overall_n)} prompts of the {overall_dim} dimension" if overall else "",
-        "below_one": bool(overall) and finite(overall.ci_high) and overall.ci_high < 1,
-        "above_one": bool(overall) and finite(overall.ci_low) and overall.ci_low > 1,
-        "n_groups": total,
-        "slower": slower,
-        "slower_sig": slower_sig,
-        "range": f"{fixed(values[0][0])}× ({values[0][1]}) to {fixed(values[-1][0])}× ({values[-1][1]})" if values else MISSING,
-        "conditions": [c for c in conditions if c],
-        "machine": hardware_text(run),
-        "projection": _projection(snapshot),
-    }
+    return SpeedSummary(
+        predicted=predicted,
+        word="Predicted" if predicted else "Measured",
+        model_lines=model_lines,
+        ran=overall is not None,
+        overall=triple(overall, fixed, "×") if overall else MISSING,
+        overall_block=overall,
+        overall_scope=f"{integer(overall_n)} prompts of the {overall_dim} dimension" if overall else "",
+        below_one=bool(overall) and finite(overall.ci_high) and overall.ci_high < 1,
+        above_one=bool(overall) and finite(overall.ci_low) and overall.ci_low > 1,
+        n_groups=total,
+        slower=slower,
+        slower_sig=slower_sig,
+        range=f"{fixed(values[0][0])}× ({values[0][1]}) to {fixed(values[-1][0])}× ({values[-1][1]})" if values else MISSING,
+        conditions=[c for c in conditions if c],
+        machine=hardware_text(run),
+        projection=_projection(snapshot),
+    )
 
 
-def _projection(snapshot: Snapshot) -> dict[str, Any] | None:
-    """The deployment projection (analysis --deployment-cost-ratio): its c, v and the range of the
-    groups' projected speed-ups; None where no cost ratio was given."""
+def _projection(snapshot: Snapshot) -> Projection | None:
+    """The deployment projection; None where no cost ratio was given."""
     values, setting = [], None
     for part in snapshot.recommendations.values():
         if part.projection is not None:
@@ -288,10 +345,10 @@ def _projection(snapshot: Snapshot) -> dict[str, Any] | None:
     if setting is None or not values:
         return None
     values.sort()
-    return {
-        "cost": setting.cost_ratio,
-        "verify": setting.verify_cost,
-        "range": f"{fixed(values[0][0])}× ({values[0][1]}) to {fixed(values[-1][0])}× ({values[-1][1]})",
-        "below_one": sum(v < 1 for v, _ in values),
-        "n": len(values),
-    }
+    return Projection(
+        cost=setting.cost_ratio,
+        verify=setting.verify_cost,
+        range=f"{fixed(values[0][0])}× ({values[0][1]}) to {fixed(values[-1][0])}× ({values[-1][1]})",
+        below_one=sum(v < 1 for v, _ in values),
+        n=len(values),
+    )

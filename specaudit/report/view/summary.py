@@ -3,6 +3,7 @@ headline numbers and the speed chart."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import specaudit.charts as charts
@@ -21,7 +22,7 @@ from specaudit.report.view.format import (
     triple,
 )
 from specaudit.report.view.sampling import sampling_view
-from specaudit.report.view.statuses import comparisons, speed_summary, status_badge
+from specaudit.report.view.statuses import GroupComparison, SpeedSummary, comparisons, speed_summary, status_badge
 from specaudit.report.view.subject import subject
 from specaudit.report.view.verdicts import actions, decide
 
@@ -29,15 +30,26 @@ if TYPE_CHECKING:
     from specaudit.contracts.snapshot import MetricEstimate, Snapshot
 
 
+@dataclass(frozen=True)
+class Card:
+    """One of the summary's three cards: correctness, fairness, speed (only speed has timing conditions)."""
+
+    label: str
+    anchor: str
+    badge: dict[str, str]
+    lines: list[str]
+    conditions: list[str] | None = None
+
+
 def summary_view(view: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
     eq, disp, gate = view["equivalence"], view["disparity"], view["gate"]
-    engines = [(e["name"], e["status"]) for e in eq.get("engines", []) if not e["is_control"]] if eq.get("ran") else []
+    engines = [(e["name"], e["status"]) for e in eq["engines"] if not e["is_control"]] if eq["ran"] else []
     comps = comparisons(snapshot)
     speed = speed_summary(snapshot)
     badges = [
-        {"label": "Equivalence", "badge": eq.get("badge", badge(NOT_RUN)), "anchor": "equivalence", "line": _equivalence_line(eq)},
-        {"label": "Disparity", "badge": disp.get("badge", badge(NOT_RUN)), "anchor": "disparity", "line": _disparity_line(disp)},
-        {"label": "Gate", "badge": gate.get("badge", badge(NOT_RUN)), "anchor": "gate", "line": _gate_line(gate)},
+        {"label": "Equivalence", "badge": eq["badge"], "anchor": "equivalence", "line": _equivalence_line(eq)},
+        {"label": "Disparity", "badge": disp["badge"], "anchor": "disparity", "line": _disparity_line(disp)},
+        {"label": "Gate", "badge": gate["badge"], "anchor": "gate", "line": _gate_line(gate)},
     ]
     return {
         "ran": True,
@@ -51,14 +63,9 @@ def summary_view(view: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
-    if not eq.get("ran"):
-        return {
-            "label": "Correctness",
-            "anchor": "equivalence",
-            "badge": status_badge(EquivalenceStatus.NOT_RUN),
-            "lines": [eq.get("reason", "not run")],
-        }
+def _correctness_card(eq: dict[str, Any], engines: list) -> Card:
+    if not eq["ran"]:
+        return Card(label="Correctness", anchor="equivalence", badge=status_badge(EquivalenceStatus.NOT_RUN), lines=[eq["reason"]])
     order = [
         EquivalenceStatus.VIOLATION,
         EquivalenceStatus.NOT_RUN,
@@ -73,7 +80,7 @@ def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
                 f"Control ({e['name']}): {e['badge']['text']}"
                 + (
                     f": {eq['warning'].split(': a correct')[0]}"
-                    if eq.get("warning")
+                    if eq["warning"]
                     else " (plain decoding passes the same tests, so the audit can be trusted)"
                     if e["badge"]["key"] == "pass"
                     else ""
@@ -84,17 +91,17 @@ def _correctness_card(eq: dict[str, Any], engines: list) -> dict[str, Any]:
             lines.append(f"{e['name']}: greedy output equals vanilla on {e['n_matches']} of {e['n_pairs']} prompts ({e['match_rate']}).")
             continue
         text = f"{e['name']}: {e['status'].value} in {e['n_tokens']} tokens (smallest Holm-adjusted p = {e['battery_p']})"
-        if e.get("proof"):
+        if e["proof"]:
             text = f"{e['name']}: {e['status'].value}: {e['proof']}"
-        if e["pit_bound"].get("ran"):
-            text += f"; {e['pit_bound']['sentence']}"
-        if e["tv"].get("ran"):
-            text += f"; TV upper bound {e['tv']['upper']} against δ = {e['tv']['delta']}: {e['tv']['verdict']}"
-        pit = next((p for p in e["power"] if p["label"].startswith("PIT")), None)
+        if e["pit_bound"].ran:
+            text += f"; {e['pit_bound'].sentence}"
+        if e["tv"].ran:
+            text += f"; TV upper bound {e['tv'].upper} against δ = {e['tv'].delta}: {e['tv'].verdict}"
+        pit = next((p for p in e["power"] if p.label.startswith("PIT")), None)
         if pit:
-            text += f"; a PIT distortion of {pit['value']} or more would have been found (80% power)"
+            text += f"; a PIT distortion of {pit.value} or more would have been found (80% power)"
         lines.append(text + ".")
-    return {"label": "Correctness", "anchor": "equivalence", "badge": status_badge(worst_status), "lines": lines}
+    return Card(label="Correctness", anchor="equivalence", badge=status_badge(worst_status), lines=lines)
 
 
 def _screen_line(snapshot: Snapshot) -> str | None:
@@ -127,15 +134,20 @@ def _screen_line(snapshot: Snapshot) -> str | None:
     return line
 
 
-def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: Snapshot) -> dict[str, Any]:
+def _fairness_card(comps: list[GroupComparison], disp: dict[str, Any], snapshot: Snapshot) -> Card:
     if not comps:
-        return {"label": "Fairness", "anchor": "disparity", "badge": badge(NOT_RUN), "lines": [disp.get("reason", "no group comparisons")]}
-    headline = dimension_summary([c["status"] for c in comps])
-    counts = {s: sum(c["status"] == s for c in comps) for s in DisparityStatus}
-    groups = {(c["dimension"], c["group"]) for c in comps}
-    dims = {c["dimension"] for c in comps}
-    sizes = [c["n_prompts"] for c in comps if finite(c.get("n_prompts"))]
-    lows = [c["mdr_low"] for c in comps if c["mdr_low"] is not None]
+        return Card(
+            label="Fairness",
+            anchor="disparity",
+            badge=badge(NOT_RUN),
+            lines=[disp["reason"] if not disp["ran"] else "no group comparisons"],
+        )
+    headline = dimension_summary([c.status for c in comps])
+    counts = {s: sum(c.status == s for c in comps) for s in DisparityStatus}
+    groups = {(c.dimension, c.group) for c in comps}
+    dims = {c.dimension for c in comps}
+    sizes = [c.n_prompts for c in comps if finite(c.n_prompts)]
+    lows = [c.mdr_low for c in comps if c.mdr_low is not None]
     reference_line = (
         "Reference groups: "
         + "; ".join(
@@ -158,7 +170,7 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: 
             + (f"; at that size a ratio must fall below about {fixed(max(lows))} to be detected" if lows else "")
             + "."
         )
-    flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == DisparityStatus.FLAG})
+    flagged = sorted({f"{c.dimension}={c.group}" for c in comps if c.status == DisparityStatus.FLAG})
     if flagged:
         lines.append("Outside the band: " + ", ".join(flagged) + ".")
     lines.append(reference_line)
@@ -172,7 +184,7 @@ def _fairness_card(comps: list[dict[str, Any]], disp: dict[str, Any], snapshot: 
     screen = _screen_line(snapshot)
     if screen:
         lines.append(screen)
-    return {"label": "Fairness", "anchor": "disparity", "badge": status_badge(headline), "lines": lines}
+    return Card(label="Fairness", anchor="disparity", badge=status_badge(headline), lines=lines)
 
 
 def speed_chart(snapshot: Snapshot, ids: Ids) -> Any:
@@ -216,49 +228,49 @@ def speed_chart(snapshot: Snapshot, ids: Ids) -> Any:
     )
 
 
-def _speed_card(speed: dict[str, Any]) -> dict[str, Any]:
-    if not speed["ran"]:
-        return {
-            "label": "Speed",
-            "anchor": "speed",
-            "badge": badge(NOT_RUN),
-            "lines": speed["model_lines"] or ["no speed-up measured (needs the vanilla engine)"],
-            "conditions": speed["conditions"],
-        }
+def _speed_card(speed: SpeedSummary) -> Card:
+    if not speed.ran:
+        return Card(
+            label="Speed",
+            anchor="speed",
+            badge=badge(NOT_RUN),
+            lines=speed.model_lines or ["no speed-up measured (needs the vanilla engine)"],
+            conditions=speed.conditions,
+        )
     shown = (
         {"text": "SLOWER", "css": "fail", "symbol": "▼", "key": "slower"}
-        if speed["below_one"]
+        if speed.below_one
         else {"text": "FASTER", "css": "pass", "symbol": "▲", "key": "faster"}
-        if speed["above_one"]
+        if speed.above_one
         else {"text": "UNCLEAR", "css": "warn", "symbol": "?", "key": "unclear"}
     )
-    projection = speed.get("projection")
+    projection = speed.projection
     lines = [
-        f"{speed['word']} overall speed-up {speed['overall']} over {speed['overall_scope']}, on the audit's machine "
-        f"({speed['machine']}): a speed-up holds for the hardware it was measured on.",
+        f"{speed.word} overall speed-up {speed.overall} over {speed.overall_scope}, on the audit's machine "
+        f"({speed.machine}): a speed-up holds for the hardware it was measured on.",
         (
-            f"{len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla "
-            f"({len(speed['slower_sig'])} with the whole interval below 1×); range {speed['range']}."
+            f"{len(speed.slower)} of {speed.n_groups} groups run slower than vanilla "
+            f"({len(speed.slower_sig)} with the whole interval below 1×); range {speed.range}."
         ),
-        *speed["model_lines"],
+        *speed.model_lines,
         (
-            f"Projected for the deployment described (draft cost c = {projection['cost']}, verification cost v = "
-            f"{projection['verify']} target steps; a projection from mean acceptance β̄, not a measurement): "
-            f"{projection['range']}; {projection['below_one']} of {projection['n']} groups below 1×."
+            f"Projected for the deployment described (draft cost c = {projection.cost}, verification cost v = "
+            f"{projection.verify} target steps; a projection from mean acceptance β̄, not a measurement): "
+            f"{projection.range}; {projection.below_one} of {projection.n} groups below 1×."
             if projection
             else "For another machine, `--deployment-cost-ratio C` (its draft/target cost ratio) projects each group's speed-up "
             "there from its mean acceptance β̄."
         ),
     ]
-    return {"label": "Speed", "anchor": "speed", "badge": shown, "lines": lines, "conditions": speed["conditions"]}
+    return Card(label="Speed", anchor="speed", badge=shown, lines=lines, conditions=speed.conditions)
 
 
 def _equivalence_line(eq: dict[str, Any]) -> str:
-    if not eq.get("ran"):
-        return eq.get("reason", "not run")
-    audited = [e for e in eq.get("engines", []) if not e["is_control"]]
+    if not eq["ran"]:
+        return eq["reason"]
+    audited = [e for e in eq["engines"] if not e["is_control"]]
     if eq["status"] == "error":
-        return eq.get("message") or "the vanilla control failed: the audit cannot be trusted"
+        return eq["message"] or "the vanilla control failed: the audit cannot be trusted"
     failing = [e["name"] for e in audited if e["badge"]["key"] == "fail"]
     if failing:
         return f"{', '.join(failing)}: output is NOT distributed as the target's"
@@ -266,26 +278,26 @@ def _equivalence_line(eq: dict[str, Any]) -> str:
         return "greedy output matches vanilla (divergences, if any, are floating-point near-ties)"
     return (
         f"no test rejects that {', '.join(e['name'] for e in audited) or 'the engines'} sample exactly from the target "
-        f"(α = {eq.get('alpha')}, Holm-corrected); not rejected is not proven: see the TV bound"
+        f"(α = {eq['alpha']}, Holm-corrected); not rejected is not proven: see the TV bound"
     )
 
 
 def _disparity_line(disp: dict[str, Any]) -> str:
-    if not disp.get("ran"):
-        return disp.get("reason", "not run")
+    if not disp["ran"]:
+        return disp["reason"]
     parts = []
     for d in disp["dimensions"]:
-        if not d.get("ran"):
-            parts.append(f"{d.get('name')}: {d.get('reason', 'not run')}")
+        if not d["ran"]:
+            parts.append(f"{d['name']}: {d['reason']}")
             continue
-        counts = ", ".join(f"{n} {s}" for s, n in d.get("counts", {}).items() if n)
+        counts = ", ".join(f"{n} {s}" for s, n in d["counts"].items() if n)
         parts.append(f"{d['name']}: {counts or 'no comparisons'}")
     return "; ".join(parts)
 
 
 def _gate_line(gate: dict[str, Any]) -> str:
-    if not gate.get("ran"):
-        return gate.get("reason", "not run")
+    if not gate["ran"]:
+        return gate["reason"]
     c = gate["counts"]
     return f"{c['pass']} pass, {c['warn']} warn, {c['fail']} fail"
 
@@ -297,7 +309,7 @@ def _predicted(snapshot: Snapshot) -> bool:
 
 def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Snapshot) -> list[dict[str, str]]:
     rows: list[dict[str, str]] = []
-    for engine in eq.get("engines", []) if eq.get("ran") else []:
+    for engine in eq["engines"] if eq["ran"] else []:
         if engine["is_control"]:
             continue
         if engine["mode"] == "greedy":
@@ -317,25 +329,26 @@ def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Snapshot) -> l
                 "note": f"smallest Holm-adjusted p over its tests = {engine['battery_p']}",
             }
         )
-        if tv.get("ran"):
+        if tv.ran:
             rows.append(
                 {
                     "what": f"TV distance upper bound (first token), {engine['name']}",
-                    "value": tv["upper"],
-                    "note": f"margin δ = {tv['delta']}: {tv['verdict']}",
+                    "value": tv.upper,
+                    "note": f"margin δ = {tv.delta}: {tv.verdict}",
                 }
             )
-        pit = next((p for p in engine["power"] if p["label"].startswith("PIT")), None)
+        pit = next((p for p in engine["power"] if p.label.startswith("PIT")), None)
         if pit:
             rows.append(
                 {
                     "what": f"smallest PIT distortion detectable (80% power), {engine['name']}",
-                    "value": pit["value"],
+                    "value": pit.value,
                     "note": "distortions smaller than this could pass unseen",
                 }
             )
-    for d in disp.get("dimensions", []) if disp.get("ran") else []:
-        name = d.get("name")
+    for d in disp["dimensions"] if disp["ran"] else []:
+        name = d["name"]
+        reference = d["reference"] if d["ran"] else None  # a dimension that could not be rendered has none
         dim = snapshot.groups.get(name) or DimensionGroups()
         overall = dim.overall or GroupEntry(metrics={})
         n = integer(overall.n_prompts)
@@ -363,7 +376,7 @@ def _headline(eq: dict[str, Any], disp: dict[str, Any], snapshot: Snapshot) -> l
                     {
                         "what": f"lowest {metric_label(metric)}: {name}={group}",
                         "value": triple(block, fixed, "×") if metric == "speedup" else triple(block),
-                        "note": f"{size} prompts; reference {d.get('reference')}",
+                        "note": f"{size} prompts; reference {reference}",
                     }
                 )
     return rows

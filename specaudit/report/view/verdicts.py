@@ -9,6 +9,7 @@ comparisons and the speed summary in `_statuses.py`, the audit subject and rerun
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,8 @@ from specaudit.report.view.costs import BUDGET_HOURS, best_k_speedup, predicted_
 from specaudit.report.view.format import finite, recorded
 from specaudit.report.view.statuses import (
     DECIDED,
+    GroupComparison,
+    SpeedSummary,
     prompts_to_decide,
 )
 from specaudit.report.view.subject import with_flags
@@ -39,7 +42,7 @@ DECISIONS = {
 
 
 def decide(
-    snapshot: Snapshot, engines: list[tuple[str, EquivalenceStatus]], comps: list[dict[str, Any]], speed: dict[str, Any]
+    snapshot: Snapshot, engines: list[tuple[str, EquivalenceStatus]], comps: list[GroupComparison], speed: SpeedSummary
 ) -> dict[str, Any]:
     """The banner: derived from the gate, with the evidence that decides it.
 
@@ -54,8 +57,8 @@ def decide(
     violations = [name for name, status in engines if status == EquivalenceStatus.VIOLATION]
     # the `decision` check (--fail-on decision) restates the decision: it is not evidence for it
     failing = [c for c in checks if c.status is CheckStatus.FAIL and c.name != "decision"]
-    decided = [c for c in comps if c["status"] in DECIDED]
-    flagged = [c for c in comps if c["status"] == DisparityStatus.FLAG]
+    decided = [c for c in comps if c.status in DECIDED]
+    flagged = [c for c in comps if c.status == DisparityStatus.FLAG]
     tested = bool(engines) and not all(status == EquivalenceStatus.NOT_RUN for _, status in engines)
     key = decision_key(
         DecisionFacts(
@@ -63,7 +66,7 @@ def decide(
             failing=bool(failing),
             violation=bool(violations),
             tested=tested,
-            slower_overall=bool(speed.get("below_one")),
+            slower_overall=bool(speed.below_one),
             compared=bool(comps),
             decided=bool(decided),
             gate_pass=gate_status == CheckStatus.PASS,
@@ -80,13 +83,13 @@ def decide(
         ]
     elif not tested:
         reasons.append("Equivalence with the target was not tested.")
-    elif speed.get("below_one"):
+    elif speed.below_one:
         reasons.append(
-            f"Speculation is slower than vanilla on the audit's machine ({speed['machine']}): overall speed-up "
-            f"{speed['overall']} ({speed['overall_scope']}); {len(speed['slower'])} of {speed['n_groups']} groups below 1×."
+            f"Speculation is slower than vanilla on the audit's machine ({speed.machine}): overall speed-up "
+            f"{speed.overall} ({speed.overall_scope}); {len(speed.slower)} of {speed.n_groups} groups below 1×."
             + (
-                f" Projected for the deployment described (c = {speed['projection']['cost']}): {speed['projection']['range']}."
-                if speed.get("projection")
+                f" Projected for the deployment described (c = {speed.projection.cost}): {speed.projection.range}."
+                if speed.projection
                 else ""
             )
         )
@@ -107,7 +110,7 @@ def decide(
     if engines and any(status != EquivalenceStatus.NOT_RUN for _, status in engines):
         from specaudit.report.view.sampling import sampling_view
 
-        blind = sampling_view(snapshot).get("sentence")
+        blind = sampling_view(snapshot).sentence
         if blind:  # a pass holds for the setting tested; say which real bug classes it cannot cover
             reasons.append(blind)
     if comps:
@@ -115,7 +118,7 @@ def decide(
         if flagged:
             reasons.append(
                 f"Fairness: {len(flagged)} group comparison(s) outside the band: "
-                + ", ".join(sorted({f"{c['dimension']}={c['group']}" for c in flagged}))
+                + ", ".join(sorted({f"{c.dimension}={c.group}" for c in flagged}))
                 + "."
             )
         if undecided:
@@ -125,14 +128,10 @@ def decide(
             )
     elif key != "insufficient" and gate_status is not None:
         reasons.append("Fairness: no group comparisons in this snapshot.")
-    if speed.get("ran") and not speed.get("below_one") and speed.get("slower"):
-        reasons.append(f"Speed: {len(speed['slower'])} of {speed['n_groups']} groups run slower than vanilla.")
+    if speed.ran and not speed.below_one and speed.slower:
+        reasons.append(f"Speed: {len(speed.slower)} of {speed.n_groups} groups run slower than vanilla.")
     if key == "conditions":
-        families: dict[str, int] = {}
-        for check in checks:
-            if check.status is CheckStatus.WARN:
-                family = str(check.name or "").split("[", 1)[0]
-                families[family] = families.get(family, 0) + 1
+        families = Counter(str(check.name or "").split("[", 1)[0] for check in checks if check.status is CheckStatus.WARN)
         reasons.insert(0, "Conditions (the gate's warnings): " + ", ".join(f"{family} ({n})" for family, n in families.items()) + ".")
     title, css = DECISIONS[key]
     exit_code = gate.exit_code if gate is not None and finite(gate.exit_code) else int(gate_status == CheckStatus.FAIL)
@@ -153,8 +152,8 @@ def _pit_bound(snapshot: Snapshot, engine: str) -> PitBound:
 def actions(
     snapshot: Snapshot,
     engines: list[tuple[str, EquivalenceStatus]],
-    comps: list[dict[str, Any]],
-    speed: dict[str, Any],
+    comps: list[GroupComparison],
+    speed: SpeedSummary,
     equivalence_view: Mapping[str, Any],
 ) -> list[dict[str, str]]:
     """One item per problem (never one per dimension), MUST before SHOULD, each with a command."""
@@ -170,7 +169,7 @@ def actions(
     def costed(text: str, cost: str | None) -> str:
         return f"{text} {cost}" if cost else text
 
-    if equivalence_view.get("ran") and equivalence_view.get("status") == "error":
+    if equivalence_view["ran"] and equivalence_view["status"] == "error":
         add(
             "fail",
             costed(
@@ -197,7 +196,7 @@ def actions(
         # the `decision` check restates the decision (the banner's): not a problem of its own
         if check.status is CheckStatus.FAIL and name != "decision" and not name.startswith(("equivalence[", "disparity[")):
             add("fail", f"Gate check {name} fails: {recorded(check.message, '')}", "gate")
-    flagged = sorted({f"{c['dimension']}={c['group']}" for c in comps if c["status"] == DisparityStatus.FLAG})
+    flagged = sorted({f"{c.dimension}={c.group}" for c in comps if c.status == DisparityStatus.FLAG})
     if flagged:
         add(
             "fail",
@@ -205,13 +204,13 @@ def actions(
             "vanilla decoding or train the draft on them; the fallback simulation shows the effect of routing.",
             "disparity",
         )
-    if speed.get("slower"):
+    if speed.slower:
         best_k = _common_best_k(snapshot)
         flag = _draft_length_flag(config, best_k) if best_k else None
-        level = "fail" if speed.get("below_one") else "warn"
+        level = "fail" if speed.below_one else "warn"
         text = (
-            f"Speculation is slower than vanilla for {len(speed['slower'])} of {speed['n_groups']} groups "
-            f"({len(speed['slower_sig'])} with the whole interval below 1×; range {speed['range']}). "
+            f"Speculation is slower than vanilla for {len(speed.slower)} of {speed.n_groups} groups "
+            f"({len(speed.slower_sig)} with the whole interval below 1×; range {speed.range}). "
             + ("Do not enable it with this draft on this hardware; " if level == "fail" else "Route those groups to vanilla; ")
             + (
                 f"the cost model's best draft length is k = {best_k}, so re-audit with it, or use a cheaper or better-matched draft."
@@ -224,20 +223,20 @@ def actions(
                 text, rerun_cost(snapshot, speedup=best_k_speedup(snapshot, best_k), why=f", the speculative one at k = {best_k}")
             )
         add(level, text, "speed", with_flags(command, flag) if flag else None)
-    undecided = [c for c in comps if c["status"] not in DECIDED]
+    undecided = [c for c in comps if c.status not in DECIDED]
     if undecided:
         planned = prompts_to_decide(undecided)
         need = planned[0] if planned else None
         minimum = ((snapshot.gate.thresholds if snapshot.gate is not None else None) or {}).get("min_group_size")
         per_group = max([n for n in (need, int(minimum) if finite(minimum) else None) if n] or [0]) or None
-        groups = sorted({f"{c['dimension']}={c['group']}" for c in undecided})
+        groups = sorted({f"{c.dimension}={c.group}" for c in undecided})
         text = (
             f"{len(undecided)} of {len(comps)} group comparisons ({len(groups)} groups) cannot be decided: their intervals "
             "cross a band edge or the design cannot detect a ratio at the band's edges."
         )
         if need:
             text += (
-                f" About {need} prompts per group would make a ratio of {comps[0]['band'][0]:g} detectable for half of them, "
+                f" About {need} prompts per group would make a ratio of {comps[0].band[0]:g} detectable for half of them, "
                 + (f"{planned[1]:,} for all" if planned[1] <= 100 * need else "far more for the hardest of them")
                 + " (each comparison's detectable ratio scaled by 1/√prompts)"
                 + (f"; the gate asks for {int(minimum)}" if finite(minimum) and minimum > need else "")
@@ -250,21 +249,22 @@ def actions(
         elif cost is not None:
             text += f" {cost.sentence()}"
         add("warn", text, "disparity", with_flags(command, {"--per-group": per_group}) if per_group else None)
-    if equivalence_view.get("ran"):
-        # an engine with a violation has its MUST item above: showing its equivalence is moot
+    if equivalence_view["ran"]:
+        # an engine with a violation has its MUST item above: showing its equivalence is moot; a
+        # greedy audit has no TV bound nor two-sample tests to show it with
         audited = [
-            e for e in equivalence_view.get("engines", []) if not e.get("is_control") and e.get("status") != EquivalenceStatus.VIOLATION
+            e
+            for e in equivalence_view["engines"]
+            if not e["is_control"] and e["status"] != EquivalenceStatus.VIOLATION and e["mode"] == "sampling"
         ]
-        not_shown = [e for e in audited if e.get("tv", {}).get("verdict") == "not shown"]
-        not_run = [e for e in audited if any(r.get("not_run") for r in e.get("two_sample", {}).get("rows", []) or [])]
+        not_shown = [e for e in audited if e["tv"].verdict == "not shown"]
+        not_run = [e for e in audited if any(r["not_run"] for r in e["two_sample"].rows)]
         if not_shown or not_run:
             samples = recorded(config.get("samples"), 1)
-            plan = not_shown[0]["tv"]["samples_to_show"] if not_shown else None
+            plan = not_shown[0]["tv"].samples_to_show if not_shown else None
             parts = []
             if not_shown:
-                parts.append(
-                    f"equivalence within δ = {not_shown[0]['tv']['delta']} is not shown (TV upper bound {not_shown[0]['tv']['upper']})"
-                )
+                parts.append(f"equivalence within δ = {not_shown[0]['tv'].delta} is not shown (TV upper bound {not_shown[0]['tv'].upper})")
             if not_run:
                 parts.append("the two-sample tests cannot reject with one sample per prompt")
             text = "Correctness is not proven: " + " and ".join(parts) + ". "
@@ -287,14 +287,14 @@ def actions(
                         text += f"{cheap[0]} "
                     else:
                         text += (f"{fewer[0]} " if fewer else "") + f"No rerun within {BUDGET_HOURS:g} h shows it, so none is recommended. "
-                    text += _what_was_shown(audited[0] if audited else {})
+                    text += _what_was_shown(audited[0])
                     add("warn", text, "equivalence", with_flags(command, cheap[2]) if cheap else None)
                 else:
                     text += f"Sample more outputs per prompt: about {wanted:,} {how}."
                     for part in (cost.sentence() if cost else None, fewer[0] if fewer else None):
                         text += f" {part}" if part else ""
                     add("warn", text, "equivalence", with_flags(command, {"--samples": wanted}))
-        if equivalence_view.get("warning"):
+        if equivalence_view["warning"]:
             cost = rerun_cost(snapshot, why=", another seed")
             add(
                 "warn",
@@ -337,12 +337,9 @@ def _draft_length_flag(config: Mapping[str, Any], best_k: int) -> dict[str, Any]
 
 
 def _common_best_k(snapshot: Snapshot) -> int | None:
-    counts: dict[int, int] = {}
-    for part in snapshot.recommendations.values():
-        for row in part.by_group.values():
-            k = row.best_k
-            if isinstance(k, int):
-                counts[k] = counts.get(k, 0) + 1
+    counts = Counter(
+        row.best_k for part in snapshot.recommendations.values() for row in part.by_group.values() if isinstance(row.best_k, int)
+    )
     return max(counts, key=lambda k: (counts[k], -k)) if counts else None
 
 
@@ -360,9 +357,11 @@ def _samples_wanted(plan: SamplePlan | None, engine: Mapping[str, Any] | None) -
             "first-token distributions)"
         )
     detects = "would make a first-token distance of δ detectable"
-    power = {p["label"]: p.get("raw") for p in (engine or {}).get("power", [])}
-    mde, delta = power.get("first-token TV"), (engine or {}).get("tv", {}).get("delta_value")
-    samples = (engine or {}).get("samples")
+    if engine is None:
+        return None, detects
+    # the power an analysis computed varies with its tests: first-token TV may be absent
+    mde = next((p.raw for p in engine["power"] if p.label == "first-token TV"), None)
+    delta, samples = engine["tv"].delta_value, engine["samples"]
     if not (finite(mde) and finite(delta) and delta > 0 and finite(samples)):
         return None, detects
     return max(2, math.ceil(samples * (mde / delta) ** 2)), detects
@@ -391,13 +390,13 @@ def _fewer_prompts(snapshot: Snapshot, plan: SamplePlan | None, wanted: int) -> 
 def _what_was_shown(engine: Mapping[str, Any]) -> str:
     """What the audit did show about correctness at its own budget: the PIT bound and the power."""
     parts = []
-    if engine.get("pit_bound", {}).get("ran"):
-        parts.append(engine["pit_bound"]["sentence"])
-    if engine.get("status") == EquivalenceStatus.NO_VIOLATION_FOUND and "n_tokens" in engine:
+    if engine["pit_bound"].ran:
+        parts.append(engine["pit_bound"].sentence)
+    if engine["status"] == EquivalenceStatus.NO_VIOLATION_FOUND:
         parts.append(f"no test found a violation in {engine['n_tokens']} tokens")
-    pit = next((p for p in engine.get("power", []) if str(p.get("label", "")).startswith("PIT")), None)
+    pit = next((p for p in engine["power"] if p.label.startswith("PIT")), None)
     if pit:
-        parts.append(f"a PIT distortion of {pit['value']} or more would have been found with 80% power")
+        parts.append(f"a PIT distortion of {pit.value} or more would have been found with 80% power")
     return ("What this audit did show: " + "; ".join(parts) + ".") if parts else ""
 
 
