@@ -76,7 +76,8 @@ def test_bad_input_is_one_sentence_exit_2(tmp_path, tiny_prompts_file, capsys, o
     args = ["run", "--engines", "openvino", "--prompts", str(tiny_prompts_file), "--config", str(config), "--out", str(tmp_path / "o")]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    errors = [line for line in err.strip().splitlines() if not line.startswith("specaudit: warning:")]  # the tiny set's small groups
+    assert words in err and "Traceback" not in err and len(errors) == 1
 
 
 def test_each_request_carries_the_runs_sampling_seed_and_k():
