@@ -11,10 +11,10 @@ section; `specaudit selftest --identity` prints the same figures.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from specaudit.contracts.engines import ENGINES, IDENTITY_DRAFT, EngineSpec
+from specaudit.contracts.engines import ENGINES, IDENTITY_DRAFT, EngineSpec, resolve
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
 from specaudit.contracts.snapshot import IdentityCheck, IdentitySection
 from specaudit.contracts.status import CheckStatus
@@ -24,9 +24,11 @@ if TYPE_CHECKING:
     from specaudit.decoding import SamplingSpec
 
 
-def rule_of(spec: EngineSpec) -> str:
-    """The identity check's rule for an engine of the registry."""
-    return REJECTION_SAMPLING if spec.rejection_sampling else GREEDY_MATCH
+def rule_of(spec: EngineSpec, config: Mapping[str, Any] | None = None) -> str:
+    """The identity check's rule for an engine of the registry, in a run with `config` (the manifest's)
+    where the engine's settings decide it (`run_rejection_sampling`)."""
+    sampled = resolve(spec.run_rejection_sampling)(config or {}) if spec.run_rejection_sampling else spec.rejection_sampling
+    return REJECTION_SAMPLING if sampled else GREEDY_MATCH
 
 
 def judged_positions(record: dict) -> tuple[list[int], int] | None:
@@ -135,7 +137,7 @@ def identity_section(
         mine = [r for r in records if r["engine"] == name and not r.get("timing_only")]
         reported = [r for r in mine if r.get("proposed") is not None]  # batched OpenVINO requests report no drafted count
         drafted[name] = f"{name} drafted on {sum(r['proposed'] > 0 for r in reported)} of {len(reported)} records reporting drafts"
-        result, note = identity_check(mine, rule_of(registry), spec=spec, pair=pair, alpha=alpha, tolerance=tolerance)
+        result, note = identity_check(mine, rule_of(registry, config), spec=spec, pair=pair, alpha=alpha, tolerance=tolerance)
         engines[name] = IdentityCheck(engine=registry.name, message=result.describe() + (f"; {note}" if note else ""), **result.to_dict())
     failed = [name for name, check in engines.items() if check.verdict == CheckStatus.FAIL]
     judged = [name for name, check in engines.items() if check.verdict == CheckStatus.PASS]

@@ -80,6 +80,10 @@ class EngineSpec:
     # False for an engine with a rule of its own (a greedy draft kept on a match): groups are then
     # compared on α = Σ min(p, q) where its records carry it (analysis.snapshot.compared_acceptance)
     rejection_sampling: bool = True
+    # "module:function(config) -> bool" where the run's settings decide that rule (the manifest's config):
+    # vLLM drafts greedily unless `draft_sample_method: probabilistic`, and a greedy draft verified as
+    # one-hot q is kept with probability p(draft), the greedy-match rule
+    run_rejection_sampling: str | None = None
     # the request features it passes on, and why it refuses the rest (one clause, for the refusal sentence);
     # an engine takes none until its entry lists them (its mapping written and tested: docs/request-features.md)
     request_features: tuple[str, ...] = ()
@@ -189,7 +193,10 @@ ENGINES: dict[str, EngineSpec] = {
             executor="specaudit.engines.vllm.executor:VllmExecutor",
             request_features=("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop"),
             refuses_because="vLLM's SamplingParams have no llama.cpp penalty window, and its structured outputs are not mapped yet",
-            acceptance_rule="vLLM's rejection sampler (greedy match at T = 0)",
+            acceptance_rule="vLLM's rejection sampler (greedy match at T = 0; a greedy draft, vLLM's default "
+            "draft_sample_method, is verified as one-hot q: kept with probability p(draft))",
+            run_rejection_sampling="specaudit.engines.vllm.client:samples_its_drafts",
+            default_draft="ngram",
             no_prefix_cache_because="its prefix caching is an engine-wide setting (enable_prefix_caching) that the offline "
             "engine does not map per request yet; audit a vLLM server with --engines endpoint",
         ),

@@ -24,7 +24,7 @@ from specaudit.decoding._spec import SamplingSpec
 from specaudit.decoding.settings import setting_label
 from specaudit.errors import InputError
 from specaudit.selftest.harness import selftest_config
-from specaudit.stats.identity import DEFAULT_TOLERANCE
+from specaudit.stats.identity import DEFAULT_TOLERANCE, REJECTION_SAMPLING
 
 if TYPE_CHECKING:
     from specaudit.models import ModelPair
@@ -100,7 +100,7 @@ def identity_run(
         "engine": engine,
         "sampling": setting_label(spec),
         "verify": (verify or "correct").rpartition(":")[2],
-        "rule": check.rule if check else rule_of(registry),
+        "rule": check.rule if check else rule_of(registry, manifest.get("config")),
         "accepted": check.accepted if check else 0,
         "judged": check.tested if check else 0,
         "acceptance": check.acceptance if check else None,
@@ -127,7 +127,11 @@ def identity_run(
 def _scoring_pair(registry: Any, manifest: dict, records: list[dict]) -> Any:
     """The target's scored distributions for a greedy-match rule whose records lack position_accept
     (llama-server's): the engine's own scoring pair, else the run's target loaded here."""
-    if registry.rejection_sampling or all(r.get("position_accept") is not None for r in records if r["engine"] == SPECULATIVE_ENGINE):
+    from specaudit.analysis.identity import rule_of
+
+    if rule_of(registry, manifest.get("config")) == REJECTION_SAMPLING or all(
+        r.get("position_accept") is not None for r in records if r["engine"] == SPECULATIVE_ENGINE
+    ):
         return None
     if registry.scoring_pair:
         return resolve(registry.scoring_pair)(manifest)

@@ -331,3 +331,19 @@ def test_a_folder_of_local_records_is_not_resumed_with_vllm(tmp_path, tiny_pair_
     run(local, tmp_path / "run", progress=False)
     with pytest.raises(InputError, match="with local engines; vLLM records would be mixed"):
         run(RunConfig(**{**local.to_dict(), "engines": "vllm"}), tmp_path / "run", progress=False)
+
+
+def test_the_identity_rule_follows_the_runs_draft_sampling():
+    """vLLM drafts greedily by default (the draft's argmax, verified as one-hot q: kept with probability
+    p(draft), the greedy-match rule); `draft_sample_method: probabilistic` samples q (rejection
+    sampling: an identity draft is always kept). The registry entry defers to the run's config."""
+    from specaudit.analysis.identity import rule_of
+    from specaudit.contracts.engines import ENGINES
+    from specaudit.stats.identity import GREEDY_MATCH, REJECTION_SAMPLING
+
+    vllm = ENGINES["vllm"]
+    probabilistic = {"draft": "target", "extra": {"vllm": {"speculative": {"draft_sample_method": "probabilistic"}}}}
+    assert rule_of(vllm, {"draft": "target"}) == GREEDY_MATCH
+    assert rule_of(vllm, {**probabilistic, "extra": {"vllm": {"speculative": {"draft_sample_method": "greedy"}}}}) == GREEDY_MATCH
+    assert rule_of(vllm, probabilistic) == REJECTION_SAMPLING
+    assert rule_of(ENGINES["speculative"], {"draft": "target"}) == REJECTION_SAMPLING  # engines without a run rule keep theirs

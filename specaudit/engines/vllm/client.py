@@ -27,6 +27,7 @@ of a small machine's start-up.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import CONTROL_ENGINE
@@ -102,6 +103,16 @@ def speculative_config(cfg: RunConfig, target: str | None = None) -> dict:
         )
     model = (target or target_path(str(cfg.target))) if draft == IDENTITY_DRAFT else target_path(draft)
     return {"model": model, "num_speculative_tokens": cfg.k, **more}
+
+
+def samples_its_drafts(config: Mapping[str, Any]) -> bool:
+    """Whether a run (its manifest's config) verifies sampled drafts by rejection sampling: vLLM's
+    draft model proposes its argmax by default (`draft_sample_method: greedy`), verified as one-hot q,
+    so a draft is kept with probability p(draft); `probabilistic` samples q, where an identity draft
+    is always kept. Prompt-lookup drafts are one-hot too."""
+    extra = (config.get("extra") or {}).get("vllm") or {}
+    more = (extra.get("speculative") or {}) if isinstance(extra, Mapping) else {}
+    return str(config.get("draft")) != "ngram" and isinstance(more, Mapping) and more.get("draft_sample_method") == "probabilistic"
 
 
 def _extra(cfg: RunConfig) -> dict:
