@@ -90,7 +90,14 @@ def _correctness_card(eq: dict[str, Any], engines: list) -> Card:
         if e["mode"] == "greedy":
             lines.append(f"{e['name']}: greedy output equals vanilla on {e['n_matches']} of {e['n_pairs']} prompts ({e['match_rate']}).")
             continue
-        text = f"{e['name']}: {e['status'].value} in {e['n_tokens']} tokens (smallest Holm-adjusted p = {e['battery_p']})"
+        text = (
+            f"{e['name']}: {e['status'].value} in {e['n_tokens']} tokens (smallest Holm-adjusted p = {e['battery_p']}, α = {eq['alpha']})"
+        )
+        if e["rejected"] and e["battery_p"] != "<0.001":  # a rejection chance makes now and then (p = 0 is a proof): how often
+            text += (
+                "; a correct engine is rejected like this in about α of audits (the reference engine at the quick budget: "
+                "2 of 42 seeds, docs/statistics.md): rerun with another --seed, where chance rarely rejects twice"
+            )
         if e["proof"]:
             text = f"{e['name']}: {e['status'].value}: {e['proof']}"
         if e["pit_bound"].ran:
