@@ -14,8 +14,8 @@ def _card(snapshot: dict, holm_pvalue: float) -> str:
     row = entry["goodness_of_fit"]["gate"][0]
     row.update(holm_pvalue=holm_pvalue, reject=holm_pvalue < snapshot["equivalence"]["alpha"])
     entry.update(verdict="FAIL", status="violation")
-    card = next(c for c in build_view(snapshot)["summary"]["cards"] if c["label"] == "Correctness")
-    return next(line for line in card["lines"] if line.startswith("speculative"))
+    card = next(c for c in build_view(snapshot)["summary"]["cards"] if c.label == "Correctness")
+    return next(line for line in card.lines if line.startswith("speculative"))
 
 
 def test_a_rejection_near_alpha_says_how_often_chance_makes_one(snapshot):
