@@ -412,7 +412,7 @@ def _within_budget(budget: dict, options: dict) -> dict:
 
 
 def run_audit(args: argparse.Namespace) -> AuditResult | SettingsAuditResult | PlanOnly:
-    from specaudit.audit import DEFAULT_BUDGET, QUICK_BUDGET, audit, pair_budget
+    from specaudit.audit import DEFAULT_BUDGET, QUICK_BUDGET, pair_budget
     from specaudit.config import run_config_from
 
     run_options, analysis_options, gate_options, source = _config_file_sections(args)
@@ -442,16 +442,7 @@ def run_audit(args: argparse.Namespace) -> AuditResult | SettingsAuditResult | P
         return print_plan(cfg, out, specs)
     if specs is not None:
         return _run_settings_audit(args, cfg, out, specs, analysis_options, gate_options, source)
-    result = audit(
-        cfg,
-        out,
-        analysis=_analysis_kwargs(args, analysis_options, source),
-        gate=gate_options,
-        progress=not args.quiet,
-        command=command_line(args),
-    )
-    print_verdict(result)
-    return result
+    return _audit_and_print(args, cfg, out, analysis_options, gate_options, source)
 
 
 def _new_run_folder(runs_folder: str | None, cfg: RunConfig) -> str:
@@ -481,7 +472,7 @@ def _resume_audit(
 ) -> AuditResult | PlanOnly:
     """`audit --resume [RUN_DIR]`: the run's own settings (its manifest) over the records already
     there; analysis and gate flags (and a config's `analysis:` and `gate:`) apply as given."""
-    from specaudit.audit import audit, last_run_folder, resumed_config
+    from specaudit.audit import last_run_folder, resumed_config
 
     given = [f"--{name.replace('_', '-')}" for name in _flag_options(args)]
     spelled = {"served_model": "model"}
@@ -495,9 +486,18 @@ def _resume_audit(
         from specaudit.cli.dry_run import print_plan
 
         return print_plan(cfg, run_dir, resume=True)
+    return _audit_and_print(args, cfg, run_dir, analysis_options, gate_options, source)
+
+
+def _audit_and_print(
+    args: argparse.Namespace, cfg: RunConfig, out: str | Path, analysis_options: dict, gate_options: dict, source: str
+) -> AuditResult:
+    """Audit into `out` (a new run folder, or one resumed) and print the verdict lines."""
+    from specaudit.audit import audit
+
     result = audit(
         cfg,
-        run_dir,
+        out,
         analysis=_analysis_kwargs(args, analysis_options, source),
         gate=gate_options,
         progress=not args.quiet,
