@@ -1,4 +1,5 @@
-"""llama.cpp in this process (through llama-cpp-python): GGUF files, settings, decoding and logits.
+"""llama.cpp in this process (through llama-cpp-python): GGUF files, the context sized to the prompts,
+decoding and logits (its settings section, extra.llama_cpp, is llama_cpp_settings).
 
 Shared: the llama-cpp engine decodes with it, llama-speculative its plain side, llama-server and
 llama-speculative score with its `scoring_pair`, llama-server takes its seeds, OpenVINO its vocabulary

@@ -335,7 +335,9 @@ def test_endpoint_audits_llama_cpp_python_server_with_and_without_prompt_lookup(
         "concurrency": 1,
         "extra_body": {**neutral, "top_k": 0},
     }  # the server refuses top_k -1; 0 is off in llama.cpp
-    cfg = RunConfig(engines="endpoint", prompts=str(tiny_prompts_file), samples=2, max_new_tokens=16, seed=3, warmup=1, endpoint=settings)
+    cfg = RunConfig(
+        engines="endpoint", prompts=str(tiny_prompts_file), samples=2, max_new_tokens=16, seed=3, warmup=1, extra={"endpoint": settings}
+    )
     out = tmp_path / "endpoint"
     summary = run(cfg, out, progress=False)
     records = read_records(out / "records.jsonl")
@@ -345,7 +347,7 @@ def test_endpoint_audits_llama_cpp_python_server_with_and_without_prompt_lookup(
         assert record["backend"] == "endpoint" and record["finish_reason"] in ("eos", "length")
         assert record["text"] and 1 <= len(record["output_token_ids"])
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["config"]["endpoint"]["prompt_as"] == "text"
+    assert manifest["config"]["extra"]["endpoint"]["prompt_as"] == "text"  # the endpoint's settings section
 
     # The server decodes with the same llama.cpp, sampler chain and 32-bit seed as the in-process
     # backend, so its plain instance must give the in-process vanilla text for the same seeds.
