@@ -35,7 +35,7 @@ from scipy.stats import binom, binomtest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from specaudit.analysis.equivalence import equivalence_section
+from specaudit.analysis.equivalence import Battery, equivalence_section
 from specaudit.analysis.invariants import without_contradicting_counters
 from specaudit.audit import DEFAULT_BUDGET, QUICK_BUDGET
 from specaudit.config import RunConfig
@@ -82,7 +82,7 @@ def one_audit(pair, options: dict, seed: int, alpha: float, analysis_seed: int) 
     records = without_contradicting_counters(audit_records(pair, cfg))
     decoded = time.process_time()
     dims = sorted({d for r in records for d in r.get("attributes", {})})
-    section, scores = equivalence_section(records, pair, alpha=alpha, delta=0.05, dimensions=dims, seed=analysis_seed)
+    section, scores = equivalence_section(records, Battery(pair, alpha=alpha, delta=0.05, dimensions=dims, seed=analysis_seed))
     engines = {name: _engine_summary(entry) for name, entry in section.engines.items()}
     for name, entry in engines.items():
         entry["null_positive"] = _null_positive_share(scores.select(engine=name)) if scores is not None else {}

@@ -211,7 +211,7 @@ def test_a_run_on_a_server_never_fetches_the_named_models(tmp_path, monkeypatch)
     from specaudit.execution.preflight import check_model_sources
 
     monkeypatch.setenv("SPECAUDIT_CACHE", str(tmp_path))
-    cfg = SimpleNamespace(engines=["endpoint"], target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b")
+    cfg = SimpleNamespace(engines=["endpoint"], target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b", engine_settings=lambda engine: {})
     check_model_sources(cfg)
     assert not (tmp_path / "models").exists()
 

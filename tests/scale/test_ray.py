@@ -142,7 +142,7 @@ def test_missing_ray_and_shard_are_one_sentence_errors(tmp_path, tiny_pair_dir, 
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "pip install 'specaudit[ray]'" in err and "Traceback" not in err
-    with pytest.raises(InputError, match="--workers must be an integer >= 1"):
+    with pytest.raises(InputError, match="^workers must be an integer >= 1"):  # the Python API names the field, a flag its flag
         _config(tiny_pair_dir, tiny_prompts_file, executor="ray", workers=0)
     with pytest.raises(InputError, match="backend in --engines runs on its own"):
         _config(tiny_pair_dir, tiny_prompts_file, executor="ray", engines="vllm")
