@@ -199,12 +199,17 @@ def main() -> None:
     parser.add_argument("--summarize", type=Path, nargs="+", help="only report on the seeds of these --json files (parallel runs)")
     args = parser.parse_args()
     if args.summarize:
-        results = {r["seed"]: r for path in args.summarize for r in json.loads(path.read_text())["seeds"]}
+        files = [json.loads(path.read_text()) for path in args.summarize]
+        budgets = {data.get("budget", args.budget) for data in files}
+        if len(budgets) > 1:
+            sys.exit(f"--summarize: the files hold audits of different budgets ({', '.join(sorted(budgets))})")
+        args.budget = budgets.pop()
+        results = {r["seed"]: r for data in files for r in data["seeds"]}
         seeds = [results[s] for s in sorted(results)]
         args.first_seed, cpu = seeds[0]["seed"], sum(r["decode_cpu_s"] + r["analyze_cpu_s"] for r in seeds)
         print(report(seeds, args, cpu, math.nan))
         if args.json:
-            args.json.write_text(json.dumps({"summary": summary(seeds, args.alpha), "seeds": seeds}, indent=1))
+            args.json.write_text(json.dumps({"budget": args.budget, "summary": summary(seeds, args.alpha), "seeds": seeds}, indent=1))
         return
 
     options = {key: value for key, value in BUDGETS[args.budget].items()}
@@ -228,7 +233,7 @@ def main() -> None:
         # after every seed: a cut-short run still reports
         print(report(results, args, time.process_time() - started, time.perf_counter() - wall_started), flush=True)
         if args.json:
-            args.json.write_text(json.dumps({"summary": summary(results, args.alpha), "seeds": results}, indent=1))
+            args.json.write_text(json.dumps({"budget": args.budget, "summary": summary(results, args.alpha), "seeds": results}, indent=1))
 
 
 if __name__ == "__main__":
