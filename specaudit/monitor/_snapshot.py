@@ -7,6 +7,7 @@ snapshot means.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -143,8 +144,12 @@ def canonical_json(value: Any) -> str:
 
 
 def snapshot_digest(snapshot: Mapping[str, Any]) -> str:
-    """Content hash of a whole snapshot: the same file stored twice is recognised."""
-    return hashlib.sha256(canonical_json(snapshot).encode("utf-8")).hexdigest()
+    """Content hash of a whole snapshot but the analysis's own duration: the same records analysed the
+    same way are the same snapshot, however long the analysis took."""
+    content = json.loads(canonical_json(snapshot))  # a copy to drop the duration from
+    with contextlib.suppress(KeyError, TypeError):
+        del content["run"]["analysis"]["seconds"]
+    return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()
 
 
 def fingerprint(value: Any) -> str:

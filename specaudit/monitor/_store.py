@@ -77,7 +77,10 @@ class AddResult:
     def note(self) -> str | None:
         """One sentence where the snapshot is not a new audit, else None."""
         if not self.added:
-            return f"run {self.run.label} was already stored (the same snapshot); nothing was added"
+            return (
+                f"run {self.run.label} was already stored (the same snapshot: the same records analysed the same way); "
+                "it is not a new audit, and nothing was added"
+            )
         if self.same_run is not None:
             return (
                 f"run {self.run.label} re-analyses the records of run {self.same_run.label} (same run folder, created "
