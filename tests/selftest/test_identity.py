@@ -120,12 +120,16 @@ HAVE_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install specaudit[llama-cpp])")
 def test_llama_cpp_keeps_the_greedy_draft_at_the_rate_max_p_gives(two_prompts):
-    """llama.cpp's rule with q = p: every draft at greedy, max p_t of them at t=1 (the records' position_accept)."""
+    """llama.cpp's rule with q = p: max p_t of the drafts at t=1 (the records' position_accept), every
+    draft at greedy but those at llama.cpp's batch-shape argmax flips (docs/identity.md: about 2% of
+    positions on the embedded GGUF; where they fall depends on the build's kernels, so the greedy
+    verdict is the engine's, not asserted here)."""
     greedy = identity_run("llama-cpp", GREEDY, two_prompts, samples=2, max_new_tokens=16)
     sampled = identity_run("llama-cpp", T1, two_prompts, samples=2, max_new_tokens=16)
     assert greedy["rule"] == sampled["rule"] == "greedy match"
-    assert greedy["verdict"] == sampled["verdict"] == CheckStatus.PASS, (greedy["message"], sampled["message"])
     assert greedy["expected"] == pytest.approx(1.0) and sampled["expected"] < 0.99
+    assert greedy["judged"] >= 20 and greedy["accepted"] >= 0.95 * greedy["judged"], greedy["message"]
+    assert sampled["verdict"] == CheckStatus.PASS, sampled["message"]
 
 
 @pytest.mark.slow
