@@ -50,6 +50,7 @@ def test_the_embedded_target_drafting_for_itself_writes_valid_records(identity_r
     records, manifest = identity_run
     assert manifest["backend"] == "vllm" and manifest["device"]["type"] == "cpu"
     assert manifest["models"]["draft"]["speculative_config"]["model"] == manifest["models"]["target"]["source"]
+    assert manifest["models"]["draft"]["derived"] == "target"  # the report names it as the target's own draft
     by_engine = {engine: [r for r in records if r["engine"] == engine] for engine in ("vanilla", "speculative")}
     assert len(by_engine["vanilla"]) == len(by_engine["speculative"]) == 2
     assert check_invariants(records) == []

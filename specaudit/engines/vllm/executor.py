@@ -68,7 +68,10 @@ class VllmExecutor(Executor):
         check_context(self.encoded, target, self.kwargs[CONTROL_ENGINE], cfg.max_new_tokens)
         speculative = self.kwargs[SPECULATIVE_ENGINE]["speculative_config"]
         draft = {"name": cfg.draft, "k": cfg.k, "speculative_config": speculative}
+        if speculative.get("method") == "ngram":  # prompt lookup, no model: reported as specaudit's own n-gram draft
+            draft.update(derived="ngram", max_ngram=speculative["prompt_lookup_max"])
         if str(cfg.draft) == IDENTITY_DRAFT:
+            draft.update(derived="target", **{"from": cfg.target})
             draft["identity"] = (
                 "the target drafts for itself (q = p); vLLM's draft_sample_method "
                 f"{speculative.get('draft_sample_method', 'greedy')!r} (greedy: the draft is its argmax, kept with chance p(argmax))"
