@@ -77,13 +77,8 @@ def finite(value: Any) -> bool:
 
 
 def recorded(value: Any, otherwise: Any = MISSING) -> Any:
-    """A value from one of the snapshot's open parts (the run's config, its seeds) as recorded; null is not recorded."""
+    """A value as the run recorded it; null (or absent) is not recorded."""
     return otherwise if value is None else value
-
-
-def mapping(value: Any) -> Mapping[str, Any]:
-    """A snapshot part that should be a mapping, or an empty one (odd shapes never crash the report)."""
-    return value if isinstance(value, Mapping) else {}
 
 
 def num(value: Any, digits: int = 3) -> str:
