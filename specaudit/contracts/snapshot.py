@@ -105,16 +105,26 @@ class AnalysisBlock(_Section):
     seconds: float | None = None
 
 
+class DimensionInfo(_Section):
+    """`run.prompt_set.dimensions.<name>`: a dimension as the run recorded it (prompts.dimension_entry)."""
+
+    groups: list[str] = []
+    reference: str | None = None
+    parallel: bool | None = None
+    pairing: str | None = None  # "reference" where it is not the default
+    labels: dict[str, str] = {}  # readable names of the set's group codes (only those it names)
+
+
 class PromptSetInfo(_Section):
     """`run.prompt_set`: the prompt set's name, version, checksum, where it came from, its size, and
-    its dimensions as its manifest declares them (groups, reference, labels: the set's own, open)."""
+    its dimensions as its manifest declares them."""
 
     name: str | None = None
     version: int | str | None = None
     checksum: str | None = None
     source: str | None = None
     n_prompts: int | None = None
-    dimensions: dict[str, Any] | None = None
+    dimensions: dict[str, DimensionInfo] | None = None
 
 
 class RunConfigBlock(_Section):
@@ -220,6 +230,13 @@ class SeedsBlock(_Section):
     derivation: str | None = None
 
 
+class StageSeconds(_Section):
+    """`run.stage_seconds`: decoding seconds by stage, from the records; a predicted rerun scales them."""
+
+    screen: float | None = None  # each screen record's share of its batch, summed
+    engines: float | None = None  # the engines' wall time, timing repeats included
+
+
 class RunSection(_Section):
     """`run`: what was run (the manifest's identity) and what analysis made of it."""
 
@@ -240,8 +257,7 @@ class RunSection(_Section):
     n_prompts: int | None = None
     n_output_tokens: int | None = None
     disparity_engine: str | None = None  # the engine whose records the group comparisons measure
-    # decoding seconds by stage from the records ({screen, engines}); a predicted rerun scales them
-    stage_seconds: dict[str, float] | None = None
+    stage_seconds: StageSeconds | None = None
 
 
 SKIPPED = "skipped"  # a test with no data to test: not a check outcome, so no CheckStatus
@@ -964,12 +980,37 @@ class ShapesSection(_Section):
     engines: dict[str, ShapeEngine] = {}
 
 
+class CheckDetails(_Section):
+    """`gate.checks[].details`: what the check measured, each check its own figures (they pass
+    through); named here, the two a reader asks of any check."""
+
+    not_run: bool | None = None  # the check could not judge (no data to judge)
+    status: str | None = None  # the judged part's own status (an engine's equivalence status, ...)
+
+
 class GateCheckEntry(_Section):
     name: str | None = None
     title: str | None = None
     status: Check
     message: str | None = None
-    details: dict[str, Any] | None = None  # what the check measured; `not_run`, `status` where it could not judge
+    details: CheckDetails | None = None
+
+
+class GateThresholdsBlock(_Section):
+    """`gate.thresholds`: what the gate demanded (specaudit.config.GateThresholds.to_dict()); a null
+    threshold is taken from the analysis. Absent in snapshots gated before it existed: None."""
+
+    alpha: float | None = None
+    tv_delta: float | None = None
+    band_low: float | None = None
+    band_high: float | None = None
+    disparity_metrics: list[str] | None = None
+    disparity_severity: str | None = None
+    tv_severity: str | None = None
+    min_speedup: float | None = None
+    slowdown_severity: str | None = None
+    min_group_size: int | None = None
+    fail_on: str | None = None
 
 
 class GateSection(_Section):
@@ -978,7 +1019,7 @@ class GateSection(_Section):
     status: Check
     exit_code: int | None = None
     counts: dict[Check, int] | None = None
-    thresholds: dict[str, Any] | None = None  # the gate's thresholds (None: taken from the analysis)
+    thresholds: GateThresholdsBlock | None = None
     checks: list[GateCheckEntry] = []
 
 

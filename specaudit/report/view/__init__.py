@@ -186,7 +186,8 @@ def _gate_view(gate: GateSection | None, analysis: AnalysisBlock | None) -> dict
         "checks": checks,
         "counts": {s.lower(): sum(c["status"] is s for c in checks) for s in CheckStatus},
         "thresholds": [
-            {"name": k, "value": _threshold_value(k, v, analysis or AnalysisBlock())} for k, v in (gate.thresholds or {}).items()
+            {"name": k, "value": _threshold_value(k, v, analysis or AnalysisBlock())}
+            for k, v in (gate.thresholds.model_dump(exclude_unset=True) if gate.thresholds is not None else {}).items()
         ],
     }
 
@@ -267,7 +268,7 @@ def _compare_view(snapshot: Snapshot, other: Snapshot, label: str) -> dict[str, 
     }
     rows, notes = [], []
     for check in result.checks:
-        text, css, symbol = words.get(check.status, (check.status, "none", "–"))
+        text, css, symbol = words[check.status]
         if check.kind == "drift":
             rows.append(
                 {

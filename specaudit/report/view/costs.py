@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import SCREEN_ENGINE
-from specaudit.contracts.snapshot import RunConfigBlock
+from specaudit.contracts.snapshot import RunConfigBlock, StageSeconds
 from specaudit.report.view.format import finite
 
 if TYPE_CHECKING:
@@ -86,9 +86,8 @@ class RerunCost:
         return f"Predicted cost on this hardware: about {duration(self.total)}{budget} ({self.what}; {', '.join(parts)})."
 
 
-def _stage(snapshot: Snapshot, name: str) -> float | None:
-    value = (snapshot.run.stage_seconds or {}).get(name)
-    return float(value) if finite(value) else None
+def _measured(seconds: float | None) -> float | None:
+    return seconds if finite(seconds) else None
 
 
 def _engine_prompts(snapshot: Snapshot) -> Any:
@@ -119,7 +118,8 @@ def predicted_rerun(
     samples = samples or current
     n_engine = _engine_prompts(snapshot)
     per_sample = engine_seconds_per_sample(snapshot, speedup)
-    measured_engines = _stage(snapshot, "engines")
+    stages = snapshot.run.stage_seconds or StageSeconds()
+    measured_engines = _measured(stages.engines)
     if per_sample is not None and math.isfinite(per_sample) and finite(n_engine):
         share = min(prompts, int(n_engine)) / int(n_engine) if prompts else 1.0
         engines = samples * per_sample * share
@@ -129,7 +129,7 @@ def predicted_rerun(
     else:
         return None
     group_ratio = per_group / float(config.per_group) if per_group and finite(config.per_group) else 1.0
-    screen_now = _stage(snapshot, "screen")
+    screen_now = _measured(stages.screen)
     screen = screen_now * samples / current * group_ratio if screen_now is not None else None
     analysis_now = snapshot.run.analysis.seconds if snapshot.run.analysis is not None else None
     n_records, n_screen = snapshot.run.n_records, _screened_records(snapshot)

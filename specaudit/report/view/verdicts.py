@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.contracts.engines import BEYOND_CHAINS, engine_settings, step_shape
-from specaudit.contracts.snapshot import PitBound, RunConfigBlock, SamplePlan
+from specaudit.contracts.snapshot import GateThresholdsBlock, PitBound, RunConfigBlock, SamplePlan
 from specaudit.decoding._shapes import DEFAULT_LEVEL_K, speculative_engines
 from specaudit.gate.decision import BLOCKING, DecisionFacts, decision_key
 from specaudit.gate.results import fail_on_for
@@ -227,7 +227,7 @@ def actions(
     if undecided:
         planned = prompts_to_decide(undecided)
         need = planned[0] if planned else None
-        minimum = ((snapshot.gate.thresholds if snapshot.gate is not None else None) or {}).get("min_group_size")
+        minimum = ((snapshot.gate.thresholds if snapshot.gate is not None else None) or GateThresholdsBlock()).min_group_size
         per_group = max([n for n in (need, int(minimum) if finite(minimum) else None) if n] or [0]) or None
         groups = sorted({f"{c.dimension}={c.group}" for c in undecided})
         text = (
