@@ -8,13 +8,14 @@ config, a test's figures) renders whatever it holds.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, EquivalenceStatus
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from specaudit.contracts.snapshot import MetricEstimate
 
 MISSING = "—"
 
@@ -149,15 +150,11 @@ def with_ci(value: Any, low: Any, high: Any, fmt: Callable[[Any], str] = num, su
     return text
 
 
-def triple(block: Any, fmt: Callable[[Any], str] = num, suffix: str = "") -> str:
-    """An estimate with its interval as text: a MetricEstimate, or a {value, ci_low, ci_high}
-    mapping inside one of the snapshot's open parts (recommendations, mitigation, screen)."""
-    keys = ("value", "ci_low", "ci_high")
-    if isinstance(block, Mapping):
-        value, low, high = (block.get(key) for key in keys)
-    else:
-        value, low, high = (getattr(block, key, None) for key in keys)
-    return with_ci(value, low, high, fmt=fmt, suffix=suffix)
+def triple(block: MetricEstimate | None, fmt: Callable[[Any], str] = num, suffix: str = "") -> str:
+    """An estimate with its interval as text (MISSING where there is none)."""
+    if block is None:
+        return MISSING
+    return with_ci(block.value, block.ci_low, block.ci_high, fmt=fmt, suffix=suffix)
 
 
 def metric_label(metric: str) -> str:
