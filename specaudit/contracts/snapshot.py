@@ -207,7 +207,7 @@ class ModelsBlock(_Section):
 
 
 class DeviceInfo(_Section):
-    """`run.device`: where the run decoded (engines.decode.device_info, an engine's own); a speed verdict is this machine's."""
+    """`run.device`: where the run decoded (engines.decode.device_entry, or an engine's own facts); a speed verdict is this machine's."""
 
     type: str | None = None
     name: str | None = None
