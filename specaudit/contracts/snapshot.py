@@ -20,9 +20,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr, ValidationError, model_serializer, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_serializer, model_validator
 
 from specaudit._files import json_text
+from specaudit.contracts.engines import REQUEST_FEATURES
 from specaudit.contracts.status import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.errors import InputError
 
@@ -104,16 +105,136 @@ class AnalysisBlock(_Section):
     seconds: float | None = None
 
 
+class DimensionInfo(_Section):
+    """`run.prompt_set.dimensions.<name>`: a dimension as the run recorded it (prompts.dimension_entry)."""
+
+    groups: list[str] = []
+    reference: str | None = None
+    parallel: bool | None = None
+    pairing: str | None = None  # "reference" where it is not the default
+    labels: dict[str, str] = {}  # readable names of the set's group codes (only those it names)
+
+
 class PromptSetInfo(_Section):
     """`run.prompt_set`: the prompt set's name, version, checksum, where it came from, its size, and
-    its dimensions as its manifest declares them (groups, reference, labels: the set's own, open)."""
+    its dimensions as its manifest declares them."""
 
     name: str | None = None
     version: int | str | None = None
     checksum: str | None = None
     source: str | None = None
     n_prompts: int | None = None
-    dimensions: dict[str, Any] | None = None
+    dimensions: dict[str, DimensionInfo] | None = None
+
+
+class RunConfigBlock(_Section):
+    """`run.config`: the run's settings as the runner recorded them (specaudit.config.RunConfig.to_dict()).
+
+    Every field may be absent (a run recorded before it existed, a hand-made snapshot): absent reads
+    None, never RunConfig's default, so the report says "not recorded" instead of guessing. The
+    engines' settings sections (`extra`, and the top-level `tree`, `levels`, `endpoint` ... of older
+    runs) are each engine's own, read through contracts.engines.engine_settings on `as_written()`."""
+
+    target: str | None = None
+    draft: str | None = None
+    engines: list[str] | None = None
+    k: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    # the request features (contracts.engines.REQUEST_FEATURES); absent in runs before them
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repeat_last_n: int | None = None
+    logit_bias: dict[str, float] | None = None
+    stop: list[str] | None = None
+    grammar: str | None = None
+    samples: int | None = None
+    max_new_tokens: int | None = None
+    prompts: str | None = None
+    per_group: int | None = None
+    seed: int | None = None
+    threads: int | None = None
+    timing_repeats: int | None = None
+    warmup: int | None = None
+    extra: dict[str, Any] | None = None  # open by design: each engine's settings section, the screen's own keys
+
+    def as_written(self) -> dict[str, Any]:
+        """The config as the manifest holds it (its keys, in their order): what the readers of a
+        stored config share with the runner (decoding._shapes, contracts.engines.engine_settings)
+        and what the monitor fingerprints."""
+        return self.model_dump(exclude_unset=True)
+
+    def request_features(self) -> dict[str, Any]:
+        """The request features the run set (contracts.engines.REQUEST_FEATURES; unset or empty left out)."""
+        features = self.model_dump(include=set(REQUEST_FEATURES))
+        return {name: features[name] for name in REQUEST_FEATURES if features[name] not in (None, {}, [])}
+
+
+class ModelInfo(_Section):
+    """`run.models.<role>`: one model as its engine described it (a local model: name, class, size,
+    weight hashes; a GGUF: its path and hash; a derived draft: how and from what; a served model: its
+    URL and the name the server answers to). An engine may add keys of its own; they pass through."""
+
+    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
+
+    name: str | None = None
+    class_: str | None = Field(None, alias="class")
+    parameters: int | None = None
+    revision: str | None = None
+    sha256: dict[str, str] | None = None  # weight file -> content hash
+    gguf: str | None = None
+    gguf_sha256: str | None = None
+    derived: str | None = None  # int8, early-exit:N, ngram, target: made in process from the target
+    from_: str | None = Field(None, alias="from")
+    url: str | None = None
+    model: str | None = None
+
+
+class ModelsBlock(_Section):
+    """`run.models`: the models the executor loaded or called, by role, and how (device, dtype)."""
+
+    target: ModelInfo | None = None
+    draft: ModelInfo | None = None
+    tokenizer: ModelInfo | None = None
+    vanilla: ModelInfo | None = None  # the endpoint backend: the server with speculation off
+    speculative: ModelInfo | None = None  # ... and the one with it on
+    device: str | None = None
+    dtype: str | None = None
+    vocab_size: int | None = None
+
+
+class DeviceInfo(_Section):
+    """`run.device`: where the run decoded (engines.decode.device_entry, or an engine's own facts); a speed verdict is this machine's."""
+
+    type: str | None = None
+    name: str | None = None
+    cpu_model: str | None = None
+    cores: int | None = None
+    threads: int | None = None
+
+
+class VersionsBlock(_Section):
+    """`run.versions`: specaudit's version and commit; the library versions beside them are open by design."""
+
+    specaudit: str | None = None
+    specaudit_commit: str | None = None
+
+
+class SeedsBlock(_Section):
+    """`run.seeds`: the run's decoding seed and how each item's seed derives from it."""
+
+    run: int | None = None
+    derivation: str | None = None
+
+
+class StageSeconds(_Section):
+    """`run.stage_seconds`: decoding seconds by stage, from the records; a predicted rerun scales them."""
+
+    screen: float | None = None  # each screen record's share of its batch, summed
+    engines: float | None = None  # the engines' wall time, timing repeats included
 
 
 class RunSection(_Section):
@@ -125,19 +246,18 @@ class RunSection(_Section):
     command: str | None = None
     engines: list[str] = []
     dimensions: list[str] = []
-    config: dict[str, Any] | None = None
+    config: RunConfigBlock | None = None
     analysis: AnalysisBlock | None = None
-    models: dict[str, Any] | None = None
-    versions: dict[str, Any] | None = None
-    device: dict[str, Any] | None = None
+    models: ModelsBlock | None = None
+    versions: VersionsBlock | None = None
+    device: DeviceInfo | None = None
     prompt_set: PromptSetInfo | None = None
-    seeds: dict[str, Any] | None = None
+    seeds: SeedsBlock | None = None
     n_records: int | None = None
     n_prompts: int | None = None
     n_output_tokens: int | None = None
     disparity_engine: str | None = None  # the engine whose records the group comparisons measure
-    # decoding seconds by stage from the records ({screen, engines}); a predicted rerun scales them
-    stage_seconds: dict[str, float] | None = None
+    stage_seconds: StageSeconds | None = None
 
 
 SKIPPED = "skipped"  # a test with no data to test: not a check outcome, so no CheckStatus
@@ -860,12 +980,37 @@ class ShapesSection(_Section):
     engines: dict[str, ShapeEngine] = {}
 
 
+class CheckDetails(_Section):
+    """`gate.checks[].details`: what the check measured, each check its own figures (they pass
+    through); named here, the two a reader asks of any check."""
+
+    not_run: bool | None = None  # the check could not judge (no data to judge)
+    status: str | None = None  # the judged part's own status (an engine's equivalence status, ...)
+
+
 class GateCheckEntry(_Section):
     name: str | None = None
     title: str | None = None
     status: Check
     message: str | None = None
-    details: dict[str, Any] | None = None  # what the check measured; `not_run`, `status` where it could not judge
+    details: CheckDetails | None = None
+
+
+class GateThresholdsBlock(_Section):
+    """`gate.thresholds`: what the gate demanded (specaudit.config.GateThresholds.to_dict()); a null
+    threshold is taken from the analysis. Absent in snapshots gated before it existed: None."""
+
+    alpha: float | None = None
+    tv_delta: float | None = None
+    band_low: float | None = None
+    band_high: float | None = None
+    disparity_metrics: list[str] | None = None
+    disparity_severity: str | None = None
+    tv_severity: str | None = None
+    min_speedup: float | None = None
+    slowdown_severity: str | None = None
+    min_group_size: int | None = None
+    fail_on: str | None = None
 
 
 class GateSection(_Section):
@@ -874,7 +1019,7 @@ class GateSection(_Section):
     status: Check
     exit_code: int | None = None
     counts: dict[Check, int] | None = None
-    thresholds: dict[str, Any] | None = None  # the gate's thresholds (None: taken from the analysis)
+    thresholds: GateThresholdsBlock | None = None
     checks: list[GateCheckEntry] = []
 
 

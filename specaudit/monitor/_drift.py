@@ -40,7 +40,7 @@ from specaudit.monitor._drift_tests import (
     drift_test,
     prompt_drift_test,
 )
-from specaudit.monitor._snapshot import OVERALL, MetricPoint, config_context, summarize
+from specaudit.monitor._snapshot import OVERALL, MetricPoint, config_context, library_versions, summarize
 from specaudit.stats._results import holm
 
 PASS, WARN, FAIL = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL
@@ -362,7 +362,7 @@ def _context_checks(current: RunView, baseline: Sequence[RunView]) -> list[Check
     ref = last_differing("versions_hash")
     if ref is not None:
         detail = (
-            _differences(ref.snapshot.run.versions or {}, current.snapshot.run.versions or {})
+            _differences(library_versions(ref.snapshot), library_versions(current.snapshot))
             if ref.snapshot and current.snapshot
             else "library versions differ"
         )

@@ -18,7 +18,7 @@ from functools import cached_property, lru_cache
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
-from specaudit.contracts.snapshot import PromptSetInfo, parse_verdict, plain_data, read_snapshot, spelt
+from specaudit.contracts.snapshot import ModelInfo, ModelsBlock, PromptSetInfo, parse_verdict, plain_data, read_snapshot, spelt
 
 if TYPE_CHECKING:
     from specaudit.contracts.snapshot import Snapshot
@@ -181,29 +181,33 @@ def config_context(snapshot: Snapshot) -> dict[str, Any]:
     """
     run = snapshot.run
     # The decoding seed is not a setting: `monitor run` draws a new one for every run.
-    config = {k: v for k, v in (run.config or {}).items() if k not in ("target", "draft", "prompts", "seed")}
+    written = run.config.as_written() if run.config is not None else {}
+    config = {k: v for k, v in written.items() if k not in ("target", "draft", "prompts", "seed")}
     written = run.analysis.model_dump(exclude_unset=True) if run.analysis is not None else {}
     analysis = {k: v for k, v in written.items() if k != "seconds"}
     return {"config": config, "analysis": analysis}
 
 
-def _model_context(models: Mapping[str, Any], role: str) -> tuple[str, str]:
-    entry = models.get(role)
+def _model_context(entry: ModelInfo | None) -> tuple[str, str]:
     if entry is None:
         return "", ""
-    if not isinstance(entry, Mapping):
-        return str(entry), fingerprint(entry)
     # The name is a label; the content (hashes, revision, class, size) is the identity.
-    identity = {k: v for k, v in entry.items() if k != "name"}
-    return str(entry.get("name", "")), fingerprint(identity or entry)
+    written = entry.model_dump(exclude_unset=True)
+    identity = {k: v for k, v in written.items() if k != "name"}
+    return str(entry.written("name", "")), fingerprint(identity or written)
+
+
+def library_versions(snapshot: Snapshot) -> dict[str, Any]:
+    """The run's `versions` as written: specaudit's and every library's (a change is named beside a drift)."""
+    return snapshot.run.versions.model_dump(exclude_unset=True) if snapshot.run.versions is not None else {}
 
 
 def summarize(snapshot: Snapshot) -> SnapshotSummary:
     """Fingerprints, tags and metric points of a validated snapshot."""
     run = snapshot.run
-    models = run.models or {}
-    target, target_hash = _model_context(models, "target")
-    draft, draft_hash = _model_context(models, "draft")
+    models = run.models or ModelsBlock()
+    target, target_hash = _model_context(models.target)
+    draft, draft_hash = _model_context(models.draft)
     prompt_set = run.prompt_set or PromptSetInfo()
     equivalence = snapshot.equivalence
     verdicts = {
@@ -223,7 +227,7 @@ def summarize(snapshot: Snapshot) -> SnapshotSummary:
         prompt_set_version=str(prompt_set.written("version", "")),
         prompt_set_checksum=str(prompt_set.checksum or (fingerprint(plain_data(prompt_set)) if prompt_set.model_fields_set else "")),
         config_hash=fingerprint(config_context(snapshot)),
-        versions_hash=fingerprint(run.versions or {}),
+        versions_hash=fingerprint(library_versions(snapshot)),
         ci_level=ci_level(snapshot),
         points=tuple(metric_points(snapshot)),
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
-from specaudit.contracts.snapshot import DimensionDisparities, GroupEntry, MetricEstimate, read_snapshot
+from specaudit.contracts.snapshot import CheckDetails, DimensionDisparities, GroupEntry, MetricEstimate, read_snapshot
 from specaudit.report.view.concurrency import concurrency_markdown
 from specaudit.report.view.format import finite, recorded
 from specaudit.report.view.prefix_cache import prefix_cache_markdown
@@ -57,7 +57,7 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
     """The decision first, then the gate line, the cards, what to do (with commands) and the checks."""
     run, summary = view["run"], view["summary"]
     if not summary["ran"]:  # the guard's note: the summary could not be built
-        return "\n".join([f"# specaudit: {md_escape(run.get('id', 'run'))}", "", md_escape(summary["reason"]), ""])
+        return "\n".join([f"# specaudit: {md_escape(run['id'] if run['ran'] else 'run')}", "", md_escape(summary["reason"]), ""])
     decision = summary["decision"]
     lines = [f"# Decision: {decision['title']}", "", f"**{decision['gate']}**", ""]
     if decision["gate_note"]:
@@ -65,9 +65,13 @@ def summary_markdown(view: Mapping[str, Any]) -> str:
     lines += [f"- {md_escape(r)}" for r in decision["reasons"]]
     lines += [
         "",
-        f"Run `{_code(run.get('id', 'run'))}`: target `{_code(run.get('target'))}`, draft `{_code(run.get('draft'))}`; "
-        f"{md_escape(run.get('n_prompts'))} prompts, {md_escape(run.get('n_output_tokens'))} output tokens; "
-        f"{md_escape(run.get('sampling'))}, {md_escape(run.get('steps'))}.",
+        (
+            f"Run `{_code(run['id'])}`: target `{_code(run['target'])}`, draft `{_code(run['draft'])}`; "
+            f"{md_escape(run['n_prompts'])} prompts, {md_escape(run['n_output_tokens'])} output tokens; "
+            f"{md_escape(run['sampling'])}, {md_escape(run['steps'])}."
+            if run["ran"]
+            else f"Run: {md_escape(run['reason'])}."  # the guard's note: the run header could not be built
+        ),
         "",
     ]
     lines += ["| | status | finding |", "|---|---|---|"]
@@ -232,8 +236,8 @@ INSUFFICIENT = DisparityStatus.INSUFFICIENT
 def _junit_status(check: GateCheckEntry) -> CheckStatus | DisparityStatus:
     """The check's CheckStatus, or INSUFFICIENT for a check that could not judge (it says it was
     not run, or its comparisons are INSUFFICIENT): CI shows those as skipped, with the reason."""
-    details = check.details or {}  # what the check measured: an open part, each check its own figures
-    if check.status is not CheckStatus.FAIL and (details.get("not_run") or str(details.get("status", "")).upper() == INSUFFICIENT):
+    details = check.details or CheckDetails()
+    if check.status is not CheckStatus.FAIL and (details.not_run or str(details.written("status", "")).upper() == INSUFFICIENT):
         return INSUFFICIENT
     return check.status
 

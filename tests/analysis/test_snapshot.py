@@ -10,7 +10,8 @@ import pytest
 
 from specaudit.analysis import analyze
 from specaudit.config import RunConfig
-from specaudit.contracts.snapshot import SNAPSHOT_FILE, Snapshot, read_snapshot, snapshot_document
+from specaudit.contracts.run import MANIFEST_FILE
+from specaudit.contracts.snapshot import SNAPSHOT_FILE, ModelInfo, RunConfigBlock, Snapshot, read_snapshot, snapshot_document
 from specaudit.contracts.status import CheckStatus, EquivalenceStatus
 from specaudit.engines import run
 from specaudit.errors import InputError
@@ -34,6 +35,24 @@ def test_the_snapshot_returned_is_the_one_every_reader_reads_from_the_file(run_d
     assert on_disk == json.loads(json.dumps(snapshot_document(snapshot)))
     status = snapshot.equivalence.status  # statuses are the contracts' enum members, spelt one way on disk
     assert isinstance(status, (CheckStatus, EquivalenceStatus)) and on_disk["equivalence"]["status"] == str(status)
+
+
+def test_the_runs_manifest_parts_are_read_as_attributes_and_written_back_as_the_manifest_holds_them(run_dir):
+    snapshot = analyze(run_dir, n_boot=50)
+    manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+    run = snapshot.run
+    assert run.config.samples == manifest["config"]["samples"] and run.config.top_p == manifest["config"]["top_p"]
+    assert run.models.target.class_ == manifest["models"]["target"]["class"] and run.models.draft.sha256
+    assert run.device.threads == manifest["device"]["threads"] and run.versions.specaudit == manifest["versions"]["specaudit"]
+    assert run.seeds.run == manifest["seeds"]["run"] == 2
+    written = json.loads(json.dumps(snapshot_document(snapshot)))["run"]
+    for part in ("config", "models", "device", "versions", "seeds"):
+        assert written[part] == manifest[part]  # nothing added, nothing renamed ("class" stays "class")
+    derived = ModelInfo.model_validate({"derived": "int8", "from": "tiny"})
+    assert derived.from_ == "tiny" and derived.model_dump(exclude_unset=True) == {"derived": "int8", "from": "tiny"}
+    older = RunConfigBlock.model_validate({"target": "t", "tree": "2,2"})  # recorded before the other settings existed
+    assert older.samples is None and older.temperature is None  # not recorded: never RunConfig's default
+    assert older.as_written() == {"target": "t", "tree": "2,2"}  # an older run's engine key passes through
 
 
 def test_a_section_that_breaks_the_contract_is_refused_before_anything_is_written(run_dir, monkeypatch):

@@ -522,13 +522,17 @@ def test_commands_rerun_the_audit_with_the_flag_changed():
 
 
 def test_the_draft_length_advice_names_the_option_of_the_engines_that_ran():
+    from specaudit.contracts.snapshot import RunConfigBlock
     from specaudit.report.view.verdicts import _draft_length_flag
 
-    assert _draft_length_flag({"engines": ["screen", "vanilla", "speculative"], "k": 4}, 2) == {"--k": 2}
-    assert _draft_length_flag({"engines": ["vanilla", "speculative", "staged"], "k": 2}, 2) is None  # --k is best already
-    assert _draft_length_flag({"engines": ["vanilla", "staged"], "k": 4, "level_k": "2,3"}, 2) == {"--level-k": "2,2"}
-    assert _draft_length_flag({"engines": ["vanilla", "staged"], "level_k": "2,3"}, 3) is None
-    assert _draft_length_flag({"engines": ["vanilla", "tree"], "k": 4}, 2) is None  # a tree's depth is its shape
+    def flag(config: dict, best_k: int) -> dict | None:
+        return _draft_length_flag(RunConfigBlock.model_validate(config), best_k)
+
+    assert flag({"engines": ["screen", "vanilla", "speculative"], "k": 4}, 2) == {"--k": 2}
+    assert flag({"engines": ["vanilla", "speculative", "staged"], "k": 2}, 2) is None  # --k is best already
+    assert flag({"engines": ["vanilla", "staged"], "k": 4, "level_k": "2,3"}, 2) == {"--level-k": "2,2"}
+    assert flag({"engines": ["vanilla", "staged"], "level_k": "2,3"}, 3) is None
+    assert flag({"engines": ["vanilla", "tree"], "k": 4}, 2) is None  # a tree's depth is its shape
 
 
 @needs_example

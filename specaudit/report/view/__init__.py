@@ -17,8 +17,18 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from specaudit.contracts import CheckStatus
-from specaudit.contracts.run import SPECULATIVE_ENGINE
-from specaudit.contracts.snapshot import AnalysisBlock, GateSection, PromptSetInfo, RunSection, Snapshot, read_snapshot
+from specaudit.contracts.snapshot import (
+    AnalysisBlock,
+    DeviceInfo,
+    GateSection,
+    ModelInfo,
+    ModelsBlock,
+    PromptSetInfo,
+    RunConfigBlock,
+    RunSection,
+    Snapshot,
+    read_snapshot,
+)
 from specaudit.decoding._shapes import describe_steps
 from specaudit.report.view.base import NOT_RUN, Ids, guard
 from specaudit.report.view.concurrency import concurrency_view
@@ -30,7 +40,6 @@ from specaudit.report.view.format import (
     badge,
     finite,
     integer,
-    mapping,
     metric_label,
     recorded,
     setting,
@@ -54,7 +63,7 @@ def build_view(
     compare = read_snapshot(compare) if compare is not None else None
     ids = Ids()
     run = guard("run", _run_view, snapshot.run)
-    samples = (snapshot.run.config or {}).get("samples")
+    samples = (snapshot.run.config or RunConfigBlock()).samples
     equivalence = guard("equivalence", equivalence_view, snapshot.equivalence, ids, samples)
     disparity = guard("disparity", disparity_view, snapshot, ids)
     gate = guard("gate", _gate_view, snapshot.gate, snapshot.run.analysis)
@@ -82,27 +91,27 @@ def build_view(
 
 # ============================================================================ run / header
 def _run_view(run: RunSection) -> dict[str, Any]:
-    config = run.config or {}
-    models = run.models or {}
+    config = run.config or RunConfigBlock()
+    models = run.models or ModelsBlock()
     prompt_set = run.prompt_set or PromptSetInfo()
-    temperature = config.get("temperature")
+    temperature = config.temperature
     sampling = (
         "greedy"
         if temperature == 0
         else (
             f"T = {setting(temperature)}"
-            + (f", top-k {config['top_k']}" if config.get("top_k") else "")
-            + (f", top-p {setting(config['top_p'])}" if finite(config.get("top_p")) and config["top_p"] < 1 else "")
+            + (f", top-k {config.top_k}" if config.top_k else "")
+            + (f", top-p {setting(config.top_p)}" if finite(config.top_p) and config.top_p < 1 else "")
             if finite(temperature)
             else MISSING
         )
     )
-    target = mapping(models.get("target")).get("name") or config.get("target") or MISSING
-    draft = mapping(models.get("draft")).get("name") or config.get("draft") or MISSING
-    if mapping(models.get(SPECULATIVE_ENGINE)).get("url"):  # a live endpoint pair: the servers are the models audited
-        vanilla, speculative = mapping(models.get("vanilla")), mapping(models.get("speculative"))
-        target = f"{vanilla.get('model')} at {vanilla.get('url')} (speculation off)"
-        draft = f"{speculative.get('model')} at {speculative.get('url')} (speculation on)"
+    target = (models.target or ModelInfo()).name or config.target or MISSING
+    draft = (models.draft or ModelInfo()).name or config.draft or MISSING
+    if (models.speculative or ModelInfo()).url:  # a live endpoint pair: the servers are the models audited
+        vanilla, speculative = models.vanilla or ModelInfo(), models.speculative or ModelInfo()
+        target = f"{vanilla.model} at {vanilla.url} (speculation off)"
+        draft = f"{speculative.model} at {speculative.url} (speculation on)"
     return {
         "ran": True,
         "id": run.id or "unnamed run",
@@ -116,24 +125,22 @@ def _run_view(run: RunSection) -> dict[str, Any]:
         "n_output_tokens": integer(run.n_output_tokens),
         "dimensions": ", ".join(map(str, run.dimensions)) or MISSING,
         "sampling": sampling,
-        "steps": describe_steps(config),  # what each speculative engine offered per step
-        "samples": recorded(config.get("samples")),
-        "max_new_tokens": recorded(config.get("max_new_tokens")),
+        "steps": describe_steps(config.as_written()),  # what each speculative engine offered per step
+        "samples": recorded(config.samples),
+        "max_new_tokens": recorded(config.max_new_tokens),
         "prompt_set": f"{prompt_set.written('name', MISSING)} v{prompt_set.written('version', '?')}",
         "device": _device_text(run.device, models),
     }
 
 
-def _device_text(device: Any, models: Mapping[str, Any]) -> str:
-    if isinstance(device, Mapping):
-        parts = [str(device.get("type", "")), str(device.get("name", ""))]
-        if device.get("threads"):
-            parts.append(f"{device['threads']} threads")
+def _device_text(device: DeviceInfo | None, models: ModelsBlock) -> str:
+    text = ""
+    if device is not None:
+        parts = [str(device.written("type", "")), str(device.written("name", ""))]
+        if device.threads:
+            parts.append(f"{device.threads} threads")
         text = ", ".join(p for p in parts if p)
-    else:
-        text = str(device) if device else ""
-    dtype = models.get("dtype")
-    return (f"{text} ({dtype})" if dtype else text) or MISSING
+    return (f"{text} ({models.dtype})" if models.dtype else text) or MISSING
 
 
 # ============================================================================ gate
@@ -179,7 +186,8 @@ def _gate_view(gate: GateSection | None, analysis: AnalysisBlock | None) -> dict
         "checks": checks,
         "counts": {s.lower(): sum(c["status"] is s for c in checks) for s in CheckStatus},
         "thresholds": [
-            {"name": k, "value": _threshold_value(k, v, analysis or AnalysisBlock())} for k, v in (gate.thresholds or {}).items()
+            {"name": k, "value": _threshold_value(k, v, analysis or AnalysisBlock())}
+            for k, v in (gate.thresholds.model_dump(exclude_unset=True) if gate.thresholds is not None else {}).items()
         ],
     }
 
@@ -189,47 +197,39 @@ def _repro_view(snapshot: Snapshot) -> dict[str, Any]:
     run = snapshot.run
     if not run.model_fields_set:
         return {"ran": False, "reason": "the snapshot's run section is empty"}
+    block, config = run.models or ModelsBlock(), run.config or RunConfigBlock()
     models = []
-    for role in ("target", "draft"):
-        model = (run.models or {}).get(role)
-        if not isinstance(model, Mapping):
+    for role, model, configured in (("target", block.target, config.target), ("draft", block.draft, config.draft)):
+        if model is None:
             continue
-        hashes = model.get("sha256")
-        hash_rows = [f"{k}: {v}" for k, v in hashes.items()] if isinstance(hashes, Mapping) else ([str(hashes)] if hashes else [])
-        derived = model.get("derived") or model.get("kind")
-        name = model.get("name") or (f"{derived} of {model.get('from') or 'the target'}" if derived else (run.config or {}).get(role))
+        hash_rows = [f"{k}: {v}" for k, v in (model.sha256 or {}).items()]
+        derived = model.derived
+        name = model.name or (f"{derived} of {model.from_ or 'the target'}" if derived else configured)
         # only what the run recorded: a derived draft has no class or parameter count of its own
         text = [f"<code>{escape(str(name or MISSING))}</code>"]
-        text += [escape(str(model["class"]))] if model.get("class") else []
-        text += [f"{integer(model['parameters'])} parameters"] if model.get("parameters") else []
-        text += [escape(str(derived))] if derived and model.get("name") else []
+        text += [escape(model.class_)] if model.class_ else []
+        text += [f"{integer(model.parameters)} parameters"] if model.parameters else []
+        text += [escape(derived)] if derived and model.name else []
         hash_text = hash_rows or ([model_hash(model)] if model_hash(model) != "not recorded" else [])
         if not hash_text and derived:
             hash_text = [f"derived in process from the target ({derived}): the target's hash identifies it"]
         models.append(
             {
                 "role": role,
-                "name": name or MISSING,
                 "summary": Markup(" · ".join(text)),
-                "class": model.get("class", MISSING),
-                "parameters": integer(model.get("parameters")),
-                "revision": model.get("revision"),
-                "hashes": hash_text or [model.get("revision") or "no hash recorded by the engine"],
-                "derived": derived,
+                "hashes": hash_text or [model.revision or "no hash recorded by the engine"],
             }
         )
     prompt_set = run.prompt_set or PromptSetInfo()
-    seeds = run.seeds or {}
     analysis = run.analysis.model_dump(exclude_unset=True) if run.analysis is not None else {}
     return {
         "ran": True,
         "command": run.command or MISSING,
         "models": models,
-        "model_extra": {k: v for k, v in (run.models or {}).items() if k not in ("target", "draft")},
-        "versions": run.versions or {},
-        "device": run.device,
-        "device_text": _device_text(run.device, run.models or {}),
-        "seeds": seeds,
+        "model_extra": {k: v for k, v in block.model_dump(exclude_unset=True).items() if k not in ("target", "draft")},
+        "versions": run.versions.model_dump(exclude_unset=True) if run.versions is not None else {},
+        "device_text": _device_text(run.device, block),
+        "seeds": run.seeds.model_dump(exclude_unset=True) if run.seeds is not None else {},
         "prompt_set": {
             "name": prompt_set.written("name", MISSING),
             "version": prompt_set.written("version", MISSING),
@@ -237,7 +237,7 @@ def _repro_view(snapshot: Snapshot) -> dict[str, Any]:
             "source": prompt_set.written("source", MISSING),
             "n_prompts": integer(prompt_set.n_prompts),
         },
-        "config": {k: _plain(v) for k, v in (run.config or {}).items()},
+        "config": {k: _plain(v) for k, v in config.as_written().items()},
         "analysis": {k: _plain(v) for k, v in analysis.items()},
         "schema_version": snapshot.schema_version,
         "created": run.created or MISSING,
@@ -268,7 +268,7 @@ def _compare_view(snapshot: Snapshot, other: Snapshot, label: str) -> dict[str, 
     }
     rows, notes = [], []
     for check in result.checks:
-        text, css, symbol = words.get(check.status, (check.status, "none", "–"))
+        text, css, symbol = words[check.status]
         if check.kind == "drift":
             rows.append(
                 {

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import SCREEN_ENGINE
+from specaudit.contracts.snapshot import RunConfigBlock, StageSeconds
 from specaudit.report.view.format import finite
 
 if TYPE_CHECKING:
@@ -85,9 +86,8 @@ class RerunCost:
         return f"Predicted cost on this hardware: about {duration(self.total)}{budget} ({self.what}; {', '.join(parts)})."
 
 
-def _stage(snapshot: Snapshot, name: str) -> float | None:
-    value = (snapshot.run.stage_seconds or {}).get(name)
-    return float(value) if finite(value) else None
+def _measured(seconds: float | None) -> float | None:
+    return seconds if finite(seconds) else None
 
 
 def _engine_prompts(snapshot: Snapshot) -> Any:
@@ -113,12 +113,13 @@ def predicted_rerun(
     or their measured time scaled where no cost model was fitted. Screen: its measured time x the
     ratio of samples x the ratio of prompts per group (every screened prompt is sampled `samples`
     times). Analysis: its measured time x the ratio of engine records it scores."""
-    config = snapshot.run.config or {}
-    current = int(config.get("samples") or 1)
+    config = snapshot.run.config or RunConfigBlock()
+    current = config.samples or 1
     samples = samples or current
     n_engine = _engine_prompts(snapshot)
     per_sample = engine_seconds_per_sample(snapshot, speedup)
-    measured_engines = _stage(snapshot, "engines")
+    stages = snapshot.run.stage_seconds or StageSeconds()
+    measured_engines = _measured(stages.engines)
     if per_sample is not None and math.isfinite(per_sample) and finite(n_engine):
         share = min(prompts, int(n_engine)) / int(n_engine) if prompts else 1.0
         engines = samples * per_sample * share
@@ -127,8 +128,8 @@ def predicted_rerun(
         engines, engine_prompts = measured_engines * samples / current, prompts
     else:
         return None
-    group_ratio = per_group / float(config["per_group"]) if per_group and finite(config.get("per_group")) else 1.0
-    screen_now = _stage(snapshot, "screen")
+    group_ratio = per_group / float(config.per_group) if per_group and finite(config.per_group) else 1.0
+    screen_now = _measured(stages.screen)
     screen = screen_now * samples / current * group_ratio if screen_now is not None else None
     analysis_now = snapshot.run.analysis.seconds if snapshot.run.analysis is not None else None
     n_records, n_screen = snapshot.run.n_records, _screened_records(snapshot)
@@ -146,7 +147,7 @@ def _screened_records(snapshot: Snapshot) -> int:
     """Records of the screen: every screened prompt x samples (0 without a screen)."""
     if SCREEN_ENGINE not in snapshot.run.engines:
         return 0
-    return int(snapshot.run.n_prompts or 0) * int((snapshot.run.config or {}).get("samples") or 1)
+    return int(snapshot.run.n_prompts or 0) * ((snapshot.run.config or RunConfigBlock()).samples or 1)
 
 
 def samples_cost(snapshot: Snapshot, samples: int, *, prompts: int | None = None) -> str | None:

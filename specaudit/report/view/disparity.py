@@ -95,6 +95,15 @@ def dimension_summary(statuses: list[DisparityStatus]) -> DisparityStatus | None
     return DisparityStatus.WITHIN
 
 
+# a dimension's section: one it cannot decide (too few prompts as much as an interval across an edge) asks for a look
+HEADLINE_CSS = {
+    DisparityStatus.FLAG: "fail",
+    DisparityStatus.WITHIN: "pass",
+    DisparityStatus.INCONCLUSIVE: "warn",
+    DisparityStatus.INSUFFICIENT: "warn",
+}
+
+
 def _dimension_view(
     name: str, groups: DimensionGroups, part: DimensionDisparities, advice: DimensionAdvice | None, ids: Ids
 ) -> dict[str, Any]:
@@ -105,7 +114,7 @@ def _dimension_view(
     colours = {str(g): charts.group_colour(i) for i, g in enumerate(by_group)}
     comps = dimension_comparisons(name, part)
     headline = dimension_summary([c.status for c in comps])
-    status = {"FLAG": "fail", "WITHIN": "pass"}.get(headline.value, "warn") if headline else NOT_RUN
+    status = HEADLINE_CSS[headline] if headline else NOT_RUN
     counts = {s.value: sum(c.status == s for c in comps) for s in DisparityStatus}
     view = {
         "ran": True,

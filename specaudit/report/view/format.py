@@ -8,13 +8,14 @@ config, a test's figures) renders whatever it holds.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, EquivalenceStatus
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from specaudit.contracts.snapshot import MetricEstimate
 
 MISSING = "—"
 
@@ -77,13 +78,8 @@ def finite(value: Any) -> bool:
 
 
 def recorded(value: Any, otherwise: Any = MISSING) -> Any:
-    """A value from one of the snapshot's open parts (the run's config, its seeds) as recorded; null is not recorded."""
+    """A value as the run recorded it; null (or absent) is not recorded."""
     return otherwise if value is None else value
-
-
-def mapping(value: Any) -> Mapping[str, Any]:
-    """A snapshot part that should be a mapping, or an empty one (odd shapes never crash the report)."""
-    return value if isinstance(value, Mapping) else {}
 
 
 def num(value: Any, digits: int = 3) -> str:
@@ -154,15 +150,11 @@ def with_ci(value: Any, low: Any, high: Any, fmt: Callable[[Any], str] = num, su
     return text
 
 
-def triple(block: Any, fmt: Callable[[Any], str] = num, suffix: str = "") -> str:
-    """An estimate with its interval as text: a MetricEstimate, or a {value, ci_low, ci_high}
-    mapping inside one of the snapshot's open parts (recommendations, mitigation, screen)."""
-    keys = ("value", "ci_low", "ci_high")
-    if isinstance(block, Mapping):
-        value, low, high = (block.get(key) for key in keys)
-    else:
-        value, low, high = (getattr(block, key, None) for key in keys)
-    return with_ci(value, low, high, fmt=fmt, suffix=suffix)
+def triple(block: MetricEstimate | None, fmt: Callable[[Any], str] = num, suffix: str = "") -> str:
+    """An estimate with its interval as text (MISSING where there is none)."""
+    if block is None:
+        return MISSING
+    return with_ci(block.value, block.ci_low, block.ci_high, fmt=fmt, suffix=suffix)
 
 
 def metric_label(metric: str) -> str:

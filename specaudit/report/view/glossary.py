@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -120,9 +119,8 @@ def glossary_rows() -> list[tuple[str, str, str]]:
 def group_names(run: RunSection) -> list[tuple[str, str, str]]:
     """(dimension, group code, readable name) for every group the prompt set names (its manifest's
     `labels:`), in the set's order: codes like `sae` or `naija` read as their varieties."""
-    dimensions = (run.prompt_set.dimensions if run.prompt_set is not None else None) or {}  # the set's manifest: open
+    dimensions = (run.prompt_set.dimensions if run.prompt_set is not None else None) or {}
     rows = []
     for dimension, spec in dimensions.items():
-        labels = (spec or {}).get("labels") or {} if isinstance(spec, Mapping) else {}
-        rows += [(str(dimension), str(group), str(labels[group])) for group in (spec.get("groups") or []) if group in labels]
+        rows += [(dimension, group, spec.labels[group]) for group in spec.groups if group in spec.labels]
     return rows

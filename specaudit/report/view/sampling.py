@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from specaudit.contracts.snapshot import RunConfigBlock
 from specaudit.decoding.settings import BUG_CLASSES, FEATURE_CLASSES, blind_spot_sentence, setting_label
 from specaudit.errors import InputError
 from specaudit.report.view.format import finite
@@ -17,11 +18,10 @@ if TYPE_CHECKING:
 
 def snapshot_setting(snapshot: Snapshot) -> SamplingSpec | None:
     """The SamplingSpec of the snapshot's run, or None where its config does not say (an old or hand-made snapshot)."""
-    from specaudit.contracts.engines import REQUEST_FEATURES
     from specaudit.decoding import SamplingSpec
 
-    config = snapshot.run.config or {}
-    temperature, top_k, top_p = (config.get(name) for name in ("temperature", "top_k", "top_p"))
+    config = snapshot.run.config or RunConfigBlock()
+    temperature, top_k, top_p = config.temperature, config.top_k, config.top_p
     if not finite(temperature):
         return None
     try:
@@ -31,7 +31,7 @@ def snapshot_setting(snapshot: Snapshot) -> SamplingSpec | None:
             top_p=float(top_p) if finite(top_p) else 1.0,
         )
         # the request features the run set, so the banner names the whole setting (older configs have none)
-        features = {name: config[name] for name in REQUEST_FEATURES if config.get(name) not in (None, {}, [])}
+        features = config.request_features()
         return SamplingSpec.from_dict({**base.to_dict(), **features}) if features else base
     except (InputError, TypeError, ValueError):
         return None

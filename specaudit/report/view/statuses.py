@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import DEFAULT_BAND, CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
-from specaudit.report.view.format import MISSING, finite, fixed, integer, mapping, recorded, triple
+from specaudit.contracts.snapshot import DeviceInfo, RunConfigBlock
+from specaudit.report.view.format import MISSING, finite, fixed, integer, recorded, triple
 from specaudit.report.view.subject import hardware_text
 
 if TYPE_CHECKING:
@@ -271,10 +272,9 @@ def speed_summary(snapshot: Snapshot) -> SpeedSummary:
                     slower_sig.append(f"{dimension}={group}")
             by_dim.append((sp.value, f"{dimension}={group}"))
     run = snapshot.run
-    config = run.config or {}
-    device = mapping(run.device)
-    threads = recorded(device.get("threads"), config.get("threads"))
-    repeats = config.get("timing_repeats")
+    config = run.config or RunConfigBlock()
+    threads = recorded((run.device or DeviceInfo()).threads, config.threads)
+    repeats = config.timing_repeats
     conditions = [
         f"{threads} CPU thread{'s' if threads != 1 else ''}" if finite(threads) else "threads not recorded",
         (
@@ -284,12 +284,10 @@ def speed_summary(snapshot: Snapshot) -> SpeedSummary:
             if finite(repeats)
             else "timing repeats not recorded"
         ),
-        f"warm-up {config.get('warmup')}" if finite(config.get("warmup")) else None,
+        f"warm-up {config.warmup}" if finite(config.warmup) else None,
         f"device {hardware_text(run)}",
         "vanilla and speculative timed back to back per prompt",
     ]
-    if device.get("shared") is True:
-        conditions.append("shared machine (other processes ran)")
     values = sorted(by_dim)
     model = snapshot.speed
     predicted = model is not None and model.source == "cost model"

@@ -7,10 +7,17 @@ import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from specaudit.contracts.run import SPECULATIVE_ENGINE
-from specaudit.contracts.snapshot import PromptSetInfo
+from specaudit.contracts.snapshot import (
+    DeviceInfo,
+    ModelInfo,
+    ModelsBlock,
+    PromptSetInfo,
+    RunConfigBlock,
+    SeedsBlock,
+    VersionsBlock,
+)
 from specaudit.decoding._shapes import describe_steps
-from specaudit.report.view.format import MISSING, finite, integer, mapping, recorded, setting
+from specaudit.report.view.format import MISSING, finite, integer, recorded, setting
 
 if TYPE_CHECKING:
     from specaudit.contracts.snapshot import RunSection, Snapshot
@@ -21,9 +28,9 @@ DRAFT_KINDS = {
 }
 
 
-def describe_draft(draft: Mapping[str, Any], config: Mapping[str, Any], target_name: str) -> str:
-    derived = str(draft.get("derived") or "")
-    source = draft.get("from") or target_name
+def describe_draft(draft: ModelInfo, config: RunConfigBlock, target_name: str) -> str:
+    derived = str(draft.derived or "")
+    source = draft.from_ or target_name
     if derived:
         if derived.startswith("early-exit"):
             layers = derived.partition(":")[2] or "N"
@@ -32,86 +39,78 @@ def describe_draft(draft: Mapping[str, Any], config: Mapping[str, Any], target_n
             text = DRAFT_KINDS[derived].replace("the target", source)
             return f"{derived}: {text}"
         return f"{derived} derived from {source}"
-    name = draft.get("name") or config.get("draft") or MISSING
+    name = draft.name or config.draft or MISSING
     return f"separate model {name}"
 
 
-def model_hash(model: Mapping[str, Any]) -> str:
-    """Revision or content hash of a model entry (GGUF sha256, weight hashes, HF revision)."""
-    for key in ("revision", "gguf_sha256", "sha256"):
-        value = model.get(key)
-        if isinstance(value, Mapping) and value:
-            first = next(iter(value.items()))
-            return f"{key} {first[0]}: {first[1]}" + (f" (+{len(value) - 1} more)" if len(value) > 1 else "")
-        if value:
-            return f"{key.replace('gguf_', 'GGUF ')} {value}"
+def model_hash(model: ModelInfo) -> str:
+    """Revision or content hash of a model entry (HF revision, GGUF sha256, weight hashes)."""
+    if model.revision:
+        return f"revision {model.revision}"
+    if model.gguf_sha256:
+        return f"GGUF sha256 {model.gguf_sha256}"
+    if model.sha256:
+        (file, digest), more = next(iter(model.sha256.items())), len(model.sha256) - 1
+        return f"sha256 {file}: {digest}" + (f" (+{more} more)" if more else "")
     return "not recorded"
 
 
 def hardware_text(run: RunSection) -> str:
-    device = run.device or {}
-    if not isinstance(device, Mapping):
-        return str(device or MISSING)
-    kind = str(device.get("type", "")).lower()
+    device = run.device or DeviceInfo()
     parts = []
-    if kind in ("cuda", "gpu"):
-        parts.append(f"GPU {device.get('gpu') or device.get('name') or 'unnamed'}")
-        if device.get("driver"):
-            parts.append(f"driver {device['driver']}")
+    if str(device.type).lower() in ("cuda", "gpu"):
+        parts.append(f"GPU {device.name or 'unnamed'}")
     else:
-        model = device.get("cpu_model") or device.get("cpu")
-        parts.append(f"CPU {model}" if model else f"CPU ({device.get('name') or 'model not recorded'})")
-        cores = device.get("cores") or device.get("cpu_count")
-        if cores:
-            parts.append(f"{cores} cores")
-    if device.get("threads"):
-        parts.append(f"{device['threads']} thread{'s' if device['threads'] != 1 else ''} used")
-    dtype = (run.models or {}).get("dtype")
+        parts.append(f"CPU {device.cpu_model}" if device.cpu_model else f"CPU ({device.name or 'model not recorded'})")
+        if device.cores:
+            parts.append(f"{device.cores} cores")
+    if device.threads:
+        parts.append(f"{device.threads} thread{'s' if device.threads != 1 else ''} used")
+    dtype = (run.models or ModelsBlock()).dtype
     if dtype:
-        parts.append(str(dtype))
+        parts.append(dtype)
     return ", ".join(parts)
 
 
 def subject(snapshot: Snapshot) -> list[tuple[str, str]]:
     """The audit subject, model-card style: (label, text) rows."""
     run = snapshot.run
-    models, config = run.models or {}, run.config or {}
-    target, draft = mapping(models.get("target")), mapping(models.get("draft"))
-    target_name = str(target.get("name") or config.get("target") or MISSING)
+    models, config = run.models or ModelsBlock(), run.config or RunConfigBlock()
+    target, draft = models.target or ModelInfo(), models.draft or ModelInfo()
+    target_name = str(target.name or config.target or MISSING)
     shown_target = target_name + (" (the embedded SmolLM2-135M-Instruct, GGUF)" if target_name == "default" else "")
-    if target.get("parameters"):
-        shown_target += f", {integer(target['parameters'])} parameters"
-    prompt_set, versions = run.prompt_set or PromptSetInfo(), run.versions or {}
-    commit = versions.get("specaudit_commit") or getattr(run, "git_commit", None) or versions.get("git")  # git_commit: older runs
+    if target.parameters:
+        shown_target += f", {integer(target.parameters)} parameters"
+    prompt_set, versions = run.prompt_set or PromptSetInfo(), run.versions or VersionsBlock()
     # the run's own commit only: the code rendering the report is not the code that decoded, and a
     # report rendered twice from one snapshot is the same file whatever the checkout
-    commit_text = f"commit {commit}" if commit else "commit not recorded"
-    temperature = config.get("temperature")
+    commit_text = f"commit {versions.specaudit_commit}" if versions.specaudit_commit else "commit not recorded"
+    temperature = config.temperature
     sampling = (
         "greedy"
         if temperature == 0
         else f"temperature {setting(temperature)}"
-        + (f", top-k {config['top_k']}" if config.get("top_k") else "")
-        + (f", top-p {setting(config['top_p'])}" if finite(config.get("top_p")) and config["top_p"] < 1 else "")
+        + (f", top-k {config.top_k}" if config.top_k else "")
+        + (f", top-p {setting(config.top_p)}" if finite(config.top_p) and config.top_p < 1 else "")
         if finite(temperature)
         else MISSING
     )
-    endpoint = mapping(models.get(SPECULATIVE_ENGINE)).get("url")
-    vanilla = mapping(models.get("vanilla"))
+    served = models.speculative or ModelInfo()  # a live endpoint pair: the servers are the models audited
+    vanilla = models.vanilla or ModelInfo()
     rows = [
-        ("Target", f"{vanilla.get('model')} at {vanilla.get('url')}" if endpoint else shown_target),
+        ("Target", f"{vanilla.model} at {vanilla.url}" if served.url else shown_target),
         ("Target revision", model_hash(target)),
-        ("Draft", f"{models[SPECULATIVE_ENGINE].get('model')} at {endpoint}" if endpoint else describe_draft(draft, config, target_name)),
+        ("Draft", f"{served.model} at {served.url}" if served.url else describe_draft(draft, config, target_name)),
         (
             "Decoding",
             (
-                f"per step: {describe_steps(config)}; {sampling}; up to "
-                f"{recorded(config.get('max_new_tokens'))} new tokens; {recorded(config.get('samples'))} "
+                f"per step: {describe_steps(config.as_written())}; {sampling}; up to "
+                f"{recorded(config.max_new_tokens)} new tokens; {recorded(config.samples)} "
                 f"sample(s) per prompt and engine"
             ),
         ),
         ("Hardware", hardware_text(run)),
-        ("Seed", str(recorded((run.seeds or {}).get("run"), recorded(config.get("seed"))))),
+        ("Seed", str(recorded((run.seeds or SeedsBlock()).run, recorded(config.seed)))),
         (
             "Prompt set",
             (
@@ -119,7 +118,7 @@ def subject(snapshot: Snapshot) -> list[tuple[str, str]]:
                 f"{integer(prompt_set.n_prompts)} prompts, sha256 {prompt_set.written('checksum', MISSING)}"
             ),
         ),
-        ("specaudit", f"{versions.get('specaudit', MISSING)}, {commit_text}"),
+        ("specaudit", f"{versions.written('specaudit', MISSING)}, {commit_text}"),
         ("Date", str(recorded(run.created))),
     ]
     return rows
@@ -127,17 +126,14 @@ def subject(snapshot: Snapshot) -> list[tuple[str, str]]:
 
 def subject_ids(snapshot: Snapshot) -> tuple[str, str]:
     """Short target and draft identifiers for machine-read files (CSV columns, junit properties)."""
-    models, config = snapshot.run.models or {}, snapshot.run.config or {}
-    target, draft = mapping(models.get("target")), mapping(models.get("draft"))
-    target_id = str(target.get("name") or config.get("target") or MISSING)
+    models, config = snapshot.run.models or ModelsBlock(), snapshot.run.config or RunConfigBlock()
+    target, draft = models.target or ModelInfo(), models.draft or ModelInfo()
+    target_id = str(target.name or config.target or MISSING)
     revision = model_hash(target)
     if revision != "not recorded":
         target_id += f" ({revision})"
-    derived = draft.get("derived")
     draft_id = (
-        f"{derived} of {draft.get('from') or target.get('name') or config.get('target')}"
-        if derived
-        else str(draft.get("name") or config.get("draft") or MISSING)
+        f"{draft.derived} of {draft.from_ or target.name or config.target}" if draft.derived else str(draft.name or config.draft or MISSING)
     )
     return target_id, draft_id
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.contracts.engines import BEYOND_CHAINS, engine_settings, step_shape
-from specaudit.contracts.snapshot import PitBound, SamplePlan
+from specaudit.contracts.snapshot import GateThresholdsBlock, PitBound, RunConfigBlock, SamplePlan
 from specaudit.decoding._shapes import DEFAULT_LEVEL_K, speculative_engines
 from specaudit.gate.decision import BLOCKING, DecisionFacts, decision_key
 from specaudit.gate.results import fail_on_for
@@ -159,7 +159,7 @@ def actions(
     """One item per problem (never one per dimension), MUST before SHOULD, each with a command."""
     run = snapshot.run
     command = run.command
-    config = run.config or {}
+    config = run.config or RunConfigBlock()
     run_dir = recorded(run.dir, "RUN_DIR")
     items: list[dict[str, str]] = []
 
@@ -227,7 +227,7 @@ def actions(
     if undecided:
         planned = prompts_to_decide(undecided)
         need = planned[0] if planned else None
-        minimum = ((snapshot.gate.thresholds if snapshot.gate is not None else None) or {}).get("min_group_size")
+        minimum = ((snapshot.gate.thresholds if snapshot.gate is not None else None) or GateThresholdsBlock()).min_group_size
         per_group = max([n for n in (need, int(minimum) if finite(minimum) else None) if n] or [0]) or None
         groups = sorted({f"{c.dimension}={c.group}" for c in undecided})
         text = (
@@ -260,7 +260,7 @@ def actions(
         not_shown = [e for e in audited if e["tv"].verdict == "not shown"]
         not_run = [e for e in audited if any(r["not_run"] for r in e["two_sample"].rows)]
         if not_shown or not_run:
-            samples = recorded(config.get("samples"), 1)
+            samples = recorded(config.samples, 1)
             plan = not_shown[0]["tv"].samples_to_show if not_shown else None
             parts = []
             if not_shown:
@@ -300,7 +300,7 @@ def actions(
                 "warn",
                 f"Rerun with another seed: {str(equivalence_view['warning']).split(': a correct')[0]}." + (f" {cost}" if cost else ""),
                 "equivalence",
-                with_flags(command, {"--seed": (config.get("seed") or 0) + 1}),
+                with_flags(command, {"--seed": (config.seed or 0) + 1}),
             )
     else:
         add(
@@ -323,15 +323,16 @@ def actions(
     return sorted(items, key=lambda a: order[a["level"]])  # stable: within a level, the order above is the impact order
 
 
-def _draft_length_flag(config: Mapping[str, Any], best_k: int) -> dict[str, Any] | None:
+def _draft_length_flag(config: RunConfigBlock, best_k: int) -> dict[str, Any] | None:
     """The option that sets the run's draft length to best_k: `--k` where a chain engine ran, the
     medium's k in `--level-k` for a staged engine alone; None for a tree alone (its depth is its
     shape) or where the run had best_k already."""
-    engines = set(speculative_engines(config))
+    engines = set(speculative_engines(config.as_written()))
     if engines - set(BEYOND_CHAINS):
-        return {"--k": best_k} if best_k != config.get("k") else None
+        return {"--k": best_k} if best_k != config.k else None
     if len(engines) == 1 and step_shape(staged := next(iter(engines))) == "levels":
-        small, medium = str(engine_settings(config, staged).get("level_k", DEFAULT_LEVEL_K)).split(",")
+        # the engine's own settings section, open to the engine (absent: its default)
+        small, medium = str(engine_settings(config.as_written(), staged).get("level_k", DEFAULT_LEVEL_K)).split(",")
         return {"--level-k": f"{small},{best_k}"} if int(medium) != best_k else None
     return None
 
