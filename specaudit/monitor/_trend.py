@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specaudit.charts import OKABE_ITO, nice_ticks
+from specaudit._chart_style import OKABE_ITO, nice_ticks
 from specaudit.monitor._drift import DEFAULT_METRICS, FAIL, WARN
 from specaudit.monitor._export import write_atomic
 from specaudit.monitor._snapshot import OVERALL, utc_now

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from report_inputs import HOSTILE_GROUP, HOSTILE_ID, HOSTILE_TOKEN
 
-from specaudit.charts import GROUP_COLOURS, STATUS_STYLE, contrast_ratio
 from specaudit.cli import main
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.contracts.snapshot import BatteryTest, Comparison, EngineEquivalence, load_snapshot, read_snapshot
 from specaudit.errors import InputError
 from specaudit.gate import GateThresholds, evaluate_gate
 from specaudit.report import OUTPUT_FILES, groups_rows, junit_xml, render_html, render_report, render_summary
+from specaudit.report.charts import GROUP_COLOURS, STATUS_STYLE, contrast_ratio
 from specaudit.report.exports import CSV_COLUMNS, md_escape
 from specaudit.report.view.statuses import comparison_status, engine_status, not_run_reason
 from specaudit.report.view.subject import with_flags

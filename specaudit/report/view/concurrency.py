@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import specaudit.charts as charts
+import specaudit.report.charts as charts
 from specaudit.contracts.snapshot import EngineTimings, LevelMetrics, RatioEstimate
 from specaudit.report.view.format import badge, fixed, with_ci
 

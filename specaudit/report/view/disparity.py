@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import specaudit.charts as charts
+import specaudit.report.charts as charts
 from specaudit.contracts import DEFAULT_BAND, DisparityStatus
 from specaudit.contracts.run import SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import (

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import specaudit.charts as charts
+import specaudit.report.charts as charts
 from specaudit.contracts import CheckStatus, EquivalenceStatus
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.contracts.snapshot import BatteryTest, GreedyComparison, ImpossibleTokens

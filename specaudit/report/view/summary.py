@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import specaudit.charts as charts
+import specaudit.report.charts as charts
 from specaudit.contracts import DisparityStatus, EquivalenceStatus
 from specaudit.contracts.run import SCREEN_ENGINE
 from specaudit.contracts.snapshot import DimensionGroups, GroupEntry, ScreenTest

@@ -16,17 +16,8 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-# Okabe & Ito (2008), "Color Universal Design".
-OKABE_ITO = {
-    "black": "#000000",
-    "orange": "#E69F00",
-    "sky": "#56B4E9",
-    "green": "#009E73",
-    "yellow": "#F0E442",
-    "blue": "#0072B2",
-    "vermillion": "#D55E00",
-    "purple": "#CC79A7",
-}
+from specaudit._chart_style import OKABE_ITO, finite, nice_ticks
+
 # One colour per group, fixed by the group's place in its dimension, the same in every chart of the
 # report. Okabe–Ito hues darkened where needed so every mark has at least 3:1 contrast on white
 # (WCAG 1.4.11); group identity is also always written next to the mark (direct labels).
@@ -102,26 +93,6 @@ FONT = 12
 def _f(x: float) -> str:
     """Coordinates with one decimal: keeps the file small and the drawing exact enough."""
     return f"{x:.1f}".rstrip("0").rstrip(".") if math.isfinite(x) else "0"
-
-
-def _finite(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """Round tick values (1, 2, 2.5, 5 × 10^k steps) covering [low, high]."""
-    if not (_finite(low) and _finite(high)) or high <= low:
-        return [low] if _finite(low) else []
-    raw = (high - low) / max(count, 1)
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    first = math.ceil(low / step - 1e-9) * step
-    ticks = []
-    value = first
-    while value <= high + step * 1e-9:
-        ticks.append(round(value, 12))
-        value += step
-    return ticks
 
 
 def _tick_label(value: float, ticks: Sequence[float]) -> str:
@@ -208,14 +179,14 @@ def forest_plot(
     label_w, value_w = 230, 200
     plot_l, plot_r = label_w, width - value_w
     height = top + row_h * max(len(rows), 1) + bottom
-    candidates = [v for r in rows for v in (r.value, r.ci_low, r.ci_high) if _finite(v)]
+    candidates = [v for r in rows for v in (r.value, r.ci_low, r.ci_high) if finite(v)]
     band_edges = None
-    if band and _finite(reference_value):
+    if band and finite(reference_value):
         band_edges = (reference_value * band[0], reference_value * band[1])
         candidates += list(band_edges)
-    if _finite(reference_value):
+    if finite(reference_value):
         candidates.append(reference_value)
-    if _finite(null_value):
+    if finite(null_value):
         candidates.append(null_value)
     out = _open(chart_id, width, height, title, desc, "chart forest")
     if not candidates:
@@ -242,13 +213,13 @@ def forest_plot(
         out.append(f'<line x1="{_f(x)}" y1="{_f(top - 6)}" x2="{_f(x)}" y2="{_f(plot_bottom)}" stroke="{GRID}" stroke-width="0.6"/>')
         out.append(_text(x, plot_bottom + 15, _tick_label(tick, ticks), anchor="middle", size=11))
     out.append(_text((plot_l + plot_r) / 2, plot_bottom + 31, axis_label, anchor="middle", size=11))
-    if _finite(null_value) and low <= null_value <= high:
+    if finite(null_value) and low <= null_value <= high:
         x = sx(null_value)
         out.append(
             f'<line x1="{_f(x)}" y1="{_f(top - 10)}" x2="{_f(x)}" y2="{_f(plot_bottom)}" stroke="{OKABE_ITO["vermillion"]}" stroke-width="1.2" stroke-dasharray="5 3"/>'
         )
         out.append(_text(x, top - 13, null_label, anchor="middle", size=10, fill=OKABE_ITO["vermillion"]))
-    if _finite(reference_value):
+    if finite(reference_value):
         x = sx(reference_value)
         out.append(f'<line x1="{_f(x)}" y1="{_f(top - 6)}" x2="{_f(x)}" y2="{_f(plot_bottom)}" stroke="{INK}" stroke-width="1.2"/>')
     out.append(_text(label_w - 8, top - 13, "group (prompts)", anchor="end", size=10, weight="bold"))
@@ -264,12 +235,12 @@ def forest_plot(
             f"<g><title>{escape(row.label)}: {escape(row.value_text or 'no data')} — {escape(STATUS_WORDS.get(row.status, row.status))}</title>"
         )
         out.append(_text(label_w - 8, y + 4, label, anchor="end", weight=weight))
-        if _finite(row.ci_low) and _finite(row.ci_high):
+        if finite(row.ci_low) and finite(row.ci_high):
             a, b = sx(row.ci_low), sx(row.ci_high)
             out.append(f'<line x1="{_f(a)}" y1="{_f(y)}" x2="{_f(b)}" y2="{_f(y)}" stroke="{colour}" stroke-width="1.6"/>')
             for x in (a, b):
                 out.append(f'<line x1="{_f(x)}" y1="{_f(y - 4)}" x2="{_f(x)}" y2="{_f(y + 4)}" stroke="{colour}" stroke-width="1.6"/>')
-        if _finite(row.value):
+        if finite(row.value):
             out.append(_marker(shape, sx(row.value), y, colour))
         out.append(_text(width - 4, y + 4, row.value_text or "no data", anchor="end", css="num"))
         out.append("</g>")
@@ -295,7 +266,7 @@ def forest_plot(
 def pit_histogram(counts: Sequence[int], *, title: str, desc: str, width: int = 380, height: int = 200, chart_id: str = "pit") -> Markup:
     """PIT counts on equal bins of [0, 1], with the flat line a correct sampler gives and its
     pointwise 95% range (binomial), so a reader sees which bins stray."""
-    counts = [int(c) for c in counts if _finite(c)]
+    counts = [int(c) for c in counts if finite(c)]
     out = _open(chart_id, width, height, title, desc, "chart pit")
     total = sum(counts)
     if not counts or total == 0:
@@ -365,7 +336,7 @@ def grouped_bars(
         return Markup("".join(out) + "</svg>")
     legend_h = 18 * math.ceil(len(series) / 4)
     left, right, top, bottom = 48, width - 10, 12, height - 34 - legend_h
-    values = [v for s in series for v in (*s.values, *s.ci_high) if _finite(v)]
+    values = [v for s in series for v in (*s.values, *s.ci_high) if finite(v)]
     top_value = y_max if y_max is not None else (max(values) * 1.1 if values else 1.0)
 
     def sy(v: float) -> float:
@@ -388,13 +359,13 @@ def grouped_bars(
             value = one.values[c] if c < len(one.values) else None
             colour = SERIES_COLOURS[s % len(SERIES_COLOURS)] if one.label != "overall" else "#555555"
             x = start + s * bar_w
-            if _finite(value):
+            if finite(value):
                 out.append(
                     f'<rect x="{_f(x + 0.5)}" y="{_f(sy(value))}" width="{_f(bar_w - 1)}" height="{_f(bottom - sy(value))}" fill="{colour}">'
                     f"<title>{escape(one.label)}, {escape(category)}: {value:.3f}</title></rect>"
                 )
                 lo, hi = one.ci_low[c] if c < len(one.ci_low) else None, one.ci_high[c] if c < len(one.ci_high) else None
-                if _finite(lo) and _finite(hi):
+                if finite(lo) and finite(hi):
                     mid = x + bar_w / 2
                     out.append(f'<line x1="{_f(mid)}" y1="{_f(sy(lo))}" x2="{_f(mid)}" y2="{_f(sy(hi))}" stroke="{INK}" stroke-width="1"/>')
         out.append(_text(left + c * slot + slot / 2, bottom + 14, category, anchor="middle", size=10))
@@ -456,7 +427,7 @@ def ratio_forest(
     out.append(_text(label_w - 8, top - 24, "group (prompts)", anchor="end", size=11, weight="bold"))
     for p, name in enumerate(panels):
         values = [
-            v for r in rows if p < len(r.cells) for v in (r.cells[p].ci_low, r.cells[p].ci_high, r.cells[p].value) if _finite(v) and v > 0
+            v for r in rows if p < len(r.cells) for v in (r.cells[p].ci_low, r.cells[p].ci_high, r.cells[p].value) if finite(v) and v > 0
         ]
         low = min([*values, *lines]) / 1.08
         high = max([*values, *lines]) * 1.08
@@ -498,14 +469,14 @@ def ratio_forest(
             if cell.status == "reference":
                 out.append(_text(sx(1.0) + 6, y + 4, "reference group", size=11))
             else:
-                if _finite(cell.ci_low) and _finite(cell.ci_high) and cell.ci_low > 0:
+                if finite(cell.ci_low) and finite(cell.ci_high) and cell.ci_low > 0:
                     a, b = sx(cell.ci_low), sx(cell.ci_high)
                     out.append(f'<line x1="{_f(a)}" y1="{_f(y)}" x2="{_f(b)}" y2="{_f(y)}" stroke="{colour}" stroke-width="2"/>')
                     for x in (a, b):
                         out.append(
                             f'<line x1="{_f(x)}" y1="{_f(y - 4)}" x2="{_f(x)}" y2="{_f(y + 4)}" stroke="{colour}" stroke-width="2"/>'
                         )
-                if _finite(cell.value) and cell.value > 0:
+                if finite(cell.value) and cell.value > 0:
                     out.append(_marker(shape, sx(cell.value), y, colour))
             out.append(_text(right + text_w + 6, y + 4, cell.text or "no data", anchor="end", size=11, css="num"))
             out.append("</g>")
@@ -559,7 +530,7 @@ def small_multiples(
     panel_w = (width - gap * (columns - 1)) / columns
     height = rows * (panel_h + gap) + 18
     out = _open(chart_id, width, height, title, desc, "chart bars")
-    values = [v for s in series for v in (*s.values, *s.ci_high) if _finite(v)]
+    values = [v for s in series for v in (*s.values, *s.ci_high) if finite(v)]
     top_value = max([1.0, *values])
     overall = next((s for s in series if s.label == "overall"), None)
     for i, one in enumerate(series):
@@ -584,19 +555,19 @@ def small_multiples(
         for c, category in enumerate(categories):
             mid = left + slot * c + slot / 2
             value = one.values[c] if c < len(one.values) else None
-            if _finite(value):
+            if finite(value):
                 out.append(
                     f'<rect x="{_f(mid - bar_w / 2)}" y="{_f(sy(value))}" width="{_f(bar_w)}" height="{_f(bottom - sy(value))}" '
                     f'fill="{colour}"><title>{escape(one.label)}, {escape(category)}: {value:.3f}</title></rect>'
                 )
                 lo, hi = one.ci_low[c], one.ci_high[c]
-                if _finite(lo) and _finite(hi):
+                if finite(lo) and finite(hi):
                     out.append(
                         f'<line x1="{_f(mid)}" y1="{_f(sy(lo))}" x2="{_f(mid)}" y2="{_f(sy(hi))}" stroke="{INK}" stroke-width="1.2"/>'
                     )
             else:
                 out.append(_text(mid, bottom - 3, "–", anchor="middle", size=10))
-            if overall is not None and one is not overall and c < len(overall.values) and _finite(overall.values[c]):
+            if overall is not None and one is not overall and c < len(overall.values) and finite(overall.values[c]):
                 y = sy(overall.values[c])
                 out.append(
                     f'<line x1="{_f(mid - bar_w / 2 - 3)}" y1="{_f(y)}" x2="{_f(mid + bar_w / 2 + 3)}" y2="{_f(y)}" stroke="#000000" stroke-width="2"/>'
@@ -637,7 +608,7 @@ def level_lines(
     (1x for a speed-up). A group's crossover level is a square with a ring around it and written
     beside its name, so it is told by shape and text, not colour."""
     left, right, top, bottom = 56, width - 150, 16, height - 44
-    values = [v for one in series for v in (*one.values, *one.ci_low, *one.ci_high) if _finite(v)]
+    values = [v for one in series for v in (*one.values, *one.ci_low, *one.ci_high) if finite(v)]
     low = min([*values, reference if reference is not None else math.inf, 0.0])
     high = max([*values, reference if reference is not None else -math.inf, 1e-9])
     ticks = nice_ticks(low, high * 1.05, 5) or [0.0, 1.0]
@@ -665,13 +636,13 @@ def level_lines(
     offsets = [(j - (len(series) - 1) / 2) * 4.0 for j in range(len(series))]  # keeps overlapping whiskers apart
     ends = []
     for j, one in enumerate(series):
-        points = [(sx(i) + offsets[j], sy(v), i) for i, v in enumerate(one.values) if _finite(v)]
+        points = [(sx(i) + offsets[j], sy(v), i) for i, v in enumerate(one.values) if finite(v)]
         if len(points) > 1:
             path = "M" + "L".join(f"{_f(x)} {_f(y)}" for x, y, _ in points)
             out.append(f'<path d="{path}" fill="none" stroke="{one.colour}" stroke-width="2"/>')
         for x, y, i in points:
             lo, hi = one.ci_low[i], one.ci_high[i]
-            if _finite(lo) and _finite(hi):
+            if finite(lo) and finite(hi):
                 out.append(
                     f'<line x1="{_f(x)}" y1="{_f(sy(lo))}" x2="{_f(x)}" y2="{_f(sy(hi))}" stroke="{one.colour}" stroke-width="1.2"/>'
                 )
@@ -679,7 +650,7 @@ def level_lines(
             out.append(_marker(shape, x, y, one.colour, 4.5))
             if one.crossover == i:
                 out.append(f'<circle cx="{_f(x)}" cy="{_f(y)}" r="9" fill="none" stroke="{INK}" stroke-width="1.2"/>')
-            interval = f" [{lo:.2f}, {hi:.2f}]" if _finite(lo) and _finite(hi) else ""
+            interval = f" [{lo:.2f}, {hi:.2f}]" if finite(lo) and finite(hi) else ""
             out.append(
                 f'<circle cx="{_f(x)}" cy="{_f(y)}" r="8" fill="transparent"><title>{escape(one.label)}, level {escape(levels[i])}: '
                 f"{one.values[i]:.2f}{escape(interval)}</title></circle>"
