@@ -17,6 +17,7 @@ _LAZY = {
     "default_target_folder": "specaudit.models._loading",
     "early_exit_draft": "specaudit.models._loading",
     "forward_cached": "specaudit.models._device",
+    "hf_source": "specaudit.models._loading",
     "int8_draft": "specaudit.models._loading",
     "load_pair": "specaudit.models._loading",
     "loaded_tokenizer": "specaudit.models._loading",

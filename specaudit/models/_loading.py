@@ -110,6 +110,16 @@ def named_hf_folder(name: str) -> Path:
     return gguf_hf_folder(resolve_named(name), cache_root() / "hf" / name)
 
 
+def hf_source(name: str) -> str:
+    """What an HF-format loader (transformers, vLLM) takes for `name`: the embedded default's and a
+    named model's converted folders (made on first use), else the name as given (a folder or hub id)."""
+    if name == DEFAULT_TARGET:
+        return str(default_target_folder())
+    if is_named(name):  # a pinned, sha256-checked GGUF: its HF conversion is cached beside it
+        return str(named_hf_folder(name))
+    return name
+
+
 # ---------------------------------------------------------------------- plain models
 def _quiet_transformers() -> None:
     """Per-tensor progress bars and advice from transformers would bury our own messages."""
@@ -125,12 +135,9 @@ def _load_hf(name: str, device: torch.device, dtype: torch.dtype) -> tuple[torch
     _quiet_transformers()
 
     kwargs: dict = {"dtype": dtype}
-    source = name
-    if name == DEFAULT_TARGET:
-        source = str(default_target_folder())
-    elif is_named(name):  # a pinned, sha256-checked GGUF: its HF conversion is cached beside it
-        source = str(named_hf_folder(name))
-    elif _is_local(name):
+    source = hf_source(name)
+    converted = source != name  # the embedded default or a named model: its folder in the cache
+    if not converted and _is_local(name):
         path = Path(os.path.expanduser(name))
         if not path.exists():
             raise InputError(f"model path {name!r} does not exist")
@@ -138,7 +145,7 @@ def _load_hf(name: str, device: torch.device, dtype: torch.dtype) -> tuple[torch
             source, kwargs["gguf_file"] = str(path.parent), path.name
         elif not (path / "config.json").is_file():
             raise InputError(f"model folder {name!r} has no config.json; give an HF model folder, a .gguf file or a hub id")
-    else:
+    elif not converted:
         kwargs.update(hub_options(name))
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **{k: v for k, v in kwargs.items() if k in ("gguf_file", "local_files_only")})

@@ -129,6 +129,19 @@ def test_speculative_config_for_a_draft_model_and_ngram_and_refusals():
             backend.speculative_config(_cfg(draft=derived))
 
 
+def test_a_named_model_is_its_converted_folder():
+    from specaudit.models._cache import cache_root
+    from specaudit.models._named import NAMED_MODELS
+
+    if not NAMED_MODELS["qwen2.5-coder-0.5b"].is_cached():
+        pytest.skip("the Qwen2.5-Coder pair is not in the cache (specaudit models fetch qwen2.5-coder --for-torch; .ci/run does)")
+    folder = cache_root() / "hf" / "qwen2.5-coder-0.5b"
+    assert backend.speculative_config(_cfg(draft="qwen2.5-coder-0.5b")) == {"model": str(folder), "num_speculative_tokens": 3}
+    assert (folder / "config.json").is_file()
+    assert backend.target_path("default") == str(cache_root() / "smollm2-135m-instruct")
+    assert backend.target_path("/models/x") == "/models/x"  # a folder or hub id as given
+
+
 def test_llm_kwargs():
     vanilla = backend.llm_kwargs(_cfg(extra={"vllm": {"gpu_memory_utilization": 0.4}}), "/models/target", speculative=False)
     assert vanilla == {

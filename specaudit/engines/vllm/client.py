@@ -369,9 +369,11 @@ def shutdown_engine(llm: Any) -> None:
 
 
 def target_path(name: str) -> str:
-    from specaudit.models import DEFAULT_TARGET, default_target_folder
+    """The folder or hub id vLLM loads for a model name (the embedded default and named models such as
+    qwen2.5-coder-1.5b: their HF folders, converted into the cache on first use)."""
+    from specaudit.models import hf_source
 
-    return str(default_target_folder()) if name == DEFAULT_TARGET else name
+    return hf_source(name)
 
 
 __all__ = [
@@ -387,4 +389,5 @@ __all__ = [
     "spec_counters",
     "speculative_config",
     "stop_ids",
+    "target_path",
 ]
