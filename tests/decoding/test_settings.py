@@ -113,6 +113,7 @@ def test_blind_spots_follow_what_warping_does():
 
 
 def test_request_feature_classes_show_where_the_setting_uses_their_feature():
+    from specaudit.contracts.snapshot import RunConfigBlock
     from specaudit.decoding.settings import FEATURE_CLASSES
     from specaudit.report.view.sampling import sampling_view
 
@@ -128,7 +129,8 @@ def test_request_feature_classes_show_where_the_setting_uses_their_feature():
     # the banner's sentence names only the core classes; the report's table lists both
     assert blind_spot_sentence(SamplingSpec(0.7, 0, 0.9)) is None
     # the view reads only the run's config of the typed snapshot
-    run = SimpleNamespace(run=SimpleNamespace(config={"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.1}))
+    config = RunConfigBlock.model_validate({"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.1})
+    run = SimpleNamespace(run=SimpleNamespace(config=config))
     view = sampling_view(run)
     rows = {row["class"]: row["visible"] for row in view.rows}
     assert len(rows) == len(BUG_CLASSES) + len(FEATURE_CLASSES)
