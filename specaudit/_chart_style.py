@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from specaudit._validation import finite
+
 # Okabe & Ito (2008), "Color Universal Design".
 OKABE_ITO = {
     "black": "#000000",
@@ -16,11 +18,6 @@ OKABE_ITO = {
     "vermillion": "#D55E00",
     "purple": "#CC79A7",
 }
-
-
-def finite(x: object) -> bool:
-    """A real, finite number (not a bool, not NaN or infinite)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:

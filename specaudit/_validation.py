@@ -213,3 +213,8 @@ def register_typed(spellings: Mapping[str, str]) -> None:
 def typed_as(setting: str) -> str:
     """`setting` (a config key such as `k` or `endpoint.speculative_url`) as the user wrote it."""
     return _TYPED.get(setting, setting)
+
+
+def finite(value: object) -> bool:
+    """A real, finite number: not a bool, not NaN, not infinite (what a measured figure must be)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

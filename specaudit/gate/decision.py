@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from specaudit._validation import finite
 from specaudit.contracts import CheckStatus, DisparityStatus, EquivalenceStatus
 from specaudit.contracts.run import CONTROL_ENGINE, SCREEN_ENGINE
 from specaudit.gate.results import BLOCKING, DECISIONS, EXIT_ON, GateCheck
-from specaudit.gate.thresholds import finite
 
 if TYPE_CHECKING:
     from specaudit.contracts.snapshot import MetricEstimate, Snapshot

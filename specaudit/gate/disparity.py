@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from specaudit._validation import finite
 from specaudit.config import DISPARITY_METRICS
 from specaudit.contracts import DisparityStatus
 from specaudit.contracts.snapshot import DimensionDisparities, DimensionGroups, MetricEstimate, plain_data
 from specaudit.gate.results import GateCheck, fixed, fmt, not_run
-from specaudit.gate.thresholds import PASS, WARN, GateThresholds, finite
+from specaudit.gate.thresholds import PASS, WARN, GateThresholds
 
 if TYPE_CHECKING:
     from specaudit.contracts.snapshot import Comparison, GroupEntry, MetricDisparity, Snapshot

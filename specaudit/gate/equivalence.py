@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from specaudit._validation import finite
 from specaudit.contracts import EquivalenceStatus
 from specaudit.contracts.run import CONTROL_ENGINE
 from specaudit.contracts.snapshot import TokenSite, Violation
 from specaudit.gate.results import GateCheck, fmt, not_run
-from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds, finite
+from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds
 
 if TYPE_CHECKING:
     from specaudit.contracts import CheckStatus

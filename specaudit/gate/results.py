@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specaudit._validation import finite
 from specaudit.contracts import CheckStatus, worst
 from specaudit.contracts.snapshot import plain_data
-from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds, finite
+from specaudit.gate.thresholds import FAIL, PASS, WARN, GateThresholds
 
 # The report's decisions (the rule is gate.decision's); here so a result can name its own.
 DECISIONS = {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,3 @@ def _refuse_unknown_sections(options: Mapping[str, Any], where: str) -> None:
             f"{where}: unknown top-level key(s) {', '.join(unknown)}; the thresholds go under `gate:` "
             "(beside the audit's run options and `analysis:`)"
         )
-
-
-def finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

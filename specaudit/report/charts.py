@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-from specaudit._chart_style import OKABE_ITO, finite, nice_ticks
+from specaudit._chart_style import OKABE_ITO, nice_ticks
+from specaudit._validation import finite
 
 # One colour per group, fixed by the group's place in its dimension, the same in every chart of the
 # report. Okabe–Ito hues darkened where needed so every mark has at least 3:1 contrast on white

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from specaudit._validation import finite
 from specaudit.contracts import CheckStatus, EquivalenceStatus
 
 if TYPE_CHECKING:
@@ -71,10 +72,6 @@ TEST_LABELS = {
     "ngram": "n-gram frequencies",
     "mmd": "MMD (Hamming kernel)",
 }
-
-
-def finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def recorded(value: Any, otherwise: Any = MISSING) -> Any:
