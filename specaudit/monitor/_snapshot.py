@@ -181,8 +181,8 @@ def config_context(snapshot: Snapshot) -> dict[str, Any]:
     """
     run = snapshot.run
     # The decoding seed is not a setting: `monitor run` draws a new one for every run.
-    written = run.config.as_written() if run.config is not None else {}
-    config = {k: v for k, v in written.items() if k not in ("target", "draft", "prompts", "seed")}
+    settings = run.config.as_written() if run.config is not None else {}
+    config = {k: v for k, v in settings.items() if k not in ("target", "draft", "prompts", "seed")}
     written = run.analysis.model_dump(exclude_unset=True) if run.analysis is not None else {}
     analysis = {k: v for k, v in written.items() if k != "seconds"}
     return {"config": config, "analysis": analysis}
