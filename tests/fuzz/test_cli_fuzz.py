@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -17,10 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_in_process import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from specaudit.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "reports" / "example"
@@ -36,17 +34,6 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-
-
-def run_cli(*argv: str) -> tuple[int, str]:
-    """(exit code, stderr) of `specaudit ARGV`, run in this process."""
-    err, out = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exit_:  # argparse's usage errors
-            code = exit_.code if isinstance(exit_.code, int) else 2
-    return code, err.getvalue()
 
 
 def assert_clean(code: int, stderr: str, argv) -> None:

@@ -9,9 +9,7 @@ same files adds nothing.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import io
 import json
 import math
 import os
@@ -20,10 +18,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from cli_in_process import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from specaudit.cli import main
 
 # About 30 s in the normal suite; SPECAUDIT_FUZZ_EXAMPLES=500 for a deeper search before a release.
 EXAMPLES = int(os.environ.get("SPECAUDIT_FUZZ_EXAMPLES", "40"))
@@ -106,16 +103,6 @@ def damaged_lines(draw) -> bytes:
         return draw(st.binary(max_size=60)).replace(b"\n", b" ")
     text = dumps(line).encode()
     return text[: draw(st.integers(0, len(text) - 1))]
-
-
-def run_cli(*argv) -> tuple[int, str]:
-    err, out = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exit_:  # argparse's usage errors
-            code = exit_.code if isinstance(exit_.code, int) else 2
-    return code, err.getvalue()
 
 
 def store_state(db: Path) -> tuple:
