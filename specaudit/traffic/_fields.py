@@ -71,7 +71,7 @@ def json_type(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def _unicode(text: str) -> bool:
+def is_utf8_text(text: str) -> bool:
     """False for a string with a lone surrogate (JSON's \\ud800 escape): it is not text and no store takes it."""
     try:
         text.encode("utf-8")
@@ -86,7 +86,7 @@ def canonical_labels(labels: Mapping[str, Any]) -> tuple[str, str | None]:
     for key, value in labels.items():
         if isinstance(value, (Mapping, list)):
             raise InputError(f"label {key!r} is a JSON {json_type(value)}; a label's value is a string, a number or true/false")
-        if not _unicode(str(key)) or not _unicode(str(value)):
+        if not is_utf8_text(str(key)) or not is_utf8_text(str(value)):
             raise InputError(f"label {key!r} holds a lone UTF-16 surrogate (an escape like \\ud800), not text")
     flat = {str(k): str(v) for k, v in labels.items()}
     declared = next((flat[k] for k in LANGUAGE_LABELS if k in flat), None)
@@ -163,7 +163,7 @@ def prompt_text(request: Mapping[str, Any]) -> str:
 
 def _text(text: str) -> str:
     """The prompt as stored: a lone surrogate (a client's cut UTF-16 pair) becomes U+FFFD."""
-    return text if _unicode(text) else _SURROGATE.sub("\ufffd", text)
+    return text if is_utf8_text(text) else _SURROGATE.sub("\ufffd", text)
 
 
 # The parts of a server's answer that the row is read from: when there, they are objects.

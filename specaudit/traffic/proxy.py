@@ -40,6 +40,7 @@ from typing import Any, TextIO
 import httpx
 
 from specaudit.errors import InputError
+from specaudit.traffic._fields import is_utf8_text
 
 LABELS_HEADER = "x-specaudit-labels"
 # Not forwarded either way: they describe one hop, not the request.
@@ -92,7 +93,7 @@ class LogWriter:
 
     def put(self, line: dict) -> None:
         text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
-        if not _encodable(text):  # a client's lone surrogate (\\ud800): escaped, the line stays UTF-8
+        if not is_utf8_text(text):  # a client's lone surrogate (\\ud800): escaped, the line stays UTF-8
             text = json.dumps(line, separators=(",", ":"))
         self._queue.put(text)
 
@@ -167,14 +168,6 @@ class LogWriter:
             f"cannot write the request log in {self.folder} ({reason}); the proxy stopped serving, "
             f"{self.unwritten} request line(s) answered but not written, {self.written} written"
         )
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _probe(folder: Path) -> None:
