@@ -146,9 +146,10 @@ def canonical_json(value: Any) -> str:
 def snapshot_digest(snapshot: Mapping[str, Any]) -> str:
     """Content hash of a whole snapshot but the analysis's own duration: the same records analysed the
     same way are the same snapshot, however long the analysis took."""
-    content = json.loads(canonical_json(snapshot))  # a copy to drop the duration from
-    with contextlib.suppress(KeyError, TypeError):
-        del content["run"]["analysis"]["seconds"]
+    content = dict(snapshot)
+    with contextlib.suppress(KeyError, TypeError, AttributeError):  # a snapshot without an analysis duration
+        run = snapshot["run"]
+        content["run"] = {**run, "analysis": {k: v for k, v in run["analysis"].items() if k != "seconds"}}
     return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()
 
 

@@ -71,7 +71,7 @@ class VllmExecutor(Executor):
         if speculative.get("method") == "ngram":  # prompt lookup, no model: reported as specaudit's own n-gram draft
             draft.update(derived="ngram", max_ngram=speculative["prompt_lookup_max"])
         if str(cfg.draft) == IDENTITY_DRAFT:
-            draft.update(derived="target", **{"from": cfg.target})
+            draft.update({"derived": "target", "from": cfg.target})
             draft["identity"] = (
                 "the target drafts for itself (q = p); vLLM's draft_sample_method "
                 f"{speculative.get('draft_sample_method', 'greedy')!r} (greedy: the draft is its argmax, kept with chance p(argmax))"
