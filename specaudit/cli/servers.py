@@ -21,6 +21,7 @@ ENDPOINT_FLAGS = {  # flag dest -> (endpoint setting, the flag)
     "vanilla_url": ("vanilla_url", "--vanilla-url"),
     "served_model": ("model", "--model"),
     "api_key_env": ("api_key_env", "--api-key-env"),
+    "mix_sampling": ("mix_sampling", "--mix-sampling"),
 }
 # the endpoint settings that a flag fills in besides its own (`--model` names both sides' models)
 _ALSO_SET = {"model": ("speculative_model", "vanilla_model"), "concurrency": ("concurrency_levels",)}
@@ -41,6 +42,12 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vanilla-url", help="base URL of the same model served with speculative decoding off")
     g.add_argument("--model", dest="served_model", help="the model name the servers serve (default: the one model they list)")
     g.add_argument("--api-key-env", help="name of an environment variable holding the servers' API key")
+    g.add_argument(
+        "--mix-sampling",
+        metavar="SETTING",
+        help="mixed traffic: keep requests at this sampling setting (e.g. t=1) in flight on each server while the plan runs, "
+        "unrecorded, so the servers' batches mix settings (endpoint.mix_in_flight of them, default 4)",
+    )
     g.add_argument(
         "--concurrency",
         help="requests in flight: one number (one pass) or a comma list of levels, the plan once per level "

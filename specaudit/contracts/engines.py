@@ -70,6 +70,9 @@ class EngineSpec:
     # record fields its speculative records may leave null (not observed; readers skip them), e.g. `proposed`
     unreported: tuple[str, ...] = ()
     run_decoder: str | None = None  # "module:function(manifest, max_new_tokens=)": its own engines time a policy (mitigate)
+    # with run_decoder: whose engines they are (mitigate's words) and why mitigate does not train its draft
+    decoder_name: str = ""
+    draft_untrained_because: str = ""
     # the shape of its step: a chain of --k drafts, a token tree's branching (--tree) or levels of drafts (--levels)
     step_shape: Literal["chain", "branching", "levels"] = "chain"
     scoring_pair: str | None = None  # "module:function(manifest) -> ModelPair": score its outputs with its own logits
@@ -196,6 +199,9 @@ ENGINES: dict[str, EngineSpec] = {
             acceptance_rule="vLLM's rejection sampler (greedy match at T = 0; a greedy draft, vLLM's default "
             "draft_sample_method, is verified as one-hot q: kept with probability p(draft))",
             run_rejection_sampling="specaudit.engines.vllm.client:samples_its_drafts",
+            run_decoder="specaudit.engines.vllm.run_decoder:run_decoder",
+            decoder_name="vLLM",
+            draft_untrained_because="a draft decoded inside vLLM's engine, which distillation in torch does not reach",
             default_draft="ngram",
             no_prefix_cache_because="its prefix caching is an engine-wide setting (enable_prefix_caching) that the offline "
             "engine does not map per request yet; audit a vLLM server with --engines endpoint",
@@ -209,6 +215,8 @@ ENGINES: dict[str, EngineSpec] = {
             settings="specaudit.engines.llama_cpp_settings",
             fetches_named_models=True,
             run_decoder="specaudit.engines.llama_cpp_runtime:run_decoder",
+            decoder_name="llama.cpp",
+            draft_untrained_because="a GGUF draft decoded by llama.cpp: quantised weights, which distillation in torch cannot train in place",
             request_features=(),
             refuses_because="the in-process engine builds a fixed sampler chain without them (use --engines llama-server)",
             scoring_pair="specaudit.engines.llama_cpp_runtime:scoring_pair",

@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 # Budgets: the demonstration one fits about 15 minutes of a 2-core CPU on the default pair.
 DEMO_BUDGET = {"samples": 2, "max_new_tokens": 32, "steps": 60, "batch_size": 4, "equivalence_prompts": 4, "timing_prompts": 3}
 QUICK_BUDGET = {"samples": 1, "max_new_tokens": 16, "steps": 20, "batch_size": 4, "equivalence_prompts": 2, "timing_prompts": 2}
-LLAMA_CPP_NOT_TRAINED = "a GGUF draft decoded by llama.cpp: quantised weights, which distillation in torch cannot train in place"
 # Derived drafts that distillation cannot improve, and why (the one line mitigate prints for them).
 UNTRAINABLE_DRAFTS = {
     "ngram": "a prompt-lookup table with no weights",
@@ -137,16 +136,16 @@ def mitigate(
             f"--draft to fit policies for the run's draft {run_draft!r} without training"
         )
     not_trained = UNTRAINABLE_DRAFTS.get(draft_name)
-    # an engine that times decoding itself (llama.cpp's): policies are re-audited with its own engines
+    # an engine that times decoding itself (llama.cpp's, vLLM's): policies are re-audited with its own engines
     run_backend = ENGINES.get(str(manifest.get("backend")))
     run_decoder = resolve(run_backend.run_decoder) if run_backend is not None and run_backend.run_decoder else None
     if run_decoder is not None:
         if draft is not None and draft != run_draft:
             raise InputError(
-                f"{run_dir} was decoded by llama.cpp: mitigate fits policies for its own draft {run_draft!r} there; "
+                f"{run_dir} was decoded by {run_backend.decoder_name}: mitigate fits policies for its own draft {run_draft!r} there; "
                 "omit --draft (training a draft needs an audit with specaudit's engines)"
             )
-        not_trained = LLAMA_CPP_NOT_TRAINED
+        not_trained = not_trained or run_backend.draft_untrained_because
     if not_trained and per_group is not None:
         raise InputError(
             f"--per-group needs a trainable draft: without training the policies are fitted on the audit's own prompts, "
@@ -167,7 +166,7 @@ def mitigate(
         split_by_pair(prompts, held_out, seed, dimensions)
     max_new = int(budget["max_new_tokens"])
     if run_decoder is not None:  # timed by the run's own engines; no torch model is loaded
-        timing = Timing(run_decoder(manifest, max_new_tokens=max_new), "the run's llama.cpp engines")
+        timing = Timing(run_decoder(manifest, max_new_tokens=max_new), f"the run's {run_backend.decoder_name} engines")
     else:
         pair = load_pair(config.get("target", "default"), draft_name, device=device)
         if not not_trained and dst.untrainable_reason(pair.draft):

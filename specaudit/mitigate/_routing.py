@@ -118,8 +118,8 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
 
 # ------------------------------------------------------------------ re-audit on held-out prompts
 # One timed decoding of a prompt: (prompt token ids, k, seed) -> (wall seconds, output tokens),
-# plain decoding at k = 0. The audit's own engines supply it: torch (torch_decoder) or llama.cpp
-# (specaudit.engines.llama_cpp_runtime.run_decoder), so policies are re-audited where they were fitted.
+# plain decoding at k = 0. The audit's own engines supply it: torch (torch_decoder) or the run's
+# engine (EngineSpec.run_decoder: llama.cpp's, vLLM's), so policies are re-audited where they were fitted.
 Decode = Callable[[list[int], int, int], tuple[float, int]]
 
 

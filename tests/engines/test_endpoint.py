@@ -265,6 +265,12 @@ def test_http_500_is_a_fault_record_the_run_goes_on_and_resume_asks_again(tmp_pa
             "the endpoint backend runs alone",
         ),
         ({"speculative_url": "http://a/v1", "vanilla_url": "http://b/v1"}, {"engines": "vanilla"}, "write --engines endpoint"),
+        (
+            {"speculative_url": "http://a/v1", "vanilla_url": "http://b/v1", "mix_sampling": "t=1,top_q=0.9"},
+            {},
+            "endpoint.mix_sampling: 't=1,top_q=0.9': 'top_q' is not a sampling setting; did you mean",
+        ),
+        ({"speculative_url": "http://a/v1", "vanilla_url": "http://b/v1", "mix_in_flight": 0}, {}, "mix_in_flight"),
     ],
 )
 def test_bad_config_is_one_sentence_exit_2(tmp_path, capsys, settings, options, message):
@@ -277,6 +283,33 @@ def test_endpoint_engine_needs_its_section():
         InputError, match="needs the servers: --speculative-url URL --vanilla-url URL, or an `extra: {endpoint: ...}` section"
     ):
         RunConfig(engines="endpoint")
+
+
+# ----------------------------------------------------------------------------- (c2) mixed traffic
+def test_mixed_traffic_shares_the_servers_batches_and_is_not_recorded(tmp_path, servers, tiny_pair_dir, tiny_prompts_file):
+    speculative, vanilla = servers
+    before = speculative.counters["requests"], vanilla.counters["requests"]
+    cfg = _config(
+        tiny_pair_dir,
+        tiny_prompts_file,
+        speculative,
+        vanilla,
+        endpoint={"mix_sampling": "t=1,top_p=0.9", "mix_in_flight": 2},
+        temperature=0.0,
+    )
+    run(cfg, tmp_path / "mixed", progress=False)
+    records = read_records(tmp_path / "mixed" / "records.jsonl")
+    mixed = json.loads((tmp_path / "mixed" / "manifest.json").read_text())["endpoint"]["mixed_traffic"]
+    assert mixed["sampling"] == "t=1,top_p=0.9" and mixed["in_flight"] == 2
+    assert min(mixed["answered"].values()) > 0 and mixed["failed"] == {"speculative": 0, "vanilla": 0}
+    # only the plan is recorded; every background request reached its server besides them
+    by_engine = {engine: sum(r["engine"] == engine for r in records) for engine in ("speculative", "vanilla")}
+    assert speculative.counters["requests"] - before[0] == by_engine["speculative"] + mixed["answered"]["speculative"]
+    assert vanilla.counters["requests"] - before[1] == by_engine["vanilla"] + mixed["answered"]["vanilla"]
+    assert all(r["sampling"]["temperature"] == 0.0 for r in records)
+    # the correct server's greedy outputs are the vanilla server's, load or not
+    outputs = {(r["prompt_id"], r["sample"], r["engine"]): r["output_token_ids"] for r in records}
+    assert all(outputs[(p, s, "speculative")] == ids for (p, s, engine), ids in outputs.items() if engine == "vanilla")
 
 
 # ----------------------------------------------------------------------------- (d) server metrics

@@ -360,3 +360,33 @@ def test_the_identity_rule_follows_the_runs_draft_sampling():
     assert rule_of(vllm, {**probabilistic, "extra": {"vllm": {"speculative": {"draft_sample_method": "greedy"}}}}) == GREEDY_MATCH
     assert rule_of(vllm, probabilistic) == REJECTION_SAMPLING
     assert rule_of(ENGINES["speculative"], {"draft": "target"}) == REJECTION_SAMPLING  # engines without a run rule keep theirs
+
+
+def test_mitigate_builds_one_vllm_engine_per_draft_length_from_the_runs_own_settings():
+    from specaudit.engines.vllm.run_decoder import engine_kwargs
+
+    stored = {
+        "vanilla": {"model": "/m", "dtype": "float32", "seed": 3},
+        "speculative": {
+            "model": "/m",
+            "dtype": "float32",
+            "seed": 3,
+            "speculative_config": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3},
+            "per_request_spec_decode_metrics": "detailed",
+        },
+    }
+    assert engine_kwargs(stored, 0) == stored["vanilla"]
+    two = engine_kwargs(stored, 2)
+    assert two["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}
+    assert "per_request_spec_decode_metrics" not in two and two["seed"] == 3
+    assert stored["speculative"]["speculative_config"]["num_speculative_tokens"] == 4  # the manifest's copy is untouched
+
+
+def test_mitigate_on_a_vllm_run_folder_without_its_settings_is_one_sentence(tmp_path):
+    from specaudit.engines.vllm.run_decoder import run_decoder
+
+    with pytest.raises(InputError, match="no vllm.llm_kwargs for both engines"):
+        run_decoder({"config": {}, "vllm": {}}, max_new_tokens=8)
+    stored = {"vanilla": {"model": str(tmp_path / "gone")}, "speculative": {"model": str(tmp_path / "gone")}}
+    with pytest.raises(InputError, match="is not on this machine; mitigate re-runs vLLM where the audit ran"):
+        run_decoder({"config": {}, "vllm": {"llm_kwargs": stored}}, max_new_tokens=8)

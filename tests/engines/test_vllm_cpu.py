@@ -83,3 +83,17 @@ def test_the_cpu_rejection_sampler_temperatures_finding_1():
     for _ in range(3):  # the unwritten memory differs from call to call
         expanded = expand_batch_to_tokens(torch.tensor([0.7, 1.0]), torch.tensor([2, 5], dtype=torch.int32), 5)
         assert expanded.tolist() == pytest.approx([0.7, 0.7, 1.0, 1.0, 1.0])
+
+
+def test_mitigate_times_policies_with_the_runs_vllm_engines(identity_run):
+    """`specaudit mitigate` on a vLLM run re-audits its policies with vLLM (engines/vllm/run_decoder.py):
+    plain decoding at k = 0 and the run's draft at the k a policy picks, one engine per k."""
+    from specaudit.engines.vllm.run_decoder import run_decoder
+
+    records, manifest = identity_run
+    prompt_ids = records[0]["prompt_token_ids"]
+    decode = run_decoder(manifest, max_new_tokens=6)
+    plain_s, plain_n = decode(prompt_ids, 0, 1)
+    spec_s, spec_n = decode(prompt_ids, 2, 1)
+    assert plain_s > 0 and spec_s > 0
+    assert plain_n == spec_n == min(6, len(records[0]["output_token_ids"]))  # greedy, the target as its own draft

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from specaudit._validation import typed_as
 from specaudit.contracts.run import SPECULATIVE_ENGINE, WARM, PlanItem, cache_fields
+from specaudit.decoding.settings import setting_label
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.endpoint.client import (
     FINISH_REASONS,
@@ -31,6 +32,8 @@ from specaudit.engines.endpoint.client import (
     output_tokens,
     request_body,
 )
+from specaudit.engines.endpoint.mixed import MixedTraffic
+from specaudit.engines.endpoint.settings import mix_setting
 from specaudit.engines.levels import cache_states, plan_passes, run_levels
 from specaudit.engines.ordered import emit_in_plan_order
 from specaudit.engines.spec_counters import SPEC_DECODE_COUNTERS, metrics_summary, parse_metrics
@@ -216,6 +219,7 @@ class EndpointExecutor(Executor):
                 for engine in self.record_engines():
                     self._call(engine, first, cfg.seed, min(8, cfg.max_new_tokens))
         before = parse_metrics(self.metrics.get_text(settings["metrics_url"])) if self.metrics and items else None
+        mixed = self._mixed_traffic(folder) if items and settings["mix_sampling"] else None
 
         sources: set = set()
 
@@ -236,7 +240,39 @@ class EndpointExecutor(Executor):
                     futures = {pool.submit(self._attempt, item): index for index, item in enumerate(items)}
                     emit_in_plan_order(futures, emit_noting_source)
         finally:
+            if mixed is not None:
+                self.notes["mixed_traffic"] = {**self.notes["mixed_traffic"], **mixed.stop()}
             self._note_run(folder, sources, before)
+
+    def _mixed_traffic(self, folder: RunFolder) -> MixedTraffic:
+        """Requests at `mix_sampling` on both servers while the plan runs (engines.endpoint.mixed)."""
+        cfg, settings = self.cfg, self.cfg.engine_settings("endpoint")
+        spec = mix_setting(settings["mix_sampling"])
+        mix_cfg = cfg.with_setting(spec)
+        prompt_ids = sorted(self.encoded)
+
+        def send(engine: str, index: int) -> None:
+            prompt_id = prompt_ids[index % len(prompt_ids)]
+            body = request_body(
+                mix_cfg,
+                settings,
+                self.models[engine],
+                self.encoded[prompt_id],
+                derive_seed(cfg.seed, f"mixed-{prompt_id}", index),
+                cfg.max_new_tokens,
+                llama_server=self.llama_server[engine],
+            )
+            if prompt_id in self.texts:
+                body["prompt"] = self.texts[prompt_id]
+            self.endpoints[engine].complete(body, request=f"mixed-traffic request {index}, prompt {prompt_id}")
+
+        self.notes["mixed_traffic"] = {
+            "sampling": setting_label(spec),
+            "in_flight": settings["mix_in_flight"],
+            "note": "requests at this setting were kept in flight on each server while the plan ran, not recorded: "
+            "the servers' batches mixed them with the audited requests",
+        }
+        return MixedTraffic(tuple(self.record_engines()), settings["mix_in_flight"], send).start()
 
     def _note_run(self, folder: RunFolder, sources: set, before: dict | None) -> None:
         """The manifest's endpoint notes and server counter deltas, written even when the run stopped early."""

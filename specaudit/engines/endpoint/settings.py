@@ -14,6 +14,7 @@ from specaudit.errors import InputError
 
 if TYPE_CHECKING:
     from specaudit.config import RunConfig
+    from specaudit.decoding import SamplingSpec
 
 LOGPROBS_MODES = ("processed", "raw")
 
@@ -44,6 +45,10 @@ class EndpointSettings(BaseModel):
     # token_ids, or text: the prompt ids decoded with special tokens kept, for servers whose
     # completions API takes text only (llama-cpp-python's server; it tokenises special tokens).
     prompt_as: Literal["token_ids", "text"] = "token_ids"
+    # mixed traffic (engines.endpoint.mixed): requests at this sampling setting (--sampling's syntax)
+    # kept in flight on each server while the plan runs, mix_in_flight at a time, not recorded
+    mix_sampling: str | None = None
+    mix_in_flight: int = Field(4, ge=1, strict=True)
 
     @model_validator(mode="after")
     def _rules(self) -> EndpointSettings:
@@ -63,6 +68,8 @@ class EndpointSettings(BaseModel):
             if self.concurrency != type(self).model_fields["concurrency"].default:  # a dumped section holds the default
                 raise InputError("endpoint: give either concurrency (one pass) or concurrency_levels (the plan once per level), not both")
             check_levels(self.concurrency_levels, "endpoint.concurrency_levels")
+        if self.mix_sampling is not None:
+            mix_setting(self.mix_sampling)
         if self.logprobs_mode not in LOGPROBS_MODES:
             raise InputError(f"endpoint.logprobs_mode must be one of {', '.join(LOGPROBS_MODES)}, got {self.logprobs_mode!r}")
         return self
@@ -81,7 +88,19 @@ _IDENTITY = (
     "extra_body",
     "prompt_as",
     "concurrency_levels",
+    "mix_sampling",
+    "mix_in_flight",
 )
+
+
+def mix_setting(text: str) -> SamplingSpec:
+    """`endpoint.mix_sampling` as a sampling setting, or an InputError naming it as the user gave it."""
+    from specaudit.decoding.settings import parse_setting
+
+    try:
+        return parse_setting(text)
+    except InputError as err:
+        raise InputError(f"{typed_as('endpoint.mix_sampling')}: {str(err).removeprefix('--sampling ')}") from None
 
 
 def _url(value: Any, name: str) -> str:
