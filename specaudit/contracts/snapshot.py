@@ -214,6 +214,7 @@ class DeviceInfo(_Section):
     cpu_model: str | None = None
     cores: int | None = None
     threads: int | None = None
+    load: str | None = None  # what else the servers answered while the plan ran (endpoint: mixed traffic)
 
 
 class VersionsBlock(_Section):

@@ -286,7 +286,9 @@ def test_endpoint_engine_needs_its_section():
 
 
 # ----------------------------------------------------------------------------- (c2) mixed traffic
-def test_mixed_traffic_shares_the_servers_batches_and_is_not_recorded(tmp_path, servers, tiny_pair_dir, tiny_prompts_file):
+def test_mixed_traffic_shares_the_servers_batches_and_is_not_recorded(tmp_path, pair, servers, tiny_pair_dir, tiny_prompts_file):
+    from specaudit.report.view.subject import subject
+
     speculative, vanilla = servers
     before = speculative.counters["requests"], vanilla.counters["requests"]
     cfg = _config(
@@ -301,6 +303,8 @@ def test_mixed_traffic_shares_the_servers_batches_and_is_not_recorded(tmp_path, 
     records = read_records(tmp_path / "mixed" / "records.jsonl")
     mixed = json.loads((tmp_path / "mixed" / "manifest.json").read_text())["endpoint"]["mixed_traffic"]
     assert mixed["sampling"] == "t=1,top_p=0.9" and mixed["in_flight"] == 2
+    device = json.loads((tmp_path / "mixed" / "manifest.json").read_text())["device"]
+    assert device["load"].startswith("mixed traffic: requests at t=1,top_p=0.9 kept in flight on each server")
     assert min(mixed["answered"].values()) > 0 and mixed["failed"] == {"speculative": 0, "vanilla": 0}
     # only the plan is recorded; every background request reached its server besides them
     by_engine = {engine: sum(r["engine"] == engine for r in records) for engine in ("speculative", "vanilla")}
@@ -310,6 +314,9 @@ def test_mixed_traffic_shares_the_servers_batches_and_is_not_recorded(tmp_path, 
     # the correct server's greedy outputs are the vanilla server's, load or not
     outputs = {(r["prompt_id"], r["sample"], r["engine"]): r["output_token_ids"] for r in records}
     assert all(outputs[(p, s, "speculative")] == ids for (p, s, engine), ids in outputs.items() if engine == "vanilla")
+    # the report's subject says under what load the audit ran
+    rows = dict(subject(analyze(tmp_path / "mixed", pair=pair, n_boot=50, seed=0)))
+    assert rows["Load"] == device["load"]
 
 
 # ----------------------------------------------------------------------------- (d) server metrics

@@ -32,7 +32,7 @@ from specaudit.engines.endpoint.client import (
     output_tokens,
     request_body,
 )
-from specaudit.engines.endpoint.mixed import MixedTraffic
+from specaudit.engines.endpoint.mixed import MixedTraffic, mixed_load
 from specaudit.engines.endpoint.settings import mix_setting
 from specaudit.engines.levels import cache_states, plan_passes, run_levels
 from specaudit.engines.ordered import emit_in_plan_order
@@ -123,6 +123,7 @@ class EndpointExecutor(Executor):
                 "type": "endpoint",
                 "name": f"{settings['speculative_url']} (speculative), {settings['vanilla_url']} (vanilla)",
                 "concurrency": list(settings["concurrency_levels"]) if settings.get("concurrency_levels") else settings["concurrency"],
+                **({"load": mixed_load(settings)} if settings["mix_sampling"] else {}),
             },
             "backend": "endpoint",
             "endpoint": self.notes,

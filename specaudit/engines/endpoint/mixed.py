@@ -75,3 +75,11 @@ class MixedTraffic:
             "failed": dict(self.failed),
             **({"last_error": self.last_error} if self.last_error else {}),
         }
+
+
+def mixed_load(settings: dict) -> str:
+    """The run's load in the report's words (the manifest's device entry)."""
+    return (
+        f"mixed traffic: requests at {settings['mix_sampling']} kept in flight on each server beside the audited ones "
+        f"({settings['mix_in_flight']} a server), not recorded; the servers' batches mixed the two settings"
+    )

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 GENERATION_COUNTER = "vllm:generation_tokens"
 NGRAM_LOOKUP = {"prompt_lookup_max": 3, "prompt_lookup_min": 1}  # as specaudit.models.NgramDraft
+# `--draft suffix`: vLLM's suffix decoding (Arctic Inference), drafts from suffix trees of the prompt
+# and of earlier responses; no model, one-hot drafts as n-gram's
+SUFFIX_DRAFT = "suffix"
 DTYPES = ("auto", "bfloat16", "float16", "float32")  # auto: bf16 on CUDA, float32 on CPU, as local runs
 _RESERVED = ("model", "tokenizer", "speculative_config", "seed", "dtype", "disable_log_stats", "per_request_spec_decode_metrics")
 # extra.vllm.speculative: settings of speculative_config beyond the draft and k (e.g. draft_sample_method)
@@ -96,10 +99,12 @@ def speculative_config(cfg: RunConfig, target: str | None = None) -> dict:
         raise InputError(f"extra.vllm.speculative sets {', '.join(clashes)}, which the run decides (--draft, --k); remove them")
     if draft == "ngram":
         return {"method": "ngram", "num_speculative_tokens": cfg.k, **NGRAM_LOOKUP, **more}
+    if draft == SUFFIX_DRAFT:  # needs arctic-inference (docs/vllm.md); its tree settings through extra.vllm.speculative
+        return {"method": "suffix", "num_speculative_tokens": cfg.k, **more}
     if draft == "int8" or draft.startswith("early-exit"):
         raise InputError(
             f"--draft {draft} is derived by specaudit and vLLM cannot load it; with --engines vllm name a draft model "
-            "(HF id or folder sharing the target's tokenizer), target (the target drafts for itself) or ngram"
+            "(HF id or folder sharing the target's tokenizer), target (the target drafts for itself), ngram or suffix"
         )
     model = (target or target_path(str(cfg.target))) if draft == IDENTITY_DRAFT else target_path(draft)
     return {"model": model, "num_speculative_tokens": cfg.k, **more}
@@ -112,7 +117,8 @@ def samples_its_drafts(config: Mapping[str, Any]) -> bool:
     is always kept. Prompt-lookup drafts are one-hot too."""
     extra = (config.get("extra") or {}).get("vllm") or {}
     more = (extra.get("speculative") or {}) if isinstance(extra, Mapping) else {}
-    return str(config.get("draft")) != "ngram" and isinstance(more, Mapping) and more.get("draft_sample_method") == "probabilistic"
+    model_free = str(config.get("draft")) in ("ngram", SUFFIX_DRAFT)
+    return not model_free and isinstance(more, Mapping) and more.get("draft_sample_method") == "probabilistic"
 
 
 def _extra(cfg: RunConfig) -> dict:

@@ -70,6 +70,8 @@ class VllmExecutor(Executor):
         draft = {"name": cfg.draft, "k": cfg.k, "speculative_config": speculative}
         if speculative.get("method") == "ngram":  # prompt lookup, no model: reported as specaudit's own n-gram draft
             draft.update(derived="ngram", max_ngram=speculative["prompt_lookup_max"])
+        if speculative.get("method") == "suffix":
+            draft.update(derived="suffix")
         if str(cfg.draft) == IDENTITY_DRAFT:
             draft.update({"derived": "target", "from": cfg.target})
             draft["identity"] = (

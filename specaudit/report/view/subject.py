@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 DRAFT_KINDS = {
     "int8": "int8 weights of the target (per-channel scales, float activations; same architecture)",
     "ngram": "prompt lookup: proposes the tokens that followed the same n-gram earlier in the prompt (no model)",
+    "suffix": "suffix decoding: proposes continuations found in suffix trees of the prompt and of earlier responses (no model)",
 }
 
 
@@ -110,6 +111,7 @@ def subject(snapshot: Snapshot) -> list[tuple[str, str]]:
             ),
         ),
         ("Hardware", hardware_text(run)),
+        *([("Load", run.device.load)] if run.device is not None and run.device.load else []),
         ("Seed", str(recorded((run.seeds or SeedsBlock()).run, recorded(config.seed)))),
         (
             "Prompt set",
