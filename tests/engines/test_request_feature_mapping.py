@@ -1,6 +1,8 @@
 """Each engine passes the request features it supports in its own API's fields, and refuses the
 rest in one sentence before anything loads (docs/request-features.md)."""
 
+import json
+
 import pytest
 
 from specaudit.config import RunConfig
@@ -42,9 +44,13 @@ def test_endpoint_sends_openai_fields_and_vllm_extensions():
 
 
 def test_vllm_sampling_params_carry_the_features():
-    params = sampling_kwargs(RunConfig(engines="vllm", frequency_penalty=0.5, **FEATURES), 1, [2])
-    assert (params["min_p"], params["repetition_penalty"], params["frequency_penalty"]) == (0.1, 1.3, 0.5)
-    assert params["logit_bias"] == {5: -2.0} and params["stop"] == ["END"]
+    params = sampling_kwargs(RunConfig(engines="vllm", frequency_penalty=0.5, repetition_penalty=1.3, stop=("END",)), 1, [2])
+    assert (params["repetition_penalty"], params["frequency_penalty"], params["stop"]) == (1.3, 0.5, ["END"])
+    assert "logit_bias" not in params and "structured_outputs" not in params
+    schema = '{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}'
+    assert sampling_kwargs(RunConfig(engines="vllm", grammar=schema), 1, [2])["structured_outputs"] == {"json": json.loads(schema)}
+    gbnf = 'root ::= [a-z]+ "."'
+    assert sampling_kwargs(RunConfig(engines="vllm", grammar=gbnf), 1, [2])["structured_outputs"] == {"grammar": gbnf}
 
 
 @pytest.mark.parametrize(
@@ -53,6 +59,7 @@ def test_vllm_sampling_params_carry_the_features():
         ("hf-assisted", {"presence_penalty": 0.5}, "--engines hf-assisted cannot apply presence_penalty: transformers' generate"),
         ("llama-cpp", {"min_p": 0.1}, "--engines llama-cpp cannot apply min_p: the in-process engine"),
         ("vllm", {"repeat_last_n": 64, "repetition_penalty": 1.1}, "--engines vllm cannot apply repeat_last_n"),
+        ("vllm", {"min_p": 0.1}, "--engines vllm cannot apply min_p: .*refuses min_p and logit_bias with speculative decoding"),
         ("tree", {"repetition_penalty": 1.1}, "--engines tree cannot apply repetition_penalty"),
     ],
 )

@@ -97,3 +97,34 @@ def test_mitigate_times_policies_with_the_runs_vllm_engines(identity_run):
     spec_s, spec_n = decode(prompt_ids, 2, 1)
     assert plain_s > 0 and spec_s > 0
     assert plain_n == spec_n == min(6, len(records[0]["output_token_ids"]))  # greedy, the target as its own draft
+
+
+def test_suffix_decoding_runs_as_a_model_free_draft(tmp_path):
+    """`--draft suffix`: vLLM's suffix decoding (arctic-inference, built by .ci/run); greedy, so the
+    speculative outputs are the plain ones, and its drafts are reported as one-hot, model-free."""
+    pytest.importorskip("arctic_inference.suffix_decoding", reason="arctic-inference is not built here (.ci/run builds it)")
+    from specaudit.engines.vllm.client import samples_its_drafts
+
+    prompts = tmp_path / "prompts.jsonl"
+    texts = {"p1": "Repeat exactly: red, green, blue, red, green, blue.", "p2": "Count from one to ten in words."}
+    prompts.write_text("".join(json.dumps({"id": pid, "text": text, "attributes": {"group": pid}}) + "\n" for pid, text in texts.items()))
+    cfg = RunConfig(
+        engines="vllm",
+        draft="suffix",
+        k=4,
+        temperature=0.0,
+        prompts=str(prompts),
+        samples=1,
+        max_new_tokens=16,
+        warmup=0,
+        extra={"vllm": {"max_model_len": 1024}},
+    )
+    run(cfg, tmp_path / "run", progress=False)
+    records = read_records(tmp_path / "run" / "records.jsonl")
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["models"]["draft"]["derived"] == "suffix"
+    assert manifest["models"]["draft"]["speculative_config"]["method"] == "suffix"
+    assert not samples_its_drafts(manifest["config"])
+    outputs = {(r["prompt_id"], r["engine"]): r["output_token_ids"] for r in records}
+    assert all(outputs[(pid, "speculative")] == outputs[(pid, "vanilla")] for pid in texts)
+    assert all(r["acceptance_source"].startswith("vllm per-request") for r in records if r["engine"] == "speculative")

@@ -26,6 +26,7 @@ of a small machine's start-up.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -211,10 +212,27 @@ def sampling_kwargs(cfg: RunConfig, seed: int, stop_token_ids: list[int], max_to
         "frequency_penalty": cfg.frequency_penalty,
         **({"logit_bias": dict(cfg.logit_bias)} if cfg.logit_bias else {}),
         **({"stop": list(cfg.stop)} if cfg.stop else {}),
+        **({"structured_outputs": structured_outputs(cfg.grammar)} if cfg.grammar else {}),
         "max_tokens": max_tokens or cfg.max_new_tokens,
         "seed": seed,
         "stop_token_ids": list(stop_token_ids),
     }
+
+
+def structured_outputs(grammar: str) -> dict:
+    """A grammar as vLLM's StructuredOutputsParams fields: a JSON schema as `json`, GBNF as `grammar`
+    (xgrammar reads llama.cpp's GBNF), as a vLLM server's `structured_outputs` (engines.endpoint.client)."""
+    from specaudit.decoding._grammar_source import grammar_format
+
+    return {"json": json.loads(grammar)} if grammar_format(grammar) == "json_schema" else {"grammar": grammar}
+
+
+def sampling_params(vllm: ModuleType, params: dict) -> Any:
+    """`vllm.SamplingParams` from sampling_kwargs' fields (structured outputs as their own object)."""
+    fields = dict(params)
+    if "structured_outputs" in fields:
+        fields["structured_outputs"] = vllm.sampling_params.StructuredOutputsParams(**fields["structured_outputs"])
+    return vllm.SamplingParams(**fields)
 
 
 def stop_ids(tokenizer_eos: int | None, generation_eos: int | list[int] | None) -> list[int]:
@@ -362,7 +380,7 @@ def counter_snapshot(llm: Any) -> dict:
 def generate_alone(vllm: ModuleType, llm: Any, prompt_ids: list[int], params: dict) -> tuple[Any, float]:
     """One request alone (batch 1): (its RequestOutput, seconds around the call)."""
     start = time.perf_counter()
-    [output] = llm.generate([{"prompt_token_ids": prompt_ids}], vllm.SamplingParams(**params), use_tqdm=False)
+    [output] = llm.generate([{"prompt_token_ids": prompt_ids}], sampling_params(vllm, params), use_tqdm=False)
     return output, time.perf_counter() - start
 
 
