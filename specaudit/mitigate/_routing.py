@@ -82,8 +82,11 @@ def audit_evidence(records: list[dict], train_ids: list[str], group_of: dict[str
         train = table.loc[[p for p in train_ids if p in table.index]]
         for group in sorted({group_of[p] for p in train.index if group_of.get(p) is not None}):
             rows = train[[group_of.get(p) == group for p in train.index]]
-            reached = rows["reached"].to_numpy(float)
-            alpha = float(np.nansum(rows["accepted"]) / np.nansum(reached)) if np.nansum(reached) > 0 else float("nan")
+            # α over the prompts whose positions reached are known (records with acceptance totals
+            # only, vLLM's n-gram steps, have none): Σ accepted / Σ reached of the same prompts
+            known = rows[np.isfinite(rows["reached"].to_numpy(float)) & np.isfinite(rows["accepted"].to_numpy(float))]
+            reached = known["reached"].to_numpy(float)
+            alpha = float(known["accepted"].sum() / reached.sum()) if reached.sum() > 0 else float("nan")
             paired = rows[np.isfinite(rows["vanilla_latency_per_token_s"]) & np.isfinite(rows["latency_per_token_s"])]
             speedup = None
             if speed_source != "none" and len(paired):

@@ -216,3 +216,24 @@ def test_a_llama_cpp_audit_gets_policies_re_audited_by_its_own_engines(tmp_path)
     assert reaudit["tokens"]["run_k"] > 0 and result.files["report"].is_file()
     with pytest.raises(InputError, match="decoded by llama.cpp: mitigate fits policies for its own draft"):
         mitigate(run_dir, tmp_path / "out2", draft="early-exit:2", quick=True, progress=False)
+
+
+def test_alpha_is_counted_over_prompts_whose_positions_reached_are_known(ngram_run):
+    # vLLM's n-gram records keep acceptance totals only where a step drafted nothing (docs/vllm.md):
+    # their prompts have no positions reached, and α must not add their accepted tokens to others' positions
+    from specaudit.execution.records import read_records
+    from specaudit.mitigate._routing import audit_evidence
+
+    records = read_records(ngram_run / "records.jsonl")
+    prompts = sorted({r["prompt_id"] for r in records})
+    group_of = dict.fromkeys(prompts, "all")
+    full = audit_evidence(records, prompts, group_of, seed=0)["groups"]["all"]["alpha"]
+    totals_only = set(prompts[: len(prompts) // 2])
+    stripped = [
+        {**r, "accepted_per_step": None, "proposed_per_step": None} if r["prompt_id"] in totals_only and r["engine"] == "speculative" else r
+        for r in records
+    ]
+    kept = [r for r in records if r["prompt_id"] not in totals_only]
+    partial = audit_evidence(stripped, prompts, group_of, seed=0)["groups"]["all"]["alpha"]
+    assert 0 < full <= 1 and 0 < partial <= 1
+    assert partial == pytest.approx(audit_evidence(kept, sorted(set(prompts) - totals_only), group_of, seed=0)["groups"]["all"]["alpha"])
