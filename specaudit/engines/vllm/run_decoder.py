@@ -41,7 +41,7 @@ def run_decoder(manifest: dict, *, max_new_tokens: int) -> Callable[[list[int], 
     if not stored or CONTROL_ENGINE not in stored or SPECULATIVE_ENGINE not in stored:
         raise InputError("the run folder's manifest has no vllm.llm_kwargs for both engines; re-audit needs a run of `--engines vllm`")
     model = str(stored[CONTROL_ENGINE].get("model", ""))
-    if not Path(model).exists():
+    if Path(model).is_absolute() and not Path(model).exists():  # a folder the run converted or named; a hub id is vLLM's
         raise InputError(f"the run's target folder {model!r} is not on this machine; mitigate re-runs vLLM where the audit ran")
     run_device, device = (manifest.get("device") or {}).get("type"), engine_device()
     if run_device and run_device != device:
