@@ -148,7 +148,7 @@ def acceptance_by_output_position(
 # ----------------------------------------------------------------------------- prompt length
 def acceptance_by_prompt_length(records: list[dict], engine: str, alpha: float = 0.05) -> dict[str, Any] | None:
     """Spearman's rank correlation between each prompt's acceptance rate (Σ accepted / Σ proposed)
-    and its length; None with fewer than 3 prompts or a single length."""
+    and its length; None with fewer than 3 prompts, a single length or a single rate."""
     from scipy.stats import spearmanr
 
     totals: dict[str, list[float]] = {}
@@ -162,6 +162,8 @@ def acceptance_by_prompt_length(records: list[dict], engine: str, alpha: float =
     if len(lengths) < 3 or np.unique(lengths).size < 2:
         return None
     rates = np.array([v[1] / v[2] for v in totals.values()])
+    if np.unique(rates).size < 2:  # every prompt kept the same share (all drafts, or none): no correlation to speak of
+        return None
     result = spearmanr(lengths, rates)
     rho, pvalue = float(result.statistic), float(result.pvalue)
     significant = bool(np.isfinite(pvalue) and pvalue < alpha)

@@ -109,6 +109,28 @@ def test_the_prompt_length_trend_is_calibrated_and_finds_a_fall():
     assert found >= 180
 
 
+def test_every_prompt_keeping_the_same_share_has_no_length_trend_and_no_warning():
+    # greedy runs where every draft is kept (an identity draft) or none: a constant rate has no rank correlation
+    import warnings
+
+    same = [_engine_record(f"p{i}", [4], [4], n) for i, n in enumerate((40, 90, 300, 700))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert acceptance_by_prompt_length(same, "speculative") is None
+
+
+def test_kruskal_on_identical_values_is_no_evidence_without_a_warning():
+    import warnings
+
+    from specaudit.stats.disparity.rank_tests import kruskal_test
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = kruskal_test([np.ones(3), np.ones(4), np.ones(2)])
+    assert (result.statistic, result.pvalue) == (0.0, 1.0)
+    assert kruskal_test([np.array([1.0, 2.0, 3.0]), np.array([7.0, 8.0, 9.0])]).pvalue < 0.1
+
+
 def _per_prompt(lengths: dict[str, int], vanilla: dict[str, float], speculative: dict[str, float]) -> pd.DataFrame:
     return pd.DataFrame(
         {"vanilla_latency_per_token_s": vanilla, "latency_per_token_s": speculative},
