@@ -65,6 +65,7 @@ def identity_check(
     only, under a rule that needs the judged positions)."""
     chances: list[float] = []
     kept_total, totals_only, unscored = 0, 0, 0
+    certain = rule == REJECTION_SAMPLING or (spec is not None and spec.greedy)  # a_t = 1: q = p, or the argmax at T = 0
     for record in records:
         judged = judged_positions(record)
         if judged is None:  # totals only: every proposed draft counted as judged (a rejection then counts each draft after it)
@@ -77,10 +78,10 @@ def identity_check(
         positions, kept = judged
         if not positions:
             continue
-        if rule == GREEDY_MATCH and record.get("position_accept") is None and (pair is None or spec is None):
+        if not certain and record.get("position_accept") is None and (pair is None or spec is None):
             unscored += 1  # no a_t of its own and no target here to score it with
             continue
-        along = [1.0] * (max(positions) + 1) if rule == REJECTION_SAMPLING else _rule_chances(record, spec, pair)
+        along = [1.0] * (max(positions) + 1) if certain else _rule_chances(record, spec, pair)
         chances.extend(along[t] for t in positions)
         kept_total += kept
     notes = [f"{totals_only} record(s) report totals only and were left out (the rule needs the judged positions)"] if totals_only else []
@@ -126,7 +127,12 @@ def identity_section(
     config = manifest.get("config") or {}
     if config.get("draft") != IDENTITY_DRAFT:
         return None
-    spec = SamplingSpec(temperature=config.get("temperature", 1.0), top_k=config.get("top_k", 0), top_p=config.get("top_p", 1.0))
+    sampled = next((r.get("sampling") for r in records if r.get("sampling")), None)  # the records' setting, features included
+    spec = (
+        SamplingSpec.from_dict(sampled)
+        if sampled
+        else SamplingSpec(temperature=config.get("temperature", 1.0), top_k=config.get("top_k", 0), top_p=config.get("top_p", 1.0))
+    )
     backend = ENGINES.get(manifest.get("backend") or "")
     engines: dict[str, IdentityCheck] = {}
     drafted: dict[str, str] = {}  # engine -> "d of n records drafted", said where nothing was judged
@@ -143,6 +149,12 @@ def identity_section(
     judged = [name for name, check in engines.items() if check.verdict == CheckStatus.PASS]
     if failed:
         status, message = CheckStatus.FAIL, "; ".join(f"{name}: {engines[name].message}" for name in failed)
+        if spec.features:  # the draft's processing is in the check as well as the verifier's
+            message += (
+                f"; the requests carry {', '.join(sorted(spec.features))}: an identity draft that proposes without them (vLLM's "
+                "draft model, docs/vllm.md finding 5) is rejected where they move the argmax, a loss of speed, not of exactness, "
+                "which the equivalence tests judge"
+            )
     elif judged:
         status, message = CheckStatus.PASS, "; ".join(f"{name}: {engines[name].message}" for name in judged)
     else:

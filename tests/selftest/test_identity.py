@@ -174,6 +174,34 @@ def test_an_identity_run_that_never_drafted_says_so_in_its_warning():
     )
 
 
+def test_an_identity_run_under_penalties_names_them_in_its_failure():
+    """vLLM's draft model proposes without the request's penalties (docs/vllm.md finding 5): at
+    greedy, identity drafts are rejected where the penalty moves the argmax. The check fails on
+    the rule, with the setting's features named, so a reader can tell it from a wrong verifier."""
+    from specaudit.analysis.identity import identity_section
+
+    def record(i: int, sampling: dict) -> dict:
+        # two steps of 4 drafts: the first keeps 1 (rejects the second), the second keeps all
+        return {
+            "key": f"p{i}|speculative|0",
+            "prompt_id": f"p{i}",
+            "engine": "speculative",
+            "proposed": 8,
+            "accepted": 5,
+            "accepted_per_step": [1, 4],
+            "proposed_per_step": [4, 4],
+            "output_token_ids": list(range(10, 17)),
+            "sampling": sampling,
+        }
+
+    manifest = {"backend": "vllm", "config": {"draft": "target", "temperature": 0.0}}
+    penalised = identity_section([record(i, {"temperature": 0.0, "repetition_penalty": 1.3}) for i in range(12)], manifest)
+    assert penalised.status == CheckStatus.FAIL and penalised.sampling == "greedy,repetition_penalty=1.3"
+    assert "the requests carry repetition_penalty: an identity draft that proposes without them" in penalised.message
+    plain = identity_section([record(i, {"temperature": 0.0}) for i in range(12)], manifest)
+    assert plain.status == CheckStatus.FAIL and "the requests carry" not in plain.message and plain.sampling == "greedy"
+
+
 def test_an_engine_that_faults_instead_of_drafting_fails_its_identity_check(identity_pair, two_prompts):
     """As OpenVINO's sampled pipelines do: every speculative call raises (here the model's forward
     pass, as a runtime's kernel would), nothing is judged, and the row is a FAIL naming the faults,
