@@ -349,7 +349,9 @@ def _scoring_pair(
     if equivalence and pair is None and not server_scored(records):
         from specaudit.models import load_pair
 
-        draft = None if backend is not None and backend.remote_models else config.get("draft")  # a server's draft is not ours to load
+        draft = config.get("draft")
+        if backend is not None and (backend.remote_models or draft in backend.own_drafts):
+            draft = None  # a server's draft, or one only its engine runs, is not ours to load: the target scores alone
         try:
             pair = load_pair(
                 config.get("target", "default"), draft, device=device or config.get("device", "auto"), dtype=config.get("dtype", "auto")

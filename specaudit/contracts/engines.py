@@ -62,6 +62,7 @@ class EngineSpec:
     concurrency: bool = False  # `--concurrency`: it serves requests in batches, its settings hold the levels
     url_flags: bool = False  # the servers the server flags name (--speculative-url, --vanilla-url, ...) are its own
     remote_models: bool = False  # its target and draft are a server's, not files specaudit loads
+    own_drafts: tuple[str, ...] = ()  # --draft names only its engine runs (vLLM's suffix decoding): no local q to score
     fetches_named_models: bool = False  # named models among its target and draft are fetched before the run (preflight)
     plants: bool = True  # --plant-disparity can mix into its draft (it is specaudit's draft)
     # CLI sub-commands it adds: (group, "module:function(subparsers)") with group "" for the top level or
@@ -201,6 +202,7 @@ ENGINES: dict[str, EngineSpec] = {
             "draft_sample_method, is verified as one-hot q: kept with probability p(draft))",
             run_rejection_sampling="specaudit.engines.vllm.client:samples_its_drafts",
             run_decoder="specaudit.engines.vllm.run_decoder:run_decoder",
+            own_drafts=("suffix",),
             decoder_name="vLLM",
             draft_untrained_because="a draft decoded inside vLLM's engine, which distillation in torch does not reach",
             default_draft="ngram",

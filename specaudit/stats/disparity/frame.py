@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -168,6 +169,15 @@ class GroupFrame:
         member = np.column_stack([onehot, np.ones(len(table))])  # (n, G + 1)
         self._n_prompts = member.T @ valid.astype(float)  # (G + 1, M)
         self._n_tokens = member.T @ np.where(valid, token_counts, 0.0)
+        # Prompts are resampled within their group, so a group of one prompt has no interval (every
+        # replicate is that prompt), nor has the overall figure when every group holds one prompt.
+        single = self._n_prompts < 2
+        single[n_groups] = (self._n_prompts[:n_groups] < 2).all(axis=0)
+        if single.any():
+            interval = self._interval
+            self._interval = replace(
+                interval, ci_low=np.where(single, np.nan, interval.ci_low), ci_high=np.where(single, np.nan, interval.ci_high)
+            )
 
     # ---- tables -------------------------------------------------------------------------------
 
