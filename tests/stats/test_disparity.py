@@ -555,3 +555,20 @@ def test_overall_of_a_dimension_counts_only_its_own_prompts():
     alone = GroupFrame(ours, "dialect", n_boot=50)
     assert frame.overall.loc["acceptance_rate", "n_prompts"] == 20
     assert frame.overall.loc["acceptance_rate", "value"] == alone.overall.loc["acceptance_rate", "value"]
+
+
+def test_a_group_of_one_prompt_has_no_interval_and_neither_has_an_overall_of_such_groups():
+    # prompts are resampled within their group: one prompt gives every replicate the same value
+    singles = simulate_records({g: 0.5 for g in "abcdef"}, n_prompts=1, seed=2)
+    frame = GroupFrame(singles, "group", ["acceptance_rate"], n_boot=50)
+    table = frame.by_group["acceptance_rate"]
+    assert table["value"].notna().all() and table["ci_low"].isna().all() and table["ci_high"].isna().all()
+    overall = frame.overall.loc["acceptance_rate"]
+    assert np.isfinite(overall["value"]) and np.isnan(overall["ci_low"]) and np.isnan(overall["ci_high"])
+    # one group of several prompts beside them gives the overall figure an interval again
+    mixed = simulate_records({"a": 0.5, "b": 0.5}, n_prompts={"a": 4, "b": 1}, seed=2)
+    frame = GroupFrame(mixed, "group", ["acceptance_rate"], n_boot=50)
+    assert np.isfinite(frame.overall.loc["acceptance_rate", "ci_low"])
+    assert np.isfinite(frame.by_group["acceptance_rate"].loc["a", "ci_low"]) and np.isnan(
+        frame.by_group["acceptance_rate"].loc["b", "ci_low"]
+    )
