@@ -29,9 +29,9 @@ class MixedTraffic:
     engines: tuple[str, ...]
     in_flight: int
     send: Send
-    answered: dict[str, int] = field(default_factory=dict)
-    failed: dict[str, int] = field(default_factory=dict)
-    last_error: str | None = None
+    answered: dict[str, int] = field(init=False)
+    failed: dict[str, int] = field(init=False)
+    last_error: str | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
