@@ -21,6 +21,12 @@ def grammar_format(text: str) -> str:
         return "gbnf"
 
 
+def structured_outputs(grammar: str) -> dict:
+    """A grammar as vLLM's `structured_outputs` fields (v0.12 on; a server's request field and the
+    offline SamplingParams' alike): a JSON schema as `json`, GBNF as `grammar` (xgrammar reads it)."""
+    return {"json": json.loads(grammar)} if grammar_format(grammar) == "json_schema" else {"grammar": grammar}
+
+
 def grammar_available() -> bool:
     """Whether llguidance is installed (grammars are an optional extra)."""
     return importlib.util.find_spec("llguidance") is not None

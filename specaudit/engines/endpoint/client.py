@@ -38,14 +38,13 @@ llama-server, OpenAI's API), None where the answer does not say.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import TYPE_CHECKING, Any
 
 from specaudit._validation import typed_as
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
-from specaudit.decoding._grammar_source import grammar_format
+from specaudit.decoding._grammar_source import structured_outputs
 from specaudit.engines.http.client import ZERO_LOGPROB, Completion, Endpoint, parse_token_id
 from specaudit.engines.llama_sampling import sampling_fields
 from specaudit.errors import InputError
@@ -151,9 +150,8 @@ def request_features(spec: SamplingSpec) -> dict[str, Any]:
         body["logit_bias"] = {str(token): bias for token, bias in spec.logit_bias}
     if spec.stop:
         body["stop"] = list(spec.stop)
-    if spec.grammar:  # vLLM's structured outputs (v0.12 on): a JSON schema as `json`, GBNF as `grammar`
-        is_schema = grammar_format(spec.grammar) == "json_schema"
-        body["structured_outputs"] = {"json": json.loads(spec.grammar)} if is_schema else {"grammar": spec.grammar}
+    if spec.grammar:
+        body["structured_outputs"] = structured_outputs(spec.grammar)
     return body
 
 

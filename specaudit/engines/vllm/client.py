@@ -26,12 +26,12 @@ of a small machine's start-up.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import CONTROL_ENGINE
+from specaudit.decoding._grammar_source import structured_outputs
 from specaudit.engines.spec_counters import PER_POSITION_COUNTER, SPEC_DECODE_COUNTERS
 from specaudit.errors import InputError
 
@@ -212,19 +212,11 @@ def sampling_kwargs(cfg: RunConfig, seed: int, stop_token_ids: list[int], max_to
         "frequency_penalty": cfg.frequency_penalty,
         **({"logit_bias": dict(cfg.logit_bias)} if cfg.logit_bias else {}),
         **({"stop": list(cfg.stop)} if cfg.stop else {}),
-        **({"structured_outputs": structured_outputs(cfg.grammar)} if cfg.grammar else {}),
+        **({"structured_outputs": structured_outputs(cfg.grammar)} if cfg.grammar else {}),  # vLLM's fields, as a server's
         "max_tokens": max_tokens or cfg.max_new_tokens,
         "seed": seed,
         "stop_token_ids": list(stop_token_ids),
     }
-
-
-def structured_outputs(grammar: str) -> dict:
-    """A grammar as vLLM's StructuredOutputsParams fields: a JSON schema as `json`, GBNF as `grammar`
-    (xgrammar reads llama.cpp's GBNF), as a vLLM server's `structured_outputs` (engines.endpoint.client)."""
-    from specaudit.decoding._grammar_source import grammar_format
-
-    return {"json": json.loads(grammar)} if grammar_format(grammar) == "json_schema" else {"grammar": grammar}
 
 
 def sampling_params(vllm: ModuleType, params: dict) -> Any:
