@@ -9,6 +9,7 @@ use. They stay up together: the re-audit interleaves them prompt by prompt.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
 from specaudit.engines.vllm.client import engine_device, generate_alone, import_vllm, request_timings, sampling_kwargs
 from specaudit.errors import InputError
+
+CPU_KV_CACHE_GB = 2  # GB a CPU engine's KV cache takes here (VLLM_CPU_KVCACHE_SPACE, where the user set none)
 
 
 def engine_kwargs(stored: dict[str, dict], k: int) -> dict:
@@ -46,6 +49,8 @@ def run_decoder(manifest: dict, *, max_new_tokens: int) -> Callable[[list[int], 
     run_device, device = (manifest.get("device") or {}).get("type"), engine_device()
     if run_device and run_device != device:
         raise InputError(f"the run was decoded by vLLM on {run_device}, and this vLLM build runs on {device}; re-audit where it ran")
+    if device == "cpu":  # unset, each CPU engine takes most of the machine's memory for its KV cache, and these run together
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GB))
     vllm = import_vllm()
     engines: dict[int, Any] = {}
 
