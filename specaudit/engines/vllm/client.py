@@ -51,6 +51,7 @@ _RESERVED = ("model", "tokenizer", "speculative_config", "seed", "dtype", "disab
 # extra.vllm.speculative: settings of speculative_config beyond the draft and k (e.g. draft_sample_method)
 _SPECULATIVE_RESERVED = ("model", "method", "num_speculative_tokens")
 CPU_DEFAULTS = {"enforce_eager": True}
+CPU_KV_CACHE_GB = 2  # a CPU engine's KV cache where the user set no VLLM_CPU_KVCACHE_SPACE: engines run together here
 _FINISH = {"stop": "eos", "length": "length"}
 
 

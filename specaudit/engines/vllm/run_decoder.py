@@ -15,10 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
-from specaudit.engines.vllm.client import engine_device, generate_alone, import_vllm, request_timings, sampling_kwargs
+from specaudit.engines.vllm.client import CPU_KV_CACHE_GB, engine_device, generate_alone, import_vllm, request_timings, sampling_kwargs
 from specaudit.errors import InputError
-
-CPU_KV_CACHE_GB = 2  # GB a CPU engine's KV cache takes here (VLLM_CPU_KVCACHE_SPACE, where the user set none)
 
 
 def engine_kwargs(stored: dict[str, dict], k: int) -> dict:
