@@ -26,24 +26,19 @@ def identity_run(tmp_path_factory):
 
     if current_platform.device_type != "cpu":
         pytest.skip(f"this vLLM runs on {current_platform.device_type!r}, not the CPU (bench/gpu.sh checks a CUDA build)")
-    base = tmp_path_factory.mktemp("vllm")
-    prompts = base / "prompts.jsonl"
     texts = {"p1": "Write a short poem about rain.", "p2": "List three fruits."}
+    return _greedy_run(tmp_path_factory.mktemp("vllm"), texts, draft="target", k=3, max_new_tokens=12)
+
+
+def _greedy_run(base, texts: dict[str, str], **options) -> tuple[list[dict], dict]:
+    """A greedy `--engines vllm` run of one prompt a group: its records and manifest."""
+    prompts = base / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"id": pid, "text": text, "attributes": {"group": pid}}) + "\n" for pid, text in texts.items()))
-    folder = base / "run"
     cfg = RunConfig(
-        engines="vllm",
-        draft="target",
-        k=3,
-        temperature=0.0,
-        prompts=str(prompts),
-        samples=1,
-        max_new_tokens=12,
-        warmup=0,
-        extra={"vllm": {"max_model_len": 1024}},
+        engines="vllm", temperature=0.0, prompts=str(prompts), samples=1, warmup=0, extra={"vllm": {"max_model_len": 1024}}, **options
     )
-    run(cfg, folder, progress=False)
-    return read_records(folder / "records.jsonl"), json.loads((folder / "manifest.json").read_text())
+    run(cfg, base / "run", progress=False)
+    return read_records(base / "run" / "records.jsonl"), json.loads((base / "run" / "manifest.json").read_text())
 
 
 def test_the_embedded_target_drafting_for_itself_writes_valid_records(identity_run):
@@ -105,23 +100,8 @@ def test_suffix_decoding_runs_as_a_model_free_draft(tmp_path):
     pytest.importorskip("arctic_inference.suffix_decoding", reason="arctic-inference is not built here (.ci/run builds it)")
     from specaudit.engines.vllm.client import samples_its_drafts
 
-    prompts = tmp_path / "prompts.jsonl"
     texts = {"p1": "Repeat exactly: red, green, blue, red, green, blue.", "p2": "Count from one to ten in words."}
-    prompts.write_text("".join(json.dumps({"id": pid, "text": text, "attributes": {"group": pid}}) + "\n" for pid, text in texts.items()))
-    cfg = RunConfig(
-        engines="vllm",
-        draft="suffix",
-        k=4,
-        temperature=0.0,
-        prompts=str(prompts),
-        samples=1,
-        max_new_tokens=16,
-        warmup=0,
-        extra={"vllm": {"max_model_len": 1024}},
-    )
-    run(cfg, tmp_path / "run", progress=False)
-    records = read_records(tmp_path / "run" / "records.jsonl")
-    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    records, manifest = _greedy_run(tmp_path, texts, draft="suffix", k=4, max_new_tokens=16)
     assert manifest["models"]["draft"]["derived"] == "suffix"
     assert manifest["models"]["draft"]["speculative_config"]["method"] == "suffix"
     assert not samples_its_drafts(manifest["config"])
