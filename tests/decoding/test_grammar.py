@@ -96,12 +96,12 @@ def test_engines_pass_the_grammar_in_their_fields_or_refuse_it():
         ("screen", "audit stop strings and grammars with --engines vanilla,speculative"),
         ("tree", "without the prefix penalties and grammars need"),
         ("hf-assisted", "no grammar"),
-        ("vllm", "structured outputs are not mapped yet"),
         ("llama-cpp", "fixed sampler chain"),
     ]:
         with pytest.raises(InputError, match=f"--engines {engines} cannot apply grammar: .*{why}"):
             RunConfig(engines=engines, grammar=GBNF)
     RunConfig(engines="vanilla,speculative", grammar=GBNF)  # the reference engines take it
+    RunConfig(engines="vllm", grammar=GBNF)  # as vLLM's structured_outputs (engines.vllm.client.sampling_kwargs)
 
 
 def test_the_grammar_invariant_names_a_broken_record(tiny_pair):

@@ -130,5 +130,6 @@ def test_the_torch_engines_and_the_screen_on_the_real_pair(tmp_path, prompts):
     assert set(acceptance) == {"en", "sw"}
     for language in ("en", "sw"):
         rate = acceptance[language]["metrics"]["acceptance_rate"]
-        assert 0 < rate["value"] < 1 and rate["ci_low"] <= rate["value"] <= rate["ci_high"]
+        # one prompt a language: prompts are resampled within their group, so there is no interval
+        assert 0 < rate["value"] < 1 and rate["n_prompts"] == 1 and rate["ci_low"] is None and rate["ci_high"] is None
     assert snapshot["equivalence"]["engines"]["speculative"]["verdict"] in ("PASS", "WARN"), snapshot["equivalence"]
