@@ -26,6 +26,7 @@ of a small machine's start-up.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -375,6 +376,19 @@ def generate_alone(vllm: ModuleType, llm: Any, prompt_ids: list[int], params: di
     start = time.perf_counter()
     [output] = llm.generate([{"prompt_token_ids": prompt_ids}], sampling_params(vllm, params), use_tqdm=False)
     return output, time.perf_counter() - start
+
+
+def start_engine(vllm: ModuleType, kwargs: dict, device: str, warm_up: tuple[list[int], dict], times: int) -> Any:
+    """One `vllm.LLM`, warmed up `times` times on a request (prompt ids, sampling_kwargs) before
+    anything is timed (graphs, caches, compilation). On the CPU its KV cache is CPU_KV_CACHE_GB
+    unless the user set VLLM_CPU_KVCACHE_SPACE: unset, each engine takes most of the memory, and
+    specaudit runs engines together there."""
+    if device == "cpu":
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GB))
+    llm = vllm.LLM(**kwargs)
+    for _ in range(times):
+        generate_alone(vllm, llm, *warm_up)
+    return llm
 
 
 def shutdown_engine(llm: Any) -> None:

@@ -9,7 +9,6 @@ in its order) and turns their outputs into records, one request at a time (batch
 from __future__ import annotations
 
 import gc
-import os
 import platform
 from typing import Any
 
@@ -17,7 +16,6 @@ from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
 from specaudit.engines.decode import library_versions, make_record
 from specaudit.engines.spec_counters import metrics_summary
 from specaudit.engines.vllm.client import (
-    CPU_KV_CACHE_GB,
     check_context,
     counter_snapshot,
     engine_device,
@@ -29,6 +27,7 @@ from specaudit.engines.vllm.client import (
     request_counters,
     sampling_kwargs,
     shutdown_engine,
+    start_engine,
     stop_ids,
     target_path,
 )
@@ -100,8 +99,6 @@ class VllmExecutor(Executor):
         # both are up together and the items run in plan order, the two sides of a prompt back to
         # back, so that a drift of the machine's speed over the run falls on both sides of a speed-up.
         phases = [[engine] for engine in self.record_engines()] if self.device == "cuda" else [list(self.record_engines())]
-        if self.device == "cpu":  # unset, each CPU engine takes most of the memory for its KV cache
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GB))
         for engines in phases:
             mine = [item for item in items if item.engine in engines]
             llms: dict[str, Any] = {}
@@ -124,13 +121,9 @@ class VllmExecutor(Executor):
                     torch.cuda.empty_cache()
 
     def _start(self, engine: str, first: PlanItem) -> Any:
-        """One engine, warmed up on the first prompt it will decode: graphs, caches and compilation
-        come before anything is timed."""
-        llm = self.vllm.LLM(**self.kwargs[engine])
-        params = sampling_kwargs(self.cfg, self.cfg.seed, self.stops, min(8, self.cfg.max_new_tokens))
-        for _ in range(self.cfg.warmup):
-            generate_alone(self.vllm, llm, self.encoded[first.prompt.id], params)
-        return llm
+        """One engine, warmed up on the first prompt it will decode."""
+        warm_up = (self.encoded[first.prompt.id], sampling_kwargs(self.cfg, self.cfg.seed, self.stops, min(8, self.cfg.max_new_tokens)))
+        return start_engine(self.vllm, self.kwargs[engine], self.device, warm_up, self.cfg.warmup)
 
     def _decode(self, llm: Any, item: PlanItem, emit: Emit) -> None:
         cfg = self.cfg

@@ -9,13 +9,12 @@ use. They stay up together: the re-audit interleaves them prompt by prompt.
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE
-from specaudit.engines.vllm.client import CPU_KV_CACHE_GB, engine_device, generate_alone, import_vllm, request_timings, sampling_kwargs
+from specaudit.engines.vllm.client import engine_device, generate_alone, import_vllm, request_timings, sampling_kwargs, start_engine
 from specaudit.errors import InputError
 
 
@@ -47,16 +46,13 @@ def run_decoder(manifest: dict, *, max_new_tokens: int) -> Callable[[list[int], 
     run_device, device = (manifest.get("device") or {}).get("type"), engine_device()
     if run_device and run_device != device:
         raise InputError(f"the run was decoded by vLLM on {run_device}, and this vLLM build runs on {device}; re-audit where it ran")
-    if device == "cpu":  # unset, each CPU engine takes most of the machine's memory for its KV cache, and these run together
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GB))
     vllm = import_vllm()
     engines: dict[int, Any] = {}
 
     def engine(k: int, prompt_ids: list[int]) -> Any:
-        if k not in engines:
-            llm = engines[k] = vllm.LLM(**engine_kwargs(stored, k))
-            for _ in range(cfg.warmup):  # as the audit: nothing timed before the engine has decoded once
-                generate_alone(vllm, llm, prompt_ids, sampling_kwargs(cfg, cfg.seed, stops, min(8, max_new_tokens)))
+        if k not in engines:  # as the audit's: warmed up on the first prompt it decodes
+            warm_up = (prompt_ids, sampling_kwargs(cfg, cfg.seed, stops, min(8, max_new_tokens)))
+            engines[k] = start_engine(vllm, engine_kwargs(stored, k), device, warm_up, cfg.warmup)
         return engines[k]
 
     def decode(prompt_ids: list[int], k: int, seed: int) -> tuple[float, int]:
