@@ -126,7 +126,7 @@ class StaleDraftState(BatchPolicy):
 class DraftOffUnderLoad(BatchPolicy):
     name = "draft_off_under_load"
 
-    def __init__(self, limit: int = 2) -> None:
+    def __init__(self, limit: int = 1) -> None:
         self.limit = limit
 
     def draft_length(self, k: int, batch_size: int) -> int:
