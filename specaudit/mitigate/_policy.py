@@ -62,8 +62,10 @@ def group_policy(alpha: float, cost_ratio: float, run_k: int, measured: dict | N
     `measured` is the group's speed-up at the run's k on the fitting prompts ({value, ci_low,
     ci_high}); it overrides the model where its interval excludes 1: a group measured slower
     than plain decoding is never sent to speculation, and one measured faster is never routed
-    away from it on the model's word alone."""
+    away from it on the model's word alone. Without a model (no α or no c) an undecided group
+    follows its measured point estimate; with nothing measured it is routed."""
     known = bool(np.isfinite(alpha) and np.isfinite(cost_ratio))
+    missing = " or ".join(name for name, value in (("acceptance", alpha), ("cost ratio", cost_ratio)) if not np.isfinite(value))
     best_k, _ = best_draft_length(alpha, cost_ratio, K_MAX, verify_cost) if known else (0, float("nan"))
     speedups = {k: float(expected_speedup(alpha, k, cost_ratio, verify_cost)) if known else float("nan") for k in range(1, K_MAX + 1)}
     argmax_k = max(speedups, key=lambda k: speedups[k] if np.isfinite(speedups[k]) else -1.0) if known else run_k
@@ -75,9 +77,15 @@ def group_policy(alpha: float, cost_ratio: float, run_k: int, measured: dict | N
         argmax_k = argmax_k if best_k else run_k  # the model's k where it pays, else the k that was measured
     elif known and best_k > 0:
         route, reason = False, f"the model expects k = {best_k} to pay (measurement undecided)"
+    elif known:
+        route, reason = True, "no draft length pays under the model (measurement undecided)"
+    elif (value := (measured or {}).get("value")) is not None and np.isfinite(value):
+        # no model to ask (no α or no cost): the measured point estimate is the best guess there is,
+        # as the model's is where there is one; routing every undecided group gives up measured gains
+        route = value < 1.0
+        reason = f"no {missing} for the model; measured {value:.2f}x at k = {run_k} (interval across 1)"
     else:
-        route = True
-        reason = "no draft length pays under the model (measurement undecided)" if known else "no acceptance or cost measured"
+        route, reason = True, f"no {missing} for the model, no speed measured"
     expected = speedups.get(argmax_k, float("nan"))
     return {
         "alpha": alpha,

@@ -90,6 +90,12 @@ def test_a_group_measured_slower_is_never_sent_to_speculation():
     # an interval across 1 leaves the decision to the model
     assert group_policy(0.1, 0.9, 4, {"value": 1.0, "ci_low": 0.8, "ci_high": 1.2})["route_to_vanilla"]
     assert not group_policy(0.95, 0.05, 4, {"value": 1.0, "ci_low": 0.8, "ci_high": 1.2})["route_to_vanilla"]
+    # without a model (no α: vLLM's n-gram records), the undecided measurement's point estimate decides
+    nan = float("nan")
+    gaining = group_policy(nan, 0.0, 4, {"value": 1.37, "ci_low": 0.88, "ci_high": 2.52})
+    assert not gaining["route_to_vanilla"] and gaining["k"] == 4 and "1.37x" in gaining["reason"]
+    assert group_policy(nan, 0.0, 4, {"value": 0.97, "ci_low": 0.92, "ci_high": 1.04})["route_to_vanilla"]
+    assert group_policy(nan, 0.0, 4)["route_to_vanilla"]  # nothing measured at all
 
 
 def test_a_verification_costing_several_steps_routes_what_a_free_one_would_speculate():
