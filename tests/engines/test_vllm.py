@@ -190,6 +190,12 @@ def test_cpu_engines_run_together_only_where_both_fit_in_memory(tiny_pair_dir, m
     fits, why = backend.engines_fit([plain, spec])
     assert not fits and why == f"the engines need about {need:.1f} GiB together and {need - 0.5:.1f} GiB is available: they do not fit"
     assert not backend.engines_fit([{"model": "some/hub-id", "dtype": "float32"}, plain])[0]
+    # beside another engine, the KV cache holds at least one sequence of the full context in every layer
+    config = AutoModelForCausalLM.from_pretrained(target).config
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * (config.hidden_size // config.num_attention_heads) * 4
+    assert backend.kv_cache_gib(plain) == backend.CPU_KV_CACHE_GB  # the tiny model's context needs far less
+    long = {**plain, "max_model_len": 3 * 2**30 // per_token + 1}  # just over 3 GiB for the target alone
+    assert backend.kv_cache_gib(long) == 4 and backend.kv_cache_gib({**long, "speculative_config": spec["speculative_config"]}) > 4
 
 
 def test_sampling_kwargs_are_explicit_and_seeded_per_prompt_and_sample():

@@ -57,7 +57,7 @@ _RESERVED = ("model", "tokenizer", "speculative_config", "seed", "dtype", "disab
 # extra.vllm.speculative: settings of speculative_config beyond the draft and k (e.g. draft_sample_method)
 _SPECULATIVE_RESERVED = ("model", "method", "num_speculative_tokens")
 CPU_DEFAULTS = {"enforce_eager": True}
-CPU_KV_CACHE_GB = 2  # a CPU engine's KV cache where the user set no VLLM_CPU_KVCACHE_SPACE: engines run together here
+CPU_KV_CACHE_GB = 2  # a CPU engine's KV cache beside another where the user sized none (start_engine)
 # a CPU engine's processes beyond its weights and KV cache, with room to spare (measured: the
 # Qwen2.5-Coder 1.5B + 0.5B engine's worker held 11.2 GiB for 9.0 GiB of float32 weights and a
 # 2 GiB cache, its core process 0.6 GiB; two such engines and a plain one overran 23 GiB)
@@ -404,18 +404,40 @@ def weights_gib(folder: str, dtype: str) -> float | None:
     return parameters * DTYPE_BYTES[dtype] / 2**30
 
 
-def cpu_engine_gib(kwargs: dict) -> float | None:
-    """The memory one CPU engine of `llm_kwargs` takes: its models' weights (the target, and the
-    draft model where there is one), its KV cache and CPU_ENGINE_OVERHEAD_GIB; None where a
-    model's size is not known."""
-    models = [kwargs["model"]]
+def _engine_models(kwargs: dict) -> list[str]:
+    """The model folders an engine loads: the target, and the draft model where there is one."""
     draft = (kwargs.get("speculative_config") or {}).get("model")
-    if draft:
-        models.append(draft)
-    weights = [weights_gib(str(model), kwargs["dtype"]) for model in models]
+    return [str(kwargs["model"]), *([str(draft)] if draft else [])]
+
+
+def kv_cache_gib(kwargs: dict) -> int:
+    """The KV cache a CPU engine of `llm_kwargs` gets when engines share the memory: CPU_KV_CACHE_GB,
+    or what one sequence of max_model_len needs in all its models' layers where that is more (vLLM
+    refuses to start below it: the Qwen2.5-Coder 1.5B + 0.5B engine needs 2.5 GiB at 32,768)."""
+    from transformers import AutoConfig
+
+    need = 0
+    for model in _engine_models(kwargs):
+        try:
+            config = AutoConfig.from_pretrained(model)
+        except (OSError, ValueError):
+            continue  # vLLM will say what it cannot load
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        length = kwargs.get("max_model_len") or config.max_position_embeddings
+        need += 2 * config.num_hidden_layers * kv_heads * head_dim * DTYPE_BYTES.get(kwargs["dtype"], 4) * length  # keys and values
+    return max(CPU_KV_CACHE_GB, math.ceil(need / 2**30))
+
+
+def cpu_engine_gib(kwargs: dict) -> float | None:
+    """The memory one CPU engine of `llm_kwargs` takes beside another: its models' weights, its KV
+    cache (the user's VLLM_CPU_KVCACHE_SPACE, else kv_cache_gib) and CPU_ENGINE_OVERHEAD_GIB; None
+    where a model's size is not known."""
+    weights = [weights_gib(model, kwargs["dtype"]) for model in _engine_models(kwargs)]
     if None in weights:
         return None
-    cache = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or CPU_KV_CACHE_GB)
+    cache = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or kv_cache_gib(kwargs))
     return sum(weights) + cache + CPU_ENGINE_OVERHEAD_GIB
 
 
@@ -439,13 +461,16 @@ def engines_fit(all_kwargs: list[dict]) -> tuple[bool, str]:
     return need <= available, f"the engines need about {need:.1f} GiB together and {available:.1f} GiB is available: they {verdict}"
 
 
-def start_engine(vllm: ModuleType, kwargs: dict, device: str, warm_up: tuple[list[int], dict], times: int) -> Any:
+def start_engine(
+    vllm: ModuleType, kwargs: dict, device: str, warm_up: tuple[list[int], dict], times: int, *, beside_another: bool = False
+) -> Any:
     """One `vllm.LLM`, warmed up `times` times on a request (prompt ids, sampling_kwargs) before
-    anything is timed (graphs, caches, compilation). On the CPU its KV cache is CPU_KV_CACHE_GB
-    unless the user set VLLM_CPU_KVCACHE_SPACE: unset, each engine takes most of the memory, and
-    specaudit runs engines together there where they fit."""
-    if device == "cpu":
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GB))
+    anything is timed (graphs, caches, compilation). A CPU engine `beside_another` gets a KV cache
+    of kv_cache_gib unless the user sized it (VLLM_CPU_KVCACHE_SPACE, extra.vllm's
+    kv_cache_memory_bytes): otherwise each CPU engine takes most of the memory for its cache."""
+    sized = "VLLM_CPU_KVCACHE_SPACE" in os.environ or "kv_cache_memory_bytes" in kwargs
+    if device == "cpu" and beside_another and not sized:
+        kwargs = {**kwargs, "kv_cache_memory_bytes": kv_cache_gib(kwargs) * 2**30}
     llm = vllm.LLM(**kwargs)
     for _ in range(times):
         generate_alone(vllm, llm, *warm_up)
@@ -473,6 +498,7 @@ __all__ = [
     "cpu_engine_gib",
     "engine_device",
     "engines_fit",
+    "kv_cache_gib",
     "generation_of",
     "has_per_request_metrics",
     "llm_kwargs",
