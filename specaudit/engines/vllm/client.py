@@ -57,7 +57,7 @@ _RESERVED = ("model", "tokenizer", "speculative_config", "seed", "dtype", "disab
 # extra.vllm.speculative: settings of speculative_config beyond the draft and k (e.g. draft_sample_method)
 _SPECULATIVE_RESERVED = ("model", "method", "num_speculative_tokens")
 CPU_DEFAULTS = {"enforce_eager": True}
-CPU_KV_CACHE_GB = 2  # a CPU engine's KV cache beside another where the user sized none (start_engine)
+CPU_KV_CACHE_GB = 2  # a CPU engine's KV cache where the user sized none, at the least (kv_cache_gib)
 # a CPU engine's processes beyond its weights and KV cache, with room to spare (measured: the
 # Qwen2.5-Coder 1.5B + 0.5B engine's worker held 11.2 GiB for 9.0 GiB of float32 weights and a
 # 2 GiB cache, its core process 0.6 GiB; two such engines and a plain one overran 23 GiB)
@@ -411,7 +411,7 @@ def _engine_models(kwargs: dict) -> list[str]:
 
 
 def kv_cache_gib(kwargs: dict) -> int:
-    """The KV cache a CPU engine of `llm_kwargs` gets when engines share the memory: CPU_KV_CACHE_GB,
+    """The KV cache specaudit gives a CPU engine of `llm_kwargs` (start_engine): CPU_KV_CACHE_GB,
     or what one sequence of max_model_len needs in all its models' layers where that is more (vLLM
     refuses to start below it: the Qwen2.5-Coder 1.5B + 0.5B engine needs 2.5 GiB at 32,768)."""
     from transformers import AutoConfig
@@ -461,15 +461,14 @@ def engines_fit(all_kwargs: list[dict]) -> tuple[bool, str]:
     return need <= available, f"the engines need about {need:.1f} GiB together and {available:.1f} GiB is available: they {verdict}"
 
 
-def start_engine(
-    vllm: ModuleType, kwargs: dict, device: str, warm_up: tuple[list[int], dict], times: int, *, beside_another: bool = False
-) -> Any:
+def start_engine(vllm: ModuleType, kwargs: dict, device: str, warm_up: tuple[list[int], dict], times: int) -> Any:
     """One `vllm.LLM`, warmed up `times` times on a request (prompt ids, sampling_kwargs) before
-    anything is timed (graphs, caches, compilation). A CPU engine `beside_another` gets a KV cache
-    of kv_cache_gib unless the user sized it (VLLM_CPU_KVCACHE_SPACE, extra.vllm's
-    kv_cache_memory_bytes): otherwise each CPU engine takes most of the memory for its cache."""
+    anything is timed (graphs, caches, compilation). A CPU engine's KV cache is kv_cache_gib unless
+    the user sized it (VLLM_CPU_KVCACHE_SPACE, extra.vllm's kv_cache_memory_bytes): left to itself,
+    vLLM's CPU engine asks for 92% of the machine's memory and refuses to start where anything
+    else (specaudit, another engine) holds more than the rest."""
     sized = "VLLM_CPU_KVCACHE_SPACE" in os.environ or "kv_cache_memory_bytes" in kwargs
-    if device == "cpu" and beside_another and not sized:
+    if device == "cpu" and not sized:
         kwargs = {**kwargs, "kv_cache_memory_bytes": kv_cache_gib(kwargs) * 2**30}
     llm = vllm.LLM(**kwargs)
     for _ in range(times):

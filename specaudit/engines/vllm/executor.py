@@ -141,7 +141,7 @@ class VllmExecutor(Executor):
     def _start(self, engine: str, first: PlanItem) -> Any:
         """One engine, warmed up on the first prompt it will decode."""
         warm_up = (self.encoded[first.prompt.id], sampling_kwargs(self.cfg, self.cfg.seed, self.stops, min(8, self.cfg.max_new_tokens)))
-        return start_engine(self.vllm, self.kwargs[engine], self.device, warm_up, self.cfg.warmup, beside_another=self.together)
+        return start_engine(self.vllm, self.kwargs[engine], self.device, warm_up, self.cfg.warmup)
 
     def _decode(self, llm: Any, item: PlanItem, emit: Emit) -> None:
         cfg = self.cfg

@@ -52,7 +52,7 @@ def run_decoder(manifest: dict, *, max_new_tokens: int) -> Callable[[list[int], 
     def engine(k: int, prompt_ids: list[int]) -> Any:
         if k not in engines:  # as the audit's: warmed up on the first prompt it decodes
             warm_up = (prompt_ids, sampling_kwargs(cfg, cfg.seed, stops, min(8, max_new_tokens)))
-            engines[k] = start_engine(vllm, engine_kwargs(stored, k), device, warm_up, cfg.warmup, beside_another=True)
+            engines[k] = start_engine(vllm, engine_kwargs(stored, k), device, warm_up, cfg.warmup)
         return engines[k]
 
     def decode(prompt_ids: list[int], k: int, seed: int) -> tuple[float, int]:
