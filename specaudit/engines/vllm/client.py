@@ -430,14 +430,24 @@ def kv_cache_gib(kwargs: dict) -> int:
     return max(CPU_KV_CACHE_GB, math.ceil(need / 2**30))
 
 
+def user_kv_cache_gib(kwargs: dict) -> float | None:
+    """The KV cache the user gave a CPU engine, in GiB: VLLM_CPU_KVCACHE_SPACE (which vLLM lets win),
+    else extra.vllm's kv_cache_memory_bytes; None where they sized none."""
+    if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        return float(os.environ["VLLM_CPU_KVCACHE_SPACE"])
+    if kwargs.get("kv_cache_memory_bytes"):
+        return kwargs["kv_cache_memory_bytes"] / 2**30
+    return None
+
+
 def cpu_engine_gib(kwargs: dict) -> float | None:
     """The memory one CPU engine of `llm_kwargs` takes beside another: its models' weights, its KV
-    cache (the user's VLLM_CPU_KVCACHE_SPACE, else kv_cache_gib) and CPU_ENGINE_OVERHEAD_GIB; None
-    where a model's size is not known."""
+    cache (the user's, else kv_cache_gib) and CPU_ENGINE_OVERHEAD_GIB; None where a model's size is
+    not known."""
     weights = [weights_gib(model, kwargs["dtype"]) for model in _engine_models(kwargs)]
     if None in weights:
         return None
-    cache = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or kv_cache_gib(kwargs))
+    cache = user_kv_cache_gib(kwargs) or kv_cache_gib(kwargs)
     return sum(weights) + cache + CPU_ENGINE_OVERHEAD_GIB
 
 
@@ -468,11 +478,10 @@ def engines_fit(all_kwargs: list[dict]) -> tuple[bool, str]:
 def start_engine(vllm: ModuleType, kwargs: dict, device: str, warm_up: tuple[list[int], dict], times: int) -> Any:
     """One `vllm.LLM`, warmed up `times` times on a request (prompt ids, sampling_kwargs) before
     anything is timed (graphs, caches, compilation). A CPU engine's KV cache is kv_cache_gib unless
-    the user sized it (VLLM_CPU_KVCACHE_SPACE, extra.vllm's kv_cache_memory_bytes): left to itself,
-    vLLM's CPU engine asks for 92% of the machine's memory and refuses to start where anything
-    else (specaudit, another engine) holds more than the rest."""
-    sized = "VLLM_CPU_KVCACHE_SPACE" in os.environ or "kv_cache_memory_bytes" in kwargs
-    if device == "cpu" and not sized:
+    the user sized it (user_kv_cache_gib): left to itself, vLLM's CPU engine asks for 92% of the
+    machine's memory and refuses to start where anything else (specaudit, another engine) holds
+    more than the rest."""
+    if device == "cpu" and user_kv_cache_gib(kwargs) is None:
         kwargs = {**kwargs, "kv_cache_memory_bytes": kv_cache_gib(kwargs) * 2**30}
     llm = vllm.LLM(**kwargs)
     for _ in range(times):
@@ -513,4 +522,5 @@ __all__ = [
     "speculative_config",
     "stop_ids",
     "target_path",
+    "user_kv_cache_gib",
 ]

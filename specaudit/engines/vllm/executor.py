@@ -75,15 +75,14 @@ class VllmExecutor(Executor):
         # both are up together where they fit and the items run in plan order, the two sides of a
         # prompt back to back, so that a drift of the machine's speed over the run falls on both
         # sides of a speed-up. In turn, all plain requests come before all speculative ones.
-        if self.device == "cuda":
-            self.together, why = False, "on a GPU each engine takes most of its memory"
-        else:
+        self.together, why = False, "on a GPU each engine takes most of its memory"
+        if self.device != "cuda":
             self.together, why = engines_fit(list(self.kwargs.values()))
-        if not self.together and self.device != "cuda":
-            warnings.warn(
-                f"the vLLM engines run in turn, not together: {why}; speed-ups then compare requests decoded minutes apart",
-                stacklevel=2,
-            )
+            if not self.together:
+                warnings.warn(
+                    f"the vLLM engines run in turn, not together: {why}; speed-ups then compare requests decoded minutes apart",
+                    stacklevel=2,
+                )
         speculative = self.kwargs[SPECULATIVE_ENGINE]["speculative_config"]
         draft = {"name": cfg.draft, "k": cfg.k, "speculative_config": speculative}
         if speculative.get("method") == "ngram":  # prompt lookup, no model: reported as specaudit's own n-gram draft
